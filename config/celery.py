@@ -1,0 +1,12 @@
+import os
+
+from celery import Celery
+from kombu import Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("modelplane")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+# Queues per kind of work (DESIGN.md): builds never starve the control loop.
+app.conf.task_queues = [Queue(name) for name in ("control", "build-cpu", "build-gpu")]
+app.autodiscover_tasks()

@@ -1,0 +1,35 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from config.health import healthz
+
+from deployments import api_urls as deployments_api
+from experiments import api_urls as experiments_api
+from monitoring import api_urls as monitoring_api
+from registry import api_urls as registry_api
+
+# One "api" namespace for /api/v1/; each app contributes its urlpatterns here.
+api_v1 = [
+    *registry_api.urlpatterns,
+    *deployments_api.urlpatterns,
+    *experiments_api.urlpatterns,
+    *monitoring_api.urlpatterns,
+]
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/", include((api_v1, "api"))),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", RedirectView.as_view(pattern_name="registry:model-list", permanent=False), name="home"),
+    path("models/", include("registry.urls")),
+    path("deployments/", include("deployments.urls")),
+    path("experiments/", include("experiments.urls")),
+    path("monitoring/", include("monitoring.urls")),
+]

@@ -1,0 +1,11 @@
+"""Row locks for concurrent writes (select_for_update), one helper per object kind."""
+
+from registry.models import Build, RegisteredModel
+
+
+def model_for_update(model_id: int) -> RegisteredModel:
+    return RegisteredModel.objects.select_for_update().get(pk=model_id)
+
+
+def build_for_update(build_id: int) -> Build:
+    return Build.objects.select_for_update().get(pk=build_id)

@@ -1,0 +1,216 @@
+"""Registry data: teams and roles, models, versions, artifacts, builds, the audit trail.
+
+Data and invariants only; every write goes through registry/services.py.
+"""
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.db.models import Q
+
+
+class Role(models.TextChoices):
+    """Roles rank: each one may do what the ones before it may."""
+
+    VIEWER = "viewer", "Viewer"
+    DEVELOPER = "developer", "Developer"  # registers models, starts builds
+    DEPLOYER = "deployer", "Deployer"  # rolls out
+    ADMIN = "admin", "Admin"  # manages the team
+
+    @classmethod
+    def rank(cls, role: str) -> int:
+        return [c.value for c in cls].index(role)
+
+
+class TeamMembership(models.Model):
+    """A user's role in a team. Teams are Django groups."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="uniq_membership")]
+        ordering = ["team__name", "user__username"]
+
+    def __str__(self):
+        return f"{self.user} in {self.team} as {self.role}"
+
+
+class Task(models.TextChoices):
+    CTR = "ctr", "Click-through rate"
+    RANKING = "ranking", "Ranking"
+    CLASSIFICATION = "classification", "Classification"
+    REGRESSION = "regression", "Regression"
+    EMBEDDING = "embedding", "Embedding"
+    OTHER = "other", "Other"
+
+
+class RegisteredModel(models.Model):
+    name = models.SlugField(max_length=64, unique=True, help_text="Lower-case letters, digits, - and _.")
+    description = models.TextField(blank=True)
+    task = models.CharField(max_length=32, choices=Task.choices, default=Task.CTR)
+    team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="models")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class VersionSource(models.TextChoices):
+    UPLOAD = "upload", "Uploaded ONNX file"
+    MLFLOW = "mlflow", "MLflow model URI"
+
+
+class Framework(models.TextChoices):
+    ONNX = "onnx", "ONNX"
+    PYTORCH = "pytorch", "PyTorch"
+
+
+class VersionStatus(models.TextChoices):
+    REGISTERED = "registered", "Registered"
+    BUILDING = "building", "Building"
+    READY = "ready", "Ready"  # at least one servable artifact
+    FAILED = "failed", "Failed"
+    ARCHIVED = "archived", "Archived"
+
+
+class ModelVersion(models.Model):
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    source = models.CharField(max_length=16, choices=VersionSource.choices)
+    source_uri = models.CharField(max_length=1024, blank=True, help_text="MLflow model URI when source=mlflow.")
+    framework = models.CharField(max_length=16, choices=Framework.choices, default=Framework.ONNX)
+    # Content-addressed path (relative to ARTIFACT_ROOT) of the uploaded file.
+    file_path = models.CharField(max_length=512, blank=True)
+    file_sha256 = models.CharField(max_length=64, blank=True)
+    file_size = models.BigIntegerField(null=True, blank=True)
+    original_filename = models.CharField(max_length=255, blank=True)
+    # {"inputs": [{"name", "dtype", "shape"}], "outputs": [...]}; -1 marks a dynamic dimension.
+    signature = models.JSONField(default=dict, blank=True)
+    metrics = models.JSONField(default=dict, blank=True, help_text="Training metrics, e.g. {'auc': 0.78}.")
+    tags = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=VersionStatus.choices, default=VersionStatus.REGISTERED)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model__name", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "version"], name="uniq_model_version"),
+            models.CheckConstraint(
+                condition=(Q(source="upload") & ~Q(file_sha256="")) | (Q(source="mlflow") & ~Q(source_uri="")),
+                name="version_has_source",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.model.name} v{self.version}"
+
+
+class BuildStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+    @classmethod
+    def terminal(cls) -> set[str]:
+        return {cls.SUCCEEDED, cls.FAILED, cls.CANCELLED}
+
+
+class Build(models.Model):
+    """One run of the artifact factory over a version (filled by registry/build/)."""
+
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="builds")
+    targets = models.JSONField(default=list)
+    status = models.CharField(max_length=16, choices=BuildStatus.choices, default=BuildStatus.QUEUED)
+    progress = models.PositiveSmallIntegerField(default=0)
+    # [{"name", "status", "started_at", "duration_s", "log"}] in pipeline order.
+    stages = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    attempt = models.PositiveSmallIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    lease_owner = models.CharField(max_length=128, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=128, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["version", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="uniq_build_idempotency_key",
+            ),
+            models.CheckConstraint(condition=Q(progress__lte=100), name="build_progress_le_100"),
+        ]
+
+    def __str__(self):
+        return f"build #{self.pk} of {self.version}"
+
+
+class ArtifactStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SERVABLE = "servable", "Servable"
+    REJECTED = "rejected", "Rejected"  # failed validation; kept with its evidence
+    SKIPPED = "skipped", "Skipped"  # e.g. a GPU-only variant on a worker without a GPU
+
+
+class Artifact(models.Model):
+    """A serving variant of a version, produced by a build."""
+
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="artifacts")
+    build = models.ForeignKey(Build, on_delete=models.CASCADE, related_name="artifacts")
+    variant = models.CharField(max_length=32, help_text="onnx-fp32, onnx-int8, onnx-fp16, tensorrt, …")
+    status = models.CharField(max_length=16, choices=ArtifactStatus.choices, default=ArtifactStatus.PENDING)
+    status_reason = models.TextField(blank=True)
+    triton_model_name = models.CharField(max_length=200, blank=True)
+    # Content-addressed Triton model directory (relative to ARTIFACT_ROOT).
+    path = models.CharField(max_length=512, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    validation = models.JSONField(default=dict, blank=True)
+    benchmark = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["version", "variant"]
+        constraints = [models.UniqueConstraint(fields=["build", "variant"], name="uniq_build_variant")]
+
+    def __str__(self):
+        return self.triton_model_name or f"{self.version} {self.variant}"
+
+
+class Event(models.Model):
+    """Audit trail: every state change, written in the same transaction as the change."""
+
+    time = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Scopes who may read the event; null for platform-wide events (staff only).
+    team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    object_type = models.CharField(max_length=64)  # "registry.modelversion"
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200)
+    action = models.CharField(max_length=64)  # "created", "status_changed", …
+    from_state = models.CharField(max_length=64, blank=True)
+    to_state = models.CharField(max_length=64, blank=True)
+    reason = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id", "-time"], name="event_object_idx")]
+
+    def __str__(self):
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.object_repr} {self.action}"

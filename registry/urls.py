@@ -1,0 +1,12 @@
+from django.urls import path
+
+from registry import views
+
+app_name = "registry"
+urlpatterns = [
+    path("", views.model_list, name="model-list"),
+    path("new/", views.model_create, name="model-create"),
+    path("versions/<int:pk>/", views.version_detail, name="version-detail"),
+    path("<slug:name>/", views.model_detail, name="model-detail"),
+    path("<slug:name>/versions/new/", views.version_create, name="version-create"),
+]
