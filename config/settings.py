@@ -113,6 +113,8 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A busy timeout lets the web server, worker and beat share one SQLite file.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # A file (not :memory:) so worker processes started by integration tests see it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -94,3 +94,110 @@ def alice_api(alice):
 @pytest.fixture
 def bob_api(bob):
     return _client_for(bob)
+
+
+# --- real processes ------------------------------------------------------------------------
+def database_url_for_subprocess() -> str:
+    """The URL of the database this test session uses (the test database), for children."""
+    from django.db import connection
+
+    cfg = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{cfg['NAME']}"
+    user = cfg.get("USER") or "postgres"
+    password = f":{cfg['PASSWORD']}" if cfg.get("PASSWORD") else ""
+    return f"postgres://{user}{password}@{cfg.get('HOST') or '127.0.0.1'}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
+
+
+@pytest.fixture
+def subprocess_env(transactional_db, settings, tmp_path) -> dict:
+    """Environment for a child process (worker, web, gateway) that shares this test's
+    database, broker and artifact store. Tests using it see committed data only."""
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url_for_subprocess(),
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        ARTIFACT_ROOT=str(settings.ARTIFACT_ROOT),
+        MLFLOW_TRACKING_URI=settings.MLFLOW_TRACKING_URI,
+        VAR_DIR=str(settings.VAR_DIR),
+        DJANGO_SETTINGS_MODULE="config.settings",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def wait_for_line(path: Path, needle: str, *, timeout: float, proc=None) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if needle in text:
+            return
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited ({proc.returncode}) before {needle!r}:\n{text[-3000:]}")
+        time.sleep(0.1)
+    raise TimeoutError(f"{needle!r} not seen in {path} after {timeout}s:\n{(path.read_text(errors='replace') if path.exists() else '')[-3000:]}")
+
+
+class CeleryWorker:
+    """A real `celery worker` child process on the configured broker."""
+
+    def __init__(self, env: dict, log_path: Path, queues: str = "control,build-cpu,build-gpu", extra: list[str] | None = None):
+        self.env, self.log_path, self.queues, self.extra = env, log_path, queues, extra or []
+        self.proc = None
+
+    def start(self, timeout: float = 60.0) -> "CeleryWorker":
+        import subprocess
+        import sys
+
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queues, "--concurrency=1",
+             "--loglevel=INFO", "--without-gossip", "--without-mingle", *self.extra],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log.close()
+        wait_for_line(self.log_path, "ready.", timeout=timeout, proc=self.proc)
+        return self
+
+    def kill(self, sig=None) -> None:
+        import signal as _signal
+
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig or _signal.SIGKILL)
+            self.proc.wait(15)
+
+    def stop(self) -> None:
+        import signal as _signal
+        import subprocess
+
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, _signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def celery_worker(subprocess_env, tmp_path):
+    """Start a real worker (after purging stale messages); stopped at teardown."""
+    from config.celery import app
+
+    with app.connection_for_write() as conn:
+        for queue in ("control", "build-cpu", "build-gpu"):
+            try:
+                conn.default_channel.queue_purge(queue)
+            except Exception:  # a queue that does not exist yet has nothing to purge
+                pass
+    workers = []
+
+    def start(**kwargs) -> CeleryWorker:
+        worker = CeleryWorker(subprocess_env, tmp_path / f"worker-{len(workers)}.log", **kwargs).start()
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()

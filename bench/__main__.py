@@ -1,0 +1,21 @@
+"""python -m bench NAME: run one benchmark (artifacts, gateway, rollback); each prints a
+table and writes var/bench/NAME.json. Benchmarks are never timed tests."""
+
+import importlib
+import os
+import sys
+
+NAMES = ("artifacts", "gateway", "rollback")
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in NAMES:
+        print(f"usage: python -m bench {{{','.join(NAMES)}}} [options]", file=sys.stderr)
+        return 2
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    module = importlib.import_module(f"bench.{sys.argv[1]}")
+    return module.main(sys.argv[2:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
