@@ -10,3 +10,8 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # Queues per kind of work (DESIGN.md): builds never starve the control loop.
 app.conf.task_queues = [Queue(name) for name in ("control", "build-cpu", "build-gpu")]
 app.autodiscover_tasks()
+
+# Periodic work (each task processes a bounded batch per tick); apps add their entries here.
+app.conf.beat_schedule = {
+    "platform-heartbeat": {"task": "platform.heartbeat", "schedule": 5.0, "options": {"queue": "control", "expires": 20}},
+}

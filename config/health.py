@@ -41,23 +41,44 @@ def _check_tcp(url: str) -> dict:
         return {"url": url}
 
 
+def _check_heartbeat(name: str) -> dict:
+    from django.utils import timezone
+
+    from config.models import ComponentHeartbeat
+
+    beat = ComponentHeartbeat.objects.filter(name=name).first()
+    if beat is None:
+        raise RuntimeError("no heartbeat yet")
+    age = (timezone.now() - beat.seen_at).total_seconds()
+    if age > settings.HEALTHZ_MAX_AGE_S:
+        raise RuntimeError(f"last heartbeat {age:.0f}s ago")
+    return {"last_seen_s": round(age, 1), **beat.detail}
+
+
 CHECKS = {"database": _check_database, "broker": _check_broker}
+
+
+def _expected_checks() -> dict:
+    """The components this deployment runs: always database and broker; plus whatever
+    `make run` (or the operator) lists in HEALTHZ_EXPECT, e.g. "worker,beat,gateway=http://…"."""
+    checks = dict(CHECKS)
+    for item in settings.HEALTHZ_EXPECT:
+        name, _, url = item.partition("=")
+        if url:
+            checks[name] = lambda url=url: _check_tcp(url)
+        else:
+            checks[name] = lambda name=name: _check_heartbeat(name)
+    return checks
 
 
 @never_cache
 @require_GET
 def healthz(request):
     components = {}
-    for name, check in CHECKS.items():
+    for name, check in _expected_checks().items():
         try:
             components[name] = {"state": "up", **check()}
         except Exception as exc:  # any failure of a dependency is a "down", with its reason
             components[name] = {"state": "down", "error": f"{type(exc).__name__}: {exc}"[:300]}
-    # Components `make run` started report their own URL through HEALTHZ_EXTRA_URLS.
-    for name, url in getattr(settings, "HEALTHZ_EXTRA_URLS", {}).items():
-        try:
-            components[name] = {"state": "up", **_check_tcp(url)}
-        except OSError as exc:
-            components[name] = {"state": "down", "error": str(exc)}
     healthy = all(c["state"] == "up" for c in components.values())
     return JsonResponse({"status": "ok" if healthy else "degraded", "components": components}, status=200 if healthy else 503)

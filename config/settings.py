@@ -151,6 +151,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 MLFLOW_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI", f"sqlite:///{VAR_DIR / 'mlflow.db'}")
 MLFLOW_ARTIFACT_ROOT = os.environ.get("MLFLOW_ARTIFACT_ROOT", str(VAR_DIR / "mlruns"))
 
+# /healthz: components besides database and broker that must be up (set by `make run`).
+HEALTHZ_EXPECT = env_list("HEALTHZ_EXPECT", "")
+HEALTHZ_MAX_AGE_S = int(os.environ.get("HEALTHZ_MAX_AGE_S", "20"))
+
 GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8080"))
 PORT = int(os.environ.get("PORT", "8000"))
 
