@@ -81,7 +81,7 @@ class Command(BaseCommand):
             time.sleep(0.5)
         for proc in children.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                proc.terminate()  # each main process shuts its own children down (warm shutdown)
         deadline = time.monotonic() + 20
         for proc in children.values():
             try:
