@@ -28,9 +28,9 @@ def _check_broker() -> dict:
         with open(probe, "w") as fh:
             fh.write("ok")
         return {"transport": "filesystem", "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
-    from config.celery import app
+    from kombu import Connection
 
-    with app.connection_for_write() as conn:
+    with Connection(url, connect_timeout=2, transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS) as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
     return {"transport": urlparse(url).scheme, "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
 

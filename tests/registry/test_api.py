@@ -215,10 +215,10 @@ def test_mlflow_onnx_model_registers(alice_api, model_a, settings, tmp_path, onn
     from config import mlflow as mlflow_config
 
     settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")
     mlflow_config.configure.cache_clear()
     mlflow_config.configure()
-    mlflow.set_experiment("api-test")
-    with mlflow.start_run() as run:
+    with mlflow.start_run(experiment_id=mlflow_config.experiment_id("api-test")) as run:
         mlflow.log_metric("auc", 0.71)
         mlflow.onnx.log_model(onnx.load(str(onnx_path)), name="model")
     response = alice_api.post(f"{MODELS}ranker-a/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")

@@ -1,0 +1,67 @@
+"""docker-compose.yml is for users (no Docker engine runs here): parse it, validate it
+against the Compose Specification schema, and check it is wired to this project."""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_file_is_valid_against_the_spec():
+    schema = json.loads((ROOT / "tests/schemas/compose-spec.json").read_text())
+    jsonschema.validate(COMPOSE, schema)
+
+
+def test_every_part_of_the_stack_is_there():
+    assert {"postgres", "redis", "web", "worker", "beat", "mlflow"} <= set(COMPOSE["services"])
+
+
+@pytest.mark.parametrize("name", ["web", "worker", "beat", "mlflow", "migrate"])
+def test_platform_services_share_the_environment_contract(name):
+    env = COMPOSE["services"][name]["environment"]
+    for key in ("DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "SECRET_KEY", "VAR_DIR"):
+        assert key in env, f"{name} lacks {key}"
+    assert env["DATABASE_URL"].startswith("postgres://") and "@postgres:" in env["DATABASE_URL"]
+    assert env["CELERY_BROKER_URL"].startswith("redis://redis:")
+
+
+@pytest.mark.parametrize("name", ["web", "worker", "beat", "mlflow", "migrate"])
+def test_every_command_exists_in_the_project(name):
+    service = COMPOSE["services"][name]
+    command = service["command"]
+    args = command if isinstance(command, list) else shlex.split(command)
+    assert args[0] == "python"
+    if args[1] == "manage.py":
+        from django.core.management import get_commands
+
+        assert args[2] in get_commands(), f"no management command {args[2]}"
+    elif args[1:3] == ["-m", "gunicorn"]:
+        module, _, attr = args[3].partition(":")
+        assert (ROOT / (module.replace(".", "/") + ".py")).exists()
+        import importlib
+
+        assert hasattr(importlib.import_module(module), attr or "application")
+    elif args[1:3] == ["-m", "celery"]:
+        assert args[3:5] == ["-A", "config"] and args[5] in {"worker", "beat"}
+        from config.celery import app
+
+        queues = args[args.index("-Q") + 1].split(",") if "-Q" in args else []
+        assert set(queues) <= {q.name for q in app.conf.task_queues}
+    elif args[1:3] == ["-m", "mlflow"]:
+        import mlflow  # noqa: F401  (installed by pyproject.toml)
+    else:
+        pytest.fail(f"unknown command {args}")
+    dockerfile = ROOT / service["build"]["dockerfile"]
+    assert dockerfile.exists()
+
+
+def test_published_ports_match_settings_defaults():
+    assert "8000:8000" in COMPOSE["services"]["web"]["ports"]
+    assert re.match(r"^\d+$", COMPOSE["services"]["web"]["environment"]["PORT"])
