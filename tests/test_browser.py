@@ -1,0 +1,79 @@
+"""One real browser walk through the dashboard: Debian's Chromium driven by Playwright
+(never `playwright install`). Logs in, registers a model, uploads a version, and saves
+a screenshot under VAR_DIR/screenshots/ for people to look at."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from registry.models import ModelVersion, RegisteredModel
+
+CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def browser_page():
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        if IN_CI:
+            pytest.fail("chromium is not installed (apt-get install chromium); CI=true makes this a failure")
+        pytest.skip("service:chromium not installed (apt-get install chromium)")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls below are
+    # plain synchronous test code, not async views.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        yield page
+        browser.close()
+
+
+def test_register_model_and_upload_version_through_the_ui(live_server, browser_page, alice, team_a, onnx_path):
+    page = browser_page
+    page.goto(f"{live_server.url}/models/")
+    assert "/login/" in page.url
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "pw-for-tests-only")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/models/")
+
+    page.click("text=Register model")
+    page.fill("#id_name", "browser-ctr")
+    page.select_option("#id_team", "team-a")
+    page.fill("#id_description", "registered by the browser test")
+    page.click("button:has-text('Register')")
+    page.wait_for_url(f"{live_server.url}/models/browser-ctr/")
+    assert RegisteredModel.objects.filter(name="browser-ctr", team=team_a).exists()
+
+    page.click("text=Upload version")
+    page.set_input_files("#id_file", str(onnx_path))
+    page.click("button:has-text('Register version')")
+    page.wait_for_selector("#signature")
+    version = ModelVersion.objects.get(model__name="browser-ctr")
+    assert page.url.endswith(f"/models/versions/{version.pk}/")
+    signature_text = page.inner_text("#signature")
+    assert "dense" in signature_text and "sparse" in signature_text and "ctr" in signature_text
+
+    # Live search swaps only the rows (htmx partial), with the URL kept in sync.
+    page.goto(f"{live_server.url}/models/")
+    page.fill("input[name=q]", "browser")
+    page.wait_for_function("document.querySelector('#model-rows').innerText.includes('browser-ctr')")
+    page.fill("input[name=q]", "zzz-nothing")
+    page.wait_for_function("document.querySelector('#model-rows').innerText.includes('No model matches')")
+
+    out = Path(settings.VAR_DIR) / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    page.goto(f"{live_server.url}/models/versions/{version.pk}/")
+    page.screenshot(path=str(out / "version-page.png"), full_page=True)
+    assert (out / "version-page.png").stat().st_size > 10_000
