@@ -15,3 +15,9 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "platform-heartbeat": {"task": "platform.heartbeat", "schedule": 5.0, "options": {"queue": "control", "expires": 20}},
 }
+# Artifact factory: requeue builds whose worker died (lease expired); BUILD_RECLAIM_INTERVAL_S.
+app.conf.beat_schedule["registry-builds-reclaim"] = {
+    "task": "registry.builds_reclaim",
+    "schedule": float(os.environ.get("BUILD_RECLAIM_INTERVAL_S", "15")),
+    "options": {"queue": "control", "expires": 60},
+}
