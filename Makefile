@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: install run test test-fast bench bench-artifacts bench-gateway bench-rollback clean lint
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback clean lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,17 @@ install: $(STAMP)
 run: install
 	$(PY) manage.py run_platform
 
+# Debian packages the browser test needs (installed when we may; otherwise it says so).
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the browser test"; \
+	    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium install failed: the browser test will skip"; \
+	  else echo "chromium missing: the browser test will skip (apt-get install chromium)"; fi; }
+
 # `make test` picks the real services when they answer (PostgreSQL, Redis) and falls
 # back to SQLite + kombu's filesystem broker when not; tests/services.py says which.
-test: install
+test: install system-deps
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest $(PYTEST_ARGS)
 
