@@ -1,0 +1,227 @@
+"""The route table: validation (JSON Schema + semantic rules), compilation into the
+objects the hot path uses, and the routing functions (weighted split, sticky A/B).
+
+Pure Python, no I/O: the tests call `Endpoint.choose` directly for the 20k-request
+checks, and the server calls the same function.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from hashlib import blake2b
+from pathlib import Path
+
+import jsonschema
+from .upstream import Pool
+
+SCHEMA_PATH = Path(__file__).with_name("route_table.schema.json")
+BP = 10000  # basis points: weights of the live variants of an endpoint sum to this
+GOLDEN = 0.6180339887498949  # additive recurrence: low-discrepancy split without randomness
+
+
+class RouteTableError(ValueError):
+    """The route table is not valid; the message says where and why."""
+
+
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+class ReplicaState:
+    """One Triton server (base URL): outstanding requests and its circuit breaker.
+
+    Shared by every variant whose pool lists the URL, and kept across table reloads.
+    """
+
+    __slots__ = ("base", "outstanding", "failures", "broken", "open_until", "cooldown", "pool")
+
+    def __init__(self, base: str):
+        self.base = base
+        self.outstanding = 0
+        self.failures = 0  # consecutive
+        self.broken = False
+        self.open_until = 0.0
+        self.cooldown = 0.0
+        self.pool = Pool(base)
+
+
+@dataclass(eq=False)
+class Variant:
+    name: str
+    model_version: str
+    triton_model: str
+    role: str
+    weight_bp: int
+    attempt_timeout_s: float | None
+    replicas: list  # [(ReplicaState, infer request line, metadata request line)]
+    _rr: int = 0
+
+    def pick(self):
+        """Least outstanding requests among replicas whose breaker is closed (ties: round robin)."""
+        replicas = self.replicas
+        n = len(replicas)
+        if n == 1:
+            entry = replicas[0]
+            return None if entry[0].broken else entry
+        best = None
+        best_load = 1 << 62
+        start = self._rr = (self._rr + 1) % n if n else 0
+        for i in range(n):
+            entry = replicas[(start + i) % n]
+            state = entry[0]
+            if not state.broken and state.outstanding < best_load:
+                best, best_load = entry, state.outstanding
+        return best
+
+    @property
+    def available(self) -> bool:
+        return any(not entry[0].broken for entry in self.replicas)
+
+
+@dataclass(eq=False)
+class Endpoint:
+    name: str
+    sticky_header: str
+    salt: str
+    shadow_sample_rate: float
+    timeout_s: float
+    variants: list[Variant]
+    stable: Variant
+    live: list[Variant]  # non-shadow, weight > 0, fixed order (as listed)
+    shadows: list[Variant]
+    _bounds: list[float] = field(default_factory=list)  # cumulative upper bounds in [0, BP)
+    _x: float = 0.0
+    _hash_prefix: bytes = b""
+
+    def __post_init__(self):
+        total = 0
+        for variant in self.live:
+            total += variant.weight_bp
+            self._bounds.append(total)
+        self._hash_prefix = f"{self.name}\x1f{self.salt}\x1f".encode()
+
+    def choose(self, sticky_key: str | None = None) -> Variant:
+        """The variant for one request: sticky (rendezvous) with a key, weighted split without."""
+        live = self.live
+        if len(live) == 1:
+            return live[0]
+        if sticky_key:
+            return self.sticky(sticky_key)
+        # Additive recurrence on the golden ratio: over any N requests each variant's
+        # share is within ~1/N of its weight, and successive requests interleave.
+        self._x = x = (self._x + GOLDEN) % 1.0
+        point = x * BP
+        for variant, bound in zip(live, self._bounds):
+            if point < bound:
+                return variant
+        return live[-1]
+
+    def sticky(self, key: str) -> Variant:
+        """Weighted rendezvous hashing: the arm is a pure function of (key, endpoint, salt)
+        and the variants' names and weights. Each variant gets weight/10000 of the keys,
+        and changing weights only moves keys to the variants whose weight grew (the
+        fewest possible)."""
+        prefix = self._hash_prefix + key.encode("utf-8", "surrogatepass") + b"\x1f"
+        best = None
+        best_score = math.inf
+        for variant in self.live:
+            digest = blake2b(prefix + variant.name.encode(), digest_size=8).digest()
+            u = (int.from_bytes(digest, "big") + 0.5) / 18446744073709551616.0
+            score = -math.log(u) / variant.weight_bp
+            if score < best_score:
+                best, best_score = variant, score
+        return best
+
+
+@dataclass(eq=False)
+class RouteTable:
+    version: str
+    endpoints: dict[str, Endpoint]
+    raw: dict
+
+    def replica_bases(self) -> set[str]:
+        return {entry[0].base for ep in self.endpoints.values() for v in ep.variants for entry in v.replicas}
+
+
+def validate(document) -> None:
+    """Raise RouteTableError naming the first problem (schema, then semantic rules)."""
+    errors = sorted(_validator().iter_errors(document), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
+        raise RouteTableError(f"{where}: {err.message}")
+    seen = set()
+    for i, ep in enumerate(document["endpoints"]):
+        where = f"endpoints/{i} ({ep['name']})"
+        if ep["name"] in seen:
+            raise RouteTableError(f"{where}: duplicate endpoint name")
+        seen.add(ep["name"])
+        names = [v["name"] for v in ep["variants"]]
+        if len(set(names)) != len(names):
+            raise RouteTableError(f"{where}: duplicate variant names {names}")
+        stables = [v for v in ep["variants"] if v["role"] == "stable"]
+        if len(stables) != 1:
+            raise RouteTableError(f"{where}: needs exactly one variant with role 'stable', found {len(stables)}")
+        total = sum(v["weight_bp"] for v in ep["variants"] if v["role"] != "shadow")
+        if total != BP:
+            raise RouteTableError(f"{where}: weights of non-shadow variants sum to {total} basis points, not {BP}")
+        for v in ep["variants"]:
+            if v["role"] == "shadow" and v["weight_bp"] != 0:
+                raise RouteTableError(f"{where}: shadow variant {v['name']!r} must have weight_bp 0")
+
+
+def compile_table(document, states: dict[str, ReplicaState]) -> RouteTable:
+    """Validate and build the hot-path objects. `states` (base URL -> ReplicaState) is
+    reused so breaker and load state survive reloads; unknown URLs are added to it."""
+    validate(document)
+    endpoints = {}
+    for ep in document["endpoints"]:
+        timeout_ms = ep.get("timeout_ms", 1000)
+        variants = []
+        for v in ep["variants"]:
+            replicas = []
+            for base in v["replicas"]:
+                base = base.rstrip("/")
+                state = states.get(base)
+                if state is None:
+                    state = states[base] = ReplicaState(base)
+                model = v["triton_model"]
+                replicas.append(
+                    (
+                        state,
+                        f"POST /v2/models/{model}/infer HTTP/1.1\r\n".encode(),
+                        f"GET /v2/models/{model} HTTP/1.1\r\n".encode(),
+                    )
+                )
+            attempt = v.get("attempt_timeout_ms")
+            if attempt is None and v["role"] in ("canary", "arm"):
+                attempt = timeout_ms / 2
+            variants.append(
+                Variant(
+                    name=v["name"],
+                    model_version=v["model_version"],
+                    triton_model=v["triton_model"],
+                    role=v["role"],
+                    weight_bp=v["weight_bp"],
+                    attempt_timeout_s=None if attempt is None else attempt / 1000.0,
+                    replicas=replicas,
+                )
+            )
+        endpoints[ep["name"]] = Endpoint(
+            name=ep["name"],
+            sticky_header=ep.get("sticky_header", "X-User-Id"),
+            salt=ep.get("salt", ""),
+            shadow_sample_rate=float(ep.get("shadow_sample_rate", 0)),
+            timeout_s=timeout_ms / 1000.0,
+            variants=variants,
+            stable=next(v for v in variants if v.role == "stable"),
+            live=[v for v in variants if v.role != "shadow" and v.weight_bp > 0],
+            shadows=[v for v in variants if v.role == "shadow" and v.replicas],
+        )
+    return RouteTable(version=document["version"], endpoints=endpoints, raw=document)

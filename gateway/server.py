@@ -1,0 +1,498 @@
+"""The gateway process: an aiohttp low-level HTTP server in front of a pooled keep-alive
+aiohttp client to the Triton replicas.
+
+Hot path of POST /v2/models/{endpoint}/infer: look the endpoint up in the current
+table, read the body (size limit), check it is a KServe v2 JSON request (or the JSON
+header of a binary-extension request), choose the variant (sticky or weighted), pick
+the replica with the fewest outstanding requests, forward the body untouched, retry
+once on stable when a canary/arm attempt fails, queue a shadow copy, reply with the
+upstream's status, body and tensor headers plus X-Request-Id and X-Model-Variant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from aiohttp.web_request import BaseRequest
+
+from . import metrics
+from .routes import ReplicaState, RouteTable, compile_table
+from .upstream import UpstreamError
+from .source import FileRouteSource, HttpRouteSource, SourceStatus
+
+log = logging.getLogger("gateway")
+perf = time.perf_counter
+IHCL = "Inference-Header-Content-Length"
+FORWARD_REQUEST = ("Content-Type", IHCL, "Content-Encoding", "Accept-Encoding")
+FORWARD_RESPONSE = (("content-type", "Content-Type"), ("inference-header-content-length", IHCL), ("content-encoding", "Content-Encoding"))
+READY_HEAD = b"GET /v2/health/ready HTTP/1.1\r\n"
+JSON_CT = "application/json"
+UNAVAILABLE = frozenset((502, 503, 504))  # upstream statuses that count toward the circuit breaker
+
+
+@dataclass
+class Settings:
+    host: str = "0.0.0.0"
+    port: int = 8080
+    routes_url: str | None = None
+    routes_file: Path | None = None
+    token: str | None = None
+    poll_interval_s: float = 0.3
+    stale_after_s: float = 3.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    breaker_failures: int = 3
+    breaker_cooldown_s: float = 0.5
+    breaker_max_cooldown_s: float = 8.0
+    shadow_queue: int = 1024
+    shadow_workers: int = 16
+
+    @classmethod
+    def from_env(cls, **overrides) -> "Settings":
+        env = os.environ
+        values = dict(
+            host=env.get("GATEWAY_HOST", cls.host),
+            port=int(env.get("GATEWAY_PORT", cls.port)),
+            routes_url=env.get("GATEWAY_ROUTES_URL") or None,
+            routes_file=Path(env["GATEWAY_ROUTES_FILE"]) if env.get("GATEWAY_ROUTES_FILE") else None,
+            token=env.get("GATEWAY_TOKEN") or None,
+            poll_interval_s=float(env.get("GATEWAY_POLL_INTERVAL_MS", cls.poll_interval_s * 1000)) / 1000,
+            stale_after_s=float(env.get("GATEWAY_STALE_AFTER_MS", cls.stale_after_s * 1000)) / 1000,
+            max_body_bytes=int(env.get("GATEWAY_MAX_BODY_BYTES", cls.max_body_bytes)),
+            breaker_failures=int(env.get("GATEWAY_BREAKER_FAILURES", cls.breaker_failures)),
+            breaker_cooldown_s=float(env.get("GATEWAY_BREAKER_COOLDOWN_MS", cls.breaker_cooldown_s * 1000)) / 1000,
+            shadow_queue=int(env.get("GATEWAY_SHADOW_QUEUE", cls.shadow_queue)),
+            shadow_workers=int(env.get("GATEWAY_SHADOW_WORKERS", cls.shadow_workers)),
+        )
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+class UpstreamFailure(Exception):
+    def __init__(self, reason: str, status: int = 0, headers=None, body: bytes = b""):
+        self.reason, self.status, self.headers, self.body = reason, status, headers, body
+
+
+def _error(status: int, code: str, detail: str, rid: str, variant: str = "none") -> web.Response:
+    body = json.dumps({"detail": detail, "code": code}).encode()
+    return web.Response(
+        status=status, body=body,
+        headers={"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": variant},
+    )
+
+
+class Gateway:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.table: RouteTable | None = None
+        self.states: dict[str, ReplicaState] = {}
+        self.children = metrics.Children()
+        self.session: aiohttp.ClientSession | None = None
+        self.shadow_queue: asyncio.Queue | None = None
+        self.tasks: list[asyncio.Task] = []
+        if settings.routes_url:
+            self.status = SourceStatus("http", settings.routes_url, settings.stale_after_s)
+            self.source = HttpRouteSource(self.install, self.status, settings.poll_interval_s, settings.routes_url, settings.token)
+        elif settings.routes_file:
+            self.status = SourceStatus("file", str(settings.routes_file), settings.stale_after_s)
+            self.source = FileRouteSource(self.install, self.status, settings.poll_interval_s, settings.routes_file)
+        else:
+            raise ValueError("no route source: set GATEWAY_ROUTES_URL or pass --routes-file")
+        self.in_flight = {}
+
+    # --- routes -------------------------------------------------------------------------
+    def install(self, document) -> None:
+        table = compile_table(document, self.states)  # raises RouteTableError, nothing changed
+        keep = table.replica_bases()
+        for base in list(self.states):
+            if base not in keep:
+                state = self.states.pop(base)
+                state.pool.close()
+                if state.broken:
+                    metrics.BREAKER_OPEN.labels(base).set(0)
+        self.table = table
+        metrics.ROUTE_ENDPOINTS.set(len(table.endpoints))
+        metrics.ROUTE_LOADED_AT.set(time.time())
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession()  # control plane only; replicas use upstream.Pool
+        self.shadow_queue = asyncio.Queue(maxsize=self.settings.shadow_queue)
+        metrics.SHADOW_QUEUE.set_function(self.shadow_queue.qsize)
+        if isinstance(self.source, FileRouteSource):
+            self.source.check()  # serve from the first request on when the file is good
+        else:
+            await self.source.fetch_once(self.session)
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self.source.run()), loop.create_task(self.probe_loop())]
+        self.tasks += [loop.create_task(self.shadow_worker()) for _ in range(self.settings.shadow_workers)]
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.session:
+            await self.session.close()
+        for state in self.states.values():
+            state.pool.close()
+
+    # --- circuit breaker ----------------------------------------------------------------
+    def _failed(self, state: ReplicaState) -> None:
+        state.failures += 1
+        if not state.broken and state.failures >= self.settings.breaker_failures:
+            state.broken = True
+            state.cooldown = self.settings.breaker_cooldown_s
+            state.open_until = time.monotonic() + state.cooldown
+            metrics.BREAKER_OPEN.labels(state.base).set(1)
+            log.warning("circuit open for %s after %d consecutive failures", state.base, state.failures)
+
+    async def probe_loop(self) -> None:
+        """Probe ejected replicas (GET /v2/health/ready) after their cooldown; close the
+        breaker on success, double the cooldown on failure."""
+        while True:
+            await asyncio.sleep(0.1)
+            now = time.monotonic()
+            due = [s for s in list(self.states.values()) if s.broken and s.open_until <= now]
+            for state in due:
+                try:
+                    async with asyncio.timeout(1.0):
+                        status, _, _ = await state.pool.request(READY_HEAD)
+                    ok = status == 200
+                except (UpstreamError, asyncio.TimeoutError, OSError):
+                    ok = False
+                if ok:
+                    state.broken = False
+                    state.failures = 0
+                    metrics.BREAKER_OPEN.labels(state.base).set(0)
+                    log.info("circuit closed for %s (probe ok)", state.base)
+                else:
+                    state.cooldown = min(state.cooldown * 2, self.settings.breaker_max_cooldown_s)
+                    state.open_until = time.monotonic() + state.cooldown
+
+    # --- upstream -----------------------------------------------------------------------
+    async def attempt(self, entry, body: bytes, headers: bytes, timeout: float, ep_name: str, variant_name: str):
+        state, line, _ = entry
+        state.outstanding += 1
+        t0 = perf()
+        try:
+            async with asyncio.timeout(timeout):
+                status, rheaders, data = await state.pool.request(line + headers, body)
+        except asyncio.TimeoutError:
+            self._failed(state)
+            raise UpstreamFailure("timeout") from None
+        except UpstreamError as exc:
+            self._failed(state)
+            raise UpstreamFailure(exc.reason) from None
+        except OSError:
+            self._failed(state)
+            raise UpstreamFailure("disconnect") from None
+        finally:
+            state.outstanding -= 1
+        self.children.upstream(ep_name, variant_name).observe(perf() - t0)
+        if status >= 500:
+            # Triton answers 500 for some malformed requests too, so only "cannot serve"
+            # statuses count toward ejection; every 5xx is still retried off a canary.
+            if status in UNAVAILABLE:
+                self._failed(state)
+            raise UpstreamFailure("5xx", status, rheaders, data)
+        state.failures = 0
+        return status, rheaders, data
+
+    # --- handlers -----------------------------------------------------------------------
+    async def handle(self, request: BaseRequest) -> web.StreamResponse:
+        path = request.path
+        method = request.method
+        if path.startswith("/v2/models/"):
+            rest = path[11:]
+            if rest.endswith("/infer"):
+                if method != "POST":
+                    return _error(405, "method_not_allowed", "use POST for /infer", self._rid(request))
+                return await self.infer(request, rest[:-6])
+            if method == "GET":
+                if rest.endswith("/ready"):
+                    return self.model_ready(request, rest[:-6])
+                if "/" not in rest:
+                    return await self.model_metadata(request, rest)
+        elif method == "GET":
+            if path == "/metrics":
+                body, content_type = metrics.exposition()
+                return web.Response(body=body, headers={"Content-Type": content_type})
+            if path == "/v2/health/live":
+                return web.Response(status=200, body=b"", headers={"X-Request-Id": self._rid(request)})
+            if path in ("/v2/health/ready", "/healthz"):
+                return self.health(request)
+        return _error(404, "not_found", f"no route for {method} {path}", self._rid(request))
+
+    @staticmethod
+    def _rid(request) -> str:
+        return request.headers.get("X-Request-Id") or uuid.uuid4().hex
+
+    def health(self, request) -> web.Response:
+        table = self.table
+        detail = {
+            "ready": table is not None,
+            "routes": self.status.detail(),
+            "endpoints": {
+                name: {
+                    "variants": {
+                        v.name: {
+                            "role": v.role, "weight_bp": v.weight_bp, "triton_model": v.triton_model,
+                            "replicas": {e[0].base: ("open" if e[0].broken else "closed") for e in v.replicas},
+                        }
+                        for v in ep.variants
+                    }
+                }
+                for name, ep in (table.endpoints.items() if table else ())
+            },
+        }
+        return web.Response(
+            status=200 if table is not None else 503, body=json.dumps(detail).encode(),
+            headers={"Content-Type": JSON_CT, "X-Request-Id": self._rid(request)},
+        )
+
+    def model_ready(self, request, name: str) -> web.Response:
+        rid = self._rid(request)
+        ep = self.table.endpoints.get(name) if self.table else None
+        if ep is None:
+            return _error(404, "unknown_endpoint", f"unknown endpoint {name!r}", rid)
+        ok = ep.stable.available
+        return web.Response(status=200 if ok else 503, body=b"", headers={"X-Request-Id": rid, "X-Model-Variant": ep.stable.name})
+
+    async def model_metadata(self, request, name: str) -> web.Response:
+        rid = self._rid(request)
+        ep = self.table.endpoints.get(name) if self.table else None
+        if ep is None:
+            return _error(404, "unknown_endpoint", f"unknown endpoint {name!r}", rid)
+        stable = ep.stable
+        entry = stable.pick()
+        if entry is None:
+            return _error(503, "no_ready_backend", f"endpoint {name!r}: stable variant has no ready replica", rid, stable.name)
+        try:
+            async with asyncio.timeout(ep.timeout_s):
+                status, rheaders, body = await entry[0].pool.request(entry[2])
+            ct = rheaders.get("content-type", JSON_CT)
+        except (UpstreamError, asyncio.TimeoutError, OSError) as exc:
+            return _error(502, "upstream_error", f"metadata from {entry[0].base}: {type(exc).__name__}", rid, stable.name)
+        return web.Response(status=status, body=body, headers={"Content-Type": ct, "X-Request-Id": rid, "X-Model-Variant": stable.name})
+
+    async def infer(self, request: BaseRequest, name: str) -> web.StreamResponse:
+        t0 = perf()
+        headers = request.headers
+        rid = headers.get("X-Request-Id") or uuid.uuid4().hex
+        table = self.table
+        ep = table.endpoints.get(name) if table is not None else None
+        if ep is None:
+            detail = f"unknown endpoint {name!r}" if table is not None else "no route table loaded yet"
+            return self._done(_error(404 if table is not None else 503, "unknown_endpoint" if table else "no_routes", detail, rid), t0, name if table is None else "unknown", "none")
+        in_flight = self.in_flight.get(name)
+        if in_flight is None:
+            in_flight = self.in_flight[name] = metrics.IN_FLIGHT.labels(name)
+        in_flight.inc()
+        try:
+            return await self._infer(request, ep, headers, rid, t0)
+        finally:
+            in_flight.dec()
+
+    def _done(self, response: web.Response, t0: float, ep_name: str, variant: str) -> web.Response:
+        self.children.requests(ep_name, variant, response.status).inc()
+        self.children.latency(ep_name, variant).observe(perf() - t0)
+        return response
+
+    async def _infer(self, request: BaseRequest, ep, headers, rid: str, t0: float) -> web.StreamResponse:
+        name = ep.name
+        length = request.content_length
+        limit = self.settings.max_body_bytes
+        if length is not None and length > limit:
+            return self._done(_error(413, "body_too_large", f"request body of {length} bytes exceeds the limit of {limit}", rid), t0, name, "none")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._done(_error(413, "body_too_large", f"request body exceeds the limit of {limit} bytes", rid), t0, name, "none")
+        problem = _check_body(body, headers.get(IHCL))
+        if problem is not None:
+            return self._done(_error(400, problem[0], problem[1], rid), t0, name, "none")
+        timeout = ep.timeout_s
+        raw_timeout = headers.get("X-Request-Timeout-Ms")
+        if raw_timeout is not None:
+            try:
+                timeout = int(raw_timeout) / 1000.0
+                if timeout <= 0:
+                    raise ValueError
+            except ValueError:
+                return self._done(_error(400, "bad_timeout", f"X-Request-Timeout-Ms must be a positive integer, got {raw_timeout!r}", rid), t0, name, "none")
+        deadline = t0 + timeout
+
+        up_headers = b""
+        for key in FORWARD_REQUEST:
+            value = headers.get(key)
+            if value is not None:
+                up_headers += f"{key}: {value}\r\n".encode("latin-1")
+
+        variant = ep.choose(headers.get(ep.sticky_header))
+        stable = ep.stable
+        entry = variant.pick()
+        failure = None
+        if entry is None:
+            if variant is stable:
+                return self._done(_error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica for variant {variant.name!r}", rid, variant.name), t0, name, variant.name)
+            failure = UpstreamFailure("unavailable")
+        else:
+            attempt_timeout = timeout if variant.attempt_timeout_s is None else min(timeout, variant.attempt_timeout_s)
+            try:
+                status, rheaders, data = await self.attempt(entry, body, up_headers, attempt_timeout, name, variant.name)
+            except UpstreamFailure as exc:
+                failure = exc
+                metrics.UPSTREAM_ERRORS.labels(name, variant.name, exc.reason).inc()
+        if failure is not None:
+            # One retry: canary/arm -> stable (failover); stable -> another stable replica
+            # only when the first never reached the model (connect error).
+            retry_variant = None
+            if variant is not stable:
+                retry_variant = stable
+            elif failure.reason == "connect":
+                retry_variant = stable
+            retry_entry = retry_variant.pick() if retry_variant is not None else None
+            if retry_variant is stable and variant is stable and retry_entry is entry:
+                retry_entry = None
+            remaining = deadline - perf()
+            if retry_entry is not None and remaining > 0.0005:
+                if failure.reason != "unavailable":
+                    metrics.RETRIES.labels(name, variant.name).inc()
+                if variant is not stable:
+                    metrics.FAILOVERS.labels(name, variant.name, stable.name, failure.reason).inc()
+                variant = retry_variant
+                try:
+                    status, rheaders, data = await self.attempt(retry_entry, body, up_headers, remaining, name, variant.name)
+                    failure = None
+                except UpstreamFailure as exc:
+                    failure = exc
+                    metrics.UPSTREAM_ERRORS.labels(name, variant.name, exc.reason).inc()
+            if failure is not None:
+                if failure.reason == "timeout" or deadline - perf() <= 0:
+                    response = _error(504, "deadline_exceeded", f"no reply from {name!r} within {timeout * 1000:.0f} ms", rid, variant.name)
+                elif failure.reason == "5xx":
+                    status, rheaders, data = failure.status, failure.headers, failure.body
+                    response = None
+                elif failure.reason == "unavailable" and retry_entry is None:
+                    response = _error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica", rid, variant.name)
+                else:
+                    response = _error(502, "upstream_error", f"endpoint {name!r}: upstream {failure.reason} on variant {variant.name!r}", rid, variant.name)
+                if response is not None:
+                    return self._done(response, t0, name, variant.name)
+
+        if ep.shadows and ep.shadow_sample_rate > 0.0 and random.random() < ep.shadow_sample_rate:
+            self._queue_shadow(ep, body, up_headers)
+
+        out = {"X-Request-Id": rid, "X-Model-Variant": variant.name}
+        for key, out_key in FORWARD_RESPONSE:
+            value = rheaders.get(key)
+            if value is not None:
+                out[out_key] = value
+        return self._done(web.Response(status=status, body=data, headers=out), t0, name, variant.name)
+
+    # --- shadow -------------------------------------------------------------------------
+    def _queue_shadow(self, ep, body: bytes, up_headers: bytes) -> None:
+        queue = self.shadow_queue
+        for shadow in ep.shadows:
+            try:
+                queue.put_nowait((ep.name, shadow, body, up_headers, ep.timeout_s))
+            except asyncio.QueueFull:
+                metrics.SHADOW_DROPPED.labels(ep.name, shadow.name).inc()
+
+    async def shadow_worker(self) -> None:
+        queue = self.shadow_queue
+        while True:
+            ep_name, shadow, body, up_headers, timeout = await queue.get()
+            entry = shadow.pick()
+            t0 = perf()
+            if entry is None:
+                metrics.SHADOW_REQUESTS.labels(ep_name, shadow.name, "unavailable").inc()
+                continue
+            state, line, _ = entry
+            state.outstanding += 1
+            try:
+                async with asyncio.timeout(shadow.attempt_timeout_s or timeout):
+                    status, _, _ = await state.pool.request(line + up_headers, body)
+                result = str(status)
+                if status in UNAVAILABLE:
+                    self._failed(state)
+                else:
+                    state.failures = 0
+            except asyncio.TimeoutError:
+                result = "timeout"
+                self._failed(state)
+            except (UpstreamError, OSError):
+                result = "error"
+                self._failed(state)
+            except Exception:  # a shadow never takes the worker down
+                log.exception("shadow copy failed")
+                result = "error"
+            finally:
+                state.outstanding -= 1
+            metrics.SHADOW_REQUESTS.labels(ep_name, shadow.name, result).inc()
+            metrics.SHADOW_LATENCY.labels(ep_name, shadow.name).observe(perf() - t0)
+
+
+def _check_body(body: bytes, ihcl: str | None):
+    """(code, detail) when the body is not a KServe v2 inference request, else None."""
+    header = body
+    if ihcl is not None:
+        try:
+            n = int(ihcl)
+        except ValueError:
+            return "bad_request", f"{IHCL} must be an integer, got {ihcl!r}"
+        if n < 0 or n > len(body):
+            return "bad_request", f"{IHCL} is {n} but the body has {len(body)} bytes"
+        header = body[:n] if n else body
+    if not header:
+        return "malformed_json", "empty request body: expected a KServe v2 inference request (JSON)"
+    try:
+        document = json.loads(header)
+    except ValueError as exc:
+        return "malformed_json", f"request body is not valid JSON: {exc}"
+    if not isinstance(document, dict) or not isinstance(document.get("inputs"), list):
+        return "bad_request", "request body must be a JSON object with an 'inputs' list (KServe v2)"
+    return None
+
+
+def make_server(gateway: Gateway) -> web.Server:
+    limit = gateway.settings.max_body_bytes
+
+    def request_factory(message, payload, protocol, writer, task, _loop=None):
+        return BaseRequest(message, payload, protocol, writer, task, asyncio.get_running_loop(), client_max_size=limit)
+
+    return web.Server(gateway.handle, request_factory=request_factory, access_log=None)
+
+
+async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
+    gateway = Gateway(settings)
+    await gateway.start()
+    loop = asyncio.get_running_loop()
+    server = make_server(gateway)
+    try:
+        tcp = await loop.create_server(server, settings.host, settings.port, reuse_address=True, backlog=2048)
+    except OSError:
+        await gateway.close()
+        raise
+    log.info("gateway listening on http://%s:%d (routes: %s %s)", settings.host, settings.port, gateway.status.kind, gateway.status.where)
+    print(f"gateway listening on http://{settings.host}:{settings.port}", flush=True)
+    if ready is not None:
+        ready.set()
+    stop = asyncio.Event()
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    tcp.close()
+    await server.shutdown(2.0)
+    await gateway.close()

@@ -1,0 +1,166 @@
+"""Where the route table comes from: the control plane (HTTP poll with If-None-Match)
+or a local file (reloaded when it changes). Either way a new table is validated before
+it replaces the current one; on any failure the last good table stays in service and
+the failure shows in /metrics and the health detail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+
+import aiohttp
+
+from . import metrics
+from .routes import RouteTableError
+
+log = logging.getLogger("gateway.routes")
+
+
+class SourceStatus:
+    """What the health detail and /metrics say about the route source."""
+
+    def __init__(self, kind: str, where: str, stale_after_s: float):
+        self.kind = kind
+        self.where = where
+        self.stale_after_s = stale_after_s
+        self.etag: str | None = None
+        self.version: str | None = None
+        self.last_ok = 0.0  # monotonic time the source last confirmed (200 or 304)
+        self.loaded_at = 0.0  # wall time the current table was installed
+        self.last_error: str | None = None
+        self.failing = False
+        metrics.ROUTE_AGE.set_function(self.age)
+        metrics.ROUTE_STALE.set_function(lambda: 1.0 if self.stale else 0.0)
+
+    def age(self) -> float:
+        return time.monotonic() - self.last_ok if self.last_ok else -1.0
+
+    @property
+    def stale(self) -> bool:
+        return self.failing or not self.last_ok or self.age() > self.stale_after_s
+
+    def detail(self) -> dict:
+        return {
+            "source": self.kind,
+            "where": self.where,
+            "version": self.version,
+            "etag": self.etag,
+            "age_s": round(self.age(), 3) if self.last_ok else None,
+            "stale": self.stale,
+            "last_error": self.last_error,
+            "loaded_at": self.loaded_at or None,
+        }
+
+
+class RouteSource:
+    def __init__(self, install, status: SourceStatus, interval_s: float):
+        self.install = install  # callable(document) -> raises RouteTableError
+        self.status = status
+        self.interval_s = interval_s
+
+    def _ok(self) -> None:
+        self.status.last_ok = time.monotonic()
+        self.status.failing = False
+
+    def _fail(self, result: str, message: str) -> None:
+        metrics.ROUTE_FETCHES.labels(result).inc()
+        if message != self.status.last_error or not self.status.failing:
+            log.warning("route table %s: %s (keeping the last good table, version %s)", result, message, self.status.version)
+        self.status.failing = True
+        self.status.last_error = message
+
+    def _apply(self, document, etag: str | None) -> bool:
+        try:
+            self.install(document)
+        except RouteTableError as exc:
+            self._fail("invalid", f"invalid route table: {exc}")
+            return False
+        metrics.ROUTE_FETCHES.labels("ok").inc()
+        self.status.etag = etag
+        self.status.version = document.get("version")
+        self.status.loaded_at = time.time()
+        self.status.last_error = None
+        self._ok()
+        log.info("route table installed: version %s, %d endpoints", self.status.version, len(document["endpoints"]))
+        return True
+
+
+class HttpRouteSource(RouteSource):
+    def __init__(self, install, status, interval_s, url: str, token: str | None):
+        super().__init__(install, status, interval_s)
+        self.url = url
+        self.headers = {"Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Token {token}"
+        self.bad_etag: str | None = None  # an invalid table is not re-parsed until it changes
+
+    async def fetch_once(self, session: aiohttp.ClientSession) -> None:
+        headers = dict(self.headers)
+        etag = self.bad_etag or self.status.etag
+        if etag:
+            headers["If-None-Match"] = etag
+        try:
+            async with session.get(self.url, headers=headers, timeout=aiohttp.ClientTimeout(total=2.0)) as resp:
+                body = await resp.read()
+                if resp.status == 304:
+                    if self.bad_etag:  # still the same invalid table
+                        self._fail("invalid", self.status.last_error or "invalid route table")
+                        return
+                    metrics.ROUTE_FETCHES.labels("not_modified").inc()
+                    self._ok()
+                    return
+                if resp.status != 200:
+                    self._fail("error", f"GET {self.url} -> HTTP {resp.status}: {body[:200].decode(errors='replace')}")
+                    return
+                try:
+                    document = json.loads(body)
+                except ValueError as exc:
+                    self._fail("invalid", f"route table is not JSON: {exc}")
+                    self.bad_etag = resp.headers.get("ETag")
+                    return
+                if self._apply(document, resp.headers.get("ETag")):
+                    self.bad_etag = None
+                else:
+                    self.bad_etag = resp.headers.get("ETag")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self._fail("error", f"GET {self.url} failed: {type(exc).__name__}: {exc}")
+
+    async def run(self) -> None:
+        async with aiohttp.ClientSession(auto_decompress=True) as session:
+            while True:
+                await self.fetch_once(session)
+                await asyncio.sleep(self.interval_s)
+
+
+class FileRouteSource(RouteSource):
+    def __init__(self, install, status, interval_s, path: Path):
+        super().__init__(install, status, interval_s)
+        self.path = path
+        self.seen: tuple | None = None
+
+    def check(self) -> None:
+        try:
+            stat = self.path.stat()
+            key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+            if key == self.seen:
+                if not self.status.failing:
+                    self._ok()
+                return
+            self.seen = key
+            document = json.loads(self.path.read_text())
+        except OSError as exc:
+            self._fail("error", f"cannot read {self.path}: {exc}")
+            self.seen = None
+            return
+        except ValueError as exc:
+            self._fail("invalid", f"{self.path} is not JSON: {exc}")
+            return
+        self._apply(document, None)
+
+    async def run(self) -> None:
+        while True:
+            self.check()
+            await asyncio.sleep(self.interval_s)
