@@ -1,0 +1,70 @@
+"""Reads of training experiments and runs from the MLflow tracking store.
+
+An experiment belongs to a team through its MLflow tag `modelplane.team` (set by the
+training command); users see their teams' experiments, staff see all.
+"""
+
+from dataclasses import dataclass
+
+from config import mlflow as mlflow_config
+from config.errors import NotFound
+from registry.selectors import team_list
+
+TEAM_TAG = "modelplane.team"
+
+
+@dataclass(frozen=True)
+class ExperimentRow:
+    id: str
+    name: str
+    team: str
+    run_count: int
+    artifact_location: str
+
+
+def _visible_team_names(user) -> set[str] | None:
+    if user.is_staff or user.is_superuser:
+        return None
+    return set(team_list(user=user).values_list("name", flat=True))
+
+
+def experiment_list(*, user, max_results: int = 200) -> list[ExperimentRow]:
+    from mlflow.entities import ViewType
+
+    client = mlflow_config.client()
+    teams = _visible_team_names(user)
+    rows = []
+    for exp in client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=max_results):
+        team = exp.tags.get(TEAM_TAG, "")
+        if teams is not None and team not in teams:
+            continue
+        runs = client.search_runs([exp.experiment_id], max_results=1000)
+        rows.append(ExperimentRow(exp.experiment_id, exp.name, team, len(runs), exp.artifact_location))
+    return sorted(rows, key=lambda r: r.name)
+
+
+def experiment_get(*, user, experiment_id: str) -> ExperimentRow:
+    for row in experiment_list(user=user):
+        if row.id == str(experiment_id):
+            return row
+    raise NotFound(f"No experiment with id {experiment_id}.", code="experiment_not_found")
+
+
+def run_list(*, user, experiment_id: str, max_results: int = 100) -> list[dict]:
+    """Runs of one experiment, newest first, with params, metrics and tags."""
+    experiment_get(user=user, experiment_id=experiment_id)
+    client = mlflow_config.client()
+    runs = client.search_runs([str(experiment_id)], max_results=max_results, order_by=["attributes.start_time DESC"])
+    return [
+        {
+            "run_id": run.info.run_id,
+            "run_name": run.info.run_name,
+            "status": run.info.status,
+            "start_time": run.info.start_time,
+            "end_time": run.info.end_time,
+            "params": dict(run.data.params),
+            "metrics": dict(run.data.metrics),
+            "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
+        }
+        for run in runs
+    ]
