@@ -1,0 +1,161 @@
+"""The rollout state machine as plain data and functions (no database access).
+
+    pending → loading → [shadow] → canary(step 0..n-1) → promoting → succeeded
+                 ↘ failed        ↘ paused ↔ (shadow | canary)
+    any active state → rolling_back → rolled_back
+
+Services persist the state (with select_for_update and a generation number) and write
+an Event per transition; this module only says which transitions exist, what traffic
+split a state implies, and what a reconcile tick should do next given the judge's
+verdict. Keeping it pure makes every rule testable without processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+FULL_BP = 10_000  # weights are basis points: 10_000 = 100 %
+
+
+class State(StrEnum):
+    PENDING = "pending"
+    LOADING = "loading"
+    SHADOW = "shadow"
+    CANARY = "canary"
+    PAUSED = "paused"
+    PROMOTING = "promoting"
+    SUCCEEDED = "succeeded"
+    ROLLING_BACK = "rolling_back"
+    ROLLED_BACK = "rolled_back"
+    FAILED = "failed"
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.ROLLED_BACK, State.FAILED})
+ACTIVE = frozenset(State) - TERMINAL
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.PENDING: frozenset({State.LOADING, State.ROLLING_BACK, State.FAILED}),
+    State.LOADING: frozenset({State.SHADOW, State.CANARY, State.ROLLING_BACK, State.FAILED}),
+    State.SHADOW: frozenset({State.CANARY, State.PROMOTING, State.PAUSED, State.ROLLING_BACK}),
+    State.CANARY: frozenset({State.CANARY, State.PROMOTING, State.PAUSED, State.ROLLING_BACK}),
+    State.PAUSED: frozenset({State.SHADOW, State.CANARY, State.PROMOTING, State.ROLLING_BACK}),
+    State.PROMOTING: frozenset({State.SUCCEEDED, State.ROLLING_BACK}),
+    State.ROLLING_BACK: frozenset({State.ROLLED_BACK}),
+    State.SUCCEEDED: frozenset(),
+    State.ROLLED_BACK: frozenset(),
+    State.FAILED: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    pass
+
+
+def check_transition(current: str, target: str) -> None:
+    if State(target) not in TRANSITIONS[State(current)]:
+        raise IllegalTransition(f"a rollout in state {current} cannot go to {target}")
+
+
+class Strategy(StrEnum):
+    CANARY = "canary"
+    BLUE_GREEN = "blue-green"  # shadow, then switch
+
+
+class Verdict(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a rollout proceeds: weights per step and what each step needs to pass."""
+
+    strategy: Strategy = Strategy.CANARY
+    steps_bp: tuple[int, ...] = (500, 2_500, 5_000, FULL_BP)
+    shadow_seconds: float = 0.0
+    step_min_seconds: float = 30.0
+    step_min_requests: int = 200
+    step_deadline_seconds: float = 600.0
+    on_inconclusive: str = "rollback"  # or "pause" when a step's deadline passes
+
+    def __post_init__(self):
+        steps = list(self.steps_bp)
+        if self.strategy == Strategy.CANARY:
+            if not steps or any(not 0 < s <= FULL_BP for s in steps) or steps != sorted(set(steps)):
+                raise ValueError("steps_bp must be strictly increasing weights in (0, 10000]")
+        if self.strategy == Strategy.BLUE_GREEN and self.shadow_seconds <= 0:
+            raise ValueError("blue-green needs a shadow phase (shadow_seconds > 0)")
+        if self.on_inconclusive not in {"rollback", "pause"}:
+            raise ValueError("on_inconclusive is rollback or pause")
+        if self.step_min_seconds < 0 or self.step_min_requests < 0 or self.step_deadline_seconds < self.step_min_seconds:
+            raise ValueError("step minimums must be >= 0 and the deadline >= the minimum time")
+
+
+@dataclass(frozen=True)
+class Split:
+    """Traffic implied by a state: weights of stable and candidate, and the candidate's role."""
+
+    stable_bp: int
+    candidate_bp: int
+    candidate_role: str  # "canary", "shadow" or "" (not routed)
+
+
+def split_for(state: str, step_index: int, plan: Plan, paused_from: str = "") -> Split:
+    state = State(state)
+    if state == State.PAUSED:  # a paused rollout holds the traffic of the phase it paused in
+        return split_for(paused_from or State.CANARY, step_index, plan)
+    if state == State.SHADOW:
+        return Split(FULL_BP, 0, "shadow")
+    if state == State.CANARY:
+        weight = plan.steps_bp[min(step_index, len(plan.steps_bp) - 1)]
+        return Split(FULL_BP - weight, weight, "canary")
+    if state in (State.PROMOTING, State.SUCCEEDED):
+        return Split(0, FULL_BP, "canary")
+    return Split(FULL_BP, 0, "")  # pending, loading, rolling back, rolled back, failed
+
+
+@dataclass(frozen=True)
+class Decision:
+    to_state: State | None  # None: stay
+    step_index: int
+    reason: str
+
+
+def after_loaded(plan: Plan) -> Decision:
+    if plan.shadow_seconds > 0:
+        return Decision(State.SHADOW, 0, f"candidate READY on every replica; shadow for {plan.shadow_seconds:g}s")
+    return Decision(State.CANARY, 0, f"candidate READY on every replica; canary at {plan.steps_bp[0] / 100:g}%")
+
+
+def on_tick(*, state: str, step_index: int, plan: Plan, step_elapsed_s: float, candidate_requests: int,
+            verdict: str, verdict_reason: str = "") -> Decision:
+    """What a reconcile tick does in shadow or canary given the judge's verdict.
+
+    fail → roll back now; pass for the step's minimum time and sample → next step (or
+    promote after the last); inconclusive → wait, until the step deadline, then the
+    plan's policy (roll back or pause).
+    """
+    state = State(state)
+    if state not in (State.SHADOW, State.CANARY):
+        return Decision(None, step_index, "")
+    if verdict == Verdict.FAIL:
+        return Decision(State.ROLLING_BACK, step_index, f"judge: {verdict_reason or 'candidate failed'}")
+    enough = step_elapsed_s >= (plan.shadow_seconds if state == State.SHADOW else plan.step_min_seconds)
+    enough = enough and (state == State.SHADOW or candidate_requests >= plan.step_min_requests)
+    if verdict == Verdict.PASS and enough:
+        if state == State.SHADOW:
+            if plan.strategy == Strategy.BLUE_GREEN:
+                return Decision(State.PROMOTING, step_index, "shadow passed; blue-green switch")
+            return Decision(State.CANARY, 0, f"shadow passed; canary at {plan.steps_bp[0] / 100:g}%")
+        if step_index + 1 >= len(plan.steps_bp):
+            return Decision(State.PROMOTING, step_index, "last step passed")
+        nxt = step_index + 1
+        return Decision(State.CANARY, nxt, f"step {step_index + 1} passed; canary at {plan.steps_bp[nxt] / 100:g}%")
+    if step_elapsed_s >= plan.step_deadline_seconds:
+        why = f"no conclusive verdict within the step deadline ({plan.step_deadline_seconds:g}s)"
+        if plan.on_inconclusive == "pause":
+            return Decision(State.PAUSED, step_index, why)
+        return Decision(State.ROLLING_BACK, step_index, why)
+    return Decision(None, step_index, "")
