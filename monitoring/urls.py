@@ -1,2 +1,12 @@
+from django.urls import path
+
+from monitoring import views
+
 app_name = "monitoring"
-urlpatterns = []
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("alerts/", views.alert_list, name="alert-list"),
+    path("alerts/<int:pk>/", views.alert_detail, name="alert-detail"),
+    path("alerts/<int:pk>/acknowledge/", views.alert_acknowledge, name="alert-acknowledge"),
+    path("alerts/<int:pk>/resolve/", views.alert_resolve, name="alert-resolve"),
+]

@@ -1,0 +1,371 @@
+"""Metric collection: pure functions from Prometheus text to per endpoint x variant samples.
+
+No Django and no I/O here, so the tests feed them real exposition text. The flow per
+tick: `*_snapshot(text)` flattens one scrape into cumulative values keyed
+"kind|endpoint|variant|extra"; `*_deltas(prev, cur, ...)` turns two successive
+snapshots of one target into raw interval totals per (endpoint, variant) (counts,
+summed durations, histogram bucket counts, per-target rates); totals of several
+targets (replicas) add up with `merge`; `derive(...)` turns the merged totals into the
+stored metrics (rates, error rate, p50/p95/p99, queue share, utilization, cost).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+SEP = "|"
+QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+SCORE_BINS = 10  # equal-width bins over [0, 1] for prediction scores (CTR/probabilities)
+ALL_VARIANTS = "all"  # series that the gateway reports per endpoint only (in-flight)
+
+
+@dataclass(frozen=True)
+class GatewayNames:
+    """Metric and label names of the gateway's /metrics (gateway/metrics.py).
+
+    Only `prefix` usually changes; the suffixes follow the gateway's definitions.
+    """
+
+    prefix: str = "gateway_"
+    requests: str = "requests_total"
+    latency: str = "request_duration_seconds"
+    upstream: str = "upstream_duration_seconds"
+    retries: str = "retries_total"
+    failovers: str = "failovers_total"
+    upstream_errors: str = "upstream_errors_total"
+    shadow_dropped: str = "shadow_dropped_total"
+    in_flight: str = "in_flight_requests"
+    endpoint_label: str = "endpoint"
+    variant_label: str = "variant"
+    status_label: str = "status"
+    from_variant_label: str = "from_variant"
+    error_status_min: int = 500  # statuses at or above count as errors (4xx is the client's)
+
+    def name(self, suffix: str) -> str:
+        return f"{self.prefix}{suffix}"
+
+
+TRITON_COUNTERS = {
+    "nv_inference_request_success": "success",
+    "nv_inference_request_failure": "failure",
+    "nv_inference_count": "inferences",
+    "nv_inference_exec_count": "executions",
+    "nv_inference_request_duration_us": "request_us",
+    "nv_inference_queue_duration_us": "queue_us",
+    "nv_inference_compute_input_duration_us": "compute_input_us",
+    "nv_inference_compute_infer_duration_us": "compute_infer_us",
+    "nv_inference_compute_output_duration_us": "compute_output_us",
+}
+TRITON_GAUGES = {"nv_inference_pending_request_count": "pending"}
+
+
+@dataclass
+class TritonModelMap:
+    """Which endpoint x variant a Triton model serves on one replica, and its instance count."""
+
+    endpoint: str
+    variant: str
+    instances: int = 1
+
+
+@dataclass
+class Totals:
+    """Raw interval totals of one endpoint x variant; adding replicas is adding fields."""
+
+    values: dict = field(default_factory=lambda: defaultdict(float))
+    latency_buckets: dict = field(default_factory=lambda: defaultdict(float))  # le -> count (non-cumulative)
+    upstream_buckets: dict = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, other: "Totals") -> None:
+        for target, source in ((self.values, other.values), (self.latency_buckets, other.latency_buckets),
+                               (self.upstream_buckets, other.upstream_buckets)):
+            for key, value in source.items():
+                target[key] += value
+
+
+def _key(*parts) -> str:
+    return SEP.join(str(p) for p in parts)
+
+
+def _split(key: str) -> list[str]:
+    return key.split(SEP)
+
+
+def _families(text: str):
+    return text_string_to_metric_families(text)
+
+
+def _le(value: str) -> float:
+    return math.inf if value in ("+Inf", "Inf", "inf") else float(value)
+
+
+def _le_text(le: float) -> str:
+    return "+Inf" if math.isinf(le) else repr(float(le))
+
+
+# --- gateway ----------------------------------------------------------------------------------
+def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[str, float]:
+    """Flatten one scrape of the gateway into cumulative values (JSON-serialisable)."""
+    ep_l, var_l = names.endpoint_label, names.variant_label
+    histograms = {names.name(names.latency): "lat", names.name(names.upstream): "up"}
+    simple = {
+        names.name(names.retries): "retries",
+        names.name(names.upstream_errors): "upstream_errors",
+        names.name(names.shadow_dropped): "shadow_dropped",
+    }
+    out: dict[str, float] = defaultdict(float)
+    for family in _families(text):
+        for sample in family.samples:
+            labels, name = sample.labels, sample.name
+            if name == names.name(names.requests):
+                out[_key("req", labels.get(ep_l, ""), labels.get(var_l, ""), labels.get(names.status_label, ""))] += sample.value
+            elif name.endswith("_bucket") and name[: -len("_bucket")] in histograms:
+                kind = histograms[name[: -len("_bucket")]]
+                out[_key(kind, labels.get(ep_l, ""), labels.get(var_l, ""), _le_text(_le(labels["le"])))] += sample.value
+            elif name.endswith("_sum") and name[: -len("_sum")] in histograms:
+                out[_key(histograms[name[: -len("_sum")]] + "_sum", labels.get(ep_l, ""), labels.get(var_l, ""))] += sample.value
+            elif name in simple:
+                out[_key(simple[name], labels.get(ep_l, ""), labels.get(var_l, ""))] += sample.value
+            elif name == names.name(names.failovers):
+                out[_key("failovers", labels.get(ep_l, ""), labels.get(names.from_variant_label, ""))] += sample.value
+            elif name == names.name(names.in_flight):
+                out[_key("in_flight", labels.get(ep_l, ""), labels.get(var_l, ALL_VARIANTS))] += sample.value
+    return dict(out)
+
+
+def _counter_delta(prev: dict, cur: dict, key: str) -> float:
+    """Increase of a counter between scrapes; a drop means the process restarted."""
+    now = cur.get(key, 0.0)
+    before = prev.get(key)
+    if before is None or now < before:
+        return now
+    return now - before
+
+
+def _decumulate(cumulative: dict[float, float]) -> dict[float, float]:
+    out, below = {}, 0.0
+    for le in sorted(cumulative):
+        count = max(cumulative[le] - below, 0.0)
+        below = max(below, cumulative[le])
+        if count:
+            out[le] = count
+    return out
+
+
+def gateway_deltas(prev: dict, cur: dict, *, seconds: float, names: GatewayNames = GatewayNames()) -> dict[tuple[str, str], Totals]:
+    """Interval totals per (endpoint, variant) from two successive gateway snapshots."""
+    result: dict[tuple[str, str], Totals] = defaultdict(Totals)
+    cumulative: dict[tuple[str, str, str], dict[float, float]] = defaultdict(dict)
+    for key in cur:
+        kind, endpoint, variant, *rest = _split(key)
+        if kind == "in_flight":
+            result[(endpoint, variant)].values["in_flight"] += cur[key]
+            continue
+        delta = _counter_delta(prev, cur, key)
+        totals = result[(endpoint, variant)]
+        if kind == "req":
+            totals.values["requests"] += delta
+            try:
+                is_error = int(rest[0]) >= names.error_status_min
+            except ValueError:
+                is_error = rest[0].lower() in {"error", "timeout"}
+            if is_error:
+                totals.values["errors"] += delta
+        elif kind in ("lat", "up"):
+            cumulative[(kind, endpoint, variant)][_le(rest[0])] = delta
+        elif kind == "lat_sum":
+            totals.values["latency_sum_s"] += delta
+        elif kind == "up_sum":
+            totals.values["upstream_sum_s"] += delta
+        else:
+            totals.values[kind] += delta
+    for (kind, endpoint, variant), buckets in cumulative.items():
+        target = result[(endpoint, variant)]
+        per_bucket = _decumulate(buckets)
+        store = target.latency_buckets if kind == "lat" else target.upstream_buckets
+        for le, count in per_bucket.items():
+            store[le] += count
+        target.values["latency_count" if kind == "lat" else "upstream_count"] += sum(per_bucket.values())
+    for totals in result.values():
+        if "requests" in totals.values:
+            totals.values["request_rate"] += totals.values["requests"] / seconds if seconds > 0 else 0.0
+    return dict(result)
+
+
+# --- Triton -------------------------------------------------------------------------------------
+def triton_snapshot(text: str) -> dict[str, float]:
+    """Flatten Triton's /metrics per (model, version): the counters the collector diffs."""
+    out: dict[str, float] = defaultdict(float)
+    for family in _families(text):
+        for sample in family.samples:
+            field_name = TRITON_COUNTERS.get(sample.name) or TRITON_GAUGES.get(sample.name)
+            if field_name is None:
+                continue
+            out[_key(field_name, sample.labels.get("model", ""), sample.labels.get("version", ""))] += sample.value
+    return dict(out)
+
+
+def triton_deltas(
+    prev: dict, cur: dict, *, seconds: float, models: dict[str, TritonModelMap] | None = None,
+    cost_per_replica_hour: float = 0.0,
+) -> dict[tuple[str, str], Totals]:
+    """Interval totals per (endpoint, variant) of one Triton replica.
+
+    `models` maps a Triton model name to the endpoint x variant it serves (unmapped
+    models are skipped; with no map, the endpoint is the model name and the variant
+    "v<version>"). The replica's hourly cost is shared by compute time.
+    """
+    per_model: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for key in cur:
+        field_name, model, version = _split(key)
+        if field_name in TRITON_GAUGES.values():
+            per_model[(model, version)][field_name] += cur[key]
+        else:
+            per_model[(model, version)][field_name] += _counter_delta(prev, cur, key)
+    compute = {mv: v["compute_input_us"] + v["compute_infer_us"] + v["compute_output_us"] for mv, v in per_model.items()}
+    total_compute = sum(compute.values())
+    result: dict[tuple[str, str], Totals] = defaultdict(Totals)
+    for (model, version), values in per_model.items():
+        if models is None:
+            mapping = TritonModelMap(endpoint=model, variant=f"v{version}")
+        elif model in models:
+            mapping = models[model]
+        else:
+            continue
+        totals = result[(mapping.endpoint, mapping.variant)]
+        for name, value in values.items():
+            totals.values[f"triton_{name}"] += value
+        totals.values["triton_compute_us"] += compute[(model, version)]
+        totals.values["triton_capacity_us"] += seconds * 1e6 * max(mapping.instances, 1)
+        if seconds > 0:
+            totals.values["triton_inference_rate"] += values["inferences"] / seconds
+        if cost_per_replica_hour and total_compute > 0:
+            totals.values["cost_per_hour"] += cost_per_replica_hour * compute[(model, version)] / total_compute
+    return dict(result)
+
+
+def merge(*parts: dict[tuple[str, str], Totals]) -> dict[tuple[str, str], Totals]:
+    """Add the totals of several targets (replicas, gateways) of one tick."""
+    out: dict[tuple[str, str], Totals] = defaultdict(Totals)
+    for part in parts:
+        for series, totals in part.items():
+            out[series].add(totals)
+    return dict(out)
+
+
+# --- derived metrics ------------------------------------------------------------------------------
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """Prometheus' histogram_quantile on non-cumulative bucket counts {le: count}.
+
+    Linear interpolation inside the bucket; the +Inf bucket answers its lower bound.
+    """
+    total = sum(buckets.values())
+    if total <= 0:
+        return None
+    rank = q * total
+    seen, lower = 0.0, 0.0
+    for le in sorted(buckets):
+        count = buckets[le]
+        if count and seen + count >= rank:
+            if math.isinf(le):
+                return lower
+            return lower + (le - lower) * (rank - seen) / count
+        seen += count
+        lower = le if not math.isinf(le) else lower
+    return lower
+
+
+def bucket_metric(prefix: str, le: float) -> str:
+    return f"{prefix}:{_le_text(le)}"
+
+
+def parse_bucket_metric(metric: str) -> tuple[str, float]:
+    prefix, _, le = metric.partition(":")
+    return prefix, _le(le)
+
+
+def derive(totals: Totals) -> dict[str, float]:
+    """The stored metrics of one endpoint x variant for one tick."""
+    v, out = totals.values, {}
+    if "requests" in v:
+        out["requests"] = v["requests"]
+        out["errors"] = v.get("errors", 0.0)
+        out["request_rate"] = v.get("request_rate", 0.0)
+        if v["requests"] > 0:
+            out["error_rate"] = v.get("errors", 0.0) / v["requests"]
+    if totals.latency_buckets:
+        for label, q in QUANTILES:
+            value = histogram_quantile(q, totals.latency_buckets)
+            if value is not None:
+                out[f"latency_{label}_ms"] = value * 1000
+        for le, count in totals.latency_buckets.items():
+            out[bucket_metric("latency_bucket", le)] = count
+    if v.get("latency_count"):
+        out["latency_mean_ms"] = v["latency_sum_s"] / v["latency_count"] * 1000
+    if v.get("upstream_count"):
+        out["upstream_mean_ms"] = v["upstream_sum_s"] / v["upstream_count"] * 1000
+        p99 = histogram_quantile(0.99, totals.upstream_buckets)
+        if p99 is not None:
+            out["upstream_p99_ms"] = p99 * 1000
+    for name in ("retries", "failovers", "upstream_errors", "shadow_dropped", "in_flight"):
+        if name in v:
+            out[name] = v[name]
+    if "triton_success" in v or "triton_failure" in v:
+        success, failure = v.get("triton_success", 0.0), v.get("triton_failure", 0.0)
+        inferences = v.get("triton_inferences", 0.0)
+        out["triton_requests"] = success + failure
+        out["triton_failures"] = failure
+        out["triton_inference_rate"] = v.get("triton_inference_rate", 0.0)
+        out["triton_in_flight"] = v.get("triton_pending", 0.0)
+        if success + failure > 0:
+            out["triton_error_rate"] = failure / (success + failure)
+        if success > 0:
+            # Triton's duration counters cover successful requests only.
+            out["queue_ms"] = v.get("triton_queue_us", 0.0) / success / 1000
+            out["compute_ms"] = v.get("triton_compute_us", 0.0) / success / 1000
+            out["compute_infer_ms"] = v.get("triton_compute_infer_us", 0.0) / success / 1000
+            out["server_ms"] = v.get("triton_request_us", 0.0) / success / 1000
+        if v.get("triton_request_us", 0.0) > 0:
+            out["queue_share"] = v.get("triton_queue_us", 0.0) / v["triton_request_us"]
+        if v.get("triton_capacity_us", 0.0) > 0:
+            out["utilization"] = min(v.get("triton_compute_us", 0.0) / v["triton_capacity_us"], 1.0)
+        if v.get("triton_executions", 0.0) > 0:
+            out["batch_size"] = inferences / v["triton_executions"]
+        if v.get("cost_per_hour", 0.0) > 0 and out["triton_inference_rate"] > 0:
+            out["cost_per_1k_inferences"] = v["cost_per_hour"] / (out["triton_inference_rate"] * 3600) * 1000
+    return out
+
+
+# --- prediction scores and PSI --------------------------------------------------------------------
+def score_bins(scores, bins: int = SCORE_BINS) -> list[int]:
+    """Counts of scores in equal-width bins over [0, 1] (out-of-range scores are clipped)."""
+    counts = [0] * bins
+    for score in scores:
+        score = float(score)
+        if math.isnan(score):
+            continue
+        index = min(max(int(score * bins), 0), bins - 1)
+        counts[index] += 1
+    return counts
+
+
+def psi(expected: list[float], actual: list[float], *, floor: float = 1e-4) -> float:
+    """Population Stability Index of `actual` (candidate) against `expected` (stable).
+
+    Sum over bins of (a - e) * ln(a / e) on proportions; empty bins get `floor`.
+    Rule of thumb: < 0.1 stable, 0.1-0.25 moderate shift, > 0.25 large shift.
+    """
+    if len(expected) != len(actual):
+        raise ValueError("expected and actual need the same bins")
+    e_total, a_total = sum(expected), sum(actual)
+    if e_total <= 0 or a_total <= 0:
+        raise ValueError("both distributions need at least one observation")
+    value = 0.0
+    for e, a in zip(expected, actual):
+        pe, pa = max(e / e_total, floor), max(a / a_total, floor)
+        value += (pa - pe) * math.log(pa / pe)
+    return value

@@ -1,0 +1,57 @@
+"""Monitoring settings: a Django setting of the same name wins, then the environment,
+then the default here (so config/settings.py needs no monitoring section)."""
+
+import json
+import os
+
+from django.conf import settings
+
+DEFAULTS = {
+    "MONITORING_SCRAPE_TIMEOUT_S": 1.0,  # per target; the collector runs every 2 s
+    "MONITORING_SCRAPE_MAX_TARGETS": 64,  # bounded batch per tick
+    "MONITORING_RAW_RETENTION_HOURS": 24,
+    "MONITORING_ROLLUP_RETENTION_DAYS": 30,
+    "MONITORING_RETENTION_BATCH": 50_000,  # rows deleted per table per sweep
+    "MONITORING_GATEWAY_METRIC_PREFIX": "gateway_",
+    "MONITORING_NOTIFY_MAX_ATTEMPTS": 5,
+    "MONITORING_NOTIFY_BACKOFF_S": 2.0,  # first retry after this, doubling each time
+    "MONITORING_NOTIFY_TIMEOUT_S": 5.0,
+    "MONITORING_PSI_THRESHOLD": 0.25,
+    "MONITORING_JUDGE_ALPHA": 0.05,
+}
+# Lists given as comma-separated env values or JSON.
+LIST_DEFAULTS = {
+    "MONITORING_ALERT_WEBHOOKS": [],  # webhook URLs that receive every team's alerts
+    "MONITORING_ALERT_EMAILS": [],
+    "MONITORING_TARGET_SOURCES": ["monitoring.targets.targets_from_settings"],
+}
+
+
+def get(name: str):
+    if hasattr(settings, name):
+        return getattr(settings, name)
+    if name in LIST_DEFAULTS:
+        raw = os.environ.get(name)
+        if raw is None:
+            return list(LIST_DEFAULTS[name])
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    default = DEFAULTS[name]
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return type(default)(raw)
+
+
+def targets_json() -> list[dict]:
+    """MONITORING_TARGETS: a JSON list of scrape targets (see monitoring/targets.py)."""
+    if hasattr(settings, "MONITORING_TARGETS"):
+        return list(settings.MONITORING_TARGETS)
+    raw = os.environ.get("MONITORING_TARGETS", "").strip()
+    return json.loads(raw) if raw else []
+
+
+def public_url() -> str:
+    """Base URL of the dashboard for links in notifications (MONITORING_PUBLIC_URL)."""
+    if hasattr(settings, "MONITORING_PUBLIC_URL"):
+        return settings.MONITORING_PUBLIC_URL.rstrip("/")
+    return os.environ.get("MONITORING_PUBLIC_URL", f"http://localhost:{settings.PORT}").rstrip("/")

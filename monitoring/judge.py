@@ -1,0 +1,325 @@
+"""The canary judge: candidate vs stable on the same window, one verdict per tick.
+
+Pure functions (numpy + scipy.stats), no Django: `judge(stable, candidate, config)`.
+The window must be ANCHORED (it starts when the candidate first got traffic and only
+grows), because the error-rate e-process is a running product over ticks.
+
+Checks (each reports samples, statistic, p-value or e-value and threshold):
+
+guardrails (hard limits, each needs `min_guardrail_requests` candidate requests first)
+  * p99_slo      candidate p99 (from histogram buckets) over the endpoint's SLO -> fail.
+  * error_slo    candidate error rate over the SLO, confirmed by a one-sided binomial
+                 test at `guardrail_alpha` so a handful of early errors do not trip it.
+  * psi          PSI of the candidate's prediction-score bins vs stable's over
+                 `psi_threshold` (needs `min_score_samples` on each side).
+
+statistical comparisons
+  * error_rate   always-valid one-sided test that the candidate errs more often. Per tick,
+                 given the K errors both arms made, under H0 (equal error probability)
+                 the number that came from the candidate is hypergeometric; the binomial
+                 likelihood ratio of "candidate's error odds are psi times stable's"
+                 (q1 = psi*q / (psi*q + 1 - q), q = candidate's share of the tick's
+                 requests) has expectation <= 1 under that hypergeometric (convex order,
+                 Hoeffding 1963). The product over ticks, mixed over a grid of psi, is a
+                 test supermartingale, so by Ville's inequality P(ever >= 1/alpha) <= alpha
+                 under continuous monitoring, whatever the base rate or traffic split
+                 does from tick to tick. Fail when the e-value >= 1/alpha; pass needs
+                 `min_requests` candidate requests, no alarm and an observed difference
+                 within `error_margin`.
+  * latency      Mann-Whitney U (rank based, so heavy tails do not dominate) on samples
+                 reconstructed from histogram bucket counts (spread evenly inside each
+                 bucket), against the stable arm scaled by (1 + latency_margin): fail when
+                 the candidate is significantly slower than stable+margin, pass when it is
+                 significantly faster than stable+margin (non-inferiority), each at
+                 `latency_alpha`, pass only with `min_latency_samples`. The margin is what
+                 keeps repeated looks at an A/A pair from flagging: under A/A the truth is
+                 10 % away from the null boundary.
+  * latency_tail a quantile test: the share of candidate requests above stable's
+                 p95 x (1 + margin) against 5 % (one-sided binomial test).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from monitoring.collect import histogram_quantile, psi
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+
+
+@dataclass
+class ArmWindow:
+    """One variant over the window: per-tick (requests, errors), latency bucket counts
+    {le_seconds: count} (non-cumulative) and prediction-score bin counts."""
+
+    ticks: list[tuple[float, float]] = field(default_factory=list)
+    latency_buckets: dict[float, float] = field(default_factory=dict)
+    score_bins: list[float] = field(default_factory=list)
+
+    @property
+    def requests(self) -> float:
+        return float(sum(n for n, _ in self.ticks))
+
+    @property
+    def errors(self) -> float:
+        return float(sum(e for _, e in self.ticks))
+
+
+@dataclass
+class JudgeConfig:
+    alpha: float = 0.05
+    slo_p99_ms: float | None = None
+    slo_error_rate: float | None = None
+    psi_threshold: float = 0.25
+    min_requests: int = 500
+    min_latency_samples: int = 300
+    min_guardrail_requests: int = 100
+    min_score_samples: int = 200
+    guardrail_alpha: float = 0.01
+    error_margin: float = 0.01  # absolute difference of error rates that is "no worse"
+    latency_margin: float = 0.10  # relative: 10 % slower than stable is the practical limit
+    latency_alpha: float = 0.001
+    odds_ratios: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 8.0)
+    max_latency_points: int = 4000
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Decision:
+    outcome: str
+    reason: str
+    checks: list[dict]
+
+
+def _check(name: str, kind: str, outcome: str, **evidence) -> dict:
+    return {"name": name, "kind": kind, "outcome": outcome, **{k: _clean(v) for k, v in evidence.items()}}
+
+
+def _clean(value):
+    """JSON-friendly numbers (no numpy types, no inf/nan)."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
+    return value
+
+
+# --- error rate: always-valid e-process --------------------------------------------------------
+def error_e_value(stable_ticks, candidate_ticks, odds_ratios=JudgeConfig.odds_ratios) -> float:
+    """The mixture e-value (equal weights over `odds_ratios`) after all the ticks given.
+
+    Ticks are aligned: tick i of both lists covers the same interval.
+    """
+    s = np.asarray(stable_ticks, dtype=float).reshape(-1, 2)
+    c = np.asarray(candidate_ticks, dtype=float).reshape(-1, 2)
+    if len(s) != len(c):
+        raise ValueError("stable and candidate ticks must be aligned")
+    n_s, e_s, n_c, e_c = s[:, 0], s[:, 1], c[:, 0], c[:, 1]
+    k = e_s + e_c
+    use = (k > 0) & (n_s > 0) & (n_c > 0)
+    if not use.any():
+        return 1.0
+    q = n_c[use] / (n_s[use] + n_c[use])
+    x, k = e_c[use], k[use]
+    log_terms = []
+    for psi_ in odds_ratios:
+        q1 = psi_ * q / (psi_ * q + 1 - q)
+        log_terms.append(float(np.sum(x * np.log(q1 / q) + (k - x) * np.log((1 - q1) / (1 - q)))))
+    log_terms = np.asarray(log_terms)
+    top = log_terms.max()
+    return float(math.exp(top) * np.mean(np.exp(log_terms - top))) if top < 700 else math.inf
+
+
+def error_e_path(stable_ticks, candidate_ticks, odds_ratios=JudgeConfig.odds_ratios) -> np.ndarray:
+    """The e-value after each tick (what continuous monitoring sees), vectorised."""
+    s = np.asarray(stable_ticks, dtype=float).reshape(-1, 2)
+    c = np.asarray(candidate_ticks, dtype=float).reshape(-1, 2)
+    n_s, e_s, n_c, e_c = s[:, 0], s[:, 1], c[:, 0], c[:, 1]
+    k = e_s + e_c
+    use = (k > 0) & (n_s > 0) & (n_c > 0)
+    q = np.where(use, n_c / np.where(use, n_s + n_c, 1), 0.5)
+    paths = []
+    for psi_ in odds_ratios:
+        q1 = psi_ * q / (psi_ * q + 1 - q)
+        step = np.where(use, e_c * np.log(q1 / q) + (k - e_c) * np.log((1 - q1) / (1 - q)), 0.0)
+        paths.append(np.cumsum(step))
+    return np.mean(np.exp(np.minimum(np.asarray(paths), 700)), axis=0)
+
+
+def check_error_rate(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) -> dict:
+    e_value = error_e_value(stable.ticks, candidate.ticks, config.odds_ratios)
+    threshold = 1.0 / config.alpha
+    n_s, n_c = stable.requests, candidate.requests
+    rate_s = stable.errors / n_s if n_s else None
+    rate_c = candidate.errors / n_c if n_c else None
+    difference = (rate_c - rate_s) if rate_s is not None and rate_c is not None else None
+    if e_value >= threshold:
+        outcome = FAIL
+    elif n_c >= config.min_requests and difference is not None and difference <= config.error_margin:
+        outcome = PASS
+    else:
+        outcome = INCONCLUSIVE
+    return _check(
+        "error_rate", "test", outcome, test="mixture e-process (conditional binomial LR, Ville)",
+        samples={"stable": n_s, "candidate": n_c}, errors={"stable": stable.errors, "candidate": candidate.errors},
+        rates={"stable": rate_s, "candidate": rate_c}, statistic=difference, e_value=e_value,
+        threshold=threshold, min_samples=config.min_requests, margin=config.error_margin,
+    )
+
+
+# --- latency ---------------------------------------------------------------------------------
+def reconstruct(buckets: dict[float, float], max_points: int | None = None) -> np.ndarray:
+    """Samples spread evenly inside each histogram bucket (the +Inf bucket sits at the
+    largest finite bound), thinned proportionally to at most `max_points`."""
+    total = sum(buckets.values())
+    if total <= 0:
+        return np.empty(0)
+    scale = min(1.0, max_points / total) if max_points else 1.0
+    parts, lower = [], 0.0
+    for le in sorted(buckets):
+        count = int(round(buckets[le] * scale))
+        if count > 0:
+            if math.isinf(le):
+                parts.append(np.full(count, lower))
+            else:
+                parts.append(lower + (le - lower) * (np.arange(count) + 0.5) / count)
+        if not math.isinf(le):
+            lower = le
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def _quantiles_ms(buckets: dict[float, float]) -> dict:
+    return {name: (None if (v := histogram_quantile(q, buckets)) is None else v * 1000)
+            for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+
+
+def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) -> list[dict]:
+    s = reconstruct(stable.latency_buckets, config.max_latency_points)
+    c = reconstruct(candidate.latency_buckets, config.max_latency_points)
+    n_s_true, n_c_true = sum(stable.latency_buckets.values()), sum(candidate.latency_buckets.values())
+    samples = {"stable": n_s_true, "candidate": n_c_true}
+    quantiles = {"stable": _quantiles_ms(stable.latency_buckets), "candidate": _quantiles_ms(candidate.latency_buckets)}
+    if len(s) < 2 or len(c) < 2:
+        return [
+            _check("latency", "test", INCONCLUSIVE, test="Mann-Whitney U vs stable x (1+margin)", samples=samples,
+                   quantiles_ms=quantiles, statistic=None, p_value=None, threshold=config.latency_alpha),
+            _check("latency_tail", "test", INCONCLUSIVE, test="binomial test on share above stable p95 x (1+margin)",
+                   samples=samples, statistic=None, p_value=None, threshold=config.latency_alpha),
+        ]
+    bound = s * (1 + config.latency_margin)
+    slower = stats.mannwhitneyu(c, bound, alternative="greater")
+    faster = stats.mannwhitneyu(c, bound, alternative="less")
+    # Common-language effect size: P(candidate > stable x (1+margin)).
+    effect = float(slower.statistic) / (len(c) * len(bound))
+    if slower.pvalue < config.latency_alpha:
+        outcome = FAIL
+    elif faster.pvalue < config.latency_alpha and n_c_true >= config.min_latency_samples:
+        outcome = PASS
+    else:
+        outcome = INCONCLUSIVE
+    shift = _check(
+        "latency", "test", outcome, test="Mann-Whitney U vs stable x (1+margin)", samples=samples,
+        quantiles_ms=quantiles, statistic=float(slower.statistic), effect=effect,
+        p_value=float(slower.pvalue), p_value_noninferior=float(faster.pvalue),
+        threshold=config.latency_alpha, margin=config.latency_margin, min_samples=config.min_latency_samples,
+    )
+
+    stable_p95 = histogram_quantile(0.95, stable.latency_buckets)
+    limit = stable_p95 * (1 + config.latency_margin)
+    above = int(np.sum(c > limit))
+    tail = stats.binomtest(above, len(c), 0.05, alternative="greater")
+    tail_outcome = FAIL if tail.pvalue < config.latency_alpha else (
+        PASS if n_c_true >= config.min_latency_samples else INCONCLUSIVE)
+    tail_check = _check(
+        "latency_tail", "test", tail_outcome, test="binomial test on share above stable p95 x (1+margin)",
+        samples=samples, statistic=above / len(c), limit_ms=limit * 1000, p_value=float(tail.pvalue),
+        threshold=config.latency_alpha, expected_share=0.05,
+    )
+    return [shift, tail_check]
+
+
+# --- guardrails --------------------------------------------------------------------------------
+def check_guardrails(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) -> list[dict]:
+    checks = []
+    n_c = candidate.requests
+    enough = n_c >= config.min_guardrail_requests
+    if config.slo_p99_ms is not None:
+        latency_n = sum(candidate.latency_buckets.values())
+        p99 = histogram_quantile(0.99, candidate.latency_buckets)
+        p99_ms = None if p99 is None else p99 * 1000
+        if latency_n < config.min_guardrail_requests or p99_ms is None:
+            outcome = INCONCLUSIVE
+        else:
+            outcome = FAIL if p99_ms > config.slo_p99_ms else PASS
+        checks.append(_check("p99_slo", "guardrail", outcome, samples={"candidate": latency_n},
+                             statistic=p99_ms, threshold=config.slo_p99_ms, min_samples=config.min_guardrail_requests))
+    if config.slo_error_rate is not None:
+        errors = int(round(candidate.errors))
+        rate = candidate.errors / n_c if n_c else None
+        p_value = float(stats.binomtest(errors, int(round(n_c)), config.slo_error_rate, alternative="greater").pvalue) if n_c >= 1 else None
+        if not enough:
+            outcome = INCONCLUSIVE
+        elif p_value is not None and p_value < config.guardrail_alpha:
+            outcome = FAIL
+        else:
+            outcome = PASS
+        checks.append(_check("error_slo", "guardrail", outcome, samples={"candidate": n_c}, statistic=rate,
+                             p_value=p_value, threshold=config.slo_error_rate, alpha=config.guardrail_alpha,
+                             min_samples=config.min_guardrail_requests))
+    if candidate.score_bins and stable.score_bins:
+        n_sc, n_cc = sum(stable.score_bins), sum(candidate.score_bins)
+        value = psi(stable.score_bins, candidate.score_bins) if n_sc > 0 and n_cc > 0 else None
+        if min(n_sc, n_cc) < config.min_score_samples or value is None:
+            outcome = INCONCLUSIVE
+        else:
+            outcome = FAIL if value > config.psi_threshold else PASS
+        checks.append(_check("psi", "guardrail", outcome, samples={"stable": n_sc, "candidate": n_cc},
+                             statistic=value, threshold=config.psi_threshold, min_samples=config.min_score_samples))
+    return checks
+
+
+# --- the verdict ---------------------------------------------------------------------------------
+def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = None) -> Decision:
+    """Fail if any check fails; pass if every check passes; otherwise inconclusive."""
+    config = config or JudgeConfig()
+    checks = [*check_guardrails(stable, candidate, config), check_error_rate(stable, candidate, config),
+              *check_latency(stable, candidate, config)]
+    failed = [c for c in checks if c["outcome"] == FAIL]
+    if failed:
+        return Decision(FAIL, "; ".join(_describe(c) for c in failed), checks)
+    waiting = [c["name"] for c in checks if c["outcome"] == INCONCLUSIVE]
+    if waiting:
+        return Decision(INCONCLUSIVE, f"waiting for evidence: {', '.join(waiting)}", checks)
+    return Decision(PASS, "every guardrail and comparison passed", checks)
+
+
+def _describe(check: dict) -> str:
+    name = check["name"]
+    if name == "error_rate":
+        rates = check["rates"]
+        return (f"candidate error rate {rates['candidate']:.2%} vs stable {rates['stable']:.2%} "
+                f"(e-value {check['e_value']:.3g} >= {check['threshold']:.3g})")
+    if name == "latency":
+        q = check["quantiles_ms"]
+        return (f"candidate slower than stable +{check['margin']:.0%}: p50 {q['candidate']['p50']:.2f} ms vs "
+                f"{q['stable']['p50']:.2f} ms (Mann-Whitney p={check['p_value']:.2g} < {check['threshold']})")
+    if name == "latency_tail":
+        return (f"{check['statistic']:.1%} of candidate requests above {check['limit_ms']:.2f} ms "
+                f"(p={check['p_value']:.2g} < {check['threshold']})")
+    if name == "p99_slo":
+        return f"candidate p99 {check['statistic']:.2f} ms over the SLO {check['threshold']} ms"
+    if name == "error_slo":
+        return f"candidate error rate {check['statistic']:.2%} over the SLO {check['threshold']:.2%}"
+    if name == "psi":
+        return f"prediction drift PSI {check['statistic']:.3f} over {check['threshold']}"
+    return name

@@ -1,0 +1,223 @@
+"""Reads shared by the API, the dashboard and the canary judge: one time-series store."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.utils import timezone
+
+from config.errors import NotFound
+from monitoring import conf
+from monitoring.collect import SCORE_BINS, parse_bucket_metric
+from monitoring.judge import ArmWindow
+from monitoring.models import Alert, AlertStatus, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, Verdict
+from registry.models import Role
+from registry.selectors import team_ids_for
+
+MAX_POINTS = 2000  # per series; past this the 1-minute roll-ups answer
+CHART_METRICS = ("request_rate", "error_rate", "latency_p99_ms")
+
+
+def _scope(qs: QuerySet, user, field: str = "team_id", min_role: str = Role.VIEWER) -> QuerySet:
+    """Rows of the user's teams; rows with no team are staff only."""
+    ids = team_ids_for(user, min_role=min_role)
+    if ids is None:
+        return qs
+    return qs.filter(**{f"{field}__in": ids})
+
+
+# --- time series ---------------------------------------------------------------------------------
+def sample_list(*, user, endpoint: str | None = None, variant: str | None = None, metrics=None,
+                since: datetime | None = None, until: datetime | None = None) -> QuerySet:
+    qs = _scope(MetricSample.objects.all(), user)
+    if endpoint:
+        qs = qs.filter(endpoint=endpoint)
+    if variant:
+        qs = qs.filter(variant=variant)
+    if metrics:
+        qs = qs.filter(metric__in=list(metrics))
+    if since:
+        qs = qs.filter(time__gte=since)
+    if until:
+        qs = qs.filter(time__lte=until)
+    return qs
+
+
+def rollup_list(*, user, endpoint=None, variant=None, metrics=None, since=None, until=None) -> QuerySet:
+    qs = _scope(MetricRollup.objects.all(), user)
+    if endpoint:
+        qs = qs.filter(endpoint=endpoint)
+    if variant:
+        qs = qs.filter(variant=variant)
+    if metrics:
+        qs = qs.filter(metric__in=list(metrics))
+    if since:
+        qs = qs.filter(minute__gte=since.replace(second=0, microsecond=0))
+    if until:
+        qs = qs.filter(minute__lte=until)
+    return qs
+
+
+def metric_series(*, user, endpoint: str | None = None, variant: str | None = None, metrics=None,
+                  since: datetime, until: datetime | None = None, resolution: str = "auto") -> list[dict]:
+    """Series of (time, value) points per endpoint x variant x metric, oldest first.
+
+    `resolution`: "raw" (every sample), "1m" (roll-up means) or "auto": raw when the
+    window lies inside raw retention and has at most MAX_POINTS per series.
+    """
+    now = timezone.now()
+    raw_from = now - timedelta(hours=conf.get("MONITORING_RAW_RETENTION_HOURS"))
+    filters = dict(endpoint=endpoint, variant=variant, metrics=metrics, since=since, until=until)
+    if resolution == "auto":
+        resolution = "raw"
+        if since < raw_from:
+            resolution = "1m"
+        else:
+            busiest = (sample_list(user=user, **filters).values("endpoint", "variant", "metric")
+                       .annotate(n=Count("id")).order_by("-n").values_list("n", flat=True).first())
+            if busiest and busiest > MAX_POINTS:
+                resolution = "1m"
+    grouped: dict[tuple, list] = defaultdict(list)
+    if resolution == "raw":
+        rows = (sample_list(user=user, **filters).order_by("endpoint", "variant", "metric", "time")
+                .values_list("endpoint", "variant", "metric", "time", "value"))
+        for ep, var, metric, time, value in rows:
+            grouped[(ep, var, metric)].append((time, value))
+    else:
+        rows = (rollup_list(user=user, **filters).order_by("endpoint", "variant", "metric", "minute")
+                .values_list("endpoint", "variant", "metric", "minute", "total", "count"))
+        for ep, var, metric, minute, total, count in rows:
+            grouped[(ep, var, metric)].append((minute, total / count if count else 0.0))
+    return [
+        {"endpoint": ep, "variant": var, "metric": metric, "resolution": resolution,
+         "points": [{"time": t, "value": v} for t, v in points[-MAX_POINTS:]]}
+        for (ep, var, metric), points in grouped.items()
+    ]
+
+
+def series_index(*, user, since: datetime) -> list[dict]:
+    """Endpoints with the variants that reported samples since `since`, newest activity first."""
+    rows = (sample_list(user=user, since=since, metrics=["request_rate", "triton_inference_rate"])
+            .values("endpoint", "variant").annotate(last=Max("time")).order_by("endpoint", "variant"))
+    endpoints: dict[str, dict] = {}
+    for row in rows:
+        entry = endpoints.setdefault(row["endpoint"], {"endpoint": row["endpoint"], "variants": [], "last": row["last"]})
+        entry["variants"].append(row["variant"])
+        entry["last"] = max(entry["last"], row["last"])
+    return list(endpoints.values())
+
+
+def latest_values(*, user, endpoint: str, since: datetime, metrics) -> dict[str, dict[str, float]]:
+    """{variant: {metric: latest value}} over the window (the dashboard's summary row)."""
+    qs = sample_list(user=user, endpoint=endpoint, metrics=metrics, since=since).order_by("variant", "metric", "-time")
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for variant, metric, value in qs.values_list("variant", "metric", "value"):
+        out[variant].setdefault(metric, value)
+    return dict(out)
+
+
+def judge_window(*, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime,
+                 until: datetime | None = None) -> tuple[ArmWindow, ArmWindow]:
+    """Both arms over [since, until] from the store: per-tick (requests, errors) aligned by
+    scrape time, summed latency bucket counts and prediction-score bins. Internal (the
+    judge acts for the platform), so not user-scoped."""
+    variants = [stable_variant, candidate_variant]
+    base = MetricSample.objects.filter(endpoint=endpoint, variant__in=variants, time__gte=since)
+    if until:
+        base = base.filter(time__lte=until)
+    per_tick: dict[datetime, dict[str, list[float]]] = defaultdict(lambda: {v: [0.0, 0.0] for v in variants})
+    for variant, metric, time, value in base.filter(metric__in=["requests", "errors"]).values_list("variant", "metric", "time", "value"):
+        per_tick[time][variant][0 if metric == "requests" else 1] += value
+    times = sorted(per_tick)
+    arms = {v: ArmWindow(ticks=[tuple(per_tick[t][v]) for t in times]) for v in variants}
+    buckets = (base.filter(metric__startswith="latency_bucket:").values("variant", "metric").annotate(n=Sum("value")))
+    for row in buckets:
+        _, le = parse_bucket_metric(row["metric"])
+        arms[row["variant"]].latency_buckets[le] = arms[row["variant"]].latency_buckets.get(le, 0.0) + row["n"]
+    scores = base.filter(metric__startswith="score_bin:").values("variant", "metric").annotate(n=Sum("value"))
+    for variant in variants:
+        arms[variant].score_bins = []
+    for row in scores:
+        arm = arms[row["variant"]]
+        if not arm.score_bins:
+            arm.score_bins = [0.0] * SCORE_BINS
+        index = int(row["metric"].split(":", 1)[1])
+        if 0 <= index < SCORE_BINS:
+            arm.score_bins[index] += row["n"]
+    return arms[stable_variant], arms[candidate_variant]
+
+
+def score_distribution(*, user, endpoint: str, variant: str, since: datetime) -> list[float]:
+    rows = (sample_list(user=user, endpoint=endpoint, variant=variant, since=since)
+            .filter(metric__startswith="score_bin:").values("metric").annotate(n=Sum("value")))
+    bins = [0.0] * SCORE_BINS
+    for row in rows:
+        index = int(row["metric"].split(":", 1)[1])
+        if 0 <= index < SCORE_BINS:
+            bins[index] += row["n"]
+    return bins
+
+
+# --- verdicts ----------------------------------------------------------------------------------------
+def verdict_list(*, user, rollout_id: int | None = None, endpoint: str | None = None) -> QuerySet:
+    qs = _scope(Verdict.objects.all(), user)
+    if rollout_id is not None:
+        qs = qs.filter(rollout_id=rollout_id)
+    if endpoint:
+        qs = qs.filter(endpoint=endpoint)
+    return qs
+
+
+# --- alerts --------------------------------------------------------------------------------------------
+def alert_list(*, user, status: str | None = None, endpoint: str | None = None, rollout_id: int | None = None) -> QuerySet:
+    qs = _scope(Alert.objects.select_related("team", "acknowledged_by"), user)
+    if status:
+        qs = qs.filter(status=status)
+    if endpoint:
+        qs = qs.filter(endpoint=endpoint)
+    if rollout_id is not None:
+        qs = qs.filter(rollout_id=rollout_id)
+    return qs
+
+
+def alert_get(*, user, alert_id: int) -> Alert:
+    alert = alert_list(user=user).filter(pk=alert_id).first()
+    if alert is None:
+        raise NotFound(f"No alert with id {alert_id}.", code="alert_not_found")
+    return alert
+
+
+def open_alerts(*, user) -> QuerySet:
+    """Open (not yet acknowledged) alerts of the user's teams: the dashboard banner."""
+    if not getattr(user, "is_authenticated", False):
+        return Alert.objects.none()
+    return alert_list(user=user, status=AlertStatus.OPEN).order_by("-last_seen", "-id")
+
+
+def delivery_list(*, alert: Alert) -> QuerySet:
+    return NotificationDelivery.objects.filter(alert=alert).order_by("created_at", "id")
+
+
+def channel_list(*, user) -> QuerySet:
+    return _scope(NotificationChannel.objects.select_related("team"), user)
+
+
+def channels_for_alert(alert: Alert) -> list[tuple[str, str]]:
+    """(kind, target) pairs that receive `alert`: the team's and global channels at or
+    below its severity, then the env defaults; no duplicates."""
+    from monitoring.models import Severity
+
+    rank = Severity.rank(alert.severity)
+    rows = NotificationChannel.objects.filter(enabled=True).filter(Q(team=alert.team_id) | Q(team__isnull=True))
+    out: list[tuple[str, str]] = []
+    for channel in rows.order_by("id"):
+        if Severity.rank(channel.min_severity) <= rank:
+            out.append((channel.kind, channel.target))
+    out += [("webhook", url) for url in conf.get("MONITORING_ALERT_WEBHOOKS")]
+    out += [("email", address) for address in conf.get("MONITORING_ALERT_EMAILS")]
+    return list(dict.fromkeys(out))
+
+

@@ -1,0 +1,42 @@
+"""Celery tasks of monitoring; thin: call a service. Periodic ones are in config/celery.py."""
+
+import logging
+
+from celery import shared_task
+
+from monitoring import services
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="monitoring.collect", ignore_result=True, acks_late=True, soft_time_limit=10, time_limit=15)
+def collect() -> dict:
+    """One collector tick (bounded batch of targets); a second concurrent tick skips
+    the targets this one holds."""
+    summary = services.metrics_collect()
+    if summary["failed"]:
+        log.warning("metrics scrape failed for %s", summary["errors"])
+    return summary
+
+
+@shared_task(name="monitoring.rollup", ignore_result=True, acks_late=True, soft_time_limit=60, time_limit=90)
+def rollup() -> int:
+    return services.rollups_refresh()
+
+
+@shared_task(name="monitoring.retention", ignore_result=True, acks_late=True, soft_time_limit=120, time_limit=180)
+def retention() -> dict:
+    return services.retention_sweep()
+
+
+@shared_task(
+    name="monitoring.deliver_notification", bind=True, ignore_result=True, acks_late=True,
+    reject_on_worker_lost=True, max_retries=None, soft_time_limit=30, time_limit=40,
+)
+def deliver_notification(self, alert_id: int, kind: str, target: str, notify_round: int) -> str:
+    """Deliver one alert round to one channel; a failed attempt is recorded and retried
+    with exponential backoff until MONITORING_NOTIFY_MAX_ATTEMPTS (the rows decide)."""
+    outcome, wait_s = services.notification_deliver(alert_id=alert_id, kind=kind, target=target, notify_round=notify_round)
+    if outcome == "retry":
+        raise self.retry(countdown=wait_s)
+    return outcome

@@ -1,0 +1,87 @@
+"""Dashboard pages of monitoring; thin: read through selectors, write through services."""
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from config.errors import PlatformError
+from monitoring import selectors, services
+from monitoring.models import AlertStatus
+from registry.selectors import event_list
+
+SUMMARY_METRICS = ["request_rate", "error_rate", "latency_p50_ms", "latency_p99_ms", "queue_ms", "utilization", "cost_per_1k_inferences"]
+WINDOWS = {"5m": 5, "15m": 15, "1h": 60, "6h": 360}
+
+
+@login_required
+@vary_on_headers("HX-Request")
+def overview(request):
+    window = request.GET.get("window", "15m")
+    if window not in WINDOWS:
+        window = "15m"
+    since = timezone.now() - timedelta(minutes=WINDOWS[window])
+    endpoints = selectors.series_index(user=request.user, since=since)
+    for entry in endpoints:
+        entry["summary"] = selectors.latest_values(user=request.user, endpoint=entry["endpoint"], since=since, metrics=SUMMARY_METRICS)
+    context = {"endpoints": endpoints, "window": window, "windows": list(WINDOWS), "chart_metrics": selectors.CHART_METRICS}
+    if request.htmx:
+        return render(request, "monitoring/overview.html#summary", context)
+    return render(request, "monitoring/overview.html", context)
+
+
+@login_required
+@vary_on_headers("HX-Request")
+def alert_list(request):
+    status = request.GET.get("status", "")
+    if status not in AlertStatus.values:
+        status = ""
+    alerts = selectors.alert_list(user=request.user, status=status or None).order_by("-last_seen", "-id")
+    page = Paginator(alerts, 50).get_page(request.GET.get("page"))
+    context = {"page": page, "status": status, "statuses": AlertStatus.choices}
+    if request.htmx:
+        return render(request, "monitoring/alert_list.html#alert-rows", context)
+    return render(request, "monitoring/alert_list.html", context)
+
+
+@login_required
+def alert_detail(request, pk):
+    alert = selectors.alert_get(user=request.user, alert_id=pk)
+    context = {
+        "alert": alert,
+        "deliveries": selectors.delivery_list(alert=alert),
+        "events": event_list(user=request.user, object_type="monitoring.alert", object_id=str(alert.pk))[:20],
+    }
+    return render(request, "monitoring/alert_detail.html", context)
+
+
+def _alert_action(request, pk, service, done: str):
+    alert = selectors.alert_get(user=request.user, alert_id=pk)
+    try:
+        alert = service(user=request.user, alert=alert, note=request.POST.get("note", ""))
+    except PlatformError as exc:
+        if request.htmx:
+            return render(request, "monitoring/alert_list.html#alert-row", {"alert": alert, "error": exc.detail}, status=exc.status)
+        messages.error(request, exc.detail)
+    else:
+        if request.htmx:
+            return render(request, "monitoring/alert_list.html#alert-row", {"alert": selectors.alert_get(user=request.user, alert_id=pk)})
+        messages.success(request, f"Alert {alert.pk} {done}.")
+    return redirect(request.POST.get("next") or "monitoring:alert-list")
+
+
+@login_required
+@require_POST
+def alert_acknowledge(request, pk):
+    return _alert_action(request, pk, services.alert_acknowledge, "acknowledged")
+
+
+@login_required
+@require_POST
+def alert_resolve(request, pk):
+    return _alert_action(request, pk, services.alert_resolve, "resolved")
