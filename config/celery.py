@@ -14,6 +14,9 @@ app.autodiscover_tasks()
 # Periodic work (each task processes a bounded batch per tick); apps add their entries here.
 app.conf.beat_schedule = {
     "platform-heartbeat": {"task": "platform.heartbeat", "schedule": 5.0, "options": {"queue": "control", "expires": 20}},
+    "monitoring-collect": {"task": "monitoring.collect", "schedule": 2.0, "options": {"queue": "control", "expires": 4}},
+    "monitoring-rollup": {"task": "monitoring.rollup", "schedule": 30.0, "options": {"queue": "control", "expires": 60}},
+    "monitoring-retention": {"task": "monitoring.retention", "schedule": 600.0, "options": {"queue": "control", "expires": 600}},
 }
 # Artifact factory: requeue builds whose worker died (lease expired); BUILD_RECLAIM_INTERVAL_S.
 app.conf.beat_schedule["registry-builds-reclaim"] = {
