@@ -38,7 +38,11 @@ def _pytriton_root() -> Path | None:
 def find_binary() -> Path:
     candidates = []
     if os.environ.get("TRITONSERVER_BIN"):
-        candidates.append(Path(os.environ["TRITONSERVER_BIN"]))
+        explicit = Path(os.environ["TRITONSERVER_BIN"])
+        if not (explicit.is_file() and os.access(explicit, os.X_OK)):
+            # An explicit setting that is wrong is an error, not a reason to run some other binary.
+            raise TritonNotAvailable(f"TRITONSERVER_BIN={explicit} is not an executable file")
+        candidates.append(explicit)
     root = _pytriton_root()
     if root:
         candidates.append(root / "bin" / "tritonserver")
@@ -176,10 +180,9 @@ class TritonProcess:
             time.sleep(0.1)
         raise TimeoutError(f"tritonserver not live after {timeout}s; log: {self.log_path}\n{self.log_tail()}")
 
-    def load(self, name: str, timeout: float = 120.0) -> None:
-        status, body = _post(f"{self.http_url}/v2/repository/models/{name}/load", b"", timeout=timeout)
-        if status != 200:
-            raise RuntimeError(f"load {name} failed ({status}): {body.decode(errors='replace')}")
+    def load(self, name: str, timeout: float = 120.0, config: str | None = None) -> None:
+        """Load `name`; `config` (JSON ModelConfig) overrides the model's config.pbtxt."""
+        TritonHTTP(self.http_url, self.metrics_url).load(name, timeout=timeout, config=config)
 
     def unload(self, name: str, timeout: float = 60.0) -> None:
         status, body = _post(f"{self.http_url}/v2/repository/models/{name}/unload", b"", timeout=timeout)
@@ -224,3 +227,135 @@ def _post(url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+# --- talking to any Triton (a local process or a pod) ---------------------------------------
+class TritonError(RuntimeError):
+    """Triton answered with an error; `message` is Triton's own text."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def _error_text(body: bytes) -> str:
+    import json
+
+    text = body.decode(errors="replace")
+    try:
+        return json.loads(text).get("error", text)
+    except (ValueError, AttributeError):
+        return text
+
+
+@dataclass
+class TritonHTTP:
+    """Triton's HTTP/REST endpoints: repository, readiness, statistics and metrics."""
+
+    http_url: str
+    metrics_url: str = ""
+    timeout: float = 5.0
+
+    def is_live(self) -> bool:
+        return _get(f"{self.http_url}/v2/health/live", timeout=self.timeout) == 200
+
+    def is_ready(self) -> bool:
+        return _get(f"{self.http_url}/v2/health/ready", timeout=self.timeout) == 200
+
+    def load(self, name: str, *, timeout: float = 120.0, config: str | None = None) -> None:
+        import json
+
+        body = json.dumps({"parameters": {"config": config}}).encode() if config else b""
+        status, reply = _post(f"{self.http_url}/v2/repository/models/{name}/load", body, timeout=timeout)
+        if status != 200:
+            raise TritonError(_error_text(reply) or f"load {name} failed with HTTP {status}", status)
+
+    def unload(self, name: str, *, timeout: float = 60.0) -> None:
+        status, reply = _post(f"{self.http_url}/v2/repository/models/{name}/unload", b"", timeout=timeout)
+        if status != 200:
+            raise TritonError(_error_text(reply) or f"unload {name} failed with HTTP {status}", status)
+
+    def is_model_ready(self, name: str, version: str = "") -> bool:
+        suffix = f"/versions/{version}" if version else ""
+        return _get(f"{self.http_url}/v2/models/{name}{suffix}/ready", timeout=self.timeout) == 200
+
+    def repository_index(self) -> list[dict]:
+        """[{"name", "version", "state", "reason"}] of every model the server knows."""
+        import json
+
+        status, reply = _post(f"{self.http_url}/v2/repository/index", b"{}", timeout=self.timeout)
+        if status != 200:
+            raise TritonError(_error_text(reply), status)
+        return json.loads(reply or b"[]")
+
+    def statistics(self, name: str = "") -> list[dict]:
+        """Triton's per-model statistics (`model_stats`), all models when `name` is empty."""
+        import json
+
+        path = f"/v2/models/{name}/stats" if name else "/v2/models/stats"
+        try:
+            with urllib.request.urlopen(f"{self.http_url}{path}", timeout=self.timeout) as response:
+                return json.loads(response.read()).get("model_stats", [])
+        except urllib.error.HTTPError as exc:
+            raise TritonError(_error_text(exc.read()), exc.code) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise TritonError(f"{self.http_url} unreachable: {exc}") from None
+
+    def metric_samples(self, metric: str) -> dict[tuple[str, str], float]:
+        """{(model, version): value} of one Triton metric family from /metrics."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        if not self.metrics_url:
+            return {}
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=self.timeout) as response:
+                text = response.read().decode()
+        except (urllib.error.URLError, OSError) as exc:
+            raise TritonError(f"{self.metrics_url} unreachable: {exc}") from None
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == metric:
+                    out[(sample.labels.get("model", ""), sample.labels.get("version", ""))] = sample.value
+        return out
+
+
+# --- processes we started and may re-adopt ------------------------------------------------------
+def process_state(pid: int) -> str:
+    """"running", "zombie" or "gone" for a pid (Linux /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone"
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return "zombie" if state in {"Z", "X"} else "running"
+
+
+def process_cmdline(pid: int) -> list[str]:
+    try:
+        return [part for part in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if part]
+    except OSError:
+        return []
+
+
+def reap(pid: int) -> None:
+    """Collect a dead child's exit status if we are its parent (no zombie left)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def tritonservers_under(directory: Path) -> list[tuple[int, list[str]]]:
+    """Running tritonserver processes whose model repository lies under `directory`."""
+    prefix = f"--model-repository={Path(directory).resolve()}"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        cmdline = process_cmdline(int(entry.name))
+        if cmdline and cmdline[0].endswith("tritonserver") and any(arg == prefix or arg.startswith(prefix + "/") for arg in cmdline):
+            if process_state(int(entry.name)) == "running":
+                found.append((int(entry.name), cmdline))
+    return found

@@ -1,0 +1,95 @@
+"""The local pool supervisor: keeps every local pool's tritonserver replicas up.
+
+Each tick (default 1 s) it reconciles every local pool (deployments.services.pool_reconcile):
+starts missing replicas, restarts crashed or hung ones with backoff, reloads on them
+what the pool serves, and records what it saw. Replicas run in their own sessions and
+survive this process: a restarted supervisor re-adopts them through their pid files, and
+kills tritonserver processes under POOLS_DIR that belong to no pool (no orphans).
+`--stop-replicas-on-exit` stops them too (for `make run` shutting everything down).
+"""
+
+import logging
+import signal
+import time
+
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+
+from deployments import services, tritonserver
+from deployments.drivers import driver_for
+from deployments.models import PoolDriver, PoolStatus, ServingPool
+
+log = logging.getLogger("deployments.run_pools")
+BATCH = 50  # pools per tick
+
+
+class Command(BaseCommand):
+    help = "Supervise local serving pools: restart crashed replicas, reload their models, re-adopt after a restart."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--interval", type=float, default=1.0, help="seconds between ticks")
+        parser.add_argument("--once", action="store_true", help="one tick, then exit")
+        parser.add_argument("--stop-replicas-on-exit", action="store_true", help="stop every local replica when this exits")
+
+    def handle(self, *args, interval, once, stop_replicas_on_exit, **options):
+        self.stopping = False
+
+        def stop(signum, frame):
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        self.stdout.write(f"run_pools: supervising local pools under {services.pools_root()} every {interval}s", ending="\n")
+        self.stdout.flush()
+        while not self.stopping:
+            started = time.monotonic()
+            close_old_connections()
+            self.tick()
+            if once:
+                break
+            while not self.stopping and time.monotonic() - started < interval:
+                time.sleep(0.05)
+        if stop_replicas_on_exit:
+            for pool in ServingPool.objects.filter(driver=PoolDriver.LOCAL):
+                driver_for(pool).stop_all()
+        self.stdout.write("run_pools: stopped", ending="\n")
+
+    def tick(self) -> None:
+        pools = list(
+            ServingPool.objects.filter(driver=PoolDriver.LOCAL).exclude(status=PoolStatus.DELETING).order_by("updated_at")[:BATCH]
+        )
+        for pool in pools:
+            if self.stopping:
+                return
+            try:
+                services.pool_reconcile(pool_id=pool.pk)
+            except Exception:  # one broken pool must not stop the supervision of the others
+                log.exception("reconcile of pool %s failed", pool.name)
+        self.sweep_orphans()
+        self.heartbeat(len(pools))
+
+    def sweep_orphans(self) -> None:
+        """Kill tritonserver processes under POOLS_DIR whose pool no longer exists."""
+        known = {str(p) for p in ServingPool.objects.filter(driver=PoolDriver.LOCAL).values_list("model_repository", flat=True)}
+        for pid, cmdline in tritonserver.tritonservers_under(services.pools_root()):
+            repo = next((a.split("=", 1)[1] for a in cmdline if a.startswith("--model-repository=")), "")
+            if repo not in known:
+                log.warning("killing orphan tritonserver %s (%s)", pid, repo)
+                try:
+                    import os
+
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    continue
+                tritonserver.reap(pid)
+
+    def heartbeat(self, pools: int) -> None:
+        """Tell /healthz this supervisor lives (config.ComponentHeartbeat "pools")."""
+        try:
+            from django.utils import timezone
+
+            from config.models import ComponentHeartbeat
+
+            ComponentHeartbeat.objects.update_or_create(name="pools", defaults={"seen_at": timezone.now(), "detail": {"pools": pools}})
+        except Exception:  # noqa: BLE001 - no heartbeat table yet: supervision goes on
+            pass

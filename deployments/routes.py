@@ -1,0 +1,90 @@
+"""The gateway's route table, derived from endpoints, rollouts and pool readiness.
+
+The contract is gateway/route_table.schema.json (and gateway/README.md): per endpoint,
+its variants with role and weight in basis points and the *ready* replica URLs of
+their pool. Nothing here is stored: the table is a pure function of the database, and
+its `version` (and the HTTP ETag) is a digest of its content.
+"""
+
+import hashlib
+import json
+
+from django.utils import timezone
+
+from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout
+from deployments.rollout_machine import ACTIVE, split_for
+from registry.models import Artifact
+
+
+def variant_name(artifact: Artifact) -> str:
+    """The name a variant has in X-Model-Variant, metric labels and the judge: v3-onnx-int8."""
+    return f"v{artifact.version.version}-{artifact.variant}"
+
+
+def triton_name(artifact: Artifact) -> str:
+    return artifact.triton_model_name or f"{artifact.version.model.name}__v{artifact.version.version}__{artifact.variant}"
+
+
+def _ready_urls(pool_id: int, model_name: str, ready_models: dict, replicas: dict) -> list[str]:
+    pool_model = ready_models.get((pool_id, model_name))
+    if pool_model is None:
+        return []
+    return sorted(
+        replica.http_url.rstrip("/") for replica in replicas.get(pool_id, [])
+        if replica.http_url and pool_model.replica_ready.get(replica.name)
+    )
+
+
+def _variant(artifact, role, weight_bp, urls) -> dict:
+    return {
+        "name": variant_name(artifact), "model_version": str(artifact.version.version), "triton_model": triton_name(artifact),
+        "role": role, "weight_bp": int(weight_bp), "replicas": urls,
+    }
+
+
+def route_table() -> dict:
+    """Every endpoint that has a stable artifact, with its current split."""
+    endpoints = list(
+        Endpoint.objects.filter(stable_artifact__isnull=False)
+        .select_related("stable_artifact__version__model").order_by("name")
+    )
+    rollouts = {
+        r.endpoint_id: r for r in Rollout.objects.filter(endpoint__in=endpoints, state__in=[s.value for s in ACTIVE])
+        .select_related("candidate_artifact__version__model", "baseline_artifact__version__model")
+    }
+    pool_ids = {e.pool_id for e in endpoints}
+    ready_models = {
+        (pm.pool_id, pm.triton_model_name): pm
+        for pm in PoolModel.objects.filter(pool_id__in=pool_ids, state=PoolModelState.READY)
+    }
+    replicas: dict[int, list] = {}
+    for replica in PoolReplica.objects.filter(pool_id__in=pool_ids, status=ReplicaStatus.READY).order_by("name"):
+        replicas.setdefault(replica.pool_id, []).append(replica)
+
+    table = []
+    for endpoint in endpoints:
+        stable = endpoint.stable_artifact
+        stable_urls = _ready_urls(endpoint.pool_id, triton_name(stable), ready_models, replicas)
+        rollout = rollouts.get(endpoint.pk)
+        entry = {
+            "name": endpoint.name, "sticky_header": endpoint.sticky_header, "timeout_ms": endpoint.timeout_ms,
+            "salt": rollout.salt if rollout else "", "shadow_sample_rate": 0.0,
+        }
+        variants = []
+        split = split_for(rollout.state, rollout.step_index, rollout.plan, rollout.paused_from) if rollout else None
+        candidate = rollout.candidate_artifact if rollout else None
+        if split and split.candidate_role and candidate.pk != stable.pk:
+            candidate_urls = _ready_urls(endpoint.pool_id, triton_name(candidate), ready_models, replicas)
+            variants.append(_variant(stable, "stable", split.stable_bp, stable_urls))
+            if split.candidate_role == "shadow":
+                entry["shadow_sample_rate"] = rollout.shadow_sample_rate
+                variants.append(_variant(candidate, "shadow", 0, candidate_urls))
+            else:
+                variants.append(_variant(candidate, "canary", split.candidate_bp, candidate_urls))
+        else:
+            variants.append(_variant(stable, "stable", 10_000, stable_urls))
+        entry["variants"] = variants
+        table.append(entry)
+    body = {"endpoints": table}
+    version = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
+    return {"version": version, "generated_at": timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ"), **body}

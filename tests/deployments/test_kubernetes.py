@@ -1,0 +1,260 @@
+"""Kubernetes driver: rendered objects pass the Kubernetes OpenAPI schema, and the client
+calls (server-side apply, pod listing, per-pod Triton repository API) do what they should.
+
+No real cluster is reachable here: the API server is a small fake HTTP server in this test
+(a real server on a local port, recording each request and answering like the API
+server would), and each "pod" points at a second recording HTTP server that answers
+Triton's repository and readiness endpoints.
+"""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import StringIO
+from urllib.parse import parse_qs, urlparse
+
+import kubernetes_validate
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+from kubernetes import client
+
+from deployments.drivers.base import LoadFailed, ModelDir, PoolSpec
+from deployments.drivers.kubernetes import KubernetesDriver, object_name, render
+
+K8S_VERSION = "1.31"
+
+
+def spec(**overrides) -> PoolSpec:
+    base = dict(name="ctr-gpu", replicas=2, model_repository="pvc://models/ctr", team="team-a", device_kind="nvidia-a100",
+                gpus_per_replica=1, resources={"cpu": "4", "memory": "16Gi"}, namespace="serving", min_replicas=2, max_replicas=6)
+    base.update(overrides)
+    return PoolSpec(**base)
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        spec(),
+        spec(name="ctr-cpu", device_kind="cpu", gpus_per_replica=0, resources={}, model_repository="s3://bucket/repo"),
+        spec(name="scaled-down", replicas=0, model_repository="gs://bucket/repo"),
+    ],
+    ids=["gpu-pvc", "cpu-s3", "zero-replicas"],
+)
+def test_every_rendered_object_passes_the_kubernetes_schema(pool):
+    objects = render(pool)
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    kinds = [o["kind"] for o in objects]
+    assert kinds[:2] == ["Deployment", "Service"] and "PodDisruptionBudget" in kinds
+    assert ("HorizontalPodAutoscaler" in kinds) == (pool.replicas > 0)
+
+
+def test_schema_validation_catches_a_broken_object():
+    deployment = render(spec())[0]
+    deployment["spec"]["replicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+def test_deployment_runs_triton_with_gpu_readiness_probe_and_repository_volume():
+    deployment = render(spec())[0]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert "--model-control-mode=explicit" in container["args"] and "--strict-readiness=true" in container["args"]
+    assert "--model-repository=/models/ctr" in container["args"]
+    assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    cpu = render(spec(device_kind="cpu", gpus_per_replica=0, model_repository="s3://b/r"))[0]
+    cpu_container = cpu["spec"]["template"]["spec"]["containers"][0]
+    assert "--model-repository=s3://b/r" in cpu_container["args"]
+    assert "nvidia.com/gpu" not in json.dumps(cpu_container)
+
+
+@pytest.mark.django_db
+def test_render_pool_command_prints_valid_yaml(deployer, team_a):
+    from deployments import services
+
+    services.pool_create(user=deployer, name="k8s-a", team=team_a, driver="kubernetes", replicas=3, model_repository="s3://bucket/models",
+                         device_kind="nvidia-t4")
+    out = StringIO()
+    call_command("render_pool", "k8s-a", stdout=out)
+    documents = list(yaml.safe_load_all(out.getvalue()))
+    assert [d["kind"] for d in documents] == ["Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"]
+    for document in documents:
+        kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+    assert documents[0]["spec"]["replicas"] == 3
+    services.pool_create(user=deployer, name="local-a", team=team_a)
+    with pytest.raises(CommandError, match="local driver"):
+        call_command("render_pool", "local-a", stdout=StringIO())
+
+
+# --- the fake API server and fake pods -----------------------------------------------------------
+class Recorder(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, handler):
+        super().__init__(("127.0.0.1", 0), handler)
+        self.requests = []
+        self.state = {}
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, status, body, content_type="application/json"):
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        url = urlparse(self.path)
+        entry = {"method": self.command, "path": url.path, "query": parse_qs(url.query), "content_type": self.headers.get("Content-Type", ""), "body": body}
+        self.server.requests.append(entry)
+        return entry
+
+    def do_GET(self):
+        self.handle_request(self._record())
+
+    def do_POST(self):
+        self.handle_request(self._record())
+
+    def do_PATCH(self):
+        self.handle_request(self._record())
+
+    def do_DELETE(self):
+        self.handle_request(self._record())
+
+
+class FakeApiServer(Handler):
+    def handle_request(self, req):
+        if req["method"] == "PATCH":
+            return self._reply(200, json.loads(req["body"]))
+        if req["method"] == "GET" and req["path"] == "/api/v1/namespaces/serving/pods":
+            return self._reply(200, self.server.state["pods"])
+        if req["method"] == "DELETE":
+            if "horizontalpodautoscalers" in req["path"]:
+                return self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+            return self._reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        return self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
+
+
+class FakeTriton(Handler):
+    def handle_request(self, req):
+        loaded = self.server.state.setdefault("loaded", set())
+        parts = req["path"].strip("/").split("/")
+        if req["path"].startswith("/v2/repository/models/") and parts[-1] == "load":
+            if parts[3] == "broken":
+                return self._reply(400, {"error": "load failed for model 'broken': version 1 is at UNAVAILABLE state"})
+            loaded.add(parts[3])
+            return self._reply(200, "")
+        if req["path"].startswith("/v2/repository/models/") and parts[-1] == "unload":
+            loaded.discard(parts[3])
+            return self._reply(200, "")
+        if req["path"].startswith("/v2/models/") and parts[-1] == "ready":
+            return self._reply(200 if parts[2] in loaded else 400, "")
+        if req["path"].endswith("/stats"):
+            return self._reply(200, {"model_stats": []})
+        if req["path"] == "/metrics":
+            return self._reply(200, "", "text/plain")
+        return self._reply(404, {"error": "not found"})
+
+
+def pod(name, ready, ip="127.0.0.1"):
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "serving", "labels": {"modelplane.io/pool": "ctr-gpu"}},
+        "spec": {"containers": [{"name": "tritonserver", "image": "triton"}]},
+        "status": {
+            "phase": "Running", "podIP": ip, "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "tritonserver", "ready": ready, "restartCount": 1, "image": "triton", "imageID": "x", "started": True}],
+        },
+    }
+
+
+@pytest.fixture
+def cluster():
+    api = Recorder(FakeApiServer)
+    triton = Recorder(FakeTriton)
+    api.state["pods"] = {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [pod("triton-ctr-gpu-a", True), pod("triton-ctr-gpu-b", False)]}
+    configuration = client.Configuration(host=api.url)
+    driver = KubernetesDriver(spec(), api_client=client.ApiClient(configuration), pod_http_port=triton.server_address[1], pod_metrics_port=triton.server_address[1])
+    yield driver, api, triton
+    api.shutdown()
+    triton.shutdown()
+
+
+def test_ensure_applies_every_object_server_side(cluster):
+    driver, api, _ = cluster
+    replicas = driver.ensure()
+    patches = [r for r in api.requests if r["method"] == "PATCH"]
+    assert [p["path"] for p in patches] == [
+        "/apis/apps/v1/namespaces/serving/deployments/triton-ctr-gpu",
+        "/api/v1/namespaces/serving/services/triton-ctr-gpu",
+        "/apis/autoscaling/v2/namespaces/serving/horizontalpodautoscalers/triton-ctr-gpu",
+        "/apis/policy/v1/namespaces/serving/poddisruptionbudgets/triton-ctr-gpu",
+    ]
+    for patch in patches:
+        assert patch["content_type"] == "application/apply-patch+yaml"
+        assert patch["query"]["fieldManager"] == ["modelplane"] and patch["query"]["force"] == ["true"]
+        kubernetes_validate.validate(json.loads(patch["body"]), K8S_VERSION, strict=True)
+    listing = [r for r in api.requests if r["method"] == "GET"][0]
+    assert listing["query"]["labelSelector"] == [f"app.kubernetes.io/instance={object_name(driver.spec)},modelplane.io/pool=ctr-gpu"]
+    assert [(r.name, r.status, r.restarts) for r in replicas] == [("triton-ctr-gpu-a", "ready", 1), ("triton-ctr-gpu-b", "starting", 1)]
+
+
+def test_scale_to_zero_applies_replicas_and_removes_the_autoscaler(cluster):
+    driver, api, _ = cluster
+    driver.scale(0)
+    deployment = json.loads(next(r for r in api.requests if r["method"] == "PATCH")["body"])
+    assert deployment["spec"]["replicas"] == 0
+    assert not any("horizontalpodautoscalers" in r["path"] for r in api.requests if r["method"] == "PATCH")
+    assert any("horizontalpodautoscalers" in r["path"] for r in api.requests if r["method"] == "DELETE")
+
+
+def test_load_and_unload_go_to_each_ready_pod_only(cluster):
+    driver, _, triton = cluster
+    ready = driver.load(ModelDir(name="ctr__v1__onnx-fp16", config_json='{"max_batch_size": 8}'))
+    assert ready == {"triton-ctr-gpu-a": True}
+    loads = [r for r in triton.requests if r["path"].endswith("/load")]
+    assert len(loads) == 1  # the pod that is not ready got nothing
+    assert json.loads(loads[0]["body"]) == {"parameters": {"config": '{"max_batch_size": 8}'}}
+    driver.unload("ctr__v1__onnx-fp16", drain_timeout=2, quiet_s=0.1)
+    assert any(r["path"].endswith("/unload") for r in triton.requests)
+    assert "ctr__v1__onnx-fp16" not in triton.state["loaded"]
+
+
+def test_failed_load_reports_tritons_message(cluster):
+    driver, _, _ = cluster
+    with pytest.raises(LoadFailed) as failure:
+        driver.load(ModelDir(name="broken"))
+    assert "UNAVAILABLE" in failure.value.errors["triton-ctr-gpu-a"]
+
+
+def test_delete_removes_objects_and_tolerates_missing_ones(cluster):
+    driver, api, _ = cluster
+    driver.delete()
+    deleted = {r["path"].split("/")[-2] for r in api.requests if r["method"] == "DELETE"}
+    assert deleted == {"deployments", "services", "horizontalpodautoscalers", "poddisruptionbudgets"}
+
+
+def test_unreachable_api_server_is_a_driver_error():
+    from deployments.drivers.base import DriverError
+
+    driver = KubernetesDriver(spec(), api_client=client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    with pytest.raises(DriverError, match="apply Deployment"):
+        driver.ensure()
