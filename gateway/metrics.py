@@ -47,7 +47,9 @@ SHADOW_DROPPED = Counter(
     "gateway_shadow_dropped", "Shadow copies dropped because the shadow queue was full", ["endpoint", "variant"]
 )
 SHADOW_QUEUE = Gauge("gateway_shadow_queue_depth", "Shadow copies waiting to be sent")
-BREAKER_OPEN = Gauge("gateway_replica_circuit_open", "1 while a replica's circuit breaker is open", ["replica"])
+BREAKER_OPEN = Gauge(
+    "gateway_replica_circuit_open", "1 while the circuit breaker of a model on a replica is open", ["replica", "model"]
+)
 ROUTE_FETCHES = Counter("gateway_route_fetches", "Route table fetches by result", ["result"])
 ROUTE_AGE = Gauge("gateway_route_table_age_seconds", "Seconds since the route source last confirmed the table")
 ROUTE_STALE = Gauge("gateway_route_table_stale", "1 when the route source cannot be reached or sent an invalid table")

@@ -34,21 +34,26 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 
 class ReplicaState:
-    """One Triton server (base URL): outstanding requests and its circuit breaker.
+    """One model on one Triton server (base URL + triton model): outstanding requests
+    and its circuit breaker. Kept across table reloads; the keep-alive connection pool
+    is shared by every model on the same server.
 
-    Shared by every variant whose pool lists the URL, and kept across table reloads.
+    Keyed by model and not only by server so that a slow or failing model (a shadow, a
+    bad canary) does not eject the stable model that shares its server.
     """
 
-    __slots__ = ("base", "outstanding", "failures", "broken", "open_until", "cooldown", "pool")
+    __slots__ = ("base", "model", "outstanding", "failures", "broken", "open_until", "cooldown", "pool", "ready_line")
 
-    def __init__(self, base: str):
+    def __init__(self, base: str, model: str, pool: Pool):
         self.base = base
+        self.model = model
         self.outstanding = 0
         self.failures = 0  # consecutive
         self.broken = False
         self.open_until = 0.0
         self.cooldown = 0.0
-        self.pool = Pool(base)
+        self.pool = pool
+        self.ready_line = f"GET /v2/models/{model}/ready HTTP/1.1\r\n".encode()
 
 
 @dataclass(eq=False)
@@ -145,8 +150,8 @@ class RouteTable:
     endpoints: dict[str, Endpoint]
     raw: dict
 
-    def replica_bases(self) -> set[str]:
-        return {entry[0].base for ep in self.endpoints.values() for v in ep.variants for entry in v.replicas}
+    def replica_keys(self) -> set[tuple[str, str]]:
+        return {(e[0].base, e[0].model) for ep in self.endpoints.values() for v in ep.variants for e in v.replicas}
 
 
 def validate(document) -> None:
@@ -176,9 +181,11 @@ def validate(document) -> None:
                 raise RouteTableError(f"{where}: shadow variant {v['name']!r} must have weight_bp 0")
 
 
-def compile_table(document, states: dict[str, ReplicaState]) -> RouteTable:
-    """Validate and build the hot-path objects. `states` (base URL -> ReplicaState) is
-    reused so breaker and load state survive reloads; unknown URLs are added to it."""
+def compile_table(document, states: dict, pools: dict | None = None) -> RouteTable:
+    """Validate and build the hot-path objects. `states` ((base URL, model) ->
+    ReplicaState) and `pools` (base URL -> Pool) are reused so breaker, load and
+    connections survive reloads; new entries are added to them."""
+    pools = {} if pools is None else pools
     validate(document)
     endpoints = {}
     for ep in document["endpoints"]:
@@ -188,10 +195,13 @@ def compile_table(document, states: dict[str, ReplicaState]) -> RouteTable:
             replicas = []
             for base in v["replicas"]:
                 base = base.rstrip("/")
-                state = states.get(base)
-                if state is None:
-                    state = states[base] = ReplicaState(base)
                 model = v["triton_model"]
+                state = states.get((base, model))
+                if state is None:
+                    pool = pools.get(base)
+                    if pool is None:
+                        pool = pools[base] = Pool(base)
+                    state = states[(base, model)] = ReplicaState(base, model, pool)
                 replicas.append(
                     (
                         state,

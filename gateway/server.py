@@ -35,7 +35,6 @@ perf = time.perf_counter
 IHCL = "Inference-Header-Content-Length"
 FORWARD_REQUEST = ("Content-Type", IHCL, "Content-Encoding", "Accept-Encoding")
 FORWARD_RESPONSE = (("content-type", "Content-Type"), ("inference-header-content-length", IHCL), ("content-encoding", "Content-Encoding"))
-READY_HEAD = b"GET /v2/health/ready HTTP/1.1\r\n"
 JSON_CT = "application/json"
 UNAVAILABLE = frozenset((502, 503, 504))  # upstream statuses that count toward the circuit breaker
 
@@ -94,7 +93,8 @@ class Gateway:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.table: RouteTable | None = None
-        self.states: dict[str, ReplicaState] = {}
+        self.states: dict[tuple[str, str], ReplicaState] = {}
+        self.pools: dict = {}
         self.children = metrics.Children()
         self.session: aiohttp.ClientSession | None = None
         self.shadow_queue: asyncio.Queue | None = None
@@ -111,14 +111,17 @@ class Gateway:
 
     # --- routes -------------------------------------------------------------------------
     def install(self, document) -> None:
-        table = compile_table(document, self.states)  # raises RouteTableError, nothing changed
-        keep = table.replica_bases()
-        for base in list(self.states):
-            if base not in keep:
-                state = self.states.pop(base)
-                state.pool.close()
+        table = compile_table(document, self.states, self.pools)  # raises RouteTableError, nothing changed
+        keep = table.replica_keys()
+        for key in list(self.states):
+            if key not in keep:
+                state = self.states.pop(key)
                 if state.broken:
-                    metrics.BREAKER_OPEN.labels(base).set(0)
+                    metrics.BREAKER_OPEN.labels(state.base, state.model).set(0)
+        bases = {base for base, _ in keep}
+        for base in list(self.pools):
+            if base not in bases:
+                self.pools.pop(base).close()
         self.table = table
         metrics.ROUTE_ENDPOINTS.set(len(table.endpoints))
         metrics.ROUTE_LOADED_AT.set(time.time())
@@ -142,8 +145,8 @@ class Gateway:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         if self.session:
             await self.session.close()
-        for state in self.states.values():
-            state.pool.close()
+        for pool in self.pools.values():
+            pool.close()
 
     # --- circuit breaker ----------------------------------------------------------------
     def _failed(self, state: ReplicaState) -> None:
@@ -152,12 +155,12 @@ class Gateway:
             state.broken = True
             state.cooldown = self.settings.breaker_cooldown_s
             state.open_until = time.monotonic() + state.cooldown
-            metrics.BREAKER_OPEN.labels(state.base).set(1)
-            log.warning("circuit open for %s after %d consecutive failures", state.base, state.failures)
+            metrics.BREAKER_OPEN.labels(state.base, state.model).set(1)
+            log.warning("circuit open for %s %s after %d consecutive failures", state.base, state.model, state.failures)
 
     async def probe_loop(self) -> None:
-        """Probe ejected replicas (GET /v2/health/ready) after their cooldown; close the
-        breaker on success, double the cooldown on failure."""
+        """Probe ejected replicas (GET /v2/models/{model}/ready) after their cooldown;
+        close the breaker on success, double the cooldown on failure."""
         while True:
             await asyncio.sleep(0.1)
             now = time.monotonic()
@@ -165,15 +168,15 @@ class Gateway:
             for state in due:
                 try:
                     async with asyncio.timeout(1.0):
-                        status, _, _ = await state.pool.request(READY_HEAD)
+                        status, _, _ = await state.pool.request(state.ready_line)
                     ok = status == 200
                 except (UpstreamError, asyncio.TimeoutError, OSError):
                     ok = False
                 if ok:
                     state.broken = False
                     state.failures = 0
-                    metrics.BREAKER_OPEN.labels(state.base).set(0)
-                    log.info("circuit closed for %s (probe ok)", state.base)
+                    metrics.BREAKER_OPEN.labels(state.base, state.model).set(0)
+                    log.info("circuit closed for %s %s (probe ok)", state.base, state.model)
                 else:
                     state.cooldown = min(state.cooldown * 2, self.settings.breaker_max_cooldown_s)
                     state.open_until = time.monotonic() + state.cooldown
