@@ -15,3 +15,8 @@ urlpatterns = [
     path("models/<slug:model_name>/versions/", model_versions, name="model-versions"),
     path("", include(router.urls)),
 ]
+
+# The artifact factory's routes (builds, artifacts).
+from registry import build_api  # noqa: E402
+
+urlpatterns += build_api.urlpatterns

@@ -1,9 +1,10 @@
 from django.urls import path
 
-from registry import views
+from registry import build_views, views
 
 app_name = "registry"
 urlpatterns = [
+    *build_views.urlpatterns,  # before "<slug:name>/" so "builds/" is not read as a model name
     path("", views.model_list, name="model-list"),
     path("new/", views.model_create, name="model-create"),
     path("versions/<int:pk>/", views.version_detail, name="version-detail"),

@@ -1,0 +1,90 @@
+"""manage.py train_reference_model: train the reference CTR model on synthetic clicks,
+log params, AUC, logloss and the model to MLflow, and optionally register it as a
+version (`--register MODEL_NAME`) through registry.services.version_create_from_mlflow.
+"""
+
+import io
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand, CommandError
+
+from config.errors import PlatformError
+from experiments.reference.model import ReferenceConfig
+from experiments.reference.train import log_to_mlflow, train
+
+
+class Command(BaseCommand):
+    help = "Train the reference CTR model, log it to MLflow, optionally register it as a model version."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--version-tag", default="", help="Tag recorded on the run and the version (e.g. v1).")
+        parser.add_argument("--rows", type=int, default=200_000)
+        parser.add_argument("--valid-rows", type=int, default=20_000)
+        parser.add_argument("--epochs", type=int, default=2)
+        parser.add_argument("--vocab", type=int, default=10_000, help="Hash buckets per categorical feature.")
+        parser.add_argument("--emb-dim", type=int, default=16)
+        parser.add_argument("--interaction", choices=["dcn", "deepfm"], default="dcn")
+        parser.add_argument("--cross-layers", type=int, default=2)
+        parser.add_argument("--mlp", default="256,128", help="Hidden layer sizes, comma separated.")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--signal-seed", type=int, default=1234, help="The hidden teacher; keep it to compare versions.")
+        parser.add_argument("--threads", type=int, default=2)
+        parser.add_argument("--experiment", default="reference-ctr")
+        parser.add_argument("--register", metavar="MODEL_NAME", default="", help="Register the logged model as a version of MODEL_NAME.")
+        parser.add_argument("--team", default="", help="Team of a model created by --register (default: the user's first team).")
+        parser.add_argument("--user", default="", help="Acting user for --register (default: the first superuser).")
+
+    def handle(self, *args, **opts):
+        try:
+            mlp = [int(x) for x in opts["mlp"].split(",") if x.strip()]
+        except ValueError:
+            raise CommandError("--mlp: give comma-separated integers, e.g. 256,128") from None
+        config = ReferenceConfig(vocab=opts["vocab"], emb_dim=opts["emb_dim"], interaction=opts["interaction"],
+                                 cross_layers=opts["cross_layers"], mlp=mlp)
+        user = self._user(opts["user"]) if opts["register"] else None
+        result = train(config, rows=opts["rows"], valid_rows=opts["valid_rows"], epochs=opts["epochs"], seed=opts["seed"],
+                       signal_seed=opts["signal_seed"], threads=opts["threads"])
+        self.stdout.write(f"trained in {result.metrics['train_seconds']:.1f}s: AUC {result.metrics['auc']:.4f}, logloss {result.metrics['logloss']:.4f}")
+        tags = {"version_tag": opts["version_tag"]} if opts["version_tag"] else {}
+        uri = log_to_mlflow(result, experiment=opts["experiment"], run_name=opts["version_tag"], tags=tags)
+        self.stdout.write(f"logged to MLflow: {uri}")
+        if opts["register"]:
+            version = self._register(user=user, name=opts["register"], team_name=opts["team"], uri=uri, result=result, tags=tags)
+            self.stdout.write(self.style.SUCCESS(f"registered {version} (id {version.pk})"))
+
+    def _user(self, username: str):
+        users = get_user_model().objects
+        user = users.filter(username=username).first() if username else users.filter(is_superuser=True).order_by("pk").first()
+        if user is None:
+            raise CommandError(f"--user: no user {username!r}" if username else "--register needs --user (no superuser exists)")
+        return user
+
+    def _register(self, *, user, name, team_name, uri, result, tags):
+        from registry import selectors, services, storage
+
+        try:
+            model = selectors.model_list(user=user).filter(name=name).first()
+            if model is None:
+                team = Group.objects.filter(name=team_name).first() if team_name else selectors.team_list(user=user).first()
+                if team is None:
+                    raise CommandError(f"--team: no team {team_name!r}" if team_name else "--team: the user belongs to no team")
+                model = services.model_create(user=user, name=name, team=team, description="Reference CTR ranker (synthetic clicks).")
+            # The labelled validation set goes to the artifact store (npz, no pickles) so
+            # builds can report AUC/logloss deltas on real labels.
+            buffer = io.BytesIO()
+            np.savez(buffer, **result.validation.arrays())
+            with tempfile.NamedTemporaryFile(dir=storage.tmp_dir(), delete=False, suffix=".npz") as fh:
+                fh.write(buffer.getvalue())
+            tmp = Path(fh.name)
+            rel = storage.put_file(tmp, storage.sha256_of(tmp), ".npz")
+            return services.version_create_from_mlflow(
+                user=user, model=model, source_uri=uri,
+                metrics={k: float(v) for k, v in result.metrics.items()},
+                tags={**tags, "validation_set": rel, "params": result.params},
+            )
+        except PlatformError as exc:
+            raise CommandError(exc.detail) from exc

@@ -1,0 +1,104 @@
+"""Train the reference model on synthetic clicks; log it to MLflow."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from experiments.reference.data import ClickLog, generate
+from experiments.reference.model import ReferenceConfig, ReferenceCTR
+
+
+@dataclass
+class TrainResult:
+    model: ReferenceCTR
+    metrics: dict
+    params: dict
+    validation: ClickLog
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    from scipy.stats import rankdata
+
+    labels = labels.astype(bool)
+    pos, neg = int(labels.sum()), int((~labels).sum())
+    ranks = rankdata(scores)
+    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def logloss(labels: np.ndarray, scores: np.ndarray) -> float:
+    p = np.clip(scores.astype(np.float64), 1e-7, 1 - 1e-7)
+    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+
+
+def predict(model: ReferenceCTR, log: ClickLog, batch: int = 4096) -> np.ndarray:
+    model.eval()
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(log), batch):
+            out.append(model(torch.from_numpy(log.dense[start:start + batch]), torch.from_numpy(log.sparse[start:start + batch])).numpy())
+    return np.concatenate(out).reshape(-1)
+
+
+def train(config: ReferenceConfig | None = None, *, rows: int = 200_000, valid_rows: int = 20_000, epochs: int = 2,
+          batch_size: int = 1024, lr: float = 3e-3, seed: int = 0, signal_seed: int = 1234, threads: int = 2) -> TrainResult:
+    config = config or ReferenceConfig()
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    started = time.monotonic()
+    data = generate(rows, seed=seed, signal_seed=signal_seed)
+    valid = generate(valid_rows, seed=seed + 10_000, signal_seed=signal_seed)
+    model = ReferenceCTR(config)
+    optimizers = [torch.optim.Adam(model.dense_parameters(), lr=lr)]
+    table_params = list(model.tables.parameters())
+    optimizers.append(torch.optim.SparseAdam(table_params, lr=lr * 3) if config.sparse_grad else torch.optim.Adam(table_params, lr=lr * 3))
+    loss_fn = torch.nn.BCELoss()
+    dense, sparse, label = (torch.from_numpy(a) for a in (data.dense, data.sparse, data.label))
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        model.train()
+        order = torch.from_numpy(rng.permutation(rows))
+        for start in range(0, rows, batch_size):
+            idx = order[start:start + batch_size]
+            for opt in optimizers:
+                opt.zero_grad()
+            loss = loss_fn(model(dense[idx], sparse[idx]).reshape(-1), label[idx])
+            loss.backward()
+            for opt in optimizers:
+                opt.step()
+    model.eval()
+    scores = predict(model, valid)
+    metrics = {"auc": auc(valid.label, scores), "logloss": logloss(valid.label, scores), "train_seconds": time.monotonic() - started}
+    params = {**config.as_dict(), "rows": rows, "valid_rows": valid_rows, "epochs": epochs, "batch_size": batch_size, "lr": lr,
+              "seed": seed, "signal_seed": signal_seed}
+    return TrainResult(model=model, metrics=metrics, params=params, validation=valid)
+
+
+def signature():
+    from mlflow.models import ModelSignature
+    from mlflow.types import Schema, TensorSpec
+
+    from experiments.reference.data import N_DENSE, N_SPARSE
+
+    return ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, N_DENSE), "dense"), TensorSpec(np.dtype(np.int64), (-1, N_SPARSE), "sparse")]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 1), "ctr")]),
+    )
+
+
+def log_to_mlflow(result: TrainResult, *, experiment: str = "reference-ctr", run_name: str = "", tags: dict | None = None) -> str:
+    """Log params, metrics and the model (pytorch flavor, tensor signature); returns the model URI."""
+    import mlflow
+    import mlflow.pytorch
+
+    from config import mlflow as mlflow_config
+
+    mlflow_config.configure()
+    with mlflow.start_run(experiment_id=mlflow_config.experiment_id(experiment), run_name=run_name or None, tags=tags or {}):
+        mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in result.params.items()})
+        mlflow.log_metrics({k: float(v) for k, v in result.metrics.items()})
+        info = mlflow.pytorch.log_model(result.model, name="model", signature=signature(), pip_requirements=["torch"])
+    return info.model_uri

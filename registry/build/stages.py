@@ -1,0 +1,458 @@
+"""The six build stages. Each takes the BuildContext, does its work in ctx.work_dir,
+appends log lines with ctx.log(...) and raises StageError to fail the build.
+
+Nothing here touches the database: registry/build/runner.py records progress and
+publishes the result; so a stage can be re-run from scratch on a retried attempt.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+
+from registry.build import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, triton_config
+
+ADAPTER = Path(__file__).resolve().parents[2] / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
+
+
+class StageError(Exception):
+    def __init__(self, message: str, code: str = "build_failed"):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class VariantResult:
+    name: str
+    onnx_path: Path | None = None
+    status: str = "pending"  # pending -> servable | rejected | skipped
+    reason: str = ""
+    validation: dict = field(default_factory=dict)
+    benchmark: dict = field(default_factory=dict)
+    package_dir: Path | None = None
+    size_bytes: int | None = None
+
+
+@dataclass
+class BuildContext:
+    work_dir: Path
+    model_name: str
+    version: int
+    task: str
+    source: str  # upload | mlflow
+    framework: str  # onnx | pytorch
+    source_path: Path | None
+    source_uri: str
+    expected_signature: dict
+    targets: list[str]
+    validation_set: Path | None = None
+    log: Callable[[str], None] = print
+    # filled by the stages
+    canonical: Path | None = None
+    fused: Path | None = None
+    optimized: Path | None = None
+    signature: dict = field(default_factory=dict)
+    torch_model: object | None = None
+    variants: dict[str, VariantResult] = field(default_factory=dict)
+    eager_benchmark: dict = field(default_factory=dict)
+
+
+# --- 1. canonicalize ---------------------------------------------------------------------------
+def _source_from_mlflow(ctx: BuildContext) -> onnx.ModelProto:
+    from config import mlflow as mlflow_config
+
+    mlflow_config.configure()
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        info = mlflow.models.get_model_info(ctx.source_uri)
+    except (MlflowException, OSError, ValueError) as exc:
+        raise StageError(f"MLflow model URI {ctx.source_uri!r} does not resolve: {str(exc).splitlines()[0][:300]}", "source_unresolvable") from exc
+    flavors = set(info.flavors)
+    ctx.log(f"MLflow model {ctx.source_uri} (run {info.run_id}) flavors: {', '.join(sorted(flavors))}")
+    if "onnx" in flavors:
+        local = Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow")))
+        candidates = sorted(local.rglob("*.onnx"))
+        if not candidates:
+            raise StageError("the MLflow onnx model has no .onnx file", "source_unresolvable")
+        return graphs.load(candidates[0])
+    if "pytorch" in flavors:
+        return _export_pytorch(ctx, info)
+    raise StageError(f"MLflow model flavors {sorted(flavors)}: only onnx and pytorch are built", "unsupported_flavor")
+
+
+def _export_pytorch(ctx: BuildContext, info) -> onnx.ModelProto:
+    """Export a trusted MLflow-logged PyTorch model with the legacy TorchScript exporter."""
+    import mlflow.pytorch
+    import torch
+
+    signature = ctx.expected_signature if ctx.expected_signature.get("inputs") else {}
+    if not signature and info.signature is not None:
+        signature = {
+            "inputs": [{"name": s.name, "dtype": str(s.type), "shape": list(s.shape)} for s in info.signature.inputs.inputs],
+            "outputs": [{"name": s.name, "dtype": str(s.type), "shape": list(s.shape)} for s in info.signature.outputs.inputs],
+        }
+    if not signature.get("inputs") or not signature.get("outputs"):
+        raise StageError("the PyTorch model has no tensor signature in MLflow; log it with one so it can be exported", "signature_missing")
+    module = mlflow.pytorch.load_model(ctx.source_uri, map_location="cpu").eval()
+    ctx.torch_model = module
+    example = graphs.seeded_inputs(signature, 4, int_high=conf.get("BUILD_INT_INPUT_HIGH"))
+    names_in = [s["name"] for s in signature["inputs"]]
+    names_out = [s["name"] for s in signature["outputs"]]
+    args = tuple(torch.from_numpy(example[n]) for n in names_in)
+    out_path = ctx.work_dir / "exported.onnx"
+    started = time.monotonic()
+    try:
+        torch.onnx.export(
+            module, args, str(out_path), input_names=names_in, output_names=names_out,
+            dynamic_axes={n: {0: "batch"} for n in names_in + names_out}, opset_version=conf.get("BUILD_OPSET"),
+            dynamo=False,
+        )
+    except Exception as exc:  # exporter errors come in many types
+        raise StageError(f"torch.onnx.export failed: {str(exc).splitlines()[0][:300]}", "export_failed") from exc
+    ctx.log(f"exported PyTorch -> ONNX opset {conf.get('BUILD_OPSET')} in {time.monotonic() - started:.1f}s")
+    return graphs.load(out_path)
+
+
+def canonicalize(ctx: BuildContext) -> None:
+    if ctx.source == "upload":
+        if not ctx.source_path or not ctx.source_path.exists():
+            raise StageError("the uploaded ONNX file is missing from the artifact store", "source_missing")
+        model = graphs.load(ctx.source_path)
+    else:
+        model = _source_from_mlflow(ctx)
+    ctx.log(f"source graph: {len(model.graph.node)} nodes, opset {graphs.default_opset(model)}, producer {model.producer_name!r}")
+    graphs.check(model)
+    model, note = graphs.pin_opset(model, conf.get("BUILD_OPSET"))
+    ctx.log(note)
+    model = onnx.shape_inference.infer_shapes(model)
+    raw = ctx.work_dir / "source.onnx"
+    onnx.save(model, str(raw))
+    # ORT's basic level = constant folding + redundant node elimination, standard ops only.
+    ctx.canonical = ctx.work_dir / "canonical.onnx"
+    folded = graphs.ort_offline(raw, ctx.canonical, "basic")
+    graphs.check(folded)
+    ctx.signature = _signature(folded)
+    ctx.log(f"folded constants: {len(model.graph.node)} -> {len(folded.graph.node)} nodes")
+    _check_signature(ctx)
+    ctx.log("signature: " + ", ".join(f"{s['name']}:{s['dtype']}{s['shape']}" for s in ctx.signature["inputs"] + ctx.signature["outputs"]))
+    if ctx.torch_model is not None:
+        _check_export_fidelity(ctx)
+
+
+def _signature(model: onnx.ModelProto) -> dict:
+    from registry.onnx_files import signature_of
+
+    return signature_of(model)
+
+
+def _check_signature(ctx: BuildContext) -> None:
+    expected = ctx.expected_signature or {}
+    for side in ("inputs", "outputs"):
+        want = {s["name"]: s for s in expected.get(side) or []}
+        if not want:
+            continue
+        have = {s["name"]: s for s in ctx.signature[side]}
+        if set(want) != set(have):
+            raise StageError(
+                f"signature mismatch: the version declares {side} {sorted(want)} but the graph has {sorted(have)}", "signature_mismatch"
+            )
+        for name, spec in want.items():
+            if spec.get("dtype") and spec["dtype"] != have[name]["dtype"]:
+                raise StageError(
+                    f"signature mismatch: {side[:-1]} {name!r} is {have[name]['dtype']} in the graph, {spec['dtype']} in the version",
+                    "signature_mismatch",
+                )
+
+
+def _check_export_fidelity(ctx: BuildContext) -> None:
+    import torch
+
+    feeds = graphs.seeded_inputs(ctx.signature, 256, seed=1, int_high=conf.get("BUILD_INT_INPUT_HIGH"))
+    with torch.inference_mode():
+        eager = ctx.torch_model(*[torch.from_numpy(feeds[s["name"]]) for s in ctx.signature["inputs"]])
+    eager = (eager[0] if isinstance(eager, (tuple, list)) else eager).numpy()
+    exported = graphs.session(ctx.canonical).run(None, feeds)[0]
+    err = float(np.max(np.abs(eager.reshape(exported.shape) - exported)))
+    ctx.log(f"export fidelity vs PyTorch eager on 256 seeded rows: max abs error {err:.2e}")
+    if not np.isfinite(err) or err > 1e-4:
+        raise StageError(f"the exported graph disagrees with PyTorch eager (max abs error {err:.3g})", "export_mismatch")
+
+
+# --- 2. optimize -------------------------------------------------------------------------------
+def optimize(ctx: BuildContext) -> None:
+    model = onnx.load(str(ctx.canonical))
+    fused, count = graphs.fuse_embedding_gathers(model)
+    ctx.fused = ctx.work_dir / "fused.onnx"
+    onnx.save(fused, str(ctx.fused))
+    ctx.log(f"fused {count} embedding lookups into one gather over a concatenated table" if count else "no per-feature embedding lookups to fuse")
+    # Extended level: operator fusions (Gemm+activation, …); not the hardware-specific
+    # layout transforms of level "all", so the saved graph is portable across CPUs.
+    ctx.optimized = ctx.work_dir / "optimized.onnx"
+    optimized = graphs.ort_offline(ctx.fused, ctx.optimized, "extended")
+    ctx.log(f"ONNX Runtime offline optimization (extended): {len(fused.graph.node)} -> {len(optimized.graph.node)} nodes")
+
+
+# --- 3. variants -------------------------------------------------------------------------------
+def _has_gpu(provider: str) -> bool:
+    import onnxruntime as ort
+
+    return provider in ort.get_available_providers()
+
+
+def variants(ctx: BuildContext) -> None:
+    for target in ctx.targets:
+        result = VariantResult(name=target)
+        ctx.variants[target] = result
+        path = ctx.work_dir / f"{target}.onnx"
+        if target == "onnx-fp32":
+            shutil.copyfile(ctx.optimized, path)
+        elif target == "onnx-int8":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            try:
+                quantize_dynamic(str(ctx.fused), str(path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"])
+            except Exception as exc:  # the quantizer raises plain exceptions on graphs it cannot handle
+                result.status, result.reason = "rejected", f"INT8 quantization failed: {str(exc).splitlines()[0][:300]}"
+                ctx.log(f"{target}: {result.reason}")
+                continue
+        elif target == "onnx-fp16":
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+
+            fp16 = convert_float_to_float16(onnx.load(str(ctx.fused)), keep_io_types=True)
+            onnx.save(fp16, str(path))
+        elif target == "tensorrt":
+            # The engine is built by Triton's TensorRT accelerator on the GPU pool from this graph.
+            shutil.copyfile(ctx.fused, path)
+        else:
+            raise StageError(f"unknown target {target!r}", "unknown_target")
+        result.onnx_path = path
+        result.size_bytes = path.stat().st_size
+        ctx.log(f"{target}: {result.size_bytes / 1e6:.2f} MB")
+
+
+# --- 4. validate -------------------------------------------------------------------------------
+def _auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    from scipy.stats import rankdata
+
+    labels = labels.astype(bool)
+    pos, neg = int(labels.sum()), int((~labels).sum())
+    if pos == 0 or neg == 0:
+        return float("nan")
+    ranks = rankdata(scores)
+    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def _logloss(labels: np.ndarray, scores: np.ndarray) -> float:
+    p = np.clip(scores.astype(np.float64), 1e-7, 1 - 1e-7)
+    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+
+
+def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
+    if ctx.validation_set and ctx.validation_set.exists():
+        with np.load(ctx.validation_set, allow_pickle=False) as data:
+            names = [s["name"] for s in ctx.signature["inputs"]]
+            if all(n in data.files for n in names) and "label" in data.files:
+                rows = min(len(data["label"]), conf.get("BUILD_VALIDATION_ROWS"))
+                return {n: data[n][:rows] for n in names}, data["label"][:rows].astype(np.float64), "validation set"
+        ctx.log("the version's validation set does not match the signature; using seeded inputs")
+    rows = conf.get("BUILD_VALIDATION_ROWS")
+    return graphs.seeded_inputs(ctx.signature, rows, int_high=conf.get("BUILD_INT_INPUT_HIGH")), None, "seeded sample"
+
+
+def _run(path: Path, feeds: dict, providers=None) -> np.ndarray:
+    sess = graphs.session(path, providers=providers)
+    out = []
+    rows = len(next(iter(feeds.values())))
+    for start in range(0, rows, 1024):
+        out.append(sess.run([sess.get_outputs()[0].name], graphs.slice_rows(feeds, start, start + 1024))[0])
+    return np.concatenate(out, axis=0)
+
+
+def validate(ctx: BuildContext) -> None:
+    feeds, labels, label_source = _validation_feeds(ctx)
+    try:
+        reference = _run(ctx.canonical, feeds).astype(np.float64)
+    except Exception as exc:  # the original itself cannot run on the sample: the build fails
+        raise StageError(f"the original graph fails on {label_source} inputs: {str(exc).splitlines()[0][:300]}", "original_failed") from exc
+    if not np.all(np.isfinite(reference)):
+        raise StageError(f"the original graph outputs NaN/Inf on {label_source} inputs", "original_nan")
+    classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
+    if classifier and labels is None:
+        # No labelled set: labels drawn from the original's own probabilities (seeded), so
+        # AUC deltas measure how much a variant changes the ranking the original makes.
+        labels = (np.random.default_rng(7).random(reference.shape[0]) < reference.reshape(-1)).astype(np.float64)
+        label_source += " with labels drawn from the original's probabilities"
+    ctx.log(f"validating on {reference.shape[0]} rows ({label_source})")
+    base = {}
+    if classifier:
+        base = {"auc": _auc(labels, reference.reshape(-1)), "logloss": _logloss(labels, reference.reshape(-1))}
+    for name, result in ctx.variants.items():
+        if result.status != "pending":
+            continue
+        evidence = {"rows": int(reference.shape[0]), "inputs": label_source, **{f"original_{k}": v for k, v in base.items()}}
+        providers = None
+        if name == "tensorrt":
+            if not _has_gpu("TensorrtExecutionProvider"):
+                result.status = "skipped"
+                result.reason = "GPU-only: the TensorRT engine is built and validated on a GPU pool; this worker has no GPU/TensorRT"
+                result.validation = {**evidence, "skipped": result.reason}
+                ctx.log(f"{name}: skipped ({result.reason})")
+                continue
+            providers = ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+        try:
+            out = _run(result.onnx_path, feeds, providers=providers).astype(np.float64)
+        except Exception as exc:  # a variant that cannot run is rejected, the build goes on
+            result.status, result.reason = "rejected", f"the variant fails to run: {str(exc).splitlines()[0][:300]}"
+            result.validation = evidence
+            ctx.log(f"{name}: rejected ({result.reason})")
+            continue
+        out = out.reshape(reference.shape)
+        if name == "onnx-fp16" and providers is None:
+            evidence["note"] = (
+                "validated on CPU: ONNX Runtime runs fp16 ops that lack CPU kernels in fp32, so this checks the fp16 "
+                "weights and casts, not fp16 arithmetic overflow; a GPU pool's readiness check runs the real fp16 kernels"
+            )
+        nan_count = int(np.size(out) - np.isfinite(out).sum())
+        diff = np.abs(out - reference)
+        evidence.update(
+            nan_count=nan_count,
+            max_abs_error=float(np.nanmax(diff)) if nan_count < out.size else None,
+            max_rel_error=float(np.nanmax(diff / np.maximum(np.abs(reference), 1e-6))) if nan_count < out.size else None,
+            mean_abs_error=float(np.nanmean(diff)) if nan_count < out.size else None,
+        )
+        if classifier and nan_count == 0:
+            auc, loss = _auc(labels, out.reshape(-1)), _logloss(labels, out.reshape(-1))
+            evidence.update(auc=auc, logloss=loss, auc_delta=auc - base["auc"], logloss_delta=loss - base["logloss"])
+        if name == "onnx-fp32":
+            limit = float(conf.get("BUILD_FP32_MAX_ABS"))
+            evidence["threshold"] = {"max_abs_error": limit}
+            ok, why = (evidence["max_abs_error"] is not None and evidence["max_abs_error"] <= limit), f"max abs error {evidence['max_abs_error']} > {limit}"
+        else:
+            limit = float(conf.get("BUILD_LOWP_MAX_AUC_LOSS"))
+            if classifier:
+                evidence["threshold"] = {"auc_loss": limit}
+                ok = evidence.get("auc_delta") is not None and -evidence["auc_delta"] <= limit
+                why = f"AUC loss {-(evidence.get('auc_delta') or float('nan')):.5f} > {limit}"
+            else:
+                rel = float(conf.get("BUILD_LOWP_MAX_AUC_LOSS")) * 50  # 5% relative error for non-classifiers
+                evidence["threshold"] = {"max_rel_error": rel}
+                ok, why = (evidence["max_rel_error"] is not None and evidence["max_rel_error"] <= rel), f"max rel error {evidence['max_rel_error']} > {rel}"
+        if nan_count:
+            ok, why = False, f"the variant outputs NaN/Inf on {nan_count} of {out.size} values"
+        evidence["passed"] = bool(ok)
+        result.validation = evidence
+        if ok:
+            result.status = "validated"
+            ctx.log(f"{name}: passed (max abs error {evidence['max_abs_error']:.2e}" + (f", AUC delta {evidence['auc_delta']:+.5f})" if "auc_delta" in evidence else ")"))
+        else:
+            result.status, result.reason = "rejected", f"validation failed: {why}"
+            ctx.log(f"{name}: rejected ({result.reason})")
+
+
+# --- 5. benchmark ------------------------------------------------------------------------------
+def measure(call: Callable[[], object], batch: int, *, seconds: float, max_iters: int) -> dict:
+    """Latency p50/p99 (ms) and throughput (rows/s) of `call` in this thread."""
+    for _ in range(3):
+        call()
+    times = []
+    deadline = time.perf_counter() + seconds
+    while len(times) < max_iters and (time.perf_counter() < deadline or len(times) < 5):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    lat = np.array(times) * 1000.0
+    return {
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "throughput_rps": float(batch * len(times) / (lat.sum() / 1000.0)),
+        "iterations": len(times),
+    }
+
+
+def benchmark(ctx: BuildContext) -> None:
+    threads = int(conf.get("BUILD_BENCH_THREADS"))
+    batches = conf.bench_batches()
+    seconds, max_iters = float(conf.get("BUILD_BENCH_SECONDS")), int(conf.get("BUILD_BENCH_MAX_ITERS"))
+    feeds = graphs.seeded_inputs(ctx.signature, max(batches), seed=3, int_high=conf.get("BUILD_INT_INPUT_HIGH"))
+    if ctx.torch_model is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+        tensors = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        names = [s["name"] for s in ctx.signature["inputs"]]
+        for batch in batches:
+            args = [tensors[n][:batch] for n in names]
+
+            def eager_call(args=args):
+                with torch.inference_mode():
+                    return ctx.torch_model(*args)
+
+            ctx.eager_benchmark[str(batch)] = measure(eager_call, batch, seconds=seconds, max_iters=max_iters)
+        ctx.log("PyTorch eager: " + ", ".join(f"b{b} {ctx.eager_benchmark[str(b)]['p50_ms']:.3f} ms" for b in batches))
+    for name, result in ctx.variants.items():
+        if result.status != "validated":
+            continue
+        if name in GPU_VARIANTS:
+            result.benchmark = {"skipped": "GPU-only variant: CPU latency says nothing about its GPU latency; measured on a GPU pool"}
+            ctx.log(f"{name}: benchmark skipped (GPU-only)")
+            continue
+        sess = graphs.session(result.onnx_path, threads=threads)
+        out_name = sess.get_outputs()[0].name
+        per_batch = {}
+        for batch in batches:
+            part = graphs.slice_rows(feeds, 0, batch)
+            per_batch[str(batch)] = measure(lambda part=part: sess.run([out_name], part), batch, seconds=seconds, max_iters=max_iters)
+        bench = {"threads": threads, "batches": per_batch, "runtime": "onnxruntime CPUExecutionProvider"}
+        if ctx.eager_benchmark:
+            bench["eager"] = ctx.eager_benchmark
+            bench["speedup_vs_eager"] = {
+                b: per_batch[b]["throughput_rps"] / ctx.eager_benchmark[b]["throughput_rps"] for b in per_batch
+            }
+        result.benchmark = bench
+        ctx.log(f"{name}: " + ", ".join(f"b{b} p50 {per_batch[str(b)]['p50_ms']:.3f} ms {per_batch[str(b)]['throughput_rps']:.0f}/s" for b in batches))
+
+
+# --- 6. package --------------------------------------------------------------------------------
+def package(ctx: BuildContext) -> None:
+    """Stage one Triton model dir per servable variant (GPU variants too, marked skipped)."""
+    for name, result in ctx.variants.items():
+        packable = result.status == "validated" or (name in GPU_VARIANTS and result.status == "skipped")
+        if not packable:
+            continue
+        model_name = triton_config.triton_model_name(ctx.model_name, ctx.version, name)
+        staged = ctx.work_dir / "package" / model_name
+        (staged / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(result.onnx_path, staged / "1" / "model.onnx")
+        if name in CPU_VARIANTS:
+            shutil.copyfile(ADAPTER, staged / "1" / "model.py")
+        config = triton_config.build_config(
+            name=model_name, signature=ctx.signature, variant=name, max_batch_size=int(conf.get("BUILD_MAX_BATCH_SIZE")),
+            cpu_threads=int(conf.get("BUILD_BENCH_THREADS")),
+        )
+        text = triton_config.to_text(config)
+        if triton_config.parse(text) != config:
+            raise StageError(f"{name}: config.pbtxt does not parse back to the same ModelConfig", "config_roundtrip")
+        (staged / "config.pbtxt").write_text(text)
+        result.package_dir = staged
+        result.size_bytes = sum(p.stat().st_size for p in staged.rglob("*") if p.is_file())
+        if result.status == "validated":
+            result.status = "servable"
+        ctx.log(f"{name}: packaged {model_name} ({result.size_bytes / 1e6:.2f} MB)")
+
+
+STAGE_FUNCTIONS = {
+    "canonicalize": canonicalize,
+    "optimize": optimize,
+    "variants": variants,
+    "validate": validate,
+    "benchmark": benchmark,
+    "package": package,
+}

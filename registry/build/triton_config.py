@@ -1,0 +1,64 @@
+"""Triton model configurations written from Triton's own protobuf (model_config_pb2)."""
+
+from __future__ import annotations
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+DTYPES = {
+    "float32": mc.TYPE_FP32, "float16": mc.TYPE_FP16, "float64": mc.TYPE_FP64, "int64": mc.TYPE_INT64,
+    "int32": mc.TYPE_INT32, "int8": mc.TYPE_INT8, "uint8": mc.TYPE_UINT8, "bool": mc.TYPE_BOOL,
+}
+PREFERRED_BATCH_SIZES = (8, 32, 128)
+QUEUE_DELAY_US = 200
+
+
+def triton_model_name(model: str, version: int, variant: str) -> str:
+    return f"{model}__v{version}__{variant}"
+
+
+def _tensor(spec: dict, batched: bool, cls):
+    if spec["dtype"] not in DTYPES:
+        raise ValueError(f"tensor {spec['name']!r} has dtype {spec['dtype']!r}, which Triton configs here do not map")
+    dims = list(spec["shape"][1:] if batched else spec["shape"])
+    if not dims:
+        dims = [1]
+    return cls(name=spec["name"], data_type=DTYPES[spec["dtype"]], dims=[int(d) if d and d > 0 else -1 for d in dims])
+
+
+def build_config(*, name: str, signature: dict, variant: str, max_batch_size: int = 512, cpu_threads: int = 1,
+                 instance_count: int = 1) -> mc.ModelConfig:
+    """The ModelConfig for one packaged variant (see registry/build/__init__.py for the layout)."""
+    batched = all(spec["shape"] and spec["shape"][0] in (-1, None) for spec in signature["inputs"] + signature["outputs"])
+    config = mc.ModelConfig(name=name, max_batch_size=max_batch_size if batched else 0)
+    config.input.extend(_tensor(s, batched, mc.ModelInput) for s in signature["inputs"])
+    config.output.extend(_tensor(s, batched, mc.ModelOutput) for s in signature["outputs"])
+    if batched:
+        config.dynamic_batching.preferred_batch_size.extend(b for b in PREFERRED_BATCH_SIZES if b <= max_batch_size)
+        config.dynamic_batching.max_queue_delay_microseconds = QUEUE_DELAY_US
+    if variant in ("onnx-fp32", "onnx-int8"):
+        # Local CPU pools: the python backend runs the ONNX through ONNX Runtime (platform/triton/).
+        config.backend = "python"
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=instance_count)
+        config.parameters["onnx_file"].string_value = "model.onnx"
+        config.parameters["intra_op_threads"].string_value = str(cpu_threads)
+        config.parameters["inter_op_threads"].string_value = "1"
+    else:
+        config.platform = "onnxruntime_onnx"
+        config.backend = "onnxruntime"
+        config.default_model_filename = "model.onnx"
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=instance_count)
+        if variant == "tensorrt":
+            accel = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+            accel.parameters["precision_mode"] = "FP16"
+            accel.parameters["max_workspace_size_bytes"] = str(1 << 30)
+    return config
+
+
+def to_text(config: mc.ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def parse(text: str) -> mc.ModelConfig:
+    """Parse config.pbtxt text back into a ModelConfig (raises text_format.ParseError)."""
+    return text_format.Parse(text, mc.ModelConfig())
