@@ -1,0 +1,138 @@
+"""A local pool end to end through the API, a real Celery worker and the `run_pools`
+supervisor (both child processes on the test database and broker): create, load a
+packaged artifact, infer through tritonclient, a failed load that leaves the pool as it
+was with Triton's message, SIGKILL a replica and see it come back serving its model
+without an operator, unload with drain, delete with no process left behind.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+from django.conf import settings
+
+from deployments import tritonserver
+from deployments.models import ServingPool
+from registry.models import Event
+from tests.conftest import require_service, wait_for_line
+from tests.deployments.conftest import make_artifact
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(check, *, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+@pytest.fixture
+def supervisor(subprocess_env, tmp_path, pools_dir):
+    env = {**subprocess_env, "POOLS_DIR": str(pools_dir)}
+    log_path = tmp_path / "run_pools.log"
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "run_pools", "--interval", "0.3"], cwd=settings.BASE_DIR, env=env,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    log.close()
+    wait_for_line(log_path, "run_pools: supervising", timeout=60, proc=proc)
+    yield proc
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def infer(grpc_url, name, dense, sparse):
+    client = grpcclient.InferenceServerClient(grpc_url)
+    feeds = [grpcclient.InferInput("dense", list(dense.shape), "FP32"), grpcclient.InferInput("sparse", list(sparse.shape), "INT64")]
+    feeds[0].set_data_from_numpy(dense)
+    feeds[1].set_data_from_numpy(sparse)
+    return client.infer(name, feeds).as_numpy("ctr")
+
+
+def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deployer_api, team_a, onnx_path, tmp_path, pools_dir):
+    require_service("redis", "postgres")
+    try:
+        tritonserver.find_binary()
+    except tritonserver.TritonNotAvailable as exc:
+        pytest.skip(str(exc))
+    celery_worker(queues="control")
+    good = make_artifact(team_a, onnx_path, tmp_path)
+    broken = make_artifact(team_a, onnx_path, tmp_path, broken=True)
+    api = deployer_api
+
+    created = api.post("/api/v1/pools/", {"name": "life", "team": "team-a", "replicas": 2}, format="json")
+    assert created.status_code == 201, created.json()
+    try:
+        detail = lambda: api.get("/api/v1/pools/life/").json()  # noqa: E731
+        wait_for(lambda: detail()["status"] == "ready", timeout=60, what="pool ready")
+
+        # load: READY only when every replica says so
+        assert api.post("/api/v1/pools/life/load/", {"artifact": good.pk}, format="json").status_code == 202
+        model = good.triton_model_name
+        body = wait_for(
+            lambda: (d := detail()) and d["models"] and d["models"][0]["state"] == "ready" and d, timeout=60, what="model ready"
+        )
+        assert body["models"][0]["replica_ready"] == {"r0": True, "r1": True}
+        assert body["live"]["readiness"][model] == {"r0": True, "r1": True}
+        rng = np.random.default_rng(3)
+        dense, sparse = rng.normal(size=(5, 13)).astype(np.float32), rng.integers(0, 5000, size=(5, 26)).astype(np.int64)
+        expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(["ctr"], {"dense": dense, "sparse": sparse})[0]
+        replicas = {r["name"]: r for r in body["replica_set"]}
+        for replica in replicas.values():
+            np.testing.assert_allclose(infer(replica["grpc_url"], model, dense, sparse), expected, rtol=1e-5, atol=1e-6)
+        stats = detail()["live"]["statistics"]["models"][model]
+        assert stats["success"] >= 2 and stats["compute_us_avg"] > 0
+
+        # a model that fails to load: Triton's message shown, the pool serves what it did
+        assert api.post("/api/v1/pools/life/load/", {"artifact": broken.pk}, format="json").status_code == 202
+        failed = wait_for(
+            lambda: next((m for m in detail()["models"] if m["triton_model_name"] == broken.triton_model_name and m["state"] == "failed"), None),
+            timeout=60, what="broken model failed",
+        )
+        assert "Protobuf parsing failed" in failed["error"]
+        assert detail()["live"]["readiness"][model] == {"r0": True, "r1": True}
+
+        # SIGKILL a replica: the supervisor restarts it and reloads its model, no operator
+        os.killpg(replicas["r0"]["pid"], signal.SIGKILL)
+        body = wait_for(
+            lambda: (d := detail()) and {r["name"]: r for r in d["replica_set"]}["r0"]["restarts"] == 1
+            and d["live"]["readiness"].get(model) == {"r0": True, "r1": True} and d,
+            timeout=60, what="r0 restarted and serving again",
+        )
+        r0 = {r["name"]: r for r in body["replica_set"]}["r0"]
+        assert r0["status"] == "ready" and r0["pid"] != replicas["r0"]["pid"] and r0["grpc_url"] == replicas["r0"]["grpc_url"]
+        np.testing.assert_allclose(infer(r0["grpc_url"], model, dense, sparse), expected, rtol=1e-5, atol=1e-6)
+        pool_id = str(ServingPool.objects.get(name="life").pk)
+        actions = set(Event.objects.filter(object_type="deployments.servingpool", object_id=pool_id).values_list("action", flat=True))
+        assert {"created", "model_loaded", "model_load_failed", "replica_restarted", "model_reloaded"} <= actions
+
+        # unload drains, then the model is gone from every replica
+        assert api.post("/api/v1/pools/life/unload/", {"model": model, "drain_timeout_s": 10}, format="json").status_code == 202
+        wait_for(lambda: not any(m["triton_model_name"] == model for m in detail()["models"]), timeout=60, what="model unloaded")
+        unloaded = Event.objects.get(object_id=pool_id, action="model_unloaded")
+        assert unloaded.data["model"] == model and unloaded.data["drain"]["pending"] == 0
+        for replica in detail()["replica_set"]:
+            assert not tritonserver.TritonHTTP(replica["http_url"]).is_model_ready(model)
+    finally:
+        pids = [r["pid"] for r in api.get("/api/v1/pools/life/").json().get("replica_set", [])]
+        assert api.delete("/api/v1/pools/life/").status_code == 202
+        wait_for(lambda: api.get("/api/v1/pools/life/").status_code == 404, timeout=60, what="pool deleted")
+    assert not any(tritonserver.process_state(pid) == "running" for pid in pids)
+    assert tritonserver.tritonservers_under(pools_dir) == []
