@@ -10,6 +10,8 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # Queues per kind of work (DESIGN.md): builds never starve the control loop.
 app.conf.task_queues = [Queue(name) for name in ("control", "build-cpu", "build-gpu")]
 app.autodiscover_tasks()
+app.autodiscover_tasks(["deployments"], related_name="rollout_tasks")
+app.autodiscover_tasks(["monitoring"], related_name="canary_tasks")
 
 # Periodic work (each task processes a bounded batch per tick); apps add their entries here.
 app.conf.beat_schedule = {
@@ -23,4 +25,11 @@ app.conf.beat_schedule["registry-builds-reclaim"] = {
     "task": "registry.builds_reclaim",
     "schedule": float(os.environ.get("BUILD_RECLAIM_INTERVAL_S", "15")),
     "options": {"queue": "control", "expires": 60},
+}
+# The closed loop: rollout reconcile and the canary judge tick every second.
+app.conf.beat_schedule["deployments-rollouts-reconcile"] = {
+    "task": "deployments.rollouts_reconcile", "schedule": 1.0, "options": {"queue": "control", "expires": 3},
+}
+app.conf.beat_schedule["monitoring-canary-tick"] = {
+    "task": "monitoring.canary_tick", "schedule": 1.0, "options": {"queue": "control", "expires": 3},
 }

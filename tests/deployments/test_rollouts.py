@@ -91,8 +91,9 @@ def test_steps_advance_on_pass_after_min_time_and_sample_then_promotion(deployer
     assert r.state == State.PROMOTING
     assert weights()[variant_name(candidate)] == ("canary", 10000)
     old_stable = endpoint.stable_artifact
-    assert services.rollout_reconcile(rollout_id=rollout.pk).state == State.PROMOTING  # grace period holds
-    done = services.rollout_reconcile(rollout_id=rollout.pk, now=timezone.now() + timedelta(seconds=6))
+    promoted_at = r.state_entered_at
+    assert services.rollout_reconcile(rollout_id=rollout.pk, now=promoted_at + timedelta(seconds=4)).state == State.PROMOTING  # grace
+    done = services.rollout_reconcile(rollout_id=rollout.pk, now=promoted_at + timedelta(seconds=6))
     assert done.state == State.SUCCEEDED
     assert Endpoint.objects.get(pk=endpoint.pk).stable_artifact_id == candidate.pk
     assert weights() == {variant_name(candidate): ("stable", 10000)}

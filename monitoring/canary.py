@@ -1,0 +1,80 @@
+"""The closed loop: at every tick, judge each rollout whose candidate gets traffic and
+ask deployments (through its services) to advance, promote or roll back; raise an
+alert saying why when a rollout is rolled back, paused or fails.
+
+Runs as the Celery task `monitoring.canary_tick` (beat, every ~1 s). Depends on
+deployments, never the other way round (../shared/DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.urls import reverse
+from django.utils import timezone
+
+from deployments import rollout_selectors
+from deployments.rollout_machine import State
+from deployments.rollout_services import rollout_apply_verdict
+from deployments.routes import variant_name
+from monitoring import conf, selectors
+from monitoring.judge import JudgeConfig
+from monitoring.models import Alert, Severity
+from monitoring.services import alert_dedupe_key, alert_raise, judge_tick
+
+
+def _links(rollout) -> dict:
+    base = conf.public_url()
+    return {"rollout": f"{base}{reverse('deployments:endpoint-detail', args=[rollout.endpoint.name])}?rollout={rollout.pk}",
+            "api": f"{base}/api/v1/rollouts/{rollout.pk}/"}
+
+
+def judge_config_for(endpoint) -> JudgeConfig:
+    return JudgeConfig(
+        alpha=conf.get("MONITORING_JUDGE_ALPHA"), slo_p99_ms=endpoint.slo_p99_ms, slo_error_rate=endpoint.slo_error_rate,
+        psi_threshold=endpoint.psi_threshold,
+    )
+
+
+def judge_rollout(rollout, *, now=None) -> dict:
+    """Judge one rollout now and apply the verdict; returns what happened."""
+    now = now or timezone.now()
+    stable, candidate = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
+    verdict = judge_tick(
+        rollout_id=rollout.pk, endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate,
+        since=rollout.traffic_started_at, until=now, step=rollout.step_index, config=judge_config_for(rollout.endpoint),
+        team=rollout.endpoint.team,
+    )
+    step_requests = 0
+    if verdict.outcome == "pass" and rollout.step_started_at:
+        _, step_window = selectors.judge_window(
+            endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate, since=rollout.step_started_at, until=now
+        )
+        step_requests = int(step_window.requests)
+    updated, decision = rollout_apply_verdict(
+        rollout_id=rollout.pk, outcome=verdict.outcome, reason=verdict.reason, step_requests=step_requests, now=now,
+        verdict_id=verdict.pk,
+    )
+    if decision is not None and decision.to_state in (State.ROLLING_BACK, State.PAUSED):
+        rolled_back = decision.to_state == State.ROLLING_BACK
+        alert_raise(
+            kind="rollout_rolled_back" if rolled_back else "rollout_paused",
+            severity=Severity.CRITICAL if rolled_back else Severity.WARNING,
+            reason=f"{rollout.endpoint.name}: {candidate} {'rolled back' if rolled_back else 'paused'} — {decision.reason}",
+            endpoint=rollout.endpoint.name, rollout_id=rollout.pk, team=rollout.endpoint.team,
+            evidence={"verdict_id": verdict.pk, "outcome": verdict.outcome, "checks": verdict.checks,
+                      "stable": stable, "candidate": candidate, "step_index": rollout.step_index},
+            links=_links(rollout),
+        )
+    return {"rollout": rollout.pk, "verdict": verdict.outcome, "to_state": getattr(decision, "to_state", None)}
+
+
+def canary_tick(*, limit: int = 50, now=None) -> list[dict]:
+    now = now or timezone.now()
+    results = [judge_rollout(rollout, now=now) for rollout in rollout_selectors.rollouts_to_judge(limit=limit)]
+    for rollout in rollout_selectors.rollouts_failed_since(since=now - timedelta(minutes=10)):
+        key = alert_dedupe_key(kind="rollout_failed", rollout_id=rollout.pk, endpoint=rollout.endpoint.name)
+        if not Alert.objects.filter(dedupe_key=key).exists():
+            alert_raise(kind="rollout_failed", severity=Severity.CRITICAL, reason=f"{rollout.endpoint.name}: {rollout.reason}",
+                        endpoint=rollout.endpoint.name, rollout_id=rollout.pk, team=rollout.endpoint.team, links=_links(rollout))
+    return results
