@@ -229,6 +229,7 @@ class ChannelSerializer(serializers.ModelSerializer):
         model = NotificationChannel
         fields = ["id", "team", "kind", "target", "min_severity", "enabled", "created_at"]
         read_only_fields = ["id", "created_at"]
+        validators = []  # uniqueness is the service's (409 channel_exists)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -202,7 +202,8 @@ def triton_snapshot(text: str) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for family in _families(text):
         for sample in family.samples:
-            field_name = TRITON_COUNTERS.get(sample.name) or TRITON_GAUGES.get(sample.name)
+            # The parser names counter samples "<family>_total"; Triton's own text has no suffix.
+            field_name = TRITON_COUNTERS.get(sample.name.removesuffix("_total")) or TRITON_GAUGES.get(sample.name)
             if field_name is None:
                 continue
             out[_key(field_name, sample.labels.get("model", ""), sample.labels.get("version", ""))] += sample.value

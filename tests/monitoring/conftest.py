@@ -1,0 +1,180 @@
+"""Fixtures of the monitoring tests: a real HTTP server that serves prometheus_client
+text shaped like the gateway's, a real local webhook receiver, a real tritonserver."""
+
+import json
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from deployments.tritonserver import TritonNotAvailable, TritonProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+# The gateway's buckets (gateway/metrics.py), repeated so this registry is independent of its module.
+BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075,
+           0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class GatewayMetrics:
+    """A private prometheus_client registry with the gateway's metric names and labels."""
+
+    def __init__(self, prefix: str = "gateway_"):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(f"{prefix}requests", "requests", ["endpoint", "variant", "status"], registry=r)
+        self.latency = Histogram(f"{prefix}request_duration_seconds", "latency", ["endpoint", "variant"], buckets=BUCKETS, registry=r)
+        self.upstream = Histogram(f"{prefix}upstream_duration_seconds", "upstream", ["endpoint", "variant"], buckets=BUCKETS, registry=r)
+        self.retries = Counter(f"{prefix}retries", "retries", ["endpoint", "variant"], registry=r)
+        self.failovers = Counter(f"{prefix}failovers", "failovers", ["endpoint", "from_variant", "to_variant", "reason"], registry=r)
+        self.shadow_dropped = Counter(f"{prefix}shadow_dropped", "dropped", ["endpoint", "variant"], registry=r)
+        self.in_flight = Gauge(f"{prefix}in_flight_requests", "in flight", ["endpoint"], registry=r)
+
+    def serve(self, endpoint: str, variant: str, latencies_s, statuses, upstream_s=None) -> None:
+        for latency, status in zip(latencies_s, statuses):
+            self.requests.labels(endpoint, variant, str(status)).inc()
+            self.latency.labels(endpoint, variant).observe(latency)
+            self.upstream.labels(endpoint, variant).observe(upstream_s if upstream_s is not None else latency * 0.8)
+
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
+class _Server:
+    def __init__(self, handler_cls):
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+        self.httpd.owner = self
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        body = self.server.owner.metrics.text().encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def gateway_server():
+    """A real HTTP server on a free port answering GET /metrics with GatewayMetrics text."""
+    server = _Server(_MetricsHandler)
+    server.metrics = GatewayMetrics()
+    server.url = f"{server.base_url}/metrics"
+    yield server
+    server.close()
+
+
+class _WebhookHandler(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802
+        owner = self.server.owner
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with owner.lock:
+            owner.received.append(json.loads(body))
+            status = owner.statuses.pop(0) if owner.statuses else 200
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"ok": %s}' % (b"true" if status < 300 else b"false"))
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def webhook_receiver():
+    """A real local webhook receiver; `statuses` lists the HTTP statuses of the next replies
+    (then 200); `received` holds every JSON body posted."""
+    server = _Server(_WebhookHandler)
+    server.lock = threading.Lock()
+    server.received = []
+    server.statuses = []
+    server.url = f"{server.base_url}/hook"
+    yield server
+    server.close()
+
+
+# --- a real tritonserver with the tiny CTR model -------------------------------------------------
+def package_model(repo: Path, onnx_path: Path, name: str) -> Path:
+    """A Triton model dir {name}/config.pbtxt + 1/model.py (ONNX Runtime adapter) + 1/model.onnx,
+    config written from Triton's protobuf."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=64)
+    config.input.add(name="dense", data_type=mc.TYPE_FP32, dims=[13])
+    config.input.add(name="sparse", data_type=mc.TYPE_INT64, dims=[26])
+    config.output.add(name="ctr", data_type=mc.TYPE_FP32, dims=[1])
+    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+    config.parameters["onnx_file"].string_value = "model.onnx"
+    model_dir = repo / name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
+    shutil.copy(ROOT / "platform/triton/onnxruntime_adapter/model.py", model_dir / "1" / "model.py")
+    shutil.copy(onnx_path, model_dir / "1" / "model.onnx")
+    return model_dir
+
+
+TRITON_MODELS = {"ctr__v1__onnx-fp32": ("ctr", "stable"), "ctr__v2__onnx-fp32": ("ctr", "canary")}
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory, onnx_path):
+    """One real tritonserver for the module, serving the tiny CTR model as two variants."""
+    work = tmp_path_factory.mktemp("triton")
+    for name in TRITON_MODELS:
+        package_model(work / "repo", onnx_path, name)
+    server = TritonProcess(model_repository=work / "repo", work_dir=work)
+    try:
+        server.start()
+    except TritonNotAvailable as exc:
+        pytest.skip(f"tritonserver not available: {exc}")
+    try:
+        server.wait_live(60)
+        for name in TRITON_MODELS:
+            server.load(name)
+        yield server
+    finally:
+        server.stop()
+
+
+def infer(server: TritonProcess, model: str, batch: int = 1, *, bad: bool = False) -> int:
+    """One KServe v2 inference over HTTP; returns the HTTP status."""
+    import urllib.error
+    import urllib.request
+
+    import numpy as np
+
+    rng = np.random.default_rng(batch)
+    dense = rng.normal(size=(batch, 13)).astype("float32")
+    sparse = rng.integers(0, 1000, size=(batch, 26))
+    inputs = [
+        {"name": "dense", "shape": [batch, 13], "datatype": "FP32", "data": dense.ravel().tolist()},
+        {"name": "sparse", "shape": [batch, 26], "datatype": "INT64", "data": sparse.ravel().tolist()},
+    ]
+    if bad:  # a shape the model rejects: Triton counts a failed request
+        inputs[0] = {"name": "dense", "shape": [batch, 13], "datatype": "FP32", "data": [0.0]}
+    body = json.dumps({"inputs": inputs}).encode()
+    request = urllib.request.Request(f"{server.http_url}/v2/models/{model}/infer", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code

@@ -1,0 +1,176 @@
+"""Collection functions on real Prometheus text (prometheus_client output)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from monitoring import collect
+from tests.monitoring.conftest import GatewayMetrics
+
+
+def _interval(metrics: GatewayMetrics, serve, seconds=2.0):
+    before = collect.gateway_snapshot(metrics.text())
+    serve()
+    after = collect.gateway_snapshot(metrics.text())
+    return collect.gateway_deltas(before, after, seconds=seconds)
+
+
+def test_gateway_names_match_the_gateway_module():
+    """The default names are the gateway's own (gateway/metrics.py)."""
+    gateway_metrics = pytest.importorskip("gateway.metrics")
+    names = collect.GatewayNames()
+    assert gateway_metrics.REQUESTS._name == names.name(names.requests).removesuffix("_total")
+    assert gateway_metrics.LATENCY._name == names.name(names.latency)
+    assert gateway_metrics.UPSTREAM_LATENCY._name == names.name(names.upstream)
+    assert gateway_metrics.IN_FLIGHT._name == names.name(names.in_flight)
+    assert list(gateway_metrics.REQUESTS._labelnames) == [names.endpoint_label, names.variant_label, names.status_label]
+
+
+def test_request_and_error_rate_per_variant_from_two_scrapes():
+    m = GatewayMetrics()
+    m.serve("ctr", "stable", [0.002] * 50, [200] * 50)  # before the first scrape: not in the interval
+    rng = np.random.default_rng(1)
+
+    def serve():
+        m.serve("ctr", "stable", rng.uniform(0.001, 0.003, 300), [200] * 297 + [503] * 3)
+        m.serve("ctr", "canary", rng.uniform(0.001, 0.003, 100), [200] * 90 + [500] * 8 + [404] * 2)
+
+    totals = _interval(m, serve, seconds=2.0)
+    stable = collect.derive(totals[("ctr", "stable")])
+    canary = collect.derive(totals[("ctr", "canary")])
+    assert stable["requests"] == 300 and stable["errors"] == 3
+    assert stable["request_rate"] == pytest.approx(150.0)
+    assert stable["error_rate"] == pytest.approx(0.01)
+    assert canary["requests"] == 100 and canary["errors"] == 8  # 404 is the client's error
+    assert canary["error_rate"] == pytest.approx(0.08)
+
+
+def test_latency_quantiles_from_bucket_deltas():
+    m = GatewayMetrics()
+    m.serve("ctr", "stable", [0.2] * 1000, [200] * 1000)  # slow history must not leak into the interval
+    rng = np.random.default_rng(2)
+    latencies = rng.lognormal(np.log(0.004), 0.3, 5000)
+    totals = _interval(m, lambda: m.serve("ctr", "stable", latencies, [200] * len(latencies)))
+    derived = collect.derive(totals[("ctr", "stable")])
+    for label, q in collect.QUANTILES:
+        true_ms = float(np.quantile(latencies, q)) * 1000
+        # bucket interpolation: within the bucket that holds the true quantile
+        assert derived[f"latency_{label}_ms"] == pytest.approx(true_ms, rel=0.25), label
+    assert derived["latency_p50_ms"] < derived["latency_p95_ms"] < derived["latency_p99_ms"] < 20
+    assert derived["latency_mean_ms"] == pytest.approx(float(latencies.mean()) * 1000, rel=1e-6)
+    assert derived["upstream_mean_ms"] == pytest.approx(float(latencies.mean()) * 800, rel=1e-6)
+    buckets = {k: v for k, v in derived.items() if k.startswith("latency_bucket:")}
+    assert sum(buckets.values()) == 5000
+
+
+def test_counter_reset_is_a_restart_not_a_negative_rate():
+    before = collect.gateway_snapshot(_text_after(lambda m: m.serve("ctr", "stable", [0.001] * 500, [200] * 500)))
+    after = collect.gateway_snapshot(_text_after(lambda m: m.serve("ctr", "stable", [0.001] * 20, [200] * 20)))
+    totals = collect.gateway_deltas(before, after, seconds=2.0)
+    assert collect.derive(totals[("ctr", "stable")])["requests"] == 20
+
+
+def _text_after(serve) -> str:
+    m = GatewayMetrics()
+    serve(m)
+    return m.text()
+
+
+def test_custom_prefix_and_per_endpoint_series():
+    m = GatewayMetrics(prefix="edge_")
+    names = collect.GatewayNames(prefix="edge_")
+    before = collect.gateway_snapshot(m.text(), names)
+    m.serve("ctr", "stable", [0.001] * 10, [200] * 10)
+    m.in_flight.labels("ctr").set(7)
+    m.retries.labels("ctr", "stable").inc(2)
+    m.failovers.labels("ctr", "canary", "stable", "5xx").inc(3)
+    after = collect.gateway_snapshot(m.text(), names)
+    totals = collect.gateway_deltas(before, after, seconds=1.0, names=names)
+    assert collect.derive(totals[("ctr", "stable")])["retries"] == 2
+    assert collect.derive(totals[("ctr", "canary")])["failovers"] == 3
+    assert collect.derive(totals[("ctr", collect.ALL_VARIANTS)])["in_flight"] == 7
+    assert collect.gateway_snapshot(m.text()) == {}  # default prefix sees none of it
+
+
+def test_histogram_quantile_matches_prometheus_interpolation():
+    buckets = {0.001: 10, 0.002: 30, 0.005: 60, math.inf: 0}
+    # rank 50 of 100 falls in (0.002, 0.005] after 40: 0.002 + 0.003 * 10/60
+    assert collect.histogram_quantile(0.5, buckets) == pytest.approx(0.0025)
+    assert collect.histogram_quantile(0.99, {0.01: 50, math.inf: 50}) == 0.01  # +Inf answers the lower bound
+    assert collect.histogram_quantile(0.5, {}) is None
+
+
+def test_replicas_add_up():
+    a = collect.Totals()
+    a.values.update(requests=10, request_rate=5)
+    b = collect.Totals()
+    b.values.update(requests=30, request_rate=15, errors=3)
+    merged = collect.merge({("e", "v"): a}, {("e", "v"): b})
+    derived = collect.derive(merged[("e", "v")])
+    assert derived["requests"] == 40 and derived["request_rate"] == 20 and derived["error_rate"] == pytest.approx(0.075)
+
+
+TRITON_TEXT = """# HELP nv_inference_request_success Number of successful inference requests
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="m__v1__a",version="1"} %(s1)d
+nv_inference_request_success{model="m__v2__a",version="1"} %(s2)d
+# HELP nv_inference_request_failure Number of failed inference requests
+# TYPE nv_inference_request_failure counter
+nv_inference_request_failure{model="m__v1__a",reason="BACKEND",version="1"} 0
+nv_inference_request_failure{model="m__v2__a",reason="REJECTED",version="1"} %(f2)d
+# TYPE nv_inference_count counter
+nv_inference_count{model="m__v1__a",version="1"} %(s1)d
+nv_inference_count{model="m__v2__a",version="1"} %(c2)d
+# TYPE nv_inference_exec_count counter
+nv_inference_exec_count{model="m__v1__a",version="1"} %(s1)d
+nv_inference_exec_count{model="m__v2__a",version="1"} %(e2)d
+# TYPE nv_inference_request_duration_us counter
+nv_inference_request_duration_us{model="m__v1__a",version="1"} %(r1)d
+nv_inference_request_duration_us{model="m__v2__a",version="1"} %(r2)d
+# TYPE nv_inference_queue_duration_us counter
+nv_inference_queue_duration_us{model="m__v1__a",version="1"} %(q1)d
+nv_inference_queue_duration_us{model="m__v2__a",version="1"} %(q2)d
+# TYPE nv_inference_compute_infer_duration_us counter
+nv_inference_compute_infer_duration_us{model="m__v1__a",version="1"} %(i1)d
+nv_inference_compute_infer_duration_us{model="m__v2__a",version="1"} %(i2)d
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{model="m__v1__a",version="1"} 0
+nv_inference_pending_request_count{model="m__v2__a",version="1"} %(p2)d
+"""
+
+
+def test_triton_queue_compute_utilization_and_cost():
+    zero = dict(s1=0, s2=0, f2=0, c2=0, e2=0, r1=0, r2=0, q1=0, q2=0, i1=0, i2=0, p2=0)
+    later = dict(s1=100, s2=300, f2=5, c2=600, e2=150, r1=200_000, r2=900_000, q1=20_000, q2=300_000,
+                 i1=100_000, i2=300_000, p2=4)
+    models = {"m__v1__a": collect.TritonModelMap("ctr", "stable"), "m__v2__a": collect.TritonModelMap("ctr", "canary", instances=2)}
+    totals = collect.triton_deltas(collect.triton_snapshot(TRITON_TEXT % zero), collect.triton_snapshot(TRITON_TEXT % later),
+                                   seconds=2.0, models=models, cost_per_replica_hour=3.6)
+    canary = collect.derive(totals[("ctr", "canary")])
+    stable = collect.derive(totals[("ctr", "stable")])
+    assert canary["triton_requests"] == 305 and canary["triton_failures"] == 5
+    assert canary["queue_ms"] == pytest.approx(1.0)  # 300 ms queue over 300 successful requests
+    assert canary["compute_infer_ms"] == pytest.approx(1.0)
+    assert canary["queue_share"] == pytest.approx(300 / 900)
+    assert canary["utilization"] == pytest.approx(0.3 / (2.0 * 2))  # 0.3 s compute, 2 instances, 2 s
+    assert canary["batch_size"] == pytest.approx(4.0)
+    assert canary["triton_in_flight"] == 4
+    # The replica's 3.6/h is shared by compute time (3:1); 300 inferences/s -> 1.08M/h.
+    assert canary["cost_per_1k_inferences"] == pytest.approx(3.6 * 0.75 / (300 * 3600) * 1000)
+    assert stable["cost_per_1k_inferences"] == pytest.approx(3.6 * 0.25 / (50 * 3600) * 1000)
+    unmapped = collect.triton_deltas({}, collect.triton_snapshot(TRITON_TEXT % later), seconds=2.0, models={})
+    assert unmapped == {}
+
+
+def test_psi_and_score_bins():
+    rng = np.random.default_rng(3)
+    stable = collect.score_bins(rng.beta(2, 8, 5000))
+    same = collect.score_bins(rng.beta(2, 8, 5000))
+    shifted = collect.score_bins(rng.beta(4, 6, 5000))
+    assert sum(stable) == 5000 and len(stable) == collect.SCORE_BINS
+    assert collect.psi(stable, same) < 0.02
+    assert collect.psi(stable, shifted) > 0.25
+    assert collect.score_bins([-1, 2, float("nan")]) == [1] + [0] * 8 + [1]
+    with pytest.raises(ValueError):
+        collect.psi([0] * 10, stable)

@@ -1,0 +1,159 @@
+"""The canary judge on synthetic data: false alarms under continuous monitoring stay at
+or under alpha; real regressions are caught; small samples never pass."""
+
+import math
+
+import numpy as np
+import pytest
+
+from monitoring import collect
+from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, error_e_path, error_e_value, judge
+from tests.monitoring.conftest import BUCKETS
+
+ALPHA = 0.05
+EDGES = (*BUCKETS, math.inf)
+
+
+def bucketize(latencies_s) -> dict[float, float]:
+    index = np.searchsorted(EDGES, latencies_s, side="left")
+    values, counts = np.unique(index, return_counts=True)
+    return {EDGES[i]: float(c) for i, c in zip(values, counts)}
+
+
+def latencies(rng, n, scale=1.0):
+    """Lognormal around 3 ms with a 1 % Pareto tail (heavy-tailed, like real serving)."""
+    x = rng.lognormal(math.log(0.003), 0.4, n)
+    tail = rng.random(n) < 0.01
+    x[tail] = 0.003 * (1 + rng.pareto(1.5, tail.sum()))
+    return x * scale
+
+
+def traffic(rng, ticks, *, rps=200, tick_s=2.0, weight=0.05, p_stable=0.01, p_candidate=0.01):
+    """Per-tick (requests, errors) of both arms; weight and base rate may be arrays."""
+    weight = np.broadcast_to(weight, ticks)
+    n_c = rng.poisson(rps * tick_s * weight)
+    n_s = rng.poisson(rps * tick_s * (1 - weight))
+    e_s = rng.binomial(n_s, np.broadcast_to(p_stable, ticks))
+    e_c = rng.binomial(n_c, np.broadcast_to(p_candidate, ticks))
+    return np.c_[n_s, e_s], np.c_[n_c, e_c]
+
+
+def test_aa_error_rate_false_alarms_stay_under_alpha_with_continuous_monitoring():
+    """200 A/A canaries, each looked at after every one of 300 ticks (10 minutes at 2 s),
+    with the base error rate drifting and the canary weight stepping 5 -> 25 -> 50 %."""
+    ticks, seeds, alarms = 300, 200, 0
+    weight = np.repeat([0.05, 0.25, 0.5], ticks // 3)
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        base = np.clip(0.02 + 0.015 * np.sin(np.arange(ticks) / 25 + seed), 0.001, 1)
+        stable, candidate = traffic(rng, ticks, weight=weight, p_stable=base, p_candidate=base)
+        alarms += bool(error_e_path(stable, candidate).max() >= 1 / ALPHA)
+    assert alarms / seeds <= ALPHA, f"{alarms} false alarms in {seeds} A/A runs"
+
+
+def test_e_path_is_what_the_judge_sees_at_each_tick():
+    rng = np.random.default_rng(11)
+    stable, candidate = traffic(rng, 60, p_candidate=0.05)
+    path = error_e_path(stable, candidate)
+    for t in (0, 10, 30, 59):
+        assert error_e_value(stable[: t + 1], candidate[: t + 1]) == pytest.approx(path[t], rel=1e-9)
+        check = check_error_rate(ArmWindow(ticks=stable[: t + 1].tolist()), ArmWindow(ticks=candidate[: t + 1].tolist()), JudgeConfig(alpha=ALPHA))
+        assert (check["outcome"] == "fail") == (path[t] >= 1 / ALPHA)
+
+
+def test_five_point_error_regression_is_caught_fast():
+    """1 % -> 6 % on a 5 % canary of 200 requests/s (about 20 candidate requests a tick)."""
+    caught, ticks_to_catch = 0, []
+    for seed in range(100):
+        rng = np.random.default_rng(1000 + seed)
+        stable, candidate = traffic(rng, 150, p_stable=0.01, p_candidate=0.06)
+        hits = np.flatnonzero(error_e_path(stable, candidate) >= 1 / ALPHA)
+        if hits.size:
+            caught += 1
+            ticks_to_catch.append(hits[0] + 1)
+    assert caught >= 95
+    assert np.median(ticks_to_catch) * 2.0 <= 30, f"median {np.median(ticks_to_catch) * 2} s to catch"
+
+
+def test_judge_verdict_fails_on_error_regression_with_evidence():
+    rng = np.random.default_rng(5)
+    stable_ticks, candidate_ticks = traffic(rng, 100, weight=0.25, p_stable=0.01, p_candidate=0.06)
+    decision = judge(ArmWindow(ticks=stable_ticks.tolist()), ArmWindow(ticks=candidate_ticks.tolist()), JudgeConfig(alpha=ALPHA))
+    assert decision.outcome == "fail"
+    check = next(c for c in decision.checks if c["name"] == "error_rate")
+    assert check["outcome"] == "fail" and check["e_value"] >= check["threshold"] == 1 / ALPHA
+    assert check["samples"]["candidate"] == candidate_ticks[:, 0].sum()
+    assert "error rate" in decision.reason
+
+
+def _latency_arms(rng, n_stable, n_candidate, scale):
+    stable = ArmWindow(ticks=[(n_stable, 0)], latency_buckets=bucketize(latencies(rng, n_stable)))
+    candidate = ArmWindow(ticks=[(n_candidate, 0)], latency_buckets=bucketize(latencies(rng, n_candidate, scale)))
+    return stable, candidate
+
+
+def test_thirty_percent_latency_regression_is_caught():
+    caught = 0
+    for seed in range(30):
+        stable, candidate = _latency_arms(np.random.default_rng(seed), 3600, 400, 1.3)
+        decision = judge(stable, candidate, JudgeConfig(alpha=ALPHA))
+        latency = next(c for c in decision.checks if c["name"] == "latency")
+        caught += decision.outcome == "fail" and latency["outcome"] == "fail"
+    assert caught >= 29
+
+
+def test_aa_latency_is_not_flagged_over_repeated_looks():
+    """50 A/A canaries, each judged at 6 growing windows: no latency failure."""
+    flagged = 0
+    for seed in range(50):
+        rng = np.random.default_rng(500 + seed)
+        s_all, c_all = latencies(rng, 12000), latencies(rng, 1200)
+        for look in range(1, 7):
+            stable = ArmWindow(latency_buckets=bucketize(s_all[: 2000 * look]))
+            candidate = ArmWindow(latency_buckets=bucketize(c_all[: 200 * look]))
+            checks = judge(stable, candidate, JudgeConfig(alpha=ALPHA)).checks
+            flagged += any(c["outcome"] == "fail" for c in checks if c["name"].startswith("latency"))
+    assert flagged == 0
+
+
+def test_healthy_candidate_passes_only_after_the_minimum_sample():
+    rng = np.random.default_rng(9)
+    config = JudgeConfig(alpha=ALPHA, slo_p99_ms=250, slo_error_rate=0.05, min_requests=500, min_latency_samples=300)
+    stable_ticks, candidate_ticks = traffic(rng, 150, weight=0.25, p_stable=0.01, p_candidate=0.01)
+
+    def at(ticks):
+        n_s, n_c = int(stable_ticks[:ticks, 0].sum()), int(candidate_ticks[:ticks, 0].sum())
+        stable = ArmWindow(ticks=stable_ticks[:ticks].tolist(), latency_buckets=bucketize(latencies(rng, n_s)))
+        candidate = ArmWindow(ticks=candidate_ticks[:ticks].tolist(), latency_buckets=bucketize(latencies(rng, n_c)))
+        return judge(stable, candidate, config)
+
+    early = at(2)  # about 200 candidate requests
+    assert early.outcome == "inconclusive"
+    assert {c["name"] for c in early.checks if c["outcome"] == "inconclusive"} >= {"error_rate"}
+    late = at(150)
+    assert late.outcome == "pass", late.reason
+    assert {c["name"] for c in late.checks} == {"p99_slo", "error_slo", "error_rate", "latency", "latency_tail"}
+
+
+def test_guardrails_p99_error_slo_and_psi():
+    rng = np.random.default_rng(4)
+    stable = ArmWindow(ticks=[(4000, 40)], latency_buckets=bucketize(latencies(rng, 4000)),
+                       score_bins=collect.score_bins(rng.beta(2, 8, 4000)))
+    slow = ArmWindow(ticks=[(400, 4)], latency_buckets=bucketize(latencies(rng, 400, 20.0)),
+                     score_bins=collect.score_bins(rng.beta(2, 8, 400)))
+    decision = judge(stable, slow, JudgeConfig(alpha=ALPHA, slo_p99_ms=100))
+    assert next(c for c in decision.checks if c["name"] == "p99_slo")["outcome"] == "fail"
+    assert "over the SLO" in decision.reason
+
+    erroring = ArmWindow(ticks=[(400, 60)], latency_buckets=stable.latency_buckets)
+    check = next(c for c in judge(stable, erroring, JudgeConfig(slo_error_rate=0.05)).checks if c["name"] == "error_slo")
+    assert check["outcome"] == "fail" and check["p_value"] < 0.01
+
+    few = ArmWindow(ticks=[(20, 5)])  # 25 % errors but only 20 requests: not yet judged
+    assert next(c for c in judge(stable, few, JudgeConfig(slo_error_rate=0.05)).checks if c["name"] == "error_slo")["outcome"] == "inconclusive"
+
+    drifted = ArmWindow(ticks=[(400, 4)], latency_buckets=stable.latency_buckets, score_bins=collect.score_bins(rng.beta(5, 5, 400)))
+    psi_check = next(c for c in judge(stable, drifted, JudgeConfig(psi_threshold=0.25)).checks if c["name"] == "psi")
+    assert psi_check["outcome"] == "fail" and psi_check["statistic"] > 0.25
+    same = next(c for c in judge(stable, slow, JudgeConfig(psi_threshold=0.25)).checks if c["name"] == "psi")
+    assert same["outcome"] == "pass"
