@@ -100,5 +100,9 @@ def log_to_mlflow(result: TrainResult, *, experiment: str = "reference-ctr", run
     with mlflow.start_run(experiment_id=mlflow_config.experiment_id(experiment), run_name=run_name or None, tags=tags or {}):
         mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in result.params.items()})
         mlflow.log_metrics({k: float(v) for k, v in result.metrics.items()})
-        info = mlflow.pytorch.log_model(result.model, name="model", signature=signature(), pip_requirements=["torch"])
+        # "pickle": the module is re-created with its class from experiments.reference (a trusted,
+        # in-tree model); the build worker loads it with mlflow.pytorch.load_model.
+        info = mlflow.pytorch.log_model(
+            result.model, name="model", signature=signature(), pip_requirements=["torch"], serialization_format="pickle"
+        )
     return info.model_uri
