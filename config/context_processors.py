@@ -5,7 +5,7 @@ from django.urls import NoReverseMatch, reverse
 NAV = [
     ("Models", "registry:model-list"),
     ("Builds", "registry:build-list"),
-    ("Deployments", "deployments:pool-list"),
+    ("Deployments", "deployments:endpoint-list"),
     ("Experiments", "experiments:experiment-list"),
     ("Monitoring", "monitoring:overview"),
     ("Alerts", "monitoring:alert-list"),

@@ -53,3 +53,14 @@ def rollouts_to_judge(*, limit: int = 50) -> list:
 
 def rollouts_failed_since(*, since) -> list:
     return list(Rollout.objects.filter(state=State.FAILED, finished_at__gte=since).select_related("endpoint", "endpoint__team"))
+
+
+def candidate_artifacts(*, user, endpoint) -> QuerySet:
+    """Servable artifacts of the endpoint's team that could become its next candidate."""
+    from registry.models import Artifact, ArtifactStatus
+
+    qs = Artifact.objects.filter(status=ArtifactStatus.SERVABLE, version__model__team_id=endpoint.team_id)
+    qs = _scope(qs.select_related("version", "version__model"), user, "version__model__team_id")
+    if endpoint.stable_artifact_id:
+        qs = qs.exclude(pk=endpoint.stable_artifact_id)
+    return qs.order_by("-created_at")[:100]

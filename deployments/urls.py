@@ -1,6 +1,6 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from deployments import views
+from deployments import rollout_views, views
 
 app_name = "deployments"
 urlpatterns = [
@@ -9,4 +9,9 @@ urlpatterns = [
     path("pools/<slug:name>/scale/", views.pool_scale, name="pool-scale"),
     path("pools/<slug:name>/load/", views.pool_load, name="pool-load"),
     path("pools/<slug:name>/unload/", views.pool_unload, name="pool-unload"),
+    # endpoints and rollouts (deployments/rollout_views.py)
+    path("endpoints/", rollout_views.endpoint_list, name="endpoint-list"),
+    path("endpoints/<slug:name>/", rollout_views.endpoint_detail, name="endpoint-detail"),
+    path("endpoints/<slug:name>/rollouts/", rollout_views.rollout_start, name="rollout-start"),
+    re_path(r"^rollouts/(?P<pk>[0-9]+)/(?P<action>promote|pause|resume|rollback)/$", rollout_views.rollout_action, name="rollout-action"),
 ]

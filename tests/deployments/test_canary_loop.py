@@ -1,0 +1,94 @@
+"""The closed loop over the real time-series store: samples in MetricSample (as the
+collector writes them) → monitoring's canary tick judges → deployments' services act →
+an alert says why. Synthetic samples stand in for traffic; the collection itself is
+tested against real processes in tests/monitoring/."""
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from deployments import rollout_services as services
+from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
+from deployments.rollout_machine import State
+from deployments.routes import variant_name
+from monitoring import canary
+from monitoring.collect import bucket_metric
+from monitoring.models import Alert, Verdict
+from monitoring.services import samples_store
+
+pytestmark = pytest.mark.django_db
+
+BUCKETS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, float("inf")]
+
+
+def _ready(pool, artifact):
+    PoolModel.objects.filter(pool=pool, artifact=artifact).update(state=PoolModelState.READY, replica_ready={"r0": True})
+
+
+@pytest.fixture
+def live_rollout(deployer, team_a, artifact_factory):
+    pool = ServingPool.objects.create(name="cpu-pool", team=team_a, replicas=1, status="ready")
+    PoolReplica.objects.create(pool=pool, name="r0", status=ReplicaStatus.READY, http_url="http://127.0.0.1:18000")
+    stable, candidate = artifact_factory(team_a), artifact_factory(team_a)
+    endpoint = services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=200, slo_error_rate=0.05)
+    _ready(pool, stable)
+    rollout = services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, steps_bp=[500, 10000],
+                                     step_min_seconds=5, step_min_requests=200, step_deadline_seconds=600)
+    _ready(pool, candidate)
+    rollout = services.rollout_reconcile(rollout_id=rollout.pk)
+    assert rollout.state == State.CANARY
+    return rollout
+
+
+def feed(rollout, *, ticks, start, stable_rps=950, cand_rps=50, stable_err=0.001, cand_err=0.001, cand_slow=1.0, seed=0):
+    """Write `ticks` 1-second scrapes for both variants, like the collector does."""
+    rng = np.random.default_rng(seed)
+    stable, cand = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
+    for i in range(ticks):
+        at = start + timedelta(seconds=i + 1)
+        rows = []
+        for variant, rps, err, slow in ((stable, stable_rps, stable_err, 1.0), (cand, cand_rps, cand_err, cand_slow)):
+            latencies = rng.lognormal(np.log(0.004 * slow), 0.35, size=rps)
+            counts, _ = np.histogram(latencies, bins=[0.0, *BUCKETS])
+            rows += [("ctr", variant, "requests", rps), ("ctr", variant, "errors", rng.binomial(rps, err))]
+            rows += [("ctr", variant, bucket_metric("latency_bucket", le), float(n)) for le, n in zip(BUCKETS, counts)]
+        samples_store(rows=rows, at=at)
+
+
+def test_error_regression_is_rolled_back_with_an_alert_that_says_why(live_rollout):
+    start = live_rollout.traffic_started_at
+    feed(live_rollout, ticks=12, start=start, cand_err=0.08)
+    result = canary.judge_rollout(live_rollout, now=start + timedelta(seconds=12))
+    rollout = Rollout.objects.get(pk=live_rollout.pk)
+    assert result["verdict"] == "fail" and rollout.state == State.ROLLING_BACK
+    verdict = Verdict.objects.get(rollout_id=rollout.pk)
+    assert verdict.outcome == "fail" and verdict.checks
+    alert = Alert.objects.get(rollout_id=rollout.pk)
+    assert alert.kind == "rollout_rolled_back" and alert.severity == "critical"
+    assert "rolled back" in alert.reason and alert.evidence["verdict_id"] == verdict.pk
+    assert "rollout" in alert.links
+
+
+def test_latency_regression_is_rolled_back(live_rollout):
+    start = live_rollout.traffic_started_at
+    feed(live_rollout, ticks=15, start=start, cand_slow=1.3, seed=3)
+    canary.judge_rollout(live_rollout, now=start + timedelta(seconds=15))
+    assert Rollout.objects.get(pk=live_rollout.pk).state == State.ROLLING_BACK
+
+
+def test_healthy_candidate_moves_to_the_next_step(live_rollout):
+    start = live_rollout.traffic_started_at
+    feed(live_rollout, ticks=20, start=start, seed=5)
+    result = canary.judge_rollout(live_rollout, now=start + timedelta(seconds=20))
+    rollout = Rollout.objects.get(pk=live_rollout.pk)
+    assert result["verdict"] == "pass", Verdict.objects.get(rollout_id=rollout.pk).reason
+    assert (rollout.state, rollout.step_index) == (State.CANARY, 1)
+    assert not Alert.objects.exists()
+
+
+def test_no_data_is_inconclusive_and_waits(live_rollout):
+    result = canary.judge_rollout(live_rollout, now=timezone.now())
+    assert result["verdict"] == "inconclusive"
+    assert Rollout.objects.get(pk=live_rollout.pk).state == State.CANARY
