@@ -158,6 +158,11 @@ HEALTHZ_EXPECT = env_list("HEALTHZ_EXPECT", "")
 HEALTHZ_MAX_AGE_S = int(os.environ.get("HEALTHZ_MAX_AGE_S", "20"))
 
 GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8080"))
+# What monitoring's collector scrapes: targets from MONITORING_TARGETS (JSON) and, from
+# deployments, the gateway and each pool replica serving an endpoint.
+MONITORING_TARGET_SOURCES = env_list(
+    "MONITORING_TARGET_SOURCES", "monitoring.targets.targets_from_settings,monitoring.deployment_targets.from_deployments"
+)
 PORT = int(os.environ.get("PORT", "8000"))
 
 # --- Celery -----------------------------------------------------------------------------

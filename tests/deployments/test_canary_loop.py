@@ -92,3 +92,15 @@ def test_no_data_is_inconclusive_and_waits(live_rollout):
     result = canary.judge_rollout(live_rollout, now=timezone.now())
     assert result["verdict"] == "inconclusive"
     assert Rollout.objects.get(pk=live_rollout.pk).state == State.CANARY
+
+
+def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings):
+    from monitoring.targets import scrape_targets
+
+    PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
+    targets = {t.kind: t for t in scrape_targets()}
+    assert targets["gateway"].url.endswith(f":{settings.GATEWAY_PORT}/metrics")
+    models = targets["triton"].models
+    stable, candidate = live_rollout.baseline_artifact, live_rollout.candidate_artifact
+    assert {m.variant for m in models.values()} == {variant_name(stable), variant_name(candidate)}
+    assert all(m.endpoint == "ctr" for m in models.values())
