@@ -51,3 +51,6 @@ class ServingPoolAdmin(admin.ModelAdmin):
                 services.pool_delete(user=request.user, pool=pool)
             except PlatformError as exc:
                 self.message_user(request, f"{pool.name}: {exc.detail}", messages.ERROR)
+
+
+from deployments import rollout_admin  # noqa: E402,F401  (endpoints and rollouts)

@@ -66,3 +66,16 @@ def test_other_teams_cannot_see_endpoints(setup, bob):
     client.force_login(bob)
     assert client.get("/deployments/endpoints/ctr/").status_code == 404
     assert "ctr" not in client.get("/deployments/endpoints/").content.decode()
+
+
+def test_admin_actions_call_the_rollout_services(setup, deployer, staff):
+    endpoint, candidate, _ = setup
+    rollout = services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate)
+    admin = Client()
+    admin.force_login(staff)
+    assert admin.get("/admin/deployments/rollout/").status_code == 200
+    assert admin.get("/admin/deployments/endpoint/").status_code == 200
+    admin.post("/admin/deployments/rollout/", {"action": "rollout_roll_back", "_selected_action": [rollout.pk]})
+    rollout.refresh_from_db()
+    assert rollout.state == State.ROLLING_BACK and rollout.reason == "roll back from the admin console"
+    assert Event.objects.filter(object_type="deployments.rollout", to_state="rolling_back", actor=staff).exists()
