@@ -234,6 +234,10 @@ def pool_delete(*, user, pool: ServingPool) -> ServingPool:
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
     with transaction.atomic():
         locked = pool_for_update(pool.pk)
+        endpoints = getattr(locked, "endpoints", None)  # deployments.Endpoint.pool (PROTECT)
+        if endpoints is not None and endpoints.exists():
+            names = ", ".join(sorted(endpoints.values_list("name", flat=True))[:5])
+            raise Conflict(f"Pool {locked.name!r} serves endpoints ({names}); move or delete them first.", code="pool_in_use")
         if locked.status != PoolStatus.DELETING:
             old = locked.status
             locked.status = PoolStatus.DELETING
