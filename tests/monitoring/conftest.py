@@ -111,14 +111,15 @@ def webhook_receiver():
 
 
 # --- a real tritonserver with the tiny CTR model -------------------------------------------------
-def package_model(repo: Path, onnx_path: Path, name: str) -> Path:
+def package_model(repo: Path, onnx_path: Path, name: str, dense_dims: int = 13) -> Path:
     """A Triton model dir {name}/config.pbtxt + 1/model.py (ONNX Runtime adapter) + 1/model.onnx,
-    config written from Triton's protobuf."""
+    config written from Triton's protobuf. A `dense_dims` other than the ONNX's 13 makes a
+    model that loads but fails every request in its backend (ONNX Runtime rejects the shape)."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=64)
-    config.input.add(name="dense", data_type=mc.TYPE_FP32, dims=[13])
+    config.input.add(name="dense", data_type=mc.TYPE_FP32, dims=[dense_dims])
     config.input.add(name="sparse", data_type=mc.TYPE_INT64, dims=[26])
     config.output.add(name="ctr", data_type=mc.TYPE_FP32, dims=[1])
     config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
@@ -132,6 +133,7 @@ def package_model(repo: Path, onnx_path: Path, name: str) -> Path:
 
 
 TRITON_MODELS = {"ctr__v1__onnx-fp32": ("ctr", "stable"), "ctr__v2__onnx-fp32": ("ctr", "canary")}
+BROKEN_MODEL = "ctr__v3__onnx-fp32"  # config says 14 dense features, the ONNX takes 13
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +142,7 @@ def triton(tmp_path_factory, onnx_path):
     work = tmp_path_factory.mktemp("triton")
     for name in TRITON_MODELS:
         package_model(work / "repo", onnx_path, name)
+    package_model(work / "repo", onnx_path, BROKEN_MODEL, dense_dims=14)
     server = TritonProcess(model_repository=work / "repo", work_dir=work)
     try:
         server.start()
@@ -147,14 +150,14 @@ def triton(tmp_path_factory, onnx_path):
         pytest.skip(f"tritonserver not available: {exc}")
     try:
         server.wait_live(60)
-        for name in TRITON_MODELS:
+        for name in (*TRITON_MODELS, BROKEN_MODEL):
             server.load(name)
         yield server
     finally:
         server.stop()
 
 
-def infer(server: TritonProcess, model: str, batch: int = 1, *, bad: bool = False) -> int:
+def infer(server: TritonProcess, model: str, batch: int = 1, *, bad: bool = False, dense_dims: int = 13) -> int:
     """One KServe v2 inference over HTTP; returns the HTTP status."""
     import urllib.error
     import urllib.request
@@ -162,14 +165,14 @@ def infer(server: TritonProcess, model: str, batch: int = 1, *, bad: bool = Fals
     import numpy as np
 
     rng = np.random.default_rng(batch)
-    dense = rng.normal(size=(batch, 13)).astype("float32")
+    dense = rng.normal(size=(batch, dense_dims)).astype("float32")
     sparse = rng.integers(0, 1000, size=(batch, 26))
     inputs = [
-        {"name": "dense", "shape": [batch, 13], "datatype": "FP32", "data": dense.ravel().tolist()},
+        {"name": "dense", "shape": [batch, dense_dims], "datatype": "FP32", "data": dense.ravel().tolist()},
         {"name": "sparse", "shape": [batch, 26], "datatype": "INT64", "data": sparse.ravel().tolist()},
     ]
-    if bad:  # a shape the model rejects: Triton counts a failed request
-        inputs[0] = {"name": "dense", "shape": [batch, 13], "datatype": "FP32", "data": [0.0]}
+    if bad:  # a body Triton's frontend rejects before the model (not counted by Triton)
+        inputs[0] = {"name": "dense", "shape": [batch, dense_dims], "datatype": "FP32", "data": [0.0]}
     body = json.dumps({"inputs": inputs}).encode()
     request = urllib.request.Request(f"{server.http_url}/v2/models/{model}/infer", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})

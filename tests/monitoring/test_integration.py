@@ -1,0 +1,127 @@
+"""Real processes: a tritonserver scraped over HTTP, a real HTTP server with gateway
+metrics, a real Celery worker delivering to a real local webhook receiver."""
+
+import json
+import time
+
+import pytest
+from django.utils import timezone
+
+from monitoring import services
+from monitoring.models import DeliveryStatus, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState
+from monitoring.targets import ScrapeTarget
+from tests.conftest import require_service
+from tests.monitoring.conftest import BROKEN_MODEL, TRITON_MODELS, infer
+
+pytestmark = pytest.mark.integration
+
+
+def _values(endpoint, variant):
+    return dict(MetricSample.objects.filter(endpoint=endpoint, variant=variant).values_list("metric", "value"))
+
+
+@pytest.mark.django_db
+def test_collector_scrapes_real_triton_and_gateway(triton, gateway_server, team_a):
+    models = {name: {"endpoint": ep, "variant": var} for name, (ep, var) in TRITON_MODELS.items()}
+    targets = [
+        ScrapeTarget.from_dict({"kind": "gateway", "url": gateway_server.url, "endpoint_teams": {"ctr": team_a.pk}}),
+        ScrapeTarget.from_dict({"kind": "triton", "url": triton.metrics_url, "models": models, "cost_per_replica_hour": 0.9,
+                                "endpoint_teams": {"ctr": team_a.pk}}),
+        ScrapeTarget.from_dict({"kind": "triton", "url": "http://127.0.0.1:9/metrics"}),  # nothing listens there
+    ]
+    first = services.metrics_collect(targets=targets)
+    assert first["scraped"] == 2 and first["failed"] == 1 and first["samples"] == 0  # first scrape only records counters
+
+    for _ in range(12):
+        assert infer(triton, "ctr__v1__onnx-fp32", batch=4) == 200
+    for _ in range(6):
+        assert infer(triton, "ctr__v2__onnx-fp32", batch=2) == 200
+    gateway_server.metrics.serve("ctr", "stable", [0.002] * 12, [200] * 12)
+    gateway_server.metrics.serve("ctr", "canary", [0.004] * 5 + [0.02], [200] * 5 + [503])
+    time.sleep(1.1)  # Triton refreshes its /metrics about once a second
+    second = services.metrics_collect(targets=targets)
+    assert second["scraped"] == 2 and second["samples"] > 0, second
+
+    stable, canary = _values("ctr", "stable"), _values("ctr", "canary")
+    assert stable["triton_requests"] == 12 and canary["triton_requests"] == 6
+    assert stable["batch_size"] == pytest.approx(4.0) and canary["batch_size"] == pytest.approx(2.0)
+    for values in (stable, canary):
+        assert values["compute_ms"] > 0 and values["server_ms"] >= values["compute_ms"]
+        assert 0 <= values["queue_share"] < 1 and 0 < values["utilization"] <= 1
+        assert values["cost_per_1k_inferences"] > 0
+    assert stable["requests"] == 12 and stable["error_rate"] == 0
+    assert canary["requests"] == 6 and canary["error_rate"] == pytest.approx(1 / 6)
+    assert stable["latency_p99_ms"] <= 3.0 and canary["latency_p99_ms"] > 3.0
+    assert set(MetricSample.objects.filter(endpoint="ctr").values_list("team_id", flat=True)) == {team_a.pk}
+    failed = ScrapeState.objects.get(target="triton:http://127.0.0.1:9/metrics")
+    assert not failed.ok and "refused" in failed.error.lower()
+
+
+@pytest.mark.django_db
+def test_python_backend_errors_are_triton_successes_so_errors_come_from_the_gateway(triton, team_a):
+    """A model that fails every request in its python backend: clients get an error, but
+    Triton 2.51 counts python-backend error responses as successes
+    (triton-inference-server/server#7713). The collector reports what Triton says; the
+    error rate the judge uses is the gateway's (per HTTP status), not Triton's."""
+    target = ScrapeTarget.from_dict({"kind": "triton", "url": triton.metrics_url,
+                                     "models": {BROKEN_MODEL: {"endpoint": "ctr-f", "variant": "canary"}}})
+    services.metrics_collect(targets=[target])
+    statuses = [infer(triton, BROKEN_MODEL, dense_dims=14) for _ in range(3)]
+    assert all(s >= 400 for s in statuses), statuses
+    time.sleep(1.1)
+    services.metrics_collect(targets=[target])
+    values = _values("ctr-f", "canary")
+    assert values["triton_requests"] == 3
+    assert values["triton_failures"] == 0  # fails when Triton starts counting them: then trust triton_error_rate too
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_worker_delivers_alert_to_webhook_after_a_failed_attempt(subprocess_env, celery_worker, webhook_receiver, team_a):
+    """The receiver answers 503 first: the worker records the failure, backs off, retries
+    and delivers; both attempts are rows on the alert."""
+    require_service("redis", "postgres")
+    subprocess_env["MONITORING_NOTIFY_BACKOFF_S"] = "0.5"
+    celery_worker()
+    NotificationChannel.objects.create(team=team_a, kind="webhook", target=webhook_receiver.url, min_severity="info")
+    webhook_receiver.statuses = [503]
+    alert, notified = services.alert_raise(kind="canary_rollback", severity="critical", endpoint="ctr", rollout_id=5,
+                                           team=team_a, reason="candidate error rate 6.1% vs stable 1.0%",
+                                           evidence={"e_value": 48.2})
+    assert notified
+    _wait(lambda: NotificationDelivery.objects.filter(alert=alert, status=DeliveryStatus.DELIVERED).exists(), 60, "delivery")
+    attempts = list(NotificationDelivery.objects.filter(alert=alert).order_by("attempt").values_list("attempt", "status", "response_code"))
+    assert attempts == [(1, DeliveryStatus.FAILED, 503), (2, DeliveryStatus.DELIVERED, 200)]
+    first, second = NotificationDelivery.objects.filter(alert=alert).order_by("attempt")
+    assert (second.created_at - first.created_at).total_seconds() >= 0.5  # backed off
+    assert len(webhook_receiver.received) == 2
+    body = webhook_receiver.received[-1]
+    assert "canary_rollback" not in body["text"] and "6.1%" in body["text"] and body["alert"]["evidence"] == {"e_value": 48.2}
+    # Raising it again while open is deduplicated: no third request.
+    services.alert_raise(kind="canary_rollback", severity="critical", endpoint="ctr", rollout_id=5, team=team_a, reason="again")
+    time.sleep(1.0)
+    assert len(webhook_receiver.received) == 2
+
+
+def test_worker_runs_the_collector_task_on_configured_targets(subprocess_env, celery_worker, gateway_server, team_a):
+    """MONITORING_TARGETS (env) -> the beat task `monitoring.collect` in a real worker."""
+    require_service("redis", "postgres")
+    from monitoring.tasks import collect
+
+    subprocess_env["MONITORING_TARGETS"] = json.dumps([{"kind": "gateway", "url": gateway_server.url, "endpoint_teams": {"ctr": team_a.pk}}])
+    celery_worker()
+    collect.delay()
+    _wait(lambda: ScrapeState.objects.filter(target=f"gateway:{gateway_server.url}", ok=True).exists(), 30, "first scrape")
+    gateway_server.metrics.serve("ctr", "stable", [0.001] * 40, [200] * 38 + [500] * 2)
+    collect.delay()
+    _wait(lambda: MetricSample.objects.filter(endpoint="ctr", metric="requests").exists(), 30, "samples")
+    values = _values("ctr", "stable")
+    assert values["requests"] == 40 and values["error_rate"] == pytest.approx(0.05) and values["request_rate"] > 0
+    assert MetricSample.objects.filter(endpoint="ctr").first().time <= timezone.now()
