@@ -103,8 +103,10 @@ class Endpoint:
     _bounds: list[float] = field(default_factory=list)  # cumulative upper bounds in [0, BP)
     _x: float = 0.0
     _hash_prefix: bytes = b""
+    sticky_key: str = ""  # lower-case header name (the HTTP server lower-cases names)
 
     def __post_init__(self):
+        self.sticky_key = self.sticky_header.lower()
         total = 0
         for variant in self.live:
             total += variant.weight_bp

@@ -1,5 +1,6 @@
-"""The gateway process: an aiohttp low-level HTTP server in front of a pooled keep-alive
-aiohttp client to the Triton replicas.
+"""The gateway process: a small asyncio HTTP/1.1 server (httpserver.py) in front of a
+pooled keep-alive HTTP/1.1 client to the Triton replicas (upstream.py); aiohttp only
+polls the control plane.
 
 Hot path of POST /v2/models/{endpoint}/infer: look the endpoint up in the current
 table, read the body (size limit), check it is a KServe v2 JSON request (or the JSON
@@ -17,15 +18,13 @@ import logging
 import os
 import random
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
-from aiohttp.web_request import BaseRequest
 
 from . import metrics
+from .httpserver import HttpServer, Request
 from .routes import ReplicaState, RouteTable, compile_table
 from .upstream import UpstreamError
 from .source import FileRouteSource, HttpRouteSource, SourceStatus
@@ -33,7 +32,8 @@ from .source import FileRouteSource, HttpRouteSource, SourceStatus
 log = logging.getLogger("gateway")
 perf = time.perf_counter
 IHCL = "Inference-Header-Content-Length"
-FORWARD_REQUEST = ("Content-Type", IHCL, "Content-Encoding", "Accept-Encoding")
+FORWARD_REQUEST = (("content-type", "Content-Type"), ("inference-header-content-length", IHCL),
+                   ("content-encoding", "Content-Encoding"), ("accept-encoding", "Accept-Encoding"))
 FORWARD_RESPONSE = (("content-type", "Content-Type"), ("inference-header-content-length", IHCL), ("content-encoding", "Content-Encoding"))
 JSON_CT = "application/json"
 UNAVAILABLE = frozenset((502, 503, 504))  # upstream statuses that count toward the circuit breaker
@@ -81,12 +81,9 @@ class UpstreamFailure(Exception):
         self.reason, self.status, self.headers, self.body = reason, status, headers, body
 
 
-def _error(status: int, code: str, detail: str, rid: str, variant: str = "none") -> web.Response:
+def _error(status: int, code: str, detail: str, rid: str, variant: str = "none"):
     body = json.dumps({"detail": detail, "code": code}).encode()
-    return web.Response(
-        status=status, body=body,
-        headers={"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": variant},
-    )
+    return status, {"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": variant}, body
 
 
 class Gateway:
@@ -95,7 +92,7 @@ class Gateway:
         self.table: RouteTable | None = None
         self.states: dict[tuple[str, str], ReplicaState] = {}
         self.pools: dict = {}
-        self.children = metrics.Children()
+        self.hot = metrics.HotPath()
         self.session: aiohttp.ClientSession | None = None
         self.shadow_queue: asyncio.Queue | None = None
         self.tasks: list[asyncio.Task] = []
@@ -107,7 +104,6 @@ class Gateway:
             self.source = FileRouteSource(self.install, self.status, settings.poll_interval_s, settings.routes_file)
         else:
             raise ValueError("no route source: set GATEWAY_ROUTES_URL or pass --routes-file")
-        self.in_flight = {}
 
     # --- routes -------------------------------------------------------------------------
     def install(self, document) -> None:
@@ -167,8 +163,7 @@ class Gateway:
             due = [s for s in list(self.states.values()) if s.broken and s.open_until <= now]
             for state in due:
                 try:
-                    async with asyncio.timeout(1.0):
-                        status, _, _ = await state.pool.request(state.ready_line)
+                    status, _, _ = await state.pool.request(state.ready_line, b"", 1.0)
                     ok = status == 200
                 except (UpstreamError, asyncio.TimeoutError, OSError):
                     ok = False
@@ -187,8 +182,7 @@ class Gateway:
         state.outstanding += 1
         t0 = perf()
         try:
-            async with asyncio.timeout(timeout):
-                status, rheaders, data = await state.pool.request(line + headers, body)
+            status, rheaders, data = await state.pool.request(line + headers, body, timeout)
         except asyncio.TimeoutError:
             self._failed(state)
             raise UpstreamFailure("timeout") from None
@@ -200,7 +194,7 @@ class Gateway:
             raise UpstreamFailure("disconnect") from None
         finally:
             state.outstanding -= 1
-        self.children.upstream(ep_name, variant_name).observe(perf() - t0)
+        self.hot.observe_upstream(ep_name, variant_name, perf() - t0)
         if status >= 500:
             # Triton answers 500 for some malformed requests too, so only "cannot serve"
             # statuses count toward ejection; every 5xx is still retried off a canary.
@@ -211,7 +205,7 @@ class Gateway:
         return status, rheaders, data
 
     # --- handlers -----------------------------------------------------------------------
-    async def handle(self, request: BaseRequest) -> web.StreamResponse:
+    async def handle(self, request: Request):
         path = request.path
         method = request.method
         if path.startswith("/v2/models/"):
@@ -228,18 +222,18 @@ class Gateway:
         elif method == "GET":
             if path == "/metrics":
                 body, content_type = metrics.exposition()
-                return web.Response(body=body, headers={"Content-Type": content_type})
+                return 200, {"Content-Type": content_type}, body
             if path == "/v2/health/live":
-                return web.Response(status=200, body=b"", headers={"X-Request-Id": self._rid(request)})
+                return 200, {"X-Request-Id": self._rid(request)}, b""
             if path in ("/v2/health/ready", "/healthz"):
                 return self.health(request)
         return _error(404, "not_found", f"no route for {method} {path}", self._rid(request))
 
     @staticmethod
     def _rid(request) -> str:
-        return request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        return request.headers.get("x-request-id") or os.urandom(16).hex()
 
-    def health(self, request) -> web.Response:
+    def health(self, request):
         table = self.table
         detail = {
             "ready": table is not None,
@@ -257,20 +251,17 @@ class Gateway:
                 for name, ep in (table.endpoints.items() if table else ())
             },
         }
-        return web.Response(
-            status=200 if table is not None else 503, body=json.dumps(detail).encode(),
-            headers={"Content-Type": JSON_CT, "X-Request-Id": self._rid(request)},
-        )
+        return (200 if table is not None else 503), {"Content-Type": JSON_CT, "X-Request-Id": self._rid(request)}, json.dumps(detail).encode()
 
-    def model_ready(self, request, name: str) -> web.Response:
+    def model_ready(self, request, name: str):
         rid = self._rid(request)
         ep = self.table.endpoints.get(name) if self.table else None
         if ep is None:
             return _error(404, "unknown_endpoint", f"unknown endpoint {name!r}", rid)
         ok = ep.stable.available
-        return web.Response(status=200 if ok else 503, body=b"", headers={"X-Request-Id": rid, "X-Model-Variant": ep.stable.name})
+        return (200 if ok else 503), {"X-Request-Id": rid, "X-Model-Variant": ep.stable.name}, b""
 
-    async def model_metadata(self, request, name: str) -> web.Response:
+    async def model_metadata(self, request, name: str):
         rid = self._rid(request)
         ep = self.table.endpoints.get(name) if self.table else None
         if ep is None:
@@ -280,51 +271,40 @@ class Gateway:
         if entry is None:
             return _error(503, "no_ready_backend", f"endpoint {name!r}: stable variant has no ready replica", rid, stable.name)
         try:
-            async with asyncio.timeout(ep.timeout_s):
-                status, rheaders, body = await entry[0].pool.request(entry[2])
+            status, rheaders, body = await entry[0].pool.request(entry[2], b"", ep.timeout_s)
             ct = rheaders.get("content-type", JSON_CT)
         except (UpstreamError, asyncio.TimeoutError, OSError) as exc:
             return _error(502, "upstream_error", f"metadata from {entry[0].base}: {type(exc).__name__}", rid, stable.name)
-        return web.Response(status=status, body=body, headers={"Content-Type": ct, "X-Request-Id": rid, "X-Model-Variant": stable.name})
+        return status, {"Content-Type": ct, "X-Request-Id": rid, "X-Model-Variant": stable.name}, body
 
-    async def infer(self, request: BaseRequest, name: str) -> web.StreamResponse:
+    async def infer(self, request: Request, name: str):
         t0 = perf()
         headers = request.headers
-        rid = headers.get("X-Request-Id") or uuid.uuid4().hex
+        rid = headers.get("x-request-id") or os.urandom(16).hex()
         table = self.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
             detail = f"unknown endpoint {name!r}" if table is not None else "no route table loaded yet"
             return self._done(_error(404 if table is not None else 503, "unknown_endpoint" if table else "no_routes", detail, rid), t0, name if table is None else "unknown", "none")
-        in_flight = self.in_flight.get(name)
-        if in_flight is None:
-            in_flight = self.in_flight[name] = metrics.IN_FLIGHT.labels(name)
-        in_flight.inc()
+        in_flight = self.hot.in_flight
+        in_flight[name] = in_flight.get(name, 0) + 1
         try:
             return await self._infer(request, ep, headers, rid, t0)
         finally:
-            in_flight.dec()
+            in_flight[name] -= 1
 
-    def _done(self, response: web.Response, t0: float, ep_name: str, variant: str) -> web.Response:
-        self.children.requests(ep_name, variant, response.status).inc()
-        self.children.latency(ep_name, variant).observe(perf() - t0)
+    def _done(self, response, t0: float, ep_name: str, variant: str):
+        self.hot.done(ep_name, variant, response[0], perf() - t0)
         return response
 
-    async def _infer(self, request: BaseRequest, ep, headers, rid: str, t0: float) -> web.StreamResponse:
+    async def _infer(self, request: Request, ep, headers, rid: str, t0: float):
         name = ep.name
-        length = request.content_length
-        limit = self.settings.max_body_bytes
-        if length is not None and length > limit:
-            return self._done(_error(413, "body_too_large", f"request body of {length} bytes exceeds the limit of {limit}", rid), t0, name, "none")
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._done(_error(413, "body_too_large", f"request body exceeds the limit of {limit} bytes", rid), t0, name, "none")
-        problem = _check_body(body, headers.get(IHCL))
+        body = request.body  # the HTTP server enforces the size limit (413) while reading
+        problem = _check_body(body, headers.get("inference-header-content-length"))
         if problem is not None:
             return self._done(_error(400, problem[0], problem[1], rid), t0, name, "none")
         timeout = ep.timeout_s
-        raw_timeout = headers.get("X-Request-Timeout-Ms")
+        raw_timeout = headers.get("x-request-timeout-ms")
         if raw_timeout is not None:
             try:
                 timeout = int(raw_timeout) / 1000.0
@@ -335,12 +315,12 @@ class Gateway:
         deadline = t0 + timeout
 
         up_headers = b""
-        for key in FORWARD_REQUEST:
+        for key, out_key in FORWARD_REQUEST:
             value = headers.get(key)
             if value is not None:
-                up_headers += f"{key}: {value}\r\n".encode("latin-1")
+                up_headers += f"{out_key}: {value}\r\n".encode("latin-1")
 
-        variant = ep.choose(headers.get(ep.sticky_header))
+        variant = ep.choose(headers.get(ep.sticky_key))
         stable = ep.stable
         entry = variant.pick()
         failure = None
@@ -400,7 +380,7 @@ class Gateway:
             value = rheaders.get(key)
             if value is not None:
                 out[out_key] = value
-        return self._done(web.Response(status=status, body=data, headers=out), t0, name, variant.name)
+        return self._done((status, out, data), t0, name, variant.name)
 
     # --- shadow -------------------------------------------------------------------------
     def _queue_shadow(self, ep, body: bytes, up_headers: bytes) -> None:
@@ -423,8 +403,7 @@ class Gateway:
             state, line, _ = entry
             state.outstanding += 1
             try:
-                async with asyncio.timeout(shadow.attempt_timeout_s or timeout):
-                    status, _, _ = await state.pool.request(line + up_headers, body)
+                status, _, _ = await state.pool.request(line + up_headers, body, shadow.attempt_timeout_s or timeout)
                 result = str(status)
                 if status in UNAVAILABLE:
                     self._failed(state)
@@ -467,22 +446,13 @@ def _check_body(body: bytes, ihcl: str | None):
     return None
 
 
-def make_server(gateway: Gateway) -> web.Server:
-    limit = gateway.settings.max_body_bytes
-
-    def request_factory(message, payload, protocol, writer, task, _loop=None):
-        return BaseRequest(message, payload, protocol, writer, task, asyncio.get_running_loop(), client_max_size=limit)
-
-    return web.Server(gateway.handle, request_factory=request_factory, access_log=None)
-
-
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     gateway = Gateway(settings)
     await gateway.start()
     loop = asyncio.get_running_loop()
-    server = make_server(gateway)
+    server = HttpServer(gateway.handle, max_body=settings.max_body_bytes)
     try:
-        tcp = await loop.create_server(server, settings.host, settings.port, reuse_address=True, backlog=2048)
+        await server.start(settings.host, settings.port)
     except OSError:
         await gateway.close()
         raise
@@ -496,6 +466,5 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    tcp.close()
-    await server.shutdown(2.0)
+    await server.close(2.0)
     await gateway.close()

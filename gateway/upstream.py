@@ -162,6 +162,11 @@ class _Conn(asyncio.Protocol):
             pos = start + size + 2
 
 
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 class Pool:
     """Keep-alive connections to one replica (scheme http only)."""
 
@@ -187,63 +192,61 @@ class Pool:
             raise UpstreamError("connect", f"connect to {self.host}:{self.port}: {exc}") from None
         return conn
 
-    async def request(self, head: bytes, body: bytes = b"") -> tuple[int, dict, bytes]:
+    async def request(self, head: bytes, body: bytes = b"", timeout: float | None = None) -> tuple[int, dict, bytes]:
         """Send one request (`head` = request line + headers, without Host and
-        Content-Length) and return (status, headers with lower-case names, body)."""
-        idle = self.idle
-        conn = None
-        while idle:
-            candidate = idle.pop()
-            if not candidate.closed:
-                conn = candidate
-                break
-        reused = conn is not None
-        if conn is None:
-            conn = await self._connect()
-        message = b"%sHost: %s\r\nContent-Length: %d\r\n\r\n%s" % (head, self.host_header, len(body), body)
-        waiter = (self.loop or asyncio.get_running_loop()).create_future()
-        conn.waiter = waiter
-        try:
-            conn.transport.write(message)
-            status, headers, data = await waiter
-        except UpstreamError as exc:
-            conn.closed = True
-            conn.transport.close()
-            if reused and exc.reason == "disconnect" and not conn.head_done and conn.status == 0:
-                # A pooled connection the server had already closed: nothing was processed
-                # on it; one fresh connection is the standard HTTP client behaviour.
-                return await self._fresh(head, body, message)
-            raise
-        except BaseException:  # cancelled (deadline): the reply may still come, drop the connection
-            conn.closed = True
-            conn.waiter = None
-            conn.transport.close()
-            raise
-        if conn.keep_alive and not conn.closed and len(idle) < self.max_idle:
-            conn._reset()
-            idle.append(conn)
-        else:
-            conn.closed = True
-            conn.transport.close()
-        return status, headers, data
+        Content-Length) and return (status, headers with lower-case names, body).
 
-    async def _fresh(self, head: bytes, body: bytes, message: bytes):
-        conn = await self._connect()
-        waiter = self.loop.create_future()
-        conn.waiter = waiter
-        try:
-            conn.transport.write(message)
-            status, headers, data = await waiter
-        except BaseException:
-            conn.closed = True
-            conn.transport.close()
-            raise
-        if conn.keep_alive and not conn.closed and len(self.idle) < self.max_idle:
-            conn._reset()
-            self.idle.append(conn)
-        else:
-            conn.transport.close()
-        return status, headers, data
+        Raises UpstreamError, or TimeoutError after `timeout` seconds (a timer on the
+        reply future: cheaper than asyncio.timeout() on every request)."""
+        loop = self.loop
+        if loop is None:
+            loop = self.loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        message = b"%sHost: %s\r\nContent-Length: %d\r\n\r\n%s" % (head, self.host_header, len(body), body)
+        idle = self.idle
+        for attempt in (0, 1):
+            conn = None
+            while idle:
+                candidate = idle.pop()
+                if not candidate.closed:
+                    conn = candidate
+                    break
+            reused = conn is not None
+            if conn is None:
+                if deadline is None:
+                    conn = await self._connect()
+                else:
+                    conn = await asyncio.wait_for(self._connect(), max(deadline - loop.time(), 0.0))
+            waiter = loop.create_future()
+            conn.waiter = waiter
+            timer = None if deadline is None else loop.call_at(deadline, _expire, waiter)
+            try:
+                conn.transport.write(message)
+                status, headers, data = await waiter
+            except UpstreamError as exc:
+                conn.closed = True
+                conn.transport.close()
+                if attempt == 0 and reused and exc.reason == "disconnect" and conn.status == 0:
+                    # A pooled connection the server had already closed before any reply
+                    # byte: the standard client behaviour is one retry on a fresh one.
+                    continue
+                raise
+            except BaseException:  # timeout or cancelled: the reply may still come, drop the connection
+                conn.closed = True
+                conn.waiter = None
+                conn.transport.close()
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if conn.keep_alive and not conn.closed and len(idle) < self.max_idle:
+                conn._reset()
+                idle.append(conn)
+            else:
+                conn.closed = True
+                conn.transport.close()
+            return status, headers, data
+        raise UpstreamError("disconnect", "unreachable")  # pragma: no cover (loop always returns or raises)
 
     def close(self) -> None:
         while self.idle:

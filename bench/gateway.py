@@ -1,0 +1,444 @@
+"""python -m bench gateway — what the gateway costs, against Triton directly and nginx.
+
+One process tree on this machine, one run:
+  upstream  a real tritonserver with two fast CTR models (ONNX Runtime adapter, python
+            backend, several instances each) = the stable and canary of the split;
+  paths     (a) direct to Triton, (b) nginx (Debian nginx-light, split_clients 90/10,
+            keep-alive upstream, 1 worker like the 1-process gateway), (c) the gateway
+            (`python -m gateway`, 90/10 route table from a file).
+Load, following perf_analyzer's method:
+  capacity  closed loop with wrk (C, Lua script for the POST body) over a concurrency
+            sweep; at each level windows are repeated until three in a row agree
+            within 10% (max_rps = best stable level);
+  latency   open loop, Poisson arrivals at 50% of each path's own capacity, from a
+            separate load-generator process (asyncio + uvloop + the gateway's raw
+            HTTP/1.1 client). Sends never wait for replies (no coordinated omission);
+            latency is counted from the moment the request is written, because the
+            event loop's timers have 1 ms granularity (the generator's lateness
+            against the Poisson schedule is reported separately).
+Writes var/bench/gateway.json: added_p50_ms / added_p99_ms (gateway minus direct at
+50% load), max_rps per path, rps_ratio_vs_nginx; with --profile also the py-spy
+summary of where the gateway's CPU time goes.
+
+Options: --quick (shorter windows), --profile, --levels 1,4,16,32, --instances N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.common import print_table, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+GOALS = {"added_p50_ms": 0.3, "added_p99_ms": 1.0, "rps_ratio_vs_nginx": 0.5}
+STABLE, CANARY = "ctr__v1__onnx", "ctr__v2__onnx"
+
+
+# --- open-loop load generator (runs as its own process) ---------------------------------
+async def _open_loop(url: str, rate: float, duration: float, body: bytes, warmup: float) -> dict:
+    from gateway.upstream import Pool, UpstreamError
+
+    parts = url.split("/", 3)
+    pool = Pool(f"{parts[0]}//{parts[2]}", max_idle=1024)
+    head = f"POST /{parts[3]} HTTP/1.1\r\nContent-Type: application/json\r\n".encode()
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    statuses: Counter = Counter()
+    lateness: list[float] = []
+    pending = set()
+    rng = random.Random(1)
+
+    clock = time.perf_counter  # uvloop's loop.time() has 1 ms resolution
+
+    async def one(record: bool):
+        sent = clock()
+        try:
+            status, _, _ = await pool.request(head, body)
+        except UpstreamError as exc:
+            status = exc.reason
+        if record:
+            latencies.append(clock() - sent)
+            statuses[status] += 1
+
+    start = clock() + 0.05
+    t = start
+    end = start + warmup + duration
+    while t < end:
+        now = clock()
+        if t > now:
+            await asyncio.sleep(t - now)
+        lateness.append(clock() - t)
+        task = loop.create_task(one(t >= start + warmup))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        t += rng.expovariate(rate)
+    if pending:
+        await asyncio.wait(pending, timeout=10)
+    pool.close()
+    lat = sorted(latencies)
+    n = len(lat)
+
+    def q(p):
+        return lat[min(n - 1, int(p * n))] * 1000 if n else float("nan")
+
+    late = sorted(lateness)
+    return {
+        "rate": rate, "sent": n, "statuses": {str(k): v for k, v in statuses.items()},
+        "achieved_rps": n / duration, "p50_ms": q(0.50), "p90_ms": q(0.90), "p99_ms": q(0.99),
+        "generator_late_p99_ms": late[int(0.99 * len(late))] * 1000 if late else 0.0,
+    }
+
+
+def open_loop_main(args) -> int:
+    body = Path(args.body).read_bytes()
+    try:
+        import uvloop
+        result = uvloop.run(_open_loop(args.open_loop, args.rate, args.duration, body, args.warmup))
+    except ImportError:
+        result = asyncio.run(_open_loop(args.open_loop, args.rate, args.duration, body, args.warmup))
+    print(json.dumps(result))
+    return 0
+
+
+def run_open_loop(url: str, rate: float, duration: float, body_path: Path, warmup: float = 1.0) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "gateway", "--open-loop", url, "--rate", str(rate),
+         "--duration", str(duration), "--warmup", str(warmup), "--body", str(body_path)],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=duration + warmup + 60,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- closed loop (wrk) --------------------------------------------------------------------
+def wrk_window(url: str, concurrency: int, seconds: float, lua: Path) -> tuple[float, int]:
+    proc = subprocess.run(
+        ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "-s", str(lua), url],
+        capture_output=True, text=True, timeout=seconds + 30,
+    )
+    out = proc.stdout
+    found = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if not found:
+        raise RuntimeError(f"wrk failed on {url}: {out[-500:]} {proc.stderr[-500:]}")
+    rps = float(found.group(1))
+    errors = 0
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    if m:
+        errors += int(m.group(1))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m:
+        errors += sum(int(x) for x in m.groups())
+    return rps, errors
+
+
+def stable_rps(url: str, concurrency: int, seconds: float, lua: Path, max_windows: int = 8) -> dict:
+    """perf_analyzer's stability rule: repeat windows until the last three agree within 10%."""
+    windows, errors = [], 0
+    for _ in range(max_windows):
+        rps, err = wrk_window(url, concurrency, seconds, lua)
+        windows.append(rps)
+        errors += err
+        last = windows[-3:]
+        if len(last) == 3 and max(last) <= 1.10 * min(last):
+            return {"concurrency": concurrency, "rps": sum(last) / 3, "windows": len(windows), "stable": True, "errors": errors}
+    last = windows[-3:]
+    return {"concurrency": concurrency, "rps": sum(last) / len(last), "windows": len(windows), "stable": False, "errors": errors}
+
+
+def capacity(url: str, levels: list[int], seconds: float, lua: Path) -> dict:
+    sweep = [stable_rps(url, c, seconds, lua) for c in levels]
+    best = max(sweep, key=lambda s: s["rps"])
+    return {"max_rps": best["rps"], "at_concurrency": best["concurrency"], "sweep": sweep}
+
+
+# --- the system under test ----------------------------------------------------------------
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/tmp;
+    proxy_temp_path {work}/tmp;
+    fastcgi_temp_path {work}/tmp;
+    uwsgi_temp_path {work}/tmp;
+    scgi_temp_path {work}/tmp;
+    upstream triton {{
+        server 127.0.0.1:{triton_port};
+        keepalive 256;
+    }}
+    split_clients "$request_id" $variant {{
+        90% {stable};
+        *   {canary};
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=2048;
+        location ~ ^/v2/models/ctr/infer$ {{
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering on;
+            add_header X-Model-Variant $variant always;
+            proxy_pass http://triton/v2/models/$variant/infer;
+        }}
+    }}
+}}
+"""
+
+
+def start_nginx(work: Path, triton_port: int, port: int):
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if not binary:
+        return None, "nginx not installed (apt-get install -y nginx-light): nginx column skipped"
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    conf = work / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(work=work, triton_port=triton_port, port=port, stable=STABLE, canary=CANARY))
+    proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(work)], stdout=subprocess.DEVNULL,
+                            stderr=open(work / "nginx.out", "wb"), start_new_session=True)
+    if not _wait_http(f"http://127.0.0.1:{port}/v2/models/ctr/infer", proc, post=True):
+        proc.kill()
+        return None, f"nginx did not start: {(work / 'nginx.out').read_text()[-500:]}"
+    return proc, None
+
+
+def _wait_http(url: str, proc, timeout: float = 20.0, post: bool = False) -> bool:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            req = urllib.request.Request(url, data=b'{"inputs": []}' if post else None, method="POST" if post else "GET")
+            urllib.request.urlopen(req, timeout=1)
+            return True
+        except urllib.error.HTTPError:
+            return True  # it answered
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def stop(proc) -> None:
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: Path, out: Path) -> dict:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        return {"skipped": "py-spy not installed (pip install py-spy)"}
+    raw = out / "gateway-profile.txt"
+    proc = subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds) + 1), "-r", "250", "-f", "raw",
+                             "-o", str(raw), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    wrk_window(url, concurrency, seconds, lua)
+    _, err = proc.communicate(timeout=60)
+    if not raw.exists():
+        return {"skipped": f"py-spy failed: {err.decode(errors='replace')[-300:]}"}
+    self_time: Counter = Counter()
+    inclusive: Counter = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        self_time[_frame(frames[-1])] += n
+        for f in set(_frame(f) for f in frames):
+            inclusive[f] += n
+    return {
+        "samples": total,
+        "self_top": [(f, round(100 * n / total, 1)) for f, n in self_time.most_common(15)],
+        "inclusive_top": [(f, round(100 * n / total, 1)) for f, n in inclusive.most_common(25)],
+        "raw": str(raw),
+    }
+
+
+def _frame(frame: str) -> str:
+    # "func (path/to/file.py:123)" -> "func (file.py)"
+    m = re.match(r"(.*) \((.*?):?\d*\)$", frame)
+    if not m:
+        return frame
+    return f"{m.group(1)} ({Path(m.group(2)).name})"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench gateway")
+    parser.add_argument("--open-loop", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--duration", type=float, default=5.0, help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", type=float, default=1.0, help=argparse.SUPPRESS)
+    parser.add_argument("--body", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="shorter windows and fewer levels")
+    parser.add_argument("--profile", action="store_true", help="py-spy the gateway under closed-loop load")
+    parser.add_argument("--levels", default=None, help="closed-loop concurrency levels, e.g. 1,4,16,32")
+    parser.add_argument("--instances", type=int, default=2, help="Triton model instances per model")
+    args = parser.parse_args(argv)
+    if args.open_loop:
+        return open_loop_main(args)
+
+    sys.path.insert(0, str(ROOT))
+    from deployments.tritonserver import TritonNotAvailable, TritonProcess, free_port
+    from tests.gateway.triton_models import ctr_model, infer_body
+
+    if not shutil.which("wrk"):
+        print("wrk not installed (apt-get install -y wrk): cannot measure capacity", file=sys.stderr)
+        return 2
+    levels = [int(x) for x in args.levels.split(",")] if args.levels else ([2, 8, 32] if args.quick else [1, 4, 8, 16, 32])
+    window = 1.0 if args.quick else 2.0
+    open_duration = 3.0 if args.quick else 6.0
+
+    work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    repo = work / "repo"
+    ctr_model(repo, STABLE, instances=args.instances, seed=7)
+    ctr_model(repo, CANARY, instances=args.instances, seed=8)
+    body = infer_body()
+    body_path = work / "body.json"
+    body_path.write_bytes(body)
+    lua = work / "post.lua"
+    lua.write_text(
+        f'local f = io.open("{body_path}", "rb")\nwrk.method = "POST"\nwrk.body = f:read("*a")\nf:close()\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
+    triton = nginx = gateway = None
+    notes = []
+    try:
+        try:
+            triton = TritonProcess(model_repository=repo, work_dir=work / "triton").start()
+            triton.wait_live(60)
+        except TritonNotAvailable as exc:
+            print(f"tritonserver not available: {exc}", file=sys.stderr)
+            return 2
+        triton.load(STABLE)
+        triton.load(CANARY)
+        paths = {"direct": f"{triton.http_url}/v2/models/{STABLE}/infer"}
+
+        nginx_port = free_port()
+        nginx, why = start_nginx(work / "nginx", triton.http_port, nginx_port)
+        if nginx is not None:
+            paths["nginx"] = f"http://127.0.0.1:{nginx_port}/v2/models/ctr/infer"
+        else:
+            notes.append(why)
+            print(f"NOTE: {why}", file=sys.stderr)
+
+        routes = {"version": "bench", "endpoints": [{"name": "ctr", "timeout_ms": 5000, "variants": [
+            {"name": "stable", "model_version": "1", "triton_model": STABLE, "role": "stable", "weight_bp": 9000, "replicas": [triton.http_url]},
+            {"name": "canary", "model_version": "2", "triton_model": CANARY, "role": "canary", "weight_bp": 1000, "replicas": [triton.http_url]},
+        ]}]}
+        (work / "routes.json").write_text(json.dumps(routes))
+        gw_port = free_port()
+        gateway = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--routes-file", str(work / "routes.json"), "--port", str(gw_port),
+             "--host", "127.0.0.1", "--log-level", "WARNING"],
+            cwd=ROOT, stdout=open(work / "gateway.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        if not _wait_http(f"http://127.0.0.1:{gw_port}/v2/health/ready", gateway):
+            print(f"gateway did not start:\n{(work / 'gateway.log').read_text()[-2000:]}", file=sys.stderr)
+            return 1
+        paths["gateway"] = f"http://127.0.0.1:{gw_port}/v2/models/ctr/infer"
+
+        for url in paths.values():  # warm every path (connections, model instances)
+            wrk_window(url, 8, 1, lua)
+
+        results = {}
+        for name, url in paths.items():
+            print(f"[{name}] closed-loop sweep {levels} ...", file=sys.stderr, flush=True)
+            results[name] = {"capacity": capacity(url, levels, window, lua)}
+        for name, url in paths.items():
+            rate = 0.5 * results[name]["capacity"]["max_rps"]
+            print(f"[{name}] open loop, Poisson at {rate:.0f} req/s ...", file=sys.stderr, flush=True)
+            results[name]["latency"] = run_open_loop(url, rate, open_duration, body_path)
+        # The direct path at the gateway's 50% rate too: the same arrival rate, so the
+        # difference is what the gateway adds, not what a higher load does to Triton.
+        same_rate = results["gateway"]["latency"]["rate"]
+        print(f"[direct] open loop at the gateway's rate {same_rate:.0f} req/s ...", file=sys.stderr, flush=True)
+        direct_same = run_open_loop(paths["direct"], same_rate, open_duration, body_path)
+
+        profile = None
+        if args.profile:
+            print("[gateway] py-spy under closed loop ...", file=sys.stderr, flush=True)
+            profile = profile_gateway(gateway.pid, paths["gateway"], results["gateway"]["capacity"]["at_concurrency"], 5, lua, work)
+
+        def lat(name, key):
+            return results[name]["latency"][key]
+
+        added_p50 = lat("gateway", "p50_ms") - lat("direct", "p50_ms")
+        added_p99 = lat("gateway", "p99_ms") - lat("direct", "p99_ms")
+        rows = []
+        for name in paths:
+            r = results[name]
+            rows.append([name, r["capacity"]["max_rps"], r["capacity"]["at_concurrency"], r["latency"]["rate"],
+                         r["latency"]["p50_ms"], r["latency"]["p90_ms"], r["latency"]["p99_ms"],
+                         sum(v for k, v in r["latency"]["statuses"].items() if k != "200") + sum(s["errors"] for s in r["capacity"]["sweep"])])
+        rows.append(["direct@gw-rate", float("nan"), "-", direct_same["rate"], direct_same["p50_ms"], direct_same["p90_ms"], direct_same["p99_ms"],
+                     sum(v for k, v in direct_same["statuses"].items() if k != "200")])
+        print()
+        print_table(["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors"], rows)
+        ratio = (results["gateway"]["capacity"]["max_rps"] / results["nginx"]["capacity"]["max_rps"]) if "nginx" in results else None
+        summary = {
+            "added_p50_ms": added_p50,
+            "added_p99_ms": added_p99,
+            "added_p50_ms_same_rate": lat("gateway", "p50_ms") - direct_same["p50_ms"],
+            "added_p99_ms_same_rate": lat("gateway", "p99_ms") - direct_same["p99_ms"],
+            "max_rps": {name: results[name]["capacity"]["max_rps"] for name in paths},
+            "rps_ratio_vs_nginx": ratio,
+        }
+        if "nginx" in results:
+            summary["nginx_added_p50_ms"] = lat("nginx", "p50_ms") - lat("direct", "p50_ms")
+            summary["nginx_added_p99_ms"] = lat("nginx", "p99_ms") - lat("direct", "p99_ms")
+        print()
+        for key, goal in GOALS.items():
+            value = summary[key]
+            if value is None:
+                print(f"{key}: n/a (no nginx)")
+                continue
+            ok = value >= goal if key == "rps_ratio_vs_nginx" else value <= goal
+            print(f"{key}: {value:.3f} (goal {'>=' if key == 'rps_ratio_vs_nginx' else '<='} {goal}) {'met' if ok else 'MISSED'}")
+        print(f"(at the same arrival rate: added p50 {summary['added_p50_ms_same_rate']:.3f} ms, p99 {summary['added_p99_ms_same_rate']:.3f} ms)")
+        if profile and "self_top" in profile:
+            print("\ngateway CPU under closed-loop load (py-spy, % of samples, inclusive):")
+            for frame, pct in profile["inclusive_top"]:
+                print(f"  {pct:5.1f}%  {frame}")
+        path = write_json("gateway", {
+            **summary,
+            "goals": GOALS,
+            "paths": results,
+            "direct_at_gateway_rate": direct_same,
+            "profile": profile,
+            "notes": notes + [
+                "2 CPUs shared by the load generator, tritonserver, nginx/gateway and other work on the machine: figures are noisy",
+                "nginx runs 1 worker process, like the single-process gateway",
+            ],
+            "setup": {"instances_per_model": args.instances, "levels": levels, "window_s": window, "open_loop_s": open_duration,
+                      "cpus": os.cpu_count()},
+        })
+        print(f"\nwrote {path}")
+        return 0
+    finally:
+        stop(gateway)
+        stop(nginx)
+        if triton is not None:
+            triton.stop()
+        shutil.rmtree(work, ignore_errors=True) if not args.profile else None
