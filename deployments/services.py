@@ -447,21 +447,24 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
         replicas = driver.ensure()
     except DriverError as exc:
         return _pool_failed(pool, str(exc))
-    wanted = list(PoolModel.objects.filter(pool=pool, state=PoolModelState.READY).select_related("artifact__version__model"))
-    reloaded, reload_errors, readiness = [], {}, {pm.pk: {} for pm in wanted}
-    for replica in replicas:
-        if not replica.ready:
-            continue
-        for pool_model in wanted:
-            name = pool_model.triton_model_name
-            try:
-                if not driver.is_model_ready(replica, name):
-                    driver.load_on(replica, _model_dir(pool, pool_model.artifact))
-                    reloaded.append((replica.name, name))
-                readiness[pool_model.pk][replica.name] = driver.is_model_ready(replica, name)
-            except (TritonError, DriverError, InvalidInput) as exc:
-                reload_errors[(replica.name, name)] = getattr(exc, "message", None) or str(exc)
-                readiness[pool_model.pk][replica.name] = False
+    with driver.models_locked():  # read READY inside the lock: an unload holding it has marked DRAINING already
+        wanted = list(PoolModel.objects.filter(pool=pool, state=PoolModelState.READY).select_related("artifact__version__model"))
+        reloaded, reload_errors, readiness = [], {}, {pm.pk: {} for pm in wanted}
+        for replica in replicas:
+            if not replica.ready:
+                continue
+            for pool_model in wanted:
+                name = pool_model.triton_model_name
+                try:
+                    if not driver.is_model_ready(replica, name):
+                        model_dir = _model_dir(pool, pool_model.artifact)
+                        driver.publish(model_dir)
+                        driver.load_on(replica, model_dir)
+                        reloaded.append((replica.name, name))
+                    readiness[pool_model.pk][replica.name] = driver.is_model_ready(replica, name)
+                except (TritonError, DriverError, InvalidInput) as exc:
+                    reload_errors[(replica.name, name)] = getattr(exc, "message", None) or str(exc)
+                    readiness[pool_model.pk][replica.name] = False
     with transaction.atomic():
         locked = pool_for_update(pool.pk)
         if locked.status == PoolStatus.DELETING:

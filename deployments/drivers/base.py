@@ -9,6 +9,7 @@ idempotent: `ensure` twice starts nothing new, `load` of a READY model loads not
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,12 @@ class PoolDriver:
     def log_tail(self, replica: str, lines: int = 60) -> str:
         return ""
 
+    @contextmanager
+    def models_locked(self):
+        """Held while models are reloaded on replicas or unloaded from them, so a
+        supervisor's reload cannot race an unload (local: a file lock; else nothing)."""
+        yield
+
     # --- models ---------------------------------------------------------------------------------
     def publish(self, model: ModelDir) -> None:
         """Make the model visible to the replicas' repository (local: a link)."""
@@ -219,22 +226,23 @@ class PoolDriver:
             if not force:
                 raise
             report = {**exc.report, "forced": True}
-        replicas = [r for r in self.replicas() if r.ready]
-        errors = {}
-        for replica in replicas:
-            try:
-                replica.triton().unload(name)
-            except TritonError as exc:
-                if "not found" not in exc.message.lower() and "unknown model" not in exc.message.lower():
-                    errors[replica.name] = exc.message
-        deadline = time.monotonic() + max(drain_timeout, 10.0)
-        while any(self.is_model_ready(r, name) for r in replicas):
-            if time.monotonic() > deadline:
-                raise DriverError(f"{name} still READY after unload")
-            time.sleep(0.05)
-        if errors:
-            raise DriverError(f"unload {name}: " + "; ".join(f"{k}: {v}" for k, v in errors.items()))
-        self.retract(name)
+        with self.models_locked():
+            replicas = [r for r in self.replicas() if r.ready]
+            errors = {}
+            for replica in replicas:
+                try:
+                    replica.triton().unload(name)
+                except TritonError as exc:
+                    if "not found" not in exc.message.lower() and "unknown model" not in exc.message.lower():
+                        errors[replica.name] = exc.message
+            deadline = time.monotonic() + max(drain_timeout, 10.0)
+            while any(self.is_model_ready(r, name) for r in replicas):
+                if time.monotonic() > deadline:
+                    raise DriverError(f"{name} still READY after unload")
+                time.sleep(0.05)
+            if errors:
+                raise DriverError(f"unload {name}: " + "; ".join(f"{k}: {v}" for k, v in errors.items()))
+            self.retract(name)
         return report
 
     def statistics(self) -> dict:

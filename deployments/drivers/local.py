@@ -84,9 +84,14 @@ class LocalDriver(PoolDriver):
         return sorted((p.name for p in base.iterdir() if p.is_dir() and p.name.startswith("r")), key=lambda n: int(n[1:]))
 
     @contextmanager
-    def _locked(self):
+    def models_locked(self):
+        with self._locked(".models.lock"):
+            yield
+
+    @contextmanager
+    def _locked(self, name: str = ".lock"):
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a+") as fh:
+        with open(self.root / name, "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
