@@ -1,6 +1,6 @@
 """`make run`: migrate, create the admin login once, seed a demo, then run the web
-server, a Celery worker and beat (and whatever else the platform has) in the
-foreground; Ctrl-C stops them all, and if one dies the rest are stopped too."""
+server, a Celery worker and beat, the local pool supervisor and the inference gateway
+in the foreground; Ctrl-C stops them all, and if one dies the rest are stopped too."""
 
 import os
 import secrets
@@ -14,6 +14,20 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+
+
+def ensure_gateway_token() -> str:
+    """The gateway's service account: may read the route table, nothing else."""
+    from django.contrib.auth.models import Permission
+    from rest_framework.authtoken.models import Token
+
+    User = get_user_model()
+    user, created = User.objects.get_or_create(username="gateway", defaults={"email": "gateway@localhost"})
+    if created:
+        user.set_unusable_password()
+        user.save()
+    user.user_permissions.add(Permission.objects.get(codename="read_routes", content_type__app_label="deployments"))
+    return Token.objects.get_or_create(user=user)[0].key
 
 
 def ensure_admin(stdout) -> None:
@@ -33,7 +47,7 @@ def ensure_admin(stdout) -> None:
 
 
 class Command(BaseCommand):
-    help = "Run the whole platform on this machine (web, worker, beat) until Ctrl-C."
+    help = "Run the whole platform on this machine (web, worker, beat, pools, gateway) until Ctrl-C."
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=settings.PORT)
@@ -42,6 +56,9 @@ class Command(BaseCommand):
     def processes(self, port: int) -> dict[str, list[str]]:
         python = sys.executable
         return {
+            "pools": [python, str(settings.BASE_DIR / "manage.py"), "run_pools", "--stop-replicas-on-exit"],
+            "gateway": [python, "-m", "gateway", f"--port={settings.GATEWAY_PORT}", "--host=127.0.0.1",
+                        f"--routes-url=http://127.0.0.1:{port}/api/v1/gateway/routes"],
             "web": [python, "-m", "gunicorn", "config.wsgi", f"--bind=127.0.0.1:{port}", "--workers=2", "--threads=4",
                     "--timeout=120", "--access-logfile=-", "--log-level=warning"],
             "worker": [python, "-m", "celery", "-A", "config", "worker", "-Q", "control,build-cpu,build-gpu",
@@ -56,12 +73,15 @@ class Command(BaseCommand):
         ensure_admin(self.stdout)
         if not no_seed:
             call_command("seed_demo")
-        env = dict(os.environ, HEALTHZ_EXPECT="worker,beat", PYTHONUNBUFFERED="1")
+        gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
+        env = dict(os.environ, HEALTHZ_EXPECT=f"worker,beat,gateway={gateway_url}", PYTHONUNBUFFERED="1",
+                   GATEWAY_TOKEN=ensure_gateway_token())
         children: dict[str, subprocess.Popen] = {}
         for name, command in self.processes(port).items():
-            children[name] = subprocess.Popen(command, env=env, start_new_session=True)
+            children[name] = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR, start_new_session=True)
         self.stdout.write(self.style.SUCCESS(f"dashboard: http://127.0.0.1:{port}/   health: http://127.0.0.1:{port}/healthz"))
         self.stdout.write(f"API: http://127.0.0.1:{port}/api/v1/   docs: http://127.0.0.1:{port}/api/docs/   data: {settings.VAR_DIR}")
+        self.stdout.write(f"gateway: {gateway_url}/v2/models/{{endpoint}}/infer   (demo endpoint: demo-ctr)")
 
         stopping = False
 
