@@ -284,6 +284,46 @@ def test_last_good_table_is_kept_when_the_control_plane_is_down_or_sends_garbage
     assert gw.metric("gateway_route_table_stale") == 0
 
 
+def _read_response(f):
+    status = int(f.readline().split()[1])
+    headers = {}
+    while (line := f.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = f.read(int(headers.get("content-length", 0)))
+    return status, headers, body
+
+
+def test_http_edges_pipelining_expect_continue_chunked_close(env):
+    import socket
+
+    body = infer_body()
+    host, port = "127.0.0.1", env.gateway.port
+    with socket.create_connection((host, port), timeout=5) as sock:
+        f = sock.makefile("rb")
+        one = b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\nX-Request-Id: p%d\r\nContent-Length: %d\r\n\r\n%s"
+        sock.sendall(one % (1, len(body), body) + one % (2, len(body), body))  # pipelined
+        first, second = _read_response(f), _read_response(f)
+        assert (first[0], first[1]["x-request-id"]) == (200, "p1")
+        assert (second[0], second[1]["x-request-id"]) == (200, "p2")
+        # Expect: 100-continue (curl sends it for bodies over 1 KiB)
+        sock.sendall(b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert f.readline().startswith(b"HTTP/1.1 100")
+        assert f.readline() == b"\r\n"
+        sock.sendall(body)
+        assert _read_response(f)[0] == 200
+        # chunked request body, then Connection: close
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 100]), body[i:i + 100]) for i in range(0, len(body), 100))
+        sock.sendall(b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunks + b"0\r\n\r\n")
+        status, headers, reply = _read_response(f)
+        assert status == 200 and headers["connection"] == "close" and json.loads(reply)["outputs"][0]["name"] == "ctr"
+        assert f.read() == b""  # closed by the gateway
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(b"NONSENSE\r\n\r\n")
+        status, headers, reply = _read_response(sock.makefile("rb"))
+        assert status == 400 and json.loads(reply)["code"] == "bad_http"
+
+
 def test_killing_the_canary_replica_under_load_gives_zero_client_errors(env):
     """Last in the module: Triton B is killed with SIGKILL while 4 clients send load."""
     gw = env.gateway
