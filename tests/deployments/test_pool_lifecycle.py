@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from io import StringIO
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 from django.conf import settings
+from django.core.management import call_command
 
 from deployments import tritonserver
 from deployments.models import ServingPool
@@ -47,8 +49,8 @@ def supervisor(subprocess_env, tmp_path, pools_dir):
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     log.close()
-    wait_for_line(log_path, "run_pools: supervising", timeout=60, proc=proc)
-    yield proc
+    # Waited for in the test, after the worker started: the two start up side by side.
+    yield lambda: wait_for_line(log_path, "run_pools: supervising", timeout=60, proc=proc)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -73,6 +75,7 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
     except tritonserver.TritonNotAvailable as exc:
         pytest.skip(str(exc))
     celery_worker(queues="control")
+    supervisor()  # up and supervising
     good = make_artifact(team_a, onnx_path, tmp_path)
     broken = make_artifact(team_a, onnx_path, tmp_path, broken=True)
     api = deployer_api
@@ -119,6 +122,11 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         r0 = {r["name"]: r for r in body["replica_set"]}["r0"]
         assert r0["status"] == "ready" and r0["pid"] != replicas["r0"]["pid"] and r0["grpc_url"] == replicas["r0"]["grpc_url"]
         np.testing.assert_allclose(infer(r0["grpc_url"], model, dense, sparse), expected, rtol=1e-5, atol=1e-6)
+
+        # a second supervisor (a restarted control plane) re-adopts the running replicas
+        running = {r["name"]: (r["pid"], r["restarts"]) for r in detail()["replica_set"]}
+        call_command("run_pools", "--once", stdout=StringIO())
+        assert {r["name"]: (r["pid"], r["restarts"]) for r in detail()["replica_set"]} == running
         pool_id = str(ServingPool.objects.get(name="life").pk)
         actions = set(Event.objects.filter(object_type="deployments.servingpool", object_id=pool_id).values_list("action", flat=True))
         assert {"created", "model_loaded", "model_load_failed", "replica_restarted", "model_reloaded"} <= actions

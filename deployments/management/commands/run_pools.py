@@ -37,8 +37,9 @@ class Command(BaseCommand):
         def stop(signum, frame):
             self.stopping = True
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        if not once:
+            signal.signal(signal.SIGTERM, stop)
+            signal.signal(signal.SIGINT, stop)
         self.stdout.write(f"run_pools: supervising local pools under {services.pools_root()} every {interval}s", ending="\n")
         self.stdout.flush()
         while not self.stopping:
