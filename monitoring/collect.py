@@ -191,6 +191,13 @@ def gateway_deltas(prev: dict, cur: dict, *, seconds: float, names: GatewayNames
             store[le] += count
         target.values["latency_count" if kind == "lat" else "upstream_count"] += sum(per_bucket.values())
     for totals in result.values():
+        # A canary/arm attempt that failed over to stable is counted by the gateway under
+        # the stable's final status; for the judge it is one failed request of its own
+        # variant, or failover would hide a bad candidate's errors entirely.
+        failed_over = totals.values.get("failovers", 0.0)
+        if failed_over:
+            totals.values["requests"] += failed_over
+            totals.values["errors"] += failed_over
         if "requests" in totals.values:
             totals.values["request_rate"] += totals.values["requests"] / seconds if seconds > 0 else 0.0
     return dict(result)

@@ -104,3 +104,23 @@ def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings)
     stable, candidate = live_rollout.baseline_artifact, live_rollout.candidate_artifact
     assert {m.variant for m in models.values()} == {variant_name(stable), variant_name(candidate)}
     assert all(m.endpoint == "ctr" for m in models.values())
+
+
+def test_failed_over_canary_attempts_count_as_candidate_errors():
+    """The gateway retries a failed canary attempt on stable and labels the reply stable;
+    the judge must still see that attempt as a failed candidate request."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from monitoring import collect
+
+    registry = CollectorRegistry()
+    requests = Counter("gateway_requests", "r", ["endpoint", "variant", "status"], registry=registry)
+    failovers = Counter("gateway_failovers", "f", ["endpoint", "from_variant", "to_variant", "reason"], registry=registry)
+    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    requests.labels("ctr", "v1", "200").inc(100)
+    requests.labels("ctr", "v2", "200").inc(45)
+    failovers.labels("ctr", "v2", "v1", "5xx").inc(5)
+    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0)
+    canary = collect.derive(totals[("ctr", "v2")])
+    assert (canary["requests"], canary["errors"]) == (50, 5) and canary["error_rate"] == pytest.approx(0.1)
+    assert collect.derive(totals[("ctr", "v1")])["errors"] == 0
