@@ -18,6 +18,12 @@ BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005,
            0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Test users need no slow PBKDF2 (each user costs ~1 s on a busy 2-core machine)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 class GatewayMetrics:
     """A private prometheus_client registry with the gateway's metric names and labels."""
 

@@ -16,15 +16,31 @@ def _interval(metrics: GatewayMetrics, serve, seconds=2.0):
     return collect.gateway_deltas(before, after, seconds=seconds)
 
 
-def test_gateway_names_match_the_gateway_module():
-    """The default names are the gateway's own (gateway/metrics.py)."""
+def test_parses_the_gateways_own_exposition():
+    """The gateway's hot-path collector (gateway/metrics.py HotPath) on a private registry:
+    the default names and labels read its text."""
     gateway_metrics = pytest.importorskip("gateway.metrics")
-    names = collect.GatewayNames()
-    assert gateway_metrics.REQUESTS._name == names.name(names.requests).removesuffix("_total")
-    assert gateway_metrics.LATENCY._name == names.name(names.latency)
-    assert gateway_metrics.UPSTREAM_LATENCY._name == names.name(names.upstream)
-    assert gateway_metrics.IN_FLIGHT._name == names.name(names.in_flight)
-    assert list(gateway_metrics.REQUESTS._labelnames) == [names.endpoint_label, names.variant_label, names.status_label]
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    hot = gateway_metrics.HotPath(registry=registry)
+    hot.done("ctr", "stable", 200, 0.002)
+    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    for seconds in (0.0012, 0.0018, 0.0042, 0.02):
+        hot.done("ctr", "stable", 200, seconds)
+        hot.observe_upstream("ctr", "stable", seconds * 0.9)
+    for status in (200, 200, 502):
+        hot.done("ctr", "canary", status, 0.004)
+    hot.in_flight["ctr"] = 3
+    after = collect.gateway_snapshot(generate_latest(registry).decode())
+    totals = collect.gateway_deltas(before, after, seconds=2.0)
+    stable, canary = collect.derive(totals[("ctr", "stable")]), collect.derive(totals[("ctr", "canary")])
+    assert stable["requests"] == 4 and stable["request_rate"] == 2.0 and stable["errors"] == 0
+    assert canary["requests"] == 3 and canary["error_rate"] == pytest.approx(1 / 3)
+    assert stable["latency_mean_ms"] == pytest.approx((1.2 + 1.8 + 4.2 + 20) / 4)
+    assert 10 < stable["latency_p99_ms"] <= 25  # the 20 ms request sits in the (10, 25] ms bucket
+    assert stable["upstream_mean_ms"] == pytest.approx((1.2 + 1.8 + 4.2 + 20) / 4 * 0.9)
+    assert collect.derive(totals[("ctr", collect.ALL_VARIANTS)])["in_flight"] == 3
 
 
 def test_request_and_error_rate_per_variant_from_two_scrapes():
