@@ -123,6 +123,30 @@ def run_open_loop(url: str, rate: float, duration: float, body_path: Path, warmu
 
 
 # --- closed loop (wrk) --------------------------------------------------------------------
+def cpu_seconds(pids: list[int]) -> float:
+    """user+system CPU of these processes so far (from /proc; 0 where unreadable)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        try:
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            pass
+    return pids
+
+
 def wrk_window(url: str, concurrency: int, seconds: float, lua: Path) -> tuple[float, int]:
     proc = subprocess.run(
         ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "-s", str(lua), url],
@@ -133,6 +157,7 @@ def wrk_window(url: str, concurrency: int, seconds: float, lua: Path) -> tuple[f
     if not found:
         raise RuntimeError(f"wrk failed on {url}: {out[-500:]} {proc.stderr[-500:]}")
     rps = float(found.group(1))
+    wrk_window.requests = int(re.search(r"(\d+) requests in", out).group(1))
     errors = 0
     m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     if m:
@@ -143,24 +168,43 @@ def wrk_window(url: str, concurrency: int, seconds: float, lua: Path) -> tuple[f
     return rps, errors
 
 
-def stable_rps(url: str, concurrency: int, seconds: float, lua: Path, max_windows: int = 8) -> dict:
-    """perf_analyzer's stability rule: repeat windows until the last three agree within 10%."""
-    windows, errors = [], 0
-    for _ in range(max_windows):
-        rps, err = wrk_window(url, concurrency, seconds, lua)
-        windows.append(rps)
-        errors += err
-        last = windows[-3:]
-        if len(last) == 3 and max(last) <= 1.10 * min(last):
-            return {"concurrency": concurrency, "rps": sum(last) / 3, "windows": len(windows), "stable": True, "errors": errors}
+def _agree(windows: list[float]) -> bool:
     last = windows[-3:]
-    return {"concurrency": concurrency, "rps": sum(last) / len(last), "windows": len(windows), "stable": False, "errors": errors}
+    return len(last) == 3 and max(last) <= 1.10 * min(last)
 
 
-def capacity(url: str, levels: list[int], seconds: float, lua: Path) -> dict:
-    sweep = [stable_rps(url, c, seconds, lua) for c in levels]
-    best = max(sweep, key=lambda s: s["rps"])
-    return {"max_rps": best["rps"], "at_concurrency": best["concurrency"], "sweep": sweep}
+def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Path, pids: dict, max_windows: int = 8) -> dict:
+    """Closed-loop sweep. At each concurrency the paths take turns, one window each, so
+    a burst of outside load hits all of them alike; a path stops once its last three
+    windows agree within 10% (perf_analyzer's stability rule) or after max_windows."""
+    sweeps = {name: [] for name in paths}
+    cpu = dict.fromkeys(paths, 0.0)
+    served = dict.fromkeys(paths, 0)
+    for concurrency in levels:
+        windows = {name: [] for name in paths}
+        errors = dict.fromkeys(paths, 0)
+        for _ in range(max_windows):
+            todo = [name for name in paths if not _agree(windows[name])]
+            if not todo:
+                break
+            for name in todo:
+                before = cpu_seconds(pids.get(name, []))
+                rps, err = wrk_window(paths[name], concurrency, seconds, lua)
+                cpu[name] += cpu_seconds(pids.get(name, [])) - before
+                served[name] += wrk_window.requests
+                windows[name].append(rps)
+                errors[name] += err
+        for name in paths:
+            last = windows[name][-3:]
+            sweeps[name].append({"concurrency": concurrency, "rps": sum(last) / len(last), "windows": len(windows[name]),
+                                 "stable": _agree(windows[name]), "errors": errors[name]})
+        print(f"  c={concurrency}: " + ", ".join(f"{n} {sweeps[n][-1]['rps']:.0f}/s" for n in paths), file=sys.stderr, flush=True)
+    out = {}
+    for name, sweep in sweeps.items():
+        best = max(sweep, key=lambda s: s["rps"])
+        out[name] = {"max_rps": best["rps"], "at_concurrency": best["concurrency"], "sweep": sweep,
+                     "proxy_cpu_us_per_request": (1e6 * cpu[name] / served[name]) if name in pids and served[name] else None}
+    return out
 
 
 # --- the system under test ----------------------------------------------------------------
@@ -362,10 +406,11 @@ def main(argv: list[str]) -> int:
         for url in paths.values():  # warm every path (connections, model instances)
             wrk_window(url, 8, 1, lua)
 
-        results = {}
-        for name, url in paths.items():
-            print(f"[{name}] closed-loop sweep {levels} ...", file=sys.stderr, flush=True)
-            results[name] = {"capacity": capacity(url, levels, window, lua)}
+        print(f"closed-loop sweep {levels}, {window:.0f}-s windows ...", file=sys.stderr, flush=True)
+        pids = {"gateway": [gateway.pid]}
+        if nginx is not None:
+            pids["nginx"] = process_tree(nginx.pid)
+        results = {name: {"capacity": cap} for name, cap in capacities(paths, levels, window, lua, pids).items()}
         for name, url in paths.items():
             rate = 0.5 * results[name]["capacity"]["max_rps"]
             print(f"[{name}] open loop, Poisson at {rate:.0f} req/s ...", file=sys.stderr, flush=True)
@@ -379,7 +424,7 @@ def main(argv: list[str]) -> int:
         profile = None
         if args.profile:
             print("[gateway] py-spy under closed loop ...", file=sys.stderr, flush=True)
-            profile = profile_gateway(gateway.pid, paths["gateway"], results["gateway"]["capacity"]["at_concurrency"], 5, lua, work)
+            profile = profile_gateway(gateway.pid, paths["gateway"], max(levels), 5, lua, work)
 
         def lat(name, key):
             return results[name]["latency"][key]
@@ -391,11 +436,12 @@ def main(argv: list[str]) -> int:
             r = results[name]
             rows.append([name, r["capacity"]["max_rps"], r["capacity"]["at_concurrency"], r["latency"]["rate"],
                          r["latency"]["p50_ms"], r["latency"]["p90_ms"], r["latency"]["p99_ms"],
-                         sum(v for k, v in r["latency"]["statuses"].items() if k != "200") + sum(s["errors"] for s in r["capacity"]["sweep"])])
+                         sum(v for k, v in r["latency"]["statuses"].items() if k != "200") + sum(s["errors"] for s in r["capacity"]["sweep"]),
+                         r["capacity"]["proxy_cpu_us_per_request"] if r["capacity"]["proxy_cpu_us_per_request"] is not None else "-"])
         rows.append(["direct@gw-rate", float("nan"), "-", direct_same["rate"], direct_same["p50_ms"], direct_same["p90_ms"], direct_same["p99_ms"],
-                     sum(v for k, v in direct_same["statuses"].items() if k != "200")])
+                     sum(v for k, v in direct_same["statuses"].items() if k != "200"), "-"])
         print()
-        print_table(["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors"], rows)
+        print_table(["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors", "proxy_cpu_us/req"], rows)
         ratio = (results["gateway"]["capacity"]["max_rps"] / results["nginx"]["capacity"]["max_rps"]) if "nginx" in results else None
         summary = {
             "added_p50_ms": added_p50,
@@ -404,6 +450,7 @@ def main(argv: list[str]) -> int:
             "added_p99_ms_same_rate": lat("gateway", "p99_ms") - direct_same["p99_ms"],
             "max_rps": {name: results[name]["capacity"]["max_rps"] for name in paths},
             "rps_ratio_vs_nginx": ratio,
+            "proxy_cpu_us_per_request": {name: results[name]["capacity"]["proxy_cpu_us_per_request"] for name in pids},
         }
         if "nginx" in results:
             summary["nginx_added_p50_ms"] = lat("nginx", "p50_ms") - lat("direct", "p50_ms")
@@ -418,9 +465,9 @@ def main(argv: list[str]) -> int:
             print(f"{key}: {value:.3f} (goal {'>=' if key == 'rps_ratio_vs_nginx' else '<='} {goal}) {'met' if ok else 'MISSED'}")
         print(f"(at the same arrival rate: added p50 {summary['added_p50_ms_same_rate']:.3f} ms, p99 {summary['added_p99_ms_same_rate']:.3f} ms)")
         if profile and "self_top" in profile:
-            print("\ngateway CPU under closed-loop load (py-spy, % of samples, inclusive):")
-            for frame, pct in profile["inclusive_top"]:
-                print(f"  {pct:5.1f}%  {frame}")
+            print(f"\ngateway CPU under closed-loop load at c={max(levels)} (py-spy, % of samples; self | inclusive):")
+            for (frame, pct), (iframe, ipct) in zip(profile["self_top"], profile["inclusive_top"][6:]):
+                print(f"  {pct:5.1f}%  {frame:55s} | {ipct:5.1f}%  {iframe}")
         path = write_json("gateway", {
             **summary,
             "goals": GOALS,

@@ -356,3 +356,24 @@ def test_killing_the_canary_replica_under_load_gives_zero_client_errors(env):
     assert gw.metric("gateway_replica_circuit_open", replica=env.b.http_url, model=CANARY) == 1
     health = requests.get(f"{gw.url}/v2/health/ready", timeout=2).json()
     assert health["endpoints"]["ctr"]["variants"]["v2"]["replicas"][env.b.http_url] == "open"
+
+
+def test_restarted_canary_replica_is_probed_back_in(env, tmp_path):
+    """After the kill above: a new tritonserver on the same ports; the breaker's probe
+    (GET /v2/models/{model}/ready) closes the circuit and the canary serves again."""
+    from deployments.tritonserver import TritonProcess
+
+    old = env.b
+    b = TritonProcess(model_repository=old.model_repository, work_dir=tmp_path / "triton-b2", http_port=old.http_port,
+                      grpc_port=old.grpc_port, metrics_port=old.metrics_port).start()
+    env.b = b
+    b.wait_live(60)
+    b.load(CANARY)
+    gw = env.gateway
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and gw.metric("gateway_replica_circuit_open", replica=b.http_url, model=CANARY) != 0:
+        time.sleep(0.1)
+    assert gw.metric("gateway_replica_circuit_open", replica=b.http_url, model=CANARY) == 0
+    with requests.Session() as s:
+        seen = Counter(env.post("ctr", session=s).headers["X-Model-Variant"] for _ in range(40))
+    assert seen["v2"] >= 10, seen

@@ -1,0 +1,117 @@
+"""The gateway process with --routes-file and no control plane: live reload when the
+file changes, last good table kept on a bad file, and what a client gets when no
+replica answers (502, then 503 once the breaker has ejected it). No Triton needed: the
+replica URL points at a port nobody listens on."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from deployments.tritonserver import free_port
+from tests.gateway.conftest import ROOT
+from tests.gateway.triton_models import infer_body
+
+pytestmark = pytest.mark.integration
+
+
+def table(version, replicas):
+    return {"version": version, "endpoints": [{"name": "ctr", "timeout_ms": 500, "variants": [
+        {"name": "v1", "model_version": "1", "triton_model": "ctr__v1__onnx", "role": "stable", "weight_bp": 10000,
+         "replicas": replicas}]}]}
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    routes = tmp_path / "routes.json"
+    dead = f"http://127.0.0.1:{free_port()}"
+    routes.write_text(json.dumps(table("f1", [dead])))
+    port = free_port()
+    log = open(tmp_path / "gateway.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--routes-file", str(routes), "--port", str(port), "--host", "127.0.0.1"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**__import__("os").environ, "GATEWAY_POLL_INTERVAL_MS": "200", "GATEWAY_BREAKER_COOLDOWN_MS": "60000"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"{url}/v2/health/ready", timeout=0.5).status_code == 200:
+                break
+        except requests.RequestException:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        raise TimeoutError((tmp_path / "gateway.log").read_text())
+    yield url, routes, dead
+    proc.terminate()
+    proc.wait(10)
+
+
+def version(url):
+    return requests.get(f"{url}/v2/health/ready", timeout=2).json()["routes"]
+
+
+def test_file_reload_and_last_good_table(gateway):
+    url, routes, dead = gateway
+    assert version(url)["version"] == "f1" and version(url)["source"] == "file"
+    routes.write_text(json.dumps(table("f2", [dead])))
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and version(url)["version"] != "f2":
+        time.sleep(0.05)
+    assert version(url)["version"] == "f2"
+    routes.write_text("{ not json")
+    time.sleep(0.6)
+    detail = version(url)
+    assert detail["version"] == "f2" and detail["stale"] is True and "not JSON" in detail["last_error"]
+    bad = table("f3", [dead])
+    bad["endpoints"][0]["variants"][0]["role"] = "canary"
+    routes.write_text(json.dumps(bad))
+    time.sleep(0.6)
+    detail = version(url)
+    assert detail["version"] == "f2" and "exactly one variant with role 'stable'" in detail["last_error"]
+    text = requests.get(f"{url}/metrics", timeout=2).text
+    assert "gateway_route_table_stale 1.0" in text and 'gateway_route_fetches_total{result="invalid"}' in text
+
+
+def test_dead_replica_gives_502_then_503_once_ejected(gateway):
+    url, _, dead = gateway
+    codes = []
+    for _ in range(5):
+        r = requests.post(f"{url}/v2/models/ctr/infer", data=infer_body(), timeout=5)
+        codes.append((r.status_code, r.json()["code"], r.headers["X-Model-Variant"]))
+    assert codes[0] == (502, "upstream_error", "v1")
+    assert codes[-1] == (503, "no_ready_backend", "v1")  # breaker open after 3 connect errors
+    assert requests.get(f"{url}/v2/models/ctr/ready", timeout=2).status_code == 503
+    health = requests.get(f"{url}/v2/health/ready", timeout=2).json()
+    assert health["endpoints"]["ctr"]["variants"]["v1"]["replicas"][dead] == "open"
+
+
+def test_no_route_table_yet_means_503(tmp_path):
+    """Control plane unreachable from the start: not ready, and inference says why."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--port", str(port), "--host", "127.0.0.1"], cwd=ROOT,
+        env={**__import__("os").environ, "GATEWAY_ROUTES_URL": f"http://127.0.0.1:{free_port()}/api/v1/gateway/routes"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                ready = requests.get(f"{url}/v2/health/ready", timeout=0.5)
+                break
+            except requests.RequestException:
+                time.sleep(0.05)
+        assert ready.status_code == 503
+        assert ready.json()["routes"]["stale"] is True and "failed" in ready.json()["routes"]["last_error"]
+        r = requests.post(f"{url}/v2/models/ctr/infer", data=infer_body(), timeout=5)
+        assert r.status_code == 503 and r.json()["code"] == "no_routes"
+    finally:
+        proc.terminate()
+        proc.wait(10)
