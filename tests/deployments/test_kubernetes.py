@@ -145,6 +145,9 @@ class FakeApiServer(Handler):
             return self._reply(200, json.loads(req["body"]))
         if req["method"] == "GET" and req["path"] == "/api/v1/namespaces/serving/pods":
             return self._reply(200, self.server.state["pods"])
+        if req["method"] == "GET" and req["path"].endswith("/log"):
+            lines = int(req["query"].get("tailLines", ["10"])[0])
+            return self._reply(200, "\n".join([f"I line {i}" for i in range(100)][-lines:]), "text/plain")
         if req["method"] == "DELETE":
             if "horizontalpodautoscalers" in req["path"]:
                 return self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
@@ -258,3 +261,26 @@ def test_unreachable_api_server_is_a_driver_error():
     driver = KubernetesDriver(spec(), api_client=client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
     with pytest.raises(DriverError, match="apply Deployment"):
         driver.ensure()
+
+
+def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
+    """platform/kubernetes/rbac.yaml must allow what ensure, replicas, log_tail and delete send."""
+    from django.conf import settings
+
+    documents = list(yaml.safe_load_all((settings.BASE_DIR / "platform" / "kubernetes" / "rbac.yaml").read_text()))
+    for document in documents:
+        kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+    role = next(d for d in documents if d["kind"] == "Role")
+    granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    driver, api, _ = cluster
+    driver.ensure()
+    assert driver.log_tail("triton-ctr-gpu-a", lines=3).splitlines() == ["I line 97", "I line 98", "I line 99"]
+    driver.delete()
+    verbs = {"PATCH": "patch", "DELETE": "delete", "GET": "get"}
+    for request in api.requests:
+        parts = request["path"].strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        rest = parts[4:] if parts[0] == "api" else parts[5:]  # after namespaces/<ns>: <resource>[/<name>[/<sub>]]
+        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+        verb = "list" if request["method"] == "GET" and len(rest) == 1 else verbs[request["method"]]
+        assert (group, resource, verb) in granted, (request["method"], request["path"])
