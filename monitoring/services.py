@@ -197,13 +197,19 @@ def _delete_older(model, field: str, before: datetime, limit: int) -> int:
 
 
 def retention_sweep(*, now: datetime | None = None) -> dict:
-    """Delete raw samples past MONITORING_RAW_RETENTION_HOURS and roll-ups past
-    MONITORING_ROLLUP_RETENTION_DAYS, at most MONITORING_RETENTION_BATCH rows each."""
+    """Delete raw samples past MONITORING_RAW_RETENTION_HOURS and roll-ups (and verdicts)
+    past MONITORING_ROLLUP_RETENTION_DAYS, at most MONITORING_RETENTION_BATCH rows each."""
     now = now or timezone.now()
     limit = conf.get("MONITORING_RETENTION_BATCH")
+    raw_before = now - timedelta(hours=conf.get("MONITORING_RAW_RETENTION_HOURS"))
+    rollup_before = now - timedelta(days=conf.get("MONITORING_ROLLUP_RETENTION_DAYS"))
     return {
-        "samples": _delete_older(MetricSample, "time", now - timedelta(hours=conf.get("MONITORING_RAW_RETENTION_HOURS")), limit),
-        "rollups": _delete_older(MetricRollup, "minute", now - timedelta(days=conf.get("MONITORING_ROLLUP_RETENTION_DAYS")), limit),
+        "samples": _delete_older(MetricSample, "time", raw_before, limit),
+        "rollups": _delete_older(MetricRollup, "minute", rollup_before, limit),
+        # Verdicts are evidence: kept as long as the roll-ups. Scrape states of targets
+        # that went away stop mattering once their samples are gone.
+        "verdicts": _delete_older(Verdict, "created_at", rollup_before, limit),
+        "scrape_states": _delete_older(ScrapeState, "updated_at", raw_before, limit),
     }
 
 

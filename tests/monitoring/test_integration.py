@@ -9,7 +9,6 @@ import pytest
 from monitoring import services
 from monitoring.models import DeliveryStatus, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState
 from monitoring.targets import ScrapeTarget
-from tests.conftest import require_service
 from tests.monitoring.conftest import BROKEN_MODEL, TRITON_MODELS, infer
 
 pytestmark = pytest.mark.integration
@@ -92,7 +91,6 @@ def test_real_worker_collects_metrics_and_delivers_an_alert_after_a_failed_attem
     2. An alert goes to a real webhook receiver that answers 503 first: the worker
        records the failed attempt, backs off, retries and delivers; both attempts are
        rows on the alert; raising it again while open sends nothing more."""
-    require_service("redis", "postgres")
     from monitoring.tasks import collect
 
     subprocess_env["MONITORING_TARGETS"] = json.dumps([{"kind": "gateway", "url": gateway_server.url, "endpoint_teams": {"ctr": team_a.pk}}])

@@ -42,7 +42,10 @@ def test_retention_deletes_only_what_is_past_its_age(team_a, settings):
     for days, value in ((3, 1.0), (1, 2.0)):
         MetricRollup.objects.create(endpoint="ctr", variant="stable", metric="m", minute=now - timedelta(days=days),
                                     count=1, total=value, minimum=value, maximum=value)
-    assert services.retention_sweep(now=now) == {"samples": 1, "rollups": 1}
+    Verdict.objects.create(rollout_id=1, endpoint="ctr", stable_variant="s", candidate_variant="c", outcome="pass",
+                           window_start=now, window_end=now)
+    Verdict.objects.filter().update(created_at=now - timedelta(days=3))
+    assert services.retention_sweep(now=now) == {"samples": 1, "rollups": 1, "verdicts": 1, "scrape_states": 0}
     assert list(MetricSample.objects.values_list("value", flat=True)) == [2.0]
     assert list(MetricRollup.objects.values_list("total", flat=True)) == [2.0]
 
