@@ -358,8 +358,9 @@ def validate(ctx: BuildContext) -> None:
 
 
 # --- 5. benchmark ------------------------------------------------------------------------------
-def measure(call: Callable[[], object], batch: int, *, seconds: float, max_iters: int) -> dict:
-    """Latency p50/p99 (ms) and throughput (rows/s) of `call` in this thread."""
+def measure(call: Callable[[], object], batch: int, *, seconds: float, max_iters: int, raw: bool = False):
+    """Latency p50/p99 (ms) and throughput (rows/s) of `call` in this thread (raw=True:
+    the latencies in ms)."""
     for _ in range(3):
         call()
     times = []
@@ -369,6 +370,8 @@ def measure(call: Callable[[], object], batch: int, *, seconds: float, max_iters
         call()
         times.append(time.perf_counter() - start)
     lat = np.array(times) * 1000.0
+    if raw:
+        return lat
     return {
         "p50_ms": float(np.percentile(lat, 50)),
         "p99_ms": float(np.percentile(lat, 99)),

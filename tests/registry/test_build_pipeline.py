@@ -212,3 +212,15 @@ def test_cancel_stops_a_running_build(alice, ranker, onnx_path):
         build_services.build_stage_update(build_id=build.pk, owner="w1", stage="optimize", status="running")
     build.refresh_from_db()
     assert build.status == BuildStatus.CANCELLED and build.error == "wrong file"
+
+
+def test_tasks_are_named_late_acked_and_routed_by_target():
+    from config.celery import app
+    from registry.build import queue_for
+    from registry.tasks import build_run, builds_reclaim
+
+    assert build_run.name == "registry.build_run" and build_run.acks_late and build_run.reject_on_worker_lost
+    assert build_run.soft_time_limit < build_run.time_limit
+    assert queue_for(["onnx-fp32", "onnx-int8"]) == "build-cpu" and queue_for(["onnx-fp32", "tensorrt"]) == "build-gpu"
+    entry = next(e for e in app.conf.beat_schedule.values() if e["task"] == builds_reclaim.name)
+    assert entry["options"]["queue"] == "control"
