@@ -10,6 +10,8 @@ artifact directories are expected there under their Triton model names.
 
 from __future__ import annotations
 
+import os
+
 import urllib3
 import yaml
 from kubernetes import client
@@ -205,12 +207,13 @@ class KubernetesDriver(PoolDriver):
 
             try:
                 config.load_incluster_config()
+                self._api_client = client.ApiClient()
             except config.ConfigException:
                 try:
-                    config.load_kube_config()
+                    # KUBECONFIG read now, not when the kubernetes package was imported.
+                    self._api_client = config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None)
                 except (config.ConfigException, OSError) as exc:
                     raise DriverError(f"no Kubernetes configuration (in-cluster or kubeconfig): {exc}") from None
-            self._api_client = client.ApiClient()
         return self._api_client
 
     def _call(self, what: str, fn, *args, **kwargs):

@@ -99,7 +99,7 @@ class Recorder(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), handler)
         self.requests = []
         self.state = {}
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
     def url(self):
@@ -284,3 +284,42 @@ def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
         resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
         verb = "list" if request["method"] == "GET" and len(rest) == 1 else verbs[request["method"]]
         assert (group, resource, verb) in granted, (request["method"], request["path"])
+
+
+@pytest.mark.django_db
+def test_reconcile_of_a_kubernetes_pool_applies_and_records_its_pods(cluster, deployer, team_a, tmp_path, monkeypatch):
+    """The service path: the driver finds the fake API server through a kubeconfig file."""
+    from deployments import services
+    from deployments.models import PoolStatus
+
+    _, api, _ = cluster
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+        "users": [{"name": "nobody", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
+    }))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    pool = services.pool_create(user=deployer, name="ctr-gpu", team=team_a, driver="kubernetes", replicas=2,
+                                model_repository="pvc://models/ctr", device_kind="nvidia-a100", namespace="serving")
+    pool = services.pool_reconcile(pool_id=pool.pk)
+    assert pool.status != PoolStatus.FAILED, pool.status_reason
+    assert {r["path"].rsplit("/", 2)[-2] for r in api.requests if r["method"] == "PATCH"} == {
+        "deployments", "services", "horizontalpodautoscalers", "poddisruptionbudgets"}
+    assert sorted(pool.replica_set.values_list("name", "status")) == [("triton-ctr-gpu-a", "ready"), ("triton-ctr-gpu-b", "starting")]
+    assert pool.status == PoolStatus.PENDING and pool.status_reason == "1/2 replicas ready"
+
+
+@pytest.mark.django_db
+def test_kubernetes_pool_without_a_cluster_is_a_failed_state_with_the_reason(deployer, team_a, tmp_path, monkeypatch):
+    from deployments import services
+    from deployments.models import PoolStatus
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    pool = services.pool_create(user=deployer, name="nowhere", team=team_a, driver="kubernetes", model_repository="s3://b/r")
+    pool = services.pool_reconcile(pool_id=pool.pk)
+    assert pool.status == PoolStatus.FAILED
+    assert "no Kubernetes configuration" in pool.status_reason

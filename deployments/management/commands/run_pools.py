@@ -1,6 +1,8 @@
-"""The local pool supervisor: keeps every local pool's tritonserver replicas up.
+"""The pool supervisor: keeps every local pool's tritonserver replicas up.
 
-Each tick (default 1 s) it reconciles every local pool (deployments.services.pool_reconcile):
+Each tick (default 1 s) it reconciles every local pool (deployments.services.pool_reconcile),
+and each Kubernetes pool every --kubernetes-every seconds (apply, then load what the pool
+serves on pods that lack it, e.g. new pods the autoscaler added). For local pools it
 starts missing replicas, restarts crashed or hung ones with backoff, reloads on them
 what the pool serves, and records what it saw. Replicas run in their own sessions and
 survive this process: a restarted supervisor re-adopts them through their pid files, and
@@ -30,9 +32,11 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=1.0, help="seconds between ticks")
         parser.add_argument("--once", action="store_true", help="one tick, then exit")
         parser.add_argument("--stop-replicas-on-exit", action="store_true", help="stop every local replica when this exits")
+        parser.add_argument("--kubernetes-every", type=float, default=15.0, help="seconds between reconciles of a Kubernetes pool")
 
-    def handle(self, *args, interval, once, stop_replicas_on_exit, **options):
+    def handle(self, *args, interval, once, stop_replicas_on_exit, kubernetes_every, **options):
         self.stopping = False
+        self.kubernetes_every, self.kubernetes_seen = kubernetes_every, {}
 
         def stop(signum, frame):
             self.stopping = True
@@ -59,6 +63,12 @@ class Command(BaseCommand):
         pools = list(
             ServingPool.objects.filter(driver=PoolDriver.LOCAL).exclude(status=PoolStatus.DELETING).order_by("updated_at")[:BATCH]
         )
+        # Kubernetes pools less often: each reconcile is a server-side apply of four objects.
+        now = time.monotonic()
+        for pool in ServingPool.objects.filter(driver=PoolDriver.KUBERNETES).exclude(status=PoolStatus.DELETING).order_by("updated_at")[:BATCH]:
+            if now - self.kubernetes_seen.get(pool.pk, -1e9) >= self.kubernetes_every:
+                self.kubernetes_seen[pool.pk] = now
+                pools.append(pool)
         for pool in pools:
             if self.stopping:
                 return
