@@ -6,7 +6,10 @@ that Triton's dynamic batcher hands over together are concatenated and run as on
 batch, then split back per request.
 
 Config parameters (config.pbtxt `parameters`): `onnx_file` (default model.onnx),
-`intra_op_threads` (default 1), `inter_op_threads` (default 1).
+`intra_op_threads` (default 1), `inter_op_threads` (default 1), `warmup_batch_sizes`
+(default "1,8"): the session runs these batch sizes once while loading, so the first
+live requests do not pay ONNX Runtime's first-run allocations and a model is warm by
+the time Triton reports it READY (a cold candidate would look slow to the canary judge).
 """
 
 import json
@@ -33,6 +36,17 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_specs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]]
+        self._warm_up(config, _param(config, "warmup_batch_sizes", "1,8"))
+
+    def _warm_up(self, config: dict, batch_sizes: str) -> None:
+        batched = int(config.get("max_batch_size", 0)) > 0
+        for size in [int(b) for b in batch_sizes.split(",") if b.strip()]:
+            feeds = {}
+            for spec in config["input"]:
+                dims = [d if d > 0 else 1 for d in (int(x) for x in spec["dims"])]
+                shape = [size, *dims] if batched else dims
+                feeds[spec["name"]] = np.zeros(shape, dtype=pb_utils.triton_string_to_numpy(spec["data_type"]))
+            self._run(feeds)
 
     def _run(self, feeds: dict) -> list:
         names = [name for name, _ in self.output_specs]
