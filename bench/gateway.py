@@ -99,6 +99,7 @@ async def _open_loop(url: str, rate: float, duration: float, body: bytes, warmup
         "rate": rate, "sent": n, "statuses": {str(k): v for k, v in statuses.items()},
         "achieved_rps": n / duration, "p50_ms": q(0.50), "p90_ms": q(0.90), "p99_ms": q(0.99),
         "generator_late_p99_ms": late[int(0.99 * len(late))] * 1000 if late else 0.0,
+        "latencies_ms": [round(x * 1000, 4) for x in latencies],
     }
 
 
@@ -111,6 +112,29 @@ def open_loop_main(args) -> int:
         result = asyncio.run(_open_loop(args.open_loop, args.rate, args.duration, body, args.warmup))
     print(json.dumps(result))
     return 0
+
+
+def open_loop_rounds(runs: list[tuple[str, str, float]], rounds: int, duration: float, body_path: Path) -> dict:
+    """Open-loop runs taking turns (run 1, 2, 3, 1, 2, 3, ...) so that outside load
+    changing over time hits every path alike; latencies of all rounds are pooled."""
+    pooled = {key: {"latencies": [], "statuses": Counter(), "late": [], "rate": rate} for key, _, rate in runs}
+    for _ in range(rounds):
+        for key, url, rate in runs:
+            r = run_open_loop(url, rate, duration, body_path, warmup=0.5)
+            pooled[key]["latencies"] += r.pop("latencies_ms")
+            pooled[key]["statuses"].update(r["statuses"])
+            pooled[key]["late"].append(r["generator_late_p99_ms"])
+    out = {}
+    for key, p in pooled.items():
+        lat = sorted(p["latencies"])
+        n = len(lat)
+
+        def q(x):
+            return lat[min(n - 1, int(x * n))] if n else float("nan")
+
+        out[key] = {"rate": p["rate"], "sent": n, "statuses": dict(p["statuses"]), "p50_ms": q(0.5), "p90_ms": q(0.9),
+                    "p99_ms": q(0.99), "generator_late_p99_ms": max(p["late"]), "rounds": rounds, "seconds_per_round": duration}
+    return out
 
 
 def run_open_loop(url: str, rate: float, duration: float, body_path: Path, warmup: float = 1.0) -> dict:
@@ -352,7 +376,8 @@ def main(argv: list[str]) -> int:
         return 2
     levels = [int(x) for x in args.levels.split(",")] if args.levels else ([2, 8, 32] if args.quick else [1, 4, 8, 16, 32])
     window = 1.0 if args.quick else 2.0
-    open_duration = 3.0 if args.quick else 6.0
+    open_duration = 2.0 if args.quick else 3.0
+    rounds = 2 if args.quick else 4
 
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     repo = work / "repo"
@@ -411,15 +436,16 @@ def main(argv: list[str]) -> int:
         if nginx is not None:
             pids["nginx"] = process_tree(nginx.pid)
         results = {name: {"capacity": cap} for name, cap in capacities(paths, levels, window, lua, pids).items()}
-        for name, url in paths.items():
-            rate = 0.5 * results[name]["capacity"]["max_rps"]
-            print(f"[{name}] open loop, Poisson at {rate:.0f} req/s ...", file=sys.stderr, flush=True)
-            results[name]["latency"] = run_open_loop(url, rate, open_duration, body_path)
-        # The direct path at the gateway's 50% rate too: the same arrival rate, so the
-        # difference is what the gateway adds, not what a higher load does to Triton.
-        same_rate = results["gateway"]["latency"]["rate"]
-        print(f"[direct] open loop at the gateway's rate {same_rate:.0f} req/s ...", file=sys.stderr, flush=True)
-        direct_same = run_open_loop(paths["direct"], same_rate, open_duration, body_path)
+        # Each path at 50% of its own capacity, plus the direct path at the gateway's
+        # rate: the same arrival rate, so that difference is what the gateway adds and
+        # not what a higher load does to Triton.
+        runs = [(name, url, 0.5 * results[name]["capacity"]["max_rps"]) for name, url in paths.items()]
+        runs.append(("direct@gw-rate", paths["direct"], runs[-1][2]))
+        print("open loop (Poisson), rounds of " + ", ".join(f"{k} {r:.0f}/s" for k, _, r in runs) + " ...", file=sys.stderr, flush=True)
+        lat = open_loop_rounds(runs, rounds, open_duration, body_path)
+        for name in paths:
+            results[name]["latency"] = lat[name]
+        direct_same = lat["direct@gw-rate"]
 
         profile = None
         if args.profile:
@@ -478,7 +504,7 @@ def main(argv: list[str]) -> int:
                 "2 CPUs shared by the load generator, tritonserver, nginx/gateway and other work on the machine: figures are noisy",
                 "nginx runs 1 worker process, like the single-process gateway",
             ],
-            "setup": {"instances_per_model": args.instances, "levels": levels, "window_s": window, "open_loop_s": open_duration,
+            "setup": {"instances_per_model": args.instances, "levels": levels, "window_s": window, "open_loop_s_per_round": open_duration, "open_loop_rounds": rounds,
                       "cpus": os.cpu_count()},
         })
         print(f"\nwrote {path}")
