@@ -95,7 +95,19 @@ def _split(key: str) -> list[str]:
     return key.split(SEP)
 
 
-def _families(text: str):
+def _families(text: str, names: tuple[str, ...] | None = None):
+    """Parse with prometheus_client; with `names`, only the lines of those families reach
+    the (slow, pure-Python) parser: a cheap prefix filter first."""
+    if names:
+        keep = []
+        for line in text.splitlines():
+            if line.startswith("#"):
+                parts = line.split(None, 3)
+                if len(parts) >= 3 and parts[2].startswith(names):
+                    keep.append(line)
+            elif line.startswith(names) and not line.split("{", 1)[0].split(" ", 1)[0].endswith("_created"):
+                keep.append(line)
+        text = "\n".join(keep) + "\n"
     return text_string_to_metric_families(text)
 
 
@@ -118,7 +130,10 @@ def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[st
         names.name(names.shadow_dropped): "shadow_dropped",
     }
     out: dict[str, float] = defaultdict(float)
-    for family in _families(text):
+    wanted = tuple(names.name(n).removesuffix("_total") for n in (
+        names.requests, names.latency, names.upstream, names.retries, names.failovers, names.upstream_errors,
+        names.shadow_dropped, names.in_flight))
+    for family in _families(text, wanted):
         for sample in family.samples:
             labels, name = sample.labels, sample.name
             if name == names.name(names.requests):
@@ -207,7 +222,7 @@ def gateway_deltas(prev: dict, cur: dict, *, seconds: float, names: GatewayNames
 def triton_snapshot(text: str) -> dict[str, float]:
     """Flatten Triton's /metrics per (model, version): the counters the collector diffs."""
     out: dict[str, float] = defaultdict(float)
-    for family in _families(text):
+    for family in _families(text, (*TRITON_COUNTERS, *TRITON_GAUGES)):
         for sample in family.samples:
             # The parser names counter samples "<family>_total"; Triton's own text has no suffix.
             field_name = TRITON_COUNTERS.get(sample.name.removesuffix("_total")) or TRITON_GAUGES.get(sample.name)

@@ -130,6 +130,8 @@ def package_model(repo: Path, onnx_path: Path, name: str, dense_dims: int = 13) 
     config.output.add(name="ctr", data_type=mc.TYPE_FP32, dims=[1])
     config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
     config.parameters["onnx_file"].string_value = "model.onnx"
+    if dense_dims != 13:  # no load-time warm-up run: the broken model must load and fail per request
+        config.parameters["warmup_batch_sizes"].string_value = " "
     model_dir = repo / name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
