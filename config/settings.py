@@ -216,6 +216,16 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # One stable schema name per choice set (several models have a "status").
+    "ENUM_NAME_OVERRIDES": {
+        f"{name}Enum": f"{app}.models.{name}"
+        for app, names in {
+            "registry": ["Role", "Task", "VersionSource", "Framework", "VersionStatus", "BuildStatus", "ArtifactStatus"],
+            "deployments": ["PoolDriver", "DeviceKind", "PoolStatus", "ReplicaStatus", "PoolModelState"],
+            "monitoring": ["VerdictOutcome", "Severity", "AlertStatus", "ChannelKind", "DeliveryStatus"],
+        }.items()
+        for name in names
+    },
 }
 
 # --- security (PRODUCTION=1 behind HTTPS) ------------------------------------------------
