@@ -35,3 +35,13 @@ def test_secret_key_is_generated_once_into_var(tmp_path):
     assert key_file.exists() and oct(key_file.stat().st_mode & 0o777) == "0o600"
     assert first.stdout == second.stdout and first.stdout.splitlines()[0] == key_file.read_text().strip()
     assert first.stdout.splitlines()[1] == "False"
+
+
+def test_openapi_schema_validates_without_warnings(tmp_path):
+    """Every endpoint appears in /api/schema/ with request and response shapes."""
+    result = _manage("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"), tmp_path=tmp_path, env_extra={})
+    assert result.returncode == 0, result.stderr[-3000:]
+    schema = (tmp_path / "schema.yaml").read_text()
+    for path in ("/api/v1/models/", "/api/v1/pools/", "/api/v1/endpoints/", "/api/v1/rollouts/{id}/rollback/",
+                 "/api/v1/gateway/routes", "/api/v1/metrics/", "/api/v1/alerts/", "/api/v1/experiments/"):
+        assert f"  {path}:" in schema, path
