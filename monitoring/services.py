@@ -4,6 +4,7 @@ retention, canary verdicts, alerts and their notification attempts."""
 from __future__ import annotations
 
 import json
+import logging
 import time as _time
 import urllib.error
 import urllib.request
@@ -38,6 +39,7 @@ from monitoring.targets import ScrapeTarget, scrape_targets
 from registry.models import Role
 from registry.services import event_record, require_role
 
+log = logging.getLogger(__name__)
 EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
 
 
@@ -300,11 +302,20 @@ def _default_links(alert: Alert) -> dict:
 
 
 def _queue_notifications(alert: Alert) -> None:
-    from monitoring.tasks import deliver_notification
-
     for kind, target in selectors.channels_for_alert(alert):
         args = (alert.pk, kind, target, alert.notify_round)
-        transaction.on_commit(lambda args=args: deliver_notification.apply_async(args=args, queue="control"))
+        transaction.on_commit(lambda args=args: _dispatch_delivery(args))
+
+
+def _dispatch_delivery(args: tuple) -> None:
+    """Queue one delivery; a broker outage must not fail the change that raised the alert
+    (the alert is committed and on the dashboard either way)."""
+    from monitoring.tasks import deliver_notification
+
+    try:
+        deliver_notification.apply_async(args=args, queue="control")
+    except Exception:  # kombu raises transport-specific errors
+        log.exception("could not queue the notification of alert %s to %s:%s", args[0], args[1], args[2])
 
 
 def _require_alert_role(*, user, alert: Alert) -> None:

@@ -172,3 +172,13 @@ def test_overview_page_lists_endpoints_with_charts(client, alice, team_a):
     assert b"canary" in page.content and b"150.0" in page.content
     partial = client.get("/monitoring/", HTTP_HX_REQUEST="true")
     assert b'id="summary"' in partial.content and b"<html" not in partial.content
+
+
+def test_alert_list_query_count_is_pinned(alice_api, team_a, django_assert_max_num_queries):
+    for rollout_id in range(6):
+        alert, _ = _raise(team_a, rollout_id=rollout_id)
+        NotificationDelivery.objects.create(alert=alert, notify_round=1, kind="webhook", target="http://x.test/",
+                                            attempt=1, status=DeliveryStatus.DELIVERED, response_code=200)
+    with django_assert_max_num_queries(6):
+        response = alice_api.get("/api/v1/alerts/")
+    assert response.json()["count"] == 6 and all(len(a["deliveries"]) == 1 for a in response.json()["results"])
