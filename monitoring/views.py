@@ -29,6 +29,10 @@ def overview(request):
     endpoints = selectors.series_index(user=request.user, since=since)
     for entry in endpoints:
         entry["summary"] = selectors.latest_values(user=request.user, endpoint=entry["endpoint"], since=since, metrics=SUMMARY_METRICS)
+        for values in entry["summary"].values():
+            for name in ("error_rate", "utilization"):
+                if name in values:
+                    values[f"{name}_pct"] = values[name] * 100
     context = {"endpoints": endpoints, "window": window, "windows": list(WINDOWS), "chart_metrics": selectors.CHART_METRICS}
     if request.htmx:
         return render(request, "monitoring/overview.html#summary", context)

@@ -169,7 +169,7 @@ def test_overview_page_lists_endpoints_with_charts(client, alice, team_a):
     page = client.get("/monitoring/")
     assert page.status_code == 200
     assert b'data-endpoint="ctr"' in page.content and b"chart.umd.min.js" in page.content
-    assert b"canary" in page.content and b"150.0" in page.content
+    assert b"canary" in page.content and b"150.0" in page.content and b"2.00 %" in page.content
     partial = client.get("/monitoring/", HTTP_HX_REQUEST="true")
     assert b'id="summary"' in partial.content and b"<html" not in partial.content
 

@@ -1,0 +1,74 @@
+"""The monitoring pages in a real browser (Debian's Chromium via Playwright): the charts
+draw one line per variant from /api/v1/metrics/, the banner shows open alerts, and
+acknowledging from the alerts page swaps the row in place (htmx)."""
+
+import os
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from monitoring import services
+from monitoring.models import Alert
+
+CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def page():
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        if IN_CI:
+            pytest.fail("chromium is not installed (apt-get install chromium); CI=true makes this a failure")
+        pytest.skip("service:chromium not installed (apt-get install chromium)")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs a loop in this thread
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"])
+        yield browser.new_page(viewport={"width": 1280, "height": 900})
+        browser.close()
+
+
+def test_overview_charts_banner_and_acknowledge(live_server, page, alice, team_a):
+    now = timezone.now()
+    for tick in range(30):
+        at = now - timedelta(seconds=2 * (30 - tick))
+        services.samples_store(rows=[
+            ("ctr", "stable", "request_rate", 190.0 + tick % 5), ("ctr", "canary", "request_rate", 10.0),
+            ("ctr", "stable", "error_rate", 0.01), ("ctr", "canary", "error_rate", 0.01 + tick / 500),
+            ("ctr", "stable", "latency_p99_ms", 4.0), ("ctr", "canary", "latency_p99_ms", 4.0 + tick / 10),
+        ], at=at, team_ids={"ctr": team_a.pk})
+    alert, _ = services.alert_raise(kind="rollout_rolled_back", severity="critical", endpoint="ctr", rollout_id=3,
+                                    team=team_a, reason="ctr: canary rolled back — candidate error rate 6.9% vs stable 1.0%")
+
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "pw-for-tests-only")
+    page.click("button[type=submit]")
+    page.wait_for_load_state()
+    page.goto(f"{live_server.url}/monitoring/")
+    assert "1 open alert" in page.inner_text("#alert-banner")
+    page.wait_for_function(
+        "() => { const charts = Object.values(Chart.instances);"
+        " return charts.length === 3 && charts.every(c => c.data.datasets.length === 2"
+        " && c.data.datasets.every(d => d.data.length === 30)); }", timeout=15000)
+    labels = page.evaluate("Object.values(Chart.instances).map(c => c.data.datasets.map(d => d.label).sort().join(','))")
+    assert labels == ["canary,stable"] * 3
+    out = Path(settings.VAR_DIR) / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(out / "monitoring-overview.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/monitoring/alerts/?status=open")
+    page.click(f"#alert-{alert.pk} button:has-text('Acknowledge')")
+    page.wait_for_function(f"document.querySelector('#alert-{alert.pk}').innerText.includes('acknowledged')")
+    assert page.url.endswith("/monitoring/alerts/?status=open")  # swapped in place, no navigation
+    assert Alert.objects.get(pk=alert.pk).status == "acknowledged"
+    page.goto(f"{live_server.url}/models/")
+    assert page.query_selector("#alert-banner") is None
