@@ -147,16 +147,18 @@ def run_open_loop(url: str, rate: float, duration: float, body_path: Path, warmu
 
 
 # --- closed loop (wrk) --------------------------------------------------------------------
-def cpu_seconds(pids: list[int]) -> float:
-    """user+system CPU of these processes so far (from /proc; 0 where unreadable)."""
-    total = 0
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(user, system) CPU seconds of these processes so far (from /proc)."""
+    user = system = 0
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            user += int(fields[11])
+            system += int(fields[12])
         except (OSError, IndexError, ValueError):
             pass
-    return total / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, system / tick
 
 
 def process_tree(pid: int) -> list[int]:
@@ -202,7 +204,7 @@ def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Pa
     a burst of outside load hits all of them alike; a path stops once its last three
     windows agree within 10% (perf_analyzer's stability rule) or after max_windows."""
     sweeps = {name: [] for name in paths}
-    cpu = dict.fromkeys(paths, 0.0)
+    cpu = {name: [0.0, 0.0] for name in paths}
     served = dict.fromkeys(paths, 0)
     for concurrency in levels:
         windows = {name: [] for name in paths}
@@ -214,7 +216,9 @@ def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Pa
             for name in todo:
                 before = cpu_seconds(pids.get(name, []))
                 rps, err = wrk_window(paths[name], concurrency, seconds, lua)
-                cpu[name] += cpu_seconds(pids.get(name, [])) - before
+                after = cpu_seconds(pids.get(name, []))
+                cpu[name][0] += after[0] - before[0]
+                cpu[name][1] += after[1] - before[1]
                 served[name] += wrk_window.requests
                 windows[name].append(rps)
                 errors[name] += err
@@ -227,7 +231,8 @@ def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Pa
     for name, sweep in sweeps.items():
         best = max(sweep, key=lambda s: s["rps"])
         out[name] = {"max_rps": best["rps"], "at_concurrency": best["concurrency"], "sweep": sweep,
-                     "proxy_cpu_us_per_request": (1e6 * cpu[name] / served[name]) if name in pids and served[name] else None}
+                     "proxy_cpu_us_per_request": (1e6 * sum(cpu[name]) / served[name]) if name in pids and served[name] else None,
+                     "proxy_user_sys_us_per_request": [1e6 * c / served[name] for c in cpu[name]] if name in pids and served[name] else None}
     return out
 
 
@@ -316,8 +321,9 @@ def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: P
     if not Path(spy).exists():
         return {"skipped": "py-spy not installed (pip install py-spy)"}
     raw = out / "gateway-profile.txt"
+    # --native: show the C frames too (libc write/read, epoll), where most samples land.
     proc = subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds) + 1), "-r", "250", "-f", "raw",
-                             "-o", str(raw), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "-o", str(raw), "--native"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(0.5)
     wrk_window(url, concurrency, seconds, lua)
     _, err = proc.communicate(timeout=60)
