@@ -13,8 +13,9 @@ from registry.models import Build, BuildStatus
 from tests import factories
 from tests.registry.build_helpers import fast_build_settings, upload_version
 
-# transaction=True: builds run in-process here and the runner's heartbeat thread has its own connection.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
+# Tests that run a build in-process need committed rows: the runner's heartbeat thread has its own connection.
+runs_a_build = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
@@ -66,6 +67,7 @@ def test_a_viewer_cannot_start_builds(api_for, team_a, version):
     assert response.status_code == 403 and response.json()["code"] == "role_required"
 
 
+@runs_a_build
 def test_finished_build_artifacts_and_download(alice_api, alice, version, django_assert_max_num_queries):
     build, _ = build_services.build_start(user=alice, version=version)
     assert runner.run(build.pk, owner="api-test") == "published"
@@ -99,6 +101,7 @@ def test_schema_lists_build_endpoints(alice_api):
 
 
 # --- pages ---------------------------------------------------------------------------------------
+@runs_a_build
 def test_build_page_polls_until_done_then_286(client, alice, version):
     client.force_login(alice)
     build, _ = build_services.build_start(user=alice, version=version)
@@ -111,6 +114,7 @@ def test_build_page_polls_until_done_then_286(client, alice, version):
     assert done.status_code == 286 and b"every 2s" not in done.content and b"succeeded" in done.content
 
 
+@runs_a_build
 def test_version_page_has_start_button_variants_table_and_chart(client, alice, version):
     client.force_login(alice)
     url = reverse("registry:version-detail", args=[version.pk])

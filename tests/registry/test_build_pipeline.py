@@ -150,20 +150,6 @@ def test_variant_that_outputs_nan_is_rejected_with_evidence(onnx_path, tmp_path)
     assert bad.package_dir is None and good.package_dir is not None  # never packaged, never published
 
 
-def test_mlflow_uri_that_no_longer_resolves_fails_the_build(alice, ranker, settings, tmp_path):
-    from config import mlflow as mlflow_config
-    from registry.models import ModelVersion
-
-    settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    mlflow_config.configure.cache_clear()
-    version = ModelVersion.objects.create(model=ranker, version=1, source="mlflow", source_uri="models:/gone-model/3", framework="pytorch")
-    build = _build(alice, version)
-    mlflow_config.configure.cache_clear()
-    assert build.status == BuildStatus.FAILED
-    assert "does not resolve" in build.error and "models:/gone-model/3" in build.error
-    assert not Artifact.objects.exists()
-
-
 def test_signature_mismatch_fails(alice, ranker, onnx_path):
     version = raw_version(ranker, onnx_path, signature={"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 39]}], "outputs": []})
     build = _build(alice, version)
