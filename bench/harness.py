@@ -113,6 +113,14 @@ class Load:
     def errors_since(self, t: float) -> int:
         return sum(1 for at, status, _, _ in self.records if at >= t and status != 200)
 
+    def error_statuses_since(self, t: float) -> dict[str, int]:
+        """Non-200 replies by status ("0" = no reply: connection error or client timeout)."""
+        counts: dict[str, int] = {}
+        for at, status, _, _ in self.records:
+            if at >= t and status != 200:
+                counts[str(status)] = counts.get(str(status), 0) + 1
+        return counts
+
     def _run(self):
         session = requests.Session()
         next_at = time.monotonic()

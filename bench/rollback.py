@@ -62,7 +62,9 @@ def _local_redis(db: int) -> str:
 def _environment(args) -> dict:
     from deployments.tritonserver import free_port
 
-    var = Path(os.environ.get("VAR_DIR", ROOT / "var")).resolve() / "bench-rollback"
+    base = Path(os.environ.get("VAR_DIR", ROOT / "var")).resolve()
+    os.environ.setdefault("BENCH_DIR", str(base / "bench"))
+    var = base / "bench-rollback"
     shutil.rmtree(var, ignore_errors=True)
     var.mkdir(parents=True)
     env = {
@@ -74,7 +76,7 @@ def _environment(args) -> dict:
     }
     env["GATEWAY_METRICS_URL"] = f"http://127.0.0.1:{env['GATEWAY_PORT']}/metrics"
     os.environ.update(env)
-    return env
+    return dict(os.environ)  # children need PATH & co. too (Triton starts its python stub through it)
 
 
 def main(argv: list[str]) -> int:
@@ -136,8 +138,13 @@ def main(argv: list[str]) -> int:
                                   f"--routes-url=http://127.0.0.1:{env['PORT']}/api/v1/gateway/routes"], env, var / "gateway.log")
         import requests
 
-        wait_for(lambda: requests.post(f"{gateway_url}/v2/models/ctr/infer", data=Load("").body, timeout=2).status_code == 200,
-                 timeout=60, what="gateway serving ctr")
+        def serving() -> bool:
+            try:
+                return requests.post(f"{gateway_url}/v2/models/ctr/infer", data=Load("").body, timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_for(serving, timeout=60, what="gateway serving ctr")
         load = Load(f"{gateway_url}/v2/models/ctr/infer", rate=args.rate, threads=max(4, int(args.rate // 40))).start()
         time.sleep(10)
         baseline = sorted(r[3] for r in load.records[-1000:] if r[1] == 200)
@@ -163,10 +170,11 @@ def main(argv: list[str]) -> int:
                 else:
                     acted, outcome = None, done.state
                 errors = load.errors_since(onset_wall)
+                statuses = load.error_statuses_since(onset_wall)
                 results[case].append({"rollout": rollout.pk, "outcome": outcome, "seconds": acted, "client_errors": errors,
-                                      "reason": done.reason[:300]})
+                                      "client_error_statuses": statuses, "reason": done.reason[:300]})
                 print(f"  run {run + 1} {case:8s} #{rollout.pk}: {outcome} after {acted if acted is None else round(acted, 1)} s, "
-                      f"{errors} client errors — {done.reason[:120]}", flush=True)
+                      f"{errors} client errors {statuses or ''} — {done.reason[:120]}", flush=True)
                 if done.state == State.SUCCEEDED:
                     endpoint.refresh_from_db()  # the candidate is the new stable
                 time.sleep(2)
