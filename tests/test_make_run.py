@@ -1,0 +1,80 @@
+"""`make run` end to end on the embedded defaults (SQLite, filesystem broker, local
+MLflow store under a fresh VAR_DIR): everything comes up, /healthz is 200 naming each
+component, the dashboard login works, the README's demo inference answers through the
+gateway, and Ctrl-C stops every process it started (no tritonserver left behind)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from deployments.tritonserver import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.integration
+
+
+def _demo_curl(gateway_port: int) -> str:
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "/v2/models/demo-ctr/infer" in b)
+    return block.replace("127.0.0.1:8080", f"127.0.0.1:{gateway_port}").replace("curl -s ", "curl -s -i ", 1)
+
+
+def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
+    port, gateway_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}}
+    env.update(VAR_DIR=str(tmp_path / "var"), GATEWAY_PORT=str(gateway_port), PYTHONUNBUFFERED="1")
+    log_path = tmp_path / "run.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "manage.py", "run_platform", f"--port={port}"], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        health = None
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log_path.read_text()[-4000:]
+            try:
+                health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                if health.status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        assert health is not None and health.status_code == 200, log_path.read_text()[-4000:]
+        assert set(health.json()["components"]) == {"database", "broker", "worker", "beat", "gateway"}
+        output = log_path.read_text()
+        password = re.search(r"login: admin / (\S+)", output).group(1)
+        assert (tmp_path / "var" / "admin_password").read_text().strip() == password
+
+        session = requests.Session()
+        login_page = session.get(f"http://127.0.0.1:{port}/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.text).group(1)
+        page = session.post(f"http://127.0.0.1:{port}/login/", data={"username": "admin", "password": password, "csrfmiddlewaretoken": token},
+                            headers={"Referer": f"http://127.0.0.1:{port}/login/"})
+        assert page.status_code == 200 and "demo-ctr" in page.text
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            result = subprocess.run(["bash", "-c", _demo_curl(gateway_port)], capture_output=True, text=True, timeout=10)
+            if result.stdout.startswith("HTTP/1.1 200"):
+                break
+            time.sleep(1)
+        assert "X-Model-Variant: v1-onnx-fp32" in result.stdout and '"name":"ctr"' in result.stdout, result.stdout[-2000:]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes left behind: {left}"
+    assert "stopped" in log_path.read_text()
