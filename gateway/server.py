@@ -187,12 +187,12 @@ class Gateway:
                     state.open_until = time.monotonic() + state.cooldown
 
     # --- upstream -----------------------------------------------------------------------
-    async def attempt(self, entry, body: bytes, headers: bytes, timeout: float, ep_name: str, variant_name: str):
+    async def attempt(self, entry, body: bytes, headers: bytes, timeout: float, ep_name: str, variant_name: str, during=None):
         state, line, _ = entry
         state.outstanding += 1
         t0 = perf()
         try:
-            status, rheaders, data = await state.pool.request(line + headers, body, timeout)
+            status, rheaders, data = await state.pool.request(line + headers, body, timeout, during)
         except asyncio.TimeoutError:
             self._failed(state)
             raise UpstreamFailure("timeout") from None
@@ -310,9 +310,6 @@ class Gateway:
     async def _infer(self, request: Request, ep, headers, rid: str, t0: float):
         name = ep.name
         body = request.body  # the HTTP server enforces the size limit (413) while reading
-        problem = _check_body(body, headers.get("inference-header-content-length"))
-        if problem is not None:
-            return self._done(_error(400, problem[0], problem[1], rid), t0, name, "none")
         timeout = ep.timeout_s
         raw_timeout = headers.get("x-request-timeout-ms")
         if raw_timeout is not None:
@@ -330,22 +327,31 @@ class Gateway:
             if value is not None:
                 up_headers += f"{out_key}: {value}\r\n".encode("latin-1")
 
+        # The body check (is it a KServe v2 JSON request?) runs right after the request
+        # is written upstream, so it overlaps the model's work instead of adding to the
+        # latency; its verdict is applied before anything about the reply is (a
+        # malformed request is a 400 and never counts as a backend error or failover).
+        check = _BodyCheck(body, headers.get("inference-header-content-length"))
         variant = ep.choose(headers.get(ep.sticky_key))
         stable = ep.stable
         entry = variant.pick()
         failure = None
         if entry is None:
-            if variant is stable:
+            if variant is stable and check.result() is None:
                 return self._done(_error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica for variant {variant.name!r}", rid, variant.name), t0, name, variant.name)
             failure = UpstreamFailure("unavailable")
-        else:
+        if entry is not None:
             attempt_timeout = timeout if variant.attempt_timeout_s is None else min(timeout, variant.attempt_timeout_s)
             try:
-                status, rheaders, data = await self.attempt(entry, body, up_headers, attempt_timeout, name, variant.name)
+                status, rheaders, data = await self.attempt(entry, body, up_headers, attempt_timeout, name, variant.name, check)
             except UpstreamFailure as exc:
                 failure = exc
-                metrics.UPSTREAM_ERRORS.labels(name, variant.name, exc.reason).inc()
+        problem = check.result()
+        if problem is not None:
+            return self._done(_error(400, problem[0], problem[1], rid), t0, name, "none")
         if failure is not None:
+            if failure.reason != "unavailable":
+                metrics.UPSTREAM_ERRORS.labels(name, variant.name, failure.reason).inc()
             # One retry: canary/arm -> stable (failover); stable -> another stable replica
             # only when the first never reached the model (connect error).
             retry_variant = None
@@ -432,6 +438,26 @@ class Gateway:
                 state.outstanding -= 1
             metrics.SHADOW_REQUESTS.labels(ep_name, shadow.name, result).inc()
             metrics.SHADOW_LATENCY.labels(ep_name, shadow.name).observe(perf() - t0)
+
+
+class _BodyCheck:
+    """_check_body, run once: when called (by the upstream client right after the
+    write) or at the latest when the verdict is needed."""
+
+    __slots__ = ("body", "ihcl", "done", "problem")
+
+    def __init__(self, body: bytes, ihcl: str | None):
+        self.body, self.ihcl, self.done, self.problem = body, ihcl, False, None
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.problem = _check_body(self.body, self.ihcl)
+            self.done = True
+
+    def result(self):
+        if not self.done:
+            self()
+        return self.problem
 
 
 def _check_body(body: bytes, ihcl: str | None):

@@ -192,10 +192,12 @@ class Pool:
             raise UpstreamError("connect", f"connect to {self.host}:{self.port}: {exc}") from None
         return conn
 
-    async def request(self, head: bytes, body: bytes = b"", timeout: float | None = None) -> tuple[int, dict, bytes]:
+    async def request(self, head: bytes, body: bytes = b"", timeout: float | None = None, during=None) -> tuple[int, dict, bytes]:
         """Send one request (`head` = request line + headers, without Host and
         Content-Length) and return (status, headers with lower-case names, body).
 
+        `during`, if given, is called once right after the request is written, i.e.
+        while the upstream works on it (the gateway checks the request body then).
         Raises UpstreamError, or TimeoutError after `timeout` seconds (a timer on the
         reply future: cheaper than asyncio.timeout() on every request)."""
         loop = self.loop
@@ -222,6 +224,9 @@ class Pool:
             timer = None if deadline is None else loop.call_at(deadline, _expire, waiter)
             try:
                 conn.transport.write(message)
+                if during is not None:
+                    during()
+                    during = None
                 status, headers, data = await waiter
             except UpstreamError as exc:
                 conn.closed = True

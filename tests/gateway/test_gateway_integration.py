@@ -178,6 +178,12 @@ def test_bad_requests_get_clear_errors(env):
     assert r.status_code == 400 and "unexpected shape for input 'dense'" in r.json()["error"]
     assert r.headers["X-Model-Variant"] in {"v1", "v2"}
     assert requests.get(f"{env.gateway.url}/v2/nothing", timeout=2).status_code == 404
+    # malformed requests never count against a backend: no failover, no upstream error
+    gw = env.gateway
+    before = (gw.metric("gateway_failovers_total", endpoint="errs"), gw.metric("gateway_upstream_errors_total", endpoint="errs"))
+    assert {env.post("errs", body=b'{"inputs": [}').status_code for _ in range(20)} == {400}
+    assert (gw.metric("gateway_failovers_total", endpoint="errs"), gw.metric("gateway_upstream_errors_total", endpoint="errs")) == before
+    assert gw.metric("gateway_requests_total", endpoint="errs", variant="none", status="400") >= 20
 
 
 def test_metadata_health_and_ready(env):
