@@ -38,6 +38,8 @@ class GatewayNames:
     failovers: str = "failovers_total"
     upstream_errors: str = "upstream_errors_total"
     shadow_dropped: str = "shadow_dropped_total"
+    shadow_requests: str = "shadow_requests_total"
+    shadow_latency: str = "shadow_duration_seconds"
     in_flight: str = "in_flight_requests"
     endpoint_label: str = "endpoint"
     variant_label: str = "variant"
@@ -123,7 +125,10 @@ def _le_text(le: float) -> str:
 def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[str, float]:
     """Flatten one scrape of the gateway into cumulative values (JSON-serialisable)."""
     ep_l, var_l = names.endpoint_label, names.variant_label
-    histograms = {names.name(names.latency): "lat", names.name(names.upstream): "up"}
+    # A shadow variant only ever gets shadow copies: its replies are its requests and its
+    # latency, so shadow series land on the same keys and the judge can compare it too.
+    histograms = {names.name(names.latency): "lat", names.name(names.upstream): "up", names.name(names.shadow_latency): "lat"}
+    request_counters = {names.name(names.requests), names.name(names.shadow_requests)}
     simple = {
         names.name(names.retries): "retries",
         names.name(names.upstream_errors): "upstream_errors",
@@ -132,12 +137,14 @@ def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[st
     out: dict[str, float] = defaultdict(float)
     wanted = tuple(names.name(n).removesuffix("_total") for n in (
         names.requests, names.latency, names.upstream, names.retries, names.failovers, names.upstream_errors,
-        names.shadow_dropped, names.in_flight))
+        names.shadow_dropped, names.in_flight, names.shadow_requests, names.shadow_latency))
     for family in _families(text, wanted):
         for sample in family.samples:
             labels, name = sample.labels, sample.name
-            if name == names.name(names.requests):
-                out[_key("req", labels.get(ep_l, ""), labels.get(var_l, ""), labels.get(names.status_label, ""))] += sample.value
+            if name in request_counters:
+                status = labels.get(names.status_label, "")
+                status = "error" if status == "unavailable" else status  # no ready shadow replica
+                out[_key("req", labels.get(ep_l, ""), labels.get(var_l, ""), status)] += sample.value
             elif name.endswith("_bucket") and name[: -len("_bucket")] in histograms:
                 kind = histograms[name[: -len("_bucket")]]
                 out[_key(kind, labels.get(ep_l, ""), labels.get(var_l, ""), _le_text(_le(labels["le"])))] += sample.value

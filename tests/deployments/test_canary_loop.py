@@ -124,3 +124,24 @@ def test_failed_over_canary_attempts_count_as_candidate_errors():
     canary = collect.derive(totals[("ctr", "v2")])
     assert (canary["requests"], canary["errors"]) == (50, 5) and canary["error_rate"] == pytest.approx(0.1)
     assert collect.derive(totals[("ctr", "v1")])["errors"] == 0
+
+
+def test_shadow_replies_are_the_shadow_variants_requests_and_latency():
+    """In a shadow phase the candidate only gets copies; the judge needs them as its series."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from monitoring import collect
+
+    registry = CollectorRegistry()
+    shadow = Counter("gateway_shadow_requests", "s", ["endpoint", "variant", "status"], registry=registry)
+    latency = Histogram("gateway_shadow_duration_seconds", "l", ["endpoint", "variant"], buckets=[0.001, 0.01, 0.1], registry=registry)
+    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    shadow.labels("ctr", "v2", "200").inc(40)
+    shadow.labels("ctr", "v2", "500").inc(6)
+    shadow.labels("ctr", "v2", "unavailable").inc(4)
+    for _ in range(40):
+        latency.labels("ctr", "v2").observe(0.004)
+    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0)
+    derived = collect.derive(totals[("ctr", "v2")])
+    assert (derived["requests"], derived["errors"]) == (50, 10)
+    assert 1.0 < derived["latency_p50_ms"] <= 10.0
