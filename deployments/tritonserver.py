@@ -339,6 +339,21 @@ def process_cmdline(pid: int) -> list[str]:
         return []
 
 
+def process_group(pgid: int) -> list[int]:
+    """Pids still in process group `pgid` (a replica's server and its backend stubs)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in {"Z", "X"}:
+            members.append(int(entry.name))
+    return members
+
+
 def reap(pid: int) -> None:
     """Collect a dead child's exit status if we are its parent (no zombie left)."""
     try:

@@ -30,6 +30,7 @@ from deployments.drivers.base import DriverError, ModelDir, PoolDriver, PoolSpec
 START_GRACE_S = 60.0  # a process that is not live this long after start is killed and restarted
 STABLE_AFTER_S = 60.0  # up this long: the crash streak (and so the backoff) resets
 BACKOFF_MAX_S = 30.0
+PORT_WAIT_S = 5.0  # how long a restart waits for its old ports before taking new ones
 
 
 def backoff_s(streak: int) -> float:
@@ -160,8 +161,24 @@ class LocalDriver(PoolDriver):
             pass
         tritonserver.reap(pid)
 
+    def _kill_leftovers(self, pgid: int) -> None:
+        """SIGKILL what is left of a dead replica's process group: a python backend stub
+        may briefly outlive a killed server, holding memory and inherited sockets."""
+        for pid in tritonserver.process_group(pgid):
+            cmdline = tritonserver.process_cmdline(pid)
+            if cmdline and cmdline[0].endswith(("tritonserver", "triton_python_backend_stub")):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
     def _start(self, name: str, state: dict) -> dict:
+        if state.get("pid"):
+            self._kill_leftovers(state["pid"])
         ports = [state.get(k) for k in ("http_port", "grpc_port", "metrics_port")]
+        deadline = time.monotonic() + PORT_WAIT_S
+        while all(ports) and not all(_port_free(p) for p in ports) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the old sockets close once the dead processes are gone
         if not all(ports) or not all(_port_free(p) for p in ports):
             ports = [0, 0, 0]  # fresh free ports; the same ports keep replica URLs stable across restarts
         directory = self.replica_dir(name)

@@ -104,7 +104,8 @@ def test_sigkilled_replica_restarts_on_the_same_urls(pool):
     driver, good, _, _ = pool
     ensure_loaded(driver, good)
     before = {r.name: r for r in driver.replicas()}
-    os.killpg(before["r0"].pid, signal.SIGKILL)
+    assert len(tritonserver.process_group(before["r0"].pid)) >= 2  # the server and its python backend stub
+    os.kill(before["r0"].pid, signal.SIGKILL)  # the server only, as the OOM killer would: its stub lingers
     deadline = time.monotonic() + 10
     while tritonserver.process_state(before["r0"].pid) == "running" and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -114,6 +115,10 @@ def test_sigkilled_replica_restarts_on_the_same_urls(pool):
     assert after["r0"].restarts == before["r0"].restarts + 1
     assert after["r0"].http_url == before["r0"].http_url and after["r0"].grpc_url == before["r0"].grpc_url
     assert after["r1"].pid == before["r1"].pid  # the healthy replica was left alone
+    deadline = time.monotonic() + 0.5  # the stub exits by itself or is killed at restart
+    while tritonserver.process_group(before["r0"].pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tritonserver.process_group(before["r0"].pid) == []  # no orphaned stub of the dead server
     assert driver.load(good) == {"r0": True, "r1": True}
     dense, sparse = inputs()
     assert infer(after["r0"], MODEL, dense, sparse).shape == (4, 1)
