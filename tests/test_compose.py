@@ -20,10 +20,10 @@ def test_compose_file_is_valid_against_the_spec():
 
 
 def test_every_part_of_the_stack_is_there():
-    assert {"postgres", "redis", "web", "worker", "beat", "mlflow"} <= set(COMPOSE["services"])
+    assert {"postgres", "redis", "web", "worker", "beat", "mlflow", "pools", "gateway"} <= set(COMPOSE["services"])
 
 
-@pytest.mark.parametrize("name", ["web", "worker", "beat", "mlflow", "migrate"])
+@pytest.mark.parametrize("name", ["web", "worker", "beat", "mlflow", "migrate", "pools", "gateway"])
 def test_platform_services_share_the_environment_contract(name):
     env = COMPOSE["services"][name]["environment"]
     for key in ("DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "SECRET_KEY", "VAR_DIR"):
@@ -32,7 +32,7 @@ def test_platform_services_share_the_environment_contract(name):
     assert env["CELERY_BROKER_URL"].startswith("redis://redis:")
 
 
-@pytest.mark.parametrize("name", ["web", "worker", "beat", "mlflow", "migrate"])
+@pytest.mark.parametrize("name", ["web", "worker", "beat", "mlflow", "migrate", "pools", "gateway"])
 def test_every_command_exists_in_the_project(name):
     service = COMPOSE["services"][name]
     command = service["command"]
@@ -56,6 +56,9 @@ def test_every_command_exists_in_the_project(name):
         assert set(queues) <= {q.name for q in app.conf.task_queues}
     elif args[1:3] == ["-m", "mlflow"]:
         import mlflow  # noqa: F401  (installed by pyproject.toml)
+    elif args[1:3] == ["-m", "gateway"]:
+        assert (ROOT / "gateway" / "__main__.py").exists()
+        assert service["environment"]["GATEWAY_ROUTES_URL"].startswith("http://web:8000/api/v1/gateway/routes")
     else:
         pytest.fail(f"unknown command {args}")
     dockerfile = ROOT / service["build"]["dockerfile"]
