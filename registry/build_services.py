@@ -34,12 +34,12 @@ def _set_status(build: Build, status: str, *, actor=None, reason: str = "", data
     event_record(actor=actor, obj=build, team=_team(build), action="status_changed", from_state=old, to_state=status, reason=reason, data=data)
 
 
-def _settle_version(version: ModelVersion, *, reason: str) -> None:
-    """READY when any servable artifact exists, else FAILED (archived versions stay archived)."""
+def _settle_version(version: ModelVersion, *, reason: str, otherwise: str = VersionStatus.FAILED) -> None:
+    """READY when any servable artifact exists, else `otherwise` (archived versions stay archived)."""
     if version.status == VersionStatus.ARCHIVED:
         return
     servable = Artifact.objects.filter(version=version, status=ArtifactStatus.SERVABLE).exists()
-    version_set_status(user=None, version=version, status=VersionStatus.READY if servable else VersionStatus.FAILED, reason=reason)
+    version_set_status(user=None, version=version, status=VersionStatus.READY if servable else otherwise, reason=reason)
 
 
 # --- user actions ------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ def build_cancel(*, user, build: Build, reason: str = "") -> Build:
         locked.error = reason or f"cancelled by {user}"
         _set_status(locked, BuildStatus.CANCELLED, actor=user, reason=locked.error)
         locked.save(update_fields=["status", "lease_owner", "lease_expires_at", "finished_at", "error"])
-        _settle_version(locked.version, reason=f"build #{locked.pk} cancelled")
+        _settle_version(locked.version, reason=f"build #{locked.pk} cancelled", otherwise=VersionStatus.REGISTERED)
     return locked
 
 

@@ -90,6 +90,8 @@ def test_cancel_a_queued_build(alice_api, alice, version):
     build, _ = build_services.build_start(user=alice, version=version)
     response = alice_api.post(f"/api/v1/builds/{build.pk}/cancel/", {"reason": "changed my mind"}, format="json")
     assert response.status_code == 200 and response.json()["status"] == "cancelled" and response.json()["error"] == "changed my mind"
+    version.refresh_from_db()
+    assert version.status == "registered"  # nothing was built: back to where it was
     assert runner.run(build.pk, owner="late-worker") == "nothing-to-do"
 
 

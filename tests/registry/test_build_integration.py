@@ -99,7 +99,10 @@ def test_worker_builds_and_tritonserver_serves_the_cpu_variants(celery_worker, s
 def test_sigkill_mid_build_ends_with_exactly_one_published_set(celery_worker, subprocess_env, alice, team_a, onnx_path, tmp_path):
     subprocess_env.update(fast_build_env())
     # A short lease, a quick reclaim tick, and a benchmark long enough to kill the worker inside it.
-    subprocess_env.update(BUILD_LEASE_SECONDS="2", BUILD_RECLAIM_INTERVAL_S="1", BUILD_BENCH_SECONDS="0.5", BUILD_BENCH_BATCHES="1,8,32,128")
+    subprocess_env.update(
+        BUILD_LEASE_SECONDS="2", BUILD_RECLAIM_INTERVAL_S="1", BUILD_BENCH_SECONDS="0.6", BUILD_BENCH_MAX_ITERS="100000000",
+        BUILD_BENCH_BATCHES="1,8,32,128",
+    )
     first = celery_worker()
     version = upload_version(alice, factories.registered_model(team_a, name="ranker"), onnx_path)
     from registry import build_services
@@ -111,6 +114,10 @@ def test_sigkill_mid_build_ends_with_exactly_one_published_set(celery_worker, su
         return stages.get("benchmark") == "running"
 
     _wait_for(in_benchmark, timeout=90, what="the benchmark stage", worker_log=first.log_path)
+    time.sleep(2.5)  # longer than the 2 s lease: only the heartbeat keeps it alive
+    from django.utils import timezone
+
+    assert Build.objects.get(pk=build.pk).lease_expires_at > timezone.now()
     first.kill()  # SIGKILL to the whole process group: no chance to clean up or ack
     killed = Build.objects.get(pk=build.pk)
     assert killed.status == BuildStatus.RUNNING and killed.attempt == 1 and not Artifact.objects.exists()
