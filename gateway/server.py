@@ -25,6 +25,11 @@ from pathlib import Path
 import aiohttp
 
 from . import metrics
+
+try:
+    from orjson import loads as _loads  # ~9x faster than json.loads for a request body
+except ImportError:  # pragma: no cover - orjson is a declared dependency
+    from json import loads as _loads
 from .httpserver import HttpServer, Request
 from .routes import ReplicaState, RouteTable, compile_table
 from .upstream import UpstreamError
@@ -474,7 +479,7 @@ def _check_body(body: bytes, ihcl: str | None):
     if not header:
         return "malformed_json", "empty request body: expected a KServe v2 inference request (JSON)"
     try:
-        document = json.loads(header)
+        document = _loads(header)
     except ValueError as exc:
         return "malformed_json", f"request body is not valid JSON: {exc}"
     if not isinstance(document, dict) or not isinstance(document.get("inputs"), list):
