@@ -86,6 +86,64 @@ def test_pool_queue_policy_reaches_triton(pool):
     assert int(policy["default_timeout_microseconds"]) == 2_000_000  # timeout_action REJECT is the proto default
 
 
+HANG_MODEL = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(1.0)  # a model that is stuck for a while
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("y", np.zeros((1, 1), np.float32))]) for _ in requests]
+"""
+
+
+def test_queue_policy_rejects_instead_of_queueing_behind_a_hung_model(pool, tmp_path):
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    driver, good, _, _ = pool
+    driver.ensure()
+    directory = tmp_path / "hang__v1__test"
+    (directory / "1").mkdir(parents=True)
+    (directory / "1" / "model.py").write_text(HANG_MODEL)
+    config = mc.ModelConfig(name=directory.name, backend="python", max_batch_size=1)
+    config.input.add(name="x", data_type=mc.TYPE_FP32, dims=[1])
+    config.output.add(name="y", data_type=mc.TYPE_FP32, dims=[1])
+    config.dynamic_batching.SetInParent()
+    (directory / "config.pbtxt").write_text(text_format.MessageToString(config))
+    hang = model_dir(directory, max_queue_size=2)
+    driver.load(hang)
+    replica = driver.replicas()[0]
+    outcomes = []
+
+    def call():
+        client = grpcclient.InferenceServerClient(replica.grpc_url)
+        x = grpcclient.InferInput("x", [1, 1], "FP32")
+        x.set_data_from_numpy(np.zeros((1, 1), np.float32))
+        try:
+            client.infer(hang.name, [x])
+            outcomes.append("ok")
+        except Exception as exc:  # noqa: BLE001 - the rejection is what this test looks for
+            outcomes.append(str(exc))
+
+    try:
+        callers = [threading.Thread(target=call) for _ in range(8)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(30)
+        full = [o for o in outcomes if "maximum queue size" in o.lower()]
+        timed_out = [o for o in outcomes if "timeout" in o.lower()]  # waited past queue_timeout_ms (2 s)
+        # one executing + two waiting at most; the rest are turned away at once
+        assert len(outcomes) == 8 and outcomes.count("ok") + len(full) + len(timed_out) == 8, outcomes
+        assert 1 <= outcomes.count("ok") <= 3 and len(full) >= 4, outcomes
+    finally:
+        driver.unload(hang.name, drain_timeout=10, quiet_s=0.2, force=True)
+
+
 def test_failed_load_leaves_the_pool_serving_what_it_did_with_tritons_message(pool):
     driver, good, broken, _ = pool
     ensure_loaded(driver, good)
