@@ -6,11 +6,12 @@ replica, live Triton statistics, the tail of each replica's log) and its actions
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from config.errors import PlatformError
+from config.errors import NotFound, PlatformError
 from deployments import selectors, services
 from registry import selectors as registry_selectors
 from registry.models import Artifact, ArtifactStatus, Event
@@ -37,13 +38,25 @@ def _servable_artifacts(user):
 @login_required
 @vary_on_headers("HX-Request")
 def pool_detail(request, name):
-    pool = selectors.pool_get(user=request.user, name=name)
     partial = request.GET.get("partial", "") if request.htmx else ""
+    try:
+        pool = selectors.pool_get(user=request.user, name=name)
+    except NotFound:
+        if partial:
+            return HttpResponse(status=286)  # the pool is gone: htmx stops polling
+        raise
     if partial == "log":
         replica = request.GET.get("replica", "")
         context = {"pool": pool, "replica": replica, "log": selectors.replica_log_tail(pool=pool, replica=replica, lines=80)}
         return render(request, "deployments/pool_detail.html#replica-log", context)
-    context = {"pool": pool, "live": selectors.pool_live(pool=pool)}
+    live = selectors.pool_live(pool=pool)
+    stats = live["statistics"]["models"]
+    model_rows = [
+        # readiness asked from Triton now when the driver answers, else the last recorded one
+        {"model": m, "stats": stats.get(m.triton_model_name), "ready_on": live["readiness"].get(m.triton_model_name) or m.replica_ready}
+        for m in pool.models.all()
+    ]
+    context = {"pool": pool, "live": live, "model_rows": model_rows}
     if partial == "live":
         return render(request, "deployments/pool_detail.html#pool-live", context)
     context["events"] = registry_selectors.event_list(

@@ -49,3 +49,22 @@ def test_scale_form_reports_bad_input_without_changing_anything(client, deployer
     assert "replicas" in response.content.decode() and "out of range" in response.content.decode()
     pool.refresh_from_db()
     assert pool.replicas == 1
+
+
+def test_live_parts_stop_polling_once_the_pool_is_gone(client, deployer, pool):
+    client.force_login(deployer)
+    url = reverse("deployments:pool-detail", args=["dash"])
+    pool.delete()
+    assert client.get(url + "?partial=live", HTTP_HX_REQUEST="true").status_code == 286
+    assert client.get(url).status_code == 404
+
+
+def test_model_rows_show_state_error_and_readiness(client, deployer, pool, artifact_factory, team_a):
+    from deployments.models import PoolModel
+
+    artifact = artifact_factory(team_a)
+    PoolModel.objects.create(pool=pool, artifact=artifact, triton_model_name=artifact.triton_model_name, state="failed",
+                             error="load failed for model: Protobuf parsing failed", replica_ready={"r0": False})
+    client.force_login(deployer)
+    html = client.get(reverse("deployments:pool-detail", args=["dash"])).content.decode()
+    assert artifact.triton_model_name in html and "Protobuf parsing failed" in html and "no statistics" in html
