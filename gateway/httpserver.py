@@ -54,7 +54,7 @@ class BodyTooLarge(Exception):
 
 
 class HttpProtocol(asyncio.Protocol):
-    __slots__ = ("server", "transport", "buf", "queue", "busy", "closed", "head", "loop")
+    __slots__ = ("server", "transport", "buf", "queue", "busy", "closed", "head", "loop", "last")
 
     def __init__(self, server: "HttpServer"):
         self.server = server
@@ -65,9 +65,11 @@ class HttpProtocol(asyncio.Protocol):
         self.closed = False
         self.head = None  # parsed head waiting for its body: (method, target, headers, length, chunked, keep_alive)
         self.loop = server.loop
+        self.last = 0.0  # loop time of the last bytes received (idle sweeper)
 
     def connection_made(self, transport):
         self.transport = transport
+        self.last = self.loop.time()
         self.server.connections.add(self)
 
     def connection_lost(self, exc):
@@ -75,6 +77,7 @@ class HttpProtocol(asyncio.Protocol):
         self.server.connections.discard(self)
 
     def data_received(self, data):
+        self.last = self.loop.time()
         buf = self.buf
         buf += data
         try:
@@ -201,19 +204,35 @@ class HttpProtocol(asyncio.Protocol):
 
 
 class HttpServer:
-    def __init__(self, handler, *, max_body: int):
+    def __init__(self, handler, *, max_body: int, idle_timeout: float = 75.0):
         self.handler = handler
         self.max_body = max_body
+        self.idle_timeout = idle_timeout
         self.connections: set[HttpProtocol] = set()
         self.loop = None
         self.server = None
+        self.sweeper = None
 
     async def start(self, host: str, port: int, backlog: int = 2048):
         self.loop = asyncio.get_running_loop()
         self.server = await self.loop.create_server(lambda: HttpProtocol(self), host, port, reuse_address=True, backlog=backlog)
+        self.sweeper = self.loop.create_task(self._sweep())
         return self.server
 
+    async def _sweep(self):
+        """Close connections that sent nothing for idle_timeout seconds and have no
+        request in progress (idle keep-alive clients, half-sent heads)."""
+        while True:
+            await asyncio.sleep(min(5.0, self.idle_timeout / 2))
+            cutoff = self.loop.time() - self.idle_timeout
+            for conn in list(self.connections):
+                if not conn.busy and conn.last < cutoff and conn.transport is not None:
+                    conn.closed = True
+                    conn.transport.close()
+
     async def close(self, grace: float = 2.0):
+        if self.sweeper is not None:
+            self.sweeper.cancel()
         if self.server is not None:
             self.server.close()
         deadline = self.loop.time() + grace

@@ -60,6 +60,7 @@ class Settings:
     breaker_max_cooldown_s: float = 8.0
     shadow_queue: int = 1024
     shadow_workers: int = 16
+    idle_timeout_s: float = 75.0
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
@@ -77,6 +78,7 @@ class Settings:
             breaker_cooldown_s=float(env.get("GATEWAY_BREAKER_COOLDOWN_MS", cls.breaker_cooldown_s * 1000)) / 1000,
             shadow_queue=int(env.get("GATEWAY_SHADOW_QUEUE", cls.shadow_queue)),
             shadow_workers=int(env.get("GATEWAY_SHADOW_WORKERS", cls.shadow_workers)),
+            idle_timeout_s=float(env.get("GATEWAY_IDLE_TIMEOUT_S", cls.idle_timeout_s)),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -491,7 +493,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     gateway = Gateway(settings)
     await gateway.start()
     loop = asyncio.get_running_loop()
-    server = HttpServer(gateway.handle, max_body=settings.max_body_bytes)
+    server = HttpServer(gateway.handle, max_body=settings.max_body_bytes, idle_timeout=settings.idle_timeout_s)
     try:
         await server.start(settings.host, settings.port)
     except OSError:

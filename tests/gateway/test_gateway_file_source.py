@@ -34,7 +34,8 @@ def gateway(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--routes-file", str(routes), "--port", str(port), "--host", "127.0.0.1"],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**__import__("os").environ, "GATEWAY_POLL_INTERVAL_MS": "200", "GATEWAY_BREAKER_COOLDOWN_MS": "60000"},
+        env={**__import__("os").environ, "GATEWAY_POLL_INTERVAL_MS": "200", "GATEWAY_BREAKER_COOLDOWN_MS": "60000",
+             "GATEWAY_IDLE_TIMEOUT_S": "1"},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
@@ -47,7 +48,7 @@ def gateway(tmp_path):
     else:
         proc.kill()
         raise TimeoutError((tmp_path / "gateway.log").read_text())
-    yield url, routes, dead
+    yield url, routes, dead, port
     proc.terminate()
     proc.wait(10)
 
@@ -57,7 +58,7 @@ def version(url):
 
 
 def test_file_reload_and_last_good_table(gateway):
-    url, routes, dead = gateway
+    url, routes, dead, _ = gateway
     assert version(url)["version"] == "f1" and version(url)["source"] == "file"
     routes.write_text(json.dumps(table("f2", [dead])))
     deadline = time.monotonic() + 1.0
@@ -79,7 +80,7 @@ def test_file_reload_and_last_good_table(gateway):
 
 
 def test_dead_replica_gives_502_then_503_once_ejected(gateway):
-    url, _, dead = gateway
+    url, _, dead, _ = gateway
     codes = []
     for _ in range(5):
         r = requests.post(f"{url}/v2/models/ctr/infer", data=infer_body(), timeout=5)
@@ -115,3 +116,15 @@ def test_no_route_table_yet_means_503(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_silent_connections_are_closed(gateway):
+    """A client that sends half a request head and goes quiet is disconnected."""
+    import socket
+
+    _, _, _, port = gateway
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.monotonic()
+        assert sock.recv(100) == b""  # closed by the gateway
+        assert 0.8 < time.monotonic() - t0 < 4
