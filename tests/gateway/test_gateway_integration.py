@@ -79,11 +79,19 @@ def env(tmp_path_factory):
     with ThreadPoolExecutor(2) as pool:
         fa = pool.submit(start_triton, work / "triton-a", repo_a, [STABLE, SLOW, BAD])
         fb = pool.submit(start_triton, work / "triton-b", repo_b, [CANARY])
-        a, b = fa.result(), fb.result()
+        started = []
+        try:
+            for future in (fa, fb):
+                started.append(future.result())
+        except Exception:
+            for triton in started + [f.result() for f in (fa, fb) if f.done() and not f.exception() and f.result() not in started]:
+                triton.stop()
+            raise
+        a, b = started
     routes = RouteServer().start()
     gateway = None
+    e = Env(a, b, routes, None)
     try:
-        e = Env(a, b, routes, None)
         routes.set_table(e.table())
         gateway = GatewayProcess(work, {
             "GATEWAY_ROUTES_URL": routes.url, "GATEWAY_TOKEN": TOKEN, "GATEWAY_POLL_INTERVAL_MS": "250",
@@ -98,6 +106,7 @@ def env(tmp_path_factory):
         routes.stop()
         a.stop()
         b.stop()
+        e.b.stop()  # a test may have replaced the canary's server with a new one
 
 
 def test_json_infer_is_passed_through_with_request_id_and_variant(env):
