@@ -3,11 +3,11 @@ pooled keep-alive HTTP/1.1 client to the Triton replicas (upstream.py); aiohttp 
 polls the control plane.
 
 Hot path of POST /v2/models/{endpoint}/infer: look the endpoint up in the current
-table, read the body (size limit), check it is a KServe v2 JSON request (or the JSON
-header of a binary-extension request), choose the variant (sticky or weighted), pick
-the replica with the fewest outstanding requests, forward the body untouched, retry
-once on stable when a canary/arm attempt fails, queue a shadow copy, reply with the
-upstream's status, body and tensor headers plus X-Request-Id and X-Model-Variant.
+table, choose the variant (sticky or weighted), pick the replica with the fewest
+outstanding requests, forward the body untouched, check (while the model works) that
+it is a KServe v2 JSON request (or the JSON header of a binary-extension request),
+retry once on stable when a canary/arm attempt fails, queue a shadow copy, reply with
+the upstream's status, body and tensor headers plus X-Request-Id and X-Model-Variant.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from pathlib import Path
 import aiohttp
 
 from . import metrics
+from .httpserver import HttpServer, Request
+from .routes import ReplicaState, RouteTable, compile_table
+from .source import FileRouteSource, HttpRouteSource, SourceStatus
+from .upstream import UpstreamError
 
 try:
     from orjson import loads as _loads  # ~9x faster than json.loads for a request body
 except ImportError:  # pragma: no cover - orjson is a declared dependency
     from json import loads as _loads
-from .httpserver import HttpServer, Request
-from .routes import ReplicaState, RouteTable, compile_table
-from .upstream import UpstreamError
-from .source import FileRouteSource, HttpRouteSource, SourceStatus
 
 log = logging.getLogger("gateway")
 perf = time.perf_counter
