@@ -320,7 +320,7 @@ def pool_load_request(*, user, pool: ServingPool, artifact: Artifact) -> PoolMod
             old = ""
         event_record(
             actor=user, obj=locked, action="model_load_requested", from_state=old, to_state=PoolModelState.LOADING,
-            data={"model": model_dir.name, "artifact": artifact.pk},
+            reason=model_dir.name, data={"model": model_dir.name, "artifact": artifact.pk},
         )
         _dispatch("pool_model_load_task", pool_model.pk)
     return pool_model
@@ -356,7 +356,8 @@ def pool_model_load(*, pool_model_id: int) -> PoolModel:
             locked.state, locked.error, locked.loaded_at = PoolModelState.READY, "", timezone.now()
             event_record(
                 actor=locked.requested_by, obj=locked.pool, action="model_loaded", from_state=PoolModelState.LOADING,
-                to_state=PoolModelState.READY, data={"model": locked.triton_model_name, "replicas": ready},
+                to_state=PoolModelState.READY, reason=f"{locked.triton_model_name} READY on {', '.join(sorted(ready))}",
+                data={"model": locked.triton_model_name, "replicas": ready},
             )
         locked.save()
     return locked
@@ -384,7 +385,7 @@ def pool_unload_request(*, user, pool: ServingPool, model_name: str, drain_timeo
         pool_model.save(update_fields=["state", "updated_at"])
         event_record(
             actor=user, obj=locked, action="model_drain_started", from_state=old, to_state=PoolModelState.DRAINING,
-            data={"model": model_name, "drain_timeout_s": drain_timeout_s, "force": bool(force)},
+            reason=model_name, data={"model": model_name, "drain_timeout_s": drain_timeout_s, "force": bool(force)},
         )
         _dispatch("pool_model_unload_task", pool_model.pk, drain_timeout_s=drain_timeout_s, force=bool(force))
     return pool_model
@@ -418,7 +419,7 @@ def pool_model_unload(*, pool_model_id: int, drain_timeout_s: float = 30.0, forc
             locked.state, locked.error, locked.replica_ready = PoolModelState.UNLOADED, "", {}
             event_record(
                 actor=None, obj=locked.pool, action="model_unloaded", from_state=PoolModelState.DRAINING,
-                to_state=PoolModelState.UNLOADED, data={"model": locked.triton_model_name, "drain": report},
+                to_state=PoolModelState.UNLOADED, reason=f"{locked.triton_model_name} drained in {report.get('waited_s', 0)}s", data={"model": locked.triton_model_name, "drain": report},
             )
         locked.save()
     return locked
@@ -471,7 +472,8 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
             return locked
         _sync_replicas(locked, replicas)
         for replica, name in reloaded:
-            event_record(actor=None, obj=locked, action="model_reloaded", to_state="ready", data={"model": name, "replica": replica})
+            event_record(actor=None, obj=locked, action="model_reloaded", to_state="ready", reason=f"{name} on {replica}",
+                         data={"model": name, "replica": replica})
         for (replica, name), message in reload_errors.items():
             event_record(actor=None, obj=locked, action="model_reload_failed", reason=message[:2000], data={"model": name, "replica": replica})
         for pool_model in wanted:
