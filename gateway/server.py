@@ -239,9 +239,9 @@ class Gateway:
         elif method == "GET":
             if path == "/metrics":
                 body, content_type = metrics.exposition()
-                return 200, {"Content-Type": content_type}, body
+                return 200, {"Content-Type": content_type, "X-Request-Id": self._rid(request), "X-Model-Variant": "none"}, body
             if path == "/v2/health/live":
-                return 200, {"X-Request-Id": self._rid(request)}, b""
+                return 200, {"X-Request-Id": self._rid(request), "X-Model-Variant": "none"}, b""
             if path in ("/v2/health/ready", "/healthz"):
                 return self.health(request)
         return _error(404, "not_found", f"no route for {method} {path}", self._rid(request))
@@ -268,7 +268,8 @@ class Gateway:
                 for name, ep in (table.endpoints.items() if table else ())
             },
         }
-        return (200 if table is not None else 503), {"Content-Type": JSON_CT, "X-Request-Id": self._rid(request)}, json.dumps(detail).encode()
+        headers = {"Content-Type": JSON_CT, "X-Request-Id": self._rid(request), "X-Model-Variant": "none"}
+        return (200 if table is not None else 503), headers, json.dumps(detail).encode()
 
     def model_ready(self, request, name: str):
         rid = self._rid(request)

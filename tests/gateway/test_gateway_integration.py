@@ -199,7 +199,8 @@ def test_metadata_health_and_ready(env):
     meta = requests.get(f"{env.gateway.url}/v2/models/ctr", timeout=5)
     assert meta.status_code == 200 and meta.json()["name"] == STABLE and meta.headers["X-Model-Variant"] == "v1"
     assert requests.get(f"{env.gateway.url}/v2/models/ctr/ready", timeout=2).status_code == 200
-    assert requests.get(f"{env.gateway.url}/v2/health/live", timeout=2).status_code == 200
+    live = requests.get(f"{env.gateway.url}/v2/health/live", headers={"X-Request-Id": "hc-1"}, timeout=2)
+    assert live.status_code == 200 and live.headers["X-Request-Id"] == "hc-1" and live.headers["X-Model-Variant"] == "none"
     health = requests.get(f"{env.gateway.url}/v2/health/ready", timeout=2).json()
     assert health["routes"]["source"] == "http" and health["routes"]["stale"] is False
     assert set(health["endpoints"]) == {"ctr", "errs", "slow", "shadowed"}
