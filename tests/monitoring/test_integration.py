@@ -123,3 +123,63 @@ def test_real_worker_collects_metrics_and_delivers_an_alert_after_a_failed_attem
     services.alert_raise(kind="canary_rollback", severity="critical", endpoint="ctr", rollout_id=5, team=team_a, reason="again")
     time.sleep(1.0)
     assert len(webhook_receiver.received) == 2
+
+
+@pytest.mark.django_db
+def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(triton, tmp_path, team_a):
+    """The real gateway (`python -m gateway`, routes from a file) splits `ctr` 70/30 between
+    a healthy stable and a canary whose replica refuses connections. Clients see only
+    200s (failover to stable), yet the collector stores every canary request as an error
+    (failover accounting), and Triton's count of stable answers matches the gateway's."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    from deployments.tritonserver import free_port
+    from tests.monitoring.conftest import ROOT
+
+    stable_model = next(name for name, (_, var) in TRITON_MODELS.items() if var == "stable")
+    routes = {"version": "m1", "endpoints": [{"name": "ctr", "salt": "m", "timeout_ms": 3000, "variants": [
+        {"name": "stable", "model_version": "1", "triton_model": stable_model, "role": "stable", "weight_bp": 7000,
+         "replicas": [triton.http_url]},
+        {"name": "canary", "model_version": "2", "triton_model": "ctr__v2__onnx-fp32", "role": "canary", "weight_bp": 3000,
+         "replicas": [f"http://127.0.0.1:{free_port()}"]},  # nothing listens there
+    ]}]}
+    (tmp_path / "routes.json").write_text(json.dumps(routes))
+    port = free_port()
+    log = open(tmp_path / "gateway.log", "ab")
+    gateway = subprocess.Popen([sys.executable, "-m", "gateway", "--routes-file", str(tmp_path / "routes.json"),
+                                "--port", str(port), "--host", "127.0.0.1"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def ready():
+            try:
+                return urllib.request.urlopen(f"{base}/v2/health/ready", timeout=0.5).status == 200
+            except OSError:
+                return gateway.poll() is not None
+        _wait(ready, 20, "gateway ready")
+        assert gateway.poll() is None, (tmp_path / "gateway.log").read_text()[-2000:]
+
+        models = {stable_model: {"endpoint": "ctr", "variant": "stable"}}
+        targets = [ScrapeTarget.from_dict({"kind": "gateway", "url": f"{base}/metrics", "endpoint_teams": {"ctr": team_a.pk}}),
+                   ScrapeTarget.from_dict({"kind": "triton", "url": triton.metrics_url, "models": models,
+                                           "endpoint_teams": {"ctr": team_a.pk}})]
+        services.metrics_collect(targets=targets)
+        gateway_triton = type("G", (), {"http_url": base})()  # infer() posts to {http_url}/v2/models/{name}/infer
+        statuses = [infer(gateway_triton, "ctr", batch=1) for _ in range(40)]
+        assert statuses == [200] * 40  # the canary's failures never reach a client
+        time.sleep(1.1)
+        services.metrics_collect(targets=targets)
+    finally:
+        gateway.terminate()
+        gateway.wait(10)
+
+    stable, canary = _values("ctr", "stable"), _values("ctr", "canary")
+    assert 10 <= canary["requests"] <= 14  # 30 % of 40 by the gateway's low-discrepancy split
+    assert canary["errors"] == canary["requests"] and canary["error_rate"] == 1.0
+    assert canary["failovers"] == canary["requests"]
+    assert stable["errors"] == 0 and stable["error_rate"] == 0
+    assert stable["requests"] == 40  # every client request was answered by stable in the end
+    assert stable["triton_requests"] == 40  # and Triton agrees
+    assert stable["latency_p99_ms"] > 0 and stable["upstream_mean_ms"] > 0
