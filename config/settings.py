@@ -111,8 +111,12 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # A busy timeout lets the web server, worker and beat share one SQLite file.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # Web, worker, beat and the pool supervisor share one SQLite file: WAL lets readers
+    # run beside a writer, IMMEDIATE transactions take the write lock up front (so the
+    # busy timeout applies instead of a "database is locked" on a read→write upgrade).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        timeout=20, transaction_mode="IMMEDIATE", init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+    )
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # A file (not :memory:) so worker processes started by integration tests see it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}

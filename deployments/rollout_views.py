@@ -58,7 +58,7 @@ def endpoint_detail(request, name):
     rollout = rollouts.filter(pk=request.GET["rollout"]).first() if request.GET.get("rollout", "").isdigit() else rollouts.first()
     context = {
         "endpoint": endpoint, "rollout": rollout, "rollouts": rollouts[:20], **_status(rollout),
-        "verdicts": monitoring_selectors.verdict_list(user=request.user, rollout_id=rollout.pk)[:30] if rollout else [],
+        "verdicts": monitoring_selectors.verdict_list(user=request.user, rollout_id=rollout.pk)[:15] if rollout else [],
         "events": event_list(user=request.user, object_type="deployments.rollout", object_id=rollout.pk)[:30] if rollout else [],
         "candidates": selectors.candidate_artifacts(user=request.user, endpoint=endpoint),
         "chart_since": (rollout.created_at - timedelta(minutes=1)).isoformat() if rollout else "",

@@ -10,7 +10,7 @@
     charts[metric] = new Chart(document.getElementById(`chart-${metric}`), {
       type: "line",
       data: {datasets: []},
-      options: {animation: false, parsing: false, plugins: {title: {display: true, text: title}},
+      options: {animation: false, parsing: false, maintainAspectRatio: false, plugins: {title: {display: true, text: title}},
                 scales: {x: {type: "linear", ticks: {callback: (v) => new Date(v).toLocaleTimeString()}}, y: {beginAtZero: true}}},
     });
   }
