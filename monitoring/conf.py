@@ -9,6 +9,7 @@ from django.conf import settings
 DEFAULTS = {
     "MONITORING_SCRAPE_TIMEOUT_S": 1.0,  # per target; the collector runs every 2 s
     "MONITORING_SCRAPE_MAX_TARGETS": 64,  # bounded batch per tick
+    "MONITORING_SCRAPE_ALERT_AFTER_S": 30.0,  # a target failing this long raises a scrape_failed alert
     "MONITORING_RAW_RETENTION_HOURS": 24,
     "MONITORING_ROLLUP_RETENTION_DAYS": 30,
     "MONITORING_RETENTION_BATCH": 50_000,  # rows deleted per table per sweep

@@ -67,6 +67,7 @@ class ScrapeState(models.Model):
     counters = models.JSONField(default=dict)
     ok = models.BooleanField(default=True)
     error = models.TextField(blank=True)
+    failing_since = models.DateTimeField(null=True, blank=True)  # first failed scrape of the current outage
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self):

@@ -126,7 +126,7 @@ def metrics_collect(*, targets: list[ScrapeTarget] | None = None, now: datetime 
     at = now or timezone.now()
     keys = [s.target.key for s in scrapes]
     ScrapeState.objects.bulk_create([ScrapeState(target=k, scraped_at=EPOCH, counters={}) for k in keys], ignore_conflicts=True)
-    parts, team_ids = [], {}
+    parts, team_ids, outages = [], {}, {}
     with transaction.atomic():
         states = lock_objects.scrape_states_for_update(keys)
         for scrape in scrapes:
@@ -134,32 +134,41 @@ def metrics_collect(*, targets: list[ScrapeTarget] | None = None, now: datetime 
             if state is None or state.scraped_at >= scrape.fetched_at:
                 summary["skipped"] += 1
                 continue
-            if scrape.text is None:
+            current, error = None, scrape.error
+            if scrape.text is not None:
+                try:
+                    current = _snapshot(scrape.target, scrape.text)
+                except ValueError as exc:  # not Prometheus text
+                    error = f"unparseable metrics: {exc}"[:2000]
+            if current is None:
                 summary["failed"] += 1
-                summary["errors"][scrape.target.url] = scrape.error
-                state.ok, state.error = False, scrape.error
-                state.save(update_fields=["ok", "error", "updated_at"])
-                continue
-            try:
-                current = _snapshot(scrape.target, scrape.text)
-            except ValueError as exc:  # not Prometheus text
-                summary["failed"] += 1
-                summary["errors"][scrape.target.url] = f"unparseable metrics: {exc}"[:2000]
-                state.ok, state.error = False, summary["errors"][scrape.target.url]
-                state.save(update_fields=["ok", "error", "updated_at"])
+                summary["errors"][scrape.target.url] = error
+                state.ok, state.error = False, error
+                state.failing_since = state.failing_since or scrape.fetched_at
+                state.save(update_fields=["ok", "error", "failing_since", "updated_at"])
+                if (scrape.fetched_at - state.failing_since).total_seconds() >= conf.get("MONITORING_SCRAPE_ALERT_AFTER_S"):
+                    outages[scrape.target.url] = {"error": error, "failing_since": state.failing_since.isoformat()}
                 continue
             if state.scraped_at > EPOCH:
                 seconds = (scrape.fetched_at - state.scraped_at).total_seconds()
                 parts.append(_deltas(scrape.target, state.counters, current, seconds))
             team_ids.update(scrape.target.endpoint_teams)
-            state.counters, state.scraped_at, state.ok, state.error = current, scrape.fetched_at, True, ""
-            state.save(update_fields=["counters", "scraped_at", "ok", "error", "updated_at"])
+            state.counters, state.scraped_at, state.ok, state.error, state.failing_since = current, scrape.fetched_at, True, "", None
+            state.save(update_fields=["counters", "scraped_at", "ok", "error", "failing_since", "updated_at"])
             summary["scraped"] += 1
         rows = []
         for (endpoint, variant), totals in collect.merge(*parts).items():
             for metric, value in collect.derive(totals).items():
                 rows.append((endpoint, variant, metric, value))
         summary["samples"] = samples_store(rows=rows, at=at, team_ids=team_ids)
+    if outages:
+        # Monitoring that cannot see is itself worth an alert: the judge would wait forever.
+        alert_raise(
+            kind="scrape_failed", severity=Severity.WARNING,
+            reason=f"{len(outages)} metrics target(s) unreachable for over {conf.get('MONITORING_SCRAPE_ALERT_AFTER_S'):.0f} s: "
+                   + ", ".join(sorted(outages))[:1500],
+            evidence={"targets": outages},
+        )
     return summary
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from monitoring import services
-from monitoring.models import DeliveryStatus, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState
+from monitoring.models import Alert, DeliveryStatus, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState
 from monitoring.targets import ScrapeTarget
 from tests.monitoring.conftest import BROKEN_MODEL, TRITON_MODELS, infer
 
@@ -19,7 +19,8 @@ def _values(endpoint, variant):
 
 
 @pytest.mark.django_db
-def test_collector_scrapes_real_triton_and_gateway(triton, gateway_server, team_a):
+def test_collector_scrapes_real_triton_and_gateway(triton, gateway_server, team_a, settings):
+    settings.MONITORING_SCRAPE_ALERT_AFTER_S = 0.5
     models = {name: {"endpoint": ep, "variant": var} for name, (ep, var) in TRITON_MODELS.items()}
     targets = [
         ScrapeTarget.from_dict({"kind": "gateway", "url": gateway_server.url, "endpoint_teams": {"ctr": team_a.pk}}),
@@ -52,7 +53,10 @@ def test_collector_scrapes_real_triton_and_gateway(triton, gateway_server, team_
     assert stable["latency_p99_ms"] <= 3.0 and canary["latency_p99_ms"] > 3.0
     assert set(MetricSample.objects.filter(endpoint="ctr").values_list("team_id", flat=True)) == {team_a.pk}
     failed = ScrapeState.objects.get(target="triton:http://127.0.0.1:9/metrics")
-    assert not failed.ok and "refused" in failed.error.lower()
+    assert not failed.ok and "refused" in failed.error.lower() and failed.failing_since is not None
+    outage = Alert.objects.get(kind="scrape_failed")  # failing for over 0.5 s by the second tick
+    assert "http://127.0.0.1:9/metrics" in outage.reason and outage.team is None and outage.status == "open"
+    assert not ScrapeState.objects.get(target=f"gateway:{gateway_server.url}").failing_since
 
 
 @pytest.mark.django_db
