@@ -1,7 +1,8 @@
 """The gateway process with --routes-file and no control plane: live reload when the
 file changes, last good table kept on a bad file, and what a client gets when no
 replica answers (502, then 503 once the breaker has ejected it). No Triton needed: the
-replica URL points at a port nobody listens on."""
+replica URL points at a port nobody listens on. One gateway for the module; the tests
+run in file order (the dead-replica test needs the breaker still closed)."""
 
 import json
 import subprocess
@@ -24,8 +25,9 @@ def table(version, replicas):
          "replicas": replicas}]}]}
 
 
-@pytest.fixture
-def gateway(tmp_path):
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("gateway-file")
     routes = tmp_path / "routes.json"
     dead = f"http://127.0.0.1:{free_port()}"
     routes.write_text(json.dumps(table("f1", [dead])))
@@ -57,6 +59,19 @@ def version(url):
     return requests.get(f"{url}/v2/health/ready", timeout=2).json()["routes"]
 
 
+def test_dead_replica_gives_502_then_503_once_ejected(gateway):
+    url, _, dead, _ = gateway
+    codes = []
+    for _ in range(5):
+        r = requests.post(f"{url}/v2/models/ctr/infer", data=infer_body(), timeout=5)
+        codes.append((r.status_code, r.json()["code"], r.headers["X-Model-Variant"]))
+    assert codes[0] == (502, "upstream_error", "v1")
+    assert codes[-1] == (503, "no_ready_backend", "v1")  # breaker open after 3 connect errors
+    assert requests.get(f"{url}/v2/models/ctr/ready", timeout=2).status_code == 503
+    health = requests.get(f"{url}/v2/health/ready", timeout=2).json()
+    assert health["endpoints"]["ctr"]["variants"]["v1"]["replicas"][dead] == "open"
+
+
 def test_file_reload_and_last_good_table(gateway):
     url, routes, dead, _ = gateway
     assert version(url)["version"] == "f1" and version(url)["source"] == "file"
@@ -77,19 +92,6 @@ def test_file_reload_and_last_good_table(gateway):
     assert detail["version"] == "f2" and "exactly one variant with role 'stable'" in detail["last_error"]
     text = requests.get(f"{url}/metrics", timeout=2).text
     assert "gateway_route_table_stale 1.0" in text and 'gateway_route_fetches_total{result="invalid"}' in text
-
-
-def test_dead_replica_gives_502_then_503_once_ejected(gateway):
-    url, _, dead, _ = gateway
-    codes = []
-    for _ in range(5):
-        r = requests.post(f"{url}/v2/models/ctr/infer", data=infer_body(), timeout=5)
-        codes.append((r.status_code, r.json()["code"], r.headers["X-Model-Variant"]))
-    assert codes[0] == (502, "upstream_error", "v1")
-    assert codes[-1] == (503, "no_ready_backend", "v1")  # breaker open after 3 connect errors
-    assert requests.get(f"{url}/v2/models/ctr/ready", timeout=2).status_code == 503
-    health = requests.get(f"{url}/v2/health/ready", timeout=2).json()
-    assert health["endpoints"]["ctr"]["variants"]["v1"]["replicas"][dead] == "open"
 
 
 def test_no_route_table_yet_means_503(tmp_path):

@@ -101,12 +101,20 @@ def env(tmp_path_factory):
         e.gateway = gateway
         yield e
     finally:
-        if gateway:
-            gateway.stop()
-        routes.stop()
-        a.stop()
-        b.stop()
-        e.b.stop()  # a test may have replaced the canary's server with a new one
+        # Every step runs even if one fails. Tritons get SIGTERM then SIGKILL at once: a
+        # graceful shutdown waits for the slow model's queued shadow copies, which only
+        # costs the suite time.
+        steps = [gateway.stop] if gateway else []
+        steps.append(routes.stop)
+        steps += [lambda t=t: t.stop(timeout=0.05) for t in ((a, b) if e.b is b else (a, b, e.b))]
+        errors = []
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # keep stopping the rest, report after
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
 
 def test_json_infer_is_passed_through_with_request_id_and_variant(env):
@@ -149,9 +157,9 @@ def test_weighted_split_and_metrics_over_real_http(env):
             return [env.post("ctr", session=s).headers["X-Model-Variant"] for _ in range(n)]
 
     with ThreadPoolExecutor(4) as pool:
-        seen = Counter(v for chunk in pool.map(worker, [250] * 4) for v in chunk)
-    assert sum(seen.values()) == 1000
-    assert abs(seen["v2"] / 1000 - 0.20) <= 0.02, seen
+        seen = Counter(v for chunk in pool.map(worker, [150] * 4) for v in chunk)
+    assert sum(seen.values()) == 600
+    assert abs(seen["v2"] / 600 - 0.20) <= 0.02, seen
     after = {v: env.gateway.metric("gateway_requests_total", endpoint="ctr", variant=v, status="200") for v in ("v1", "v2")}
     assert {v: after[v] - before[v] for v in after} == {"v1": seen["v1"], "v2": seen["v2"]}
     assert env.gateway.metric("gateway_request_duration_seconds_count", endpoint="ctr", variant="v2") >= seen["v2"]
