@@ -144,3 +144,24 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         wait_for(lambda: api.get("/api/v1/pools/life/").status_code == 404, timeout=60, what="pool deleted")
     assert not any(tritonserver.process_state(pid) == "running" for pid in pids)
     assert tritonserver.tritonservers_under(pools_dir) == []
+
+
+@pytest.mark.django_db
+def test_supervisor_kills_tritonservers_of_pools_that_no_longer_exist(pools_dir):
+    """A server left behind by a pool whose row is gone (e.g. deleted while the control
+    plane was down) is an orphan: one supervisor tick kills it."""
+    try:
+        tritonserver.find_binary()
+    except tritonserver.TritonNotAvailable as exc:
+        pytest.skip(str(exc))
+    ghost = tritonserver.TritonProcess(model_repository=pools_dir / "ghost" / "models", work_dir=pools_dir / "ghost" / "replicas" / "r0")
+    ghost.start()
+    try:
+        ghost.wait_live(60)
+        assert [pid for pid, _ in tritonserver.tritonservers_under(pools_dir)] == [ghost.process.pid]
+        call_command("run_pools", "--once", stdout=StringIO())
+        # killed and reaped by the tick (this test process is its parent, so the sweep reaps it)
+        assert tritonserver.process_state(ghost.process.pid) == "gone"
+    finally:
+        ghost.stop()
+    assert tritonserver.tritonservers_under(pools_dir) == []

@@ -68,3 +68,10 @@ def test_model_rows_show_state_error_and_readiness(client, deployer, pool, artif
     client.force_login(deployer)
     html = client.get(reverse("deployments:pool-detail", args=["dash"])).content.decode()
     assert artifact.triton_model_name in html and "Protobuf parsing failed" in html and "no statistics" in html
+
+
+def test_admin_shows_pools_with_replicas_and_models(client, staff, pool):
+    client.force_login(staff)
+    assert client.get("/admin/deployments/servingpool/").status_code == 200
+    page = client.get(f"/admin/deployments/servingpool/{pool.pk}/change/")
+    assert page.status_code == 200 and "process 123 exited" in page.content.decode()

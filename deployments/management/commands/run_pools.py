@@ -48,7 +48,8 @@ class Command(BaseCommand):
         self.stdout.flush()
         while not self.stopping:
             started = time.monotonic()
-            close_old_connections()
+            if not once:
+                close_old_connections()  # a long-running loop: drop connections the database closed
             self.tick()
             if once:
                 break
