@@ -143,6 +143,7 @@ class GatewayProcess:
             except requests.RequestException:
                 pass
             time.sleep(0.05)
+        self.stop()
         raise TimeoutError(f"gateway not ready:\n{self.log.read_text()[-3000:]}")
 
     def metric(self, name: str, **labels) -> float:
