@@ -237,14 +237,6 @@ def slice_rows(feeds: dict[str, np.ndarray], start: int, stop: int) -> dict[str,
     return {k: np.ascontiguousarray(v[start:stop]) for k, v in feeds.items()}
 
 
-def model_size(path: Path) -> int:
-    return path.stat().st_size
-
-
-def first_output_name(model: onnx.ModelProto) -> str:
-    return model.graph.output[0].name
-
-
 def is_probability(values: np.ndarray) -> bool:
     finite = values[np.isfinite(values)]
     return finite.size > 0 and float(finite.min()) >= 0.0 and float(finite.max()) <= 1.0 and values.reshape(values.shape[0], -1).shape[1] == 1

@@ -21,7 +21,7 @@ from django.db import connection
 from registry import build_services, storage
 from registry.build import STAGES, conf, stages
 from registry.build.graphs import GraphError
-from registry.models import ArtifactStatus, Build, BuildStatus
+from registry.models import ArtifactStatus, Build
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from registry import build_services
 from registry.build import runner
-from registry.models import Build, BuildStatus
+from registry.models import Build
 from tests import factories
 from tests.registry.build_helpers import fast_build_settings, upload_version
 
