@@ -218,7 +218,7 @@ class LocalDriver(PoolDriver):
             if tritonserver.process_state(state["pid"]) != "running":
                 tritonserver.reap(state["pid"])
                 tail = self.log_tail(name, 5)
-                state["last_error"] = f"tritonserver exited during start: {tail}"
+                state["last_error"] = f"tritonserver exited during start (process {state['pid']}): {tail}"
                 self._write_state(name, state)
                 return
             if triton.is_live():
@@ -239,13 +239,14 @@ class LocalDriver(PoolDriver):
                 status, state = self._probe(name)
                 if status == "hung":
                     self._kill(state.get("pid"), state)
-                    state["last_error"] = f"not live {START_GRACE_S:.0f}s after start; killed"
+                    state["last_error"] = f"process {state['pid']} not live {START_GRACE_S:.0f}s after start; killed"
                     status = "dead"
+                elif status == "dead" and state.get("pid") and not state.get("last_error", "").startswith(
+                    (f"process {state['pid']} ", "tritonserver exited")
+                ):
+                    state["last_error"] = f"process {state['pid']} exited"
                 if status == "dead":
                     if state.get("pid"):
-                        state.setdefault("last_error", "")
-                        if not state["last_error"].startswith("tritonserver exited"):
-                            state["last_error"] = f"process {state['pid']} exited"
                         self._write_state(name, state)
                     wait = state.get("started_at", 0) + backoff_s(state.get("streak", 0) + 1) - time.time()
                     if state.get("pid") and wait > 0:
