@@ -138,7 +138,7 @@ def metrics_collect(*, targets: list[ScrapeTarget] | None = None, now: datetime 
             if scrape.text is not None:
                 try:
                     current = _snapshot(scrape.target, scrape.text)
-                except ValueError as exc:  # not Prometheus text
+                except (ValueError, IndexError, KeyError) as exc:  # not (valid) Prometheus text
                     error = f"unparseable metrics: {exc}"[:2000]
             if current is None:
                 summary["failed"] += 1

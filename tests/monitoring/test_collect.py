@@ -190,3 +190,9 @@ def test_psi_and_score_bins():
     assert collect.score_bins([-1, 2, float("nan")]) == [1] + [0] * 8 + [1]
     with pytest.raises(ValueError):
         collect.psi([0] * 10, stable)
+
+
+def test_garbage_is_a_clear_error_not_a_crash():
+    with pytest.raises((ValueError, IndexError, KeyError)):
+        collect.gateway_snapshot('gateway_requests_total{endpoint="a" 1\n')
+    assert collect.gateway_snapshot("<html>not metrics</html>") == {}  # nothing of ours in it

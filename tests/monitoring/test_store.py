@@ -145,3 +145,23 @@ def test_score_samples_api_is_for_platform_components(alice_api, api_for, staff,
     assert bins == [1, 2, 0, 0, 0, 0, 0, 0, 0, 1]
     bad = api_for(staff).post("/api/v1/score-samples/", {**payload, "scores": []}, format="json")
     assert bad.status_code == 400 and "scores" in bad.json()["detail"]
+
+
+def test_collector_records_an_unparseable_target_and_keeps_going(gateway_server, team_a):
+    from monitoring.models import ScrapeState
+    from monitoring.targets import ScrapeTarget
+
+    class Garbage:
+        def text(self):
+            return 'gateway_requests_total{endpoint="ctr" 1\n'
+
+    good = ScrapeTarget(kind="gateway", url=gateway_server.url)
+    bad_server_metrics, gateway_server.metrics = gateway_server.metrics, Garbage()
+    summary = services.metrics_collect(targets=[good])
+    assert summary["failed"] == 1 and "unparseable" in summary["errors"][gateway_server.url]
+    state = ScrapeState.objects.get(target=good.key)
+    assert not state.ok and state.failing_since is not None
+    gateway_server.metrics = bad_server_metrics
+    assert services.metrics_collect(targets=[good])["scraped"] == 1
+    state.refresh_from_db()
+    assert state.ok and state.failing_since is None
