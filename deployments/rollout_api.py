@@ -32,7 +32,7 @@ class EndpointSerializer(serializers.ModelSerializer):
     class Meta:
         model = Endpoint
         fields = ["name", "url", "team", "pool", "stable_artifact", "stable_variant", "slo_p99_ms", "slo_error_rate",
-                  "psi_threshold", "sticky_header", "timeout_ms", "created_at", "updated_at"]
+                  "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_stable_variant(self, endpoint) -> str | None:
@@ -46,6 +46,7 @@ class EndpointCreateSerializer(serializers.Serializer):
     slo_p99_ms = serializers.FloatField(required=False)
     slo_error_rate = serializers.FloatField(required=False)
     psi_threshold = serializers.FloatField(required=False)
+    latency_margin = serializers.FloatField(required=False)
     sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
     timeout_ms = serializers.IntegerField(required=False)
 
@@ -54,6 +55,7 @@ class EndpointUpdateSerializer(serializers.Serializer):
     slo_p99_ms = serializers.FloatField(required=False)
     slo_error_rate = serializers.FloatField(required=False)
     psi_threshold = serializers.FloatField(required=False)
+    latency_margin = serializers.FloatField(required=False)
     sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
     timeout_ms = serializers.IntegerField(required=False)
 

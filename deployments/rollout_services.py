@@ -31,7 +31,7 @@ from deployments.routes import triton_name
 from registry.models import Artifact, ArtifactStatus, Role
 from registry.services import event_record, require_role
 
-ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "sticky_header", "timeout_ms")
+ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms")
 
 
 def rollout_for_update(rollout_id: int) -> Rollout:
@@ -60,6 +60,8 @@ def _endpoint_values(changes: dict) -> dict:
             raise InvalidInput("slo_error_rate: give a fraction in 0..1.", field=key)
         if key in ("slo_p99_ms", "psi_threshold") and float(value) <= 0:
             raise InvalidInput(f"{key}: must be positive.", field=key)
+        if key == "latency_margin" and not 0 <= float(value) <= 5:
+            raise InvalidInput("latency_margin: give a fraction in 0..5 (0.2 = 20 % slower is tolerated).", field=key)
         if key == "timeout_ms" and not 1 <= int(value) <= 600_000:
             raise InvalidInput("timeout_ms: give 1..600000.", field=key)
         values[key] = value

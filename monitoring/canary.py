@@ -32,7 +32,7 @@ def _links(rollout) -> dict:
 def judge_config_for(endpoint) -> JudgeConfig:
     return JudgeConfig(
         alpha=conf.get("MONITORING_JUDGE_ALPHA"), slo_p99_ms=endpoint.slo_p99_ms, slo_error_rate=endpoint.slo_error_rate,
-        psi_threshold=endpoint.psi_threshold,
+        psi_threshold=endpoint.psi_threshold, latency_margin=endpoint.latency_margin,
     )
 
 

@@ -45,3 +45,11 @@ def test_openapi_schema_validates_without_warnings(tmp_path):
     for path in ("/api/v1/models/", "/api/v1/pools/", "/api/v1/endpoints/", "/api/v1/rollouts/{id}/rollback/",
                  "/api/v1/gateway/routes", "/api/v1/metrics/", "/api/v1/alerts/", "/api/v1/experiments/"):
         assert f"  {path}:" in schema, path
+
+
+def test_models_and_migrations_agree(tmp_path):
+    """No model change without its migration (run twice: a set-valued default or condition
+    would produce a new migration on every run)."""
+    for _ in range(2):
+        result = _manage("makemigrations", "--check", "--dry-run", tmp_path=tmp_path, env_extra={})
+        assert result.returncode == 0, result.stdout + result.stderr
