@@ -146,8 +146,9 @@ def main(argv: list[str]) -> int:
 
         wait_for(serving, timeout=60, what="gateway serving ctr")
         load = Load(f"{gateway_url}/v2/models/ctr/infer", rate=args.rate, threads=max(4, int(args.rate // 40))).start()
-        time.sleep(10)
-        baseline = sorted(r[3] for r in load.records[-1000:] if r[1] == 200)
+        time.sleep(20)  # warm: the first seconds after start-up are not the steady state
+        settled = time.time() - 10
+        baseline = sorted(r[3] for r in load.records if r[1] == 200 and r[0] >= settled)
         p50 = baseline[len(baseline) // 2]
         print(f"bench rollback: stable p50 through the gateway {p50 * 1000:.2f} ms at {args.rate:g} req/s", flush=True)
         kinds = {"healthy": {}, "slow": {"delay_s": 0.3 * p50}, "errors": {"error_rate": 0.05}}
