@@ -22,6 +22,7 @@ FIELD_MANAGER = "modelplane"
 APPLY = "application/apply-patch+yaml"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MOUNT = "/models"
+PRE_STOP_S = 10
 
 
 def object_name(spec: PoolSpec) -> str:
@@ -104,11 +105,14 @@ def render_deployment(spec: PoolSpec) -> client.V1Deployment:
         ),
         resources=client.V1ResourceRequirements(requests=requests or None, limits=limits or None),
         volume_mounts=mounts,
+        # Out of the Service's endpoints before SIGTERM: requests routed just before removal still land.
+        # ("exec" by its alias: the pydantic model silently drops `var_exec=` passed by name.)
+        lifecycle=client.V1Lifecycle(pre_stop=client.V1LifecycleHandler(**{"exec": client.V1ExecAction(command=["sleep", str(PRE_STOP_S)])})),
     )
     pod = client.V1PodSpec(
         containers=[container],
         volumes=volumes,
-        termination_grace_period_seconds=60,
+        termination_grace_period_seconds=PRE_STOP_S + 60,  # Triton then finishes in-flight requests
         node_selector={"modelplane.io/device-kind": spec.device_kind} if gpu else None,
         tolerations=[client.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")] if gpu else None,
     )

@@ -65,7 +65,10 @@ def test_deployment_runs_triton_with_gpu_readiness_probe_and_repository_volume()
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert "--model-control-mode=explicit" in container["args"] and "--strict-readiness=true" in container["args"]
     assert "--model-repository=/models/ctr" in container["args"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"  # leave the Service before SIGTERM
     assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in pod["volumes"]
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["nodeSelector"] == {"modelplane.io/device-kind": "nvidia-a100"}
     assert deployment["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
     cpu = render(spec(device_kind="cpu", gpus_per_replica=0, model_repository="s3://b/r"))[0]
     cpu_container = cpu["spec"]["template"]["spec"]["containers"][0]
