@@ -105,6 +105,9 @@ class PoolReplica(models.Model):
     last_error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # Set when a scale-down picks this replica: it leaves the route table (status STOPPED)
+    # and its process is stopped once the gateway had time to stop sending to it.
+    retiring_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["pool", "name"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from decimal import Decimal, InvalidOperation
@@ -47,6 +48,7 @@ POOL_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$")  # a DNS labe
 MAX_REPLICAS = 64
 LOCAL_MAX_REPLICAS = 8  # processes on one machine
 REPOSITORY_SCHEMES = ("s3://", "gs://", "as://", "pvc://")
+RETIRE_AFTER_S = 3.0  # a replica leaving the pool keeps running this long out of the route table
 UPDATABLE_FIELDS = ("cost_per_replica_hour", "max_queue_size", "queue_timeout_ms", "resources", "image", "min_replicas", "max_replicas")
 
 
@@ -445,6 +447,9 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
         return pool
     try:
         driver = driver_for(pool)
+        retiring = _retiring_replicas(pool) if pool.driver == PoolDriver.LOCAL else set()
+        if retiring:  # keep them running a little longer, out of the route table
+            driver.spec = replace(driver.spec, replicas=max(pool.replicas, max(int(n[1:]) for n in retiring) + 1))
         replicas = driver.ensure()
     except DriverError as exc:
         return _pool_failed(pool, str(exc))
@@ -452,7 +457,7 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
         wanted = list(PoolModel.objects.filter(pool=pool, state=PoolModelState.READY).select_related("artifact__version__model"))
         reloaded, reload_errors, readiness = [], {}, {pm.pk: {} for pm in wanted}
         for replica in replicas:
-            if not replica.ready:
+            if not replica.ready or replica.name in retiring:
                 continue
             for pool_model in wanted:
                 name = pool_model.triton_model_name
@@ -470,7 +475,7 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
         locked = pool_for_update(pool.pk)
         if locked.status == PoolStatus.DELETING:
             return locked
-        _sync_replicas(locked, replicas)
+        _sync_replicas(locked, replicas, retiring)
         for replica, name in reloaded:
             event_record(actor=None, obj=locked, action="model_reloaded", to_state="ready", reason=f"{name} on {replica}",
                          data={"model": name, "replica": replica})
@@ -479,7 +484,7 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
         for pool_model in wanted:
             if pool_model.replica_ready != readiness[pool_model.pk]:
                 PoolModel.objects.filter(pk=pool_model.pk).update(replica_ready=readiness[pool_model.pk], updated_at=timezone.now())
-        status, reason = _pool_status(locked, replicas)
+        status, reason = _pool_status(locked, [r for r in replicas if r.name not in retiring])
         if (status, reason) != (locked.status, locked.status_reason):
             old = locked.status
             locked.status, locked.status_reason = status, reason
@@ -500,7 +505,34 @@ def _pool_failed(pool: ServingPool, reason: str) -> ServingPool:
     return locked
 
 
-def _sync_replicas(pool: ServingPool, replicas) -> None:
+def _retiring_replicas(pool: ServingPool) -> set[str]:
+    """Local replicas a scale-down removes that still run for RETIRE_AFTER_S: marked
+    STOPPED at once (the gateway's route table and the scrapers skip them), stopped by a
+    later reconcile, so requests the gateway routed just before are not cut off."""
+    now = timezone.now()
+    names = set()
+    with transaction.atomic():
+        for row in PoolReplica.objects.select_for_update().filter(pool=pool):
+            index = int(row.name[1:]) if row.name[1:].isdigit() else -1
+            if index < pool.replicas:
+                if row.retiring_since is not None:  # scaled back up before it was stopped
+                    row.retiring_since = None
+                    row.save(update_fields=["retiring_since"])
+                continue
+            if row.retiring_since is None:
+                if row.status not in {ReplicaStatus.READY, ReplicaStatus.STARTING}:
+                    continue  # down anyway: nothing to drain
+                row.retiring_since, row.status = now, ReplicaStatus.STOPPED
+                row.save(update_fields=["retiring_since", "status"])
+                event_record(actor=None, obj=pool, action="replica_retiring", from_state=ReplicaStatus.READY,
+                             to_state=ReplicaStatus.STOPPED, reason=f"{row.name}: scaled down to {pool.replicas}",
+                             data={"replica": row.name, "stop_after_s": RETIRE_AFTER_S})
+            if (now - row.retiring_since).total_seconds() < RETIRE_AFTER_S:
+                names.add(row.name)
+    return names
+
+
+def _sync_replicas(pool: ServingPool, replicas, retiring: set[str] = frozenset()) -> None:
     """Mirror the driver's replicas into PoolReplica rows; audit downs and restarts."""
     now = timezone.now()
     existing = {r.name: r for r in PoolReplica.objects.filter(pool=pool)}
@@ -508,7 +540,7 @@ def _sync_replicas(pool: ServingPool, replicas) -> None:
         row = existing.pop(info.name, None)
         started = datetime.fromtimestamp(info.started_at, tz=dt_timezone.utc) if info.started_at else None
         fields = {
-            "status": info.status, "http_url": info.http_url, "grpc_url": info.grpc_url, "metrics_url": info.metrics_url,
+            "status": ReplicaStatus.STOPPED if info.name in retiring else info.status, "http_url": info.http_url, "grpc_url": info.grpc_url, "metrics_url": info.metrics_url,
             "pid": info.pid, "log_path": info.log_path, "restarts": info.restarts, "last_error": info.error[:5000], "started_at": started,
         }
         if row is None:

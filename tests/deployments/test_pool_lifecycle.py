@@ -138,6 +138,16 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         assert unloaded.data["model"] == model and unloaded.data["drain"]["pending"] == 0
         for replica in detail()["replica_set"]:
             assert not tritonserver.TritonHTTP(replica["http_url"]).is_model_ready(model)
+
+        # scale down: the leaving replica first drops out of routing (stopped) while it still runs
+        r1_pid = {r["name"]: r for r in detail()["replica_set"]}["r1"]["pid"]
+        assert api.post("/api/v1/pools/life/scale/", {"replicas": 1}, format="json").status_code == 202
+        wait_for(lambda: {r["name"]: r["status"] for r in detail()["replica_set"]}.get("r1") == "stopped",
+                 timeout=30, what="r1 retiring")
+        assert tritonserver.process_state(r1_pid) == "running"
+        wait_for(lambda: [r["name"] for r in detail()["replica_set"]] == ["r0"], timeout=30, what="r1 removed")
+        wait_for(lambda: tritonserver.process_state(r1_pid) != "running", timeout=20, what="r1 process stopped")
+        assert Event.objects.filter(object_id=pool_id, action="replica_retiring").exists()
     finally:
         pids = [r["pid"] for r in api.get("/api/v1/pools/life/").json().get("replica_set", [])]
         assert api.delete("/api/v1/pools/life/").status_code == 202
