@@ -317,38 +317,73 @@ def stop(proc) -> None:
             proc.wait(5)
 
 
+IDLE_FRAMES = ("epoll_pwait", "epoll_wait")
+
+
 def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: Path, out: Path) -> dict:
+    """Where the gateway's time goes under closed-loop load: py-spy (wall clock, Python
+    and native frames; samples waiting in epoll are counted as idle and left out of the
+    shares) and, when `perf` is installed, an on-CPU split by library (interpreter,
+    kernel, uvloop, ...)."""
+    result = {}
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(spy).exists():
-        return {"skipped": "py-spy not installed (pip install py-spy)"}
+    perf = shutil.which("perf")
     raw = out / "gateway-profile.txt"
-    # --native: show the C frames too (libc write/read, epoll), where most samples land.
-    proc = subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds) + 1), "-r", "250", "-f", "raw",
-                             "-o", str(raw), "--native"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    perf_data = out / "gateway-perf.data"
+    procs = []
+    if Path(spy).exists():
+        procs.append(("py-spy", subprocess.Popen(
+            [spy, "record", "-p", str(pid), "-d", str(int(seconds) + 1), "-r", "250", "-f", "raw", "-o", str(raw), "--native"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+    else:
+        result["py_spy"] = "not installed (pip install py-spy)"
+    if perf:
+        procs.append(("perf", subprocess.Popen(
+            [perf, "record", "-F", "999", "-p", str(pid), "-o", str(perf_data), "--", "sleep", str(int(seconds) + 1)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
     time.sleep(0.5)
     wrk_window(url, concurrency, seconds, lua)
-    _, err = proc.communicate(timeout=60)
-    if not raw.exists():
-        return {"skipped": f"py-spy failed: {err.decode(errors='replace')[-300:]}"}
-    self_time: Counter = Counter()
-    inclusive: Counter = Counter()
-    total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = stack.split(";")
-        self_time[_frame(frames[-1])] += n
-        for f in set(_frame(f) for f in frames):
-            inclusive[f] += n
-    return {
-        "samples": total,
-        "self_top": [(f, round(100 * n / total, 1)) for f, n in self_time.most_common(15)],
-        "inclusive_top": [(f, round(100 * n / total, 1)) for f, n in inclusive.most_common(25)],
-        "raw": str(raw),
-    }
+    for name, proc in procs:
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode not in (0, None) and name == "perf" and not perf_data.exists():
+            result["perf"] = f"perf failed: {err.decode(errors='replace')[-200:]}"
+    if raw.exists():
+        self_time: Counter = Counter()
+        inclusive: Counter = Counter()
+        total = idle = 0
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                continue
+            n = int(count)
+            frames = stack.split(";")
+            if frames[-1].split(" ")[0] in IDLE_FRAMES:
+                idle += n
+                continue
+            total += n
+            self_time[_frame(frames[-1])] += n
+            for f in set(_frame(f) for f in frames):
+                inclusive[f] += n
+        total = total or 1
+        result.update({
+            "py_spy_samples_busy": total, "py_spy_samples_idle": idle,
+            "self_top": [(f, round(100 * n / total, 1)) for f, n in self_time.most_common(15)],
+            "inclusive_top": [(f, round(100 * n / total, 1)) for f, n in inclusive.most_common(40)
+                              if not f.startswith(("0x", "_run_module_as_main", "_run_code", "<module>", "main ", "run ", "Runner.run",
+                                                   "run_forever", "run_until_complete", "Loop__", "uv_run", "Py_DECREF",
+                                                   "Py_XDECREF", "__libc", "_start", "Py_", "pymain", "run_", "_PyEval"))][:15],
+            "raw": str(raw),
+        })
+    if perf and perf_data.exists():
+        report = subprocess.run([perf, "report", "-i", str(perf_data), "--stdio", "--sort", "dso"],
+                                capture_output=True, text=True, timeout=120).stdout
+        dsos = []
+        for line in report.splitlines():
+            m = re.match(r"\s+([\d.]+)%\s+(\S+)", line)
+            if m:
+                dsos.append((m.group(2), float(m.group(1))))
+        result["perf_on_cpu_by_library"] = dsos[:8]
+    return result
 
 
 def _frame(frame: str) -> str:
@@ -370,6 +405,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", action="store_true", help="py-spy the gateway under closed-loop load")
     parser.add_argument("--levels", default=None, help="closed-loop concurrency levels, e.g. 1,4,16,32")
     parser.add_argument("--instances", type=int, default=2, help="Triton model instances per model")
+    parser.add_argument("--light-rate", type=float, default=200.0, help="the light open-loop rate (req/s)")
     args = parser.parse_args(argv)
     if args.open_loop:
         return open_loop_main(args)
@@ -448,11 +484,14 @@ def main(argv: list[str]) -> int:
         # not what a higher load does to Triton.
         runs = [(name, url, 0.5 * results[name]["capacity"]["max_rps"]) for name, url in paths.items()]
         runs.append(("direct@gw-rate", paths["direct"], runs[-1][2]))
+        # And both at a light rate, where queueing (and a busy machine's run queue) matter
+        # least: the closest to the gateway's own cost per request.
+        runs += [("direct@light", paths["direct"], args.light_rate), ("gateway@light", paths["gateway"], args.light_rate)]
         print("open loop (Poisson), rounds of " + ", ".join(f"{k} {r:.0f}/s" for k, _, r in runs) + " ...", file=sys.stderr, flush=True)
-        lat = open_loop_rounds(runs, rounds, open_duration, body_path)
+        lat_all = open_loop_rounds(runs, rounds, open_duration, body_path)
         for name in paths:
-            results[name]["latency"] = lat[name]
-        direct_same = lat["direct@gw-rate"]
+            results[name]["latency"] = lat_all[name]
+        direct_same = lat_all["direct@gw-rate"]
 
         profile = None
         if args.profile:
@@ -474,14 +513,19 @@ def main(argv: list[str]) -> int:
                          r["latency"]["p50_ms"], r["latency"]["p90_ms"], r["latency"]["p99_ms"],
                          sum(v for k, v in r["latency"]["statuses"].items() if k != "200") + sum(s["errors"] for s in r["capacity"]["sweep"]),
                          r["capacity"]["proxy_cpu_us_per_request"] if r["capacity"]["proxy_cpu_us_per_request"] is not None else "-"])
-        rows.append(["direct@gw-rate", float("nan"), "-", direct_same["rate"], direct_same["p50_ms"], direct_same["p90_ms"], direct_same["p99_ms"],
-                     sum(v for k, v in direct_same["statuses"].items() if k != "200"), "-"])
+        for key in ("direct@gw-rate", "direct@light", "gateway@light"):
+            r = lat_all[key]
+            rows.append([key, float("nan"), "-", r["rate"], r["p50_ms"], r["p90_ms"], r["p99_ms"],
+                         sum(v for k, v in r["statuses"].items() if k != "200"), "-"])
         print()
         print_table(["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors", "proxy_cpu_us/req"], rows)
         ratio = (results["gateway"]["capacity"]["max_rps"] / results["nginx"]["capacity"]["max_rps"]) if "nginx" in results else None
         summary = {
             "added_p50_ms": added_p50,
             "added_p99_ms": added_p99,
+            "added_p50_ms_light": lat_all["gateway@light"]["p50_ms"] - lat_all["direct@light"]["p50_ms"],
+            "added_p99_ms_light": lat_all["gateway@light"]["p99_ms"] - lat_all["direct@light"]["p99_ms"],
+            "light_rate": args.light_rate,
             "added_p50_ms_vs_direct_at_its_own_50pct": lat("gateway", "p50_ms") - lat("direct", "p50_ms"),
             "added_p99_ms_vs_direct_at_its_own_50pct": lat("gateway", "p99_ms") - lat("direct", "p99_ms"),
             "max_rps": {name: results[name]["capacity"]["max_rps"] for name in paths},
@@ -502,15 +546,22 @@ def main(argv: list[str]) -> int:
         print(f"(added = gateway minus direct, both at {direct_same['rate']:.0f} req/s = 50% of the gateway's capacity; "
               f"against direct at its own 50%: p50 {summary['added_p50_ms_vs_direct_at_its_own_50pct']:+.3f} ms, "
               f"p99 {summary['added_p99_ms_vs_direct_at_its_own_50pct']:+.3f} ms)")
+        print(f"at a light {args.light_rate:.0f} req/s: added p50 {summary['added_p50_ms_light']:+.3f} ms, "
+              f"p99 {summary['added_p99_ms_light']:+.3f} ms")
         if profile and "self_top" in profile:
-            print(f"\ngateway CPU under closed-loop load at c={max(levels)} (py-spy, % of samples; self | inclusive):")
-            for (frame, pct), (iframe, ipct) in zip(profile["self_top"], profile["inclusive_top"][6:]):
+            busy, idle = profile["py_spy_samples_busy"], profile["py_spy_samples_idle"]
+            print(f"\ngateway under closed-loop load at c={max(levels)}: py-spy wall-clock samples, "
+                  f"{100 * idle / max(1, busy + idle):.0f}% idle in epoll; shares of the busy ones (self | inclusive):")
+            for (frame, pct), (iframe, ipct) in zip(profile["self_top"], profile["inclusive_top"]):
                 print(f"  {pct:5.1f}%  {frame:55s} | {ipct:5.1f}%  {iframe}")
+        if profile and profile.get("perf_on_cpu_by_library"):
+            print("on-CPU time by library (perf): " + ", ".join(f"{d} {p:.1f}%" for d, p in profile["perf_on_cpu_by_library"]))
         path = write_json("gateway", {
             **summary,
             "goals": GOALS,
             "paths": results,
             "direct_at_gateway_rate": direct_same,
+            "light": {"direct": lat_all["direct@light"], "gateway": lat_all["gateway@light"]},
             "profile": profile,
             "notes": notes + [
                 "2 CPUs shared by the load generator, tritonserver, nginx/gateway and other work on the machine: figures are noisy",
