@@ -68,7 +68,8 @@ class RouteSource:
     def _fail(self, result: str, message: str) -> None:
         metrics.ROUTE_FETCHES.labels(result).inc()
         if message != self.status.last_error or not self.status.failing:
-            log.warning("route table %s: %s (keeping the last good table, version %s)", result, message, self.status.version)
+            kept = f"keeping the last good table, version {self.status.version}" if self.status.version else "no table yet"
+            log.warning("route table %s: %s (%s)", result, message, kept)
         self.status.failing = True
         self.status.last_error = message
 
