@@ -213,6 +213,11 @@ def test_metadata_health_and_ready(env):
     assert health["routes"]["source"] == "http" and health["routes"]["stale"] is False
     assert set(health["endpoints"]) == {"ctr", "errs", "slow", "shadowed"}
     assert any(h.get("If-None-Match") for h in env.routes.requests)  # polls with the ETag
+    text = requests.get(f"{env.gateway.url}/metrics", timeout=2).text
+    for name in ("process_cpu_seconds_total", "gateway_route_table_age_seconds", "gateway_in_flight_requests",
+                 'gateway_route_fetches_total{result="not_modified"}', "gateway_shadow_queue_depth"):
+        assert name in text, name
+    assert 0 <= env.gateway.metric("gateway_route_table_age_seconds") < 1.0
     assert all(h.get("Authorization") == f"Token {TOKEN}" for h in env.routes.requests)
 
 
