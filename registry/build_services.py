@@ -86,6 +86,7 @@ def build_start(*, user, version: ModelVersion, targets=None, idempotency_key: s
         with transaction.atomic():
             build = Build.objects.create(
                 version=version, targets=targets, idempotency_key=idempotency_key, created_by=user,
+                lease_expires_at=_redispatch_at(),
                 max_attempts=int(conf.get("BUILD_MAX_ATTEMPTS")),
                 stages=[{"name": s, "status": "pending", "started_at": None, "duration_s": None, "log": ""} for s in STAGES],
             )
@@ -98,6 +99,12 @@ def build_start(*, user, version: ModelVersion, targets=None, idempotency_key: s
             raise
         return build, False
     return build, True
+
+
+def _redispatch_at():
+    # While queued, lease_expires_at is when the reclaim task sends the build again in
+    # case its message was lost (a duplicate delivery is harmless: claims are fenced).
+    return timezone.now() + dt.timedelta(seconds=float(conf.get("BUILD_QUEUED_REDISPATCH_S")))
 
 
 def dispatch(build_id: int, targets: list[str]) -> None:
@@ -225,7 +232,8 @@ def build_publish(*, build_id: int, owner: str, artifacts: list[dict], summary: 
 
 
 def builds_reclaim(*, limit: int | None = None) -> list[int]:
-    """Requeue running builds whose lease expired (their worker died); a bounded batch.
+    """Requeue running builds whose lease expired (their worker died) and resend queued
+    builds nobody claimed within BUILD_QUEUED_REDISPATCH_S; a bounded batch per call.
 
     The requeued task claims the build again (attempt + 1) or fails it past max_attempts.
     """
@@ -233,17 +241,23 @@ def builds_reclaim(*, limit: int | None = None) -> list[int]:
     limit = limit or int(conf.get("BUILD_RECLAIM_BATCH"))
     requeued = []
     ids = list(
-        Build.objects.filter(status=BuildStatus.RUNNING, lease_expires_at__lt=now).order_by("lease_expires_at").values_list("pk", flat=True)[:limit]
+        Build.objects.filter(status__in=[BuildStatus.RUNNING, BuildStatus.QUEUED], lease_expires_at__lt=now)
+        .order_by("lease_expires_at").values_list("pk", flat=True)[:limit]
     )
     for build_id in ids:
         with transaction.atomic():
             build = build_for_update(build_id)
-            if build.status != BuildStatus.RUNNING or not build.lease_expires_at or build.lease_expires_at >= now:
+            if build.status not in (BuildStatus.RUNNING, BuildStatus.QUEUED) or not build.lease_expires_at or build.lease_expires_at >= now:
                 continue
-            lost = build.lease_owner
-            build.lease_owner, build.lease_expires_at = "", None
-            reason = f"lease of {lost or 'a worker'} expired at attempt {build.attempt}; requeued"
-            _set_status(build, BuildStatus.QUEUED, reason=reason, data={"lost_owner": lost})
+            if build.status == BuildStatus.RUNNING:
+                lost = build.lease_owner
+                build.lease_owner = ""
+                reason = f"lease of {lost or 'a worker'} expired at attempt {build.attempt}; requeued"
+                _set_status(build, BuildStatus.QUEUED, reason=reason, data={"lost_owner": lost})
+            else:
+                event_record(actor=None, obj=build, team=_team(build), action="redispatched", from_state=build.status,
+                             to_state=build.status, reason="queued and unclaimed too long; sent again")
+            build.lease_expires_at = _redispatch_at()
             build.save(update_fields=["status", "lease_owner", "lease_expires_at"])
             transaction.on_commit(lambda b=build: dispatch(b.pk, b.targets))
         requeued.append(build_id)

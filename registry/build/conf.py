@@ -14,6 +14,7 @@ DEFAULTS = {
     "BUILD_SOFT_TIME_LIMIT_S": 1800,
     "BUILD_TIME_LIMIT_S": 1900,
     "BUILD_RECLAIM_BATCH": 20,
+    "BUILD_QUEUED_REDISPATCH_S": 600.0,  # a queued build nobody claimed for this long is sent again
     "BUILD_OPSET": 17,
     "BUILD_VALIDATION_ROWS": 4096,
     "BUILD_BENCH_BATCHES": "1,8,32,128,512",

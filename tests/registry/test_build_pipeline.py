@@ -180,6 +180,18 @@ def test_a_live_lease_keeps_other_workers_out_and_an_expired_one_is_reclaimed(al
     assert Artifact.objects.filter(build=build).count() == 2
 
 
+def test_a_queued_build_nobody_claimed_is_sent_again(alice, ranker, onnx_path):
+    version = upload_version(alice, ranker, onnx_path)
+    build, _ = build_services.build_start(user=alice, version=version)
+    assert build_services.builds_reclaim() == []  # freshly queued: its message is presumably on the way
+    Build.objects.filter(pk=build.pk).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
+    assert build_services.builds_reclaim() == [build.pk]
+    build.refresh_from_db()
+    assert build.status == BuildStatus.QUEUED and build.lease_expires_at > timezone.now()
+    assert Event.objects.filter(object_id=str(build.pk), action="redispatched").count() == 1
+    assert runner.run(build.pk, owner="w1") == "published"
+
+
 def test_past_max_attempts_the_build_fails_with_the_reason(alice, ranker, onnx_path):
     version = upload_version(alice, ranker, onnx_path)
     build, _ = build_services.build_start(user=alice, version=version)
