@@ -77,6 +77,8 @@ class HttpProtocol(asyncio.Protocol):
         self.server.connections.discard(self)
 
     def data_received(self, data):
+        if self.closed:  # after an error reply the connection is being closed: ignore the rest
+            return
         self.last = self.loop.time()
         buf = self.buf
         buf += data
