@@ -74,7 +74,7 @@ class Command(BaseCommand):
         if not no_seed:
             call_command("seed_demo")
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
-        env = dict(os.environ, HEALTHZ_EXPECT=f"worker,beat,gateway={gateway_url}", PYTHONUNBUFFERED="1",
+        env = dict(os.environ, HEALTHZ_EXPECT=f"worker,beat,pools,gateway={gateway_url}", PYTHONUNBUFFERED="1",
                    GATEWAY_TOKEN=ensure_gateway_token())
         children: dict[str, subprocess.Popen] = {}
         for name, command in self.processes(port).items():
