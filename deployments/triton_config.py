@@ -38,24 +38,6 @@ def with_pool_limits(config: mc.ModelConfig, *, name: str, max_queue_size: int, 
     return out
 
 
-def with_warmup(config: mc.ModelConfig, *, count: int = 25) -> mc.ModelConfig:
-    """Add Triton warm-up requests (zeros shaped like the inputs) unless the artifact has
-    its own: Triton runs them through the backend before it reports the model READY, so
-    a candidate's first live requests are not its slowest (a cold model would look like a
-    latency regression to the canary judge)."""
-    if config.model_warmup or not config.input:
-        return config
-    sizes = [1] + ([8] if config.max_batch_size >= 8 else []) if config.max_batch_size > 0 else [0]
-    for size in sizes:
-        warmup = config.model_warmup.add(name=f"zeros_batch_{size}", batch_size=size, count=count)
-        for spec in config.input:
-            warmup.inputs[spec.name].data_type = spec.data_type
-            warmup.inputs[spec.name].dims.extend([d if d > 0 else 1 for d in spec.dims])
-            warmup.inputs[spec.name].zero_data = True
-    return config
-
-
 def override_json(config_text: str, *, name: str, max_queue_size: int, queue_timeout_ms: int) -> str:
     config = with_pool_limits(parse(config_text), name=name, max_queue_size=max_queue_size, queue_timeout_ms=queue_timeout_ms)
-    config = with_warmup(config)
     return json_format.MessageToJson(config, preserving_proto_field_name=True, indent=None)

@@ -146,18 +146,3 @@ def test_shadow_replies_are_the_shadow_variants_requests_and_latency():
     assert (derived["requests"], derived["errors"]) == (50, 10)
     assert 1.0 < derived["latency_p50_ms"] <= 10.0
 
-
-def test_pools_load_models_with_warmup_requests():
-    """Triton runs warm-up requests before READY, so a canary's first requests are not cold."""
-    import json
-
-    from deployments import triton_config
-    from tests.deployments.packaging import model_config
-    from google.protobuf import text_format
-
-    text = text_format.MessageToString(model_config("ctr__v1__onnx-fp32"))
-    config = json.loads(triton_config.override_json(text, name="ctr__v1__onnx-fp32", max_queue_size=8, queue_timeout_ms=100))
-    warmups = {w["name"]: w for w in config["model_warmup"]}
-    assert set(warmups) == {"zeros_batch_1", "zeros_batch_8"}
-    assert warmups["zeros_batch_8"]["inputs"]["sparse"] == {"data_type": "TYPE_INT64", "dims": ["26"], "zero_data": True}
-    assert config["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 8
