@@ -54,7 +54,7 @@ class BodyTooLarge(Exception):
 
 
 class HttpProtocol(asyncio.Protocol):
-    __slots__ = ("server", "transport", "buf", "queue", "busy", "closed", "head", "loop", "last")
+    __slots__ = ("server", "transport", "buf", "queue", "busy", "closed", "head", "loop", "last", "eof")
 
     def __init__(self, server: "HttpServer"):
         self.server = server
@@ -66,11 +66,19 @@ class HttpProtocol(asyncio.Protocol):
         self.head = None  # parsed head waiting for its body: (method, target, headers, length, chunked, keep_alive)
         self.loop = server.loop
         self.last = 0.0  # loop time of the last bytes received (idle sweeper)
+        self.eof = False
 
     def connection_made(self, transport):
         self.transport = transport
         self.last = self.loop.time()
         self.server.connections.add(self)
+
+    def eof_received(self):
+        """The client half-closed (sent everything): answer what is in progress, then close."""
+        self.eof = True
+        if self.busy:
+            return True  # keep our side open for the replies
+        return None
 
     def connection_lost(self, exc):
         self.closed = True
@@ -202,6 +210,9 @@ class HttpProtocol(asyncio.Protocol):
                 request = self.queue.popleft()
             else:
                 self.busy = False
+                if self.eof:
+                    self.closed = True
+                    self.transport.close()
                 return
 
 

@@ -347,6 +347,11 @@ def test_http_edges_pipelining_expect_continue_chunked_close(env):
         status, headers, reply = _read_response(f)
         assert status == 200 and headers["connection"] == "close" and json.loads(reply)["outputs"][0]["name"] == "ctr"
         assert f.read() == b""  # closed by the gateway
+    with socket.create_connection((host, port), timeout=5) as sock:  # client half-closes after sending
+        sock.sendall(one % (3, len(body), body))
+        sock.shutdown(socket.SHUT_WR)
+        f = sock.makefile("rb")
+        assert _read_response(f)[0] == 200 and f.read() == b""
     with socket.create_connection((host, port), timeout=5) as sock:
         sock.sendall(b"NONSENSE\r\n\r\n")
         status, headers, reply = _read_response(sock.makefile("rb"))
