@@ -162,6 +162,18 @@ def cpu_seconds(pids: list[int]) -> tuple[float, float]:
     return user / tick, system / tick
 
 
+def context_switches(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.endswith("ctxt_switches:") or "ctxt_switches:" in line:
+                    total += int(line.split()[-1])
+        except (OSError, ValueError):
+            pass
+    return total
+
+
 def process_tree(pid: int) -> list[int]:
     pids, todo = [], [pid]
     while todo:
@@ -206,6 +218,7 @@ def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Pa
     windows agree within 10% (perf_analyzer's stability rule) or after max_windows."""
     sweeps = {name: [] for name in paths}
     cpu = {name: [0.0, 0.0] for name in paths}
+    switches = dict.fromkeys(paths, 0)
     served = dict.fromkeys(paths, 0)
     for concurrency in levels:
         windows = {name: [] for name in paths}
@@ -216,7 +229,9 @@ def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Pa
                 break
             for name in todo:
                 before = cpu_seconds(pids.get(name, []))
+                before_cs = context_switches(pids.get(name, []))
                 rps, err = wrk_window(paths[name], concurrency, seconds, lua)
+                switches[name] += context_switches(pids.get(name, [])) - before_cs
                 after = cpu_seconds(pids.get(name, []))
                 cpu[name][0] += after[0] - before[0]
                 cpu[name][1] += after[1] - before[1]
@@ -233,7 +248,8 @@ def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Pa
         best = max(sweep, key=lambda s: s["rps"])
         out[name] = {"max_rps": best["rps"], "at_concurrency": best["concurrency"], "sweep": sweep,
                      "proxy_cpu_us_per_request": (1e6 * sum(cpu[name]) / served[name]) if name in pids and served[name] else None,
-                     "proxy_user_sys_us_per_request": [1e6 * c / served[name] for c in cpu[name]] if name in pids and served[name] else None}
+                     "proxy_user_sys_us_per_request": [1e6 * c / served[name] for c in cpu[name]] if name in pids and served[name] else None,
+                     "proxy_context_switches_per_request": switches[name] / served[name] if name in pids and served[name] else None}
     return out
 
 
@@ -531,6 +547,8 @@ def main(argv: list[str]) -> int:
             "max_rps": {name: results[name]["capacity"]["max_rps"] for name in paths},
             "rps_ratio_vs_nginx": ratio,
             "proxy_cpu_us_per_request": {name: results[name]["capacity"]["proxy_cpu_us_per_request"] for name in pids},
+            "proxy_user_sys_us_per_request": {name: results[name]["capacity"]["proxy_user_sys_us_per_request"] for name in pids},
+            "proxy_context_switches_per_request": {name: results[name]["capacity"]["proxy_context_switches_per_request"] for name in pids},
         }
         if "nginx" in results:
             summary["nginx_p50_ms_at_its_own_50pct"] = lat("nginx", "p50_ms")
@@ -546,6 +564,11 @@ def main(argv: list[str]) -> int:
         print(f"(added = gateway minus direct, both at {direct_same['rate']:.0f} req/s = 50% of the gateway's capacity; "
               f"against direct at its own 50%: p50 {summary['added_p50_ms_vs_direct_at_its_own_50pct']:+.3f} ms, "
               f"p99 {summary['added_p99_ms_vs_direct_at_its_own_50pct']:+.3f} ms)")
+        for name in pids:
+            us = summary["proxy_user_sys_us_per_request"][name]
+            cs = summary["proxy_context_switches_per_request"][name]
+            if us is not None:
+                print(f"{name}: {us[0]:.1f} us user + {us[1]:.1f} us system CPU and {cs:.2f} context switches per request (closed loop)")
         print(f"at a light {args.light_rate:.0f} req/s: added p50 {summary['added_p50_ms_light']:+.3f} ms, "
               f"p99 {summary['added_p99_ms_light']:+.3f} ms")
         if profile and "self_top" in profile:
