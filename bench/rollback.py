@@ -87,6 +87,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", ""))
     parser.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", ""))
     args = parser.parse_args(argv)
+    import signal
+
+    # A SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C so the child processes are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     env = _environment(args)
 
     import django
