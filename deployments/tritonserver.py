@@ -362,6 +362,22 @@ def reap(pid: int) -> None:
         pass
 
 
+def kill_group(pid: int, timeout: float = 2.0) -> None:
+    """SIGKILL a server's process group and wait (briefly) until the server is dead,
+    collecting its exit status if we are its parent."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reap(pid)
+        if process_state(pid) != "running":
+            reap(pid)
+            return
+        time.sleep(0.02)
+
+
 def tritonservers_under(directory: Path) -> list[tuple[int, list[str]]]:
     """Running tritonserver processes whose model repository lies under `directory`."""
     prefix = f"--model-repository={Path(directory).resolve()}"

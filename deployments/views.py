@@ -14,7 +14,7 @@ from django.views.decorators.vary import vary_on_headers
 from config.errors import NotFound, PlatformError
 from deployments import selectors, services
 from registry import selectors as registry_selectors
-from registry.models import Artifact, ArtifactStatus, Event
+from registry.models import Artifact, ArtifactStatus
 from registry.selectors import _scope
 
 

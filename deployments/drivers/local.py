@@ -292,11 +292,7 @@ class LocalDriver(PoolDriver):
         known = {self._state(name).get("pid") for name in self._names()}
         for pid, _ in tritonserver.tritonservers_under(self.repository):
             if pid not in known:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    continue
-                tritonserver.reap(pid)
+                tritonserver.kill_group(pid)
 
     def stop_all(self) -> None:
         """Stop every replica process but keep the pool directory (used by tests and shutdown)."""

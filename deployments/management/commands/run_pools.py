@@ -87,13 +87,7 @@ class Command(BaseCommand):
             repo = next((a.split("=", 1)[1] for a in cmdline if a.startswith("--model-repository=")), "")
             if repo not in known:
                 log.warning("killing orphan tritonserver %s (%s)", pid, repo)
-                try:
-                    import os
-
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    continue
-                tritonserver.reap(pid)
+                tritonserver.kill_group(pid)
 
     def heartbeat(self, pools: int) -> None:
         """Tell /healthz this supervisor lives (config.ComponentHeartbeat "pools")."""
