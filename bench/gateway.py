@@ -503,6 +503,8 @@ def main(argv: list[str]) -> int:
         # And both at a light rate, where queueing (and a busy machine's run queue) matter
         # least: the closest to the gateway's own cost per request.
         runs += [("direct@light", paths["direct"], args.light_rate), ("gateway@light", paths["gateway"], args.light_rate)]
+        if "nginx" in paths:
+            runs.append(("nginx@light", paths["nginx"], args.light_rate))
         print("open loop (Poisson), rounds of " + ", ".join(f"{k} {r:.0f}/s" for k, _, r in runs) + " ...", file=sys.stderr, flush=True)
         lat_all = open_loop_rounds(runs, rounds, open_duration, body_path)
         for name in paths:
@@ -529,7 +531,9 @@ def main(argv: list[str]) -> int:
                          r["latency"]["p50_ms"], r["latency"]["p90_ms"], r["latency"]["p99_ms"],
                          sum(v for k, v in r["latency"]["statuses"].items() if k != "200") + sum(s["errors"] for s in r["capacity"]["sweep"]),
                          r["capacity"]["proxy_cpu_us_per_request"] if r["capacity"]["proxy_cpu_us_per_request"] is not None else "-"])
-        for key in ("direct@gw-rate", "direct@light", "gateway@light"):
+        for key in ("direct@gw-rate", "direct@light", "nginx@light", "gateway@light"):
+            if key not in lat_all:
+                continue
             r = lat_all[key]
             rows.append([key, float("nan"), "-", r["rate"], r["p50_ms"], r["p90_ms"], r["p99_ms"],
                          sum(v for k, v in r["statuses"].items() if k != "200"), "-"])
@@ -569,8 +573,14 @@ def main(argv: list[str]) -> int:
             cs = summary["proxy_context_switches_per_request"][name]
             if us is not None:
                 print(f"{name}: {us[0]:.1f} us user + {us[1]:.1f} us system CPU and {cs:.2f} context switches per request (closed loop)")
-        print(f"at a light {args.light_rate:.0f} req/s: added p50 {summary['added_p50_ms_light']:+.3f} ms, "
-              f"p99 {summary['added_p99_ms_light']:+.3f} ms")
+        light_nginx = ""
+        if "nginx@light" in lat_all:
+            summary["nginx_added_p50_ms_light"] = lat_all["nginx@light"]["p50_ms"] - lat_all["direct@light"]["p50_ms"]
+            summary["nginx_added_p99_ms_light"] = lat_all["nginx@light"]["p99_ms"] - lat_all["direct@light"]["p99_ms"]
+            light_nginx = (f" (nginx adds p50 {summary['nginx_added_p50_ms_light']:+.3f} ms, "
+                           f"p99 {summary['nginx_added_p99_ms_light']:+.3f} ms)")
+        print(f"at a light {args.light_rate:.0f} req/s: the gateway adds p50 {summary['added_p50_ms_light']:+.3f} ms, "
+              f"p99 {summary['added_p99_ms_light']:+.3f} ms{light_nginx}")
         if profile and "self_top" in profile:
             busy, idle = profile["py_spy_samples_busy"], profile["py_spy_samples_idle"]
             print(f"\ngateway under closed-loop load at c={max(levels)}: py-spy wall-clock samples, "
@@ -584,7 +594,7 @@ def main(argv: list[str]) -> int:
             "goals": GOALS,
             "paths": results,
             "direct_at_gateway_rate": direct_same,
-            "light": {"direct": lat_all["direct@light"], "gateway": lat_all["gateway@light"]},
+            "light": {k.split("@")[0]: v for k, v in lat_all.items() if k.endswith("@light")},
             "profile": profile,
             "notes": notes + [
                 "2 CPUs shared by the load generator, tritonserver, nginx/gateway and other work on the machine: figures are noisy",
