@@ -303,7 +303,8 @@ class Gateway:
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
             detail = f"unknown endpoint {name!r}" if table is not None else "no route table loaded yet"
-            return self._done(_error(404 if table is not None else 503, "unknown_endpoint" if table else "no_routes", detail, rid), t0, name if table is None else "unknown", "none")
+            # label "unknown", never the client's string: metric cardinality stays bounded
+            return self._done(_error(404 if table is not None else 503, "unknown_endpoint" if table else "no_routes", detail, rid), t0, "unknown", "none")
         in_flight = self.hot.in_flight
         in_flight[name] = in_flight.get(name, 0) + 1
         try:
