@@ -104,6 +104,21 @@ def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings)
     stable, candidate = live_rollout.baseline_artifact, live_rollout.candidate_artifact
     assert {m.variant for m in models.values()} == {variant_name(stable), variant_name(candidate)}
     assert all(m.endpoint == "ctr" for m in models.values())
+    assert {m.variant: m.instances for m in models.values()} == {variant_name(stable): 1, variant_name(candidate): 1}
+
+
+def test_collector_counts_instances_from_the_artifacts_config(live_rollout):
+    from deployments.services import artifact_model_dir
+    from monitoring import deployment_targets
+
+    PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
+    config = artifact_model_dir(live_rollout.candidate_artifact) / "config.pbtxt"
+    config.write_text(config.read_text().replace("count: 1", "count: 3"))  # as if built with 3 CPU instances
+    deployment_targets._instances.cache_clear()
+    triton = next(t for t in deployment_targets.from_deployments() if t.kind == "triton")
+    by_variant = {m.variant: m.instances for m in triton.models.values()}
+    assert by_variant[variant_name(live_rollout.candidate_artifact)] == 3
+    assert by_variant[variant_name(live_rollout.baseline_artifact)] == 1
 
 
 def test_failed_over_canary_attempts_count_as_candidate_errors():
