@@ -66,7 +66,7 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
     env = {**subprocess_env, "POOLS_DIR": str(pools_dir), "MONITORING_ALERT_WEBHOOKS": webhook.url,
            "GATEWAY_METRICS_URL": f"{gateway.url}/metrics", "MONITORING_PUBLIC_URL": live_server.url}
     beat_args = [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel=INFO", f"--schedule={tmp_path / 'beat-schedule'}"]
-    procs = {"pools": spawn([sys.executable, "manage.py", "run_pools", "--interval", "0.3"], env, tmp_path / "pools.log"),
+    procs = {"pools": spawn([sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"], env, tmp_path / "pools.log"),
              "beat": spawn(beat_args, env, tmp_path / "beat.log")}
     worker = CeleryWorker(env, tmp_path / "worker.log", queues="control").start()
     load = None
