@@ -5,17 +5,7 @@ from django.contrib import admin, messages
 from config.errors import PlatformError
 from monitoring import services
 from monitoring.models import Alert, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState, Verdict
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+from registry.admin import ReadOnlyAdmin
 
 
 @admin.register(MetricSample)

@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 from django.conf import settings
 from django.core.management import call_command
 
+from bench.harness import wait_for
 from deployments import tritonserver
 from deployments.models import ServingPool
 from registry.models import Event
@@ -26,17 +27,6 @@ from tests.conftest import require_service, wait_for_line
 from tests.deployments.conftest import make_artifact
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(check, *, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture
