@@ -27,6 +27,7 @@ import aiohttp
 from . import metrics
 from .httpserver import HttpServer, Request
 from .routes import ReplicaState, RouteTable, compile_table
+from .scores import ScoreSampler
 from .source import FileRouteSource, HttpRouteSource, SourceStatus
 from .upstream import UpstreamError
 
@@ -110,6 +111,7 @@ class Gateway:
         self.states: dict[tuple[str, str], ReplicaState] = {}
         self.pools: dict = {}
         self.hot = metrics.HotPath()
+        self.scores = ScoreSampler()
         self.session: aiohttp.ClientSession | None = None
         self.shadow_queue: asyncio.Queue | None = None
         self.tasks: list[asyncio.Task] = []
@@ -405,6 +407,8 @@ class Gateway:
             value = rheaders.get(key)
             if value is not None:
                 out[out_key] = value
+        if status == 200:
+            self.scores.maybe_observe(name, variant.name, rheaders.get("content-type"), data)
         return self._done((status, out, data), t0, name, variant.name)
 
     # --- shadow -------------------------------------------------------------------------
@@ -428,8 +432,10 @@ class Gateway:
             state, line, _ = entry
             state.outstanding += 1
             try:
-                status, _, _ = await state.pool.request(line + up_headers, body, shadow.attempt_timeout_s or timeout)
+                status, rheaders, reply = await state.pool.request(line + up_headers, body, shadow.attempt_timeout_s or timeout)
                 result = str(status)
+                if status == 200:
+                    self.scores.maybe_observe(ep_name, shadow.name, rheaders.get("content-type"), reply)
                 if status in UNAVAILABLE:
                     self._failed(state)
                 else:

@@ -40,6 +40,7 @@ class GatewayNames:
     shadow_dropped: str = "shadow_dropped_total"
     shadow_requests: str = "shadow_requests_total"
     shadow_latency: str = "shadow_duration_seconds"
+    prediction_score: str = "prediction_score"  # gateway/scores.py: 10 equal buckets over [0, 1]
     in_flight: str = "in_flight_requests"
     endpoint_label: str = "endpoint"
     variant_label: str = "variant"
@@ -81,10 +82,11 @@ class Totals:
     values: dict = field(default_factory=lambda: defaultdict(float))
     latency_buckets: dict = field(default_factory=lambda: defaultdict(float))  # le -> count (non-cumulative)
     upstream_buckets: dict = field(default_factory=lambda: defaultdict(float))
+    score_buckets: dict = field(default_factory=lambda: defaultdict(float))  # le -> count of sampled scores
 
     def add(self, other: "Totals") -> None:
         for target, source in ((self.values, other.values), (self.latency_buckets, other.latency_buckets),
-                               (self.upstream_buckets, other.upstream_buckets)):
+                               (self.upstream_buckets, other.upstream_buckets), (self.score_buckets, other.score_buckets)):
             for key, value in source.items():
                 target[key] += value
 
@@ -127,7 +129,8 @@ def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[st
     ep_l, var_l = names.endpoint_label, names.variant_label
     # A shadow variant only ever gets shadow copies: its replies are its requests and its
     # latency, so shadow series land on the same keys and the judge can compare it too.
-    histograms = {names.name(names.latency): "lat", names.name(names.upstream): "up", names.name(names.shadow_latency): "lat"}
+    histograms = {names.name(names.latency): "lat", names.name(names.upstream): "up", names.name(names.shadow_latency): "lat",
+                  names.name(names.prediction_score): "score"}
     request_counters = {names.name(names.requests), names.name(names.shadow_requests)}
     simple = {
         names.name(names.retries): "retries",
@@ -137,7 +140,7 @@ def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[st
     out: dict[str, float] = defaultdict(float)
     wanted = tuple(names.name(n).removesuffix("_total") for n in (
         names.requests, names.latency, names.upstream, names.retries, names.failovers, names.upstream_errors,
-        names.shadow_dropped, names.in_flight, names.shadow_requests, names.shadow_latency))
+        names.shadow_dropped, names.in_flight, names.shadow_requests, names.shadow_latency, names.prediction_score))
     for family in _families(text, wanted):
         for sample in family.samples:
             labels, name = sample.labels, sample.name
@@ -197,7 +200,7 @@ def gateway_deltas(prev: dict, cur: dict, *, seconds: float, names: GatewayNames
                 is_error = rest[0].lower() in {"error", "timeout"}
             if is_error:
                 totals.values["errors"] += delta
-        elif kind in ("lat", "up"):
+        elif kind in ("lat", "up", "score"):
             cumulative[(kind, endpoint, variant)][_le(rest[0])] = delta
         elif kind == "lat_sum":
             totals.values["latency_sum_s"] += delta
@@ -208,6 +211,10 @@ def gateway_deltas(prev: dict, cur: dict, *, seconds: float, names: GatewayNames
     for (kind, endpoint, variant), buckets in cumulative.items():
         target = result[(endpoint, variant)]
         per_bucket = _decumulate(buckets)
+        if kind == "score":
+            for le, count in per_bucket.items():
+                target.score_buckets[le] += count
+            continue
         store = target.latency_buckets if kind == "lat" else target.upstream_buckets
         for le, count in per_bucket.items():
             store[le] += count
@@ -334,6 +341,11 @@ def derive(totals: Totals) -> dict[str, float]:
                 out[f"latency_{label}_ms"] = value * 1000
         for le, count in totals.latency_buckets.items():
             out[bucket_metric("latency_bucket", le)] = count
+    for le, count in totals.score_buckets.items():
+        # The gateway's score histogram has the judge's bins as buckets: le = (i + 1) / SCORE_BINS.
+        index = round(le * SCORE_BINS) - 1
+        if count and 0 <= index < SCORE_BINS:
+            out[f"score_bin:{index}"] = out.get(f"score_bin:{index}", 0.0) + count
     if v.get("latency_count"):
         out["latency_mean_ms"] = v["latency_sum_s"] / v["latency_count"] * 1000
     if v.get("upstream_count"):

@@ -1,0 +1,49 @@
+"""Sampled prediction scores, so the control plane can compare candidate and stable
+prediction distributions (PSI) without a second data path: a sampled share of successful
+JSON replies has its first output's values observed in a Prometheus histogram per
+endpoint x variant, with 10 equal-width buckets over [0, 1] (the judge's score bins).
+
+GATEWAY_SCORE_SAMPLE_RATE (default 0.05) is the share of replies sampled; 0 turns it
+off. Binary-tensor replies are not parsed. Never raises: a reply that is not what this
+expects is simply not sampled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+from prometheus_client import Histogram
+
+SCORE_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
+MAX_VALUES = 256  # per reply: a batch reply of thousands of rows is sampled, not parsed whole
+
+PREDICTION_SCORE = Histogram(
+    "gateway_prediction_score", "Sampled prediction scores (first output of JSON replies), per variant",
+    ["endpoint", "variant"], buckets=SCORE_BUCKETS,
+)
+
+
+class ScoreSampler:
+    def __init__(self, rate: float | None = None):
+        self.rate = float(os.environ.get("GATEWAY_SCORE_SAMPLE_RATE", "0.05")) if rate is None else rate
+
+    def maybe_observe(self, endpoint: str, variant: str, content_type: str | None, body: bytes) -> int:
+        """Observe the scores of a reply with probability `rate`; returns how many."""
+        if self.rate <= 0.0 or random.random() >= self.rate or not body or body[:1] != b"{":
+            return 0
+        if content_type and "json" not in content_type:
+            return 0
+        try:
+            outputs = json.loads(body).get("outputs") or []
+            values = outputs[0].get("data") or []
+        except (ValueError, AttributeError, IndexError, TypeError):
+            return 0
+        histogram = PREDICTION_SCORE.labels(endpoint, variant)
+        observed = 0
+        for value in values[:MAX_VALUES]:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+                histogram.observe(value)
+                observed += 1
+        return observed

@@ -1,0 +1,36 @@
+"""Prediction-score sampling in the gateway, read back by the collector as the judge's
+score bins (the feed of the PSI guardrail)."""
+
+import json
+
+import pytest
+from prometheus_client import generate_latest
+
+from gateway.scores import PREDICTION_SCORE, ScoreSampler
+from monitoring import collect
+
+
+def reply(values):
+    return json.dumps({"model_name": "m", "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [len(values), 1], "data": values}]}).encode()
+
+
+def test_sampled_scores_become_the_judges_score_bins():
+    before = collect.gateway_snapshot(generate_latest().decode())
+    sampler = ScoreSampler(rate=1.0)
+    assert sampler.maybe_observe("psi-ep", "v7", "application/json", reply([0.05, 0.15, 0.15, 0.95, 1.0])) == 5
+    assert sampler.maybe_observe("psi-ep", "v7", "application/json", reply([2.5, "x", None])) == 0  # not scores: skipped
+    assert sampler.maybe_observe("psi-ep", "v7", "application/octet-stream", b"\x00binary") == 0
+    assert sampler.maybe_observe("psi-ep", "v7", "application/json", b"{not json") == 0
+    after = collect.gateway_snapshot(generate_latest().decode())
+    derived = collect.derive(collect.gateway_deltas(before, after, seconds=1.0)[("psi-ep", "v7")])
+    bins = {k: v for k, v in derived.items() if k.startswith("score_bin:")}
+    assert bins == {"score_bin:0": 1, "score_bin:1": 2, "score_bin:9": 2}
+
+
+def test_sampling_rate_is_respected():
+    sampler = ScoreSampler(rate=0.0)
+    assert sampler.maybe_observe("psi-ep", "v8", "application/json", reply([0.5])) == 0
+    sampler = ScoreSampler(rate=0.25)
+    observed = sum(sampler.maybe_observe("psi-ep", "v8", None, reply([0.5])) for _ in range(4000))
+    assert 800 < observed < 1200
+    assert PREDICTION_SCORE.labels("psi-ep", "v8")._sum.get() == pytest.approx(observed * 0.5)
