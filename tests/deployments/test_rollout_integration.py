@@ -26,7 +26,7 @@ from deployments import rollout_services, tritonserver
 from deployments import services as pool_services
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
-from monitoring.models import Alert, Verdict
+from monitoring.models import Alert, MetricSample, Verdict
 from tests import factories
 from tests.conftest import CeleryWorker, require_service
 from tests.gateway.conftest import GatewayProcess
@@ -128,6 +128,9 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
         assert done.state == State.SUCCEEDED, done.reason
         assert Endpoint.objects.get(pk=endpoint.pk).stable_artifact_id == good.pk
         wait_for(lambda: load.variants[-1] == f"v{good.version.version}-onnx-fp32", timeout=10, what="gateway serving the new stable")
+        # the gateway's sampled prediction scores reached the store (the PSI guardrail's feed)
+        assert MetricSample.objects.filter(endpoint="ctr", variant=f"v{good.version.version}-onnx-fp32",
+                                           metric__startswith="score_bin:").exists()
     finally:
         if load:
             load.stop()
