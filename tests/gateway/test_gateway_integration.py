@@ -256,8 +256,8 @@ def test_slow_shadow_adds_no_latency_and_overflow_is_dropped(env):
             shadowed.append(time.perf_counter() - t0)
             assert r.status_code == 200 and r.headers["X-Model-Variant"] == "v1"
     # The shadow sleeps 1 s per request; the client sees none of it.
-    assert max(shadowed) < 0.25, max(shadowed)
-    assert np.median(shadowed) < np.median(base) * 2 + 0.005, (np.median(shadowed), np.median(base))
+    assert max(shadowed) < 0.5, max(shadowed)  # far below the shadow's 1 s, even on a busy machine
+    assert np.median(shadowed) < np.median(base) * 2 + 0.01, (np.median(shadowed), np.median(base))
     assert env.gateway.metric("gateway_shadow_dropped_total", endpoint="shadowed", variant="sleepy") >= 30
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and env.gateway.metric("gateway_shadow_requests_total", endpoint="shadowed") < 1:
