@@ -336,6 +336,15 @@ def stop(proc) -> None:
 IDLE_FRAMES = ("epoll_pwait", "epoll_wait")
 
 
+def _keep(path: Path) -> Path:
+    """Copy a profile out of the temporary work dir into var/bench/."""
+    from bench.common import out_dir
+
+    target = out_dir() / f"gateway-{path.name}"
+    shutil.copy2(path, target)
+    return target
+
+
 def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: Path, out: Path) -> dict:
     """Where the gateway's time goes under closed-loop load: py-spy (wall clock, Python
     and native frames; samples waiting in epoll are counted as idle and left out of the
@@ -388,7 +397,7 @@ def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: P
                               if not f.startswith(("0x", "_run_module_as_main", "_run_code", "<module>", "main ", "run ", "Runner.run",
                                                    "run_forever", "run_until_complete", "Loop__", "uv_run", "Py_DECREF",
                                                    "Py_XDECREF", "__libc", "_start", "Py_", "pymain", "run_", "_PyEval"))][:15],
-            "raw": str(raw),
+            "raw": str(_keep(raw)),
         })
     if perf and perf_data.exists():
         report = subprocess.run([perf, "report", "-i", str(perf_data), "--stdio", "--sort", "dso"],
@@ -610,4 +619,4 @@ def main(argv: list[str]) -> int:
         stop(nginx)
         if triton is not None:
             triton.stop()
-        shutil.rmtree(work, ignore_errors=True) if not args.profile else None
+        shutil.rmtree(work, ignore_errors=True)
