@@ -42,7 +42,7 @@ class ReplicaState:
     bad canary) does not eject the stable model that shares its server.
     """
 
-    __slots__ = ("base", "model", "outstanding", "failures", "broken", "open_until", "cooldown", "pool", "ready_line")
+    __slots__ = ("base", "model", "outstanding", "failures", "broken", "refused", "open_until", "cooldown", "pool", "ready_line")
 
     def __init__(self, base: str, model: str, pool: Pool):
         self.base = base
@@ -50,6 +50,7 @@ class ReplicaState:
         self.outstanding = 0
         self.failures = 0  # consecutive
         self.broken = False
+        self.refused = False  # the last failure was a refused connection (nothing listens there)
         self.open_until = 0.0
         self.cooldown = 0.0
         self.pool = pool
@@ -83,6 +84,14 @@ class Variant:
             if not state.broken and state.outstanding < best_load:
                 best, best_load = entry, state.outstanding
         return best
+
+    def pick_panic(self):
+        """When every replica's breaker is open: the least loaded one that still accepts
+        connections. For the stable variant, refusing all traffic turns a few timeouts of
+        a busy replica into an outage until its probe; trying it is Envoy's "panic
+        threshold". A replica that refused the connection (down) is not tried."""
+        alive = [entry for entry in self.replicas if not entry[0].refused]
+        return min(alive, key=lambda entry: entry[0].outstanding, default=None)
 
     @property
     def available(self) -> bool:

@@ -164,8 +164,9 @@ class Gateway:
             pool.close()
 
     # --- circuit breaker ----------------------------------------------------------------
-    def _failed(self, state: ReplicaState) -> None:
+    def _failed(self, state: ReplicaState, *, refused: bool = False) -> None:
         state.failures += 1
+        state.refused = refused
         if not state.broken and state.failures >= self.settings.breaker_failures:
             state.broken = True
             state.cooldown = self.settings.breaker_cooldown_s
@@ -206,7 +207,7 @@ class Gateway:
             self._failed(state)
             raise UpstreamFailure("timeout") from None
         except UpstreamError as exc:
-            self._failed(state)
+            self._failed(state, refused=exc.reason == "connect")
             raise UpstreamFailure(exc.reason) from None
         except OSError:
             self._failed(state)
@@ -346,6 +347,8 @@ class Gateway:
         variant = ep.choose(headers.get(ep.sticky_key))
         stable = ep.stable
         entry = variant.pick()
+        if entry is None and variant is stable:
+            entry = stable.pick_panic()  # every stable replica ejected: try a live one rather than refuse all
         failure = None
         if entry is None:
             if variant is stable and check.result() is None:
@@ -371,6 +374,8 @@ class Gateway:
             elif failure.reason == "connect":
                 retry_variant = stable
             retry_entry = retry_variant.pick() if retry_variant is not None else None
+            if retry_entry is None and retry_variant is stable and variant is not stable:
+                retry_entry = stable.pick_panic()
             if retry_variant is stable and variant is stable and retry_entry is entry:
                 retry_entry = None
             remaining = deadline - perf()

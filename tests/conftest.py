@@ -201,3 +201,32 @@ def celery_worker(subprocess_env, tmp_path):
     yield start
     for worker in workers:
         worker.stop()
+
+
+# --- browser -------------------------------------------------------------------------------
+CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    """A page of Debian's Chromium driven by Playwright (never `playwright install`)."""
+    import shutil
+
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        if IN_CI:
+            pytest.fail("chromium is not installed (apt-get install chromium); CI=true makes this a failure")
+        pytest.skip("service:chromium not installed (apt-get install chromium)")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
+    # are plain synchronous test code. Scoped to the test: a leak would reach every child
+    # process later tests start (and `check --deploy` rightly refuses it).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"],
+        )
+        yield browser.new_page(viewport={"width": 1280, "height": 900})
+        browser.close()

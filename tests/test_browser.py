@@ -2,8 +2,6 @@
 (never `playwright install`). Logs in, registers a model, uploads a version, and saves
 a screenshot under VAR_DIR/screenshots/ for people to look at."""
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,32 +9,7 @@ from django.conf import settings
 
 from registry.models import ModelVersion, RegisteredModel
 
-CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def browser_page():
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        if IN_CI:
-            pytest.fail("chromium is not installed (apt-get install chromium); CI=true makes this a failure")
-        pytest.skip("service:chromium not installed (apt-get install chromium)")
-    # Playwright's sync API runs an event loop in this thread; the ORM calls below are
-    # plain synchronous test code, not async views.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"],
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        yield page
-        browser.close()
 
 
 def test_register_model_and_upload_version_through_the_ui(live_server, browser_page, alice, team_a, onnx_path):

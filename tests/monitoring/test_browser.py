@@ -2,8 +2,6 @@
 draw one line per variant from /api/v1/metrics/, the banner shows open alerts, and
 acknowledging from the alerts page swaps the row in place (htmx)."""
 
-import os
-import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,29 +12,11 @@ from django.utils import timezone
 from monitoring import services
 from monitoring.models import Alert
 
-CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def page():
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        if IN_CI:
-            pytest.fail("chromium is not installed (apt-get install chromium); CI=true makes this a failure")
-        pytest.skip("service:chromium not installed (apt-get install chromium)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs a loop in this thread
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"])
-        yield browser.new_page(viewport={"width": 1280, "height": 900})
-        browser.close()
-
-
-def test_overview_charts_banner_and_acknowledge(live_server, page, alice, team_a):
+def test_overview_charts_banner_and_acknowledge(live_server, browser_page, alice, team_a):
+    page = browser_page
     now = timezone.now()
     for tick in range(30):
         at = now - timedelta(seconds=2 * (30 - tick))
