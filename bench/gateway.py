@@ -353,7 +353,7 @@ def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: P
     result = {}
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     perf = shutil.which("perf")
-    raw = out / "gateway-profile.txt"
+    raw = out / "profile.txt"
     perf_data = out / "gateway-perf.data"
     procs = []
     if Path(spy).exists():
