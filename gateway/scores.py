@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import zlib
 
 from prometheus_client import Histogram
 
 SCORE_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 MAX_VALUES = 256  # per reply: a batch reply of thousands of rows is sampled, not parsed whole
+MAX_INFLATED = 1 << 20  # bytes of a compressed reply inflated at most
 
 PREDICTION_SCORE = Histogram(
     "gateway_prediction_score", "Sampled prediction scores (first output of JSON replies), per variant",
@@ -29,11 +31,24 @@ class ScoreSampler:
     def __init__(self, rate: float | None = None):
         self.rate = float(os.environ.get("GATEWAY_SCORE_SAMPLE_RATE", "0.05")) if rate is None else rate
 
-    def maybe_observe(self, endpoint: str, variant: str, content_type: str | None, body: bytes) -> int:
-        """Observe the scores of a reply with probability `rate`; returns how many."""
-        if self.rate <= 0.0 or random.random() >= self.rate or not body or body[:1] != b"{":
+    def maybe_observe(self, endpoint: str, variant: str, headers: dict, body: bytes) -> int:
+        """Observe the scores of a reply (upstream headers with lower-case names) with
+        probability `rate`; returns how many. Gzip/deflate replies (clients that send
+        Accept-Encoding get them from Triton) are inflated, only when sampled."""
+        if self.rate <= 0.0 or random.random() >= self.rate or not body:
             return 0
+        content_type = headers.get("content-type")
         if content_type and "json" not in content_type:
+            return 0
+        encoding = headers.get("content-encoding")
+        if encoding:
+            if encoding not in ("gzip", "deflate"):
+                return 0
+            try:
+                body = zlib.decompressobj(47).decompress(body, MAX_INFLATED)  # 47: zlib or gzip header
+            except zlib.error:
+                return 0
+        if body[:1] != b"{":
             return 0
         try:
             outputs = json.loads(body).get("outputs") or []

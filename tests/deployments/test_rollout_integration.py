@@ -109,7 +109,8 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
         rolled = wait_for(lambda: (r := Rollout.objects.get(pk=rollout.pk)).traffic_stopped_at and r, timeout=60, what="automatic rollback")
         assert rolled.state in (State.ROLLING_BACK, State.ROLLED_BACK) and "judge" in rolled.reason
         assert (rolled.traffic_stopped_at - onset).total_seconds() < 30
-        alert = Alert.objects.get(rollout_id=rollout.pk, kind="rollout_rolled_back")
+        alert = wait_for(lambda: Alert.objects.filter(rollout_id=rollout.pk, kind="rollout_rolled_back").first(), timeout=15,
+                         what="rollback alert")  # raised right after the transition commits
         assert alert.severity == "critical" and alert.evidence["checks"]
         delivered = wait_for(lambda: [m for m in webhook.received if m.get("alert", {}).get("rollout_id") == rollout.pk],
                              timeout=30, what="webhook delivery")
@@ -129,7 +130,7 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
         assert Endpoint.objects.get(pk=endpoint.pk).stable_artifact_id == good.pk
         wait_for(lambda: load.variants[-1] == f"v{good.version.version}-onnx-fp32", timeout=10, what="gateway serving the new stable")
         # the gateway's sampled prediction scores reached the store (the PSI guardrail's feed)
-        assert MetricSample.objects.filter(endpoint="ctr", variant=f"v{good.version.version}-onnx-fp32",
+        assert MetricSample.objects.filter(endpoint="ctr", variant=f"v{stable.version.version}-onnx-fp32",
                                            metric__startswith="score_bin:").exists()
     finally:
         if load:
