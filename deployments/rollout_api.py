@@ -39,18 +39,6 @@ class EndpointSerializer(serializers.ModelSerializer):
         return variant_name(endpoint.stable_artifact) if endpoint.stable_artifact_id else None
 
 
-class EndpointCreateSerializer(serializers.Serializer):
-    name = serializers.SlugField(max_length=64)
-    pool = serializers.CharField(help_text="Name of a serving pool of your team.")
-    stable_artifact = serializers.IntegerField(required=False, help_text="A servable artifact id.")
-    slo_p99_ms = serializers.FloatField(required=False)
-    slo_error_rate = serializers.FloatField(required=False)
-    psi_threshold = serializers.FloatField(required=False)
-    latency_margin = serializers.FloatField(required=False)
-    sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
-    timeout_ms = serializers.IntegerField(required=False)
-
-
 class EndpointUpdateSerializer(serializers.Serializer):
     slo_p99_ms = serializers.FloatField(required=False)
     slo_error_rate = serializers.FloatField(required=False)
@@ -58,6 +46,12 @@ class EndpointUpdateSerializer(serializers.Serializer):
     latency_margin = serializers.FloatField(required=False)
     sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
     timeout_ms = serializers.IntegerField(required=False)
+
+
+class EndpointCreateSerializer(EndpointUpdateSerializer):
+    name = serializers.SlugField(max_length=64)
+    pool = serializers.CharField(help_text="Name of a serving pool of your team.")
+    stable_artifact = serializers.IntegerField(required=False, help_text="A servable artifact id.")
 
 
 class RolloutSerializer(serializers.ModelSerializer):
