@@ -3,9 +3,12 @@ prediction distributions (PSI) without a second data path: a sampled share of su
 JSON replies has its first output's values observed in a Prometheus histogram per
 endpoint x variant, with 10 equal-width buckets over [0, 1] (the judge's score bins).
 
-GATEWAY_SCORE_SAMPLE_RATE (default 0.05) is the share of replies sampled; 0 turns it
-off. Binary-tensor replies are not parsed. Never raises: a reply that is not what this
-expects is simply not sampled.
+GATEWAY_SCORE_SAMPLE_RATE (default 0.05) is the share of the stable variant's replies
+sampled; GATEWAY_CANDIDATE_SCORE_SAMPLE_RATE (default 1.0) that of canary, arm and shadow
+replies: a 5 % canary at 200 req/s would otherwise take minutes to give the judge the
+200 scores its PSI guardrail needs, and hold every step until its deadline. 0 turns
+sampling off. Binary-tensor replies are not parsed. Never raises: a reply that is not
+what this expects is simply not sampled.
 """
 
 from __future__ import annotations
@@ -28,14 +31,18 @@ PREDICTION_SCORE = Histogram(
 
 
 class ScoreSampler:
-    def __init__(self, rate: float | None = None):
+    def __init__(self, rate: float | None = None, candidate_rate: float | None = None):
         self.rate = float(os.environ.get("GATEWAY_SCORE_SAMPLE_RATE", "0.05")) if rate is None else rate
+        self.candidate_rate = (
+            float(os.environ.get("GATEWAY_CANDIDATE_SCORE_SAMPLE_RATE", "1.0")) if candidate_rate is None else candidate_rate
+        )
 
-    def maybe_observe(self, endpoint: str, variant: str, headers: dict, body: bytes) -> int:
+    def maybe_observe(self, endpoint: str, variant: str, headers: dict, body: bytes, *, candidate: bool = False) -> int:
         """Observe the scores of a reply (upstream headers with lower-case names) with
         probability `rate`; returns how many. Gzip/deflate replies (clients that send
         Accept-Encoding get them from Triton) are inflated, only when sampled."""
-        if self.rate <= 0.0 or random.random() >= self.rate or not body:
+        rate = self.candidate_rate if candidate else self.rate
+        if rate <= 0.0 or random.random() >= rate or not body:
             return 0
         content_type = headers.get("content-type")
         if content_type and "json" not in content_type:

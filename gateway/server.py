@@ -413,7 +413,7 @@ class Gateway:
             if value is not None:
                 out[out_key] = value
         if status == 200:
-            self.scores.maybe_observe(name, variant.name, rheaders, data)
+            self.scores.maybe_observe(name, variant.name, rheaders, data, candidate=variant is not stable)
         return self._done((status, out, data), t0, name, variant.name)
 
     # --- shadow -------------------------------------------------------------------------
@@ -440,7 +440,7 @@ class Gateway:
                 status, rheaders, reply = await state.pool.request(line + up_headers, body, shadow.attempt_timeout_s or timeout)
                 result = str(status)
                 if status == 200:
-                    self.scores.maybe_observe(ep_name, shadow.name, rheaders, reply)
+                    self.scores.maybe_observe(ep_name, shadow.name, rheaders, reply, candidate=True)
                 if status in UNAVAILABLE:
                     self._failed(state)
                 else:

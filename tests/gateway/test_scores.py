@@ -39,3 +39,9 @@ def test_sampling_rate_is_respected():
     observed = sum(sampler.maybe_observe("psi-ep", "v8", {}, reply([0.5])) for _ in range(4000))
     assert 800 < observed < 1200
     assert PREDICTION_SCORE.labels("psi-ep", "v8")._sum.get() == pytest.approx(observed * 0.5)
+
+
+def test_candidates_are_sampled_at_their_own_rate():
+    sampler = ScoreSampler(rate=0.0, candidate_rate=1.0)
+    assert sampler.maybe_observe("psi-ep", "v9", {}, reply([0.5])) == 0
+    assert sampler.maybe_observe("psi-ep", "v9", {}, reply([0.5]), candidate=True) == 1
