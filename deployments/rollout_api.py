@@ -18,7 +18,7 @@ from deployments import rollout_selectors as selectors
 from deployments import rollout_services as services
 from deployments import selectors as pool_selectors
 from deployments.models import Endpoint, Rollout
-from deployments.rollout_machine import Strategy, split_for
+from deployments.rollout_machine import Strategy
 from deployments.routes import route_table, variant_name
 
 
@@ -81,7 +81,7 @@ class RolloutSerializer(serializers.ModelSerializer):
         return variant_name(rollout.baseline_artifact)
 
     def get_traffic(self, rollout) -> dict:
-        split = split_for(rollout.state, rollout.step_index, rollout.plan, rollout.paused_from)
+        split = rollout.split
         return {"stable_bp": split.stable_bp, "candidate_bp": split.candidate_bp, "candidate_role": split.candidate_role}
 
 

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 
-from deployments.rollout_machine import ACTIVE, FULL_BP, Plan, State, Strategy
+from deployments.rollout_machine import ACTIVE, FULL_BP, Plan, Split, State, Strategy, split_for
 from registry.models import Artifact
 
 
@@ -95,6 +95,11 @@ class Rollout(models.Model):
 
     def __str__(self):
         return f"rollout #{self.pk} of {self.endpoint.name}"
+
+    @property
+    def split(self) -> Split:
+        """The traffic its state implies now."""
+        return split_for(self.state, self.step_index, self.plan, self.paused_from)
 
     @property
     def plan(self) -> Plan:

@@ -14,7 +14,7 @@ from config.errors import PlatformError
 from deployments import rollout_selectors as selectors
 from deployments import rollout_services as services
 from deployments import selectors as pool_selectors
-from deployments.rollout_machine import ACTIVE, split_for
+from deployments.rollout_machine import ACTIVE
 from deployments.routes import variant_name
 from monitoring import selectors as monitoring_selectors
 from registry.selectors import event_list
@@ -30,7 +30,7 @@ ACTIONS = {
 def _status(rollout) -> dict:
     if rollout is None:
         return {}
-    split = split_for(rollout.state, rollout.step_index, rollout.plan, rollout.paused_from)
+    split = rollout.split
     elapsed = (timezone.now() - rollout.step_started_at).total_seconds() if rollout.step_started_at else None
     if rollout.paused_step_elapsed_s is not None and rollout.state == "paused":
         elapsed = rollout.paused_step_elapsed_s

@@ -12,7 +12,7 @@ import json
 from django.utils import timezone
 
 from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout
-from deployments.rollout_machine import ACTIVE, split_for
+from deployments.rollout_machine import ACTIVE
 from registry.models import Artifact
 
 
@@ -71,7 +71,7 @@ def route_table() -> dict:
             "salt": rollout.salt if rollout else "", "shadow_sample_rate": 0.0,
         }
         variants = []
-        split = split_for(rollout.state, rollout.step_index, rollout.plan, rollout.paused_from) if rollout else None
+        split = rollout.split if rollout else None
         candidate = rollout.candidate_artifact if rollout else None
         if split and split.candidate_role and candidate.pk != stable.pk:
             candidate_urls = _ready_urls(endpoint.pool_id, triton_name(candidate), ready_models, replicas)

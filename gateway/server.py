@@ -412,9 +412,10 @@ class Gateway:
             value = rheaders.get(key)
             if value is not None:
                 out[out_key] = value
-        if status == 200:
+        response = self._done((status, out, data), t0, name, variant.name)
+        if status == 200:  # after the latency is taken: sampling must not tilt the judge's comparison
             self.scores.maybe_observe(name, variant.name, rheaders, data, candidate=variant is not stable)
-        return self._done((status, out, data), t0, name, variant.name)
+        return response
 
     # --- shadow -------------------------------------------------------------------------
     def _queue_shadow(self, ep, body: bytes, up_headers: bytes) -> None:

@@ -40,10 +40,11 @@ def judge_rollout(rollout, *, now=None) -> dict:
     """Judge one rollout now and apply the verdict; returns what happened."""
     now = now or timezone.now()
     stable, candidate = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
+    # Latency is compared within the step (constant split) while the stable still serves.
     verdict = judge_tick(
         rollout_id=rollout.pk, endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate,
         since=rollout.traffic_started_at, until=now, step=rollout.step_index, config=judge_config_for(rollout.endpoint),
-        team=rollout.endpoint.team,
+        team=rollout.endpoint.team, latency_since=rollout.step_started_at if rollout.split.stable_bp > 0 else None,
     )
     step_requests = 0
     if verdict.outcome == "pass" and rollout.step_started_at:

@@ -13,8 +13,9 @@ from deployments import rollout_services as services
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
 from deployments.routes import variant_name
-from monitoring import canary
+from monitoring import canary, selectors
 from monitoring.collect import bucket_metric
+from monitoring.judge import judge
 from monitoring.models import Alert, Verdict
 from monitoring.services import samples_store
 
@@ -27,14 +28,13 @@ def _ready(pool, artifact):
     PoolModel.objects.filter(pool=pool, artifact=artifact).update(state=PoolModelState.READY, replica_ready={"r0": True})
 
 
-@pytest.fixture
-def live_rollout(deployer, team_a, artifact_factory):
-    pool = ServingPool.objects.create(name="cpu-pool", team=team_a, replicas=1, status="ready")
+def start_rollout(deployer, team, artifact_factory, steps_bp):
+    pool = ServingPool.objects.create(name="cpu-pool", team=team, replicas=1, status="ready")
     PoolReplica.objects.create(pool=pool, name="r0", status=ReplicaStatus.READY, http_url="http://127.0.0.1:18000")
-    stable, candidate = artifact_factory(team_a), artifact_factory(team_a)
+    stable, candidate = artifact_factory(team), artifact_factory(team)
     endpoint = services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=200, slo_error_rate=0.05)
     _ready(pool, stable)
-    rollout = services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, steps_bp=[500, 10000],
+    rollout = services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, steps_bp=steps_bp,
                                      step_min_seconds=5, step_min_requests=200, step_deadline_seconds=600)
     _ready(pool, candidate)
     rollout = services.rollout_reconcile(rollout_id=rollout.pk)
@@ -42,14 +42,20 @@ def live_rollout(deployer, team_a, artifact_factory):
     return rollout
 
 
-def feed(rollout, *, ticks, start, stable_rps=950, cand_rps=50, stable_err=0.001, cand_err=0.001, cand_slow=1.0, seed=0):
+@pytest.fixture
+def live_rollout(deployer, team_a, artifact_factory):
+    return start_rollout(deployer, team_a, artifact_factory, [500, 10000])
+
+
+def feed(rollout, *, ticks, start, stable_rps=950, cand_rps=50, stable_err=0.001, cand_err=0.001, cand_slow=1.0, stable_slow=1.0,
+         seed=0):
     """Write `ticks` 1-second scrapes for both variants, like the collector does."""
     rng = np.random.default_rng(seed)
     stable, cand = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
     for i in range(ticks):
         at = start + timedelta(seconds=i + 1)
         rows = []
-        for variant, rps, err, slow in ((stable, stable_rps, stable_err, 1.0), (cand, cand_rps, cand_err, cand_slow)):
+        for variant, rps, err, slow in ((stable, stable_rps, stable_err, stable_slow), (cand, cand_rps, cand_err, cand_slow)):
             latencies = rng.lognormal(np.log(0.004 * slow), 0.35, size=rps)
             counts, _ = np.histogram(latencies, bins=[0.0, *BUCKETS])
             rows += [("ctr", variant, "requests", rps), ("ctr", variant, "errors", rng.binomial(rps, err))]
@@ -86,6 +92,32 @@ def test_healthy_candidate_moves_to_the_next_step(live_rollout):
     assert result["verdict"] == "pass", Verdict.objects.get(rollout_id=rollout.pk).reason
     assert (rollout.state, rollout.step_index) == (State.CANARY, 1)
     assert not Alert.objects.exists()
+
+
+def test_latency_is_compared_within_the_step_so_drift_over_the_rollout_is_not_a_regression(deployer, team_a, artifact_factory):
+    """An A/A pair whose latency rises 50 % for both arms at the 50 % step (as on the
+    bench machine): pooled over the rollout, the stable's samples are mostly early and
+    the candidate's mostly late, which reads as a regression; within the step it is not."""
+    rollout = start_rollout(deployer, team_a, artifact_factory, [500, 5000, 10000])
+    start = rollout.traffic_started_at
+    feed(rollout, ticks=20, start=start, seed=5)
+    canary.judge_rollout(rollout, now=start + timedelta(seconds=20))
+    rollout = Rollout.objects.get(pk=rollout.pk)
+    assert (rollout.state, rollout.step_index) == (State.CANARY, 1)
+
+    step_start = rollout.step_started_at
+    feed(rollout, ticks=15, start=step_start, stable_rps=500, cand_rps=500, stable_slow=1.5, cand_slow=1.5, seed=6)
+    now = step_start + timedelta(seconds=15)
+    anchored = selectors.judge_window(endpoint="ctr", stable_variant=variant_name(rollout.baseline_artifact),
+                                      candidate_variant=variant_name(rollout.candidate_artifact), since=start, until=now)
+    assert judge(*anchored, canary.judge_config_for(rollout.endpoint)).outcome == "fail"  # the trap is real
+
+    result = canary.judge_rollout(rollout, now=now)
+    verdict = Verdict.objects.filter(rollout_id=rollout.pk).latest("id")
+    latency = next(c for c in verdict.checks if c["name"] == "latency")
+    assert latency["window"] == "step" and latency["outcome"] == "pass", verdict.reason
+    assert result["verdict"] == "pass"
+    assert Rollout.objects.get(pk=rollout.pk).state == State.CANARY
 
 
 def test_no_data_is_inconclusive_and_waits(live_rollout):
