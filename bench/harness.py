@@ -121,6 +121,10 @@ class Load:
                 counts[str(status)] = counts.get(str(status), 0) + 1
         return counts
 
+    def error_times_since(self, t: float) -> list[float]:
+        """Seconds after `t` at which non-200 replies arrived (where in a rollout they fall)."""
+        return [round(at - t, 2) for at, status, _, _ in self.records if at >= t and status != 200]
+
     def _run(self):
         session = requests.Session()
         next_at = time.monotonic()

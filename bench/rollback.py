@@ -176,10 +176,14 @@ def main(argv: list[str]) -> int:
                     acted, outcome = None, done.state
                 errors = load.errors_since(onset_wall)
                 statuses = load.error_statuses_since(onset_wall)
+                error_times = load.error_times_since(onset_wall)
+                traffic_at = (started.timestamp() - onset_wall) if started else None
                 results[case].append({"rollout": rollout.pk, "outcome": outcome, "seconds": acted, "client_errors": errors,
-                                      "client_error_statuses": statuses, "reason": done.reason[:300]})
+                                      "client_error_statuses": statuses, "client_errors_at_s": error_times[:50],
+                                      "traffic_started_at_s": traffic_at, "reason": done.reason[:300]})
+                where = f"at {error_times[:5]} s, traffic from {traffic_at:.1f} s " if errors and traffic_at is not None else ""
                 print(f"  run {run + 1} {case:8s} #{rollout.pk}: {outcome} after {acted if acted is None else round(acted, 1)} s, "
-                      f"{errors} client errors {statuses or ''} — {done.reason[:120]}", flush=True)
+                      f"{errors} client errors {statuses or ''} {where}— {done.reason[:120]}", flush=True)
                 if done.state == State.SUCCEEDED:
                     endpoint.refresh_from_db()  # the candidate is the new stable
                 time.sleep(2)

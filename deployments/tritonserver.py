@@ -249,13 +249,40 @@ def _error_text(body: bytes) -> str:
         return text
 
 
+_GRPC_HTTP_STATUS = {"StatusCode.INVALID_ARGUMENT": 400, "StatusCode.NOT_FOUND": 404, "StatusCode.ALREADY_EXISTS": 409,
+                     "StatusCode.UNAVAILABLE": 503, "StatusCode.DEADLINE_EXCEEDED": 504}
+
+
+def _grpc_control(grpc_url: str, call: str, name: str, timeout: float, **kwargs) -> None:
+    """Repository load/unload over gRPC. Triton's HTTP handler for them blocks the HTTP
+    worker thread for the whole load, and HTTP inference on every other model waits with
+    it (triton-inference-server/server#8958: here every in-flight request stalled the
+    full 1.4 s of a load, and a 1 s gateway deadline turned them into 504s); the gRPC
+    server is separate, and inference over HTTP does not notice (max 12 ms)."""
+    import tritonclient.grpc as triton_grpc
+    from tritonclient.utils import InferenceServerException
+
+    client = triton_grpc.InferenceServerClient(grpc_url)
+    try:
+        getattr(client, call)(name, client_timeout=timeout, **kwargs)
+    except InferenceServerException as exc:
+        status = _GRPC_HTTP_STATUS.get(str(exc.status()), 500)
+        if status == 503:  # nothing answered: like a refused HTTP connection
+            raise ConnectionError(f"{call} {name}: Triton at {grpc_url} is unreachable: {exc.message()}") from None
+        raise TritonError(exc.message() or f"{call} {name} failed ({exc.status()})", status) from None
+    finally:
+        client.close()
+
+
 @dataclass
 class TritonHTTP:
-    """Triton's HTTP/REST endpoints: repository, readiness, statistics and metrics."""
+    """Triton's HTTP/REST endpoints: repository, readiness, statistics and metrics; with
+    `grpc_url`, model load and unload go through gRPC instead (see `_grpc_control`)."""
 
     http_url: str
     metrics_url: str = ""
     timeout: float = 5.0
+    grpc_url: str = ""
 
     def is_live(self) -> bool:
         return _get(f"{self.http_url}/v2/health/live", timeout=self.timeout) == 200
@@ -266,12 +293,16 @@ class TritonHTTP:
     def load(self, name: str, *, timeout: float = 120.0, config: str | None = None) -> None:
         import json
 
+        if self.grpc_url:
+            return _grpc_control(self.grpc_url, "load_model", name, timeout, config=config)
         body = json.dumps({"parameters": {"config": config}}).encode() if config else b""
         status, reply = _post(f"{self.http_url}/v2/repository/models/{name}/load", body, timeout=timeout)
         if status != 200:
             raise TritonError(_error_text(reply) or f"load {name} failed with HTTP {status}", status)
 
     def unload(self, name: str, *, timeout: float = 60.0) -> None:
+        if self.grpc_url:
+            return _grpc_control(self.grpc_url, "unload_model", name, timeout)
         status, reply = _post(f"{self.http_url}/v2/repository/models/{name}/unload", b"", timeout=timeout)
         if status != 200:
             raise TritonError(_error_text(reply) or f"unload {name} failed with HTTP {status}", status)

@@ -92,7 +92,7 @@ class ReplicaInfo:
         return self.status == "ready"
 
     def triton(self, timeout: float = 5.0) -> TritonHTTP:
-        return TritonHTTP(self.http_url, self.metrics_url, timeout=timeout)
+        return TritonHTTP(self.http_url, self.metrics_url, timeout=timeout, grpc_url=self.grpc_url)
 
 
 @dataclass(frozen=True)

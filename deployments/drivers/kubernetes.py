@@ -199,10 +199,13 @@ def render_yaml(spec: PoolSpec) -> str:
 class KubernetesDriver(PoolDriver):
     kind = "kubernetes"
 
-    def __init__(self, spec: PoolSpec, *, api_client: client.ApiClient | None = None, pod_http_port: int = HTTP_PORT, pod_metrics_port: int = METRICS_PORT):
+    def __init__(self, spec: PoolSpec, *, api_client: client.ApiClient | None = None, pod_http_port: int = HTTP_PORT,
+                 pod_metrics_port: int = METRICS_PORT, pod_grpc_port: int | None = GRPC_PORT):
+        """`pod_grpc_port=None`: control the pods' Triton over HTTP only (load/unload then
+        stall HTTP inference while they run; see deployments.tritonserver._grpc_control)."""
         super().__init__(spec)
         self._api_client = api_client
-        self.pod_http_port, self.pod_metrics_port = pod_http_port, pod_metrics_port
+        self.pod_http_port, self.pod_metrics_port, self.pod_grpc_port = pod_http_port, pod_metrics_port, pod_grpc_port
 
     @property
     def api_client(self) -> client.ApiClient:
@@ -278,7 +281,7 @@ class KubernetesDriver(PoolDriver):
                 ReplicaInfo(
                     name=pod.metadata.name, status=status,
                     http_url=f"http://{ip}:{self.pod_http_port}" if ip else "",
-                    grpc_url=f"{ip}:{GRPC_PORT}" if ip else "",
+                    grpc_url=f"{ip}:{self.pod_grpc_port}" if ip and self.pod_grpc_port else "",
                     metrics_url=f"http://{ip}:{self.pod_metrics_port}/metrics" if ip else "",
                     restarts=restarts, started_at=started, error=pod.status.message or "",
                 )

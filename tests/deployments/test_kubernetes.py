@@ -198,7 +198,10 @@ def cluster():
     triton = Recorder(FakeTriton)
     api.state["pods"] = {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [pod("triton-ctr-gpu-a", True), pod("triton-ctr-gpu-b", False)]}
     configuration = client.Configuration(host=api.url)
-    driver = KubernetesDriver(spec(), api_client=client.ApiClient(configuration), pod_http_port=triton.server_address[1], pod_metrics_port=triton.server_address[1])
+    # The fake pod speaks Triton's HTTP only, so the driver controls it over HTTP (pod_grpc_port=None);
+    # the gRPC control path is tested against a real tritonserver in test_local_pool.py.
+    driver = KubernetesDriver(spec(), api_client=client.ApiClient(configuration), pod_http_port=triton.server_address[1],
+                              pod_metrics_port=triton.server_address[1], pod_grpc_port=None)
     yield driver, api, triton
     api.shutdown()
     triton.shutdown()

@@ -158,6 +158,49 @@ def test_failed_load_leaves_the_pool_serving_what_it_did_with_tritons_message(po
         assert infer(replica, MODEL, dense, sparse).shape == (4, 1)
 
 
+def test_loading_a_model_does_not_stall_http_inference_on_the_others(pool, tmp_path):
+    """Triton's HTTP load handler blocks HTTP inference on every model for the whole load
+    (triton-inference-server/server#8958); the driver loads over gRPC, so traffic to the
+    served model (HTTP, like the gateway's) goes on during the load."""
+    import json
+    import urllib.request
+
+    driver, good, _, onnx_path = pool
+    ensure_loaded(driver, good)
+    replica = driver.replicas()[0]
+    dense, sparse = inputs(1)
+    body = json.dumps({"inputs": [{"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": dense.ravel().tolist()},
+                                  {"name": "sparse", "shape": [1, 26], "datatype": "INT64", "data": sparse.ravel().tolist()}]}).encode()
+    latencies, stop = [], threading.Event()
+
+    def traffic():
+        while not stop.is_set():
+            started = time.monotonic()
+            request = urllib.request.Request(f"{replica.http_url}/v2/models/{MODEL}/infer", data=body)
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                assert reply.status == 200
+            latencies.append((started, time.monotonic() - started))
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=traffic, daemon=True) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    other = model_dir(write_model_dir(tmp_path, "ctr__v3__onnx-fp32", onnx_path))
+    started = time.monotonic()
+    driver.load(other)
+    load_s = time.monotonic() - started
+    time.sleep(0.3)
+    stop.set()
+    for thread in threads:
+        thread.join(15)
+    during = [latency for at, latency in latencies if started <= at + latency and at <= started + load_s]
+    assert during, "no request overlapped the load"
+    # Over HTTP every request in flight waits out the whole load (~1.4 s of a ~1.4 s load here).
+    assert max(during) < max(0.3, 0.5 * load_s), f"inference stalled {max(during):.2f} s during a {load_s:.2f} s load"
+    driver.unload(other.name, drain_timeout=5, quiet_s=0.2)
+
+
 def test_sigkilled_replica_restarts_on_the_same_urls(pool):
     driver, good, _, _ = pool
     ensure_loaded(driver, good)
