@@ -80,6 +80,25 @@ def test_latency_quantiles_from_bucket_deltas():
     assert sum(buckets.values()) == 5000
 
 
+def test_a_bucket_keeps_its_lower_edge_when_the_buckets_below_are_empty():
+    """Every request in one bucket above empty ones: the quantiles stay inside that bucket,
+    over one scrape and summed over scrapes (as the store and the judge sum them)."""
+    m = GatewayMetrics()
+    ticks = []
+    for _ in range(3):
+        totals = _interval(m, lambda: m.serve("ctr", "canary", [0.0027] * 200, [200] * 200))
+        ticks.append(collect.derive(totals[("ctr", "canary")]))
+    assert 2.0 < ticks[0]["latency_p50_ms"] <= 3.0  # 1.5 ms when the bucket loses its lower edge
+    summed: dict[float, float] = {}
+    for derived in ticks:
+        for metric, value in derived.items():
+            if metric.startswith("latency_bucket:"):
+                le = collect.parse_bucket_metric(metric)[1]
+                summed[le] = summed.get(le, 0.0) + value
+    assert sum(summed.values()) == 600
+    assert 2.0 < collect.histogram_quantile(0.5, summed) * 1000 <= 3.0
+
+
 def test_counter_reset_is_a_restart_not_a_negative_rate():
     before = collect.gateway_snapshot(_text_after(lambda m: m.serve("ctr", "stable", [0.001] * 500, [200] * 500)))
     after = collect.gateway_snapshot(_text_after(lambda m: m.serve("ctr", "stable", [0.001] * 20, [200] * 20)))
