@@ -40,18 +40,19 @@ def judge_rollout(rollout, *, now=None) -> dict:
     """Judge one rollout now and apply the verdict; returns what happened."""
     now = now or timezone.now()
     stable, candidate = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
-    # Latency is compared within the step (constant split) while the stable still serves.
+    step_window = None  # (stable, candidate) since the current step began: its sample, and its latency
+    if rollout.step_started_at:
+        step_window = selectors.judge_window(
+            endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate, since=rollout.step_started_at, until=now
+        )
     verdict = judge_tick(
         rollout_id=rollout.pk, endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate,
         since=rollout.traffic_started_at, until=now, step=rollout.step_index, config=judge_config_for(rollout.endpoint),
-        team=rollout.endpoint.team, latency_since=rollout.step_started_at if rollout.split.stable_bp > 0 else None,
+        team=rollout.endpoint.team,
+        # latency within the step (a constant split) while the stable still serves
+        latency_window=step_window if rollout.split.stable_bp > 0 else None,
     )
-    step_requests = 0
-    if verdict.outcome == "pass" and rollout.step_started_at:
-        _, step_window = selectors.judge_window(
-            endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate, since=rollout.step_started_at, until=now
-        )
-        step_requests = int(step_window.requests)
+    step_requests = int(step_window[1].requests) if step_window and verdict.outcome == "pass" else 0
     updated, decision = rollout_apply_verdict(
         rollout_id=rollout.pk, outcome=verdict.outcome, reason=verdict.reason, step_requests=step_requests, now=now,
         verdict_id=verdict.pk,

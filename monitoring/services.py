@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from config.errors import Conflict, Forbidden, InvalidInput
 from monitoring import collect, conf, lock_objects, selectors
-from monitoring.judge import Decision, JudgeConfig, judge
+from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
 from monitoring.models import (
     Alert,
     AlertStatus,
@@ -228,13 +228,13 @@ def retention_sweep(*, now: datetime | None = None) -> dict:
 def judge_tick(
     *, rollout_id: int, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime,
     until: datetime | None = None, step: int | None = None, config: JudgeConfig | None = None, team=None,
-    latency_since: datetime | None = None,
+    latency_window: tuple[ArmWindow, ArmWindow] | None = None,
 ) -> Verdict:
     """Judge candidate vs stable over the anchored window [since, until] from the store
     and store the verdict with its evidence. `since` must stay fixed for a rollout (the
     moment the candidate first got traffic): the error-rate e-process runs from there.
-    `latency_since` (the current step's start, while the split is constant) narrows the
-    latency comparisons to [latency_since, until]; see monitoring/judge.py."""
+    `latency_window` (stable, candidate over the current step, while the split is
+    constant) is what the latency comparisons use instead; see monitoring/judge.py."""
     if stable_variant == candidate_variant:
         raise InvalidInput("stable and candidate must be different variants.", field="candidate_variant")
     until = until or timezone.now()
@@ -242,13 +242,7 @@ def judge_tick(
     stable, candidate = selectors.judge_window(
         endpoint=endpoint, stable_variant=stable_variant, candidate_variant=candidate_variant, since=since, until=until
     )
-    latency = None
-    if latency_since is not None and latency_since > since:
-        latency = selectors.judge_window(
-            endpoint=endpoint, stable_variant=stable_variant, candidate_variant=candidate_variant, since=latency_since,
-            until=until,
-        )
-    decision: Decision = judge(stable, candidate, config, latency=latency)
+    decision: Decision = judge(stable, candidate, config, latency=latency_window)
     return Verdict.objects.create(
         rollout_id=rollout_id, endpoint=endpoint, step=step, stable_variant=stable_variant,
         candidate_variant=candidate_variant, outcome=decision.outcome, reason=decision.reason[:4000],
