@@ -49,8 +49,8 @@ def judge_rollout(rollout, *, now=None) -> dict:
         rollout_id=rollout.pk, endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate,
         since=rollout.traffic_started_at, until=now, step=rollout.step_index, config=judge_config_for(rollout.endpoint),
         team=rollout.endpoint.team,
-        # latency within the step (a constant split) while the stable still serves
-        latency_window=step_window if rollout.split.stable_bp > 0 else None,
+        # latency within the step (a constant split), and only while the stable serves beside the candidate
+        latency_window=step_window, compare_latency=rollout.split.stable_bp > 0,
     )
     step_requests = int(step_window[1].requests) if step_window and verdict.outcome == "pass" else 0
     updated, decision = rollout_apply_verdict(

@@ -3,7 +3,9 @@
 Pure functions (numpy + scipy.stats), no Django: `judge(stable, candidate, config)`.
 The window must be ANCHORED (it starts when the candidate first got traffic and only
 grows), because the error-rate e-process is a running product over ticks. Latency is
-compared over the current STEP's window when the stable still gets traffic: within a step
+compared over the current STEP's window when the stable still gets traffic (and not at
+all in a step where the candidate takes every request: there is no control, and the
+stable's history from earlier steps is no control either): within a step
 the split is constant, so both arms' samples come from the same moments. Pooled over the
 anchored window they would not: latency drifts as the rollout goes on (both arms were
 ~40 % slower at the 50 % step than at 5 % on the 2-core bench machine), the stable's
@@ -55,6 +57,7 @@ from scipy import stats
 from monitoring.collect import histogram_quantile, psi
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+SKIPPED = "skipped"  # a comparison with no control to compare against: neither holds nor fails a verdict
 
 
 @dataclass
@@ -296,15 +299,23 @@ def check_guardrails(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfi
 
 # --- the verdict ---------------------------------------------------------------------------------
 def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = None, *,
-          latency: tuple[ArmWindow, ArmWindow] | None = None) -> Decision:
-    """Fail if any check fails; pass if every check passes; otherwise inconclusive.
+          latency: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True) -> Decision:
+    """Fail if any check fails; pass if every check passes (or is skipped); otherwise
+    inconclusive.
 
     `latency`: (stable, candidate) over the current step only, for the latency
-    comparisons; without it they use the anchored window."""
+    comparisons; without it they use the anchored window. `compare_latency=False` (the
+    candidate takes all traffic, so nothing runs beside it) skips them: the p99 SLO
+    guardrail still holds the candidate's latency."""
     config = config or JudgeConfig()
-    latency_checks = check_latency(*(latency or (stable, candidate)), config)
-    for check in latency_checks:
-        check["window"] = "step" if latency else "rollout"
+    if compare_latency:
+        latency_checks = check_latency(*(latency or (stable, candidate)), config)
+        for check in latency_checks:
+            check["window"] = "step" if latency else "rollout"
+    else:
+        latency_checks = [_check(name, "test", SKIPPED, window="none",
+                                 why="no stable traffic beside the candidate to compare with; the p99 SLO guardrail applies")
+                          for name in ("latency", "latency_tail")]
     checks = [*check_guardrails(stable, candidate, config), check_error_rate(stable, candidate, config), *latency_checks]
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:

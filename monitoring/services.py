@@ -228,13 +228,14 @@ def retention_sweep(*, now: datetime | None = None) -> dict:
 def judge_tick(
     *, rollout_id: int, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime,
     until: datetime | None = None, step: int | None = None, config: JudgeConfig | None = None, team=None,
-    latency_window: tuple[ArmWindow, ArmWindow] | None = None,
+    latency_window: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True,
 ) -> Verdict:
     """Judge candidate vs stable over the anchored window [since, until] from the store
     and store the verdict with its evidence. `since` must stay fixed for a rollout (the
     moment the candidate first got traffic): the error-rate e-process runs from there.
     `latency_window` (stable, candidate over the current step, while the split is
-    constant) is what the latency comparisons use instead; see monitoring/judge.py."""
+    constant) is what the latency comparisons use instead; `compare_latency=False` skips
+    them (no stable traffic beside the candidate); see monitoring/judge.py."""
     if stable_variant == candidate_variant:
         raise InvalidInput("stable and candidate must be different variants.", field="candidate_variant")
     until = until or timezone.now()
@@ -242,7 +243,7 @@ def judge_tick(
     stable, candidate = selectors.judge_window(
         endpoint=endpoint, stable_variant=stable_variant, candidate_variant=candidate_variant, since=since, until=until
     )
-    decision: Decision = judge(stable, candidate, config, latency=latency_window)
+    decision: Decision = judge(stable, candidate, config, latency=latency_window, compare_latency=compare_latency)
     return Verdict.objects.create(
         rollout_id=rollout_id, endpoint=endpoint, step=step, stable_variant=stable_variant,
         candidate_variant=candidate_variant, outcome=decision.outcome, reason=decision.reason[:4000],

@@ -94,7 +94,7 @@ def test_healthy_candidate_moves_to_the_next_step(live_rollout):
     assert not Alert.objects.exists()
 
 
-def test_latency_is_compared_within_the_step_so_drift_over_the_rollout_is_not_a_regression(deployer, team_a, artifact_factory):
+def test_latency_is_compared_within_the_step_and_not_at_all_without_a_stable_beside(deployer, team_a, artifact_factory):
     """An A/A pair whose latency rises 50 % for both arms at the 50 % step (as on the
     bench machine): pooled over the rollout, the stable's samples are mostly early and
     the candidate's mostly late, which reads as a regression; within the step it is not."""
@@ -117,7 +117,18 @@ def test_latency_is_compared_within_the_step_so_drift_over_the_rollout_is_not_a_
     latency = next(c for c in verdict.checks if c["name"] == "latency")
     assert latency["window"] == "step" and latency["outcome"] == "pass", verdict.reason
     assert result["verdict"] == "pass"
-    assert Rollout.objects.get(pk=rollout.pk).state == State.CANARY
+    rollout = Rollout.objects.get(pk=rollout.pk)
+    assert (rollout.state, rollout.step_index) == (State.CANARY, 2)
+
+    # At 100 % nothing runs beside the candidate: its latency against the stable's history
+    # (2x here, well within the SLO) is no comparison; only the p99 SLO guardrail applies.
+    feed(rollout, ticks=10, start=rollout.step_started_at, stable_rps=0, cand_rps=1000, cand_slow=2.0, seed=7)
+    result = canary.judge_rollout(rollout, now=rollout.step_started_at + timedelta(seconds=10))
+    verdict = Verdict.objects.filter(rollout_id=rollout.pk).latest("id")
+    assert {c["name"]: c["outcome"] for c in verdict.checks if c["name"].startswith("latency")} == {
+        "latency": "skipped", "latency_tail": "skipped"}
+    assert result["verdict"] == "pass", verdict.reason
+    assert Rollout.objects.get(pk=rollout.pk).state != State.ROLLING_BACK
 
 
 def test_no_data_is_inconclusive_and_waits(live_rollout):
