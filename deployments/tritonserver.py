@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -98,10 +99,23 @@ def server_env(extra: dict | None = None) -> dict:
     return env
 
 
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free TCP port on 127.0.0.1 that this process has not handed out before: the
+    kernel may offer the same ephemeral port to two binds in a row, and a tritonserver
+    given one port for two of its servers exits ("cannot listen to GRPC requests and
+    metrics requests at the same address and port")."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        with _HANDED_OUT_LOCK:
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
 
 
 @dataclass

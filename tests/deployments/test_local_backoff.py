@@ -38,3 +38,32 @@ def test_a_server_that_dies_at_start_is_restarted_with_backoff(tmp_path, monkeyp
     assert state["pid"] != pid and state["restarts"] == 1 and state["streak"] == 2
     waiting = driver.ensure()[0]
     assert "restart in" in waiting.error and float(waiting.error.split("restart in ")[1].split("s")[0]) > 1.0  # 2 s now
+
+
+def test_a_server_never_gets_one_port_twice(tmp_path, monkeypatch):
+    """The kernel may offer the same ephemeral port to two binds in a row (CI saw a
+    tritonserver exit for it); a stand-in socket makes that happen every time here."""
+    from deployments import tritonserver
+
+    offered = iter([47001, 47001, 47002, 47002, 47001, 47003])
+
+    class Socket:
+        def __init__(self, *args):
+            self.port = next(offered)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            pass
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(tritonserver.socket, "socket", Socket)
+    monkeypatch.setattr(tritonserver, "_HANDED_OUT", set())
+    process = tritonserver.TritonProcess(model_repository=tmp_path / "models", work_dir=tmp_path)
+    assert (process.http_port, process.grpc_port, process.metrics_port) == (47001, 47002, 47003)
