@@ -39,9 +39,10 @@ statistical comparisons
                  bucket), against the stable arm scaled by (1 + latency_margin): fail when
                  the candidate is significantly slower than stable+margin, pass when it is
                  significantly faster than stable+margin (non-inferiority), each at
-                 `latency_alpha`, pass only with `min_latency_samples`. The margin is what
-                 keeps repeated looks at an A/A pair from flagging: under A/A the truth is
-                 10 % away from the null boundary.
+                 `latency_alpha`, pass only with `min_latency_samples`, fail only with
+                 `min_latency_fail_samples` (a few slow requests are not a regression).
+                 The margin is what keeps repeated looks at an A/A pair from flagging:
+                 under A/A the truth is 10 % away from the null boundary.
   * latency_tail a quantile test: the share of candidate requests above stable's
                  p95 x (1 + margin) against 5 % (one-sided binomial test).
 """
@@ -86,6 +87,9 @@ class JudgeConfig:
     psi_threshold: float = 0.25
     min_requests: int = 500
     min_latency_samples: int = 300
+    # A rank test with a large stable arm calls 3-4 slow candidate requests significant
+    # (p ~ 1e-5): one hiccup right after traffic starts would roll a healthy candidate back.
+    min_latency_fail_samples: int = 20
     min_guardrail_requests: int = 100
     min_score_samples: int = 200
     guardrail_alpha: float = 0.01
@@ -230,8 +234,9 @@ def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) 
     faster = stats.mannwhitneyu(c, bound, alternative="less")
     # Common-language effect size: P(candidate > stable x (1+margin)).
     effect = float(slower.statistic) / (len(c) * len(bound))
+    may_fail = n_c_true >= config.min_latency_fail_samples
     if slower.pvalue < config.latency_alpha:
-        outcome = FAIL
+        outcome = FAIL if may_fail else INCONCLUSIVE
     elif faster.pvalue < config.latency_alpha and n_c_true >= config.min_latency_samples:
         outcome = PASS
     else:
@@ -241,13 +246,14 @@ def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) 
         quantiles_ms=quantiles, statistic=float(slower.statistic), effect=effect,
         p_value=float(slower.pvalue), p_value_noninferior=float(faster.pvalue),
         threshold=config.latency_alpha, margin=config.latency_margin, min_samples=config.min_latency_samples,
+        min_fail_samples=config.min_latency_fail_samples,
     )
 
     stable_p95 = histogram_quantile(0.95, stable.latency_buckets)
     limit = stable_p95 * (1 + config.latency_margin)
     above = int(np.sum(c > limit))
     tail = stats.binomtest(above, len(c), 0.05, alternative="greater")
-    tail_outcome = FAIL if tail.pvalue < config.latency_alpha else (
+    tail_outcome = (FAIL if may_fail else INCONCLUSIVE) if tail.pvalue < config.latency_alpha else (
         PASS if n_c_true >= config.min_latency_samples else INCONCLUSIVE)
     tail_check = _check(
         "latency_tail", "test", tail_outcome, test="binomial test on share above stable p95 x (1+margin)",

@@ -157,3 +157,16 @@ def test_guardrails_p99_error_slo_and_psi():
     assert psi_check["outcome"] == "fail" and psi_check["statistic"] > 0.25
     same = next(c for c in judge(stable, slow, JudgeConfig(psi_threshold=0.25)).checks if c["name"] == "psi")
     assert same["outcome"] == "pass"
+
+
+def test_a_few_slow_requests_are_not_a_latency_regression_but_a_slow_stream_is():
+    """Right after traffic starts, 4 candidate requests 10x slower than a large stable arm
+    are 'significant' to a rank test (p ~ 1e-5); the judge waits for a real sample."""
+    rng = np.random.default_rng(21)
+    stable = ArmWindow(latency_buckets=bucketize(latencies(rng, 3000)))
+    for n, expected in ((4, "inconclusive"), (40, "fail")):
+        candidate = ArmWindow(latency_buckets=bucketize(latencies(rng, n, 10.0)))
+        checks = {c["name"]: c for c in judge(stable, candidate, JudgeConfig(alpha=ALPHA)).checks}
+        assert checks["latency"]["outcome"] == checks["latency_tail"]["outcome"] == expected, n
+        if expected == "inconclusive":
+            assert checks["latency"]["p_value"] < JudgeConfig().latency_alpha  # significant, yet too few to act on
