@@ -1,11 +1,12 @@
-"""python -m bench NAME: run one benchmark (artifacts, gateway, rollback); each prints a
-table and writes var/bench/NAME.json. Benchmarks are never timed tests."""
+"""python -m bench NAME: run one benchmark (artifacts, gateway, rollback, gpu); each prints a
+table and writes var/bench/NAME.json. Benchmarks are never timed tests. `gpu` imports no
+Django (it runs on GPU hosts without it): the settings module is only named here."""
 
 import importlib
 import os
 import sys
 
-NAMES = ("artifacts", "gateway", "rollback")
+NAMES = ("artifacts", "gateway", "rollback", "gpu")
 
 
 def main() -> int:

@@ -64,17 +64,13 @@ def _model(args):
 
 def _pipeline(model, work: Path):
     """Export like the factory does, then run its canonicalize/optimize/variants stages."""
-    import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from experiments.reference.export import export_onnx
     from registry.build import stages
 
-    example = (torch.randn(4, 13), torch.randint(0, 1 << 40, (4, 26)))
     source = work / "exported.onnx"
-    torch.onnx.export(
-        model, example, str(source), input_names=["dense", "sparse"], output_names=["ctr"],
-        dynamic_axes={n: {0: "batch"} for n in ("dense", "sparse", "ctr")}, opset_version=17, dynamo=False,
-    )
+    export_onnx(model, source, opset=17)
     lines = []
     ctx = stages.BuildContext(
         work_dir=work, model_name="reference", version=1, task="ctr", source="upload", framework="onnx",

@@ -36,31 +36,36 @@ def logloss(labels: np.ndarray, scores: np.ndarray) -> float:
 
 def predict(model: ReferenceCTR, log: ClickLog, batch: int = 4096) -> np.ndarray:
     model.eval()
+    device = next(model.parameters()).device
     out = []
     with torch.inference_mode():
         for start in range(0, len(log), batch):
-            out.append(model(torch.from_numpy(log.dense[start:start + batch]), torch.from_numpy(log.sparse[start:start + batch])).numpy())
+            dense = torch.from_numpy(log.dense[start:start + batch]).to(device)
+            sparse = torch.from_numpy(log.sparse[start:start + batch]).to(device)
+            out.append(model(dense, sparse).cpu().numpy())
     return np.concatenate(out).reshape(-1)
 
 
 def train(config: ReferenceConfig | None = None, *, rows: int = 200_000, valid_rows: int = 20_000, epochs: int = 2,
-          batch_size: int = 1024, lr: float = 3e-3, seed: int = 0, signal_seed: int = 1234, threads: int = 2) -> TrainResult:
+          batch_size: int = 1024, lr: float = 3e-3, seed: int = 0, signal_seed: int = 1234, threads: int = 2,
+          device: str = "cpu") -> TrainResult:
+    """Train on `device` ("cuda" where a GPU is); the returned model stays there."""
     config = config or ReferenceConfig()
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     started = time.monotonic()
     data = generate(rows, seed=seed, signal_seed=signal_seed)
     valid = generate(valid_rows, seed=seed + 10_000, signal_seed=signal_seed)
-    model = ReferenceCTR(config)
+    model = ReferenceCTR(config).to(device)
     optimizers = [torch.optim.Adam(model.dense_parameters(), lr=lr)]
     table_params = list(model.tables.parameters())
     optimizers.append(torch.optim.SparseAdam(table_params, lr=lr * 3) if config.sparse_grad else torch.optim.Adam(table_params, lr=lr * 3))
     loss_fn = torch.nn.BCELoss()
-    dense, sparse, label = (torch.from_numpy(a) for a in (data.dense, data.sparse, data.label))
+    dense, sparse, label = (torch.from_numpy(a).to(device) for a in (data.dense, data.sparse, data.label))
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
         model.train()
-        order = torch.from_numpy(rng.permutation(rows))
+        order = torch.from_numpy(rng.permutation(rows)).to(device)
         for start in range(0, rows, batch_size):
             idx = order[start:start + batch_size]
             for opt in optimizers:

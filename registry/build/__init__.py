@@ -6,9 +6,16 @@ and log: canonicalize -> optimize -> variants -> validate -> benchmark -> packag
 Variants (targets):
     onnx-fp32   CPU pools: the ORT-optimized fp32 graph (embedding gathers fused).
     onnx-int8   CPU pools: ONNX Runtime dynamic INT8 quantization.
-    onnx-fp16   GPU pools: fp16 weights/activations with fp32 inputs/outputs.
-    tensorrt    GPU pools: fp32 graph + a Triton config that turns on ORT's TensorRT
-                execution accelerator with FP16 (Triton builds the engine on the GPU).
+    onnx-fp32-gpu  GPU pools: the fp32 graph without CPU-only fusions, on ORT's CUDA EP
+                with TF32 off (exact: held to the fp32 tolerance).
+    onnx-fp16   GPU pools: fp16 weights/activations with fp32 inputs/outputs (CUDA EP).
+    tensorrt    GPU pools: the GPU fp32 graph + a Triton config that turns on ORT's
+                TensorRT execution accelerator with FP16, an engine cache and an
+                optimization profile (Triton builds the engine on the GPU).
+
+GPU variants are validated and benchmarked on a build-gpu worker with the execution
+provider their config names (registry/build/gpu/); elsewhere they are skipped with the
+reason and not servable.
 
 Packaged Triton model directory (a stable contract; serving pools load it as is)::
 
@@ -20,14 +27,15 @@ Packaged Triton model directory (a stable contract; serving pools load it as is)
 
 CPU variants use `backend: "python"` with parameters `onnx_file` (model.onnx),
 `intra_op_threads` and `inter_op_threads`; GPU variants use `platform: "onnxruntime_onnx"`
-with a KIND_GPU instance group. The directory is stored content-addressed with
+with a KIND_GPU instance group (one instance on each GPU of the replica), batching and
+execution accelerators from registry/build/gpu/serving.py. The directory is stored content-addressed with
 registry.storage.put_dir (atomic rename) and Artifact.path is its path relative to
 ARTIFACT_ROOT; the directory's own name in the store is its sha256, so a pool copies or
 links it into its model repository under Artifact.triton_model_name.
 """
 
 CPU_VARIANTS = ("onnx-fp32", "onnx-int8")
-GPU_VARIANTS = ("onnx-fp16", "tensorrt")
+GPU_VARIANTS = ("onnx-fp32-gpu", "onnx-fp16", "tensorrt")
 VARIANTS = CPU_VARIANTS + GPU_VARIANTS
 DEFAULT_TARGETS = list(CPU_VARIANTS)
 STAGES = ("canonicalize", "optimize", "variants", "validate", "benchmark", "package")

@@ -8,6 +8,8 @@ import os
 
 from django.conf import settings
 
+from registry.build import numerics
+
 DEFAULTS = {
     "BUILD_LEASE_SECONDS": 60.0,  # a running build's lease; renewed by a heartbeat
     "BUILD_MAX_ATTEMPTS": 3,
@@ -22,8 +24,11 @@ DEFAULTS = {
     "BUILD_BENCH_MAX_ITERS": 2000,
     "BUILD_BENCH_THREADS": 1,
     "BUILD_MAX_BATCH_SIZE": 512,
-    "BUILD_FP32_MAX_ABS": 1e-5,
-    "BUILD_LOWP_MAX_AUC_LOSS": 0.001,
+    "BUILD_GPU_BENCH_BATCHES": "1,32,512,4096",  # GPU variants, on a build-gpu worker
+    "BUILD_FP32_MAX_ABS": numerics.FP32_MAX_ABS,
+    "BUILD_FP16_MAX_ABS": numerics.FP16_MAX_ABS,
+    "BUILD_FP16_MAX_AUC_LOSS": numerics.FP16_MAX_AUC_LOSS,
+    "BUILD_LOWP_MAX_AUC_LOSS": numerics.LOWP_MAX_AUC_LOSS,
     "BUILD_INT_INPUT_HIGH": 1_000_000,  # seeded integer inputs are drawn from [0, this)
 }
 
@@ -40,8 +45,17 @@ def get(name: str):
     return type(default)(raw)
 
 
-def bench_batches() -> list[int]:
-    raw = get("BUILD_BENCH_BATCHES")
+def bench_batches(name: str = "BUILD_BENCH_BATCHES") -> list[int]:
+    raw = get(name)
     if isinstance(raw, (list, tuple)):
         return [int(b) for b in raw]
     return [int(b) for b in str(raw).split(",") if b.strip()]
+
+
+def tolerance(variant: str) -> numerics.Tolerance:
+    """The tolerance `variant` is validated against, with this deployment's settings."""
+    return numerics.tolerance_for(
+        numerics.VARIANT_KIND.get(variant, "lowp"), fp32_max_abs=float(get("BUILD_FP32_MAX_ABS")),
+        fp16_max_abs=float(get("BUILD_FP16_MAX_ABS")), fp16_max_auc_loss=float(get("BUILD_FP16_MAX_AUC_LOSS")),
+        lowp_max_auc_loss=float(get("BUILD_LOWP_MAX_AUC_LOSS")),
+    )

@@ -16,7 +16,12 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from registry.build import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, triton_config
+from registry.build import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, numerics, recipes, triton_config
+from registry.build.gpu import checks as gpu_checks
+from registry.build.gpu import measure as gpu_measure
+from registry.build.gpu import serving as gpu_serving
+from registry.build.gpu import ProviderMissing
+from registry.build.timing import measure
 
 ADAPTER = Path(__file__).resolve().parents[2] / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
 
@@ -129,18 +134,10 @@ def canonicalize(ctx: BuildContext) -> None:
     else:
         model = _source_from_mlflow(ctx)
     ctx.log(f"source graph: {len(model.graph.node)} nodes, opset {graphs.default_opset(model)}, producer {model.producer_name!r}")
-    graphs.check(model)
-    model, note = graphs.pin_opset(model, conf.get("BUILD_OPSET"))
-    ctx.log(note)
-    model = onnx.shape_inference.infer_shapes(model)
-    raw = ctx.work_dir / "source.onnx"
-    onnx.save(model, str(raw))
-    # ORT's basic level = constant folding + redundant node elimination, standard ops only.
-    ctx.canonical = ctx.work_dir / "canonical.onnx"
-    folded = graphs.ort_offline(raw, ctx.canonical, "basic")
-    graphs.check(folded)
+    ctx.canonical, folded, notes = recipes.canonical_graph(model, ctx.work_dir, opset=conf.get("BUILD_OPSET"))
+    for note in notes:
+        ctx.log(note)
     ctx.signature = _signature(folded)
-    ctx.log(f"folded constants: {len(model.graph.node)} -> {len(folded.graph.node)} nodes")
     _check_signature(ctx)
     ctx.log("signature: " + ", ".join(f"{s['name']}:{s['dtype']}{s['shape']}" for s in ctx.signature["inputs"] + ctx.signature["outputs"]))
     if ctx.torch_model is not None:
@@ -188,73 +185,31 @@ def _check_export_fidelity(ctx: BuildContext) -> None:
 
 # --- 2. optimize -------------------------------------------------------------------------------
 def optimize(ctx: BuildContext) -> None:
-    model = onnx.load(str(ctx.canonical))
-    fused, count = graphs.fuse_embedding_gathers(model)
-    ctx.fused = ctx.work_dir / "fused.onnx"
-    onnx.save(fused, str(ctx.fused))
-    ctx.log(f"fused {count} embedding lookups into one gather over a concatenated table" if count else "no per-feature embedding lookups to fuse")
-    # Extended level: operator fusions (Gemm+activation, …); not the hardware-specific
-    # layout transforms of level "all", so the saved graph is portable across CPUs.
-    ctx.optimized = ctx.work_dir / "optimized.onnx"
-    optimized = graphs.ort_offline(ctx.fused, ctx.optimized, "extended")
-    ctx.log(f"ONNX Runtime offline optimization (extended): {len(fused.graph.node)} -> {len(optimized.graph.node)} nodes")
+    ctx.fused, ctx.optimized, notes = recipes.optimized_graphs(ctx.canonical, ctx.work_dir)
+    for note in notes:
+        ctx.log(note)
 
 
 # --- 3. variants -------------------------------------------------------------------------------
-def _has_gpu(provider: str) -> bool:
-    import onnxruntime as ort
-
-    return provider in ort.get_available_providers()
-
-
 def variants(ctx: BuildContext) -> None:
     for target in ctx.targets:
         result = VariantResult(name=target)
         ctx.variants[target] = result
         path = ctx.work_dir / f"{target}.onnx"
-        if target == "onnx-fp32":
-            shutil.copyfile(ctx.optimized, path)
-        elif target == "onnx-int8":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            try:
-                quantize_dynamic(str(ctx.fused), str(path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"])
-            except Exception as exc:  # the quantizer raises plain exceptions on graphs it cannot handle
-                result.status, result.reason = "rejected", f"INT8 quantization failed: {str(exc).splitlines()[0][:300]}"
-                ctx.log(f"{target}: {result.reason}")
-                continue
-        elif target == "onnx-fp16":
-            from onnxruntime.transformers.float16 import convert_float_to_float16
-
-            fp16 = convert_float_to_float16(onnx.load(str(ctx.fused)), keep_io_types=True)
-            onnx.save(fp16, str(path))
-        elif target == "tensorrt":
-            # The engine is built by Triton's TensorRT accelerator on the GPU pool from this graph.
-            shutil.copyfile(ctx.fused, path)
-        else:
-            raise StageError(f"unknown target {target!r}", "unknown_target")
+        try:
+            recipes.make_variant(target, fused=ctx.fused, optimized=ctx.optimized, dest=path)
+        except recipes.VariantRefused as exc:
+            result.status, result.reason = "rejected", str(exc)
+            ctx.log(f"{target}: {result.reason}")
+            continue
+        except KeyError:
+            raise StageError(f"unknown target {target!r}", "unknown_target") from None
         result.onnx_path = path
         result.size_bytes = path.stat().st_size
         ctx.log(f"{target}: {result.size_bytes / 1e6:.2f} MB")
 
 
 # --- 4. validate -------------------------------------------------------------------------------
-def _auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    from scipy.stats import rankdata
-
-    labels = labels.astype(bool)
-    pos, neg = int(labels.sum()), int((~labels).sum())
-    if pos == 0 or neg == 0:
-        return float("nan")
-    ranks = rankdata(scores)
-    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
-
-
-def _logloss(labels: np.ndarray, scores: np.ndarray) -> float:
-    p = np.clip(scores.astype(np.float64), 1e-7, 1 - 1e-7)
-    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
-
-
 def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
     if ctx.validation_set and ctx.validation_set.exists():
         with np.load(ctx.validation_set, allow_pickle=False) as data:
@@ -268,12 +223,16 @@ def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
 
 
 def _run(path: Path, feeds: dict, providers=None) -> np.ndarray:
-    sess = graphs.session(path, providers=providers)
-    out = []
-    rows = len(next(iter(feeds.values())))
-    for start in range(0, rows, 1024):
-        out.append(sess.run([sess.get_outputs()[0].name], graphs.slice_rows(feeds, start, start + 1024))[0])
-    return np.concatenate(out, axis=0)
+    return gpu_checks.run_rows(graphs.session(path, providers=providers), feeds)
+
+
+def _log_check(ctx: BuildContext, name: str, result: VariantResult) -> None:
+    evidence = result.validation
+    if result.status == "validated":
+        ctx.log(f"{name}: passed on {evidence.get('execution_provider', 'CPUExecutionProvider')} (max abs error {evidence['max_abs_error']:.2e}"
+                + (f", AUC delta {evidence['auc_delta']:+.6f})" if "auc_delta" in evidence else ")"))
+    else:
+        ctx.log(f"{name}: {result.status} ({result.reason})")
 
 
 def validate(ctx: BuildContext) -> None:
@@ -285,99 +244,57 @@ def validate(ctx: BuildContext) -> None:
     if not np.all(np.isfinite(reference)):
         raise StageError(f"the original graph outputs NaN/Inf on {label_source} inputs", "original_nan")
     classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
-    if classifier and labels is None:
-        # No labelled set: labels drawn from the original's own probabilities (seeded), so
-        # AUC deltas measure how much a variant changes the ranking the original makes.
-        labels = (np.random.default_rng(7).random(reference.shape[0]) < reference.reshape(-1)).astype(np.float64)
+    if not classifier:
+        labels = None
+    elif labels is None:
+        labels = numerics.labels_from_reference(reference)
         label_source += " with labels drawn from the original's probabilities"
     ctx.log(f"validating on {reference.shape[0]} rows ({label_source})")
-    base = {}
-    if classifier:
-        base = {"auc": _auc(labels, reference.reshape(-1)), "logloss": _logloss(labels, reference.reshape(-1))}
+    base = numerics.baseline(reference, labels)
     for name, result in ctx.variants.items():
         if result.status != "pending":
             continue
-        evidence = {"rows": int(reference.shape[0]), "inputs": label_source, **{f"original_{k}": v for k, v in base.items()}}
-        providers = None
-        if name == "tensorrt":
-            if not _has_gpu("TensorrtExecutionProvider"):
-                result.status = "skipped"
-                result.reason = "GPU-only: the TensorRT engine is built and validated on a GPU pool; this worker has no GPU/TensorRT"
-                result.validation = {**evidence, "skipped": result.reason}
-                ctx.log(f"{name}: skipped ({result.reason})")
-                continue
-            providers = ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+        common = {"rows": int(reference.shape[0]), "inputs": label_source, **{f"original_{k}": v for k, v in base.items()}}
+        if name in GPU_VARIANTS:
+            # On the provider its Triton config names; skipped with the reason where it cannot be had.
+            check = gpu_checks.validate_variant(
+                name, result.onnx_path, feeds, reference, labels if classifier else None, tolerance=conf.tolerance(name),
+                signature=ctx.signature, work_dir=ctx.work_dir, base=base, with_cpu_check=name != "tensorrt",
+            )
+            result.status, result.reason, result.validation = check.status, check.reason, {**common, **check.evidence}
+            _log_check(ctx, name, result)
+            continue
         try:
-            out = _run(result.onnx_path, feeds, providers=providers).astype(np.float64)
+            out = _run(result.onnx_path, feeds).astype(np.float64)
         except Exception as exc:  # a variant that cannot run is rejected, the build goes on
             result.status, result.reason = "rejected", f"the variant fails to run: {str(exc).splitlines()[0][:300]}"
-            result.validation = evidence
+            result.validation = common
             ctx.log(f"{name}: rejected ({result.reason})")
             continue
-        out = out.reshape(reference.shape)
-        if name == "onnx-fp16" and providers is None:
-            evidence["note"] = (
-                "validated on CPU: ONNX Runtime runs fp16 ops that lack CPU kernels in fp32, so this checks the fp16 "
-                "weights and casts, not fp16 arithmetic overflow; a GPU pool's readiness check runs the real fp16 kernels"
-            )
-        nan_count = int(np.size(out) - np.isfinite(out).sum())
-        diff = np.abs(out - reference)
-        evidence.update(
-            nan_count=nan_count,
-            max_abs_error=float(np.nanmax(diff)) if nan_count < out.size else None,
-            max_rel_error=float(np.nanmax(diff / np.maximum(np.abs(reference), 1e-6))) if nan_count < out.size else None,
-            mean_abs_error=float(np.nanmean(diff)) if nan_count < out.size else None,
-        )
-        if classifier and nan_count == 0:
-            auc, loss = _auc(labels, out.reshape(-1)), _logloss(labels, out.reshape(-1))
-            evidence.update(auc=auc, logloss=loss, auc_delta=auc - base["auc"], logloss_delta=loss - base["logloss"])
-        if name == "onnx-fp32":
-            limit = float(conf.get("BUILD_FP32_MAX_ABS"))
-            evidence["threshold"] = {"max_abs_error": limit}
-            ok, why = (evidence["max_abs_error"] is not None and evidence["max_abs_error"] <= limit), f"max abs error {evidence['max_abs_error']} > {limit}"
-        else:
-            limit = float(conf.get("BUILD_LOWP_MAX_AUC_LOSS"))
-            if classifier:
-                evidence["threshold"] = {"auc_loss": limit}
-                ok = evidence.get("auc_delta") is not None and -evidence["auc_delta"] <= limit
-                why = f"AUC loss {-(evidence.get('auc_delta') or float('nan')):.5f} > {limit}"
-            else:
-                rel = float(conf.get("BUILD_LOWP_MAX_AUC_LOSS")) * 50  # 5% relative error for non-classifiers
-                evidence["threshold"] = {"max_rel_error": rel}
-                ok, why = (evidence["max_rel_error"] is not None and evidence["max_rel_error"] <= rel), f"max rel error {evidence['max_rel_error']} > {rel}"
-        if nan_count:
-            ok, why = False, f"the variant outputs NaN/Inf on {nan_count} of {out.size} values"
-        evidence["passed"] = bool(ok)
+        evidence = {**common, **numerics.compare(reference, out, labels, base)}
+        ok, why, threshold = numerics.judge(evidence, conf.tolerance(name), classifier=classifier)
+        evidence.update(threshold=threshold, passed=bool(ok))
         result.validation = evidence
-        if ok:
-            result.status = "validated"
-            ctx.log(f"{name}: passed (max abs error {evidence['max_abs_error']:.2e}" + (f", AUC delta {evidence['auc_delta']:+.5f})" if "auc_delta" in evidence else ")"))
-        else:
-            result.status, result.reason = "rejected", f"validation failed: {why}"
-            ctx.log(f"{name}: rejected ({result.reason})")
+        result.status, result.reason = ("validated", "") if ok else ("rejected", f"validation failed: {why}")
+        _log_check(ctx, name, result)
 
 
 # --- 5. benchmark ------------------------------------------------------------------------------
-def measure(call: Callable[[], object], batch: int, *, seconds: float, max_iters: int, raw: bool = False):
-    """Latency p50/p99 (ms) and throughput (rows/s) of `call` in this thread (raw=True:
-    the latencies in ms)."""
-    for _ in range(3):
-        call()
-    times = []
-    deadline = time.perf_counter() + seconds
-    while len(times) < max_iters and (time.perf_counter() < deadline or len(times) < 5):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    lat = np.array(times) * 1000.0
-    if raw:
-        return lat
-    return {
-        "p50_ms": float(np.percentile(lat, 50)),
-        "p99_ms": float(np.percentile(lat, 99)),
-        "throughput_rps": float(batch * len(times) / (lat.sum() / 1000.0)),
-        "iterations": len(times),
-    }
+def _benchmark_gpu(ctx: BuildContext, name: str, result: VariantResult) -> None:
+    batches = conf.bench_batches("BUILD_GPU_BENCH_BATCHES")
+    feeds = graphs.seeded_inputs(ctx.signature, max(batches), seed=3, int_high=conf.get("BUILD_INT_INPUT_HIGH"))
+    try:
+        bench = gpu_checks.benchmark_variant(name, result.onnx_path, feeds, batches, signature=ctx.signature, work_dir=ctx.work_dir,
+                                             seconds=float(conf.get("BUILD_BENCH_SECONDS")))
+    except ProviderMissing as exc:  # validated on the GPU a moment ago: say so rather than fall back
+        result.benchmark = {"skipped": f"not benchmarked: {exc.reason}"}
+        ctx.log(f"{name}: benchmark skipped ({exc.reason})")
+        return
+    result.benchmark = bench
+    for mode, per_batch in bench["modes"].items():
+        ctx.log(f"{name} [{mode}]: " + ", ".join(f"b{b} p50 {s['p50_ms']:.3f} ms {s['throughput_p50_rps']:,.0f}/s" for b, s in per_batch.items()))
+    for mode, note in bench["notes"].items():
+        ctx.log(f"{name} [{mode}]: {note}")
 
 
 def benchmark(ctx: BuildContext) -> None:
@@ -401,11 +318,12 @@ def benchmark(ctx: BuildContext) -> None:
             ctx.eager_benchmark[str(batch)] = measure(eager_call, batch, seconds=seconds, max_iters=max_iters)
         ctx.log("PyTorch eager: " + ", ".join(f"b{b} {ctx.eager_benchmark[str(b)]['p50_ms']:.3f} ms" for b in batches))
     for name, result in ctx.variants.items():
+        if name in GPU_VARIANTS and result.status == "skipped":
+            result.benchmark = {"skipped": result.reason}
         if result.status != "validated":
             continue
         if name in GPU_VARIANTS:
-            result.benchmark = {"skipped": "GPU-only variant: CPU latency says nothing about its GPU latency; measured on a GPU pool"}
-            ctx.log(f"{name}: benchmark skipped (GPU-only)")
+            _benchmark_gpu(ctx, name, result)
             continue
         sess = graphs.session(result.onnx_path, threads=threads)
         out_name = sess.get_outputs()[0].name
@@ -434,11 +352,16 @@ def package(ctx: BuildContext) -> None:
         staged = ctx.work_dir / "package" / model_name
         (staged / "1").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(result.onnx_path, staged / "1" / "model.onnx")
+        plan = None
         if name in CPU_VARIANTS:
             shutil.copyfile(ADAPTER, staged / "1" / "model.py")
+        else:
+            # Batching and accelerators from this variant's measured GPU curve (a stated default without one).
+            plan = gpu_serving.plan(name, ctx.signature, curve=gpu_measure.curve(result.benchmark))
+            ctx.log(f"{name}: max batch {plan['max_batch_size']}, preferred {plan['preferred_batch_sizes']} ({plan['basis']})")
         config = triton_config.build_config(
             name=model_name, signature=ctx.signature, variant=name, max_batch_size=int(conf.get("BUILD_MAX_BATCH_SIZE")),
-            cpu_threads=int(conf.get("BUILD_BENCH_THREADS")),
+            cpu_threads=int(conf.get("BUILD_BENCH_THREADS")), gpu_plan=plan,
         )
         text = triton_config.to_text(config)
         if triton_config.parse(text) != config:

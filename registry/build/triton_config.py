@@ -5,6 +5,8 @@ from __future__ import annotations
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from registry.build.gpu import serving as gpu_serving
+
 DTYPES = {
     "float32": mc.TYPE_FP32, "float16": mc.TYPE_FP16, "float64": mc.TYPE_FP64, "int64": mc.TYPE_INT64,
     "int32": mc.TYPE_INT32, "int8": mc.TYPE_INT8, "uint8": mc.TYPE_UINT8, "bool": mc.TYPE_BOOL,
@@ -27,14 +29,23 @@ def _tensor(spec: dict, batched: bool, cls):
 
 
 def build_config(*, name: str, signature: dict, variant: str, max_batch_size: int = 512, cpu_threads: int = 1,
-                 instance_count: int = 1) -> mc.ModelConfig:
-    """The ModelConfig for one packaged variant (see registry/build/__init__.py for the layout)."""
+                 instance_count: int = 1, gpu_plan: dict | None = None) -> mc.ModelConfig:
+    """The ModelConfig for one packaged variant (see registry/build/__init__.py for the layout).
+
+    GPU variants: `gpu_plan` (registry/build/gpu/serving.plan) decides max_batch_size, the
+    preferred batch sizes and the execution accelerators; without one, serving.plan's
+    stated defaults apply."""
+    if variant not in ("onnx-fp32", "onnx-int8") and gpu_plan is None:
+        gpu_plan = gpu_serving.plan(variant, signature)
+    preferred = PREFERRED_BATCH_SIZES
+    if gpu_plan is not None:
+        max_batch_size, preferred = gpu_plan["max_batch_size"], tuple(gpu_plan["preferred_batch_sizes"])
     batched = all(spec["shape"] and spec["shape"][0] in (-1, None) for spec in signature["inputs"] + signature["outputs"])
     config = mc.ModelConfig(name=name, max_batch_size=max_batch_size if batched else 0)
     config.input.extend(_tensor(s, batched, mc.ModelInput) for s in signature["inputs"])
     config.output.extend(_tensor(s, batched, mc.ModelOutput) for s in signature["outputs"])
     if batched:
-        config.dynamic_batching.preferred_batch_size.extend(b for b in PREFERRED_BATCH_SIZES if b <= max_batch_size)
+        config.dynamic_batching.preferred_batch_size.extend(b for b in preferred if b <= max_batch_size)
         config.dynamic_batching.max_queue_delay_microseconds = QUEUE_DELAY_US
     if variant in ("onnx-fp32", "onnx-int8"):
         # Local CPU pools: the python backend runs the ONNX through ONNX Runtime (platform/triton/).
@@ -47,11 +58,12 @@ def build_config(*, name: str, signature: dict, variant: str, max_batch_size: in
         config.platform = "onnxruntime_onnx"
         config.backend = "onnxruntime"
         config.default_model_filename = "model.onnx"
+        # No `gpus` list: `instance_count` instances on each GPU the replica sees.
         config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=instance_count)
-        if variant == "tensorrt":
-            accel = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
-            accel.parameters["precision_mode"] = "FP16"
-            accel.parameters["max_workspace_size_bytes"] = str(1 << 30)
+        for accelerator_name, parameters in gpu_plan["accelerators"]:
+            accel = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name=accelerator_name)
+            for key, value in parameters.items():
+                accel.parameters[key] = value
     return config
 
 

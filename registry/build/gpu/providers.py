@@ -1,0 +1,133 @@
+"""Which execution provider each GPU variant runs on, and sessions that prove they got it.
+
+ONNX Runtime does not fail when it cannot give a session the provider asked for: a
+session asked for [TensorRT, CUDA] without TensorRT installed silently becomes
+[CUDA, CPU], and one asked for CUDA on the CPU build becomes [CPU]. `open_session`
+therefore checks `session.get_providers()` and raises ProviderMissing with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from registry.build.gpu import serving
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+
+# The provider each GPU variant's Triton config names (triton_config writes it from serving.py).
+VARIANT_PROVIDER = {"onnx-fp32-gpu": CUDA, "onnx-fp16": CUDA, "tensorrt": TENSORRT}
+GPU_PROVIDERS = (CUDA, TENSORRT)
+LEVELS = ("none", "basic", "extended", "all")
+
+
+class ProviderMissing(Exception):
+    """The session did not get the execution provider asked for; `reason` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def requested_providers(variant: str, signature: dict | None = None, *, trt_cache_dir: Path | None = None,
+                        trt_max_batch: int = 4096, trt_opt_batch: int = 512, cuda_graph: bool = False) -> list[tuple[str, dict]]:
+    """(provider, options) in priority order, as ONNX Runtime's Python API takes them; the
+    options are the ones the variant's Triton config sets (serving.py), so what is
+    validated is what is served."""
+    provider = VARIANT_PROVIDER.get(variant, CPU)
+    if provider == CPU:
+        return [(CPU, {})]
+    cuda = dict(serving.cuda_parameters(variant))
+    if cuda_graph:
+        cuda["enable_cuda_graph"] = "1"
+    if provider == CUDA:
+        return [(CUDA, cuda)]
+    params = serving.tensorrt_parameters(signature or {"inputs": []}, max_batch=trt_max_batch, opt_batch=trt_opt_batch,
+                                         cache_dir=str(trt_cache_dir) if trt_cache_dir else serving.TENSORRT_CACHE_DIR)
+    if trt_cache_dir:
+        Path(trt_cache_dir).mkdir(parents=True, exist_ok=True)
+    return [(TENSORRT, serving.ort_tensorrt_options(params)), (CUDA, cuda)]
+
+
+def available() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+def runtime_line() -> str:
+    import onnxruntime as ort
+
+    return f"onnxruntime {ort.__version__} ({ort.get_device()}), providers {', '.join(available())}"
+
+
+def check_providers(session, requested: list[str]) -> list[str]:
+    """The providers `session` got; ProviderMissing when the first one asked for is not
+    among them (a silent fallback)."""
+    got = list(session.get_providers())
+    if requested[0] not in got:
+        hint = ""
+        if requested[0] == TENSORRT:
+            hint = ": TensorRT is not installed (or does not load) on this host, and the variant is not validated on CUDA in its place"
+        elif requested[0] == CUDA:
+            hint = ": no usable GPU for ONNX Runtime here"
+        raise ProviderMissing(f"asked ONNX Runtime for {' > '.join(requested)}; the session got {' > '.join(got) or 'nothing'}{hint}")
+    return got
+
+
+def open_session(path: Path, providers: list[tuple[str, dict]], *, threads: int = 1, level: str = "all",
+                 profile_prefix: Path | None = None):
+    """An InferenceSession on `providers` that really got the first of them."""
+    import onnxruntime as ort
+
+    names = [name for name, _ in providers]
+    if names[0] != CPU and names[0] not in available():
+        raise ProviderMissing(
+            f"{names[0]} is not in this ONNX Runtime ({runtime_line()}): "
+            + ("the CPU build has no GPU providers; a build-gpu worker needs onnxruntime-gpu" if ort.get_device() == "CPU"
+               else "this onnxruntime build lacks it")
+        )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    options.graph_optimization_level = {
+        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[level]
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_prefix)
+    session = ort.InferenceSession(str(path), options, providers=[(name, opts) if opts else name for name, opts in providers])
+    check_providers(session, names)
+    return session
+
+
+def placement(session) -> dict:
+    """Where the nodes of a profiled session ran (after at least one run): node count per
+    provider, and the CPU nodes by op type. Ends the session's profiling."""
+    profile = Path(session.end_profiling())
+    try:
+        events = json.loads(profile.read_text())
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(profile)
+    nodes: dict[str, dict] = {}
+    for event in events:
+        args = event.get("args") or {}
+        if event.get("cat") == "Node" and args.get("provider") and event.get("name", "").endswith("_kernel_time"):
+            nodes[event["name"][: -len("_kernel_time")]] = {"provider": args["provider"], "op": args.get("op_name", "")}
+    per_provider: dict[str, int] = {}
+    cpu_ops: dict[str, int] = {}
+    for node in nodes.values():
+        per_provider[node["provider"]] = per_provider.get(node["provider"], 0) + 1
+        if node["provider"] == CPU:
+            cpu_ops[node["op"]] = cpu_ops.get(node["op"], 0) + 1
+    return {"nodes_per_provider": per_provider, "cpu_ops": cpu_ops}
