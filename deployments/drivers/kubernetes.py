@@ -17,12 +17,14 @@ import yaml
 from kubernetes import client
 
 from deployments.drivers.base import DriverError, PoolDriver, PoolSpec, ReplicaInfo
+from registry.build.gpu.serving import TENSORRT_CACHE_DIR
 
 FIELD_MANAGER = "modelplane"
 APPLY = "application/apply-patch+yaml"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MOUNT = "/models"
 PRE_STOP_S = 10
+TENSORRT_CACHE_SIZE = "8Gi"
 
 
 def object_name(spec: PoolSpec) -> str:
@@ -70,6 +72,10 @@ def render_deployment(spec: PoolSpec) -> client.V1Deployment:
     if gpu:
         limits["nvidia.com/gpu"] = str(spec.gpus_per_replica)
         requests["nvidia.com/gpu"] = str(spec.gpus_per_replica)
+        # Where the GPU variants' configs keep TensorRT engines and timing caches: built on
+        # a model's first load in the pod, reused by every reload (a rollout, a restart).
+        volumes.append(client.V1Volume(name="tensorrt-cache", empty_dir=client.V1EmptyDirVolumeSource(size_limit=TENSORRT_CACHE_SIZE)))
+        mounts.append(client.V1VolumeMount(name="tensorrt-cache", mount_path=TENSORRT_CACHE_DIR))
     if "memory" in requests:
         limits["memory"] = requests["memory"]
     args = [

@@ -84,7 +84,7 @@ def compare(reference: np.ndarray, out: np.ndarray, labels: np.ndarray | None = 
     reference = np.asarray(reference, dtype=np.float64)
     out = np.asarray(out, dtype=np.float64).reshape(reference.shape)
     nan_count = int(np.size(out) - np.isfinite(out).sum())
-    evidence = {"nan_count": nan_count, "max_abs_error": None, "max_rel_error": None, "mean_abs_error": None}
+    evidence = {"values": int(out.size), "nan_count": nan_count, "max_abs_error": None, "max_rel_error": None, "mean_abs_error": None}
     if nan_count < out.size:
         diff = np.abs(out - reference)
         evidence.update(
@@ -102,7 +102,7 @@ def compare(reference: np.ndarray, out: np.ndarray, labels: np.ndarray | None = 
 def judge(evidence: dict, tolerance: Tolerance, *, classifier: bool) -> tuple[bool, str, dict]:
     """(passed, why not, threshold) for one compared variant."""
     if evidence["nan_count"]:
-        return False, f"the variant outputs NaN/Inf on {evidence['nan_count']} values", {}
+        return False, f"the variant outputs NaN/Inf on {evidence['nan_count']} of {evidence['values']} values", {}
     max_abs, auc_delta, max_rel = evidence.get("max_abs_error"), evidence.get("auc_delta"), evidence.get("max_rel_error")
     if tolerance.kind == "exact":
         ok = max_abs is not None and max_abs <= tolerance.max_abs

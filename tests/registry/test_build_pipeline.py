@@ -78,19 +78,38 @@ def test_build_of_uploaded_onnx_yields_servable_fp32_and_int8(alice, ranker, onn
     assert set(transitions) >= {"queued", "running", "succeeded"}
 
 
-def test_gpu_targets_validate_what_a_cpu_can_and_skip_the_rest_visibly(alice, ranker, onnx_path):
+def test_on_a_worker_without_a_gpu_gpu_targets_are_skipped_with_the_reason_and_not_servable(alice, ranker, onnx_path):
     version = upload_version(alice, ranker, onnx_path)
-    build = _build(alice, version, targets=["onnx-fp16", "tensorrt"])
+    build = _build(alice, version, targets=["onnx-fp32", "onnx-fp32-gpu", "onnx-fp16", "tensorrt"])
+    assert build.status == BuildStatus.SUCCEEDED, build.error  # onnx-fp32 is servable
     artifacts = {a.variant: a for a in build.artifacts.all()}
-    fp16, trt = artifacts["onnx-fp16"], artifacts["tensorrt"]
-    assert fp16.status == "servable" and fp16.validation["passed"] and fp16.validation["max_abs_error"] < 1e-2
-    assert "GPU-only" in fp16.benchmark["skipped"]
-    assert trt.status == "skipped" and "no GPU" in trt.status_reason and "skipped" in trt.validation
-    config = triton_config.parse((storage.absolute(trt.path) / "config.pbtxt").read_text())
-    accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert artifacts["onnx-fp32"].status == "servable"
+    for variant, provider in (("onnx-fp32-gpu", "CUDAExecutionProvider"), ("onnx-fp16", "CUDAExecutionProvider"),
+                              ("tensorrt", "TensorrtExecutionProvider")):
+        artifact = artifacts[variant]
+        assert artifact.status == "skipped" and artifact.status_reason.startswith(f"not validated on {provider}")
+        assert "the CPU build has no GPU providers" in artifact.status_reason
+        assert "passed" not in artifact.validation and artifact.benchmark == {"skipped": artifact.status_reason}
+        config = triton_config.parse((storage.absolute(artifact.path) / "config.pbtxt").read_text())
+        assert config.platform == "onnxruntime_onnx" and config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+        assert config.max_batch_size == 4096 and list(config.dynamic_batching.preferred_batch_size) == [32, 512, 4096]  # stated default
+        assert not (storage.absolute(artifact.path) / "1" / "model.py").exists()
+    # Evidence a CPU can give (does the graph run, how far are its outputs), not a validation.
+    assert artifacts["onnx-fp16"].validation["cpu_check"]["max_abs_error"] < 1e-2
+    accelerator = triton_config.parse((storage.absolute(artifacts["tensorrt"].path) / "config.pbtxt").read_text()) \
+        .optimization.execution_accelerators.gpu_execution_accelerator[0]
     assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
-    assert config.platform == "onnxruntime_onnx" and config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
-    assert not (storage.absolute(trt.path) / "1" / "model.py").exists()
+    assert accelerator.parameters["trt_engine_cache_enable"] == "1"
+    assert "onnx-fp32-gpu: skipped (not validated on CUDAExecutionProvider" in build.stages[3]["log"]
+
+
+def test_a_build_of_gpu_targets_alone_on_a_cpu_worker_fails_with_the_reason(alice, ranker, onnx_path):
+    version = upload_version(alice, ranker, onnx_path)
+    build = _build(alice, version, targets=["onnx-fp16"])
+    assert build.status == BuildStatus.FAILED
+    assert build.error.startswith("no variant passed validation: onnx-fp16: not validated on CUDAExecutionProvider")
+    version.refresh_from_db()
+    assert version.status != VersionStatus.READY
 
 
 def test_truncated_source_fails_the_build_and_publishes_nothing(alice, ranker, onnx_path):
