@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback clean lint
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-gpu clean lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ bench-gateway: install
 
 bench-rollback: install
 	$(PY) -m bench rollback
+
+# The GPU check (runs anywhere; on a machine without a GPU its GPU rows say why they are skipped).
+bench-gpu: install
+	$(PY) -m bench gpu --reference
 
 clean:
 	rm -rf $(VENV) $(VAR_DIR)

@@ -76,6 +76,24 @@ def test_deployment_runs_triton_with_gpu_readiness_probe_and_repository_volume()
     assert "nvidia.com/gpu" not in json.dumps(cpu_container)
 
 
+def test_a_gpu_pool_asks_for_gpus_tolerates_their_taint_and_keeps_tensorrt_engines():
+    from registry.build.gpu.serving import TENSORRT_CACHE_DIR
+
+    deployment = render(spec(gpus_per_replica=2))[0]
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert container["image"].startswith("nvcr.io/nvidia/tritonserver:") and container["image"].endswith("-py3")  # the GPU build
+    assert "--allow-gpu-metrics=true" in container["args"]
+    # The directory the GPU variants' configs name for TensorRT engine and timing caches is writable.
+    assert {"name": "tensorrt-cache", "mountPath": TENSORRT_CACHE_DIR} in container["volumeMounts"]
+    assert {"name": "tensorrt-cache", "emptyDir": {"sizeLimit": "8Gi"}} in pod["volumes"]
+    cpu_pod = render(spec(device_kind="cpu", gpus_per_replica=0, model_repository="s3://b/r"))[0]["spec"]["template"]["spec"]
+    assert "tensorrt-cache" not in json.dumps(cpu_pod) and not cpu_pod.get("tolerations")
+
+
 @pytest.mark.django_db
 def test_render_pool_command_prints_valid_yaml(deployer, team_a):
     from deployments import services
