@@ -24,6 +24,7 @@ seeded inputs with labels drawn from the reference's probabilities, as the build
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -208,7 +209,10 @@ def check_numerics(variant: str, path: Path, feeds: dict, reference: np.ndarray,
     """The validate stage's comparison, on the provider the variant is served with."""
     tolerance = numerics.tolerance_for(numerics.VARIANT_KIND.get(variant, "lowp"))
     if variant in CPU_VARIANTS:
-        out = checks.run_rows(open_session(path, [(CPU, {})], threads=cpu_threads), feeds)
+        try:
+            out = checks.run_rows(open_session(path, [(CPU, {})], threads=cpu_threads), feeds)
+        except Exception as exc:  # one variant's failure is a row, not the end of the run
+            return {"status": "rejected", "reason": f"fails to run on {CPU}: {_error(exc)}", "execution_provider": CPU}
         evidence = {"execution_provider": CPU, "providers": [CPU], **numerics.compare(reference, out, labels, base)}
         ok, why, threshold = numerics.judge(evidence, tolerance, classifier=labels is not None)
         return {"status": "validated" if ok else "rejected", "reason": "" if ok else why, "threshold": threshold, **evidence}
@@ -224,8 +228,11 @@ def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int
         if variant in CPU_VARIANTS:
             label = f"{variant} (CPU, {args.cpu_threads} threads)"
             progress(f"benchmark {label}")
-            engines[label] = {"variant": variant, **measure_variant(path, [(CPU, {})], feeds, batches, seconds=args.seconds,
-                                                                       modes=("host-io",), threads=args.cpu_threads)}
+            try:
+                engines[label] = {"variant": variant, **measure_variant(path, [(CPU, {})], feeds, batches, seconds=args.seconds,
+                                                                           modes=("host-io",), threads=args.cpu_threads)}
+            except Exception as exc:  # a row, not the end of the run
+                engines[label] = {"variant": variant, "skipped": f"failed: {_error(exc)}"}
             if variant == "onnx-fp32":
                 # What serving the CPU-optimized graph on a GPU would give (its fused nodes have no CUDA kernels).
                 label = "onnx-fp32 CPU graph on CUDA"
@@ -235,6 +242,8 @@ def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int
                                                                                modes=("iobinding",))}
                 except ProviderMissing as exc:
                     engines[label] = {"variant": variant, "skipped": exc.reason}
+                except Exception as exc:  # a row, not the end of the run
+                    engines[label] = {"variant": variant, "skipped": f"failed: {_error(exc)}"}
             continue
         label = variant
         if results[variant]["status"] == "skipped":
@@ -247,8 +256,13 @@ def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int
         except ProviderMissing as exc:
             engines[label] = {"variant": variant, "skipped": exc.reason}
         except Exception as exc:  # one variant's failure is a row, not the end of the run
-            engines[label] = {"variant": variant, "skipped": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            engines[label] = {"variant": variant, "skipped": f"failed: {_error(exc)}"}
     return engines
+
+
+def _error(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
 def _rate(rps: float) -> str:
@@ -376,25 +390,30 @@ def _run(args, host: dict, work: Path) -> int:
                                           signature=signature, work=work, cpu_threads=args.cpu_threads)
     engines = run_benchmarks(variants, results, feeds, args.batches, args, signature, work)
     if eager_model is not None:
-        progress(f"benchmark PyTorch eager fp32 on {info['device']}")
-        engines[f"pytorch eager fp32 ({info['device']})"] = {"variant": "pytorch", **eager_benchmark(eager_model, info["device"], feeds, args.batches, args.seconds)}
+        label = f"pytorch eager fp32 ({info['device']})"
+        progress(f"benchmark {label}")
+        try:
+            engines[label] = {"variant": "pytorch", **eager_benchmark(eager_model, info["device"], feeds, args.batches, args.seconds)}
+        except Exception as exc:  # a row, not the end of the run
+            engines[label] = {"variant": "pytorch", "skipped": f"failed: {_error(exc)}"}
     plans = {}
     for variant in variants:
         if variant in GPU_VARIANTS:
             measured = curve(engines.get(variant, {}))
             plans[variant] = serving.plan(variant, signature, curve=measured)
+    goal_rows = goals(results, engines, args.batches)
+    payload = {"host": host, "batches": args.batches, "seconds": args.seconds, "cpu_threads": args.cpu_threads,
+               "reference": {"graph": str(reference_graph), "rows": int(reference.shape[0]), "inputs": source, **base}, **info,
+               "numerics": results, "benchmarks": engines, "serving_plans": plans, "goals": goal_rows}
+    written = write_json("gpu", json.loads(json.dumps(payload, default=str)))  # written before printing: nothing measured is lost
     print_tables(results, engines, args.batches)
     print("\nserving plan the factory writes into each GPU variant's config.pbtxt")
     for variant, plan in plans.items():
         accelerators = "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in params.items())}" for name, params in plan["accelerators"]) or "none"
         print(f"  {variant}: max_batch_size {plan['max_batch_size']}, preferred {plan['preferred_batch_sizes']} ({plan['basis']}); accelerators: {accelerators}")
-    goal_rows = goals(results, engines, args.batches)
     print("\ngoals (issue 16, on an H100)")
     print_table(["goal", "measured", "met"], [[g["goal"], _fmt_goal(g["measured"]), {True: "yes", False: "NO", None: "not measured"}[g["met"]]] for g in goal_rows])
-    payload = {"host": host, "batches": args.batches, "seconds": args.seconds, "cpu_threads": args.cpu_threads,
-               "reference": {"graph": str(reference_graph), "rows": int(reference.shape[0]), "inputs": source, **base}, **info,
-               "numerics": results, "benchmarks": engines, "serving_plans": plans, "goals": goal_rows}
-    print(f"wrote {write_json('gpu', payload)}")
+    print(f"wrote {written}")
     return 0
 
 

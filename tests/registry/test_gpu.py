@@ -71,7 +71,7 @@ class _FellBack:
     def __init__(self, got):
         self.got = got
 
-    def __call__(self, path, options=None, providers=None):
+    def __call__(self, path, options=None, providers=None, **kwargs):
         asked = [p[0] if isinstance(p, tuple) else p for p in providers]
         session = REAL_SESSION(path, options, providers=["CPUExecutionProvider"])
         if asked == ["CPUExecutionProvider"]:
@@ -144,6 +144,25 @@ def test_without_onnxruntime_gpu_every_gpu_variant_is_skipped_with_the_reason(fa
         assert check.status == "skipped" and check.reason.startswith(f"not validated on {provider}: {provider} is not in this ONNX Runtime")
         assert "the CPU build has no GPU providers" in check.reason and check.evidence["skipped"]
         assert check.evidence["cpu_check"]["ran"] and check.evidence["cpu_check"]["max_abs_error"] < 1e-2
+
+
+def test_a_session_that_lost_the_options_asked_for_is_refused():
+    """After a failed session creation ORT's Python API can retry with default options
+    (CUDA graphs or TF32 quietly gone): a stand-in session reporting what such a retry
+    reports must not count as the session asked for."""
+
+    class Retried:
+        def get_providers(self):
+            return [providers.CUDA, providers.CPU]
+
+        def get_provider_options(self):
+            return {providers.CUDA: {"enable_cuda_graph": "0", "use_tf32": "1", "device_id": "0"}}
+
+    with pytest.raises(providers.ProviderMissing, match="runs with .*enable_cuda_graph.*not the enable_cuda_graph=1"):
+        providers.check_options(Retried(), providers.CUDA, {"use_tf32": "1", "enable_cuda_graph": "1"})
+    with pytest.raises(providers.ProviderMissing, match="use_tf32"):
+        providers.check_options(Retried(), providers.CUDA, {"use_tf32": "0"})
+    providers.check_options(Retried(), providers.CUDA, {"use_tf32": "true", "some_unreported_key": "x"})
 
 
 # --- measurement -------------------------------------------------------------------------------

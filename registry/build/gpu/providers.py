@@ -105,9 +105,32 @@ def open_session(path: Path, providers: list[tuple[str, dict]], *, threads: int 
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = str(profile_prefix)
-    session = ort.InferenceSession(str(path), options, providers=[(name, opts) if opts else name for name, opts in providers])
+    # enable_fallback=0: ORT's Python API otherwise retries a session it cannot create (CUDA
+    # graphs refused, TensorRT missing) or a run that failed on the EP with fallback
+    # providers and default options, saying so only on stdout.
+    session = ort.InferenceSession(str(path), options, providers=[(name, opts) if opts else name for name, opts in providers],
+                                   enable_fallback=0)
     check_providers(session, names)
+    check_options(session, names[0], providers[0][1])
     return session
+
+
+# Switches whose loss changes what is measured; paths and shape strings ORT may reformat.
+CHECKED_OPTIONS = {"enable_cuda_graph", "use_tf32", "trt_fp16_enable", "trt_int8_enable", "trt_engine_cache_enable", "trt_cuda_graph_enable"}
+
+
+def _flag(value) -> str:
+    text = str(value).strip()
+    return {"true": "1", "false": "0"}.get(text.lower(), text)
+
+
+def check_options(session, provider: str, asked: dict) -> None:
+    """ProviderMissing when the session's `provider` runs with other values than asked for
+    (the options ONNX Runtime reports back; keys it does not report cannot be checked)."""
+    got = (session.get_provider_options() or {}).get(provider, {})
+    differ = {key: got[key] for key, value in asked.items() if key in CHECKED_OPTIONS and key in got and _flag(got[key]) != _flag(value)}
+    if differ:
+        raise ProviderMissing(f"{provider} runs with {differ}, not the {', '.join(f'{k}={asked[k]}' for k in differ)} asked for")
 
 
 def placement(session) -> dict:
