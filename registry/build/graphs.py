@@ -65,7 +65,8 @@ def pin_opset(model: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto, str]
     return converted, f"opset {current} -> {opset}"
 
 
-def session(path_or_bytes, *, threads: int = 1, level: str = "all", optimized_out: Path | None = None, providers=None):
+def session_options(*, threads: int = 1, level: str = "all"):
+    """Sequential execution on `threads` intra-op threads, ORT's graph optimizer at `level`."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -79,6 +80,13 @@ def session(path_or_bytes, *, threads: int = 1, level: str = "all", optimized_ou
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[level]
+    return options
+
+
+def session(path_or_bytes, *, threads: int = 1, level: str = "all", optimized_out: Path | None = None, providers=None):
+    import onnxruntime as ort
+
+    options = session_options(threads=threads, level=level)
     if optimized_out is not None:
         options.optimized_model_filepath = str(optimized_out)
     source = str(path_or_bytes) if isinstance(path_or_bytes, Path) else path_or_bytes

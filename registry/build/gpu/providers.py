@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from registry.build.gpu import serving
+from registry.build.graphs import session_options
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -22,7 +23,6 @@ TENSORRT = "TensorrtExecutionProvider"
 # The provider each GPU variant's Triton config names (triton_config writes it from serving.py).
 VARIANT_PROVIDER = {"onnx-fp32-gpu": CUDA, "onnx-fp16": CUDA, "tensorrt": TENSORRT}
 GPU_PROVIDERS = (CUDA, TENSORRT)
-LEVELS = ("none", "basic", "extended", "all")
 
 
 class ProviderMissing(Exception):
@@ -91,17 +91,7 @@ def open_session(path: Path, providers: list[tuple[str, dict]], *, threads: int 
             + ("the CPU build has no GPU providers; a build-gpu worker needs onnxruntime-gpu" if ort.get_device() == "CPU"
                else "this onnxruntime build lacks it")
         )
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3
-    options.graph_optimization_level = {
-        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }[level]
+    options = session_options(threads=threads, level=level)
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = str(profile_prefix)
