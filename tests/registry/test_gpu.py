@@ -214,3 +214,21 @@ def test_gpu_configs_carry_the_plan_and_parse_back_with_tritons_protobuf():
     assert trt["trt_profile_opt_shapes"] == trt["trt_profile_max_shapes"] == "dense:4096x13,sparse:4096x26"
     # ORT gets the same options in the validating session (the backend's own key mapping).
     assert serving.ort_tensorrt_options(trt)["trt_fp16_enable"] == "1" and "precision_mode" not in serving.ort_tensorrt_options(trt)
+
+
+def test_the_package_stage_sizes_batching_from_each_gpu_variants_own_measured_curve(factory_graphs, tmp_path):
+    def measured(curve):
+        return {"modes": {"iobinding": {str(b): {"p50_ms": b / rps * 1e3, "throughput_p50_rps": rps} for b, rps in curve.items()}}}
+
+    ctx = _validate_ctx(tmp_path, factory_graphs, ["onnx-fp16", "tensorrt"])
+    ctx.variants["onnx-fp16"].status, ctx.variants["onnx-fp16"].benchmark = "validated", measured(H100_FP16)
+    ctx.variants["tensorrt"].status = "validated"
+    ctx.variants["tensorrt"].benchmark = measured({1: 2e4, 32: 6e5, 512: 9.5e6, 4096: 1e7})
+    stages.package(ctx)
+    fp16 = triton_config.parse((ctx.variants["onnx-fp16"].package_dir / "config.pbtxt").read_text())
+    trt = triton_config.parse((ctx.variants["tensorrt"].package_dir / "config.pbtxt").read_text())
+    assert fp16.max_batch_size == 4096 and list(fp16.dynamic_batching.preferred_batch_size) == [512, 4096]
+    assert trt.max_batch_size == 512 and list(trt.dynamic_batching.preferred_batch_size) == [512]
+    parameters = trt.optimization.execution_accelerators.gpu_execution_accelerator[0].parameters
+    assert parameters["trt_profile_max_shapes"] == parameters["trt_profile_opt_shapes"] == "dense:512x13,sparse:512x26"
+    assert ctx.variants["onnx-fp16"].status == "servable"
