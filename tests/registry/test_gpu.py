@@ -97,8 +97,8 @@ def gpu_host(monkeypatch, settings):
     settings.BUILD_VALIDATION_ROWS = 256
     monkeypatch.setattr(providers, "available", lambda: [providers.TENSORRT, providers.CUDA, providers.CPU])
 
-    def install(got):
-        monkeypatch.setattr(ort, "InferenceSession", _FellBack(got))
+    def install(got=None, *, session=None):
+        monkeypatch.setattr(ort, "InferenceSession", session or _FellBack(got))
 
     return install
 
@@ -144,6 +144,23 @@ def test_without_onnxruntime_gpu_every_gpu_variant_is_skipped_with_the_reason(fa
         assert check.status == "skipped" and check.reason.startswith(f"not validated on {provider}: {provider} is not in this ONNX Runtime")
         assert "the CPU build has no GPU providers" in check.reason and check.evidence["skipped"]
         assert check.evidence["cpu_check"]["ran"] and check.evidence["cpu_check"]["max_abs_error"] < 1e-2
+
+
+def test_a_provider_whose_libraries_do_not_load_is_missing_not_the_variants_fault(gpu_host, factory_graphs, tmp_path):
+    """Stand-in for ORT's GPU build raising while it loads TensorRT (no GPU here)."""
+
+    def failing(path, options=None, providers=None, **kwargs):
+        if providers and providers != ["CPUExecutionProvider"]:
+            raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Failed to load library libonnxruntime_providers_tensorrt.so with error: "
+                               "libnvinfer.so.10: cannot open shared object file: No such file or directory")
+        return REAL_SESSION(path, options, providers=providers)
+
+    gpu_host(session=failing)
+    ctx = _validate_ctx(tmp_path, factory_graphs, ["tensorrt"])
+    stages.validate(ctx)
+    result = ctx.variants["tensorrt"]
+    assert result.status == "skipped" and "TensorrtExecutionProvider cannot be loaded on this host" in result.reason
+    assert "libnvinfer.so.10" in result.reason
 
 
 def test_a_session_that_lost_the_options_asked_for_is_refused():

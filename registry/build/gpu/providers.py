@@ -25,6 +25,13 @@ VARIANT_PROVIDER = {"onnx-fp32-gpu": CUDA, "onnx-fp16": CUDA, "tensorrt": TENSOR
 GPU_PROVIDERS = (CUDA, TENSORRT)
 
 
+# ONNX Runtime's words when a provider's libraries or device are missing (not the graph's fault).
+UNAVAILABLE_SIGNS = (
+    "cannot open shared object file", "Failed to load library", "libnvinfer", "CUDA_PATH is set", "Please install TensorRT",
+    "no CUDA-capable device", "CUDA driver version is insufficient", "cudaErrorNoDevice", "cudaErrorInsufficientDriver",
+)
+
+
 class ProviderMissing(Exception):
     """The session did not get the execution provider asked for; `reason` says why."""
 
@@ -98,8 +105,14 @@ def open_session(path: Path, providers: list[tuple[str, dict]], *, threads: int 
     # enable_fallback=0: ORT's Python API otherwise retries a session it cannot create (CUDA
     # graphs refused, TensorRT missing) or a run that failed on the EP with fallback
     # providers and default options, saying so only on stdout.
-    session = ort.InferenceSession(str(path), options, providers=[(name, opts) if opts else name for name, opts in providers],
-                                   enable_fallback=0)
+    try:
+        session = ort.InferenceSession(str(path), options, providers=[(name, opts) if opts else name for name, opts in providers],
+                                       enable_fallback=0)
+    except Exception as exc:  # ORT raises plain RuntimeErrors (Fail, EPFail, …) for both kinds of failure
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        if any(sign in str(exc) for sign in UNAVAILABLE_SIGNS):
+            raise ProviderMissing(f"{names[0]} cannot be loaded on this host: {first}") from exc
+        raise
     check_providers(session, names)
     check_options(session, names[0], providers[0][1])
     return session
