@@ -193,6 +193,23 @@ def test_measurement_runs_host_io_and_io_binding_and_says_why_there_is_no_cuda_g
     assert measure.best_mode(result) == "iobinding" and set(measure.curve(result)) == {1, 8}
 
 
+def test_cuda_graph_measurement_binds_each_batch_and_checks_replayed_outputs(factory_graphs, monkeypatch):
+    """The CUDA-graph path with a CPU session standing in for the graph-enabled CUDA one
+    (no GPU here; ORT ignores gpu_graph_id on the CPU): one binding and graph id per batch,
+    outputs read back and compared with a plain run; a wrong output drops the mode."""
+    monkeypatch.setattr(measure, "open_session", lambda path, providers_, **kw: REAL_SESSION(str(path), providers=["CPUExecutionProvider"]))
+    session = REAL_SESSION(str(factory_graphs["fused"]), providers=["CPUExecutionProvider"])
+    feeds = seeded_inputs(SIGNATURE, 8)
+    reference = {b: (part := {k: v[:b] for k, v in feeds.items()}, {"ctr": session.run(["ctr"], part)[0]}) for b in (1, 8)}
+    result = {"modes": {}, "notes": {}}
+    measure._measure_graphs(factory_graphs["fused"], [], reference, [1, 8], 0.01, 1000, result, device="cpu")
+    assert set(result["modes"]["cuda-graph"]) == {"1", "8"} and result["cuda_graph_max_abs_diff"] == 0.0
+    wrong = {b: (part, {"ctr": out["ctr"] + 0.5}) for b, (part, out) in reference.items()}
+    result = {"modes": {}, "notes": {}}
+    measure._measure_graphs(factory_graphs["fused"], [], wrong, [1, 8], 0.01, 1000, result, device="cpu")
+    assert "cuda-graph" not in result["modes"] and "replayed outputs differ from a plain run at batch [1, 8]" in result["notes"]["cuda-graph"]
+
+
 # --- serving plan ------------------------------------------------------------------------------
 def test_batching_follows_the_measured_curve():
     rising = serving.choose_batching(H100_FP16, SIGNATURE)

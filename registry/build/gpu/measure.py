@@ -79,7 +79,7 @@ def measure_variant(path: Path, providers: list[tuple[str, dict]], feeds: dict, 
     return result
 
 
-def _measure_graphs(path, graph_providers, reference, batches, seconds, max_iters, result) -> None:
+def _measure_graphs(path, graph_providers, reference, batches, seconds, max_iters, result, device: str = "cuda") -> None:
     import onnxruntime as ort
 
     try:
@@ -87,10 +87,10 @@ def _measure_graphs(path, graph_providers, reference, batches, seconds, max_iter
     except Exception as exc:  # ORT refuses CUDA graphs when a node is not on the CUDA EP
         result["notes"]["cuda-graph"] = f"the graph does not allow CUDA graphs: {str(exc).strip().splitlines()[0][:300]}"
         return
-    per_batch, mismatch = {}, []
+    per_batch, mismatch, max_diff = {}, [], 0.0
     for graph_id, batch in enumerate(batches, start=1):  # id 0 is reserved by ONNX Runtime
         binding = graph_session.io_binding()
-        keep = _bind(graph_session, binding, *reference[batch], "cuda")
+        keep = _bind(graph_session, binding, *reference[batch], device)
         run_options = ort.RunOptions()
         run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
 
@@ -98,15 +98,22 @@ def _measure_graphs(path, graph_providers, reference, batches, seconds, max_iter
             graph_session.run_with_iobinding(b, r)
 
         per_batch[str(batch)] = measure(call, batch, seconds=seconds, max_iters=max_iters)
-        replayed = binding.copy_outputs_to_cpu()
-        for got, want in zip(replayed, reference[batch][1].values()):
-            if not np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6, equal_nan=True):
+        # A replay on stale buffers or a wrong shape gives other rows' scores; two sessions'
+        # kernels may round differently (fp16), hence a tolerance, and the difference is kept.
+        for got, want in zip(binding.copy_outputs_to_cpu(), reference[batch][1].values()):
+            got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+            if got.shape != want.shape:
+                mismatch.append(batch)
+                continue
+            max_diff = max(max_diff, float(np.max(np.abs(got - want))) if got.size else 0.0)
+            if not np.allclose(got, want, rtol=1e-3, atol=1e-3, equal_nan=True):
                 mismatch.append(batch)
         del keep
     if mismatch:
-        result["notes"]["cuda-graph"] = f"replayed outputs differ from a plain run at batch {mismatch}: not reported"
+        result["notes"]["cuda-graph"] = f"replayed outputs differ from a plain run at batch {sorted(set(mismatch))} (max abs {max_diff:.2e}): not reported"
         return
     result["modes"]["cuda-graph"] = per_batch
+    result["cuda_graph_max_abs_diff"] = max_diff
 
 
 def best_mode(result: dict) -> str | None:
