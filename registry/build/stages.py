@@ -20,7 +20,7 @@ from registry.build import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, numerics, r
 from registry.build.gpu import checks as gpu_checks
 from registry.build.gpu import measure as gpu_measure
 from registry.build.gpu import serving as gpu_serving
-from registry.build.gpu import ProviderMissing
+from registry.build.gpu.providers import ProviderMissing
 from registry.build.timing import measure
 
 ADAPTER = Path(__file__).resolve().parents[2] / "platform" / "triton" / "onnxruntime_adapter" / "model.py"

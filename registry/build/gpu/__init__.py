@@ -14,6 +14,8 @@ any GPU host run the same code.
 - serving.py    what the Triton config of a GPU variant says (batching from the measured
                 throughput curve, TensorRT engine cache and profiles, TF32).
 
+Nothing is imported here: serving.py (plain data) is read by the Kubernetes driver too.
+
 Policies:
 - A GPU variant is validated and benchmarked only on the provider its Triton config
   names. If the session does not get that provider (no GPU, ONNX Runtime's CPU build,
@@ -23,5 +25,3 @@ Policies:
   (`use_tf32=0` on the CUDA EP), held to the fp32 tolerance against CPU fp32. Speed comes
   from `onnx-fp16`/`tensorrt`, validated with the fp16 tolerance.
 """
-
-from registry.build.gpu.providers import CPU, CUDA, TENSORRT, VARIANT_PROVIDER, ProviderMissing  # noqa: F401
