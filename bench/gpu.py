@@ -221,10 +221,13 @@ def check_numerics(variant: str, path: Path, feeds: dict, reference: np.ndarray,
     return {"status": check.status, "reason": check.reason, **check.evidence}
 
 
-def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int], args, signature: dict, work: Path) -> dict:
-    """{engine label: measurement or {"skipped": why}}."""
-    engines: dict[str, dict] = {}
+def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int], args, signature: dict, work: Path, *,
+                   engines: dict | None = None, on_row=None) -> dict:
+    """Fills `engines` {label: measurement or {"skipped": why}}; `on_row()` after each variant."""
+    engines = {} if engines is None else engines
     for variant, path in variants.items():
+        if on_row is not None and engines:
+            on_row()
         if variant in CPU_VARIANTS:
             label = f"{variant} (CPU, {args.cpu_threads} threads)"
             progress(f"benchmark {label}")
@@ -257,6 +260,8 @@ def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int
             engines[label] = {"variant": variant, "skipped": exc.reason}
         except Exception as exc:  # one variant's failure is a row, not the end of the run
             engines[label] = {"variant": variant, "skipped": f"failed: {_error(exc)}"}
+    if on_row is not None:
+        on_row()
     return engines
 
 
@@ -383,12 +388,33 @@ def _run(args, host: dict, work: Path) -> int:
     progress(f"CPU fp32 reference {reference_graph} on {reference.shape[0]} rows ({source})" + (f": AUC {base['auc']:.4f}" if base else ""))
     if len(next(iter(feeds.values()))) < max(args.batches):
         feeds = {k: np.concatenate([v] * (max(args.batches) // len(v) + 1))[: max(args.batches)] for k, v in feeds.items()}
-    results = {}
+    results, engines = {}, {}
+    # Saved after every step (complete: false until the end): a run cut short keeps what it measured.
+    payload = {"complete": False, "host": host, "batches": args.batches, "seconds": args.seconds, "cpu_threads": args.cpu_threads,
+               "reference": {"graph": str(reference_graph), "rows": int(reference.shape[0]), "inputs": source, **base}, **info,
+               "numerics": results, "benchmarks": engines}
+
+    def save() -> Path:
+        return write_json("gpu", json.loads(json.dumps(payload, default=str)))
+
     for variant, path in variants.items():
-        progress(f"numerics {variant}")
-        results[variant] = check_numerics(variant, path, _rows(feeds, reference.shape[0]), reference, labels, base,
-                                          signature=signature, work=work, cpu_threads=args.cpu_threads)
-    engines = run_benchmarks(variants, results, feeds, args.batches, args, signature, work)
+        results[variant] = r = check_numerics(variant, path, _rows(feeds, reference.shape[0]), reference, labels, base,
+                                              signature=signature, work=work, cpu_threads=args.cpu_threads)
+        progress(f"numerics {variant}: {r['status']} on {' > '.join(r.get('providers', [])) or r.get('execution_provider')}, "
+                 f"max abs error {_fmt(r.get('max_abs_error'), '.2e')}, AUC delta {_fmt(r.get('auc_delta'), '+.2e')}")
+        save()
+    reported: set[str] = set()
+
+    def on_row() -> None:
+        for label, engine in engines.items():
+            if label not in reported:
+                reported.add(label)
+                progress(f"  {label}: " + (f"skipped: {engine['skipped']}" if "skipped" in engine else "; ".join(
+                    f"[{mode}] " + ", ".join(f"b{b} {st['p50_ms']:.3f} ms {_rate(st['throughput_p50_rps'])}/s" for b, st in per_batch.items())
+                    for mode, per_batch in engine["modes"].items())))
+        save()
+
+    run_benchmarks(variants, results, feeds, args.batches, args, signature, work, engines=engines, on_row=on_row)
     if eager_model is not None:
         label = f"pytorch eager fp32 ({info['device']})"
         progress(f"benchmark {label}")
@@ -396,16 +422,15 @@ def _run(args, host: dict, work: Path) -> int:
             engines[label] = {"variant": "pytorch", **eager_benchmark(eager_model, info["device"], feeds, args.batches, args.seconds)}
         except Exception as exc:  # a row, not the end of the run
             engines[label] = {"variant": "pytorch", "skipped": f"failed: {_error(exc)}"}
+        on_row()
     plans = {}
     for variant in variants:
         if variant in GPU_VARIANTS:
             measured = curve(engines.get(variant, {}))
             plans[variant] = serving.plan(variant, signature, curve=measured)
     goal_rows = goals(results, engines, args.batches)
-    payload = {"host": host, "batches": args.batches, "seconds": args.seconds, "cpu_threads": args.cpu_threads,
-               "reference": {"graph": str(reference_graph), "rows": int(reference.shape[0]), "inputs": source, **base}, **info,
-               "numerics": results, "benchmarks": engines, "serving_plans": plans, "goals": goal_rows}
-    written = write_json("gpu", json.loads(json.dumps(payload, default=str)))  # written before printing: nothing measured is lost
+    payload.update(complete=True, serving_plans=plans, goals=goal_rows)
+    written = save()  # before printing: nothing measured is lost
     print_tables(results, engines, args.batches)
     print("\nserving plan the factory writes into each GPU variant's config.pbtxt")
     for variant, plan in plans.items():

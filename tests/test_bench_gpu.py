@@ -66,6 +66,7 @@ def test_bench_gpu_measures_the_cpu_rows_and_skips_each_gpu_row_with_the_reason(
     assert "tensorrt: skipped: not validated on TensorrtExecutionProvider" in out
     assert "onnx-fp32 CPU graph on CUDA: skipped" in out
     result = json.loads((tmp_path / "gpu.json").read_text())
+    assert result["complete"] is True
     numerics = result["numerics"]
     assert numerics["onnx-fp32"]["status"] == "validated" and numerics["onnx-fp32"]["max_abs_error"] <= 1e-5
     assert numerics["onnx-int8"]["status"] == "validated" and numerics["onnx-int8"]["max_abs_error"] > 0  # really quantized
