@@ -67,7 +67,7 @@ def _pipeline(model, work: Path):
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from registry.build import stages
+    from registry.factory import stages
 
     example = (torch.randn(4, 13), torch.randint(0, 1 << 40, (4, 26)))
     source = work / "exported.onnx"
@@ -101,8 +101,8 @@ def main(argv) -> int:
     import torch
 
     from experiments.reference.train import auc
-    from registry.build import graphs
-    from registry.build.stages import measure
+    from registry.factory import graphs
+    from registry.factory.stages import measure
 
     args = _args(argv)
     torch.set_num_threads(1)

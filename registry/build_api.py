@@ -15,7 +15,7 @@ from rest_framework.routers import SimpleRouter
 
 from config.viewsets import TeamScopedViewSet
 from registry import build_selectors, build_services, selectors, storage
-from registry.build import VARIANTS
+from registry.factory import VARIANTS
 from registry.models import Artifact, Build
 
 

@@ -3,7 +3,7 @@
 from django.db.models import QuerySet
 
 from config.errors import NotFound
-from registry.build import conf
+from registry.factory import conf
 from registry.models import Artifact, Build, ModelVersion
 from registry.selectors import _scope, build_list
 

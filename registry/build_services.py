@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from config.errors import Conflict, InvalidInput
-from registry.build import STAGE_WEIGHTS, STAGES, VARIANTS, conf, queue_for
+from registry.factory import STAGE_WEIGHTS, STAGES, VARIANTS, conf, queue_for
 from registry.lock_objects import build_for_update
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, Role, VersionStatus
 from registry.services import event_record, require_role, version_set_status
@@ -44,7 +44,7 @@ def _settle_version(version: ModelVersion, *, reason: str, otherwise: str = Vers
 
 # --- user actions ------------------------------------------------------------------------------
 def _clean_targets(targets) -> list[str]:
-    from registry.build import DEFAULT_TARGETS
+    from registry.factory import DEFAULT_TARGETS
 
     if targets in (None, []):
         return list(DEFAULT_TARGETS)

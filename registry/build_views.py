@@ -11,7 +11,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
 from registry import build_selectors, build_services, selectors
-from registry.build import DEFAULT_TARGETS
+from registry.factory import DEFAULT_TARGETS
 from registry.models import BuildStatus
 
 # htmx stops polling when a response has this status.

@@ -5,7 +5,7 @@ import socket
 
 from celery import shared_task
 
-from registry.build import conf
+from registry.factory import conf
 
 
 @shared_task(
@@ -22,7 +22,7 @@ def build_run(self, build_id: int) -> str:
     row's lease decides who works on it. Queue build-cpu or build-gpu (see build_start)."""
     from django.db import close_old_connections
 
-    from registry.build import runner
+    from registry.factory import runner
 
     close_old_connections()
     owner = f"{socket.gethostname()}:{os.getpid()}:{self.request.id}"

@@ -3,7 +3,7 @@
 from django import template
 
 from registry import build_selectors, selectors
-from registry.build import DEFAULT_TARGETS, VARIANTS
+from registry.factory import DEFAULT_TARGETS, VARIANTS
 
 register = template.Library()
 

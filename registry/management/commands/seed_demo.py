@@ -47,7 +47,7 @@ class Command(BaseCommand):
         return model
 
     def _build(self, admin, version) -> dict:
-        from registry.build import runner
+        from registry.factory import runner
         from registry.build_services import build_start
 
         build, _ = build_start(user=admin, version=version, targets=["onnx-fp32", "onnx-int8"], idempotency_key="demo-seed")

@@ -19,8 +19,8 @@ from pathlib import Path
 from django.db import connection
 
 from registry import build_services, storage
-from registry.build import STAGES, conf, stages
-from registry.build.graphs import GraphError
+from registry.factory import STAGES, conf, stages
+from registry.factory.graphs import GraphError
 from registry.models import ArtifactStatus, Build
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from registry.build import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, triton_config
+from registry import triton_config
+from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs
 
 ADAPTER = Path(__file__).resolve().parents[2] / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
 
