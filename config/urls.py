@@ -10,7 +10,7 @@ from deployments import api_urls as deployments_api
 from deployments import rollout_api_urls as rollouts_api
 from experiments import api_urls as experiments_api
 from monitoring import api_urls as monitoring_api
-from registry import api_urls as registry_api
+from registry.api import urls as registry_api
 
 # One "api" namespace for /api/v1/; each app contributes its urlpatterns here.
 api_v1 = [

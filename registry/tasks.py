@@ -35,6 +35,6 @@ def build_run(self, build_id: int) -> str:
 @shared_task(name="registry.builds_reclaim", ignore_result=True, acks_late=True, expires=60)
 def builds_reclaim() -> int:
     """Periodic (beat): requeue running builds whose lease expired; a bounded batch."""
-    from registry import build_services
+    from registry.services import builds as build_services
 
     return len(build_services.builds_reclaim())

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from django.db import connection
 
-from registry import build_services, storage
+from registry import storage
+from registry.services import builds as build_services
 from registry.factory import STAGES, conf, stages
 from registry.factory.graphs import GraphError
 from registry.models import ArtifactStatus, Build

@@ -2,7 +2,8 @@
 
 from django import template
 
-from registry import build_selectors, selectors
+from registry import selectors
+from registry.selectors import builds as build_selectors
 from registry.factory import DEFAULT_TARGETS, VARIANTS
 
 register = template.Library()

@@ -7,7 +7,7 @@ import tarfile
 import pytest
 from django.urls import reverse
 
-from registry import build_services
+from registry.services import builds as build_services
 from registry.factory import runner
 from registry.models import Build
 from tests import factories

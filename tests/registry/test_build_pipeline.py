@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 from tritonclient.grpc import model_config_pb2 as mc
 
-from registry import build_services, storage, triton_config
+from registry import storage, triton_config
+from registry.services import builds as build_services
 from registry.factory import runner
 from registry.factory.stages import ADAPTER
 from registry.models import Artifact, Build, BuildStatus, Event, VersionStatus

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from registry import api
+from registry.api import catalog as api
 
 router = SimpleRouter()
 router.register("models", api.ModelViewSet, basename="model")
@@ -17,6 +17,6 @@ urlpatterns = [
 ]
 
 # The artifact factory's routes (builds, artifacts).
-from registry import build_api  # noqa: E402
+from registry.api import builds as build_api  # noqa: E402
 
 urlpatterns += build_api.urlpatterns

@@ -48,7 +48,7 @@ class Command(BaseCommand):
 
     def _build(self, admin, version) -> dict:
         from registry.factory import runner
-        from registry.build_services import build_start
+        from registry.services.builds import build_start
 
         build, _ = build_start(user=admin, version=version, targets=["onnx-fp32", "onnx-int8"], idempotency_key="demo-seed")
         self.stdout.write(f"seed: building demo-ctr v1 (build #{build.pk}: canonicalize → optimize → variants → validate → benchmark → package)…")

@@ -10,7 +10,9 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
-from registry import build_selectors, build_services, selectors
+from registry import selectors
+from registry.selectors import builds as build_selectors
+from registry.services import builds as build_services
 from registry.factory import DEFAULT_TARGETS
 from registry.models import BuildStatus
 

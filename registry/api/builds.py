@@ -14,7 +14,9 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from config.viewsets import TeamScopedViewSet
-from registry import build_selectors, build_services, selectors, storage
+from registry import selectors, storage
+from registry.selectors import builds as build_selectors
+from registry.services import builds as build_services
 from registry.factory import VARIANTS
 from registry.models import Artifact, Build
 
