@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
 
     from bench.common import print_table, write_json
     from bench.harness import Load, package_artifact, spawn, stop, wait_for
-    from deployments import rollout_services
+    from deployments.services import rollouts as rollout_services
     from deployments import services as pool_services
     from deployments.models import PoolModel, PoolModelState, Rollout
     from deployments.rollout_machine import TERMINAL, State

@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.health import healthz
 
-from deployments import api_urls as deployments_api
+from deployments.api import urls as deployments_api
 from deployments import rollout_api_urls as rollouts_api
 from experiments import api_urls as experiments_api
 from monitoring import api_urls as monitoring_api

@@ -4,7 +4,7 @@ and the dashboard (imported by deployments/admin.py)."""
 from django.contrib import admin, messages
 
 from config.errors import PlatformError
-from deployments import rollout_services as services
+from deployments.services import rollouts as services
 from deployments.models import Endpoint, Rollout
 
 

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from deployments import rollout_api
+from deployments.api import rollouts as rollout_api
 
 router = SimpleRouter()
 router.register("endpoints", rollout_api.EndpointViewSet, basename="endpoint")

@@ -2,7 +2,8 @@
 
 from celery import shared_task
 
-from deployments import rollout_selectors, rollout_services
+from deployments.selectors import rollouts as rollout_selectors
+from deployments.services import rollouts as rollout_services
 
 
 @shared_task(name="deployments.rollouts_reconcile", ignore_result=True, expires=10, soft_time_limit=20, time_limit=30)

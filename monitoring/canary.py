@@ -13,9 +13,9 @@ from datetime import timedelta
 from django.urls import reverse
 from django.utils import timezone
 
-from deployments import rollout_selectors
+from deployments.selectors import rollouts as rollout_selectors
 from deployments.rollout_machine import State
-from deployments.rollout_services import rollout_apply_verdict
+from deployments.services.rollouts import rollout_apply_verdict
 from deployments.routes import variant_name
 from monitoring import conf, selectors
 from monitoring.judge import JudgeConfig

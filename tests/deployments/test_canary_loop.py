@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from deployments import rollout_services as services
+from deployments.services import rollouts as services
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
 from deployments.routes import variant_name

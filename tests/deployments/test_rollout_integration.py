@@ -23,7 +23,8 @@ from rest_framework.authtoken.models import Token
 
 from bench.harness import Load, package_artifact, spawn, stop, wait_for
 
-from deployments import rollout_services, tritonserver
+from deployments import tritonserver
+from deployments.services import rollouts as rollout_services
 from deployments import services as pool_services
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State

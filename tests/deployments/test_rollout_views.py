@@ -1,7 +1,7 @@
 import pytest
 from django.test import Client
 
-from deployments import rollout_services as services
+from deployments.services import rollouts as services
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
 from registry.models import Event

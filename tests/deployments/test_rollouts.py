@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from config.errors import Conflict, InvalidInput
-from deployments import rollout_services as services
+from deployments.services import rollouts as services
 from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
 from deployments.routes import route_table, variant_name

@@ -57,7 +57,7 @@ class Command(BaseCommand):
         return {a.variant: a for a in version.artifacts.filter(status=ArtifactStatus.SERVABLE)}
 
     def _serve(self, admin, team, artifact) -> None:
-        from deployments import rollout_services
+        from deployments.services import rollouts as rollout_services
         from deployments import services as pool_services
         from deployments.models import Endpoint, ServingPool
 

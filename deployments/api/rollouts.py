@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 from config.api import created
 from config.errors import InvalidInput, NotFound
 from config.viewsets import TeamScopedViewSet
-from deployments import rollout_selectors as selectors
-from deployments import rollout_services as services
+from deployments.selectors import rollouts as selectors
+from deployments.services import rollouts as services
 from deployments import selectors as pool_selectors
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import Strategy

@@ -151,6 +151,3 @@ class PoolModel(models.Model):
         """Should the replicas serve it (reloaded after a restart)?"""
         return self.state in {PoolModelState.LOADING, PoolModelState.READY, PoolModelState.DRAINING}
 
-
-# === endpoints and rollouts (deployments/rollout_models.py) =====================================
-from deployments.rollout_models import Endpoint, Rollout  # noqa: E402,F401

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from deployments import api
+from deployments.api import pools as api
 
 router = SimpleRouter()
 router.register("pools", api.PoolViewSet, basename="pool")

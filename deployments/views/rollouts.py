@@ -11,8 +11,8 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
-from deployments import rollout_selectors as selectors
-from deployments import rollout_services as services
+from deployments.selectors import rollouts as selectors
+from deployments.services import rollouts as services
 from deployments import selectors as pool_selectors
 from deployments.rollout_machine import ACTIVE
 from deployments.routes import variant_name
