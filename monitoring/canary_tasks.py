@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from monitoring import canary
+from monitoring.services import canary
 
 
 @shared_task(name="monitoring.canary_tick", ignore_result=True, expires=10, soft_time_limit=20, time_limit=30)

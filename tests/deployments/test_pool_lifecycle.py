@@ -23,8 +23,8 @@ from bench.harness import wait_for
 from deployments import tritonserver
 from deployments.models import ServingPool
 from registry.models import Event
+from tests import factories
 from tests.conftest import require_service, wait_for_line
-from tests.deployments.conftest import make_artifact
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +66,8 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         pytest.skip(str(exc))
     celery_worker(queues="control")
     supervisor()  # up and supervising
-    good = make_artifact(team_a, onnx_path, tmp_path)
-    broken = make_artifact(team_a, onnx_path, tmp_path, broken=True)
+    good = factories.artifact(team_a, onnx_path, tmp_path)
+    broken = factories.artifact(team_a, onnx_path, tmp_path, broken=True)
     api = deployer_api
 
     created = api.post("/api/v1/pools/", {"name": "life", "team": "team-a", "replicas": 2}, format="json")

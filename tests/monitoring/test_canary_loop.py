@@ -13,7 +13,8 @@ from deployments.services import rollouts as services
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
 from deployments.routes import variant_name
-from monitoring import canary, selectors
+from monitoring import selectors
+from monitoring.services import canary
 from monitoring.collect import bucket_metric
 from monitoring.judge import judge
 from monitoring.models import Alert, Verdict
