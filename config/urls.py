@@ -7,7 +7,6 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from config.health import healthz
 
 from deployments.api import urls as deployments_api
-from deployments import rollout_api_urls as rollouts_api
 from experiments import api_urls as experiments_api
 from monitoring import api_urls as monitoring_api
 from registry.api import urls as registry_api
@@ -16,7 +15,6 @@ from registry.api import urls as registry_api
 api_v1 = [
     *registry_api.urlpatterns,
     *deployments_api.urlpatterns,
-    *rollouts_api.urlpatterns,
     *experiments_api.urlpatterns,
     *monitoring_api.urlpatterns,
 ]

@@ -21,7 +21,7 @@ def _instances(artifact_id: int) -> int:
     """CPU/GPU instances the artifact's config.pbtxt asks for (utilization = busy / capacity);
     artifacts are immutable, so the answer is cached."""
     from deployments import triton_config
-    from deployments.services import artifact_model_dir
+    from deployments.services.reconcile import artifact_model_dir
     from registry.models import Artifact
 
     try:

@@ -1,10 +1,11 @@
-"""Celery tasks of monitoring; thin: call a service. Periodic ones are in config/celery.py."""
+"""Celery tasks of monitoring; thin: call a service. Their beat schedule is in config/celery.py."""
 
 import logging
 
 from celery import shared_task
 
 from monitoring import services
+from monitoring.services import canary
 
 log = logging.getLogger(__name__)
 
@@ -40,3 +41,9 @@ def deliver_notification(self, alert_id: int, kind: str, target: str, notify_rou
     if outcome == "retry":
         raise self.retry(countdown=wait_s)
     return outcome
+
+
+@shared_task(name="monitoring.canary_tick", ignore_result=True, expires=10, soft_time_limit=20, time_limit=30)
+def canary_tick(limit: int = 50) -> int:
+    """Every ~1 s (beat): judge every rollout whose candidate has traffic, act on the verdict."""
+    return len(canary.canary_tick(limit=limit))

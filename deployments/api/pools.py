@@ -12,7 +12,8 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from config.viewsets import TeamScopedViewSet
-from deployments import selectors, services
+from deployments.selectors import pools as selectors
+from deployments.services import pools as services
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolReplica, PoolStatus, ServingPool
 from registry import selectors as registry_selectors
 from registry.models import Role

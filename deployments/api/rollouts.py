@@ -15,8 +15,9 @@ from config.api import created
 from config.errors import InvalidInput, NotFound
 from config.viewsets import TeamScopedViewSet
 from deployments.selectors import rollouts as selectors
+from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
-from deployments import selectors as pool_selectors
+from deployments.selectors import pools as pool_selectors
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import Strategy
 from deployments.routes import route_table, variant_name
@@ -136,14 +137,14 @@ class EndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
         except NotFound:
             raise InvalidInput(f"pool: no serving pool named {request.data.get('pool')!r}.", code="pool_not_found", field="pool") from None
         stable = _artifact(request.user, data.pop("stable_artifact"), "stable_artifact") if "stable_artifact" in data else None
-        endpoint = services.endpoint_create(user=request.user, name=data.pop("name"), pool=pool, stable_artifact=stable, **data)
+        endpoint = endpoint_services.endpoint_create(user=request.user, name=data.pop("name"), pool=pool, stable_artifact=stable, **data)
         return created(EndpointSerializer(endpoint, context=self.get_serializer_context()).data)
 
     def update(self, request, *args, **kwargs):
         endpoint = self.get_object()
         payload = EndpointUpdateSerializer(data=request.data, partial=True)
         payload.is_valid(raise_exception=True)
-        endpoint = services.endpoint_update(user=request.user, endpoint=endpoint, **payload.validated_data)
+        endpoint = endpoint_services.endpoint_update(user=request.user, endpoint=endpoint, **payload.validated_data)
         return Response(EndpointSerializer(endpoint, context=self.get_serializer_context()).data)
 
     @extend_schema(request=RolloutCreateSerializer, responses={200: RolloutSerializer(many=True), 201: RolloutSerializer},

@@ -1,4 +1,4 @@
-"""Writes for endpoints and rollouts. Every transition goes through `_transition` on a
+"""Writes of rollouts. Every transition goes through `_transition` on a
 row locked with select_for_update: it checks the state machine
 (deployments/rollout_machine.py), bumps the rollout's generation, and writes the audit
 Event in the same transaction. The gateway's route table is derived from these rows
@@ -22,16 +22,15 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from config.errors import Conflict, InvalidInput
-from deployments import services as pool_services
-from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout, ServingPool
+from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
     ACTIVE, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, after_loaded, check_transition, on_tick,
 )
 from deployments.routes import triton_name
-from registry.models import Artifact, ArtifactStatus, Role
+from deployments.services import pools as pool_services
+from deployments.services.endpoints import require_servable
+from registry.models import Artifact, Role
 from registry.services import event_record, require_role
-
-ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms")
 
 
 def rollout_for_update(rollout_id: int) -> Rollout:
@@ -43,66 +42,6 @@ def rollout_for_update(rollout_id: int) -> Rollout:
     )
 
 
-def _servable(artifact: Artifact, team, field: str) -> None:
-    if artifact.status != ArtifactStatus.SERVABLE:
-        raise InvalidInput(f"{field}: artifact {artifact.pk} is {artifact.status}, not servable.", code="artifact_not_servable", field=field)
-    if artifact.version.model.team_id != team.pk:
-        raise InvalidInput(f"{field}: artifact {artifact.pk} belongs to another team.", code="artifact_other_team", field=field)
-
-
-def _endpoint_values(changes: dict) -> dict:
-    values = {}
-    for key in ENDPOINT_FIELDS:
-        if key not in changes or changes[key] is None:
-            continue
-        value = changes[key]
-        if key == "slo_error_rate" and not 0 <= float(value) <= 1:
-            raise InvalidInput("slo_error_rate: give a fraction in 0..1.", field=key)
-        if key in ("slo_p99_ms", "psi_threshold") and float(value) <= 0:
-            raise InvalidInput(f"{key}: must be positive.", field=key)
-        if key == "latency_margin" and not 0 <= float(value) <= 5:
-            raise InvalidInput("latency_margin: give a fraction in 0..5 (0.2 = 20 % slower is tolerated).", field=key)
-        if key == "timeout_ms" and not 1 <= int(value) <= 600_000:
-            raise InvalidInput("timeout_ms: give 1..600000.", field=key)
-        values[key] = value
-    return values
-
-
-# --- endpoints ---------------------------------------------------------------------------------
-def endpoint_create(*, user, name: str, pool: ServingPool, stable_artifact: Artifact | None = None, **settings_) -> Endpoint:
-    """Create an endpoint on `pool` (the endpoint's team is the pool's); with a stable
-    artifact, ask the pool to load it (traffic flows once it is READY everywhere)."""
-    require_role(user=user, team=pool.team, role=Role.DEPLOYER)
-    values = _endpoint_values(settings_)
-    if stable_artifact is not None:
-        _servable(stable_artifact, pool.team, "stable_artifact")
-    with transaction.atomic():
-        if Endpoint.objects.filter(name=name).exists():
-            raise Conflict(f"name: an endpoint named {name!r} already exists.", code="name_taken", field="name")
-        endpoint = Endpoint.objects.create(name=name, team=pool.team, pool=pool, stable_artifact=stable_artifact, created_by=user, **values)
-        event_record(actor=user, obj=endpoint, action="created", to_state="serving" if stable_artifact else "empty",
-                     data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None)})
-        if stable_artifact is not None:
-            pool_services.pool_load_request(user=user, pool=pool, artifact=stable_artifact)
-    return endpoint
-
-
-def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
-    """Change SLOs, sticky header or timeout (the stable artifact changes only by rollout)."""
-    require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
-    values = _endpoint_values(changes)
-    if not values:
-        return endpoint
-    with transaction.atomic():
-        locked = Endpoint.objects.select_for_update().get(pk=endpoint.pk)
-        for key, value in values.items():
-            setattr(locked, key, value)
-        locked.save()
-        event_record(actor=user, obj=locked, action="updated", data={k: str(v) for k, v in values.items()})
-    return locked
-
-
-# --- rollouts ----------------------------------------------------------------------------------
 def rollout_start(
     *, user, endpoint: Endpoint, candidate: Artifact, strategy: str = Strategy.CANARY, steps_bp=None,
     shadow_seconds: float = 0.0, shadow_sample_rate: float = 1.0, step_min_seconds: float = 30.0,
@@ -112,7 +51,7 @@ def rollout_start(
     """Start bringing `candidate` into `endpoint`: it is loaded into the endpoint's pool and
     gets traffic only once READY on every replica. One rollout per endpoint at a time."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
-    _servable(candidate, endpoint.team, "candidate")
+    require_servable(candidate, endpoint.team, "candidate")
     if endpoint.stable_artifact_id is None:
         raise InvalidInput("endpoint: it has no stable artifact to compare against; create it with one.", code="no_stable", field="endpoint")
     if candidate.pk == endpoint.stable_artifact_id:

@@ -12,7 +12,8 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import NotFound, PlatformError
-from deployments import selectors, services
+from deployments.selectors import pools as selectors
+from deployments.services import pools as services
 from registry import selectors as registry_selectors
 from registry.models import Artifact, ArtifactStatus
 from registry.selectors import _scope

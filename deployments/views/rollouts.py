@@ -13,7 +13,7 @@ from django.views.decorators.vary import vary_on_headers
 from config.errors import PlatformError
 from deployments.selectors import rollouts as selectors
 from deployments.services import rollouts as services
-from deployments import selectors as pool_selectors
+from deployments.selectors import pools as pool_selectors
 from deployments.rollout_machine import ACTIVE
 from deployments.routes import variant_name
 from monitoring import selectors as monitoring_selectors

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
+from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
@@ -33,7 +34,7 @@ def start_rollout(deployer, team, artifact_factory, steps_bp):
     pool = ServingPool.objects.create(name="cpu-pool", team=team, replicas=1, status="ready")
     PoolReplica.objects.create(pool=pool, name="r0", status=ReplicaStatus.READY, http_url="http://127.0.0.1:18000")
     stable, candidate = artifact_factory(team), artifact_factory(team)
-    endpoint = services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=200, slo_error_rate=0.05)
+    endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=200, slo_error_rate=0.05)
     _ready(pool, stable)
     rollout = services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, steps_bp=steps_bp,
                                      step_min_seconds=5, step_min_requests=200, step_deadline_seconds=600)
@@ -152,7 +153,7 @@ def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings)
 
 
 def test_collector_counts_instances_from_the_artifacts_config(live_rollout):
-    from deployments.services import artifact_model_dir
+    from deployments.services.reconcile import artifact_model_dir
     from monitoring import deployment_targets
 
     PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")

@@ -57,8 +57,8 @@ class Command(BaseCommand):
         return {a.variant: a for a in version.artifacts.filter(status=ArtifactStatus.SERVABLE)}
 
     def _serve(self, admin, team, artifact) -> None:
-        from deployments.services import rollouts as rollout_services
-        from deployments import services as pool_services
+        from deployments.services import endpoints as endpoint_services
+        from deployments.services import pools as pool_services
         from deployments.models import Endpoint, ServingPool
 
         if artifact is None or Endpoint.objects.filter(name="demo-ctr").exists():
@@ -66,5 +66,5 @@ class Command(BaseCommand):
         pool = ServingPool.objects.filter(name="demo-cpu").first() or pool_services.pool_create(
             user=admin, name="demo-cpu", team=team, replicas=1, cost_per_replica_hour="0.10"
         )
-        rollout_services.endpoint_create(user=admin, name="demo-ctr", pool=pool, stable_artifact=artifact, slo_p99_ms=50)
+        endpoint_services.endpoint_create(user=admin, name="demo-ctr", pool=pool, stable_artifact=artifact, slo_p99_ms=50)
         self.stdout.write("seed: pool demo-cpu (1 local tritonserver replica) and endpoint demo-ctr → demo-ctr v1 onnx-fp32")
