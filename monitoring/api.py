@@ -18,7 +18,7 @@ from config.viewsets import TeamScopedViewSet
 from monitoring import selectors, services
 from monitoring.models import Alert, AlertStatus, NotificationChannel, NotificationDelivery, Verdict, VerdictOutcome
 from registry.models import Role
-from registry.selectors import team_list
+from registry.selectors.teams import team_list
 
 DURATION_RE = re.compile(r"^-?(\d+)([smhd])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}

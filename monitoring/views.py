@@ -13,7 +13,7 @@ from django.views.decorators.vary import vary_on_headers
 from config.errors import PlatformError
 from monitoring import selectors, services
 from monitoring.models import AlertStatus
-from registry.selectors import event_list
+from registry.selectors.events import event_list
 
 SUMMARY_METRICS = ["request_rate", "error_rate", "latency_p50_ms", "latency_p99_ms", "queue_ms", "utilization", "cost_per_1k_inferences"]
 WINDOWS = {"5m": 5, "15m": 15, "1h": 60, "6h": 360}

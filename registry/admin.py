@@ -4,7 +4,7 @@ actions call the same services as the API."""
 from django.contrib import admin, messages
 
 from config.errors import PlatformError
-from registry import services
+from registry.services import catalog as services
 from registry.models import Artifact, Build, Event, ModelVersion, RegisteredModel, TeamMembership
 
 

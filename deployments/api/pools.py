@@ -15,8 +15,8 @@ from config.viewsets import TeamScopedViewSet
 from deployments.selectors import pools as selectors
 from deployments.services import pools as services
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolReplica, PoolStatus, ServingPool
-from registry import selectors as registry_selectors
 from registry.models import Role
+from registry.selectors.teams import team_list
 
 
 # === serving pools ===========================================================================
@@ -102,7 +102,7 @@ class PoolCreateSerializer(serializers.Serializer):
         request = self.context.get("request")
         if request is not None:
             # Only teams the user deploys in are valid; others "do not exist".
-            self.fields["team"].queryset = registry_selectors.team_list(user=request.user, min_role=Role.DEPLOYER)
+            self.fields["team"].queryset = team_list(user=request.user, min_role=Role.DEPLOYER)
 
 
 class PoolUpdateSerializer(serializers.Serializer):

@@ -7,12 +7,12 @@ from deployments.drivers import driver_for
 from deployments.drivers.base import DriverError
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, ServingPool
 from registry.models import Artifact
-from registry.selectors import _scope
+from registry.selectors.teams import team_scoped
 
 
 def pool_list(*, user, filters: dict | None = None) -> QuerySet:
     filters = filters or {}
-    qs = _scope(ServingPool.objects.select_related("team", "created_by"), user, "team_id").annotate(
+    qs = team_scoped(ServingPool.objects.select_related("team", "created_by"), user, "team_id").annotate(
         ready_replicas=Count("replica_set", filter=Q(replica_set__status=ReplicaStatus.READY), distinct=True),
         model_count=Count("models", filter=~Q(models__state=PoolModelState.UNLOADED), distinct=True),
     )
@@ -58,7 +58,7 @@ def artifact_get(*, user, artifact_id) -> Artifact:
         artifact_id = int(artifact_id)
     except (TypeError, ValueError):
         raise NotFound(f"No artifact with id {artifact_id!r}.", code="artifact_not_found") from None
-    qs = _scope(Artifact.objects.select_related("version", "version__model"), user, "version__model__team_id")
+    qs = team_scoped(Artifact.objects.select_related("version", "version__model"), user, "version__model__team_id")
     artifact = qs.filter(pk=artifact_id).first()
     if artifact is None:
         raise NotFound(f"No artifact with id {artifact_id}.", code="artifact_not_found")

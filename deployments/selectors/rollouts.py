@@ -6,11 +6,11 @@ from django.db.models import QuerySet
 from config.errors import NotFound
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import ACTIVE, State
-from registry.selectors import _scope
+from registry.selectors.teams import team_scoped
 
 
 def endpoint_list(*, user) -> QuerySet:
-    return _scope(Endpoint.objects.select_related("team", "pool", "stable_artifact__version__model"), user, "team_id")
+    return team_scoped(Endpoint.objects.select_related("team", "pool", "stable_artifact__version__model"), user, "team_id")
 
 
 def endpoint_get(*, user, name: str):
@@ -24,7 +24,7 @@ def rollout_list(*, user, endpoint=None) -> QuerySet:
     qs = Rollout.objects.select_related(
         "endpoint", "endpoint__team", "candidate_artifact__version__model", "baseline_artifact__version__model", "created_by"
     )
-    qs = _scope(qs, user, "endpoint__team_id")
+    qs = team_scoped(qs, user, "endpoint__team_id")
     if endpoint is not None:
         qs = qs.filter(endpoint=endpoint)
     return qs
@@ -60,7 +60,7 @@ def candidate_artifacts(*, user, endpoint) -> QuerySet:
     from registry.models import Artifact, ArtifactStatus
 
     qs = Artifact.objects.filter(status=ArtifactStatus.SERVABLE, version__model__team_id=endpoint.team_id)
-    qs = _scope(qs.select_related("version", "version__model"), user, "version__model__team_id")
+    qs = team_scoped(qs.select_related("version", "version__model"), user, "version__model__team_id")
     if endpoint.stable_artifact_id:
         qs = qs.exclude(pk=endpoint.stable_artifact_id)
     return qs.order_by("-created_at")[:100]

@@ -9,7 +9,8 @@ from config.errors import Conflict, InvalidInput
 from deployments.models import Endpoint, ServingPool
 from deployments.services import pools as pool_services
 from registry.models import Artifact, ArtifactStatus, Role
-from registry.services import event_record, require_role
+from registry.services.events import event_record
+from registry.services.teams import require_role
 
 ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms")
 

@@ -23,7 +23,8 @@ from deployments.services.reconcile import model_dir_for
 from deployments.tasks import pool_model_load_task, pool_model_unload_task, pool_reconcile_task, pool_teardown_task
 from deployments.tritonserver import TritonNotAvailable, find_binary
 from registry.models import Artifact, ArtifactStatus, Role
-from registry.services import event_record, require_role
+from registry.services.events import event_record
+from registry.services.teams import require_role
 
 POOL_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$")  # a DNS label: also a Kubernetes name
 MAX_REPLICAS = 64

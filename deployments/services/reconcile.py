@@ -22,7 +22,7 @@ from deployments.models import PoolDriver, PoolModel, PoolModelState, PoolReplic
 from deployments.tritonserver import TritonError
 from registry import storage
 from registry.models import Artifact
-from registry.services import event_record
+from registry.services.events import event_record
 
 RETIRE_AFTER_S = 3.0  # a replica leaving the pool keeps running this long out of the route table
 

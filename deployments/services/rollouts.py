@@ -30,7 +30,8 @@ from deployments.routes import triton_name
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
 from registry.models import Artifact, Role
-from registry.services import event_record, require_role
+from registry.services.events import event_record
+from registry.services.teams import require_role
 
 
 def rollout_for_update(rollout_id: int) -> Rollout:

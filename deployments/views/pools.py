@@ -14,9 +14,9 @@ from django.views.decorators.vary import vary_on_headers
 from config.errors import NotFound, PlatformError
 from deployments.selectors import pools as selectors
 from deployments.services import pools as services
-from registry import selectors as registry_selectors
 from registry.models import Artifact, ArtifactStatus
-from registry.selectors import _scope
+from registry.selectors.events import event_list
+from registry.selectors.teams import team_scoped
 
 
 # === serving pools ===========================================================================
@@ -33,7 +33,7 @@ def pool_list(request):
 
 def _servable_artifacts(user):
     qs = Artifact.objects.filter(status=ArtifactStatus.SERVABLE).select_related("version", "version__model")
-    return _scope(qs, user, "version__model__team_id").order_by("-created_at")[:100]
+    return team_scoped(qs, user, "version__model__team_id").order_by("-created_at")[:100]
 
 
 @login_required
@@ -60,7 +60,7 @@ def pool_detail(request, name):
     context = {"pool": pool, "live": live, "model_rows": model_rows}
     if partial == "live":
         return render(request, "deployments/pool_detail.html#pool-live", context)
-    context["events"] = registry_selectors.event_list(
+    context["events"] = event_list(
         user=request.user, object_type="deployments.servingpool", object_id=pool.pk
     )[:30]
     context["artifacts"] = _servable_artifacts(request.user)

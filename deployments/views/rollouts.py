@@ -17,7 +17,7 @@ from deployments.selectors import pools as pool_selectors
 from deployments.rollout_machine import ACTIVE
 from deployments.routes import variant_name
 from monitoring import selectors as monitoring_selectors
-from registry.selectors import event_list
+from registry.selectors.events import event_list
 
 ACTIONS = {
     "promote": (services.rollout_promote, "Promote now: 100 % of traffic to the candidate, skipping the remaining steps."),

@@ -37,7 +37,8 @@ from monitoring.models import (
 )
 from monitoring.targets import ScrapeTarget, scrape_targets
 from registry.models import Role
-from registry.services import event_record, require_role
+from registry.services.events import event_record
+from registry.services.teams import require_role
 
 log = logging.getLogger(__name__)
 EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)

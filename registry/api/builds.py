@@ -14,8 +14,9 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from config.viewsets import TeamScopedViewSet
-from registry import selectors, storage
+from registry import storage
 from registry.selectors import builds as build_selectors
+from registry.selectors.catalog import version_get
 from registry.services import builds as build_services
 from registry.factory import VARIANTS
 from registry.models import Artifact, Build
@@ -101,10 +102,10 @@ class VersionBuildViewSet(mixins.ListModelMixin, TeamScopedViewSet):
     filterset_fields = ["status"]
 
     def get_version(self):
-        return selectors.version_get(user=self.request.user, version_id=self.kwargs["version_id"])
+        return version_get(user=self.request.user, version_id=self.kwargs["version_id"])
 
     def scoped_queryset(self, user):
-        return _builds(selectors.build_list(user=user, version=self.get_version()))
+        return _builds(build_selectors.build_list(user=user, version=self.get_version()))
 
     @extend_schema(
         request=BuildCreateSerializer, parameters=[IDEMPOTENCY],
@@ -134,7 +135,7 @@ class BuildViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedV
     filterset_fields = ["status", "version"]
 
     def scoped_queryset(self, user):
-        return _builds(selectors.build_list(user=user))
+        return _builds(build_selectors.build_list(user=user))
 
     @extend_schema(request=BuildCancelSerializer, responses={200: BuildSerializer}, summary="Cancel a queued or running build")
     @action(detail=True, methods=["post"])
@@ -154,7 +155,7 @@ class VersionArtifactViewSet(mixins.ListModelMixin, TeamScopedViewSet):
     ordering = ["-build_id", "variant"]
 
     def scoped_queryset(self, user):
-        version = selectors.version_get(user=user, version_id=self.kwargs["version_id"])
+        version = version_get(user=user, version_id=self.kwargs["version_id"])
         return build_selectors.artifact_list(user=user, version=version)
 
 

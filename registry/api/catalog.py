@@ -11,7 +11,10 @@ from rest_framework.response import Response
 from config.api import created
 from config.viewsets import TeamScopedViewSet
 from config.errors import InvalidInput, NotFound, TooLarge
-from registry import selectors, services
+from registry.selectors import catalog as selectors
+from registry.selectors.events import event_list
+from registry.selectors.teams import team_list, user_role_in
+from registry.services import catalog as services
 from registry.models import Event, ModelVersion, RegisteredModel, Role, Task
 from registry.parsers import StrictMultiPartParser
 
@@ -47,7 +50,7 @@ class ModelSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         if request is not None:
             # Only teams the user may create in are valid choices; others "do not exist".
-            self.fields["team"].queryset = selectors.team_list(user=request.user, min_role=Role.DEVELOPER)
+            self.fields["team"].queryset = team_list(user=request.user, min_role=Role.DEVELOPER)
 
 
 class ModelUpdateSerializer(serializers.Serializer):
@@ -103,7 +106,7 @@ class TeamSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "role"]
 
     def get_role(self, team) -> str | None:
-        return selectors.user_role_in(user=self.context["request"].user, team=team)
+        return user_role_in(user=self.context["request"].user, team=team)
 
 
 # --- filters ---------------------------------------------------------------------------------
@@ -257,7 +260,7 @@ class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedV
     ordering = ["-time", "-id"]
 
     def scoped_queryset(self, user):
-        return selectors.event_list(user=user)
+        return event_list(user=user)
 
 
 class TeamViewSet(mixins.ListModelMixin, TeamScopedViewSet):
@@ -267,4 +270,4 @@ class TeamViewSet(mixins.ListModelMixin, TeamScopedViewSet):
     ordering = ["name"]
 
     def scoped_queryset(self, user):
-        return selectors.team_list(user=user)
+        return team_list(user=user)

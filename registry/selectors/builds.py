@@ -5,9 +5,16 @@ from django.db.models import QuerySet
 from config.errors import NotFound
 from registry.factory import conf
 from registry.models import Artifact, Build, ModelVersion
-from registry.selectors import _scope, build_list
+from registry.selectors.teams import team_scoped
 
 LOG_TAIL_LINES = 40
+
+
+def build_list(*, user, version: ModelVersion | None = None) -> QuerySet:
+    qs = team_scoped(Build.objects.select_related("version", "version__model"), user, "version__model__team_id")
+    if version is not None:
+        qs = qs.filter(version=version)
+    return qs
 
 
 def build_get(*, user, build_id: int) -> Build:
@@ -23,7 +30,7 @@ def build_log_tail(build: Build, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def artifact_list(*, user, version: ModelVersion | None = None, build: Build | None = None) -> QuerySet:
-    qs = _scope(Artifact.objects.select_related("version__model", "build"), user, "version__model__team_id")
+    qs = team_scoped(Artifact.objects.select_related("version__model", "build"), user, "version__model__team_id")
     if version is not None:
         qs = qs.filter(version=version)
     if build is not None:

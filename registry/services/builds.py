@@ -17,7 +17,9 @@ from config.errors import Conflict, InvalidInput
 from registry.factory import STAGE_WEIGHTS, STAGES, VARIANTS, conf, queue_for
 from registry.lock_objects import build_for_update
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, Role, VersionStatus
-from registry.services import event_record, require_role, version_set_status
+from registry.services.catalog import version_set_status
+from registry.services.events import event_record
+from registry.services.teams import require_role
 
 
 class LeaseLost(Exception):

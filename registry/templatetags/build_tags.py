@@ -2,7 +2,6 @@
 
 from django import template
 
-from registry import selectors
 from registry.selectors import builds as build_selectors
 from registry.factory import DEFAULT_TARGETS, VARIANTS
 
@@ -15,7 +14,7 @@ def version_build_panel(context, version):
     artifacts = build_selectors.latest_artifacts(user=user, version=version)
     return {
         "version": version,
-        "builds": selectors.build_list(user=user, version=version).order_by("-created_at")[:10],
+        "builds": build_selectors.build_list(user=user, version=version).order_by("-created_at")[:10],
         "artifacts": artifacts,
         "latency": build_selectors.latency_series(artifacts),
         "variants": VARIANTS,

@@ -10,8 +10,8 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
-from registry import selectors
 from registry.selectors import builds as build_selectors
+from registry.selectors.catalog import version_get
 from registry.services import builds as build_services
 from registry.factory import DEFAULT_TARGETS
 from registry.models import BuildStatus
@@ -22,7 +22,7 @@ HTMX_STOP_POLLING = 286
 
 @login_required
 def build_list(request):
-    builds = selectors.build_list(user=request.user).select_related("version__model", "created_by")
+    builds = build_selectors.build_list(user=request.user).select_related("version__model", "created_by")
     status = request.GET.get("status", "")
     if status in BuildStatus.values:
         builds = builds.filter(status=status)
@@ -48,7 +48,7 @@ def build_detail(request, pk):
 @login_required
 @require_POST
 def build_start(request, pk):
-    version = selectors.version_get(user=request.user, version_id=pk)
+    version = version_get(user=request.user, version_id=pk)
     targets = [t for t in request.POST.getlist("targets") if t] or list(DEFAULT_TARGETS)
     try:
         build, _ = build_services.build_start(

@@ -8,7 +8,9 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
-from registry import selectors, services
+from registry.selectors import catalog as selectors
+from registry.selectors.events import event_list
+from registry.services import catalog as services
 from registry.forms import ModelCreateForm, VersionCreateForm
 
 
@@ -49,7 +51,7 @@ def model_create(request):
 def model_detail(request, name):
     model = selectors.model_get(user=request.user, name=name)
     versions = selectors.version_list(user=request.user, model=model).order_by("-version")
-    events = selectors.event_list(user=request.user, object_type="registry.registeredmodel", object_id=model.pk)[:20]
+    events = event_list(user=request.user, object_type="registry.registeredmodel", object_id=model.pk)[:20]
     context = {"model": model, "versions": versions, "events": events}
     if request.htmx:
         return render(request, "registry/model_detail.html#version-rows", context)
@@ -83,5 +85,5 @@ def version_create(request, name):
 @login_required
 def version_detail(request, pk):
     version = selectors.version_get(user=request.user, version_id=pk)
-    events = selectors.event_list(user=request.user, object_type="registry.modelversion", object_id=version.pk)[:20]
+    events = event_list(user=request.user, object_type="registry.modelversion", object_id=version.pk)[:20]
     return render(request, "registry/version_detail.html", {"version": version, "events": events})

@@ -9,7 +9,8 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from registry import services
+from registry.services.catalog import model_create, version_create_from_upload
+from registry.services.teams import team_create
 from registry.models import ArtifactStatus, RegisteredModel, Role, TeamMembership
 
 
@@ -21,7 +22,7 @@ class Command(BaseCommand):
         if admin is None:
             self.stderr.write("no admin user; run `manage.py run_platform` or create one first")
             return
-        team = services.team_create(user=admin, name="demo")
+        team = team_create(user=admin, name="demo")
         TeamMembership.objects.get_or_create(user=admin, team=team, defaults={"role": Role.ADMIN})
         admin.groups.add(team)
         model = RegisteredModel.objects.filter(name="demo-ctr").first() or self._model(admin, team)
@@ -34,14 +35,14 @@ class Command(BaseCommand):
     def _model(self, admin, team):
         from tests.make_onnx import write  # the same generated tiny CTR ranker the tests use
 
-        model = services.model_create(
+        model = model_create(
             user=admin, name="demo-ctr", team=team, task="ctr",
             description="A tiny CTR ranker (13 dense + 26 hashed sparse features) generated for the demo.",
         )
         with tempfile.TemporaryDirectory() as tmp:
             path = write(Path(tmp) / "demo-ctr.onnx")
             with open(path, "rb") as fh:
-                services.version_create_from_upload(user=admin, model=model, filename="demo-ctr.onnx",
+                version_create_from_upload(user=admin, model=model, filename="demo-ctr.onnx",
                                                     chunks=iter(lambda: fh.read(1 << 20), b""))
         self.stdout.write("seed: registered model demo-ctr v1")
         return model
