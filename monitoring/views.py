@@ -11,7 +11,8 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
-from monitoring import selectors, services
+from monitoring import selectors
+from monitoring.services import alerts as services
 from monitoring.models import AlertStatus
 from registry.selectors.events import event_list
 

@@ -1,6 +1,7 @@
-"""The closed loop: at every tick, judge each rollout whose candidate gets traffic and
-ask deployments (through its services) to advance, promote or roll back; raise an
-alert saying why when a rollout is rolled back, paused or fails.
+"""The closed loop: at every tick, judge each rollout whose candidate gets traffic (one
+stored Verdict per rollout and tick, `judge_tick`), ask deployments (through its services)
+to advance, promote or roll back, and raise an alert saying why when a rollout is rolled
+back, paused or fails.
 
 Runs as the Celery task `monitoring.canary_tick` (beat, every ~1 s). Depends on
 deployments, never the other way round (../shared/DESIGN.md).
@@ -8,19 +9,46 @@ deployments, never the other way round (../shared/DESIGN.md).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.urls import reverse
 from django.utils import timezone
 
-from deployments.selectors import rollouts as rollout_selectors
+from config.errors import InvalidInput
 from deployments.rollout_machine import State
-from deployments.services.rollouts import rollout_apply_verdict
 from deployments.routes import variant_name
+from deployments.selectors import rollouts as rollout_selectors
+from deployments.services.rollouts import rollout_apply_verdict
 from monitoring import conf, selectors
-from monitoring.judge import JudgeConfig
-from monitoring.models import Alert, Severity
-from monitoring.services import alert_dedupe_key, alert_raise, judge_tick
+from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
+from monitoring.models import Alert, Severity, Verdict
+from monitoring.services.alerts import alert_dedupe_key, alert_raise
+
+
+def judge_tick(
+    *, rollout_id: int, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime,
+    until: datetime | None = None, step: int | None = None, config: JudgeConfig | None = None, team=None,
+    latency_window: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True,
+) -> Verdict:
+    """Judge candidate vs stable over the anchored window [since, until] from the store
+    and store the verdict with its evidence. `since` must stay fixed for a rollout (the
+    moment the candidate first got traffic): the error-rate e-process runs from there.
+    `latency_window` (stable, candidate over the current step, while the split is
+    constant) is what the latency comparisons use instead; `compare_latency=False` skips
+    them (no stable traffic beside the candidate); see monitoring/judge.py."""
+    if stable_variant == candidate_variant:
+        raise InvalidInput("stable and candidate must be different variants.", field="candidate_variant")
+    until = until or timezone.now()
+    config = config or JudgeConfig(alpha=conf.get("MONITORING_JUDGE_ALPHA"), psi_threshold=conf.get("MONITORING_PSI_THRESHOLD"))
+    stable, candidate = selectors.judge_window(
+        endpoint=endpoint, stable_variant=stable_variant, candidate_variant=candidate_variant, since=since, until=until
+    )
+    decision: Decision = judge(stable, candidate, config, latency=latency_window, compare_latency=compare_latency)
+    return Verdict.objects.create(
+        rollout_id=rollout_id, endpoint=endpoint, step=step, stable_variant=stable_variant,
+        candidate_variant=candidate_variant, outcome=decision.outcome, reason=decision.reason[:4000],
+        checks=decision.checks, window_start=since, window_end=until, team=team,
+    )
 
 
 def _links(rollout) -> dict:

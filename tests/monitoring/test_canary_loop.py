@@ -19,7 +19,7 @@ from monitoring.services import canary
 from monitoring.collect import bucket_metric
 from monitoring.judge import judge
 from monitoring.models import Alert, Verdict
-from monitoring.services import samples_store
+from monitoring.services.store import samples_store
 
 pytestmark = pytest.mark.django_db
 
