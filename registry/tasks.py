@@ -1,4 +1,5 @@
-"""Celery tasks of the registry; thin: load by id, call the runner or a service."""
+"""Celery tasks of the registry; thin: load by id, call the runner or a service. Each task
+imports what it calls when it runs, so that the build services can import `build_run`."""
 
 import os
 import socket

@@ -14,12 +14,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from config.errors import Conflict, InvalidInput
-from registry.factory import STAGE_WEIGHTS, STAGES, VARIANTS, conf, queue_for
+from registry.factory import DEFAULT_TARGETS, STAGE_WEIGHTS, STAGES, VARIANTS, conf, queue_for
 from registry.lock_objects import build_for_update
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, Role, VersionStatus
 from registry.services.catalog import version_set_status
 from registry.services.events import event_record
 from registry.services.teams import require_role
+from registry.tasks import build_run
 
 
 class LeaseLost(Exception):
@@ -46,8 +47,6 @@ def _settle_version(version: ModelVersion, *, reason: str, otherwise: str = Vers
 
 # --- user actions ------------------------------------------------------------------------------
 def _clean_targets(targets) -> list[str]:
-    from registry.factory import DEFAULT_TARGETS
-
     if targets in (None, []):
         return list(DEFAULT_TARGETS)
     if not isinstance(targets, (list, tuple)) or not all(isinstance(t, str) for t in targets):
@@ -110,8 +109,6 @@ def _redispatch_at():
 
 
 def dispatch(build_id: int, targets: list[str]) -> None:
-    from registry.tasks import build_run
-
     build_run.apply_async((build_id,), queue=queue_for(targets))
 
 
