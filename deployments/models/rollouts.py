@@ -108,7 +108,3 @@ class Rollout(models.Model):
             step_min_seconds=self.step_min_seconds, step_min_requests=self.step_min_requests,
             step_deadline_seconds=self.step_deadline_seconds, on_inconclusive=self.on_inconclusive,
         )
-
-    @property
-    def is_active(self) -> bool:
-        return self.state in ACTIVE

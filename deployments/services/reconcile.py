@@ -19,7 +19,7 @@ from deployments import triton_config
 from deployments.drivers import DrainTimeout, DriverError, LoadFailed, ModelDir, driver_for
 from deployments.lock_objects import pool_for_update, pool_model_for_update
 from deployments.models import PoolDriver, PoolModel, PoolModelState, PoolReplica, PoolStatus, ReplicaStatus, ServingPool
-from deployments.tritonserver import TritonError
+from deployments.drivers.triton import TritonError
 from registry import storage
 from registry.models import Artifact
 from registry.services.events import event_record

@@ -21,6 +21,7 @@ from django.core.management import call_command
 
 from bench.harness import wait_for
 from deployments import tritonserver
+from deployments.drivers.triton import TritonHTTP
 from deployments.models import ServingPool
 from registry.models import Event
 from tests import factories
@@ -127,7 +128,7 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         unloaded = Event.objects.get(object_id=pool_id, action="model_unloaded")
         assert unloaded.data["model"] == model and unloaded.data["drain"]["pending"] == 0
         for replica in detail()["replica_set"]:
-            assert not tritonserver.TritonHTTP(replica["http_url"]).is_model_ready(model)
+            assert not TritonHTTP(replica["http_url"]).is_model_ready(model)
 
         # scale down: the leaving replica first drops out of routing (stopped) while it still runs
         r1_pid = {r["name"]: r for r in detail()["replica_set"]}["r1"]["pid"]
