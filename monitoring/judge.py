@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import stats
 
-from monitoring.collect import histogram_quantile, psi
+from monitoring.statistics import histogram_quantile, psi
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 SKIPPED = "skipped"  # a comparison with no control to compare against: neither holds nor fails a verdict

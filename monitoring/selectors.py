@@ -10,9 +10,10 @@ from django.utils import timezone
 
 from config.errors import NotFound
 from monitoring import conf
-from monitoring.collect import SCORE_BINS, parse_bucket_metric
+from monitoring.collect import parse_bucket_metric
 from monitoring.judge import ArmWindow
 from monitoring.models import Alert, AlertStatus, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, Verdict
+from monitoring.statistics import SCORE_BINS
 from registry.selectors.teams import team_scoped
 
 MAX_POINTS = 2000  # per series; past this the 1-minute roll-ups answer

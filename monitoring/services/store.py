@@ -11,8 +11,9 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from config.errors import InvalidInput
-from monitoring import collect, conf
+from monitoring import conf
 from monitoring.models import MetricRollup, MetricSample, ScrapeState, Verdict
+from monitoring.statistics import score_bins
 
 
 def samples_store(*, rows: list[tuple[str, str, str, float]], at: datetime, team_ids: dict[str, int] | None = None) -> int:
@@ -36,7 +37,7 @@ def score_samples_record(*, endpoint: str, variant: str, scores, team_id: int | 
         raise InvalidInput("scores must be a list of numbers.", field="scores") from None
     if not values:
         raise InvalidInput("scores must not be empty.", field="scores")
-    bins = collect.score_bins(values)
+    bins = score_bins(values)
     rows = [(endpoint, variant, f"score_bin:{i}", count) for i, count in enumerate(bins) if count]
     samples_store(rows=rows, at=at or timezone.now(), team_ids={endpoint: team_id} if team_id else None)
     return bins
