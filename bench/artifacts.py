@@ -43,7 +43,8 @@ def _model(args):
 
     from experiments.reference.data import generate
     from experiments.reference.model import ReferenceConfig, ReferenceCTR
-    from experiments.reference.train import auc, predict, train
+    from experiments.reference.train import predict, train
+    from registry.quality import auc
 
     config = ReferenceConfig(vocab=args.vocab, emb_dim=16, interaction="dcn", cross_layers=2, mlp=[256, 128])
     cache = out_dir() / f"reference_v{args.vocab}_r{args.rows}.pt"
@@ -100,7 +101,7 @@ def main(argv) -> int:
     django.setup()
     import torch
 
-    from experiments.reference.train import auc
+    from registry.quality import auc
     from registry.factory import graphs
     from registry.factory.stages import measure
 

@@ -1,8 +1,12 @@
-"""Triton model configurations written from Triton's own protobuf (model_config_pb2)."""
+"""Triton model configurations, written and read with Triton's own protobuf
+(model_config_pb2): the factory builds each variant's config.pbtxt (build_config,
+to_text); serving pools parse it back and load it with the pool's queue limits as
+Triton's load-time config override (with_pool_limits, override_json). config.pbtxt
+belongs to the artifact (content-addressed, never edited)."""
 
 from __future__ import annotations
 
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 DTYPES = {
@@ -11,10 +15,6 @@ DTYPES = {
 }
 PREFERRED_BATCH_SIZES = (8, 32, 128)
 QUEUE_DELAY_US = 200
-
-
-def triton_model_name(model: str, version: int, variant: str) -> str:
-    return f"{model}__v{version}__{variant}"
 
 
 def _tensor(spec: dict, batched: bool, cls):
@@ -59,6 +59,38 @@ def to_text(config: mc.ModelConfig) -> str:
     return text_format.MessageToString(config)
 
 
-def parse(text: str) -> mc.ModelConfig:
-    """Parse config.pbtxt text back into a ModelConfig (raises text_format.ParseError)."""
-    return text_format.Parse(text, mc.ModelConfig())
+class ConfigError(ValueError):
+    pass
+
+
+def parse(config_text: str) -> mc.ModelConfig:
+    """Parse config.pbtxt text back into a ModelConfig (raises ConfigError)."""
+    config = mc.ModelConfig()
+    try:
+        text_format.Parse(config_text, config)
+    except text_format.ParseError as exc:
+        raise ConfigError(f"config.pbtxt does not parse: {exc}") from None
+    return config
+
+
+def with_pool_limits(config: mc.ModelConfig, *, name: str, max_queue_size: int, queue_timeout_ms: int) -> mc.ModelConfig:
+    """A copy under `name` whose queue is bounded: past `max_queue_size` waiting requests,
+    or after `queue_timeout_ms` in the queue, Triton rejects instead of queueing on.
+
+    Models without batching (max_batch_size 0) cannot have a dynamic batcher, hence no
+    queue policy; they are returned unchanged apart from the name."""
+    out = mc.ModelConfig()
+    out.CopyFrom(config)
+    out.name = name
+    if out.max_batch_size > 0:
+        policy = out.dynamic_batching.default_queue_policy
+        policy.max_queue_size = max_queue_size
+        policy.default_timeout_microseconds = queue_timeout_ms * 1000
+        policy.timeout_action = mc.ModelQueuePolicy.REJECT
+    return out
+
+
+def override_json(config_text: str, *, name: str, max_queue_size: int, queue_timeout_ms: int) -> str:
+    """The load-time override a pool sends Triton: `{"parameters": {"config": <this JSON>}}`."""
+    config = with_pool_limits(parse(config_text), name=name, max_queue_size=max_queue_size, queue_timeout_ms=queue_timeout_ms)
+    return json_format.MessageToJson(config, preserving_proto_field_name=True, indent=None)

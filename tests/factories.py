@@ -14,6 +14,7 @@ from deployments.models import Endpoint, PoolReplica, PoolStatus, ReplicaStatus,
 from deployments.rollout_machine import State
 from registry import storage
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, RegisteredModel, Role, TeamMembership, VersionSource
+from registry.names import triton_model_name
 from tests.deployments.packaging import write_model_dir
 
 _seq = itertools.count(1)
@@ -47,7 +48,7 @@ def artifact(team, onnx_path, tmp_path, *, model_name="ctr", status=ArtifactStat
         model=model, version=model.versions.count() + 1, source=VersionSource.UPLOAD, file_sha256="0" * 64, file_path="x.onnx"
     )
     build = Build.objects.create(version=version, targets=[variant], status=BuildStatus.SUCCEEDED)
-    name = f"{model.name}__v{version.version}__{variant}"
+    name = triton_model_name(model.name, version.version, variant)
     staged = write_model_dir(tmp_path / "staging", name, onnx_path, broken=broken)
     rel, sha = storage.put_dir(staged)
     shutil.rmtree(tmp_path / "staging", ignore_errors=True)

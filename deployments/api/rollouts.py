@@ -20,7 +20,8 @@ from deployments.services import rollouts as services
 from deployments.selectors import pools as pool_selectors
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import Strategy
-from deployments.routes import route_table, variant_name
+from deployments.routes import route_table
+from registry.names import variant_name
 
 
 class EndpointSerializer(serializers.ModelSerializer):

@@ -88,3 +88,8 @@ def replica_log_tail(*, pool: ServingPool, replica: str, lines: int = 60) -> str
         return driver_for(pool).log_tail(replica, lines)
     except DriverError as exc:
         return str(exc)
+
+
+def ready_replicas(*, pool_ids) -> list[PoolReplica]:
+    """READY replicas of these pools, by pool and name (not user-scoped: for the platform)."""
+    return list(PoolReplica.objects.filter(pool_id__in=pool_ids, status=ReplicaStatus.READY).select_related("pool").order_by("pool_id", "name"))

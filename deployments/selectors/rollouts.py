@@ -64,3 +64,20 @@ def candidate_artifacts(*, user, endpoint) -> QuerySet:
     if endpoint.stable_artifact_id:
         qs = qs.exclude(pk=endpoint.stable_artifact_id)
     return qs.order_by("-created_at")[:100]
+
+
+def serving_endpoints() -> list:
+    """Every endpoint that has a stable artifact, with its pool and stable (not user-scoped:
+    the route table and the metrics collector act for the platform)."""
+    return list(
+        Endpoint.objects.filter(stable_artifact__isnull=False)
+        .select_related("pool", "stable_artifact__version__model").order_by("name")
+    )
+
+
+def active_rollouts(*, endpoints) -> dict:
+    """{endpoint id: its active rollout} for `endpoints`, with both artifacts."""
+    return {
+        r.endpoint_id: r for r in Rollout.objects.filter(endpoint__in=endpoints, state__in=[s.value for s in ACTIVE])
+        .select_related("candidate_artifact__version__model", "baseline_artifact__version__model")
+    }

@@ -9,50 +9,28 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 from datetime import timezone as dt_timezone
-from pathlib import Path
 
 from django.db import transaction
 from django.utils import timezone
 
 from config.errors import InvalidInput
-from deployments import triton_config
 from deployments.drivers import DrainTimeout, DriverError, LoadFailed, ModelDir, driver_for
 from deployments.lock_objects import pool_for_update, pool_model_for_update
 from deployments.models import PoolDriver, PoolModel, PoolModelState, PoolReplica, PoolStatus, ReplicaStatus, ServingPool
 from deployments.drivers.triton import TritonError
-from registry import storage
+from registry import storage, triton_config
 from registry.models import Artifact
+from registry.names import triton_name
 from registry.services.events import event_record
 
 RETIRE_AFTER_S = 3.0  # a replica leaving the pool keeps running this long out of the route table
 
 
-def triton_model_name_for(artifact: Artifact) -> str:
-    if artifact.triton_model_name:
-        return artifact.triton_model_name
-    return f"{artifact.version.model.name}__v{artifact.version.version}__{artifact.variant}"
-
-
-def artifact_model_dir(artifact: Artifact) -> Path:
-    """The Triton model directory of an artifact: its stored path itself, or the
-    `{triton name}/` directory inside it."""
-    if not artifact.path:
-        raise InvalidInput(f"artifact: artifact {artifact.pk} has no stored files.", code="artifact_missing_files", field="artifact")
-    try:
-        base = storage.absolute(artifact.path)
-    except ValueError as exc:
-        raise InvalidInput(f"artifact: {exc}", code="artifact_missing_files", field="artifact") from None
-    for candidate in (base, base / triton_model_name_for(artifact)):
-        if (candidate / "config.pbtxt").is_file():
-            return candidate
-    raise InvalidInput(
-        f"artifact: {artifact.path} holds no Triton model directory (config.pbtxt).", code="artifact_missing_files", field="artifact"
-    )
-
-
 def model_dir_for(pool: ServingPool, artifact: Artifact) -> ModelDir:
-    name = triton_model_name_for(artifact)
-    path = artifact_model_dir(artifact)
+    """What a driver loads for `artifact` on `pool`: its Triton directory and the load-time
+    config override with the pool's queue limits."""
+    name = triton_name(artifact)
+    path = storage.artifact_model_dir(artifact)
     try:
         config = triton_config.override_json(
             (path / "config.pbtxt").read_text(), name=name, max_queue_size=pool.max_queue_size, queue_timeout_ms=pool.queue_timeout_ms

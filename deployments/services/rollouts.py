@@ -26,10 +26,10 @@ from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
     ACTIVE, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, after_loaded, check_transition, on_tick,
 )
-from deployments.routes import triton_name
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
 from registry.models import Artifact, Role
+from registry.names import triton_name
 from registry.services.events import event_record
 from registry.services.teams import require_role
 

@@ -15,7 +15,7 @@ from deployments.selectors import rollouts as selectors
 from deployments.services import rollouts as services
 from deployments.selectors import pools as pool_selectors
 from deployments.rollout_machine import ACTIVE
-from deployments.routes import variant_name
+from registry.names import variant_name
 from monitoring import selectors as monitoring_selectors
 from registry.selectors.events import event_list
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from config.errors import InvalidInput
 from deployments.rollout_machine import State
-from deployments.routes import variant_name
+from registry.names import variant_name
 from deployments.selectors import rollouts as rollout_selectors
 from deployments.services.rollouts import rollout_apply_verdict
 from monitoring import conf, selectors

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from registry import triton_config
+from registry import names, quality, triton_config
 from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs
 
 ADAPTER = Path(__file__).resolve().parents[2] / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
@@ -240,22 +240,6 @@ def variants(ctx: BuildContext) -> None:
 
 
 # --- 4. validate -------------------------------------------------------------------------------
-def _auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    from scipy.stats import rankdata
-
-    labels = labels.astype(bool)
-    pos, neg = int(labels.sum()), int((~labels).sum())
-    if pos == 0 or neg == 0:
-        return float("nan")
-    ranks = rankdata(scores)
-    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
-
-
-def _logloss(labels: np.ndarray, scores: np.ndarray) -> float:
-    p = np.clip(scores.astype(np.float64), 1e-7, 1 - 1e-7)
-    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
-
-
 def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
     if ctx.validation_set and ctx.validation_set.exists():
         with np.load(ctx.validation_set, allow_pickle=False) as data:
@@ -294,7 +278,7 @@ def validate(ctx: BuildContext) -> None:
     ctx.log(f"validating on {reference.shape[0]} rows ({label_source})")
     base = {}
     if classifier:
-        base = {"auc": _auc(labels, reference.reshape(-1)), "logloss": _logloss(labels, reference.reshape(-1))}
+        base = {"auc": quality.auc(labels, reference.reshape(-1)), "logloss": quality.logloss(labels, reference.reshape(-1))}
     for name, result in ctx.variants.items():
         if result.status != "pending":
             continue
@@ -330,7 +314,7 @@ def validate(ctx: BuildContext) -> None:
             mean_abs_error=float(np.nanmean(diff)) if nan_count < out.size else None,
         )
         if classifier and nan_count == 0:
-            auc, loss = _auc(labels, out.reshape(-1)), _logloss(labels, out.reshape(-1))
+            auc, loss = quality.auc(labels, out.reshape(-1)), quality.logloss(labels, out.reshape(-1))
             evidence.update(auc=auc, logloss=loss, auc_delta=auc - base["auc"], logloss_delta=loss - base["logloss"])
         if name == "onnx-fp32":
             limit = float(conf.get("BUILD_FP32_MAX_ABS"))
@@ -431,7 +415,7 @@ def package(ctx: BuildContext) -> None:
         packable = result.status == "validated" or (name in GPU_VARIANTS and result.status == "skipped")
         if not packable:
             continue
-        model_name = triton_config.triton_model_name(ctx.model_name, ctx.version, name)
+        model_name = names.triton_model_name(ctx.model_name, ctx.version, name)
         staged = ctx.work_dir / "package" / model_name
         (staged / "1").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(result.onnx_path, staged / "1" / "model.onnx")

@@ -15,8 +15,9 @@ from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
-from deployments.routes import route_table, variant_name
+from deployments.routes import route_table
 from registry.models import ArtifactStatus, Event
+from registry.names import variant_name
 from tests import factories
 
 pytestmark = pytest.mark.django_db

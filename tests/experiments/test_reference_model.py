@@ -54,7 +54,8 @@ def test_training_learns_the_signal(interaction):
 def test_untrained_model_is_near_chance():
     model = ReferenceCTR(TINY).eval()
     valid = generate(4000, seed=5)
-    from experiments.reference.train import auc, predict
+    from experiments.reference.train import predict
+    from registry.quality import auc
 
     assert abs(auc(valid.label, predict(model, valid)) - 0.5) < 0.1
 

@@ -13,7 +13,7 @@ from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
-from deployments.routes import variant_name
+from registry.names import variant_name
 from monitoring import selectors
 from monitoring.services import canary
 from monitoring.collect import bucket_metric
@@ -153,7 +153,7 @@ def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings)
 
 
 def test_collector_counts_instances_from_the_artifacts_config(live_rollout):
-    from deployments.services.reconcile import artifact_model_dir
+    from registry.storage import artifact_model_dir
     from monitoring import deployment_targets
 
     PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
