@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from config.errors import Conflict, InvalidInput
+from deployments.lock_objects import endpoint_for_update
 from deployments.models import Endpoint, ServingPool
 from deployments.services import pools as pool_services
 from registry.models import Artifact, ArtifactStatus, Role
@@ -65,7 +66,7 @@ def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
     if not values:
         return endpoint
     with transaction.atomic():
-        locked = Endpoint.objects.select_for_update().get(pk=endpoint.pk)
+        locked = endpoint_for_update(endpoint.pk)
         for key, value in values.items():
             setattr(locked, key, value)
         locked.save()

@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from config.errors import Conflict, InvalidInput
+from deployments.lock_objects import endpoint_for_update, rollout_for_update
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
     ACTIVE, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, after_loaded, check_transition, on_tick,
@@ -32,15 +33,6 @@ from registry.models import Artifact, Role
 from registry.names import triton_name
 from registry.services.events import event_record
 from registry.services.teams import require_role
-
-
-def rollout_for_update(rollout_id: int) -> Rollout:
-    return (
-        Rollout.objects.select_for_update(of=("self",))
-        .select_related("endpoint", "endpoint__team", "endpoint__pool", "candidate_artifact__version__model",
-                        "baseline_artifact__version__model")
-        .get(pk=rollout_id)
-    )
 
 
 def rollout_start(
@@ -155,12 +147,7 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
     another tick is skipped)."""
     now = now or timezone.now()
     with transaction.atomic():
-        locked = (
-            Rollout.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("endpoint", "endpoint__team", "endpoint__pool", "candidate_artifact__version__model",
-                            "baseline_artifact__version__model", "created_by")
-            .filter(pk=rollout_id).first()
-        )
+        locked = rollout_for_update(rollout_id, skip_locked=True)
         if locked is None or locked.state in TERMINAL:
             return locked
         state = State(locked.state)
@@ -177,7 +164,7 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
             held = (now - locked.state_entered_at).total_seconds() if locked.state_entered_at else 0.0
             if held < locked.promote_grace_seconds:
                 return locked
-            endpoint = Endpoint.objects.select_for_update().get(pk=locked.endpoint_id)
+            endpoint = endpoint_for_update(locked.endpoint_id)
             old_stable = endpoint.stable_artifact
             endpoint.stable_artifact = locked.candidate_artifact
             endpoint.save(update_fields=["stable_artifact", "updated_at"])
@@ -218,10 +205,7 @@ def rollout_apply_verdict(*, rollout_id: int, outcome: str, reason: str, step_re
     inconclusive past the step deadline → the plan's policy. Returns (rollout, decision)."""
     now = now or timezone.now()
     with transaction.atomic():
-        locked = (
-            Rollout.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("endpoint", "endpoint__team").filter(pk=rollout_id).first()
-        )
+        locked = rollout_for_update(rollout_id, skip_locked=True)
         if locked is None or locked.state not in (State.SHADOW, State.CANARY, State.PROMOTING):
             return locked, None
         if locked.state == State.PROMOTING:

@@ -12,7 +12,7 @@ from django.db.models import Max
 
 from config.errors import Conflict, InvalidInput, TooLarge
 from registry import onnx_files, storage
-from registry.lock_objects import model_for_update
+from registry.lock_objects import model_for_update, version_for_update
 from registry.models import Framework, ModelVersion, RegisteredModel, Role, Task, VersionSource, VersionStatus
 from registry.services.events import event_record
 from registry.services.teams import require_role
@@ -225,7 +225,7 @@ def version_set_status(*, user, version: ModelVersion, status: str, reason: str 
     if status not in VersionStatus.values:
         raise InvalidInput(f"status: unknown status {status!r}.", field="status")
     with transaction.atomic():
-        locked = ModelVersion.objects.select_for_update().select_related("model__team").get(pk=version.pk)
+        locked = version_for_update(version.pk)
         old = locked.status
         if old == status:
             return locked
