@@ -1,12 +1,9 @@
-"""Build settings: Django settings win, else the environment, else these defaults.
-
-Read at call time so tests can shorten leases (settings fixture in-process, environment
-for worker processes).
+"""Build settings: Django settings win, else the environment, else these defaults
+(config.conf.setting). Read at call time so tests can shorten leases (settings fixture
+in-process, environment for worker processes).
 """
 
-import os
-
-from django.conf import settings
+from config.conf import setting
 
 DEFAULTS = {
     "BUILD_LEASE_SECONDS": 60.0,  # a running build's lease; renewed by a heartbeat
@@ -29,15 +26,7 @@ DEFAULTS = {
 
 
 def get(name: str):
-    default = DEFAULTS[name]
-    if hasattr(settings, name):
-        return getattr(settings, name)
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if isinstance(default, bool):
-        return raw.lower() in {"1", "true", "yes"}
-    return type(default)(raw)
+    return setting(name, DEFAULTS[name])
 
 
 def bench_batches() -> list[int]:
