@@ -1,7 +1,10 @@
 """Demo data for `make run` (idempotent): team "demo" (admin is its admin), a small CTR
 model with one version built into servable artifacts (onnx-fp32, onnx-int8), a local
 serving pool with one replica, and the endpoint "demo-ctr" serving the fp32 variant —
-so the dashboard, the gateway and a first rollout (fp32 → int8) work at once."""
+so the dashboard, the gateway and a first rollout (fp32 → int8) work at once.
+
+It seeds two apps, so it lives in the project (config), and like any caller it reads
+through their selectors and writes through their services."""
 
 import tempfile
 from pathlib import Path
@@ -9,9 +12,17 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from deployments.selectors.pools import pool_list
+from deployments.selectors.rollouts import endpoint_list
+from deployments.services.endpoints import endpoint_create
+from deployments.services.pools import pool_create
+from registry.factory import runner
+from registry.models import ArtifactStatus, Role
+from registry.selectors.builds import artifact_list
+from registry.selectors.catalog import model_list, version_list
+from registry.services.builds import build_start
 from registry.services.catalog import model_create, version_create_from_upload
-from registry.services.teams import team_create
-from registry.models import ArtifactStatus, RegisteredModel, Role, TeamMembership
+from registry.services.teams import membership_set, team_create
 
 
 class Command(BaseCommand):
@@ -23,11 +34,11 @@ class Command(BaseCommand):
             self.stderr.write("no admin user; run `manage.py run_platform` or create one first")
             return
         team = team_create(user=admin, name="demo")
-        TeamMembership.objects.get_or_create(user=admin, team=team, defaults={"role": Role.ADMIN})
-        admin.groups.add(team)
-        model = RegisteredModel.objects.filter(name="demo-ctr").first() or self._model(admin, team)
-        version = model.versions.order_by("version").first()
-        artifacts = {a.variant: a for a in version.artifacts.filter(status=ArtifactStatus.SERVABLE)}
+        if not admin.groups.filter(pk=team.pk).exists():
+            membership_set(user=admin, team=team, member=admin, role=Role.ADMIN)
+        model = model_list(user=admin).filter(name="demo-ctr").first() or self._model(admin, team)
+        version = version_list(user=admin, model=model).order_by("version").first()
+        artifacts = self._servable(admin, version)
         if "onnx-fp32" not in artifacts:
             artifacts = self._build(admin, version)
         self._serve(admin, team, artifacts.get("onnx-fp32"))
@@ -43,29 +54,26 @@ class Command(BaseCommand):
             path = write(Path(tmp) / "demo-ctr.onnx")
             with open(path, "rb") as fh:
                 version_create_from_upload(user=admin, model=model, filename="demo-ctr.onnx",
-                                                    chunks=iter(lambda: fh.read(1 << 20), b""))
+                                           chunks=iter(lambda: fh.read(1 << 20), b""))
         self.stdout.write("seed: registered model demo-ctr v1")
         return model
 
-    def _build(self, admin, version) -> dict:
-        from registry.factory import runner
-        from registry.services.builds import build_start
+    @staticmethod
+    def _servable(admin, version) -> dict:
+        return {a.variant: a for a in artifact_list(user=admin, version=version).filter(status=ArtifactStatus.SERVABLE)}
 
+    def _build(self, admin, version) -> dict:
         build, _ = build_start(user=admin, version=version, targets=["onnx-fp32", "onnx-int8"], idempotency_key="demo-seed")
         self.stdout.write(f"seed: building demo-ctr v1 (build #{build.pk}: canonicalize → optimize → variants → validate → benchmark → package)…")
         outcome = runner.run(build.pk, owner="seed_demo")
         self.stdout.write(f"seed: build #{build.pk} {outcome}")
-        return {a.variant: a for a in version.artifacts.filter(status=ArtifactStatus.SERVABLE)}
+        return self._servable(admin, version)
 
     def _serve(self, admin, team, artifact) -> None:
-        from deployments.services import endpoints as endpoint_services
-        from deployments.services import pools as pool_services
-        from deployments.models import Endpoint, ServingPool
-
-        if artifact is None or Endpoint.objects.filter(name="demo-ctr").exists():
+        if artifact is None or endpoint_list(user=admin).filter(name="demo-ctr").exists():
             return
-        pool = ServingPool.objects.filter(name="demo-cpu").first() or pool_services.pool_create(
+        pool = pool_list(user=admin).filter(name="demo-cpu").first() or pool_create(
             user=admin, name="demo-cpu", team=team, replicas=1, cost_per_replica_hour="0.10"
         )
-        endpoint_services.endpoint_create(user=admin, name="demo-ctr", pool=pool, stable_artifact=artifact, slo_p99_ms=50)
+        endpoint_create(user=admin, name="demo-ctr", pool=pool, stable_artifact=artifact, slo_p99_ms=50)
         self.stdout.write("seed: pool demo-cpu (1 local tritonserver replica) and endpoint demo-ctr → demo-ctr v1 onnx-fp32")
