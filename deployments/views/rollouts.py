@@ -16,7 +16,6 @@ from deployments.services import rollouts as services
 from deployments.selectors import pools as pool_selectors
 from deployments.rollout_machine import ACTIVE
 from registry.names import variant_name
-from monitoring import selectors as monitoring_selectors
 from registry.selectors.events import event_list
 
 ACTIONS = {
@@ -58,7 +57,6 @@ def endpoint_detail(request, name):
     rollout = rollouts.filter(pk=request.GET["rollout"]).first() if request.GET.get("rollout", "").isdigit() else rollouts.first()
     context = {
         "endpoint": endpoint, "rollout": rollout, "rollouts": rollouts[:20], **_status(rollout),
-        "verdicts": monitoring_selectors.verdict_list(user=request.user, rollout_id=rollout.pk)[:15] if rollout else [],
         "events": event_list(user=request.user, object_type="deployments.rollout", object_id=rollout.pk)[:30] if rollout else [],
         "candidates": selectors.candidate_artifacts(user=request.user, endpoint=endpoint),
         "chart_since": (rollout.created_at - timedelta(minutes=1)).isoformat() if rollout else "",

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from io import StringIO
 
 import numpy as np

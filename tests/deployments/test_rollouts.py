@@ -13,7 +13,7 @@ from django.utils import timezone
 from config.errors import Conflict, InvalidInput
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
-from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
+from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
 from deployments.routes import route_table
 from registry.models import ArtifactStatus, Event
@@ -25,8 +25,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def pool(team_a):
-    pool = ServingPool.objects.create(name="cpu-pool", team=team_a, replicas=1, status="ready")
-    PoolReplica.objects.create(pool=pool, name="r0", status=ReplicaStatus.READY, http_url="http://127.0.0.1:18000")
+    pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
     return pool
 
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
-from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
+from deployments.models import PoolModel, PoolModelState, PoolReplica, Rollout
 from deployments.rollout_machine import State
 from registry.names import variant_name
 from monitoring import selectors
@@ -20,6 +20,7 @@ from monitoring.collect import bucket_metric
 from monitoring.judge import judge
 from monitoring.models import Alert, Verdict
 from monitoring.services.store import samples_store
+from tests import factories
 
 pytestmark = pytest.mark.django_db
 
@@ -31,8 +32,7 @@ def _ready(pool, artifact):
 
 
 def start_rollout(deployer, team, artifact_factory, steps_bp):
-    pool = ServingPool.objects.create(name="cpu-pool", team=team, replicas=1, status="ready")
-    PoolReplica.objects.create(pool=pool, name="r0", status=ReplicaStatus.READY, http_url="http://127.0.0.1:18000")
+    pool = factories.pool(team, "cpu-pool", ready_replicas=1)
     stable, candidate = artifact_factory(team), artifact_factory(team)
     endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=200, slo_error_rate=0.05)
     _ready(pool, stable)
