@@ -4,13 +4,9 @@ Pure functions (numpy + scipy.stats), no Django: `judge(stable, candidate, confi
 The window must be ANCHORED (it starts when the candidate first got traffic and only
 grows), because the error-rate e-process is a running product over ticks. Latency is
 compared over the current STEP's window when the stable still gets traffic (and not at
-all in a step where the candidate takes every request: there is no control, and the
-stable's history from earlier steps is no control either): within a step
-the split is constant, so both arms' samples come from the same moments. Pooled over the
-anchored window they would not: latency drifts as the rollout goes on (both arms were
-~40 % slower at the 50 % step than at 5 % on the 2-core bench machine), the stable's
-samples come mostly from the early steps and the candidate's from the late ones, and an
-A/A pair read as +24 % (a false rollback).
+all in a step where the candidate takes every request: there is no control): within a
+step the split is constant, so both arms' samples come from the same moments, which
+pooled over a rollout whose latency drifts they would not (monitoring/README.md).
 
 Checks (each reports samples, statistic, p-value or e-value and threshold):
 

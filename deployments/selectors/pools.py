@@ -7,6 +7,7 @@ from deployments.drivers import driver_for
 from deployments.drivers.base import DriverError
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, ServingPool
 from registry.models import Artifact
+from registry.selectors.builds import artifact_get as registry_artifact_get
 from registry.selectors.teams import team_scoped
 
 
@@ -53,16 +54,12 @@ def pool_models(*, pool: ServingPool, include_unloaded: bool = False) -> QuerySe
 
 
 def artifact_get(*, user, artifact_id) -> Artifact:
-    """An artifact the user may see (its model's team), else 404."""
+    """An artifact the user may see (its model's team), else 404; the id may come from a form."""
     try:
         artifact_id = int(artifact_id)
     except (TypeError, ValueError):
         raise NotFound(f"No artifact with id {artifact_id!r}.", code="artifact_not_found") from None
-    qs = team_scoped(Artifact.objects.select_related("version", "version__model"), user, "version__model__team_id")
-    artifact = qs.filter(pk=artifact_id).first()
-    if artifact is None:
-        raise NotFound(f"No artifact with id {artifact_id}.", code="artifact_not_found")
-    return artifact
+    return registry_artifact_get(user=user, artifact_id=artifact_id)
 
 
 def pool_live(*, pool: ServingPool) -> dict:

@@ -6,6 +6,7 @@ from django.db.models import QuerySet
 from config.errors import NotFound
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import ACTIVE, State
+from registry.selectors.builds import servable_artifacts
 from registry.selectors.teams import team_scoped
 
 
@@ -57,13 +58,10 @@ def rollouts_failed_since(*, since) -> list:
 
 def candidate_artifacts(*, user, endpoint) -> QuerySet:
     """Servable artifacts of the endpoint's team that could become its next candidate."""
-    from registry.models import Artifact, ArtifactStatus
-
-    qs = Artifact.objects.filter(status=ArtifactStatus.SERVABLE, version__model__team_id=endpoint.team_id)
-    qs = team_scoped(qs.select_related("version", "version__model"), user, "version__model__team_id")
+    qs = servable_artifacts(user=user, team_id=endpoint.team_id)
     if endpoint.stable_artifact_id:
         qs = qs.exclude(pk=endpoint.stable_artifact_id)
-    return qs.order_by("-created_at")[:100]
+    return qs[:100]
 
 
 def serving_endpoints() -> list:

@@ -14,9 +14,8 @@ from django.views.decorators.vary import vary_on_headers
 from config.errors import NotFound, PlatformError
 from deployments.selectors import pools as selectors
 from deployments.services import pools as services
-from registry.models import Artifact, ArtifactStatus
+from registry.selectors.builds import servable_artifacts
 from registry.selectors.events import event_list
-from registry.selectors.teams import team_scoped
 
 
 # === serving pools ===========================================================================
@@ -29,11 +28,6 @@ def pool_list(request):
     if request.htmx:
         return render(request, "deployments/pool_list.html#pool-rows", context)
     return render(request, "deployments/pool_list.html", context)
-
-
-def _servable_artifacts(user):
-    qs = Artifact.objects.filter(status=ArtifactStatus.SERVABLE).select_related("version", "version__model")
-    return team_scoped(qs, user, "version__model__team_id").order_by("-created_at")[:100]
 
 
 @login_required
@@ -63,7 +57,7 @@ def pool_detail(request, name):
     context["events"] = event_list(
         user=request.user, object_type="deployments.servingpool", object_id=pool.pk
     )[:30]
-    context["artifacts"] = _servable_artifacts(request.user)
+    context["artifacts"] = servable_artifacts(user=request.user)[:100]
     return render(request, "deployments/pool_detail.html", context)
 
 

@@ -1,8 +1,12 @@
 """The six build stages. Each takes the BuildContext, does its work in ctx.work_dir,
 appends log lines with ctx.log(...) and raises StageError to fail the build.
 
-Nothing here touches the database: registry/build/runner.py records progress and
+Nothing here touches the database: registry/factory/runner.py records progress and
 publishes the result; so a stage can be re-run from scratch on a retried attempt.
+
+Why this is one long module: the six stages are one pipeline over one BuildContext, read
+top to bottom in the order they run; what they lean on already lives apart (graph surgery
+in graphs.py, Triton configs in registry/triton_config.py, AUC/logloss in registry/quality.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from django.db.models import QuerySet
 
 from config.errors import NotFound
 from registry.factory import conf
-from registry.models import Artifact, Build, ModelVersion
+from registry.models import Artifact, ArtifactStatus, Build, ModelVersion
 from registry.selectors.teams import team_scoped
 
 LOG_TAIL_LINES = 40
@@ -43,6 +43,15 @@ def artifact_get(*, user, artifact_id: int) -> Artifact:
     if artifact is None:
         raise NotFound(f"No artifact with id {artifact_id}.", code="artifact_not_found")
     return artifact
+
+
+def servable_artifacts(*, user, team_id: int | None = None) -> QuerySet:
+    """Servable artifacts the user may see (of one team when given), newest first: what a
+    pool may load or an endpoint may roll out."""
+    qs = artifact_list(user=user).filter(status=ArtifactStatus.SERVABLE)
+    if team_id is not None:
+        qs = qs.filter(version__model__team_id=team_id)
+    return qs.order_by("-created_at")
 
 
 def latest_artifacts(*, user, version: ModelVersion) -> list[Artifact]:

@@ -17,6 +17,7 @@ import time
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
+from config.heartbeats import heartbeat_record
 from deployments import tritonserver
 from deployments.drivers import driver_for
 from deployments.models import PoolDriver, PoolStatus, ServingPool
@@ -92,12 +93,8 @@ class Command(BaseCommand):
                 tritonserver.kill_group(pid)
 
     def heartbeat(self, pools: int) -> None:
-        """Tell /healthz this supervisor lives (config.ComponentHeartbeat "pools")."""
+        """Tell /healthz this supervisor lives (the "pools" heartbeat)."""
         try:
-            from django.utils import timezone
-
-            from config.models import ComponentHeartbeat
-
-            ComponentHeartbeat.objects.update_or_create(name="pools", defaults={"seen_at": timezone.now(), "detail": {"pools": pools}})
+            heartbeat_record(name="pools", detail={"pools": pools})
         except Exception:  # noqa: BLE001 - no heartbeat table yet: supervision goes on
             pass
