@@ -12,6 +12,7 @@ import json
 from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState
+from deployments.rollout_machine import FULL_BP
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
 from registry.names import triton_name, variant_name
@@ -68,7 +69,7 @@ def route_table() -> dict:
             else:
                 variants.append(_variant(candidate, "canary", split.candidate_bp, candidate_urls))
         else:
-            variants.append(_variant(stable, "stable", 10_000, stable_urls))
+            variants.append(_variant(stable, "stable", FULL_BP, stable_urls))
         entry["variants"] = variants
         table.append(entry)
     body = {"endpoints": table}

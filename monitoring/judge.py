@@ -51,9 +51,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import stats
 
+from deployments.rollout_machine import Verdict
 from monitoring.statistics import histogram_quantile, psi
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
 SKIPPED = "skipped"  # a comparison with no control to compare against: neither holds nor fails a verdict
 
 

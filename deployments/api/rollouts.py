@@ -19,7 +19,7 @@ from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from deployments.selectors import pools as pool_selectors
 from deployments.models import Endpoint, Rollout
-from deployments.rollout_machine import Strategy
+from deployments.rollout_machine import FULL_BP, OnInconclusive, Strategy
 from deployments.routes import route_table
 from registry.names import variant_name
 
@@ -90,13 +90,13 @@ class RolloutSerializer(serializers.ModelSerializer):
 class RolloutCreateSerializer(serializers.Serializer):
     candidate_artifact = serializers.IntegerField(help_text="A servable artifact id of the endpoint's team.")
     strategy = serializers.ChoiceField(choices=[s.value for s in Strategy], default=Strategy.CANARY)
-    steps_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=10_000), required=False)
+    steps_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=FULL_BP), required=False)
     shadow_seconds = serializers.FloatField(min_value=0, default=0.0)
     shadow_sample_rate = serializers.FloatField(min_value=0, max_value=1, default=1.0)
     step_min_seconds = serializers.FloatField(min_value=0, default=30.0)
     step_min_requests = serializers.IntegerField(min_value=0, default=200)
     step_deadline_seconds = serializers.FloatField(min_value=0, default=600.0)
-    on_inconclusive = serializers.ChoiceField(choices=["rollback", "pause"], default="rollback")
+    on_inconclusive = serializers.ChoiceField(choices=[o.value for o in OnInconclusive], default=OnInconclusive.ROLLBACK)
     promote_grace_seconds = serializers.FloatField(min_value=0, default=30.0)
 
 

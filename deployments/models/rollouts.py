@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 
-from deployments.rollout_machine import ACTIVE, FULL_BP, Plan, Split, State, Strategy, split_for
+from deployments.rollout_machine import ACTIVE, FULL_BP, OnInconclusive, Plan, Split, State, Strategy, split_for
 from registry.models import Artifact
 
 
@@ -63,7 +63,8 @@ class Rollout(models.Model):
     step_min_seconds = models.FloatField(default=30.0)
     step_min_requests = models.PositiveIntegerField(default=200)
     step_deadline_seconds = models.FloatField(default=600.0)
-    on_inconclusive = models.CharField(max_length=16, default="rollback", choices=[("rollback", "roll back"), ("pause", "pause")])
+    on_inconclusive = models.CharField(max_length=16, default=OnInconclusive.ROLLBACK,
+                                       choices=[(OnInconclusive.ROLLBACK, "roll back"), (OnInconclusive.PAUSE, "pause")])
     promote_grace_seconds = models.FloatField(default=30.0, help_text="Promotion holds this long before the old stable is unloaded.")
     load_timeout_seconds = models.FloatField(default=300.0)
 

@@ -25,7 +25,8 @@ from config.errors import Conflict, InvalidInput
 from deployments.lock_objects import endpoint_for_update, rollout_for_update
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
-    ACTIVE, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, after_loaded, check_transition, on_tick,
+    ACTIVE, FULL_BP, TERMINAL, Decision, IllegalTransition, OnInconclusive, Plan, State, Strategy, Verdict, after_loaded,
+    check_transition, on_tick,
 )
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
@@ -38,7 +39,7 @@ from registry.services.teams import require_role
 def rollout_start(
     *, user, endpoint: Endpoint, candidate: Artifact, strategy: str = Strategy.CANARY, steps_bp=None,
     shadow_seconds: float = 0.0, shadow_sample_rate: float = 1.0, step_min_seconds: float = 30.0,
-    step_min_requests: int = 200, step_deadline_seconds: float = 600.0, on_inconclusive: str = "rollback",
+    step_min_requests: int = 200, step_deadline_seconds: float = 600.0, on_inconclusive: str = OnInconclusive.ROLLBACK,
     promote_grace_seconds: float = 30.0,
 ) -> Rollout:
     """Start bringing `candidate` into `endpoint`: it is loaded into the endpoint's pool and
@@ -209,7 +210,7 @@ def rollout_apply_verdict(*, rollout_id: int, outcome: str, reason: str, step_re
         if locked is None or locked.state not in (State.SHADOW, State.CANARY, State.PROMOTING):
             return locked, None
         if locked.state == State.PROMOTING:
-            if outcome != "fail":
+            if outcome != Verdict.FAIL:
                 return locked, None
             decision = Decision(State.ROLLING_BACK, locked.step_index, f"judge during promotion: {reason}")
         else:

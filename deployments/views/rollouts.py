@@ -14,7 +14,7 @@ from config.errors import PlatformError
 from deployments.selectors import rollouts as selectors
 from deployments.services import rollouts as services
 from deployments.selectors import pools as pool_selectors
-from deployments.rollout_machine import ACTIVE
+from deployments.rollout_machine import ACTIVE, State
 from registry.names import variant_name
 from registry.selectors.events import event_list
 
@@ -31,7 +31,7 @@ def _status(rollout) -> dict:
         return {}
     split = rollout.split
     elapsed = (timezone.now() - rollout.step_started_at).total_seconds() if rollout.step_started_at else None
-    if rollout.paused_step_elapsed_s is not None and rollout.state == "paused":
+    if rollout.paused_step_elapsed_s is not None and rollout.state == State.PAUSED:
         elapsed = rollout.paused_step_elapsed_s
     return {
         "split": split, "stable_pct": split.stable_bp / 100, "candidate_pct": split.candidate_bp / 100,

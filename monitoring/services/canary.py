@@ -21,7 +21,7 @@ from deployments.selectors import rollouts as rollout_selectors
 from deployments.services.rollouts import rollout_apply_verdict
 from monitoring import conf, selectors
 from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
-from monitoring.models import Alert, Severity, Verdict
+from monitoring.models import Alert, Severity, Verdict, VerdictOutcome
 from monitoring.services.alerts import alert_dedupe_key, alert_raise
 
 
@@ -80,7 +80,7 @@ def judge_rollout(rollout, *, now=None) -> dict:
         # latency within the step (a constant split), and only while the stable serves beside the candidate
         latency_window=step_window, compare_latency=rollout.split.stable_bp > 0,
     )
-    step_requests = int(step_window[1].requests) if step_window and verdict.outcome == "pass" else 0
+    step_requests = int(step_window[1].requests) if step_window and verdict.outcome == VerdictOutcome.PASS else 0
     updated, decision = rollout_apply_verdict(
         rollout_id=rollout.pk, outcome=verdict.outcome, reason=verdict.reason, step_requests=step_requests, now=now,
         verdict_id=verdict.pk,
