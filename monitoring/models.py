@@ -1,6 +1,6 @@
 """Monitoring data: the time-series store (raw samples + 1-minute roll-ups), scrape
 state, canary verdicts, alerts and their notification deliveries. Data and invariants
-only; writes go through services.py.
+only; writes go through monitoring.services.
 """
 
 from django.conf import settings

@@ -53,11 +53,9 @@ _GRPC_HTTP_STATUS = {"StatusCode.INVALID_ARGUMENT": 400, "StatusCode.NOT_FOUND":
 
 
 def _grpc_control(grpc_url: str, call: str, name: str, timeout: float, **kwargs) -> None:
-    """Repository load/unload over gRPC. Triton's HTTP handler for them blocks the HTTP
-    worker thread for the whole load, and HTTP inference on every other model waits with
-    it (triton-inference-server/server#8958: here every in-flight request stalled the
-    full 1.4 s of a load, and a 1 s gateway deadline turned them into 504s); the gRPC
-    server is separate, and inference over HTTP does not notice (max 12 ms)."""
+    """Repository load/unload over gRPC: over HTTP, Triton's handler blocks HTTP inference
+    on every other model for the whole load (triton-inference-server/server#8958; what it
+    cost here is in deployments/POOLS.md)."""
     import tritonclient.grpc as triton_grpc
     from tritonclient.utils import InferenceServerException
 

@@ -1,5 +1,5 @@
-"""Deployments data: serving pools (this file's first section); endpoints and rollouts
-join later in their own sections. Data and invariants only; writes go through services.py.
+"""Serving pools: a pool, what the driver last saw of each replica, and each artifact a
+pool serves. Data and invariants only; writes go through deployments.services.
 """
 
 from django.conf import settings
@@ -10,7 +10,6 @@ from django.db.models import Q
 from registry.models import Artifact
 
 
-# === serving pools ===========================================================================
 class PoolDriver(models.TextChoices):
     LOCAL = "local", "Local tritonserver processes"
     KUBERNETES = "kubernetes", "Kubernetes Deployment"

@@ -1,4 +1,4 @@
-"""Endpoints and rollouts (imported by deployments/models.py).
+"""Endpoints and rollouts.
 
 An Endpoint is what clients call on the gateway; it serves a stable artifact from a
 pool. A Rollout brings a candidate artifact in through the state machine of
@@ -28,9 +28,8 @@ class Endpoint(models.Model):
     slo_p99_ms = models.FloatField(default=50.0, help_text="Candidate p99 above this fails the guardrail.")
     slo_error_rate = models.FloatField(default=0.01, help_text="Candidate error rate above this fails the guardrail.")
     psi_threshold = models.FloatField(default=0.25, help_text="Prediction-score PSI (candidate vs stable) guardrail.")
-    # Practical significance of a latency difference. Both arms share the pool's CPUs and
-    # the arm with less traffic batches less: on the 2-core test machine a healthy canary
-    # at 25 % ran ~10 % slower than stable at 75 %, so a tighter margin flags it.
+    # Practical significance of a latency difference: the arm with less traffic runs slower on
+    # shared CPUs even when healthy (monitoring/README.md, "Why these defaults").
     latency_margin = models.FloatField(default=0.2, help_text="Candidate latency may exceed stable's by this fraction.")
     sticky_header = models.CharField(max_length=100, default="X-User-Id")
     timeout_ms = models.PositiveIntegerField(default=1000)
