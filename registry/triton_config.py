@@ -28,7 +28,7 @@ def _tensor(spec: dict, batched: bool, cls):
 
 def build_config(*, name: str, signature: dict, variant: str, max_batch_size: int = 512, cpu_threads: int = 1,
                  instance_count: int = 1) -> mc.ModelConfig:
-    """The ModelConfig for one packaged variant (see registry/build/__init__.py for the layout)."""
+    """The ModelConfig for one packaged variant (see registry/factory/__init__.py for the layout)."""
     batched = all(spec["shape"] and spec["shape"][0] in (-1, None) for spec in signature["inputs"] + signature["outputs"])
     config = mc.ModelConfig(name=name, max_batch_size=max_batch_size if batched else 0)
     config.input.extend(_tensor(s, batched, mc.ModelInput) for s in signature["inputs"])

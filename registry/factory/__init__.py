@@ -1,6 +1,6 @@
 """The artifact factory: turn a registered version into validated, benchmarked Triton artifacts.
 
-Stages (registry/build/stages.py), each recorded on the Build row with status, duration
+Stages (registry/factory/stages.py), each recorded on the Build row with status, duration
 and log: canonicalize -> optimize -> variants -> validate -> benchmark -> package.
 
 Variants (targets):
