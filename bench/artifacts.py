@@ -101,9 +101,9 @@ def main(argv) -> int:
     django.setup()
     import torch
 
-    from registry.quality import auc
     from registry.factory import graphs
     from registry.factory.stages import measure
+    from registry.quality import auc
 
     args = _args(argv)
     torch.set_num_threads(1)

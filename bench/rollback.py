@@ -103,11 +103,11 @@ def main(argv: list[str]) -> int:
 
     from bench.common import print_table, write_json
     from bench.harness import Load, package_artifact, spawn, stop, wait_for
+    from deployments.models import PoolModel, PoolModelState, Rollout
+    from deployments.rollout_machine import TERMINAL, State
     from deployments.services import endpoints as endpoint_services
     from deployments.services import pools as pool_services
     from deployments.services import rollouts as rollout_services
-    from deployments.models import PoolModel, PoolModelState, Rollout
-    from deployments.rollout_machine import TERMINAL, State
     from registry.models import Event, Role, TeamMembership
     from tests.make_onnx import write as write_onnx
 

@@ -4,8 +4,8 @@ from django.contrib import admin, messages
 
 from config.admin import ReadOnlyAdmin
 from config.errors import PlatformError
-from monitoring.services.alerts import alert_acknowledge, alert_resolve
 from monitoring.models import Alert, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState, Verdict
+from monitoring.services.alerts import alert_acknowledge, alert_resolve
 
 
 @admin.register(MetricSample)

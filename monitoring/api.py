@@ -16,10 +16,10 @@ from config.api import created
 from config.errors import InvalidInput
 from config.viewsets import TeamScopedViewSet
 from monitoring import selectors
+from monitoring.models import Alert, AlertStatus, NotificationChannel, NotificationDelivery, Verdict, VerdictOutcome
 from monitoring.services.alerts import alert_acknowledge, alert_resolve
 from monitoring.services.notifications import channel_create, channel_delete
 from monitoring.services.store import score_samples_record
-from monitoring.models import Alert, AlertStatus, NotificationChannel, NotificationDelivery, Verdict, VerdictOutcome
 from registry.models import Role
 from registry.selectors.teams import team_list
 

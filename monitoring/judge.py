@@ -3,10 +3,9 @@
 Pure functions (numpy + scipy.stats), no Django: `judge(stable, candidate, config)`.
 The window must be ANCHORED (it starts when the candidate first got traffic and only
 grows), because the error-rate e-process is a running product over ticks. Latency is
-compared over the current STEP's window when the stable still gets traffic (and not at
-all in a step where the candidate takes every request: there is no control): within a
-step the split is constant, so both arms' samples come from the same moments, which
-pooled over a rollout whose latency drifts they would not (monitoring/README.md).
+compared within the current STEP while the stable still gets traffic (not at all when the
+candidate takes every request: no control): a step's split is constant, so both arms'
+samples come from the same moments; pooled over a drifting rollout they would not (README).
 
 Checks (each reports samples, statistic, p-value or e-value and threshold):
 

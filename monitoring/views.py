@@ -12,8 +12,8 @@ from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
 from monitoring import selectors
-from monitoring.services import alerts as services
 from monitoring.models import AlertStatus
+from monitoring.services import alerts as services
 from registry.selectors.events import event_list
 
 SUMMARY_METRICS = ["request_rate", "error_rate", "latency_p50_ms", "latency_p99_ms", "queue_ms", "utilization", "cost_per_1k_inferences"]

@@ -5,8 +5,8 @@ from django.contrib import admin, messages
 
 from config.admin import ReadOnlyAdmin
 from config.errors import PlatformError
-from registry.services import catalog as services
 from registry.models import Artifact, Build, Event, ModelVersion, RegisteredModel, TeamMembership
+from registry.services import catalog as services
 
 
 @admin.register(TeamMembership)

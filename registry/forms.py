@@ -1,7 +1,7 @@
 from django import forms
 
-from registry.selectors.teams import team_list
 from registry.models import Role, Task
+from registry.selectors.teams import team_list
 
 
 class ModelCreateForm(forms.Form):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from registry.services.teams import team_create
 from registry.models import ModelVersion, Role, TeamMembership
+from registry.services.teams import team_create
 from tests import factories
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,9 +12,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from config.viewsets import TeamScopedViewSet
+from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolReplica, PoolStatus, ServingPool
 from deployments.selectors import pools as selectors
 from deployments.services import pools as services
-from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolReplica, PoolStatus, ServingPool
 from registry.models import Role
 from registry.selectors.teams import team_list
 

@@ -14,13 +14,13 @@ from rest_framework.views import APIView
 from config.api import created
 from config.errors import InvalidInput, NotFound
 from config.viewsets import TeamScopedViewSet
-from deployments.selectors import rollouts as selectors
-from deployments.services import endpoints as endpoint_services
-from deployments.services import rollouts as services
-from deployments.selectors import pools as pool_selectors
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import FULL_BP, OnInconclusive, Strategy
 from deployments.routes import route_table
+from deployments.selectors import pools as pool_selectors
+from deployments.selectors import rollouts as selectors
+from deployments.services import endpoints as endpoint_services
+from deployments.services import rollouts as services
 from registry.names import variant_name
 
 

@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from config.errors import InvalidInput
 from deployments.drivers import DrainTimeout, DriverError, LoadFailed, ModelDir, driver_for
+from deployments.drivers.triton import TritonError
 from deployments.lock_objects import pool_for_update, pool_model_for_update
 from deployments.models import PoolDriver, PoolModel, PoolModelState, PoolReplica, PoolStatus, ReplicaStatus, ServingPool
-from deployments.drivers.triton import TritonError
 from registry import storage, triton_config
 from registry.models import Artifact
 from registry.names import triton_name

@@ -11,10 +11,10 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
+from deployments.rollout_machine import ACTIVE, State
+from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
 from deployments.services import rollouts as services
-from deployments.selectors import pools as pool_selectors
-from deployments.rollout_machine import ACTIVE, State
 from registry.names import variant_name
 from registry.selectors.events import event_list
 

@@ -16,13 +16,13 @@ from django.utils import timezone
 
 from config.errors import InvalidInput
 from deployments.rollout_machine import State
-from registry.names import variant_name
 from deployments.selectors import rollouts as rollout_selectors
 from deployments.services.rollouts import rollout_apply_verdict
 from monitoring import conf, selectors
 from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
 from monitoring.models import Alert, Severity, Verdict, VerdictOutcome
 from monitoring.services.alerts import alert_dedupe_key, alert_raise
+from registry.names import variant_name
 
 
 def judge_tick(

@@ -15,11 +15,11 @@ from rest_framework.routers import SimpleRouter
 
 from config.viewsets import TeamScopedViewSet
 from registry import storage
+from registry.factory import VARIANTS
+from registry.models import Artifact, Build
 from registry.selectors import builds as build_selectors
 from registry.selectors.catalog import version_get
 from registry.services import builds as build_services
-from registry.factory import VARIANTS
-from registry.models import Artifact, Build
 
 
 class ArtifactSerializer(serializers.ModelSerializer):

@@ -3,20 +3,20 @@
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
-from rest_framework import mixins, parsers, serializers, status
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, parsers, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from config.api import created
+from config.errors import TooLarge
 from config.viewsets import TeamScopedViewSet
-from config.errors import InvalidInput, NotFound, TooLarge
+from registry.models import Event, ModelVersion, RegisteredModel, Role, Task
+from registry.parsers import StrictMultiPartParser
 from registry.selectors import catalog as selectors
 from registry.selectors.events import event_list
 from registry.selectors.teams import team_list, user_role_in
 from registry.services import catalog as services
-from registry.models import Event, ModelVersion, RegisteredModel, Role, Task
-from registry.parsers import StrictMultiPartParser
 
 
 # --- serializers -----------------------------------------------------------------------------

@@ -19,10 +19,10 @@ from pathlib import Path
 from django.db import connection
 
 from registry import storage
-from registry.services import builds as build_services
 from registry.factory import STAGES, conf, stages
 from registry.factory.graphs import GraphError
 from registry.models import ArtifactStatus, Build
+from registry.services import builds as build_services
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from django import template
 
-from registry.selectors import builds as build_selectors
 from registry.factory import DEFAULT_TARGETS, VARIANTS
+from registry.selectors import builds as build_selectors
 
 register = template.Library()
 

@@ -10,11 +10,11 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
+from registry.factory import DEFAULT_TARGETS
+from registry.models import BuildStatus
 from registry.selectors import builds as build_selectors
 from registry.selectors.catalog import version_get
 from registry.services import builds as build_services
-from registry.factory import DEFAULT_TARGETS
-from registry.models import BuildStatus
 
 # htmx stops polling when a response has this status.
 HTMX_STOP_POLLING = 286

@@ -8,10 +8,10 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
+from registry.forms import ModelCreateForm, VersionCreateForm
 from registry.selectors import catalog as selectors
 from registry.selectors.events import event_list
 from registry.services import catalog as services
-from registry.forms import ModelCreateForm, VersionCreateForm
 
 
 def _form_error(form, exc: PlatformError) -> None:

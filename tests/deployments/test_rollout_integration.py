@@ -24,11 +24,11 @@ from rest_framework.authtoken.models import Token
 from bench.harness import Load, package_artifact, spawn, stop, wait_for
 
 from deployments import tritonserver
+from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
+from deployments.rollout_machine import State
 from deployments.services import endpoints as endpoint_services
 from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
-from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
-from deployments.rollout_machine import State
 from monitoring.models import Alert, MetricSample, Verdict
 from tests import factories
 from tests.conftest import CeleryWorker, require_service

@@ -1,10 +1,10 @@
 import pytest
 from django.test import Client
 
-from deployments.services import endpoints as endpoint_services
-from deployments.services import rollouts as services
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
+from deployments.services import endpoints as endpoint_services
+from deployments.services import rollouts as services
 from registry.models import Event
 from tests import factories
 

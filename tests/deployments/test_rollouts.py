@@ -11,11 +11,11 @@ from django.db import connection
 from django.utils import timezone
 
 from config.errors import Conflict, InvalidInput
-from deployments.services import endpoints as endpoint_services
-from deployments.services import rollouts as services
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
 from deployments.routes import route_table
+from deployments.services import endpoints as endpoint_services
+from deployments.services import rollouts as services
 from registry.models import ArtifactStatus, Event
 from registry.names import variant_name
 from tests import factories

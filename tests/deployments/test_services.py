@@ -2,8 +2,8 @@
 
 import pytest
 
-from deployments.services import pools, reconcile
 from deployments.models import PoolModel, PoolModelState, PoolStatus, ServingPool
+from deployments.services import pools, reconcile
 from registry.models import Event
 
 pytestmark = pytest.mark.django_db

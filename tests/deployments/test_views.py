@@ -3,8 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from deployments.services import pools
 from deployments.models import PoolReplica
+from deployments.services import pools
 
 pytestmark = pytest.mark.django_db
 

@@ -3,9 +3,9 @@
 import pytest
 from django.utils import timezone
 
+from monitoring.models import Alert
 from monitoring.services.alerts import alert_raise
 from monitoring.services.store import samples_store
-from monitoring.models import Alert
 
 pytestmark = pytest.mark.django_db
 

@@ -5,10 +5,10 @@ import pytest
 from django.core import mail
 
 from config.errors import Conflict, Forbidden
+from monitoring.models import Alert, DeliveryStatus, NotificationChannel, NotificationDelivery
 from monitoring.services.alerts import alert_acknowledge, alert_raise, alert_resolve
 from monitoring.services.notifications import notification_deliver, notify_backoff
 from monitoring.services.store import samples_store
-from monitoring.models import Alert, DeliveryStatus, NotificationChannel, NotificationDelivery
 from registry.models import Event, Role
 from tests import factories
 

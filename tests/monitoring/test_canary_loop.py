@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from deployments.services import endpoints as endpoint_services
-from deployments.services import rollouts as services
 from deployments.models import PoolModel, PoolModelState, PoolReplica, Rollout
 from deployments.rollout_machine import State
-from registry.names import variant_name
+from deployments.services import endpoints as endpoint_services
+from deployments.services import rollouts as services
 from monitoring import selectors
-from monitoring.services import canary
 from monitoring.collect import bucket_metric
 from monitoring.judge import judge
 from monitoring.models import Alert, Verdict
+from monitoring.services import canary
 from monitoring.services.store import samples_store
+from registry.names import variant_name
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -153,8 +153,8 @@ def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings)
 
 
 def test_collector_counts_instances_from_the_artifacts_config(live_rollout):
-    from registry.storage import artifact_model_dir
     from monitoring import deployment_targets
+    from registry.storage import artifact_model_dir
 
     PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
     config = artifact_model_dir(live_rollout.candidate_artifact) / "config.pbtxt"

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from monitoring.models import Alert, DeliveryStatus, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState
 from monitoring.services.alerts import alert_raise
 from monitoring.services.collector import metrics_collect
-from monitoring.models import Alert, DeliveryStatus, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState
 from monitoring.targets import ScrapeTarget
 from tests.monitoring.conftest import BROKEN_MODEL, TRITON_MODELS, infer
 

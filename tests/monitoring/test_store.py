@@ -7,10 +7,10 @@ import pytest
 from django.utils import timezone
 
 from monitoring import selectors
+from monitoring.models import MetricRollup, MetricSample, Verdict
 from monitoring.services.canary import judge_tick
 from monitoring.services.collector import metrics_collect
 from monitoring.services.store import retention_sweep, rollups_refresh, samples_store
-from monitoring.models import MetricRollup, MetricSample, Verdict
 
 pytestmark = pytest.mark.django_db
 METRICS = "/api/v1/metrics/"

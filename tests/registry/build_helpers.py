@@ -7,8 +7,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from registry import storage
-from registry.services.catalog import version_create_from_upload
 from registry.models import Framework, ModelVersion, VersionSource
+from registry.services.catalog import version_create_from_upload
 
 FAST_BUILD = {
     "BUILD_BENCH_SECONDS": 0.02,

@@ -1,8 +1,8 @@
 import pytest
 from django.test import Client
 
+from registry.models import Event, RegisteredModel, VersionStatus
 from registry.services.catalog import model_create, version_create_from_upload
-from registry.models import Event, ModelVersion, RegisteredModel, VersionStatus
 from tests import factories
 
 pytestmark = pytest.mark.django_db
