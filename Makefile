@@ -33,11 +33,15 @@ system-deps:
 
 # `make test` picks the real services when they answer (PostgreSQL, Redis) and falls
 # back to SQLite + kombu's filesystem broker when not; tests/services.py says which.
-test: install system-deps
+# Import directions between the apps and the gateway ([tool.importlinter] in pyproject.toml).
+lint: install
+	$(VENV)/bin/lint-imports --no-logo
+
+test: install system-deps lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install
+test-fast: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest -m "not integration and not browser" $(PYTEST_ARGS)
 

@@ -43,7 +43,8 @@ def _model(args):
 
     from experiments.reference.data import generate
     from experiments.reference.model import ReferenceConfig, ReferenceCTR
-    from experiments.reference.train import auc, predict, train
+    from experiments.reference.train import predict, train
+    from registry.quality import auc
 
     config = ReferenceConfig(vocab=args.vocab, emb_dim=16, interaction="dcn", cross_layers=2, mlp=[256, 128])
     cache = out_dir() / f"reference_v{args.vocab}_r{args.rows}.pt"
@@ -67,7 +68,7 @@ def _pipeline(model, work: Path):
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from experiments.reference.export import export_onnx
-    from registry.build import stages
+    from registry.factory import stages
 
     source = work / "exported.onnx"
     export_onnx(model, source, opset=17)
@@ -96,9 +97,9 @@ def main(argv) -> int:
     django.setup()
     import torch
 
-    from experiments.reference.train import auc
-    from registry.build import graphs
-    from registry.build.stages import measure
+    from registry.factory import graphs
+    from registry.factory.stages import measure
+    from registry.quality import auc
 
     args = _args(argv)
     torch.set_num_threads(1)

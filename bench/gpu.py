@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import print_table, write_json
-from registry.build import CPU_VARIANTS, GPU_VARIANTS, VARIANTS, graphs, numerics, recipes
-from registry.build.gpu import checks, serving
-from registry.build.gpu.measure import best_mode, curve, measure_variant
-from registry.build.gpu.providers import CPU, CUDA, ProviderMissing, open_session, runtime_line
+from registry.factory import CPU_VARIANTS, GPU_VARIANTS, VARIANTS, graphs, numerics, recipes
+from registry.factory.gpu import checks, serving
+from registry.factory.gpu.measure import best_mode, curve, measure_variant
+from registry.factory.gpu.providers import CPU, CUDA, ProviderMissing, open_session, runtime_line
 
 ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64", "tensor(int64)": "int64",
               "tensor(int32)": "int32", "tensor(bool)": "bool"}
@@ -103,12 +103,12 @@ def artifact_variant(spec: str) -> tuple[str, Path]:
 def _variant_from_config(directory: Path) -> str | None:
     """The variant named in config.pbtxt, read with Triton's protobuf where tritonclient is installed."""
     try:
-        from registry.build import triton_config
+        from registry import triton_config
     except ImportError:
         return None
     try:
         name = triton_config.parse((directory / "config.pbtxt").read_text()).name
-    except Exception:  # unreadable or not a ModelConfig (text_format.ParseError): the name cannot tell
+    except (OSError, ValueError):  # unreadable, or not a ModelConfig (triton_config.ConfigError)
         return None
     return name.rsplit("__", 1)[-1]
 
@@ -174,7 +174,7 @@ def build_reference(args, work: Path) -> tuple[dict, Path, Path, dict]:
 def eager_benchmark(model, device: str, feeds: dict, batches: list[int], seconds: float) -> dict:
     import torch
 
-    from registry.build.timing import measure
+    from registry.factory.timing import measure
 
     per_batch = {}
     for batch in batches:

@@ -43,13 +43,14 @@ def package_artifact(team, onnx_path: Path, work: Path, *, model_name: str = "ct
     model optionally fails `error_rate` of requests or sleeps `delay_s` per batch."""
     from registry import storage
     from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, RegisteredModel, VersionSource
+    from registry.names import triton_model_name
     from tests.deployments.packaging import write_model_dir
 
     model = RegisteredModel.objects.filter(name=model_name).first() or RegisteredModel.objects.create(name=model_name, team=team)
     version = ModelVersion.objects.create(model=model, version=model.versions.count() + 1, source=VersionSource.UPLOAD,
                                           file_sha256="0" * 64, file_path="x.onnx")
     build = Build.objects.create(version=version, targets=["onnx-fp32"], status=BuildStatus.SUCCEEDED)
-    name = f"{model_name}__v{version.version}__onnx-fp32"
+    name = triton_model_name(model_name, version.version, "onnx-fp32")
     staged = write_model_dir(work / "staging", name, onnx_path)
     if error_rate or delay_s:
         with open(staged / "1" / "model.py", "a") as fh:

@@ -103,10 +103,11 @@ def main(argv: list[str]) -> int:
 
     from bench.common import print_table, write_json
     from bench.harness import Load, package_artifact, spawn, stop, wait_for
-    from deployments import rollout_services
-    from deployments import services as pool_services
     from deployments.models import PoolModel, PoolModelState, Rollout
     from deployments.rollout_machine import TERMINAL, State
+    from deployments.services import endpoints as endpoint_services
+    from deployments.services import pools as pool_services
+    from deployments.services import rollouts as rollout_services
     from registry.models import Event, Role, TeamMembership
     from tests.make_onnx import write as write_onnx
 
@@ -135,7 +136,7 @@ def main(argv: list[str]) -> int:
         print(f"bench rollback: starting web, worker, beat, pools (logs in {var})", flush=True)
         stable = package_artifact(team, onnx_path, var)
         pool = pool_services.pool_create(user=user, name="bench", team=team, replicas=1)
-        endpoint = rollout_services.endpoint_create(user=user, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=250,
+        endpoint = endpoint_services.endpoint_create(user=user, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=250,
                                                     slo_error_rate=0.01)
         wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=120, what="stable READY")
         procs["gateway"] = spawn([python, "-m", "gateway", f"--port={env['GATEWAY_PORT']}", "--host=127.0.0.1",

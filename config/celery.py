@@ -9,9 +9,7 @@ app = Celery("modelplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Queues per kind of work (DESIGN.md): builds never starve the control loop.
 app.conf.task_queues = [Queue(name) for name in ("control", "build-cpu", "build-gpu")]
-app.autodiscover_tasks()
-app.autodiscover_tasks(["deployments"], related_name="rollout_tasks")
-app.autodiscover_tasks(["monitoring"], related_name="canary_tasks")
+app.autodiscover_tasks()  # each app's tasks.py
 
 # Periodic work (each task processes a bounded batch per tick); apps add their entries here.
 app.conf.beat_schedule = {

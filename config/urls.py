@@ -6,17 +6,15 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.health import healthz
 
-from deployments import api_urls as deployments_api
-from deployments import rollout_api_urls as rollouts_api
+from deployments.api import urls as deployments_api
 from experiments import api_urls as experiments_api
 from monitoring import api_urls as monitoring_api
-from registry import api_urls as registry_api
+from registry.api import urls as registry_api
 
 # One "api" namespace for /api/v1/; each app contributes its urlpatterns here.
 api_v1 = [
     *registry_api.urlpatterns,
     *deployments_api.urlpatterns,
-    *rollouts_api.urlpatterns,
     *experiments_api.urlpatterns,
     *monitoring_api.urlpatterns,
 ]

@@ -1,6 +1,6 @@
 """Row locks for concurrent writes (select_for_update), one helper per object kind."""
 
-from deployments.models import PoolModel, ServingPool
+from deployments.models import Endpoint, PoolModel, Rollout, ServingPool
 
 
 def pool_for_update(pool_id: int) -> ServingPool:
@@ -9,3 +9,19 @@ def pool_for_update(pool_id: int) -> ServingPool:
 
 def pool_model_for_update(pool_model_id: int) -> PoolModel:
     return PoolModel.objects.select_for_update().select_related("pool", "pool__team", "artifact").get(pk=pool_model_id)
+
+
+def endpoint_for_update(endpoint_id: int) -> Endpoint:
+    return Endpoint.objects.select_for_update().get(pk=endpoint_id)
+
+
+def rollout_for_update(rollout_id: int, *, skip_locked: bool = False) -> Rollout | None:
+    """The rollout row (only it, not its joins) locked, with what a transition reads.
+    skip_locked: None when another transaction holds it (a concurrent tick moves on)
+    or it is gone; otherwise wait for the lock (DoesNotExist when it is gone)."""
+    rows = (
+        Rollout.objects.select_for_update(skip_locked=skip_locked, of=("self",))
+        .select_related("endpoint", "endpoint__team", "endpoint__pool", "candidate_artifact__version__model",
+                        "baseline_artifact__version__model", "created_by")
+    )
+    return rows.filter(pk=rollout_id).first() if skip_locked else rows.get(pk=rollout_id)

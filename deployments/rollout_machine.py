@@ -68,6 +68,13 @@ class Verdict(StrEnum):
     INCONCLUSIVE = "inconclusive"
 
 
+class OnInconclusive(StrEnum):
+    """What a step does when its deadline passes without a conclusive verdict."""
+
+    ROLLBACK = "rollback"
+    PAUSE = "pause"
+
+
 @dataclass(frozen=True)
 class Plan:
     """How a rollout proceeds: weights per step and what each step needs to pass."""
@@ -78,7 +85,7 @@ class Plan:
     step_min_seconds: float = 30.0
     step_min_requests: int = 200
     step_deadline_seconds: float = 600.0
-    on_inconclusive: str = "rollback"  # or "pause" when a step's deadline passes
+    on_inconclusive: str = OnInconclusive.ROLLBACK
 
     def __post_init__(self):
         steps = list(self.steps_bp)
@@ -87,7 +94,7 @@ class Plan:
                 raise ValueError("steps_bp must be strictly increasing weights in (0, 10000]")
         if self.strategy == Strategy.BLUE_GREEN and self.shadow_seconds <= 0:
             raise ValueError("blue-green needs a shadow phase (shadow_seconds > 0)")
-        if self.on_inconclusive not in {"rollback", "pause"}:
+        if self.on_inconclusive not in set(OnInconclusive):
             raise ValueError("on_inconclusive is rollback or pause")
         if self.step_min_seconds < 0 or self.step_min_requests < 0 or self.step_deadline_seconds < self.step_min_seconds:
             raise ValueError("step minimums must be >= 0 and the deadline >= the minimum time")
@@ -155,7 +162,7 @@ def on_tick(*, state: str, step_index: int, plan: Plan, step_elapsed_s: float, c
         return Decision(State.CANARY, nxt, f"step {step_index + 1} passed; canary at {plan.steps_bp[nxt] / 100:g}%")
     if step_elapsed_s >= plan.step_deadline_seconds:
         why = f"no conclusive verdict within the step deadline ({plan.step_deadline_seconds:g}s)"
-        if plan.on_inconclusive == "pause":
+        if plan.on_inconclusive == OnInconclusive.PAUSE:
             return Decision(State.PAUSED, step_index, why)
         return Decision(State.ROLLING_BACK, step_index, why)
     return Decision(None, step_index, "")

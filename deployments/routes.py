@@ -11,18 +11,11 @@ import json
 
 from django.utils import timezone
 
-from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout
-from deployments.rollout_machine import ACTIVE
-from registry.models import Artifact
-
-
-def variant_name(artifact: Artifact) -> str:
-    """The name a variant has in X-Model-Variant, metric labels and the judge: v3-onnx-int8."""
-    return f"v{artifact.version.version}-{artifact.variant}"
-
-
-def triton_name(artifact: Artifact) -> str:
-    return artifact.triton_model_name or f"{artifact.version.model.name}__v{artifact.version.version}__{artifact.variant}"
+from deployments.models import PoolModel, PoolModelState
+from deployments.rollout_machine import FULL_BP
+from deployments.selectors.pools import ready_replicas
+from deployments.selectors.rollouts import active_rollouts, serving_endpoints
+from registry.names import triton_name, variant_name
 
 
 def _ready_urls(pool_id: int, model_name: str, ready_models: dict, replicas: dict) -> list[str]:
@@ -44,21 +37,15 @@ def _variant(artifact, role, weight_bp, urls) -> dict:
 
 def route_table() -> dict:
     """Every endpoint that has a stable artifact, with its current split."""
-    endpoints = list(
-        Endpoint.objects.filter(stable_artifact__isnull=False)
-        .select_related("stable_artifact__version__model").order_by("name")
-    )
-    rollouts = {
-        r.endpoint_id: r for r in Rollout.objects.filter(endpoint__in=endpoints, state__in=[s.value for s in ACTIVE])
-        .select_related("candidate_artifact__version__model", "baseline_artifact__version__model")
-    }
+    endpoints = serving_endpoints()
+    rollouts = active_rollouts(endpoints=endpoints)
     pool_ids = {e.pool_id for e in endpoints}
     ready_models = {
         (pm.pool_id, pm.triton_model_name): pm
         for pm in PoolModel.objects.filter(pool_id__in=pool_ids, state=PoolModelState.READY)
     }
     replicas: dict[int, list] = {}
-    for replica in PoolReplica.objects.filter(pool_id__in=pool_ids, status=ReplicaStatus.READY).order_by("name"):
+    for replica in ready_replicas(pool_ids=pool_ids):
         replicas.setdefault(replica.pool_id, []).append(replica)
 
     table = []
@@ -82,7 +69,7 @@ def route_table() -> dict:
             else:
                 variants.append(_variant(candidate, "canary", split.candidate_bp, candidate_urls))
         else:
-            variants.append(_variant(stable, "stable", 10_000, stable_urls))
+            variants.append(_variant(stable, "stable", FULL_BP, stable_urls))
         entry["variants"] = variants
         table.append(entry)
     body = {"endpoints": table}

@@ -1,4 +1,6 @@
-"""Start and stop a real `tritonserver` process on this machine (CPU, python backend).
+"""Start and stop a real `tritonserver` process on this machine (CPU, python backend),
+and find and reap the ones we started. Talking to a running Triton (local or a pod) is
+deployments/drivers/triton.py.
 
 Plain Python with no Django import, so the gateway benchmark and tests can use it too.
 The binary comes from TRITONSERVER_BIN, the nvidia-pytriton wheel, or PATH. The
@@ -18,10 +20,10 @@ import sys
 import sysconfig
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from deployments.drivers.triton import TritonHTTP, http_post, http_status
 
 
 class TritonNotAvailable(RuntimeError):
@@ -182,7 +184,7 @@ class TritonProcess:
         return self
 
     def is_live(self) -> bool:
-        return _get(f"{self.http_url}/v2/health/live") == 200
+        return http_status(f"{self.http_url}/v2/health/live") == 200
 
     def wait_live(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -199,13 +201,13 @@ class TritonProcess:
         TritonHTTP(self.http_url, self.metrics_url).load(name, timeout=timeout, config=config)
 
     def unload(self, name: str, timeout: float = 60.0) -> None:
-        status, body = _post(f"{self.http_url}/v2/repository/models/{name}/unload", b"", timeout=timeout)
+        status, body = http_post(f"{self.http_url}/v2/repository/models/{name}/unload", b"", timeout=timeout)
         if status != 200:
             raise RuntimeError(f"unload {name} failed ({status}): {body.decode(errors='replace')}")
 
     def is_model_ready(self, name: str, version: str = "") -> bool:
         suffix = f"/versions/{version}" if version else ""
-        return _get(f"{self.http_url}/v2/models/{name}{suffix}/ready") == 200
+        return http_status(f"{self.http_url}/v2/models/{name}{suffix}/ready") == 200
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -222,148 +224,6 @@ class TritonProcess:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(5)
-
-
-def _get(url: str, timeout: float = 2.0) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError):
-        return 0
-
-
-def _post(url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-# --- talking to any Triton (a local process or a pod) ---------------------------------------
-class TritonError(RuntimeError):
-    """Triton answered with an error; `message` is Triton's own text."""
-
-    def __init__(self, message: str, status: int = 0):
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-def _error_text(body: bytes) -> str:
-    import json
-
-    text = body.decode(errors="replace")
-    try:
-        return json.loads(text).get("error", text)
-    except (ValueError, AttributeError):
-        return text
-
-
-_GRPC_HTTP_STATUS = {"StatusCode.INVALID_ARGUMENT": 400, "StatusCode.NOT_FOUND": 404, "StatusCode.ALREADY_EXISTS": 409,
-                     "StatusCode.UNAVAILABLE": 503, "StatusCode.DEADLINE_EXCEEDED": 504}
-
-
-def _grpc_control(grpc_url: str, call: str, name: str, timeout: float, **kwargs) -> None:
-    """Repository load/unload over gRPC. Triton's HTTP handler for them blocks the HTTP
-    worker thread for the whole load, and HTTP inference on every other model waits with
-    it (triton-inference-server/server#8958: here every in-flight request stalled the
-    full 1.4 s of a load, and a 1 s gateway deadline turned them into 504s); the gRPC
-    server is separate, and inference over HTTP does not notice (max 12 ms)."""
-    import tritonclient.grpc as triton_grpc
-    from tritonclient.utils import InferenceServerException
-
-    client = triton_grpc.InferenceServerClient(grpc_url)
-    try:
-        getattr(client, call)(name, client_timeout=timeout, **kwargs)
-    except InferenceServerException as exc:
-        status = _GRPC_HTTP_STATUS.get(str(exc.status()), 500)
-        if status == 503:  # nothing answered: like a refused HTTP connection
-            raise ConnectionError(f"{call} {name}: Triton at {grpc_url} is unreachable: {exc.message()}") from None
-        raise TritonError(exc.message() or f"{call} {name} failed ({exc.status()})", status) from None
-    finally:
-        client.close()
-
-
-@dataclass
-class TritonHTTP:
-    """Triton's HTTP/REST endpoints: repository, readiness, statistics and metrics; with
-    `grpc_url`, model load and unload go through gRPC instead (see `_grpc_control`)."""
-
-    http_url: str
-    metrics_url: str = ""
-    timeout: float = 5.0
-    grpc_url: str = ""
-
-    def is_live(self) -> bool:
-        return _get(f"{self.http_url}/v2/health/live", timeout=self.timeout) == 200
-
-    def is_ready(self) -> bool:
-        return _get(f"{self.http_url}/v2/health/ready", timeout=self.timeout) == 200
-
-    def load(self, name: str, *, timeout: float = 120.0, config: str | None = None) -> None:
-        import json
-
-        if self.grpc_url:
-            return _grpc_control(self.grpc_url, "load_model", name, timeout, config=config)
-        body = json.dumps({"parameters": {"config": config}}).encode() if config else b""
-        status, reply = _post(f"{self.http_url}/v2/repository/models/{name}/load", body, timeout=timeout)
-        if status != 200:
-            raise TritonError(_error_text(reply) or f"load {name} failed with HTTP {status}", status)
-
-    def unload(self, name: str, *, timeout: float = 60.0) -> None:
-        if self.grpc_url:
-            return _grpc_control(self.grpc_url, "unload_model", name, timeout)
-        status, reply = _post(f"{self.http_url}/v2/repository/models/{name}/unload", b"", timeout=timeout)
-        if status != 200:
-            raise TritonError(_error_text(reply) or f"unload {name} failed with HTTP {status}", status)
-
-    def is_model_ready(self, name: str, version: str = "") -> bool:
-        suffix = f"/versions/{version}" if version else ""
-        return _get(f"{self.http_url}/v2/models/{name}{suffix}/ready", timeout=self.timeout) == 200
-
-    def repository_index(self) -> list[dict]:
-        """[{"name", "version", "state", "reason"}] of every model the server knows."""
-        import json
-
-        status, reply = _post(f"{self.http_url}/v2/repository/index", b"{}", timeout=self.timeout)
-        if status != 200:
-            raise TritonError(_error_text(reply), status)
-        return json.loads(reply or b"[]")
-
-    def statistics(self, name: str = "") -> list[dict]:
-        """Triton's per-model statistics (`model_stats`), all models when `name` is empty."""
-        import json
-
-        path = f"/v2/models/{name}/stats" if name else "/v2/models/stats"
-        try:
-            with urllib.request.urlopen(f"{self.http_url}{path}", timeout=self.timeout) as response:
-                return json.loads(response.read()).get("model_stats", [])
-        except urllib.error.HTTPError as exc:
-            raise TritonError(_error_text(exc.read()), exc.code) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise TritonError(f"{self.http_url} unreachable: {exc}") from None
-
-    def metric_samples(self, metric: str) -> dict[tuple[str, str], float]:
-        """{(model, version): value} of one Triton metric family from /metrics."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        if not self.metrics_url:
-            return {}
-        try:
-            with urllib.request.urlopen(self.metrics_url, timeout=self.timeout) as response:
-                text = response.read().decode()
-        except (urllib.error.URLError, OSError) as exc:
-            raise TritonError(f"{self.metrics_url} unreachable: {exc}") from None
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == metric:
-                    out[(sample.labels.get("model", ""), sample.labels.get("version", ""))] = sample.value
-        return out
 
 
 # --- processes we started and may re-adopt ------------------------------------------------------

@@ -1,6 +1,7 @@
 from django.urls import path, re_path
 
-from deployments import rollout_views, views
+from deployments.views import pools as views
+from deployments.views import rollouts as rollout_views
 
 app_name = "deployments"
 urlpatterns = [

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from config import mlflow as mlflow_config
 from config.errors import NotFound
-from registry.selectors import team_list
+from registry.selectors.teams import team_list
 
 TEAM_TAG = "modelplane.team"
 

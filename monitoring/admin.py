@@ -2,10 +2,10 @@
 
 from django.contrib import admin, messages
 
+from config.admin import ReadOnlyAdmin
 from config.errors import PlatformError
-from monitoring import services
 from monitoring.models import Alert, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState, Verdict
-from registry.admin import ReadOnlyAdmin
+from monitoring.services.alerts import alert_acknowledge, alert_resolve
 
 
 @admin.register(MetricSample)
@@ -70,11 +70,11 @@ class AlertAdmin(admin.ModelAdmin):
 
     @admin.action(description="Acknowledge selected alerts")
     def acknowledge(self, request, queryset):
-        _run(self, request, queryset, services.alert_acknowledge, "acknowledged")
+        _run(self, request, queryset, alert_acknowledge, "acknowledged")
 
     @admin.action(description="Resolve selected alerts")
     def resolve(self, request, queryset):
-        _run(self, request, queryset, services.alert_resolve, "resolved")
+        _run(self, request, queryset, alert_resolve, "resolved")
 
 
 @admin.register(NotificationChannel)

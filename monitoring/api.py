@@ -15,10 +15,13 @@ from rest_framework.views import APIView
 from config.api import created
 from config.errors import InvalidInput
 from config.viewsets import TeamScopedViewSet
-from monitoring import selectors, services
+from monitoring import selectors
 from monitoring.models import Alert, AlertStatus, NotificationChannel, NotificationDelivery, Verdict, VerdictOutcome
+from monitoring.services.alerts import alert_acknowledge, alert_resolve
+from monitoring.services.notifications import channel_create, channel_delete
+from monitoring.services.store import score_samples_record
 from registry.models import Role
-from registry.selectors import team_list
+from registry.selectors.teams import team_list
 
 DURATION_RE = re.compile(r"^-?(\d+)([smhd])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -119,7 +122,7 @@ class ScoreSamplesView(APIView):
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         team = data.get("team")
-        bins = services.score_samples_record(endpoint=data["endpoint"], variant=data["variant"], scores=data["scores"],
+        bins = score_samples_record(endpoint=data["endpoint"], variant=data["variant"], scores=data["scores"],
                                              team_id=team.pk if team else None)
         return created({"bins": bins})
 
@@ -209,7 +212,7 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedV
     def acknowledge(self, request, pk=None):
         note = NoteSerializer(data=request.data)
         note.is_valid(raise_exception=True)
-        alert = services.alert_acknowledge(user=request.user, alert=self.get_object(), note=note.validated_data.get("note", ""))
+        alert = alert_acknowledge(user=request.user, alert=self.get_object(), note=note.validated_data.get("note", ""))
         return Response(self.get_serializer(self.get_queryset().get(pk=alert.pk)).data)
 
     @extend_schema(request=NoteSerializer, responses={200: AlertSerializer}, summary="Resolve an alert")
@@ -217,7 +220,7 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedV
     def resolve(self, request, pk=None):
         note = NoteSerializer(data=request.data)
         note.is_valid(raise_exception=True)
-        alert = services.alert_resolve(user=request.user, alert=self.get_object(), note=note.validated_data.get("note", ""))
+        alert = alert_resolve(user=request.user, alert=self.get_object(), note=note.validated_data.get("note", ""))
         return Response(self.get_serializer(self.get_queryset().get(pk=alert.pk)).data)
 
 
@@ -254,9 +257,9 @@ class ChannelViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.Dest
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        channel = services.channel_create(user=request.user, team=data["team"], kind=data["kind"], target=data["target"],
+        channel = channel_create(user=request.user, team=data["team"], kind=data["kind"], target=data["target"],
                                           min_severity=data.get("min_severity", "warning"), enabled=data.get("enabled", True))
         return created(self.get_serializer(channel).data)
 
     def perform_destroy(self, instance):
-        services.channel_delete(user=self.request.user, channel=instance)
+        channel_delete(user=self.request.user, channel=instance)

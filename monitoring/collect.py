@@ -6,7 +6,12 @@ tick: `*_snapshot(text)` flattens one scrape into cumulative values keyed
 snapshots of one target into raw interval totals per (endpoint, variant) (counts,
 summed durations, histogram bucket counts, per-target rates); totals of several
 targets (replicas) add up with `merge`; `derive(...)` turns the merged totals into the
-stored metrics (rates, error rate, p50/p95/p99, queue share, utilization, cost).
+stored metrics (rates, error rate, p50/p95/p99, queue share, utilization, cost). The
+statistics it shares with the judge are in statistics.py.
+
+Why this is one long module: the gateway and Triton halves fill the same Totals from the
+same snapshot key format, and derive() reads both; split apart, each half would import the
+other's internals.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from monitoring.statistics import SCORE_BINS, histogram_quantile
+
 SEP = "|"
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
-SCORE_BINS = 10  # equal-width bins over [0, 1] for prediction scores (CTR/probabilities)
 ALL_VARIANTS = "all"  # series that the gateway reports per endpoint only (in-flight)
 
 
@@ -299,27 +305,6 @@ def merge(*parts: dict[tuple[str, str], Totals]) -> dict[tuple[str, str], Totals
 
 
 # --- derived metrics ------------------------------------------------------------------------------
-def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
-    """Prometheus' histogram_quantile on non-cumulative bucket counts {le: count}.
-
-    Linear interpolation inside the bucket; the +Inf bucket answers its lower bound.
-    """
-    total = sum(buckets.values())
-    if total <= 0:
-        return None
-    rank = q * total
-    seen, lower = 0.0, 0.0
-    for le in sorted(buckets):
-        count = buckets[le]
-        if count and seen + count >= rank:
-            if math.isinf(le):
-                return lower
-            return lower + (le - lower) * (rank - seen) / count
-        seen += count
-        lower = le if not math.isinf(le) else lower
-    return lower
-
-
 def bucket_metric(prefix: str, le: float) -> str:
     return f"{prefix}:{_le_text(le)}"
 
@@ -384,34 +369,3 @@ def derive(totals: Totals) -> dict[str, float]:
         if v.get("cost_per_hour", 0.0) > 0 and out["triton_inference_rate"] > 0:
             out["cost_per_1k_inferences"] = v["cost_per_hour"] / (out["triton_inference_rate"] * 3600) * 1000
     return out
-
-
-# --- prediction scores and PSI --------------------------------------------------------------------
-def score_bins(scores, bins: int = SCORE_BINS) -> list[int]:
-    """Counts of scores in equal-width bins over [0, 1] (out-of-range scores are clipped)."""
-    counts = [0] * bins
-    for score in scores:
-        score = float(score)
-        if math.isnan(score):
-            continue
-        index = min(max(int(score * bins), 0), bins - 1)
-        counts[index] += 1
-    return counts
-
-
-def psi(expected: list[float], actual: list[float], *, floor: float = 1e-4) -> float:
-    """Population Stability Index of `actual` (candidate) against `expected` (stable).
-
-    Sum over bins of (a - e) * ln(a / e) on proportions; empty bins get `floor`.
-    Rule of thumb: < 0.1 stable, 0.1-0.25 moderate shift, > 0.25 large shift.
-    """
-    if len(expected) != len(actual):
-        raise ValueError("expected and actual need the same bins")
-    e_total, a_total = sum(expected), sum(actual)
-    if e_total <= 0 or a_total <= 0:
-        raise ValueError("both distributions need at least one observation")
-    value = 0.0
-    for e, a in zip(expected, actual):
-        pe, pa = max(e / e_total, floor), max(a / a_total, floor)
-        value += (pa - pe) * math.log(pa / pe)
-    return value

@@ -1,10 +1,12 @@
 """Monitoring settings: a Django setting of the same name wins, then the environment,
-then the default here (so config/settings.py needs no monitoring section)."""
+then the default here (config.conf.setting; config/settings.py needs no monitoring section)."""
 
 import json
 import os
 
 from django.conf import settings
+
+from config.conf import setting
 
 DEFAULTS = {
     "MONITORING_SCRAPE_TIMEOUT_S": 1.0,  # per target; the collector runs every 2 s
@@ -19,9 +21,7 @@ DEFAULTS = {
     "MONITORING_NOTIFY_TIMEOUT_S": 5.0,
     "MONITORING_PSI_THRESHOLD": 0.25,
     "MONITORING_JUDGE_ALPHA": 0.05,
-}
-# Lists given as comma-separated env values or JSON.
-LIST_DEFAULTS = {
+    # lists: comma-separated in the environment
     "MONITORING_ALERT_WEBHOOKS": [],  # webhook URLs that receive every team's alerts
     "MONITORING_ALERT_EMAILS": [],
     "MONITORING_TARGET_SOURCES": ["monitoring.targets.targets_from_settings"],
@@ -29,18 +29,7 @@ LIST_DEFAULTS = {
 
 
 def get(name: str):
-    if hasattr(settings, name):
-        return getattr(settings, name)
-    if name in LIST_DEFAULTS:
-        raw = os.environ.get(name)
-        if raw is None:
-            return list(LIST_DEFAULTS[name])
-        return [item.strip() for item in raw.split(",") if item.strip()]
-    default = DEFAULTS[name]
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return type(default)(raw)
+    return setting(name, DEFAULTS[name])
 
 
 def targets_json() -> list[dict]:
@@ -53,6 +42,4 @@ def targets_json() -> list[dict]:
 
 def public_url() -> str:
     """Base URL of the dashboard for links in notifications (MONITORING_PUBLIC_URL)."""
-    if hasattr(settings, "MONITORING_PUBLIC_URL"):
-        return settings.MONITORING_PUBLIC_URL.rstrip("/")
-    return os.environ.get("MONITORING_PUBLIC_URL", f"http://localhost:{settings.PORT}").rstrip("/")
+    return setting("MONITORING_PUBLIC_URL", f"http://localhost:{settings.PORT}").rstrip("/")

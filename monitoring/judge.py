@@ -3,14 +3,9 @@
 Pure functions (numpy + scipy.stats), no Django: `judge(stable, candidate, config)`.
 The window must be ANCHORED (it starts when the candidate first got traffic and only
 grows), because the error-rate e-process is a running product over ticks. Latency is
-compared over the current STEP's window when the stable still gets traffic (and not at
-all in a step where the candidate takes every request: there is no control, and the
-stable's history from earlier steps is no control either): within a step
-the split is constant, so both arms' samples come from the same moments. Pooled over the
-anchored window they would not: latency drifts as the rollout goes on (both arms were
-~40 % slower at the 50 % step than at 5 % on the 2-core bench machine), the stable's
-samples come mostly from the early steps and the candidate's from the late ones, and an
-A/A pair read as +24 % (a false rollback).
+compared within the current STEP while the stable still gets traffic (not at all when the
+candidate takes every request: no control): a step's split is constant, so both arms'
+samples come from the same moments; pooled over a drifting rollout they would not (README).
 
 Checks (each reports samples, statistic, p-value or e-value and threshold):
 
@@ -55,9 +50,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import stats
 
-from monitoring.collect import histogram_quantile, psi
+from deployments.rollout_machine import Verdict
+from monitoring.statistics import histogram_quantile, psi
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
 SKIPPED = "skipped"  # a comparison with no control to compare against: neither holds nor fails a verdict
 
 

@@ -1,11 +1,13 @@
 """Monitoring data: the time-series store (raw samples + 1-minute roll-ups), scrape
 state, canary verdicts, alerts and their notification deliveries. Data and invariants
-only; writes go through services.py.
+only; writes go through monitoring.services.
 """
 
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
+
+from deployments import rollout_machine
 
 
 # === time series =============================================================================
@@ -76,9 +78,11 @@ class ScrapeState(models.Model):
 
 # === canary judge ============================================================================
 class VerdictOutcome(models.TextChoices):
-    PASS = "pass", "Pass"
-    FAIL = "fail", "Fail"
-    INCONCLUSIVE = "inconclusive", "Inconclusive"
+    """The outcomes of deployments.rollout_machine.Verdict, as the column's choices."""
+
+    PASS = rollout_machine.Verdict.PASS.value, "Pass"
+    FAIL = rollout_machine.Verdict.FAIL.value, "Fail"
+    INCONCLUSIVE = rollout_machine.Verdict.INCONCLUSIVE.value, "Inconclusive"
 
 
 class Verdict(models.Model):

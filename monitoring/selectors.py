@@ -10,28 +10,20 @@ from django.utils import timezone
 
 from config.errors import NotFound
 from monitoring import conf
-from monitoring.collect import SCORE_BINS, parse_bucket_metric
+from monitoring.collect import parse_bucket_metric
 from monitoring.judge import ArmWindow
 from monitoring.models import Alert, AlertStatus, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, Verdict
-from registry.models import Role
-from registry.selectors import team_ids_for
+from monitoring.statistics import SCORE_BINS
+from registry.selectors.teams import team_scoped
 
 MAX_POINTS = 2000  # per series; past this the 1-minute roll-ups answer
 CHART_METRICS = ("request_rate", "error_rate", "latency_p99_ms")
 
 
-def _scope(qs: QuerySet, user, field: str = "team_id", min_role: str = Role.VIEWER) -> QuerySet:
-    """Rows of the user's teams; rows with no team are staff only."""
-    ids = team_ids_for(user, min_role=min_role)
-    if ids is None:
-        return qs
-    return qs.filter(**{f"{field}__in": ids})
-
-
 # --- time series ---------------------------------------------------------------------------------
 def sample_list(*, user, endpoint: str | None = None, variant: str | None = None, metrics=None,
                 since: datetime | None = None, until: datetime | None = None) -> QuerySet:
-    qs = _scope(MetricSample.objects.all(), user)
+    qs = team_scoped(MetricSample.objects.all(), user)
     if endpoint:
         qs = qs.filter(endpoint=endpoint)
     if variant:
@@ -46,7 +38,7 @@ def sample_list(*, user, endpoint: str | None = None, variant: str | None = None
 
 
 def rollup_list(*, user, endpoint=None, variant=None, metrics=None, since=None, until=None) -> QuerySet:
-    qs = _scope(MetricRollup.objects.all(), user)
+    qs = team_scoped(MetricRollup.objects.all(), user)
     if endpoint:
         qs = qs.filter(endpoint=endpoint)
     if variant:
@@ -162,7 +154,7 @@ def score_distribution(*, user, endpoint: str, variant: str, since: datetime) ->
 
 # --- verdicts ----------------------------------------------------------------------------------------
 def verdict_list(*, user, rollout_id: int | None = None, endpoint: str | None = None) -> QuerySet:
-    qs = _scope(Verdict.objects.all(), user)
+    qs = team_scoped(Verdict.objects.all(), user)
     if rollout_id is not None:
         qs = qs.filter(rollout_id=rollout_id)
     if endpoint:
@@ -172,7 +164,7 @@ def verdict_list(*, user, rollout_id: int | None = None, endpoint: str | None = 
 
 # --- alerts --------------------------------------------------------------------------------------------
 def alert_list(*, user, status: str | None = None, endpoint: str | None = None, rollout_id: int | None = None) -> QuerySet:
-    qs = _scope(Alert.objects.select_related("team", "acknowledged_by"), user)
+    qs = team_scoped(Alert.objects.select_related("team", "acknowledged_by"), user)
     if status:
         qs = qs.filter(status=status)
     if endpoint:
@@ -201,7 +193,7 @@ def delivery_list(*, alert: Alert) -> QuerySet:
 
 
 def channel_list(*, user) -> QuerySet:
-    return _scope(NotificationChannel.objects.select_related("team"), user)
+    return team_scoped(NotificationChannel.objects.select_related("team"), user)
 
 
 def channels_for_alert(alert: Alert) -> list[tuple[str, str]]:

@@ -1,10 +1,10 @@
-"""Celery tasks of monitoring; thin: call a service. Periodic ones are in config/celery.py."""
+"""Celery tasks of monitoring; thin: call a service. Their beat schedule is in
+config/celery.py. Each task imports its service when it runs, so that the alert service
+can import `deliver_notification` to send it after commit."""
 
 import logging
 
 from celery import shared_task
-
-from monitoring import services
 
 log = logging.getLogger(__name__)
 
@@ -13,7 +13,9 @@ log = logging.getLogger(__name__)
 def collect() -> dict:
     """One collector tick (bounded batch of targets); a second concurrent tick skips
     the targets this one holds."""
-    summary = services.metrics_collect()
+    from monitoring.services.collector import metrics_collect
+
+    summary = metrics_collect()
     if summary["failed"]:
         log.warning("metrics scrape failed for %s", summary["errors"])
     return summary
@@ -21,12 +23,16 @@ def collect() -> dict:
 
 @shared_task(name="monitoring.rollup", ignore_result=True, acks_late=True, soft_time_limit=60, time_limit=90)
 def rollup() -> int:
-    return services.rollups_refresh()
+    from monitoring.services.store import rollups_refresh
+
+    return rollups_refresh()
 
 
 @shared_task(name="monitoring.retention", ignore_result=True, acks_late=True, soft_time_limit=120, time_limit=180)
 def retention() -> dict:
-    return services.retention_sweep()
+    from monitoring.services.store import retention_sweep
+
+    return retention_sweep()
 
 
 @shared_task(
@@ -36,7 +42,17 @@ def retention() -> dict:
 def deliver_notification(self, alert_id: int, kind: str, target: str, notify_round: int) -> str:
     """Deliver one alert round to one channel; a failed attempt is recorded and retried
     with exponential backoff until MONITORING_NOTIFY_MAX_ATTEMPTS (the rows decide)."""
-    outcome, wait_s = services.notification_deliver(alert_id=alert_id, kind=kind, target=target, notify_round=notify_round)
+    from monitoring.services.notifications import notification_deliver
+
+    outcome, wait_s = notification_deliver(alert_id=alert_id, kind=kind, target=target, notify_round=notify_round)
     if outcome == "retry":
         raise self.retry(countdown=wait_s)
     return outcome
+
+
+@shared_task(name="monitoring.canary_tick", ignore_result=True, expires=10, soft_time_limit=20, time_limit=30)
+def canary_tick(limit: int = 50) -> int:
+    """Every ~1 s (beat): judge every rollout whose candidate has traffic, act on the verdict."""
+    from monitoring.services.canary import canary_tick as tick
+
+    return len(tick(limit=limit))

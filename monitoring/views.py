@@ -11,9 +11,10 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
-from monitoring import selectors, services
+from monitoring import selectors
 from monitoring.models import AlertStatus
-from registry.selectors import event_list
+from monitoring.services import alerts as services
+from registry.selectors.events import event_list
 
 SUMMARY_METRICS = ["request_rate", "error_rate", "latency_p50_ms", "latency_p99_ms", "queue_ms", "utilization", "cost_per_1k_inferences"]
 WINDOWS = {"5m": 5, "15m": 15, "1h": 60, "6h": 360}

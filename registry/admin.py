@@ -3,20 +3,10 @@ actions call the same services as the API."""
 
 from django.contrib import admin, messages
 
+from config.admin import ReadOnlyAdmin
 from config.errors import PlatformError
-from registry import services
 from registry.models import Artifact, Build, Event, ModelVersion, RegisteredModel, TeamMembership
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+from registry.services import catalog as services
 
 
 @admin.register(TeamMembership)

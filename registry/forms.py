@@ -1,7 +1,7 @@
 from django import forms
 
-from registry import selectors
 from registry.models import Role, Task
+from registry.selectors.teams import team_list
 
 
 class ModelCreateForm(forms.Form):
@@ -12,7 +12,7 @@ class ModelCreateForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = selectors.team_list(user=user, min_role=Role.DEVELOPER)
+        self.fields["team"].queryset = team_list(user=user, min_role=Role.DEVELOPER)
 
 
 class VersionCreateForm(forms.Form):

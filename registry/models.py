@@ -1,6 +1,6 @@
 """Registry data: teams and roles, models, versions, artifacts, builds, the audit trail.
 
-Data and invariants only; every write goes through registry/services.py.
+Data and invariants only; every write goes through registry.services.
 """
 
 from django.conf import settings
@@ -126,7 +126,7 @@ class BuildStatus(models.TextChoices):
 
 
 class Build(models.Model):
-    """One run of the artifact factory over a version (filled by registry/build/)."""
+    """One run of the artifact factory over a version (filled by registry/factory/)."""
 
     version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="builds")
     targets = models.JSONField(default=list)

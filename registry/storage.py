@@ -1,8 +1,9 @@
-"""Content-addressed artifact store under ARTIFACT_ROOT.
+"""Content-addressed artifact store under ARTIFACT_ROOT: every storage path is made here.
 
 Files land in `sha256/<2 hex>/<sha256><suffix>`; directories (Triton model dirs) in
 `dirs/<2 hex>/<sha256>/`. Writes go to `tmp/` first and become visible with one
-os.replace, so a crash leaves nothing half-visible.
+os.replace, so a crash leaves nothing half-visible. An Artifact's `path` is its
+directory relative to the root; artifact_model_dir() finds the Triton model in it.
 """
 
 import hashlib
@@ -12,6 +13,9 @@ import tempfile
 from pathlib import Path
 
 from django.conf import settings
+
+from config.errors import InvalidInput
+from registry.names import triton_name
 
 CHUNK = 1 << 20
 
@@ -106,3 +110,20 @@ def delete_if_unreferenced(rel_path: str, still_referenced: bool) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def artifact_model_dir(artifact) -> Path:
+    """The Triton model directory of an artifact: its stored path itself, or the
+    `{triton name}/` directory inside it."""
+    if not artifact.path:
+        raise InvalidInput(f"artifact: artifact {artifact.pk} has no stored files.", code="artifact_missing_files", field="artifact")
+    try:
+        base = absolute(artifact.path)
+    except ValueError as exc:
+        raise InvalidInput(f"artifact: {exc}", code="artifact_missing_files", field="artifact") from None
+    for candidate in (base, base / triton_name(artifact)):
+        if (candidate / "config.pbtxt").is_file():
+            return candidate
+    raise InvalidInput(
+        f"artifact: {artifact.path} holds no Triton model directory (config.pbtxt).", code="artifact_missing_files", field="artifact"
+    )

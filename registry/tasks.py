@@ -1,11 +1,12 @@
-"""Celery tasks of the registry; thin: load by id, call the runner or a service."""
+"""Celery tasks of the registry; thin: load by id, call the runner or a service. Each task
+imports what it calls when it runs, so that the build services can import `build_run`."""
 
 import os
 import socket
 
 from celery import shared_task
 
-from registry.build import conf
+from registry.factory import conf
 
 
 @shared_task(
@@ -22,7 +23,7 @@ def build_run(self, build_id: int) -> str:
     row's lease decides who works on it. Queue build-cpu or build-gpu (see build_start)."""
     from django.db import close_old_connections
 
-    from registry.build import runner
+    from registry.factory import runner
 
     close_old_connections()
     owner = f"{socket.gethostname()}:{os.getpid()}:{self.request.id}"
@@ -35,6 +36,6 @@ def build_run(self, build_id: int) -> str:
 @shared_task(name="registry.builds_reclaim", ignore_result=True, acks_late=True, expires=60)
 def builds_reclaim() -> int:
     """Periodic (beat): requeue running builds whose lease expired; a bounded batch."""
-    from registry import build_services
+    from registry.services import builds as build_services
 
     return len(build_services.builds_reclaim())

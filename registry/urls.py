@@ -1,6 +1,7 @@
 from django.urls import path
 
-from registry import build_views, views
+from registry.views import builds as build_views
+from registry.views import catalog as views
 
 app_name = "registry"
 urlpatterns = [

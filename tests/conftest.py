@@ -74,6 +74,29 @@ def staff(db):
     return factories.user("root", staff=True)
 
 
+@pytest.fixture
+def deployer(team_a):
+    """A deployer in team A."""
+    user = factories.user("dora")
+    factories.member(user, team_a, Role.DEPLOYER)
+    return user
+
+
+@pytest.fixture
+def deployer_api(deployer, api_for):
+    return api_for(deployer)
+
+
+@pytest.fixture
+def artifact_factory(onnx_path, tmp_path):
+    """factories.artifact bound to this test's ONNX file and directory."""
+
+    def make(team, **kwargs):
+        return factories.artifact(team, onnx_path, tmp_path, **kwargs)
+
+    return make
+
+
 def _client_for(user) -> APIClient:
     client = APIClient()
     token, _ = Token.objects.get_or_create(user=user)

@@ -11,7 +11,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from registry.build import recipes, triton_config
+from registry import names, triton_config
+from registry.factory import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNATURE = {
@@ -44,7 +45,7 @@ def artifact_dirs(onnx_path, tmp_path_factory) -> dict:
     fused, optimized, _ = recipes.optimized_graphs(canonical, work)
     dirs = {}
     for variant in ("onnx-fp32", "onnx-int8", "onnx-fp32-gpu", "onnx-fp16", "tensorrt"):
-        directory = work / "repo" / triton_config.triton_model_name("tiny", 1, variant)
+        directory = work / "repo" / names.triton_model_name("tiny", 1, variant)
         (directory / "1").mkdir(parents=True)
         recipes.make_variant(variant, fused=fused, optimized=optimized, dest=directory / "1" / "model.onnx")
         config = triton_config.build_config(name=directory.name, signature=SIGNATURE, variant=variant)

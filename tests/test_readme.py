@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from registry import services
 from registry.models import ModelVersion, Role, TeamMembership
+from registry.services.teams import team_create
 from tests import factories
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ def readme_api_block() -> str:
 @pytest.mark.integration
 def test_readme_curl_examples(live_server, subprocess_env, tmp_path):
     admin = factories.user("admin", staff=True)
-    team = services.team_create(user=admin, name="demo")
+    team = team_create(user=admin, name="demo")
     TeamMembership.objects.create(user=admin, team=team, role=Role.ADMIN)
     script = re.sub(r"^BASE=.*$", f"BASE={live_server.url}", readme_api_block(), count=1, flags=re.M)
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=subprocess_env,

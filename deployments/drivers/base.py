@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deployments.tritonserver import TritonError, TritonHTTP
+from deployments.drivers.triton import TritonError, TritonHTTP
 
 PENDING_METRIC = "nv_inference_pending_request_count"
 

@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 
 from deployments.drivers.base import DriverError, PoolDriver, PoolSpec, ReplicaInfo
-from registry.build.gpu.serving import TENSORRT_CACHE_DIR
+from registry.names import TENSORRT_CACHE_DIR
 
 FIELD_MANAGER = "modelplane"
 APPLY = "application/apply-patch+yaml"
@@ -208,7 +208,7 @@ class KubernetesDriver(PoolDriver):
     def __init__(self, spec: PoolSpec, *, api_client: client.ApiClient | None = None, pod_http_port: int = HTTP_PORT,
                  pod_metrics_port: int = METRICS_PORT, pod_grpc_port: int | None = GRPC_PORT):
         """`pod_grpc_port=None`: control the pods' Triton over HTTP only (load/unload then
-        stall HTTP inference while they run; see deployments.tritonserver._grpc_control)."""
+        stall HTTP inference while they run; see deployments.drivers.triton._grpc_control)."""
         super().__init__(spec)
         self._api_client = api_client
         self.pod_http_port, self.pod_metrics_port, self.pod_grpc_port = pod_http_port, pod_metrics_port, pod_grpc_port

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from deployments import tritonserver
 from deployments.drivers.base import DriverError, ModelDir, PoolDriver, PoolSpec, ReplicaInfo
+from deployments.drivers.triton import TritonHTTP
 
 START_GRACE_S = 60.0  # a process that is not live this long after start is killed and restarted
 STABLE_AFTER_S = 60.0  # up this long: the crash streak (and so the backoff) resets
@@ -136,7 +137,7 @@ class LocalDriver(PoolDriver):
             return "dead", state
         if alive == "gone" or not self._ours(pid, state):
             return "dead", state  # the pid is gone or was reused by something else
-        if tritonserver.TritonHTTP(f"http://127.0.0.1:{state['http_port']}", timeout=2.0).is_live():
+        if TritonHTTP(f"http://127.0.0.1:{state['http_port']}", timeout=2.0).is_live():
             return "ready", state
         if time.time() - state.get("started_at", 0) < START_GRACE_S:
             return "starting", state
@@ -212,7 +213,7 @@ class LocalDriver(PoolDriver):
         return new_state
 
     def _wait_live(self, name: str, state: dict) -> None:
-        triton = tritonserver.TritonHTTP(f"http://127.0.0.1:{state['http_port']}", timeout=1.0)
+        triton = TritonHTTP(f"http://127.0.0.1:{state['http_port']}", timeout=1.0)
         deadline = time.monotonic() + self.live_timeout
         while time.monotonic() < deadline:
             if tritonserver.process_state(state["pid"]) != "running":

@@ -10,6 +10,7 @@ import torch
 
 from experiments.reference.data import ClickLog, generate
 from experiments.reference.model import ReferenceConfig, ReferenceCTR
+from registry.quality import auc, logloss
 
 
 @dataclass
@@ -18,20 +19,6 @@ class TrainResult:
     metrics: dict
     params: dict
     validation: ClickLog
-
-
-def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    from scipy.stats import rankdata
-
-    labels = labels.astype(bool)
-    pos, neg = int(labels.sum()), int((~labels).sum())
-    ranks = rankdata(scores)
-    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
-
-
-def logloss(labels: np.ndarray, scores: np.ndarray) -> float:
-    p = np.clip(scores.astype(np.float64), 1e-7, 1 - 1e-7)
-    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
 
 
 def predict(model: ReferenceCTR, log: ClickLog, batch: int = 4096) -> np.ndarray:

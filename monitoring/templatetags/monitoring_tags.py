@@ -1,3 +1,7 @@
+"""Fragments of monitoring that other apps' pages show: the open-alerts banner on every
+page and the judge's verdicts on an endpoint's page (deployments imports nothing from
+monitoring; its template loads these tags)."""
+
 from django import template
 
 from monitoring import selectors
@@ -14,3 +18,9 @@ def open_alerts_banner(context):
         return {"alerts": [], "total": 0}
     alerts = selectors.open_alerts(user=user)
     return {"alerts": list(alerts[:3]), "total": alerts.count(), "request": request}
+
+
+@register.inclusion_tag("monitoring/_rollout_verdicts.html", takes_context=True)
+def rollout_verdicts(context, rollout, limit: int = 15):
+    """The judge's latest verdicts on `rollout` that the user may see."""
+    return {"verdicts": selectors.verdict_list(user=context["request"].user, rollout_id=rollout.pk)[:limit]}

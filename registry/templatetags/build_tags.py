@@ -2,8 +2,8 @@
 
 from django import template
 
-from registry import build_selectors, selectors
-from registry.build import DEFAULT_TARGETS, VARIANTS
+from registry.factory import DEFAULT_TARGETS, VARIANTS
+from registry.selectors import builds as build_selectors
 
 register = template.Library()
 
@@ -14,7 +14,7 @@ def version_build_panel(context, version):
     artifacts = build_selectors.latest_artifacts(user=user, version=version)
     return {
         "version": version,
-        "builds": selectors.build_list(user=user, version=version).order_by("-created_at")[:10],
+        "builds": build_selectors.build_list(user=user, version=version).order_by("-created_at")[:10],
         "artifacts": artifacts,
         "latency": build_selectors.latency_series(artifacts),
         "variants": VARIANTS,

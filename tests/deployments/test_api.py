@@ -149,10 +149,10 @@ def test_kubernetes_pool_and_gpu_defaults(deployer_api):
 
 
 def test_list_query_count_is_pinned(deployer_api, deployer, team_a, django_assert_max_num_queries):
-    from deployments import services
+    from deployments.services import pools
 
     for i in range(5):
-        services.pool_create(user=deployer, name=f"p{i}", team=team_a, replicas=1)
+        pools.pool_create(user=deployer, name=f"p{i}", team=team_a, replicas=1)
     with django_assert_max_num_queries(6):
         response = deployer_api.get("/api/v1/pools/")
     assert response.json()["count"] == 5

@@ -77,7 +77,7 @@ def test_deployment_runs_triton_with_gpu_readiness_probe_and_repository_volume()
 
 
 def test_a_gpu_pool_asks_for_gpus_tolerates_their_taint_and_keeps_tensorrt_engines():
-    from registry.build.gpu.serving import TENSORRT_CACHE_DIR
+    from registry.names import TENSORRT_CACHE_DIR
 
     deployment = render(spec(gpus_per_replica=2))[0]
     kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
@@ -96,9 +96,9 @@ def test_a_gpu_pool_asks_for_gpus_tolerates_their_taint_and_keeps_tensorrt_engin
 
 @pytest.mark.django_db
 def test_render_pool_command_prints_valid_yaml(deployer, team_a):
-    from deployments import services
+    from deployments.services import pools
 
-    services.pool_create(user=deployer, name="k8s-a", team=team_a, driver="kubernetes", replicas=3, model_repository="s3://bucket/models",
+    pools.pool_create(user=deployer, name="k8s-a", team=team_a, driver="kubernetes", replicas=3, model_repository="s3://bucket/models",
                          device_kind="nvidia-t4")
     out = StringIO()
     call_command("render_pool", "k8s-a", stdout=out)
@@ -107,7 +107,7 @@ def test_render_pool_command_prints_valid_yaml(deployer, team_a):
     for document in documents:
         kubernetes_validate.validate(document, K8S_VERSION, strict=True)
     assert documents[0]["spec"]["replicas"] == 3
-    services.pool_create(user=deployer, name="local-a", team=team_a)
+    pools.pool_create(user=deployer, name="local-a", team=team_a)
     with pytest.raises(CommandError, match="local driver"):
         call_command("render_pool", "local-a", stdout=StringIO())
 
@@ -313,7 +313,7 @@ def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
 @pytest.mark.django_db
 def test_reconcile_of_a_kubernetes_pool_applies_and_records_its_pods(cluster, deployer, team_a, tmp_path, monkeypatch):
     """The service path: the driver finds the fake API server through a kubeconfig file."""
-    from deployments import services
+    from deployments.services import pools, reconcile
     from deployments.models import PoolStatus
 
     _, api, _ = cluster
@@ -326,9 +326,9 @@ def test_reconcile_of_a_kubernetes_pool_applies_and_records_its_pods(cluster, de
     }))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    pool = services.pool_create(user=deployer, name="ctr-gpu", team=team_a, driver="kubernetes", replicas=2,
+    pool = pools.pool_create(user=deployer, name="ctr-gpu", team=team_a, driver="kubernetes", replicas=2,
                                 model_repository="pvc://models/ctr", device_kind="nvidia-a100", namespace="serving")
-    pool = services.pool_reconcile(pool_id=pool.pk)
+    pool = reconcile.pool_reconcile(pool_id=pool.pk)
     assert pool.status != PoolStatus.FAILED, pool.status_reason
     assert {r["path"].rsplit("/", 2)[-2] for r in api.requests if r["method"] == "PATCH"} == {
         "deployments", "services", "horizontalpodautoscalers", "poddisruptionbudgets"}
@@ -338,12 +338,12 @@ def test_reconcile_of_a_kubernetes_pool_applies_and_records_its_pods(cluster, de
 
 @pytest.mark.django_db
 def test_kubernetes_pool_without_a_cluster_is_a_failed_state_with_the_reason(deployer, team_a, tmp_path, monkeypatch):
-    from deployments import services
+    from deployments.services import pools, reconcile
     from deployments.models import PoolStatus
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    pool = services.pool_create(user=deployer, name="nowhere", team=team_a, driver="kubernetes", model_repository="s3://b/r")
-    pool = services.pool_reconcile(pool_id=pool.pk)
+    pool = pools.pool_create(user=deployer, name="nowhere", team=team_a, driver="kubernetes", model_repository="s3://b/r")
+    pool = reconcile.pool_reconcile(pool_id=pool.pk)
     assert pool.status == PoolStatus.FAILED
     assert "no Kubernetes configuration" in pool.status_reason

@@ -16,9 +16,10 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
-from deployments import triton_config, tritonserver
+from deployments import tritonserver
 from deployments.drivers.base import DrainTimeout, LoadFailed, ModelDir, PoolSpec
 from deployments.drivers.local import LocalDriver
+from registry import triton_config
 from tests.deployments.packaging import write_model_dir
 
 pytestmark = pytest.mark.integration

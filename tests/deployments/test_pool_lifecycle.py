@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from io import StringIO
 
 import numpy as np
@@ -21,10 +20,11 @@ from django.core.management import call_command
 
 from bench.harness import wait_for
 from deployments import tritonserver
+from deployments.drivers.triton import TritonHTTP
 from deployments.models import ServingPool
 from registry.models import Event
+from tests import factories
 from tests.conftest import require_service, wait_for_line
-from tests.deployments.conftest import make_artifact
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +66,8 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         pytest.skip(str(exc))
     celery_worker(queues="control")
     supervisor()  # up and supervising
-    good = make_artifact(team_a, onnx_path, tmp_path)
-    broken = make_artifact(team_a, onnx_path, tmp_path, broken=True)
+    good = factories.artifact(team_a, onnx_path, tmp_path)
+    broken = factories.artifact(team_a, onnx_path, tmp_path, broken=True)
     api = deployer_api
 
     created = api.post("/api/v1/pools/", {"name": "life", "team": "team-a", "replicas": 2}, format="json")
@@ -127,7 +127,7 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         unloaded = Event.objects.get(object_id=pool_id, action="model_unloaded")
         assert unloaded.data["model"] == model and unloaded.data["drain"]["pending"] == 0
         for replica in detail()["replica_set"]:
-            assert not tritonserver.TritonHTTP(replica["http_url"]).is_model_ready(model)
+            assert not TritonHTTP(replica["http_url"]).is_model_ready(model)
 
         # scale down: the leaving replica first drops out of routing (stopped) while it still runs
         r1_pid = {r["name"]: r for r in detail()["replica_set"]}["r1"]["pid"]

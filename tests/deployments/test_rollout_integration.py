@@ -23,10 +23,12 @@ from rest_framework.authtoken.models import Token
 
 from bench.harness import Load, package_artifact, spawn, stop, wait_for
 
-from deployments import rollout_services, tritonserver
-from deployments import services as pool_services
+from deployments import tritonserver
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
+from deployments.services import endpoints as endpoint_services
+from deployments.services import pools as pool_services
+from deployments.services import rollouts as rollout_services
 from monitoring.models import Alert, MetricSample, Verdict
 from tests import factories
 from tests.conftest import CeleryWorker, require_service
@@ -74,7 +76,7 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
     try:
         stable = package_artifact(team_a, onnx_path, tmp_path)
         pool = pool_services.pool_create(user=deployer, name="loop", team=team_a, replicas=1)
-        endpoint = rollout_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable,
+        endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable,
                                                     slo_p99_ms=500, slo_error_rate=0.02)
         wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=90, what="stable READY")
         gateway.start(timeout=30)

@@ -1,20 +1,21 @@
 import pytest
 from django.test import Client
 
-from deployments import rollout_services as services
-from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
+from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
+from deployments.services import endpoints as endpoint_services
+from deployments.services import rollouts as services
 from registry.models import Event
+from tests import factories
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def setup(deployer, team_a, artifact_factory):
-    pool = ServingPool.objects.create(name="cpu-pool", team=team_a, replicas=1, status="ready")
-    PoolReplica.objects.create(pool=pool, name="r0", status=ReplicaStatus.READY, http_url="http://127.0.0.1:18000")
+    pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
     stable, candidate = artifact_factory(team_a), artifact_factory(team_a)
-    endpoint = services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable)
+    endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable)
     PoolModel.objects.update(state=PoolModelState.READY, replica_ready={"r0": True})
     client = Client()
     client.force_login(deployer)

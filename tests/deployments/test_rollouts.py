@@ -11,11 +11,13 @@ from django.db import connection
 from django.utils import timezone
 
 from config.errors import Conflict, InvalidInput
-from deployments import rollout_services as services
-from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, ReplicaStatus, Rollout, ServingPool
+from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
-from deployments.routes import route_table, variant_name
+from deployments.routes import route_table
+from deployments.services import endpoints as endpoint_services
+from deployments.services import rollouts as services
 from registry.models import ArtifactStatus, Event
+from registry.names import variant_name
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -23,8 +25,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def pool(team_a):
-    pool = ServingPool.objects.create(name="cpu-pool", team=team_a, replicas=1, status="ready")
-    PoolReplica.objects.create(pool=pool, name="r0", status=ReplicaStatus.READY, http_url="http://127.0.0.1:18000")
+    pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
     return pool
 
 
@@ -36,7 +37,7 @@ def pool_reports_ready(pool, artifact):
 @pytest.fixture
 def endpoint(deployer, pool, artifact_factory, team_a):
     stable = artifact_factory(team_a)
-    ep = services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=80, slo_error_rate=0.02)
+    ep = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=80, slo_error_rate=0.02)
     pool_reports_ready(pool, stable)
     return ep
 
@@ -207,7 +208,7 @@ def test_gateway_routes_need_the_permission_and_honour_etags(deployer_api, deplo
     assert first.status_code == 200 and first.json()["endpoints"][0]["name"] == "ctr"
     etag = first["ETag"]
     assert client.get("/api/v1/gateway/routes", HTTP_IF_NONE_MATCH=etag).status_code == 304
-    services.endpoint_update(user=deployer, endpoint=endpoint, timeout_ms=250)
+    endpoint_services.endpoint_update(user=deployer, endpoint=endpoint, timeout_ms=250)
     changed = client.get("/api/v1/gateway/routes", HTTP_IF_NONE_MATCH=etag)
     assert changed.status_code == 200 and changed["ETag"] != etag and changed.json()["endpoints"][0]["timeout_ms"] == 250
 

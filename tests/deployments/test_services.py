@@ -2,45 +2,45 @@
 
 import pytest
 
-from deployments import services
 from deployments.models import PoolModel, PoolModelState, PoolStatus, ServingPool
+from deployments.services import pools, reconcile
 from registry.models import Event
 
 pytestmark = pytest.mark.django_db
 
 
 def test_binary_gone_after_create_puts_the_pool_in_a_failed_state(deployer, team_a, monkeypatch, tmp_path, pools_dir):
-    pool = services.pool_create(user=deployer, name="nobin", team=team_a, replicas=1)
+    pool = pools.pool_create(user=deployer, name="nobin", team=team_a, replicas=1)
     monkeypatch.setenv("TRITONSERVER_BIN", str(tmp_path / "gone" / "tritonserver"))
-    pool = services.pool_reconcile(pool_id=pool.pk)
+    pool = reconcile.pool_reconcile(pool_id=pool.pk)
     assert pool.status == PoolStatus.FAILED
     assert "TRITONSERVER_BIN" in pool.status_reason and "not an executable" in pool.status_reason
     assert not pool.replica_set.exists()
     event = Event.objects.get(object_id=str(pool.pk), action="status_changed")
     assert (event.from_state, event.to_state) == (PoolStatus.PENDING, PoolStatus.FAILED)
     # a second reconcile with the same failure records nothing new
-    services.pool_reconcile(pool_id=pool.pk)
+    reconcile.pool_reconcile(pool_id=pool.pk)
     assert Event.objects.filter(object_id=str(pool.pk), action="status_changed").count() == 1
 
 
 def test_load_task_on_a_pool_without_replicas_fails_with_the_reason(deployer, team_a, artifact_factory):
-    pool = services.pool_create(user=deployer, name="empty", team=team_a, replicas=1)
-    pool_model = services.pool_load_request(user=deployer, pool=pool, artifact=artifact_factory(team_a))
-    result = services.pool_model_load(pool_model_id=pool_model.pk)  # no replica was ever started
+    pool = pools.pool_create(user=deployer, name="empty", team=team_a, replicas=1)
+    pool_model = pools.pool_load_request(user=deployer, pool=pool, artifact=artifact_factory(team_a))
+    result = reconcile.pool_model_load(pool_model_id=pool_model.pk)  # no replica was ever started
     assert result.state == PoolModelState.FAILED
     assert "no ready replica" in result.error
     assert Event.objects.filter(object_id=str(pool.pk), action="model_load_failed").exists()
     # the task running twice does nothing the second time
-    assert services.pool_model_load(pool_model_id=pool_model.pk).state == PoolModelState.FAILED
+    assert reconcile.pool_model_load(pool_model_id=pool_model.pk).state == PoolModelState.FAILED
 
 
 def test_scale_to_zero_refuses_loads(deployer, team_a, artifact_factory):
-    pool = services.pool_create(user=deployer, name="zero", team=team_a, replicas=1)
-    services.pool_scale(user=deployer, pool=pool, replicas=0)
+    pool = pools.pool_create(user=deployer, name="zero", team=team_a, replicas=1)
+    pools.pool_scale(user=deployer, pool=pool, replicas=0)
     from config.errors import Conflict
 
     with pytest.raises(Conflict) as refused:
-        services.pool_load_request(user=deployer, pool=pool, artifact=artifact_factory(team_a))
+        pools.pool_load_request(user=deployer, pool=pool, artifact=artifact_factory(team_a))
     assert refused.value.code == "no_replicas"
     assert not PoolModel.objects.exists()
 
@@ -48,21 +48,21 @@ def test_scale_to_zero_refuses_loads(deployer, team_a, artifact_factory):
 def test_artifact_without_files_is_refused(deployer, team_a, artifact_factory):
     from config.errors import InvalidInput
 
-    pool = services.pool_create(user=deployer, name="nofiles", team=team_a, replicas=1)
+    pool = pools.pool_create(user=deployer, name="nofiles", team=team_a, replicas=1)
     artifact = artifact_factory(team_a)
     artifact.path = "dirs/00/missing"
     artifact.save()
     with pytest.raises(InvalidInput) as refused:
-        services.pool_load_request(user=deployer, pool=pool, artifact=artifact)
+        pools.pool_load_request(user=deployer, pool=pool, artifact=artifact)
     assert refused.value.code == "artifact_missing_files"
 
 
 def test_teardown_removes_the_pool_and_its_directory(deployer, team_a, pools_dir):
-    pool = services.pool_create(user=deployer, name="gone", team=team_a, replicas=0)
-    services.pool_reconcile(pool_id=pool.pk)
+    pool = pools.pool_create(user=deployer, name="gone", team=team_a, replicas=0)
+    reconcile.pool_reconcile(pool_id=pool.pk)
     assert (pools_dir / "gone" / "models").is_dir()
-    services.pool_delete(user=deployer, pool=pool)
-    services.pool_teardown(pool_id=pool.pk)
+    pools.pool_delete(user=deployer, pool=pool)
+    reconcile.pool_teardown(pool_id=pool.pk)
     assert not ServingPool.objects.filter(name="gone").exists()
     assert not (pools_dir / "gone").exists()
     assert Event.objects.filter(object_id=str(pool.pk), action="deleted").exists()

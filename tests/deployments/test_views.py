@@ -3,15 +3,15 @@
 import pytest
 from django.urls import reverse
 
-from deployments import services
 from deployments.models import PoolReplica
+from deployments.services import pools
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def pool(deployer, team_a):
-    pool = services.pool_create(user=deployer, name="dash", team=team_a, replicas=1, cost_per_replica_hour="0.5")
+    pool = pools.pool_create(user=deployer, name="dash", team=team_a, replicas=1, cost_per_replica_hour="0.5")
     PoolReplica.objects.create(pool=pool, name="r0", status="down", last_error="process 123 exited")
     return pool
 

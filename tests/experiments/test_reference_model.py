@@ -54,7 +54,8 @@ def test_training_learns_the_signal(interaction):
 def test_untrained_model_is_near_chance():
     model = ReferenceCTR(TINY).eval()
     valid = generate(4000, seed=5)
-    from experiments.reference.train import auc, predict
+    from experiments.reference.train import predict
+    from registry.quality import auc
 
     assert abs(auc(valid.label, predict(model, valid)) - 0.5) < 0.1
 
@@ -63,9 +64,9 @@ def test_untrained_model_is_near_chance():
 def test_train_log_register_and_build_the_reference_model(alice, team_a, mlflow_store):
     """manage.py train_reference_model --register, then an in-process build of the
     registered MLflow PyTorch version (export, fusion, validation on the labelled set)."""
-    from registry import build_services
-    from registry.build import runner
+    from registry.factory import runner
     from registry.models import ModelVersion
+    from registry.services import builds as build_services
 
     call_command(
         "train_reference_model", "--rows", "12000", "--valid-rows", "2000", "--epochs", "1", "--vocab", "500",
@@ -95,9 +96,9 @@ def test_train_log_register_and_build_the_reference_model(alice, team_a, mlflow_
 
 @pytest.mark.django_db(transaction=True)
 def test_build_of_an_mlflow_uri_that_no_longer_resolves_fails(alice, team_a, mlflow_store):
-    from registry import build_services
-    from registry.build import runner
+    from registry.factory import runner
     from registry.models import Artifact, ModelVersion
+    from registry.services import builds as build_services
     from tests import factories
 
     model = factories.registered_model(team_a, name="gone")

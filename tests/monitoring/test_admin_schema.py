@@ -3,15 +3,16 @@
 import pytest
 from django.utils import timezone
 
-from monitoring import services
 from monitoring.models import Alert
+from monitoring.services.alerts import alert_raise
+from monitoring.services.store import samples_store
 
 pytestmark = pytest.mark.django_db
 
 
 def test_admin_pages_render_and_acknowledge_action_uses_the_service(client, staff, team_a):
-    alert, _ = services.alert_raise(kind="canary_rollback", reason="p99 over SLO", endpoint="ctr", rollout_id=1, team=team_a)
-    services.samples_store(rows=[("ctr", "stable", "request_rate", 1.0)], at=timezone.now())
+    alert, _ = alert_raise(kind="canary_rollback", reason="p99 over SLO", endpoint="ctr", rollout_id=1, team=team_a)
+    samples_store(rows=[("ctr", "stable", "request_rate", 1.0)], at=timezone.now())
     client.force_login(staff)
     for name in ("metricsample", "metricrollup", "scrapestate", "verdict", "alert", "notificationchannel", "notificationdelivery"):
         assert client.get(f"/admin/monitoring/{name}/").status_code == 200, name

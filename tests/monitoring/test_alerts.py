@@ -5,8 +5,10 @@ import pytest
 from django.core import mail
 
 from config.errors import Conflict, Forbidden
-from monitoring import services
 from monitoring.models import Alert, DeliveryStatus, NotificationChannel, NotificationDelivery
+from monitoring.services.alerts import alert_acknowledge, alert_raise, alert_resolve
+from monitoring.services.notifications import notification_deliver, notify_backoff
+from monitoring.services.store import samples_store
 from registry.models import Event, Role
 from tests import factories
 
@@ -17,7 +19,7 @@ def _raise(team, **extra):
     fields = dict(kind="canary_rollback", reason="candidate p99 31 ms over the SLO 25 ms", severity="critical",
                   endpoint="ctr", rollout_id=41, team=team, evidence={"p99_ms": 31})
     fields.update(extra)
-    return services.alert_raise(**fields)
+    return alert_raise(**fields)
 
 
 def test_alert_is_deduplicated_per_rollout_and_kind(team_a, django_capture_on_commit_callbacks):
@@ -39,7 +41,7 @@ def test_alert_is_deduplicated_per_rollout_and_kind(team_a, django_capture_on_co
 def test_resolved_alert_raised_again_reopens_and_notifies_a_new_round(team_a, alice, django_capture_on_commit_callbacks):
     NotificationChannel.objects.create(team=team_a, kind="email", target="oncall@example.test")
     alert, _ = _raise(team_a)
-    services.alert_resolve(user=alice, alert=alert)
+    alert_resolve(user=alice, alert=alert)
     with django_capture_on_commit_callbacks() as queued:
         reopened, notified = _raise(team_a)
     assert notified and len(queued) == 1 and reopened.status == "open" and reopened.notify_round == 2
@@ -51,16 +53,16 @@ def test_acknowledge_needs_a_developer_of_the_team(team_a, alice, bob, staff):
     factories.member(viewer, team_a, Role.VIEWER)
     for outsider in (bob, viewer):
         with pytest.raises(Forbidden):
-            services.alert_acknowledge(user=outsider, alert=alert)
-    alert = services.alert_acknowledge(user=alice, alert=alert, note="looking")
+            alert_acknowledge(user=outsider, alert=alert)
+    alert = alert_acknowledge(user=alice, alert=alert, note="looking")
     assert alert.status == "acknowledged" and alert.acknowledged_by == alice
     with pytest.raises(Conflict) as exc:
-        services.alert_acknowledge(user=alice, alert=alert)
+        alert_acknowledge(user=alice, alert=alert)
     assert exc.value.code == "alert_not_open"
-    platform_alert, _ = services.alert_raise(kind="scrape_failed", reason="gateway unreachable")
+    platform_alert, _ = alert_raise(kind="scrape_failed", reason="gateway unreachable")
     with pytest.raises(Forbidden):
-        services.alert_acknowledge(user=alice, alert=platform_alert)
-    assert services.alert_acknowledge(user=staff, alert=platform_alert).status == "acknowledged"
+        alert_acknowledge(user=alice, alert=platform_alert)
+    assert alert_acknowledge(user=staff, alert=platform_alert).status == "acknowledged"
 
 
 def test_webhook_delivery_failure_is_recorded_and_retried_until_success(team_a, webhook_receiver):
@@ -68,11 +70,11 @@ def test_webhook_delivery_failure_is_recorded_and_retried_until_success(team_a, 
     webhook_receiver.statuses = [500]
     alert, _ = _raise(team_a)
     args = dict(alert_id=alert.pk, kind="webhook", target=webhook_receiver.url, notify_round=1)
-    outcome, wait_s = services.notification_deliver(**args)
-    assert outcome == "retry" and wait_s == services.notify_backoff(1) > 0
-    assert services.notify_backoff(3) == 4 * services.notify_backoff(1)
-    assert services.notification_deliver(**args) == ("delivered", 0.0)
-    assert services.notification_deliver(**args) == ("skipped", 0.0)  # a duplicate task does nothing
+    outcome, wait_s = notification_deliver(**args)
+    assert outcome == "retry" and wait_s == notify_backoff(1) > 0
+    assert notify_backoff(3) == 4 * notify_backoff(1)
+    assert notification_deliver(**args) == ("delivered", 0.0)
+    assert notification_deliver(**args) == ("skipped", 0.0)  # a duplicate task does nothing
     attempts = list(NotificationDelivery.objects.filter(alert=alert).order_by("attempt").values_list("attempt", "status", "response_code"))
     assert attempts == [(1, DeliveryStatus.FAILED, 500), (2, DeliveryStatus.DELIVERED, 200)]
     body = webhook_receiver.received[-1]
@@ -84,9 +86,9 @@ def test_delivery_gives_up_after_max_attempts(team_a, settings):
     settings.MONITORING_NOTIFY_MAX_ATTEMPTS = 2
     alert, _ = _raise(team_a)
     args = dict(alert_id=alert.pk, kind="webhook", target="http://127.0.0.1:9/closed", notify_round=1)
-    assert services.notification_deliver(**args)[0] == "retry"
-    assert services.notification_deliver(**args)[0] == "gave_up"
-    assert services.notification_deliver(**args)[0] == "skipped"
+    assert notification_deliver(**args)[0] == "retry"
+    assert notification_deliver(**args)[0] == "gave_up"
+    assert notification_deliver(**args)[0] == "skipped"
     assert list(NotificationDelivery.objects.filter(alert=alert).values_list("status", flat=True).order_by("attempt")) == [
         DeliveryStatus.FAILED, DeliveryStatus.GAVE_UP]
     assert "Connection refused" in NotificationDelivery.objects.filter(alert=alert).first().error
@@ -95,7 +97,7 @@ def test_delivery_gives_up_after_max_attempts(team_a, settings):
 def test_email_channel_uses_djangos_email_backend(team_a, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     alert, _ = _raise(team_a)
-    assert services.notification_deliver(alert_id=alert.pk, kind="email", target="oncall@example.test", notify_round=1)[0] == "delivered"
+    assert notification_deliver(alert_id=alert.pk, kind="email", target="oncall@example.test", notify_round=1)[0] == "delivered"
     assert len(mail.outbox) == 1 and mail.outbox[0].to == ["oncall@example.test"]
     assert "canary_rollback" in mail.outbox[0].subject and "31 ms" in mail.outbox[0].body
 
@@ -163,7 +165,7 @@ def test_alert_pages_banner_and_htmx_acknowledge(client, alice, bob, team_a):
 def test_overview_page_lists_endpoints_with_charts(client, alice, team_a):
     from django.utils import timezone
 
-    services.samples_store(rows=[("ctr", "stable", "request_rate", 150.0), ("ctr", "canary", "request_rate", 10.0),
+    samples_store(rows=[("ctr", "stable", "request_rate", 150.0), ("ctr", "canary", "request_rate", 10.0),
                                  ("ctr", "canary", "error_rate", 0.02)], at=timezone.now(), team_ids={"ctr": team_a.pk})
     client.force_login(alice)
     page = client.get("/monitoring/")

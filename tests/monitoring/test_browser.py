@@ -9,8 +9,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from monitoring import services
 from monitoring.models import Alert
+from monitoring.services.alerts import alert_raise
+from monitoring.services.store import samples_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -20,12 +21,12 @@ def test_overview_charts_banner_and_acknowledge(live_server, browser_page, alice
     now = timezone.now()
     for tick in range(30):
         at = now - timedelta(seconds=2 * (30 - tick))
-        services.samples_store(rows=[
+        samples_store(rows=[
             ("ctr", "stable", "request_rate", 190.0 + tick % 5), ("ctr", "canary", "request_rate", 10.0),
             ("ctr", "stable", "error_rate", 0.01), ("ctr", "canary", "error_rate", 0.01 + tick / 500),
             ("ctr", "stable", "latency_p99_ms", 4.0), ("ctr", "canary", "latency_p99_ms", 4.0 + tick / 10),
         ], at=at, team_ids={"ctr": team_a.pk})
-    alert, _ = services.alert_raise(kind="rollout_rolled_back", severity="critical", endpoint="ctr", rollout_id=3,
+    alert, _ = alert_raise(kind="rollout_rolled_back", severity="critical", endpoint="ctr", rollout_id=3,
                                     team=team_a, reason="ctr: canary rolled back — candidate error rate 6.9% vs stable 1.0%")
 
     page.goto(f"{live_server.url}/login/")

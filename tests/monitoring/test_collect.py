@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from monitoring import collect
+from monitoring import collect, statistics
 from tests.monitoring.conftest import GatewayMetrics
 
 
@@ -96,7 +96,7 @@ def test_a_bucket_keeps_its_lower_edge_when_the_buckets_below_are_empty():
                 le = collect.parse_bucket_metric(metric)[1]
                 summed[le] = summed.get(le, 0.0) + value
     assert sum(summed.values()) == 600
-    assert 2.0 < collect.histogram_quantile(0.5, summed) * 1000 <= 3.0
+    assert 2.0 < statistics.histogram_quantile(0.5, summed) * 1000 <= 3.0
 
 
 def test_counter_reset_is_a_restart_not_a_negative_rate():
@@ -131,9 +131,9 @@ def test_custom_prefix_and_per_endpoint_series():
 def test_histogram_quantile_matches_prometheus_interpolation():
     buckets = {0.001: 10, 0.002: 30, 0.005: 60, math.inf: 0}
     # rank 50 of 100 falls in (0.002, 0.005] after 40: 0.002 + 0.003 * 10/60
-    assert collect.histogram_quantile(0.5, buckets) == pytest.approx(0.0025)
-    assert collect.histogram_quantile(0.99, {0.01: 50, math.inf: 50}) == 0.01  # +Inf answers the lower bound
-    assert collect.histogram_quantile(0.5, {}) is None
+    assert statistics.histogram_quantile(0.5, buckets) == pytest.approx(0.0025)
+    assert statistics.histogram_quantile(0.99, {0.01: 50, math.inf: 50}) == 0.01  # +Inf answers the lower bound
+    assert statistics.histogram_quantile(0.5, {}) is None
 
 
 def test_replicas_add_up():
@@ -200,15 +200,15 @@ def test_triton_queue_compute_utilization_and_cost():
 
 def test_psi_and_score_bins():
     rng = np.random.default_rng(3)
-    stable = collect.score_bins(rng.beta(2, 8, 5000))
-    same = collect.score_bins(rng.beta(2, 8, 5000))
-    shifted = collect.score_bins(rng.beta(4, 6, 5000))
-    assert sum(stable) == 5000 and len(stable) == collect.SCORE_BINS
-    assert collect.psi(stable, same) < 0.02
-    assert collect.psi(stable, shifted) > 0.25
-    assert collect.score_bins([-1, 2, float("nan")]) == [1] + [0] * 8 + [1]
+    stable = statistics.score_bins(rng.beta(2, 8, 5000))
+    same = statistics.score_bins(rng.beta(2, 8, 5000))
+    shifted = statistics.score_bins(rng.beta(4, 6, 5000))
+    assert sum(stable) == 5000 and len(stable) == statistics.SCORE_BINS
+    assert statistics.psi(stable, same) < 0.02
+    assert statistics.psi(stable, shifted) > 0.25
+    assert statistics.score_bins([-1, 2, float("nan")]) == [1] + [0] * 8 + [1]
     with pytest.raises(ValueError):
-        collect.psi([0] * 10, stable)
+        statistics.psi([0] * 10, stable)
 
 
 def test_garbage_is_a_clear_error_not_a_crash():

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from monitoring import services
 from monitoring.models import Alert, DeliveryStatus, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState
+from monitoring.services.alerts import alert_raise
+from monitoring.services.collector import metrics_collect
 from monitoring.targets import ScrapeTarget
 from tests.monitoring.conftest import BROKEN_MODEL, TRITON_MODELS, infer
 
@@ -28,7 +29,7 @@ def test_collector_scrapes_real_triton_and_gateway(triton, gateway_server, team_
                                 "endpoint_teams": {"ctr": team_a.pk}}),
         ScrapeTarget.from_dict({"kind": "triton", "url": "http://127.0.0.1:9/metrics"}),  # nothing listens there
     ]
-    first = services.metrics_collect(targets=targets)
+    first = metrics_collect(targets=targets)
     assert first["scraped"] == 2 and first["failed"] == 1 and first["samples"] == 0  # first scrape only records counters
 
     for _ in range(12):
@@ -38,7 +39,7 @@ def test_collector_scrapes_real_triton_and_gateway(triton, gateway_server, team_
     gateway_server.metrics.serve("ctr", "stable", [0.002] * 12, [200] * 12)
     gateway_server.metrics.serve("ctr", "canary", [0.004] * 5 + [0.02], [200] * 5 + [503])
     time.sleep(1.1)  # Triton refreshes its /metrics about once a second
-    second = services.metrics_collect(targets=targets)
+    second = metrics_collect(targets=targets)
     assert second["scraped"] == 2 and second["samples"] > 0, second
 
     stable, canary = _values("ctr", "stable"), _values("ctr", "canary")
@@ -67,11 +68,11 @@ def test_python_backend_errors_are_triton_successes_so_errors_come_from_the_gate
     error rate the judge uses is the gateway's (per HTTP status), not Triton's."""
     target = ScrapeTarget.from_dict({"kind": "triton", "url": triton.metrics_url,
                                      "models": {BROKEN_MODEL: {"endpoint": "ctr-f", "variant": "canary"}}})
-    services.metrics_collect(targets=[target])
+    metrics_collect(targets=[target])
     statuses = [infer(triton, BROKEN_MODEL, dense_dims=14) for _ in range(3)]
     assert all(s >= 400 for s in statuses), statuses
     time.sleep(1.1)
-    services.metrics_collect(targets=[target])
+    metrics_collect(targets=[target])
     values = _values("ctr-f", "canary")
     assert values["triton_requests"] == 3
     assert values["triton_failures"] == 0  # fails when Triton starts counting them: then trust triton_error_rate too
@@ -112,7 +113,7 @@ def test_real_worker_collects_metrics_and_delivers_an_alert_after_a_failed_attem
 
     NotificationChannel.objects.create(team=team_a, kind="webhook", target=webhook_receiver.url, min_severity="info")
     webhook_receiver.statuses = [503]
-    alert, notified = services.alert_raise(kind="canary_rollback", severity="critical", endpoint="ctr", rollout_id=5,
+    alert, notified = alert_raise(kind="canary_rollback", severity="critical", endpoint="ctr", rollout_id=5,
                                            team=team_a, reason="candidate error rate 6.1% vs stable 1.0%",
                                            evidence={"e_value": 48.2})
     assert notified
@@ -124,7 +125,7 @@ def test_real_worker_collects_metrics_and_delivers_an_alert_after_a_failed_attem
     assert len(webhook_receiver.received) == 2
     body = webhook_receiver.received[-1]
     assert "6.1%" in body["text"] and body["alert"]["evidence"] == {"e_value": 48.2}
-    services.alert_raise(kind="canary_rollback", severity="critical", endpoint="ctr", rollout_id=5, team=team_a, reason="again")
+    alert_raise(kind="canary_rollback", severity="critical", endpoint="ctr", rollout_id=5, team=team_a, reason="again")
     time.sleep(1.0)
     assert len(webhook_receiver.received) == 2
 
@@ -169,12 +170,12 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
         targets = [ScrapeTarget.from_dict({"kind": "gateway", "url": f"{base}/metrics", "endpoint_teams": {"ctr": team_a.pk}}),
                    ScrapeTarget.from_dict({"kind": "triton", "url": triton.metrics_url, "models": models,
                                            "endpoint_teams": {"ctr": team_a.pk}})]
-        services.metrics_collect(targets=targets)
+        metrics_collect(targets=targets)
         gateway_triton = type("G", (), {"http_url": base})()  # infer() posts to {http_url}/v2/models/{name}/infer
         statuses = [infer(gateway_triton, "ctr", batch=1) for _ in range(40)]
         assert statuses == [200] * 40  # the canary's failures never reach a client
         time.sleep(1.1)
-        services.metrics_collect(targets=targets)
+        metrics_collect(targets=targets)
     finally:
         gateway.terminate()
         gateway.wait(10)

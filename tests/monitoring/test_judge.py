@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from monitoring import collect
+from monitoring import statistics
 from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, error_e_path, error_e_value, judge
 from tests.monitoring.conftest import BUCKETS
 
@@ -138,9 +138,9 @@ def test_healthy_candidate_passes_only_after_the_minimum_sample():
 def test_guardrails_p99_error_slo_and_psi():
     rng = np.random.default_rng(4)
     stable = ArmWindow(ticks=[(4000, 40)], latency_buckets=bucketize(latencies(rng, 4000)),
-                       score_bins=collect.score_bins(rng.beta(2, 8, 4000)))
+                       score_bins=statistics.score_bins(rng.beta(2, 8, 4000)))
     slow = ArmWindow(ticks=[(400, 4)], latency_buckets=bucketize(latencies(rng, 400, 20.0)),
-                     score_bins=collect.score_bins(rng.beta(2, 8, 400)))
+                     score_bins=statistics.score_bins(rng.beta(2, 8, 400)))
     decision = judge(stable, slow, JudgeConfig(alpha=ALPHA, slo_p99_ms=100))
     assert next(c for c in decision.checks if c["name"] == "p99_slo")["outcome"] == "fail"
     assert "over the SLO" in decision.reason
@@ -152,7 +152,7 @@ def test_guardrails_p99_error_slo_and_psi():
     few = ArmWindow(ticks=[(20, 5)])  # 25 % errors but only 20 requests: not yet judged
     assert next(c for c in judge(stable, few, JudgeConfig(slo_error_rate=0.05)).checks if c["name"] == "error_slo")["outcome"] == "inconclusive"
 
-    drifted = ArmWindow(ticks=[(400, 4)], latency_buckets=stable.latency_buckets, score_bins=collect.score_bins(rng.beta(5, 5, 400)))
+    drifted = ArmWindow(ticks=[(400, 4)], latency_buckets=stable.latency_buckets, score_bins=statistics.score_bins(rng.beta(5, 5, 400)))
     psi_check = next(c for c in judge(stable, drifted, JudgeConfig(psi_threshold=0.25)).checks if c["name"] == "psi")
     assert psi_check["outcome"] == "fail" and psi_check["statistic"] > 0.25
     same = next(c for c in judge(stable, slow, JudgeConfig(psi_threshold=0.25)).checks if c["name"] == "psi")

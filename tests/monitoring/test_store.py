@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from monitoring import selectors, services
+from monitoring import selectors
 from monitoring.models import MetricRollup, MetricSample, Verdict
+from monitoring.services.canary import judge_tick
+from monitoring.services.collector import metrics_collect
+from monitoring.services.store import retention_sweep, rollups_refresh, samples_store
 
 pytestmark = pytest.mark.django_db
 METRICS = "/api/v1/metrics/"
@@ -16,7 +19,7 @@ METRICS = "/api/v1/metrics/"
 def _store(team=None, endpoint="ctr", variant="stable", metric="request_rate", values=(1.0,), start=None, step_s=2):
     start = start or timezone.now() - timedelta(seconds=step_s * len(values))
     for i, value in enumerate(values):
-        services.samples_store(rows=[(endpoint, variant, metric, value)], at=start + timedelta(seconds=step_s * i),
+        samples_store(rows=[(endpoint, variant, metric, value)], at=start + timedelta(seconds=step_s * i),
                                team_ids={endpoint: team.pk} if team else None)
     return start
 
@@ -26,8 +29,8 @@ def test_rollups_aggregate_whole_minutes_and_are_idempotent(team_a):
     minute = now.replace(second=0) - timedelta(minutes=1)
     _store(team_a, values=[1.0, 2.0, 3.0, 6.0], start=minute + timedelta(seconds=5), step_s=10)
     _store(team_a, values=[100.0], start=now.replace(second=0) + timedelta(seconds=1))  # current minute: not yet
-    assert services.rollups_refresh(now=now) == 1
-    assert services.rollups_refresh(now=now) == 1  # again: same row, not a second one
+    assert rollups_refresh(now=now) == 1
+    assert rollups_refresh(now=now) == 1  # again: same row, not a second one
     rollup = MetricRollup.objects.get()
     assert (rollup.minute, rollup.count, rollup.total, rollup.minimum, rollup.maximum) == (minute, 4, 12.0, 1.0, 6.0)
     assert rollup.mean == 3.0 and rollup.team_id == team_a.pk
@@ -45,7 +48,7 @@ def test_retention_deletes_only_what_is_past_its_age(team_a, settings):
     Verdict.objects.create(rollout_id=1, endpoint="ctr", stable_variant="s", candidate_variant="c", outcome="pass",
                            window_start=now, window_end=now)
     Verdict.objects.filter().update(created_at=now - timedelta(days=3))
-    assert services.retention_sweep(now=now) == {"samples": 1, "rollups": 1, "verdicts": 1, "scrape_states": 0}
+    assert retention_sweep(now=now) == {"samples": 1, "rollups": 1, "verdicts": 1, "scrape_states": 0}
     assert list(MetricSample.objects.values_list("value", flat=True)) == [2.0]
     assert list(MetricRollup.objects.values_list("total", flat=True)) == [2.0]
 
@@ -114,11 +117,11 @@ def test_judge_tick_reads_the_store_and_records_the_verdict(team_a):
             n = int(rng.poisson(n_mean))
             rows += [("ctr", variant, "requests", n), ("ctr", variant, "errors", int(rng.binomial(n, p))),
                      ("ctr", variant, "latency_bucket:0.003", n * 0.6), ("ctr", variant, "latency_bucket:0.005", n * 0.4)]
-        services.samples_store(rows=rows, at=at, team_ids={"ctr": team_a.pk})
+        samples_store(rows=rows, at=at, team_ids={"ctr": team_a.pk})
     stable, canary = selectors.judge_window(endpoint="ctr", stable_variant="stable", candidate_variant="canary", since=start)
     assert len(stable.ticks) == len(canary.ticks) == 100
     assert sum(canary.latency_buckets.values()) == pytest.approx(canary.requests)
-    verdict = services.judge_tick(rollout_id=7, endpoint="ctr", stable_variant="stable", candidate_variant="canary",
+    verdict = judge_tick(rollout_id=7, endpoint="ctr", stable_variant="stable", candidate_variant="canary",
                                   since=start, step=1, team=team_a)
     assert verdict.outcome == "fail"
     assert Verdict.objects.filter(rollout_id=7).count() == 1
@@ -157,11 +160,11 @@ def test_collector_records_an_unparseable_target_and_keeps_going(gateway_server,
 
     good = ScrapeTarget(kind="gateway", url=gateway_server.url)
     bad_server_metrics, gateway_server.metrics = gateway_server.metrics, Garbage()
-    summary = services.metrics_collect(targets=[good])
+    summary = metrics_collect(targets=[good])
     assert summary["failed"] == 1 and "unparseable" in summary["errors"][gateway_server.url]
     state = ScrapeState.objects.get(target=good.key)
     assert not state.ok and state.failing_since is not None
     gateway_server.metrics = bad_server_metrics
-    assert services.metrics_collect(targets=[good])["scraped"] == 1
+    assert metrics_collect(targets=[good])["scraped"] == 1
     state.refresh_from_db()
     assert state.ok and state.failing_since is None

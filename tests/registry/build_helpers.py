@@ -6,8 +6,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from registry import services, storage
+from registry import storage
 from registry.models import Framework, ModelVersion, VersionSource
+from registry.services.catalog import version_create_from_upload
 
 FAST_BUILD = {
     "BUILD_BENCH_SECONDS": 0.02,
@@ -27,7 +28,7 @@ def fast_build_env() -> dict:
 
 def upload_version(user, model, path: Path) -> ModelVersion:
     data = path.read_bytes()
-    return services.version_create_from_upload(user=user, model=model, filename=path.name, chunks=[data], size=len(data))
+    return version_create_from_upload(user=user, model=model, filename=path.name, chunks=[data], size=len(data))
 
 
 def raw_version(model, path: Path, **fields) -> ModelVersion:

@@ -1,8 +1,8 @@
 import pytest
 from django.test import Client
 
-from registry import services
-from registry.models import Event, ModelVersion, RegisteredModel, VersionStatus
+from registry.models import Event, RegisteredModel, VersionStatus
+from registry.services.catalog import model_create, version_create_from_upload
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def test_admin_add_model_goes_through_the_service(admin_web, team_a):
 def test_admin_delete_action_refuses_models_in_use(admin_web, staff, team_a, onnx_path):
     used = factories.registered_model(team_a, name="used")
     data = onnx_path.read_bytes()
-    services.version_create_from_upload(user=staff, model=used, filename="m.onnx", chunks=[data])
+    version_create_from_upload(user=staff, model=used, filename="m.onnx", chunks=[data])
     unused = factories.registered_model(team_a, name="unused")
     admin_web.post("/admin/registry/registeredmodel/", {"action": "delete_unused", "_selected_action": [used.pk, unused.pk]})
     assert list(RegisteredModel.objects.values_list("name", flat=True)) == ["used"]
@@ -45,7 +45,7 @@ def test_admin_delete_action_refuses_models_in_use(admin_web, staff, team_a, onn
 def test_admin_archive_action_writes_events(admin_web, staff, team_a, onnx_path):
     model = factories.registered_model(team_a, name="m")
     data = onnx_path.read_bytes()
-    version = services.version_create_from_upload(user=staff, model=model, filename="m.onnx", chunks=[data])
+    version = version_create_from_upload(user=staff, model=model, filename="m.onnx", chunks=[data])
     admin_web.post("/admin/registry/modelversion/", {"action": "archive", "_selected_action": [version.pk]})
     version.refresh_from_db()
     assert version.status == VersionStatus.ARCHIVED
@@ -54,7 +54,7 @@ def test_admin_archive_action_writes_events(admin_web, staff, team_a, onnx_path)
 
 
 def test_audit_events_are_read_only_in_admin(admin_web, staff, team_a):
-    services.model_create(user=staff, name="x", team=team_a)
+    model_create(user=staff, name="x", team=team_a)
     event = Event.objects.first()
     assert admin_web.get("/admin/registry/event/add/").status_code == 403
     response = admin_web.post(f"/admin/registry/event/{event.pk}/change/", {"reason": "tampered"})

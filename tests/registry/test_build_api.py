@@ -7,9 +7,9 @@ import tarfile
 import pytest
 from django.urls import reverse
 
-from registry import build_services
-from registry.build import runner
+from registry.factory import runner
 from registry.models import Build
+from registry.services import builds as build_services
 from tests import factories
 from tests.registry.build_helpers import fast_build_settings, upload_version
 

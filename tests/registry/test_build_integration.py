@@ -105,7 +105,7 @@ def test_sigkill_mid_build_ends_with_exactly_one_published_set(celery_worker, su
     )
     first = celery_worker()
     version = upload_version(alice, factories.registered_model(team_a, name="ranker"), onnx_path)
-    from registry import build_services
+    from registry.services import builds as build_services
 
     build, _ = build_services.build_start(user=alice, version=version)
 

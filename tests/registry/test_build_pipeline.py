@@ -8,10 +8,11 @@ import pytest
 from django.utils import timezone
 from tritonclient.grpc import model_config_pb2 as mc
 
-from registry import build_services, storage
-from registry.build import runner, triton_config
-from registry.build.stages import ADAPTER
+from registry import storage, triton_config
+from registry.factory import runner
+from registry.factory.stages import ADAPTER
 from registry.models import Artifact, Build, BuildStatus, Event, VersionStatus
+from registry.services import builds as build_services
 from tests import factories
 from tests.registry.build_helpers import custom_op_onnx, fast_build_settings, nan_variant_onnx, raw_version, upload_version
 
@@ -141,7 +142,7 @@ def test_variant_that_outputs_nan_is_rejected_with_evidence(onnx_path, tmp_path)
     arithmetic, so a real NaN-producing fp16/int8 variant cannot be made on this machine.)"""
     import shutil
 
-    from registry.build import stages
+    from registry.factory import stages
 
     canonical = tmp_path / "canonical.onnx"
     shutil.copyfile(onnx_path, canonical)
@@ -233,7 +234,7 @@ def test_cancel_stops_a_running_build(alice, ranker, onnx_path):
 
 def test_tasks_are_named_late_acked_and_routed_by_target():
     from config.celery import app
-    from registry.build import queue_for
+    from registry.factory import queue_for
     from registry.tasks import build_run, builds_reclaim
 
     assert build_run.name == "registry.build_run" and build_run.acks_late and build_run.reject_on_worker_lost

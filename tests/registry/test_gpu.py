@@ -10,11 +10,12 @@ import onnxruntime as ort
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from registry.build import numerics, recipes, stages, triton_config
-from registry.build.gpu import graphs as gpu_graphs
-from registry.build.gpu import measure, providers, serving
-from registry.build.gpu.checks import validate_variant
-from registry.build.graphs import GraphError, seeded_inputs
+from registry import triton_config
+from registry.factory import numerics, recipes, stages
+from registry.factory.gpu import graphs as gpu_graphs
+from registry.factory.gpu import measure, providers, serving
+from registry.factory.gpu.checks import validate_variant
+from registry.factory.graphs import GraphError, seeded_inputs
 
 SIGNATURE = {
     "inputs": [{"name": "dense", "dtype": "float32", "shape": [-1, 13]}, {"name": "sparse", "dtype": "int64", "shape": [-1, 26]}],

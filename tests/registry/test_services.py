@@ -1,8 +1,10 @@
 import pytest
 
 from config.errors import Conflict, Forbidden, InvalidInput
-from registry import services, storage
+from registry import storage
 from registry.models import Event, ModelVersion, Role
+from registry.services.catalog import model_create, model_delete, version_create_from_upload
+from registry.services.teams import membership_set
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -10,11 +12,11 @@ pytestmark = pytest.mark.django_db
 
 def _upload(user, model, path, name="model.onnx"):
     data = path.read_bytes()
-    return services.version_create_from_upload(user=user, model=model, filename=name, chunks=[data], size=len(data))
+    return version_create_from_upload(user=user, model=model, filename=name, chunks=[data], size=len(data))
 
 
 def test_model_create_records_event_in_same_transaction(alice, team_a):
-    model = services.model_create(user=alice, name="ctr-ranker", team=team_a, description="d")
+    model = model_create(user=alice, name="ctr-ranker", team=team_a, description="d")
     event = Event.objects.get(object_type="registry.registeredmodel", object_id=str(model.pk))
     assert (event.actor, event.team, event.action, event.to_state) == (alice, team_a, "created", "registered")
 
@@ -23,27 +25,27 @@ def test_viewer_may_not_register_models(team_a):
     viewer = factories.user()
     factories.member(viewer, team_a, Role.VIEWER)
     with pytest.raises(Forbidden):
-        services.model_create(user=viewer, name="x", team=team_a)
+        model_create(user=viewer, name="x", team=team_a)
     assert not Event.objects.exists()
 
 
 def test_developer_may_not_register_in_another_team(alice, team_b):
     with pytest.raises(Forbidden):
-        services.model_create(user=alice, name="x", team=team_b)
+        model_create(user=alice, name="x", team=team_b)
 
 
 def test_duplicate_and_bad_names_are_refused(alice, team_a):
-    services.model_create(user=alice, name="dup", team=team_a)
+    model_create(user=alice, name="dup", team=team_a)
     with pytest.raises(Conflict) as exc:
-        services.model_create(user=alice, name="dup", team=team_a)
+        model_create(user=alice, name="dup", team=team_a)
     assert exc.value.field == "name"
     for bad in ("", "Upper", "has space", "../x", "x" * 65):
         with pytest.raises(InvalidInput):
-            services.model_create(user=alice, name=bad, team=team_a)
+            model_create(user=alice, name=bad, team=team_a)
 
 
 def test_versions_increment_and_files_are_content_addressed(alice, team_a, onnx_path):
-    model = services.model_create(user=alice, name="m", team=team_a)
+    model = model_create(user=alice, name="m", team=team_a)
     v1 = _upload(alice, model, onnx_path)
     v2 = _upload(alice, model, onnx_path)
     assert (v1.version, v2.version) == (1, 2)
@@ -55,20 +57,20 @@ def test_versions_increment_and_files_are_content_addressed(alice, team_a, onnx_
 
 
 def test_model_delete_only_when_unused(alice, team_a, onnx_path):
-    model = services.model_create(user=alice, name="m", team=team_a)
+    model = model_create(user=alice, name="m", team=team_a)
     _upload(alice, model, onnx_path)
     with pytest.raises(Conflict) as exc:
-        services.model_delete(user=alice, model=model)
+        model_delete(user=alice, model=model)
     assert exc.value.code == "model_in_use"
-    empty = services.model_create(user=alice, name="empty", team=team_a)
-    services.model_delete(user=alice, model=empty)
+    empty = model_create(user=alice, name="empty", team=team_a)
+    model_delete(user=alice, model=empty)
     assert Event.objects.filter(action="deleted", object_repr="empty").exists()
 
 
 def test_refused_upload_stores_nothing(alice, team_a, tmp_path):
-    model = services.model_create(user=alice, name="m", team=team_a)
+    model = model_create(user=alice, name="m", team=team_a)
     with pytest.raises(InvalidInput):
-        services.version_create_from_upload(user=alice, model=model, filename="m.onnx", chunks=[b"\x80\x04K\x01."])
+        version_create_from_upload(user=alice, model=model, filename="m.onnx", chunks=[b"\x80\x04K\x01."])
     assert not ModelVersion.objects.exists()
     assert [p for p in storage.root().rglob("*") if p.is_file()] == []
 
@@ -76,7 +78,7 @@ def test_refused_upload_stores_nothing(alice, team_a, tmp_path):
 def test_membership_set_needs_team_admin(alice, team_a, staff):
     newcomer = factories.user()
     with pytest.raises(Forbidden):
-        services.membership_set(user=alice, team=team_a, member=newcomer, role=Role.DEPLOYER)
-    membership = services.membership_set(user=staff, team=team_a, member=newcomer, role=Role.DEPLOYER)
+        membership_set(user=alice, team=team_a, member=newcomer, role=Role.DEPLOYER)
+    membership = membership_set(user=staff, team=team_a, member=newcomer, role=Role.DEPLOYER)
     assert membership.role == Role.DEPLOYER
     assert newcomer.groups.filter(pk=team_a.pk).exists()

@@ -1,6 +1,6 @@
 """The pool supervisor: keeps every local pool's tritonserver replicas up.
 
-Each tick (default 1 s) it reconciles every local pool (deployments.services.pool_reconcile),
+Each tick (default 1 s) it reconciles every local pool (deployments.services.reconcile),
 and each Kubernetes pool every --kubernetes-every seconds (apply, then load what the pool
 serves on pods that lack it, e.g. new pods the autoscaler added). For local pools it
 starts missing replicas, restarts crashed or hung ones with backoff, reloads on them
@@ -17,9 +17,12 @@ import time
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from deployments import services, tritonserver
+from config.heartbeats import heartbeat_record
+from deployments import tritonserver
 from deployments.drivers import driver_for
 from deployments.models import PoolDriver, PoolStatus, ServingPool
+from deployments.services.pools import pools_root
+from deployments.services.reconcile import pool_reconcile
 
 log = logging.getLogger("deployments.run_pools")
 BATCH = 50  # pools per tick
@@ -44,7 +47,7 @@ class Command(BaseCommand):
         if not once:
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
-        self.stdout.write(f"run_pools: supervising local pools under {services.pools_root()} every {interval}s", ending="\n")
+        self.stdout.write(f"run_pools: supervising local pools under {pools_root()} every {interval}s", ending="\n")
         self.stdout.flush()
         while not self.stopping:
             started = time.monotonic()
@@ -74,7 +77,7 @@ class Command(BaseCommand):
             if self.stopping:
                 return
             try:
-                services.pool_reconcile(pool_id=pool.pk)
+                pool_reconcile(pool_id=pool.pk)
             except Exception:  # one broken pool must not stop the supervision of the others
                 log.exception("reconcile of pool %s failed", pool.name)
         self.sweep_orphans()
@@ -83,19 +86,15 @@ class Command(BaseCommand):
     def sweep_orphans(self) -> None:
         """Kill tritonserver processes under POOLS_DIR whose pool no longer exists."""
         known = {str(p) for p in ServingPool.objects.filter(driver=PoolDriver.LOCAL).values_list("model_repository", flat=True)}
-        for pid, cmdline in tritonserver.tritonservers_under(services.pools_root()):
+        for pid, cmdline in tritonserver.tritonservers_under(pools_root()):
             repo = next((a.split("=", 1)[1] for a in cmdline if a.startswith("--model-repository=")), "")
             if repo not in known:
                 log.warning("killing orphan tritonserver %s (%s)", pid, repo)
                 tritonserver.kill_group(pid)
 
     def heartbeat(self, pools: int) -> None:
-        """Tell /healthz this supervisor lives (config.ComponentHeartbeat "pools")."""
+        """Tell /healthz this supervisor lives (the "pools" heartbeat)."""
         try:
-            from django.utils import timezone
-
-            from config.models import ComponentHeartbeat
-
-            ComponentHeartbeat.objects.update_or_create(name="pools", defaults={"seen_at": timezone.now(), "detail": {"pools": pools}})
+            heartbeat_record(name="pools", detail={"pools": pools})
         except Exception:  # noqa: BLE001 - no heartbeat table yet: supervision goes on
             pass

@@ -1,6 +1,6 @@
 """manage.py train_reference_model: train the reference CTR model on synthetic clicks,
 log params, AUC, logloss and the model to MLflow, and optionally register it as a
-version (`--register MODEL_NAME`) through registry.services.version_create_from_mlflow.
+version (`--register MODEL_NAME`) through registry.services.catalog.version_create_from_mlflow.
 """
 
 import io
@@ -64,15 +64,18 @@ class Command(BaseCommand):
         return user
 
     def _register(self, *, user, name, team_name, uri, result, tags):
-        from registry import selectors, services, storage
+        from registry import storage
+        from registry.selectors.catalog import model_list
+        from registry.selectors.teams import team_list
+        from registry.services.catalog import model_create, version_create_from_mlflow
 
         try:
-            model = selectors.model_list(user=user).filter(name=name).first()
+            model = model_list(user=user).filter(name=name).first()
             if model is None:
-                team = Group.objects.filter(name=team_name).first() if team_name else selectors.team_list(user=user).first()
+                team = Group.objects.filter(name=team_name).first() if team_name else team_list(user=user).first()
                 if team is None:
                     raise CommandError(f"--team: no team {team_name!r}" if team_name else "--team: the user belongs to no team")
-                model = services.model_create(user=user, name=name, team=team, description="Reference CTR ranker (synthetic clicks).")
+                model = model_create(user=user, name=name, team=team, description="Reference CTR ranker (synthetic clicks).")
             # The labelled validation set goes to the artifact store (npz, no pickles) so
             # builds can report AUC/logloss deltas on real labels.
             buffer = io.BytesIO()
@@ -81,7 +84,7 @@ class Command(BaseCommand):
                 fh.write(buffer.getvalue())
             tmp = Path(fh.name)
             rel = storage.put_file(tmp, storage.sha256_of(tmp), ".npz")
-            return services.version_create_from_mlflow(
+            return version_create_from_mlflow(
                 user=user, model=model, source_uri=uri,
                 metrics={k: float(v) for k, v in result.metrics.items()},
                 tags={**tags, "validation_set": rel, "params": result.params},

@@ -1,0 +1,79 @@
+"""Demo data for `make run` (idempotent): team "demo" (admin is its admin), a small CTR
+model with one version built into servable artifacts (onnx-fp32, onnx-int8), a local
+serving pool with one replica, and the endpoint "demo-ctr" serving the fp32 variant —
+so the dashboard, the gateway and a first rollout (fp32 → int8) work at once.
+
+It seeds two apps, so it lives in the project (config), and like any caller it reads
+through their selectors and writes through their services."""
+
+import tempfile
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from deployments.selectors.pools import pool_list
+from deployments.selectors.rollouts import endpoint_list
+from deployments.services.endpoints import endpoint_create
+from deployments.services.pools import pool_create
+from registry.factory import runner
+from registry.models import ArtifactStatus, Role
+from registry.selectors.builds import artifact_list
+from registry.selectors.catalog import model_list, version_list
+from registry.services.builds import build_start
+from registry.services.catalog import model_create, version_create_from_upload
+from registry.services.teams import membership_set, team_create
+
+
+class Command(BaseCommand):
+    help = "Create the demo team, model, built artifacts, pool and endpoint (idempotent)."
+
+    def handle(self, *args, **options):
+        admin = get_user_model().objects.filter(username="admin").first()
+        if admin is None:
+            self.stderr.write("no admin user; run `manage.py run_platform` or create one first")
+            return
+        team = team_create(user=admin, name="demo")
+        if not admin.groups.filter(pk=team.pk).exists():
+            membership_set(user=admin, team=team, member=admin, role=Role.ADMIN)
+        model = model_list(user=admin).filter(name="demo-ctr").first() or self._model(admin, team)
+        version = version_list(user=admin, model=model).order_by("version").first()
+        artifacts = self._servable(admin, version)
+        if "onnx-fp32" not in artifacts:
+            artifacts = self._build(admin, version)
+        self._serve(admin, team, artifacts.get("onnx-fp32"))
+
+    def _model(self, admin, team):
+        from tests.make_onnx import write  # the same generated tiny CTR ranker the tests use
+
+        model = model_create(
+            user=admin, name="demo-ctr", team=team, task="ctr",
+            description="A tiny CTR ranker (13 dense + 26 hashed sparse features) generated for the demo.",
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write(Path(tmp) / "demo-ctr.onnx")
+            with open(path, "rb") as fh:
+                version_create_from_upload(user=admin, model=model, filename="demo-ctr.onnx",
+                                           chunks=iter(lambda: fh.read(1 << 20), b""))
+        self.stdout.write("seed: registered model demo-ctr v1")
+        return model
+
+    @staticmethod
+    def _servable(admin, version) -> dict:
+        return {a.variant: a for a in artifact_list(user=admin, version=version).filter(status=ArtifactStatus.SERVABLE)}
+
+    def _build(self, admin, version) -> dict:
+        build, _ = build_start(user=admin, version=version, targets=["onnx-fp32", "onnx-int8"], idempotency_key="demo-seed")
+        self.stdout.write(f"seed: building demo-ctr v1 (build #{build.pk}: canonicalize → optimize → variants → validate → benchmark → package)…")
+        outcome = runner.run(build.pk, owner="seed_demo")
+        self.stdout.write(f"seed: build #{build.pk} {outcome}")
+        return self._servable(admin, version)
+
+    def _serve(self, admin, team, artifact) -> None:
+        if artifact is None or endpoint_list(user=admin).filter(name="demo-ctr").exists():
+            return
+        pool = pool_list(user=admin).filter(name="demo-cpu").first() or pool_create(
+            user=admin, name="demo-cpu", team=team, replicas=1, cost_per_replica_hour="0.10"
+        )
+        endpoint_create(user=admin, name="demo-ctr", pool=pool, stable_artifact=artifact, slo_p99_ms=50)
+        self.stdout.write("seed: pool demo-cpu (1 local tritonserver replica) and endpoint demo-ctr → demo-ctr v1 onnx-fp32")

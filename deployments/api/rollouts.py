@@ -1,0 +1,227 @@
+"""REST API v1 for endpoints, rollouts and the gateway's route table.
+
+/api/v1/endpoints/ (by name), /api/v1/endpoints/{name}/rollouts/,
+/api/v1/rollouts/{id}/ with POST …/{promote|pause|resume|rollback}/, and
+/api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
+"""
+
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, permissions, serializers
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.api import created
+from config.errors import InvalidInput, NotFound
+from config.viewsets import TeamScopedViewSet
+from deployments.models import Endpoint, Rollout
+from deployments.rollout_machine import FULL_BP, OnInconclusive, Strategy
+from deployments.routes import route_table
+from deployments.selectors import pools as pool_selectors
+from deployments.selectors import rollouts as selectors
+from deployments.services import endpoints as endpoint_services
+from deployments.services import rollouts as services
+from registry.names import variant_name
+
+
+class EndpointSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    pool = serializers.CharField(source="pool.name", read_only=True)
+    stable_artifact = serializers.IntegerField(source="stable_artifact_id", read_only=True, allow_null=True)
+    stable_variant = serializers.SerializerMethodField()
+    url = serializers.HyperlinkedIdentityField(view_name="api:endpoint-detail", lookup_field="name")
+
+    class Meta:
+        model = Endpoint
+        fields = ["name", "url", "team", "pool", "stable_artifact", "stable_variant", "slo_p99_ms", "slo_error_rate",
+                  "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "created_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_stable_variant(self, endpoint) -> str | None:
+        return variant_name(endpoint.stable_artifact) if endpoint.stable_artifact_id else None
+
+
+class EndpointUpdateSerializer(serializers.Serializer):
+    slo_p99_ms = serializers.FloatField(required=False)
+    slo_error_rate = serializers.FloatField(required=False)
+    psi_threshold = serializers.FloatField(required=False)
+    latency_margin = serializers.FloatField(required=False)
+    sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
+    timeout_ms = serializers.IntegerField(required=False)
+
+
+class EndpointCreateSerializer(EndpointUpdateSerializer):
+    name = serializers.SlugField(max_length=64)
+    pool = serializers.CharField(help_text="Name of a serving pool of your team.")
+    stable_artifact = serializers.IntegerField(required=False, help_text="A servable artifact id.")
+
+
+class RolloutSerializer(serializers.ModelSerializer):
+    endpoint = serializers.CharField(source="endpoint.name", read_only=True)
+    candidate_artifact = serializers.IntegerField(source="candidate_artifact_id", read_only=True)
+    baseline_artifact = serializers.IntegerField(source="baseline_artifact_id", read_only=True)
+    candidate_variant = serializers.SerializerMethodField()
+    baseline_variant = serializers.SerializerMethodField()
+    traffic = serializers.SerializerMethodField()
+    created_by = serializers.StringRelatedField()
+
+    class Meta:
+        model = Rollout
+        fields = [
+            "id", "endpoint", "candidate_artifact", "candidate_variant", "baseline_artifact", "baseline_variant", "strategy",
+            "steps_bp", "shadow_seconds", "shadow_sample_rate", "step_min_seconds", "step_min_requests",
+            "step_deadline_seconds", "on_inconclusive", "promote_grace_seconds", "state", "step_index", "paused_from",
+            "generation", "reason", "traffic", "state_entered_at", "step_started_at", "traffic_started_at",
+            "traffic_stopped_at", "created_by", "created_at", "finished_at",
+        ]
+        read_only_fields = fields
+
+    def get_candidate_variant(self, rollout) -> str:
+        return variant_name(rollout.candidate_artifact)
+
+    def get_baseline_variant(self, rollout) -> str:
+        return variant_name(rollout.baseline_artifact)
+
+    def get_traffic(self, rollout) -> dict:
+        split = rollout.split
+        return {"stable_bp": split.stable_bp, "candidate_bp": split.candidate_bp, "candidate_role": split.candidate_role}
+
+
+class RolloutCreateSerializer(serializers.Serializer):
+    candidate_artifact = serializers.IntegerField(help_text="A servable artifact id of the endpoint's team.")
+    strategy = serializers.ChoiceField(choices=[s.value for s in Strategy], default=Strategy.CANARY)
+    steps_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=FULL_BP), required=False)
+    shadow_seconds = serializers.FloatField(min_value=0, default=0.0)
+    shadow_sample_rate = serializers.FloatField(min_value=0, max_value=1, default=1.0)
+    step_min_seconds = serializers.FloatField(min_value=0, default=30.0)
+    step_min_requests = serializers.IntegerField(min_value=0, default=200)
+    step_deadline_seconds = serializers.FloatField(min_value=0, default=600.0)
+    on_inconclusive = serializers.ChoiceField(choices=[o.value for o in OnInconclusive], default=OnInconclusive.ROLLBACK)
+    promote_grace_seconds = serializers.FloatField(min_value=0, default=30.0)
+
+
+class RolloutActionSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    generation = serializers.IntegerField(required=False, help_text="The generation you saw; 409 if it changed meanwhile.")
+
+
+def _artifact(user, artifact_id: int, field: str):
+    try:
+        return pool_selectors.artifact_get(user=user, artifact_id=artifact_id)
+    except NotFound:  # an artifact the user may not see is reported like a missing one
+        raise InvalidInput(f"{field}: no artifact with id {artifact_id}.", code="artifact_not_found", field=field) from None
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Endpoints of your teams"),
+    retrieve=extend_schema(summary="One endpoint"),
+    create=extend_schema(request=EndpointCreateSerializer, responses={201: EndpointSerializer}, summary="Create an endpoint on a pool"),
+    partial_update=extend_schema(request=EndpointUpdateSerializer, summary="Change SLOs, sticky header, timeout"),
+    update=extend_schema(request=EndpointUpdateSerializer),
+)
+class EndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
+                      TeamScopedViewSet):
+    serializer_class = EndpointSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"[a-z0-9][a-z0-9_-]*"
+    ordering = ["name"]
+
+    def scoped_queryset(self, user):
+        return selectors.endpoint_list(user=user)
+
+    def create(self, request, *args, **kwargs):
+        payload = EndpointCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        try:
+            pool = pool_selectors.pool_get(user=request.user, name=data.pop("pool"))
+        except NotFound:
+            raise InvalidInput(f"pool: no serving pool named {request.data.get('pool')!r}.", code="pool_not_found", field="pool") from None
+        stable = _artifact(request.user, data.pop("stable_artifact"), "stable_artifact") if "stable_artifact" in data else None
+        endpoint = endpoint_services.endpoint_create(user=request.user, name=data.pop("name"), pool=pool, stable_artifact=stable, **data)
+        return created(EndpointSerializer(endpoint, context=self.get_serializer_context()).data)
+
+    def update(self, request, *args, **kwargs):
+        endpoint = self.get_object()
+        payload = EndpointUpdateSerializer(data=request.data, partial=True)
+        payload.is_valid(raise_exception=True)
+        endpoint = endpoint_services.endpoint_update(user=request.user, endpoint=endpoint, **payload.validated_data)
+        return Response(EndpointSerializer(endpoint, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=RolloutCreateSerializer, responses={200: RolloutSerializer(many=True), 201: RolloutSerializer},
+                   summary="List this endpoint's rollouts (GET) or start one (POST)")
+    @action(detail=True, methods=["get", "post"])
+    def rollouts(self, request, name=None):
+        endpoint = self.get_object()
+        if request.method == "GET":
+            page = self.paginate_queryset(selectors.rollout_list(user=request.user, endpoint=endpoint))
+            return self.get_paginated_response(RolloutSerializer(page, many=True).data)
+        payload = RolloutCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        candidate = _artifact(request.user, data.pop("candidate_artifact"), "candidate_artifact")
+        rollout = services.rollout_start(user=request.user, endpoint=endpoint, candidate=candidate, **data)
+        return created(RolloutSerializer(rollout).data)
+
+
+class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    """/api/v1/rollouts/{id}/ and its manual controls (the same services as the dashboard)."""
+
+    serializer_class = RolloutSerializer
+    ordering = ["-created_at"]
+    filterset_fields = ["state"]
+
+    def scoped_queryset(self, user):
+        return selectors.rollout_list(user=user)
+
+    def _act(self, request, service):
+        payload = RolloutActionSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        rollout = service(user=request.user, rollout=self.get_object(), reason=payload.validated_data["reason"],
+                          expected_generation=payload.validated_data.get("generation"))
+        return Response(RolloutSerializer(rollout).data)
+
+    @extend_schema(request=RolloutActionSerializer, responses=RolloutSerializer, summary="Promote now (skip remaining steps)")
+    @action(detail=True, methods=["post"])
+    def promote(self, request, pk=None):
+        return self._act(request, services.rollout_promote)
+
+    @extend_schema(request=RolloutActionSerializer, responses=RolloutSerializer, summary="Pause (hold the split, stop the step timer)")
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        return self._act(request, services.rollout_pause)
+
+    @extend_schema(request=RolloutActionSerializer, responses=RolloutSerializer, summary="Resume where it paused")
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        return self._act(request, services.rollout_resume)
+
+    @extend_schema(request=RolloutActionSerializer, responses=RolloutSerializer, summary="Roll back now")
+    @action(detail=True, methods=["post"])
+    def rollback(self, request, pk=None):
+        return self._act(request, services.rollout_rollback)
+
+
+class CanReadRoutes(permissions.BasePermission):
+    message = "Reading the route table needs the deployments.read_routes permission (the gateway's service account)."
+
+    def has_permission(self, request, view):
+        return bool(request.user and request.user.is_authenticated and request.user.has_perm("deployments.read_routes"))
+
+
+class GatewayRoutesView(APIView):
+    """The route table the gateway polls (contract: gateway/route_table.schema.json)."""
+
+    permission_classes = [CanReadRoutes]
+
+    @extend_schema(responses={200: dict, 304: None}, summary="Gateway route table (ETag / If-None-Match)")
+    def get(self, request):
+        table = route_table()
+        etag = f'"{table["version"]}"'
+        if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
+            response = Response(status=304)
+        else:
+            response = Response(table)
+        response["ETag"] = etag
+        response["Cache-Control"] = "no-cache"
+        return response

@@ -1,0 +1,14 @@
+from django.urls import include, path
+from rest_framework.routers import SimpleRouter
+
+from deployments.api import pools, rollouts
+
+router = SimpleRouter()
+router.register("pools", pools.PoolViewSet, basename="pool")
+router.register("endpoints", rollouts.EndpointViewSet, basename="endpoint")
+router.register("rollouts", rollouts.RolloutViewSet, basename="rollout")
+
+urlpatterns = [
+    path("gateway/routes", rollouts.GatewayRoutesView.as_view(), name="gateway-routes"),
+    path("", include(router.urls)),
+]

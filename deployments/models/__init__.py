@@ -1,0 +1,19 @@
+"""Deployments data (app label "deployments"): serving pools in pools.py, endpoints and
+rollouts in rollouts.py. Data and invariants only; writes go through deployments.services."""
+
+from deployments.models.pools import (
+    DeviceKind,
+    PoolDriver,
+    PoolModel,
+    PoolModelState,
+    PoolReplica,
+    PoolStatus,
+    ReplicaStatus,
+    ServingPool,
+)
+from deployments.models.rollouts import Endpoint, Rollout
+
+__all__ = [
+    "DeviceKind", "Endpoint", "PoolDriver", "PoolModel", "PoolModelState", "PoolReplica", "PoolStatus", "ReplicaStatus",
+    "Rollout", "ServingPool",
+]

@@ -1,0 +1,110 @@
+"""Endpoints and rollouts.
+
+An Endpoint is what clients call on the gateway; it serves a stable artifact from a
+pool. A Rollout brings a candidate artifact in through the state machine of
+deployments/rollout_machine.py; the gateway's route table is derived from both.
+"""
+
+import secrets
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.db.models import Q
+
+from deployments.rollout_machine import ACTIVE, FULL_BP, OnInconclusive, Plan, Split, State, Strategy, split_for
+from registry.models import Artifact
+
+
+def _salt() -> str:
+    return secrets.token_hex(8)
+
+
+class Endpoint(models.Model):
+    name = models.SlugField(max_length=64, unique=True, help_text="What clients call: POST /v2/models/{name}/infer.")
+    team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="endpoints")
+    pool = models.ForeignKey("deployments.ServingPool", on_delete=models.PROTECT, related_name="endpoints")
+    stable_artifact = models.ForeignKey(Artifact, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    slo_p99_ms = models.FloatField(default=50.0, help_text="Candidate p99 above this fails the guardrail.")
+    slo_error_rate = models.FloatField(default=0.01, help_text="Candidate error rate above this fails the guardrail.")
+    psi_threshold = models.FloatField(default=0.25, help_text="Prediction-score PSI (candidate vs stable) guardrail.")
+    # Practical significance of a latency difference: the arm with less traffic runs slower on
+    # shared CPUs even when healthy (monitoring/README.md, "Why these defaults").
+    latency_margin = models.FloatField(default=0.2, help_text="Candidate latency may exceed stable's by this fraction.")
+    sticky_header = models.CharField(max_length=100, default="X-User-Id")
+    timeout_ms = models.PositiveIntegerField(default=1000)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("read_routes", "Can read the gateway route table")]
+        constraints = [
+            models.CheckConstraint(condition=Q(slo_error_rate__gte=0, slo_error_rate__lte=1), name="endpoint_slo_error_rate_0_1"),
+            models.CheckConstraint(condition=Q(slo_p99_ms__gt=0), name="endpoint_slo_p99_positive"),
+            models.CheckConstraint(condition=Q(latency_margin__gte=0, latency_margin__lte=5), name="endpoint_latency_margin_0_5"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Rollout(models.Model):
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="rollouts")
+    candidate_artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
+    # The stable when the rollout started (what it rolls back to).
+    baseline_artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
+    strategy = models.CharField(max_length=16, choices=[(s.value, s.value) for s in Strategy], default=Strategy.CANARY)
+    steps_bp = models.JSONField(default=list, help_text="Canary weights in basis points, e.g. [500, 2500, 5000, 10000].")
+    shadow_seconds = models.FloatField(default=0.0)
+    shadow_sample_rate = models.FloatField(default=1.0)
+    step_min_seconds = models.FloatField(default=30.0)
+    step_min_requests = models.PositiveIntegerField(default=200)
+    step_deadline_seconds = models.FloatField(default=600.0)
+    on_inconclusive = models.CharField(max_length=16, default=OnInconclusive.ROLLBACK,
+                                       choices=[(OnInconclusive.ROLLBACK, "roll back"), (OnInconclusive.PAUSE, "pause")])
+    promote_grace_seconds = models.FloatField(default=30.0, help_text="Promotion holds this long before the old stable is unloaded.")
+    load_timeout_seconds = models.FloatField(default=300.0)
+
+    state = models.CharField(max_length=16, choices=[(s.value, s.value) for s in State], default=State.PENDING)
+    step_index = models.PositiveSmallIntegerField(default=0)
+    paused_from = models.CharField(max_length=16, blank=True)
+    paused_step_elapsed_s = models.FloatField(null=True, blank=True)
+    generation = models.PositiveIntegerField(default=1, help_text="Bumped by every transition; fences concurrent writers.")
+    salt = models.CharField(max_length=32, default=_salt, help_text="Sticky A/B assignment salt.")
+    reason = models.TextField(blank=True)
+
+    state_entered_at = models.DateTimeField(null=True, blank=True)
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    traffic_started_at = models.DateTimeField(null=True, blank=True)
+    traffic_stopped_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # At most one rollout in flight per endpoint.
+            models.UniqueConstraint(
+                fields=["endpoint"], condition=Q(state__in=sorted(s.value for s in ACTIVE)), name="one_active_rollout_per_endpoint"
+            ),
+            models.CheckConstraint(condition=Q(shadow_sample_rate__gte=0, shadow_sample_rate__lte=1), name="rollout_shadow_rate_0_1"),
+        ]
+
+    def __str__(self):
+        return f"rollout #{self.pk} of {self.endpoint.name}"
+
+    @property
+    def split(self) -> Split:
+        """The traffic its state implies now."""
+        return split_for(self.state, self.step_index, self.plan, self.paused_from)
+
+    @property
+    def plan(self) -> Plan:
+        return Plan(
+            strategy=Strategy(self.strategy), steps_bp=tuple(self.steps_bp) or (FULL_BP,), shadow_seconds=self.shadow_seconds,
+            step_min_seconds=self.step_min_seconds, step_min_requests=self.step_min_requests,
+            step_deadline_seconds=self.step_deadline_seconds, on_inconclusive=self.on_inconclusive,
+        )

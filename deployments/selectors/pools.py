@@ -1,0 +1,92 @@
+"""Reads of serving pools shared by the API, the dashboard and the admin; every list is team-scoped."""
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from config.errors import NotFound
+from deployments.drivers import driver_for
+from deployments.drivers.base import DriverError
+from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, ServingPool
+from registry.models import Artifact
+from registry.selectors.builds import artifact_get as registry_artifact_get
+from registry.selectors.teams import team_scoped
+
+
+def pool_list(*, user, filters: dict | None = None) -> QuerySet:
+    filters = filters or {}
+    qs = team_scoped(ServingPool.objects.select_related("team", "created_by"), user, "team_id").annotate(
+        ready_replicas=Count("replica_set", filter=Q(replica_set__status=ReplicaStatus.READY), distinct=True),
+        model_count=Count("models", filter=~Q(models__state=PoolModelState.UNLOADED), distinct=True),
+    )
+    if filters.get("team"):
+        qs = qs.filter(team__name=filters["team"])
+    if filters.get("driver"):
+        qs = qs.filter(driver=filters["driver"])
+    if filters.get("q"):
+        qs = qs.filter(name__icontains=filters["q"])
+    return qs
+
+
+def pool_get(*, user, name: str) -> ServingPool:
+    pool = (
+        pool_list(user=user)
+        .prefetch_related(
+            Prefetch("replica_set", queryset=PoolReplica.objects.order_by("name")),
+            Prefetch(
+                "models",
+                queryset=PoolModel.objects.exclude(state=PoolModelState.UNLOADED)
+                .select_related("artifact", "artifact__version", "artifact__version__model")
+                .order_by("triton_model_name"),
+            ),
+        )
+        .filter(name=name)
+        .first()
+    )
+    if pool is None:
+        raise NotFound(f"No serving pool named {name!r}.", code="pool_not_found")
+    return pool
+
+
+def pool_models(*, pool: ServingPool, include_unloaded: bool = False) -> QuerySet:
+    qs = PoolModel.objects.filter(pool=pool).select_related("artifact", "artifact__version", "artifact__version__model")
+    if not include_unloaded:
+        qs = qs.exclude(state=PoolModelState.UNLOADED)
+    return qs.order_by("triton_model_name")
+
+
+def artifact_get(*, user, artifact_id) -> Artifact:
+    """An artifact the user may see (its model's team), else 404; the id may come from a form."""
+    try:
+        artifact_id = int(artifact_id)
+    except (TypeError, ValueError):
+        raise NotFound(f"No artifact with id {artifact_id!r}.", code="artifact_not_found") from None
+    return registry_artifact_get(user=user, artifact_id=artifact_id)
+
+
+def pool_live(*, pool: ServingPool) -> dict:
+    """What the replicas say right now: readiness of each model per replica and Triton's
+    statistics. Asks the driver (HTTP to each replica); a driver error is reported, not raised."""
+    models = [m.triton_model_name for m in pool_models(pool=pool)]
+    try:
+        driver = driver_for(pool)
+        replicas = driver.replicas()
+        readiness = {
+            name: {r.name: driver.is_model_ready(r, name) if r.ready else False for r in replicas} for name in models
+        }
+        stats = driver.statistics()
+        return {"replicas": [r.__dict__ for r in replicas], "readiness": readiness, "statistics": stats, "error": ""}
+    except DriverError as exc:
+        return {"replicas": [], "readiness": {}, "statistics": {"models": {}, "replicas": {}}, "error": str(exc)}
+
+
+def replica_log_tail(*, pool: ServingPool, replica: str, lines: int = 60) -> str:
+    if not pool.replica_set.filter(name=replica).exists():
+        raise NotFound(f"Pool {pool.name!r} has no replica {replica!r}.", code="replica_not_found")
+    try:
+        return driver_for(pool).log_tail(replica, lines)
+    except DriverError as exc:
+        return str(exc)
+
+
+def ready_replicas(*, pool_ids) -> list[PoolReplica]:
+    """READY replicas of these pools, by pool and name (not user-scoped: for the platform)."""
+    return list(PoolReplica.objects.filter(pool_id__in=pool_ids, status=ReplicaStatus.READY).select_related("pool").order_by("pool_id", "name"))

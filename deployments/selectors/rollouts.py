@@ -1,0 +1,81 @@
+"""Reads of endpoints and rollouts shared by the API, the dashboard, the admin, the
+reconcile task and monitoring's canary judge; user-facing lists are team-scoped."""
+
+from django.db.models import QuerySet
+
+from config.errors import NotFound
+from deployments.models import Endpoint, Rollout
+from deployments.rollout_machine import ACTIVE, State
+from registry.selectors.builds import servable_artifacts
+from registry.selectors.teams import team_scoped
+
+
+def endpoint_list(*, user) -> QuerySet:
+    return team_scoped(Endpoint.objects.select_related("team", "pool", "stable_artifact__version__model"), user, "team_id")
+
+
+def endpoint_get(*, user, name: str):
+    endpoint = endpoint_list(user=user).filter(name=name).first()
+    if endpoint is None:
+        raise NotFound(f"No endpoint named {name!r}.", code="endpoint_not_found")
+    return endpoint
+
+
+def rollout_list(*, user, endpoint=None) -> QuerySet:
+    qs = Rollout.objects.select_related(
+        "endpoint", "endpoint__team", "candidate_artifact__version__model", "baseline_artifact__version__model", "created_by"
+    )
+    qs = team_scoped(qs, user, "endpoint__team_id")
+    if endpoint is not None:
+        qs = qs.filter(endpoint=endpoint)
+    return qs
+
+
+def rollout_get(*, user, rollout_id: int):
+    rollout = rollout_list(user=user).filter(pk=rollout_id).first()
+    if rollout is None:
+        raise NotFound(f"No rollout with id {rollout_id}.", code="rollout_not_found")
+    return rollout
+
+
+def rollouts_to_reconcile(*, limit: int = 50) -> list[int]:
+    """Active rollouts, oldest first (a bounded batch per tick)."""
+    return list(Rollout.objects.filter(state__in=[s.value for s in ACTIVE]).order_by("state_entered_at").values_list("pk", flat=True)[:limit])
+
+
+def rollouts_to_judge(*, limit: int = 50) -> list:
+    """Rollouts whose candidate gets traffic now (shadow, canary, promoting), for the judge."""
+    return list(
+        Rollout.objects.filter(state__in=[State.SHADOW, State.CANARY, State.PROMOTING], traffic_started_at__isnull=False)
+        .select_related("endpoint", "endpoint__team", "candidate_artifact__version__model", "baseline_artifact__version__model")
+        .order_by("state_entered_at")[:limit]
+    )
+
+
+def rollouts_failed_since(*, since) -> list:
+    return list(Rollout.objects.filter(state=State.FAILED, finished_at__gte=since).select_related("endpoint", "endpoint__team"))
+
+
+def candidate_artifacts(*, user, endpoint) -> QuerySet:
+    """Servable artifacts of the endpoint's team that could become its next candidate."""
+    qs = servable_artifacts(user=user, team_id=endpoint.team_id)
+    if endpoint.stable_artifact_id:
+        qs = qs.exclude(pk=endpoint.stable_artifact_id)
+    return qs[:100]
+
+
+def serving_endpoints() -> list:
+    """Every endpoint that has a stable artifact, with its pool and stable (not user-scoped:
+    the route table and the metrics collector act for the platform)."""
+    return list(
+        Endpoint.objects.filter(stable_artifact__isnull=False)
+        .select_related("pool", "stable_artifact__version__model").order_by("name")
+    )
+
+
+def active_rollouts(*, endpoints) -> dict:
+    """{endpoint id: its active rollout} for `endpoints`, with both artifacts."""
+    return {
+        r.endpoint_id: r for r in Rollout.objects.filter(endpoint__in=endpoints, state__in=[s.value for s in ACTIVE])
+        .select_related("candidate_artifact__version__model", "baseline_artifact__version__model")
+    }

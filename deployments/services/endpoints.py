@@ -1,0 +1,74 @@
+"""Writes of endpoints: what clients call on the gateway, a pool and its stable artifact.
+The stable artifact changes only through a rollout (rollouts.py)."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from config.errors import Conflict, InvalidInput
+from deployments.lock_objects import endpoint_for_update
+from deployments.models import Endpoint, ServingPool
+from deployments.services import pools as pool_services
+from registry.models import Artifact, ArtifactStatus, Role
+from registry.services.events import event_record
+from registry.services.teams import require_role
+
+ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms")
+
+
+def require_servable(artifact: Artifact, team, field: str) -> None:
+    if artifact.status != ArtifactStatus.SERVABLE:
+        raise InvalidInput(f"{field}: artifact {artifact.pk} is {artifact.status}, not servable.", code="artifact_not_servable", field=field)
+    if artifact.version.model.team_id != team.pk:
+        raise InvalidInput(f"{field}: artifact {artifact.pk} belongs to another team.", code="artifact_other_team", field=field)
+
+
+def _endpoint_values(changes: dict) -> dict:
+    values = {}
+    for key in ENDPOINT_FIELDS:
+        if key not in changes or changes[key] is None:
+            continue
+        value = changes[key]
+        if key == "slo_error_rate" and not 0 <= float(value) <= 1:
+            raise InvalidInput("slo_error_rate: give a fraction in 0..1.", field=key)
+        if key in ("slo_p99_ms", "psi_threshold") and float(value) <= 0:
+            raise InvalidInput(f"{key}: must be positive.", field=key)
+        if key == "latency_margin" and not 0 <= float(value) <= 5:
+            raise InvalidInput("latency_margin: give a fraction in 0..5 (0.2 = 20 % slower is tolerated).", field=key)
+        if key == "timeout_ms" and not 1 <= int(value) <= 600_000:
+            raise InvalidInput("timeout_ms: give 1..600000.", field=key)
+        values[key] = value
+    return values
+
+
+def endpoint_create(*, user, name: str, pool: ServingPool, stable_artifact: Artifact | None = None, **settings_) -> Endpoint:
+    """Create an endpoint on `pool` (the endpoint's team is the pool's); with a stable
+    artifact, ask the pool to load it (traffic flows once it is READY everywhere)."""
+    require_role(user=user, team=pool.team, role=Role.DEPLOYER)
+    values = _endpoint_values(settings_)
+    if stable_artifact is not None:
+        require_servable(stable_artifact, pool.team, "stable_artifact")
+    with transaction.atomic():
+        if Endpoint.objects.filter(name=name).exists():
+            raise Conflict(f"name: an endpoint named {name!r} already exists.", code="name_taken", field="name")
+        endpoint = Endpoint.objects.create(name=name, team=pool.team, pool=pool, stable_artifact=stable_artifact, created_by=user, **values)
+        event_record(actor=user, obj=endpoint, action="created", to_state="serving" if stable_artifact else "empty",
+                     data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None)})
+        if stable_artifact is not None:
+            pool_services.pool_load_request(user=user, pool=pool, artifact=stable_artifact)
+    return endpoint
+
+
+def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
+    """Change SLOs, sticky header or timeout (the stable artifact changes only by rollout)."""
+    require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
+    values = _endpoint_values(changes)
+    if not values:
+        return endpoint
+    with transaction.atomic():
+        locked = endpoint_for_update(endpoint.pk)
+        for key, value in values.items():
+            setattr(locked, key, value)
+        locked.save()
+        event_record(actor=user, obj=locked, action="updated", data={k: str(v) for k, v in values.items()})
+    return locked

@@ -1,0 +1,134 @@
+"""Alerts: raised once per rollout (or endpoint) and kind, counted when raised again,
+acknowledged and resolved by people; each new or reopened alert is notified on every
+channel after commit (notifications.py delivers)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from config.errors import Conflict, Forbidden, InvalidInput
+from monitoring import conf, lock_objects, selectors
+from monitoring.models import Alert, AlertStatus, Severity
+from monitoring.tasks import deliver_notification
+from registry.models import Role
+from registry.services.events import event_record
+from registry.services.teams import require_role
+
+log = logging.getLogger(__name__)
+
+
+def alert_dedupe_key(*, kind: str, rollout_id: int | None, endpoint: str) -> str:
+    scope = f"rollout:{rollout_id}" if rollout_id is not None else f"endpoint:{endpoint or '-'}"
+    return f"{scope}:{kind}"[:200]
+
+
+def alert_raise(
+    *, kind: str, reason: str, severity: str = Severity.WARNING, endpoint: str = "", rollout_id: int | None = None,
+    team=None, evidence: dict | None = None, links: dict | None = None, user=None,
+) -> tuple[Alert, bool]:
+    """Raise an alert, deduplicated per rollout (or endpoint) and kind.
+
+    A new alert, or a resolved one raised again, opens and is notified (returns True);
+    an alert still open or acknowledged only counts the occurrence (returns False).
+    Notifications are queued after the transaction commits."""
+    if severity not in Severity.values:
+        raise InvalidInput(f"severity must be one of {', '.join(Severity.values)}.", field="severity")
+    if not kind or not reason:
+        raise InvalidInput("kind and reason are required.", field="kind" if not kind else "reason")
+    key = alert_dedupe_key(kind=kind, rollout_id=rollout_id, endpoint=endpoint)
+    now = timezone.now()
+    with transaction.atomic():
+        alert = lock_objects.alert_by_key_for_update(key)
+        if alert is None:
+            try:
+                with transaction.atomic():
+                    alert = Alert.objects.create(
+                        team=team, severity=severity, kind=kind, endpoint=endpoint, rollout_id=rollout_id,
+                        reason=reason, evidence=evidence or {}, links=links or {}, dedupe_key=key, last_seen=now,
+                    )
+            except IntegrityError:  # a concurrent raise created it first: count the occurrence instead
+                alert = lock_objects.alert_by_key_for_update(key)
+                if alert is None:
+                    raise
+            else:
+                alert.links = {**_default_links(alert), **alert.links}
+                alert.save(update_fields=["links"])
+                event_record(actor=user, obj=alert, team=team, action="alert_raised", to_state=AlertStatus.OPEN, reason=reason,
+                             data={"kind": kind, "severity": severity, "rollout_id": rollout_id})
+                _queue_notifications(alert)
+                return alert, True
+        alert.occurrences += 1
+        alert.last_seen = now
+        alert.evidence = evidence or alert.evidence
+        notify = alert.status == AlertStatus.RESOLVED
+        if notify:
+            from_state = alert.status
+            alert.status, alert.reason, alert.severity = AlertStatus.OPEN, reason, severity
+            alert.notify_round += 1
+            alert.acknowledged_by = alert.acknowledged_at = alert.resolved_at = None
+            event_record(actor=user, obj=alert, team=alert.team, action="alert_reopened", from_state=from_state,
+                         to_state=AlertStatus.OPEN, reason=reason)
+        alert.save()
+        if notify:
+            _queue_notifications(alert)
+    return alert, notify
+
+
+def _default_links(alert: Alert) -> dict:
+    base = conf.public_url()
+    return {"alert": f"{base}{reverse('monitoring:alert-detail', args=[alert.pk])}"}
+
+
+def _queue_notifications(alert: Alert) -> None:
+    for kind, target in selectors.channels_for_alert(alert):
+        args = (alert.pk, kind, target, alert.notify_round)
+        transaction.on_commit(lambda args=args: _dispatch_delivery(args))
+
+
+def _dispatch_delivery(args: tuple) -> None:
+    """Queue one delivery; a broker outage must not fail the change that raised the alert
+    (the alert is committed and on the dashboard either way)."""
+    try:
+        deliver_notification.apply_async(args=args, queue="control")
+    except Exception:  # kombu raises transport-specific errors
+        log.exception("could not queue the notification of alert %s to %s:%s", args[0], args[1], args[2])
+
+
+def _require_alert_role(*, user, alert: Alert) -> None:
+    if alert.team is None:
+        if not (user.is_staff or user.is_superuser):
+            raise Forbidden("Only staff handle platform-wide alerts.", code="role_required")
+        return
+    require_role(user=user, team=alert.team, role=Role.DEVELOPER)
+
+
+def alert_acknowledge(*, user, alert: Alert, note: str = "") -> Alert:
+    """Mark an open alert acknowledged (someone is on it); the banner stops showing it."""
+    _require_alert_role(user=user, alert=alert)
+    with transaction.atomic():
+        alert = lock_objects.alert_for_update(alert.pk)
+        if alert.status != AlertStatus.OPEN:
+            raise Conflict(f"The alert is {alert.status}; only open alerts can be acknowledged.", code="alert_not_open")
+        alert.status, alert.acknowledged_by, alert.acknowledged_at = AlertStatus.ACKNOWLEDGED, user, timezone.now()
+        alert.save(update_fields=["status", "acknowledged_by", "acknowledged_at"])
+        event_record(actor=user, obj=alert, team=alert.team, action="alert_acknowledged", from_state=AlertStatus.OPEN,
+                     to_state=AlertStatus.ACKNOWLEDGED, reason=note)
+    return alert
+
+
+def alert_resolve(*, user, alert: Alert, note: str = "") -> Alert:
+    _require_alert_role(user=user, alert=alert)
+    with transaction.atomic():
+        alert = lock_objects.alert_for_update(alert.pk)
+        if alert.status == AlertStatus.RESOLVED:
+            raise Conflict("The alert is already resolved.", code="alert_resolved")
+        from_state = alert.status
+        alert.status, alert.resolved_at = AlertStatus.RESOLVED, timezone.now()
+        alert.save(update_fields=["status", "resolved_at"])
+        event_record(actor=user, obj=alert, team=alert.team, action="alert_resolved", from_state=from_state,
+                     to_state=AlertStatus.RESOLVED, reason=note)
+    return alert

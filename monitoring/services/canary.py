@@ -1,0 +1,110 @@
+"""The closed loop: at every tick, judge each rollout whose candidate gets traffic (one
+stored Verdict per rollout and tick, `judge_tick`), ask deployments (through its services)
+to advance, promote or roll back, and raise an alert saying why when a rollout is rolled
+back, paused or fails.
+
+Runs as the Celery task `monitoring.canary_tick` (beat, every ~1 s). Depends on
+deployments, never the other way round (../shared/DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.urls import reverse
+from django.utils import timezone
+
+from config.errors import InvalidInput
+from deployments.rollout_machine import State
+from deployments.selectors import rollouts as rollout_selectors
+from deployments.services.rollouts import rollout_apply_verdict
+from monitoring import conf, selectors
+from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
+from monitoring.models import Alert, Severity, Verdict, VerdictOutcome
+from monitoring.services.alerts import alert_dedupe_key, alert_raise
+from registry.names import variant_name
+
+
+def judge_tick(
+    *, rollout_id: int, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime,
+    until: datetime | None = None, step: int | None = None, config: JudgeConfig | None = None, team=None,
+    latency_window: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True,
+) -> Verdict:
+    """Judge candidate vs stable over the anchored window [since, until] from the store
+    and store the verdict with its evidence. `since` must stay fixed for a rollout (the
+    moment the candidate first got traffic): the error-rate e-process runs from there.
+    `latency_window` (stable, candidate over the current step, while the split is
+    constant) is what the latency comparisons use instead; `compare_latency=False` skips
+    them (no stable traffic beside the candidate); see monitoring/judge.py."""
+    if stable_variant == candidate_variant:
+        raise InvalidInput("stable and candidate must be different variants.", field="candidate_variant")
+    until = until or timezone.now()
+    config = config or JudgeConfig(alpha=conf.get("MONITORING_JUDGE_ALPHA"), psi_threshold=conf.get("MONITORING_PSI_THRESHOLD"))
+    stable, candidate = selectors.judge_window(
+        endpoint=endpoint, stable_variant=stable_variant, candidate_variant=candidate_variant, since=since, until=until
+    )
+    decision: Decision = judge(stable, candidate, config, latency=latency_window, compare_latency=compare_latency)
+    return Verdict.objects.create(
+        rollout_id=rollout_id, endpoint=endpoint, step=step, stable_variant=stable_variant,
+        candidate_variant=candidate_variant, outcome=decision.outcome, reason=decision.reason[:4000],
+        checks=decision.checks, window_start=since, window_end=until, team=team,
+    )
+
+
+def _links(rollout) -> dict:
+    base = conf.public_url()
+    return {"rollout": f"{base}{reverse('deployments:endpoint-detail', args=[rollout.endpoint.name])}?rollout={rollout.pk}",
+            "api": f"{base}/api/v1/rollouts/{rollout.pk}/"}
+
+
+def judge_config_for(endpoint) -> JudgeConfig:
+    return JudgeConfig(
+        alpha=conf.get("MONITORING_JUDGE_ALPHA"), slo_p99_ms=endpoint.slo_p99_ms, slo_error_rate=endpoint.slo_error_rate,
+        psi_threshold=endpoint.psi_threshold, latency_margin=endpoint.latency_margin,
+    )
+
+
+def judge_rollout(rollout, *, now=None) -> dict:
+    """Judge one rollout now and apply the verdict; returns what happened."""
+    now = now or timezone.now()
+    stable, candidate = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
+    step_window = None  # (stable, candidate) since the current step began: its sample, and its latency
+    if rollout.step_started_at:
+        step_window = selectors.judge_window(
+            endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate, since=rollout.step_started_at, until=now
+        )
+    verdict = judge_tick(
+        rollout_id=rollout.pk, endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate,
+        since=rollout.traffic_started_at, until=now, step=rollout.step_index, config=judge_config_for(rollout.endpoint),
+        team=rollout.endpoint.team,
+        # latency within the step (a constant split), and only while the stable serves beside the candidate
+        latency_window=step_window, compare_latency=rollout.split.stable_bp > 0,
+    )
+    step_requests = int(step_window[1].requests) if step_window and verdict.outcome == VerdictOutcome.PASS else 0
+    updated, decision = rollout_apply_verdict(
+        rollout_id=rollout.pk, outcome=verdict.outcome, reason=verdict.reason, step_requests=step_requests, now=now,
+        verdict_id=verdict.pk,
+    )
+    if decision is not None and decision.to_state in (State.ROLLING_BACK, State.PAUSED):
+        rolled_back = decision.to_state == State.ROLLING_BACK
+        alert_raise(
+            kind="rollout_rolled_back" if rolled_back else "rollout_paused",
+            severity=Severity.CRITICAL if rolled_back else Severity.WARNING,
+            reason=f"{rollout.endpoint.name}: {candidate} {'rolled back' if rolled_back else 'paused'} — {decision.reason}",
+            endpoint=rollout.endpoint.name, rollout_id=rollout.pk, team=rollout.endpoint.team,
+            evidence={"verdict_id": verdict.pk, "outcome": verdict.outcome, "checks": verdict.checks,
+                      "stable": stable, "candidate": candidate, "step_index": rollout.step_index},
+            links=_links(rollout),
+        )
+    return {"rollout": rollout.pk, "verdict": verdict.outcome, "to_state": getattr(decision, "to_state", None)}
+
+
+def canary_tick(*, limit: int = 50, now=None) -> list[dict]:
+    now = now or timezone.now()
+    results = [judge_rollout(rollout, now=now) for rollout in rollout_selectors.rollouts_to_judge(limit=limit)]
+    for rollout in rollout_selectors.rollouts_failed_since(since=now - timedelta(minutes=10)):
+        key = alert_dedupe_key(kind="rollout_failed", rollout_id=rollout.pk, endpoint=rollout.endpoint.name)
+        if not Alert.objects.filter(dedupe_key=key).exists():
+            alert_raise(kind="rollout_failed", severity=Severity.CRITICAL, reason=f"{rollout.endpoint.name}: {rollout.reason}",
+                        endpoint=rollout.endpoint.name, rollout_id=rollout.pk, team=rollout.endpoint.team, links=_links(rollout))
+    return results

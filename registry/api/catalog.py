@@ -1,0 +1,273 @@
+"""REST API v1 for the registry: thin views that validate, call a service, serialize."""
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, parsers, serializers
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from config.api import created
+from config.errors import TooLarge
+from config.viewsets import TeamScopedViewSet
+from registry.models import Event, ModelVersion, RegisteredModel, Role, Task
+from registry.parsers import StrictMultiPartParser
+from registry.selectors import catalog as selectors
+from registry.selectors.events import event_list
+from registry.selectors.teams import team_list, user_role_in
+from registry.services import catalog as services
+
+
+# --- serializers -----------------------------------------------------------------------------
+class TensorSpecSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    dtype = serializers.CharField()
+    shape = serializers.ListField(child=serializers.IntegerField(), help_text="-1 marks a dynamic dimension.")
+
+
+class SignatureSerializer(serializers.Serializer):
+    inputs = TensorSpecSerializer(many=True, required=False)
+    outputs = TensorSpecSerializer(many=True, required=False)
+    opset = serializers.IntegerField(required=False)
+    ir_version = serializers.IntegerField(required=False)
+    producer = serializers.CharField(required=False)
+
+
+class ModelSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all())
+    version_count = serializers.IntegerField(read_only=True)
+    latest_version = serializers.IntegerField(read_only=True, allow_null=True)
+    created_by = serializers.StringRelatedField()
+
+    class Meta:
+        model = RegisteredModel
+        fields = ["name", "description", "task", "team", "version_count", "latest_version", "created_by", "created_at", "updated_at"]
+        read_only_fields = ["created_by", "created_at", "updated_at"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            # Only teams the user may create in are valid choices; others "do not exist".
+            self.fields["team"].queryset = team_list(user=request.user, min_role=Role.DEVELOPER)
+
+
+class ModelUpdateSerializer(serializers.Serializer):
+    description = serializers.CharField(required=False, allow_blank=True)
+    task = serializers.ChoiceField(choices=Task.choices, required=False)
+
+
+class VersionSerializer(serializers.ModelSerializer):
+    model = serializers.CharField(source="model.name", read_only=True)
+    created_by = serializers.StringRelatedField()
+    signature = SignatureSerializer(read_only=True)
+    url = serializers.HyperlinkedIdentityField(view_name="api:version-detail")
+
+    class Meta:
+        model = ModelVersion
+        fields = [
+            "id", "url", "model", "version", "status", "source", "source_uri", "framework", "file_sha256",
+            "file_size", "original_filename", "signature", "metrics", "tags", "created_by", "created_at",
+        ]
+        read_only_fields = fields
+
+
+class VersionCreateSerializer(serializers.Serializer):
+    file = serializers.FileField(required=False, help_text="An ONNX model file (multipart).")
+    source_uri = serializers.CharField(required=False, help_text="An MLflow model URI: runs:/… or models:/…")
+    metrics = serializers.JSONField(required=False, help_text="Training metrics, e.g. {\"auc\": 0.78}.")
+    tags = serializers.JSONField(required=False)
+
+    def validate(self, attrs):
+        if bool(attrs.get("file")) == bool(attrs.get("source_uri")):
+            raise serializers.ValidationError({"file": "Give exactly one of file (multipart ONNX upload) or source_uri."})
+        for key in ("metrics", "tags"):
+            if key in attrs and not isinstance(attrs[key], dict):
+                raise serializers.ValidationError({key: "Must be a JSON object."})
+        return attrs
+
+
+class EventSerializer(serializers.ModelSerializer):
+    actor = serializers.StringRelatedField()
+    team = serializers.StringRelatedField()
+
+    class Meta:
+        model = Event
+        fields = ["id", "time", "actor", "team", "object_type", "object_id", "object_repr", "action", "from_state", "to_state", "reason", "data"]
+        read_only_fields = fields
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Group
+        fields = ["id", "name", "role"]
+
+    def get_role(self, team) -> str | None:
+        return user_role_in(user=self.context["request"].user, team=team)
+
+
+# --- filters ---------------------------------------------------------------------------------
+class ModelFilter(filters.FilterSet):
+    name = filters.CharFilter(field_name="name", lookup_expr="icontains")
+    team = filters.CharFilter(field_name="team__name")
+    task = filters.ChoiceFilter(choices=Task.choices)
+
+    class Meta:
+        model = RegisteredModel
+        fields = ["name", "team", "task"]
+
+
+class EventFilter(filters.FilterSet):
+    object_type = filters.CharFilter()
+    object_id = filters.CharFilter()
+    action = filters.CharFilter()
+    since = filters.IsoDateTimeFilter(field_name="time", lookup_expr="gte")
+
+    class Meta:
+        model = Event
+        fields = ["object_type", "object_id", "action", "since"]
+
+
+# --- views -----------------------------------------------------------------------------------
+def _check_request_size(request) -> None:
+    """413 before the body is read when Content-Length is over MAX_UPLOAD_MB."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > settings.MAX_UPLOAD_MB * 1024 * 1024 + 64 * 1024:
+        raise TooLarge(f"file: the request is {length} bytes, over the {settings.MAX_UPLOAD_MB} MB limit (MAX_UPLOAD_MB).", field="file")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List models of your teams"),
+    retrieve=extend_schema(summary="One model"),
+    create=extend_schema(summary="Register a model"),
+    partial_update=extend_schema(request=ModelUpdateSerializer, summary="Change description or task"),
+    update=extend_schema(request=ModelUpdateSerializer),
+    destroy=extend_schema(summary="Delete a model that has no versions (409 otherwise)"),
+)
+class ModelViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin, TeamScopedViewSet,
+):
+    serializer_class = ModelSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"[a-z0-9][a-z0-9_-]*"
+    filterset_class = ModelFilter
+    ordering_fields = ["name", "created_at", "updated_at"]
+    ordering = ["name"]
+    search_fields = ["name", "description"]
+
+    def scoped_queryset(self, user):
+        return selectors.model_list(user=user)
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.model_create(
+            user=self.request.user, name=data["name"], team=data["team"],
+            description=data.get("description", ""), task=data.get("task", Task.CTR),
+        )
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        self.perform_create(serializer)
+        instance = self.get_queryset().get(pk=serializer.instance.pk)
+        return created(self.get_serializer(instance).data)
+
+    def update(self, request, *args, **kwargs):
+        model = self.get_object()
+        serializer = ModelUpdateSerializer(data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        services.model_update(user=request.user, model=model, **serializer.validated_data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=model.pk)).data)
+
+    def perform_destroy(self, instance):
+        services.model_delete(user=self.request.user, model=instance)
+
+
+class ModelVersionViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, TeamScopedViewSet):
+    """Versions of one model: /api/v1/models/{name}/versions/."""
+
+    serializer_class = VersionSerializer
+    parser_classes = [StrictMultiPartParser, parsers.FormParser, parsers.JSONParser]
+    ordering_fields = ["version", "created_at"]
+    ordering = ["-version"]
+    filterset_fields = ["status", "source", "framework"]
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        if request.method == "POST":
+            _check_request_size(request)
+
+    def get_model(self) -> RegisteredModel:
+        return selectors.model_get(user=self.request.user, name=self.kwargs["model_name"])
+
+    def scoped_queryset(self, user):
+        return selectors.version_list(user=user, model=self.get_model())
+
+    @extend_schema(
+        request={"multipart/form-data": VersionCreateSerializer, "application/json": VersionCreateSerializer},
+        responses={201: VersionSerializer},
+        summary="Register a version: upload an ONNX file (multipart `file`) or give an MLflow `source_uri`",
+    )
+    def create(self, request, *args, **kwargs):
+        model = self.get_model()
+        payload = VersionCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        if data.get("file"):
+            upload = data["file"]
+            version = services.version_create_from_upload(
+                user=request.user, model=model, filename=upload.name, chunks=upload.chunks(), size=upload.size,
+                metrics=data.get("metrics"), tags=data.get("tags"),
+            )
+        else:
+            version = services.version_create_from_mlflow(
+                user=request.user, model=model, source_uri=data["source_uri"], metrics=data.get("metrics"), tags=data.get("tags")
+            )
+        return created(VersionSerializer(version, context=self.get_serializer_context()).data)
+
+
+class VersionViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, TeamScopedViewSet):
+    """/api/v1/versions/{id}/ — a version with its signature."""
+
+    serializer_class = VersionSerializer
+    filterset_fields = ["status", "source", "framework"]
+    ordering_fields = ["created_at", "version"]
+    ordering = ["-created_at"]
+
+    def scoped_queryset(self, user):
+        return selectors.version_list(user=user)
+
+    @extend_schema(request=None, responses={200: VersionSerializer}, summary="Archive a version")
+    @action(detail=True, methods=["post"])
+    def archive(self, request, pk=None):
+        version = services.version_archive(user=request.user, version=self.get_object(), reason=str(request.data.get("reason", "")))
+        return Response(self.get_serializer(version).data)
+
+
+class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    """/api/v1/events/ — the audit trail of your teams' objects (read only)."""
+
+    serializer_class = EventSerializer
+    filterset_class = EventFilter
+    ordering_fields = ["time"]
+    ordering = ["-time", "-id"]
+
+    def scoped_queryset(self, user):
+        return event_list(user=user)
+
+
+class TeamViewSet(mixins.ListModelMixin, TeamScopedViewSet):
+    """/api/v1/teams/ — the teams you belong to, with your role in each."""
+
+    serializer_class = TeamSerializer
+    ordering = ["name"]
+
+    def scoped_queryset(self, user):
+        return team_list(user=user)

@@ -1,0 +1,22 @@
+from django.urls import include, path
+from rest_framework.routers import SimpleRouter
+
+from registry.api import catalog as api
+
+router = SimpleRouter()
+router.register("models", api.ModelViewSet, basename="model")
+router.register("versions", api.VersionViewSet, basename="version")
+router.register("events", api.EventViewSet, basename="event")
+router.register("teams", api.TeamViewSet, basename="team")
+
+model_versions = api.ModelVersionViewSet.as_view({"get": "list", "post": "create"})
+
+urlpatterns = [
+    path("models/<slug:model_name>/versions/", model_versions, name="model-versions"),
+    path("", include(router.urls)),
+]
+
+# The artifact factory's routes (builds, artifacts).
+from registry.api import builds as build_api  # noqa: E402
+
+urlpatterns += build_api.urlpatterns

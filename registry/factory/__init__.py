@@ -1,0 +1,48 @@
+"""The artifact factory: turn a registered version into validated, benchmarked Triton artifacts.
+
+Stages (registry/factory/stages.py), each recorded on the Build row with status, duration
+and log: canonicalize -> optimize -> variants -> validate -> benchmark -> package.
+
+Variants (targets):
+    onnx-fp32   CPU pools: the ORT-optimized fp32 graph (embedding gathers fused).
+    onnx-int8   CPU pools: ONNX Runtime dynamic INT8 quantization.
+    onnx-fp32-gpu  GPU pools: the fp32 graph without CPU-only fusions, on ORT's CUDA EP
+                with TF32 off (exact: held to the fp32 tolerance).
+    onnx-fp16   GPU pools: fp16 weights/activations with fp32 inputs/outputs (CUDA EP).
+    tensorrt    GPU pools: the GPU fp32 graph + a Triton config that turns on ORT's
+                TensorRT execution accelerator with FP16, an engine cache and an
+                optimization profile (Triton builds the engine on the GPU).
+
+GPU variants are validated and benchmarked on a build-gpu worker with the execution
+provider their config names (registry/factory/gpu/); elsewhere they are skipped with the
+reason and not servable.
+
+Packaged Triton model directory (a stable contract; serving pools load it as is)::
+
+    {model}__v{version}__{variant}/          <- Artifact.triton_model_name
+        config.pbtxt                          <- from tritonclient.grpc.model_config_pb2
+        1/model.onnx                          <- the variant's graph
+        1/model.py                            <- CPU variants only: a copy of
+                                                 platform/triton/onnxruntime_adapter/model.py
+
+CPU variants use `backend: "python"` with parameters `onnx_file` (model.onnx),
+`intra_op_threads` and `inter_op_threads`; GPU variants use `platform: "onnxruntime_onnx"`
+with a KIND_GPU instance group (one instance on each GPU of the replica), batching and
+execution accelerators from registry/factory/gpu/serving.py. The directory is stored content-addressed with
+registry.storage.put_dir (atomic rename) and Artifact.path is its path relative to
+ARTIFACT_ROOT; the directory's own name in the store is its sha256, so a pool copies or
+links it into its model repository under Artifact.triton_model_name.
+"""
+
+CPU_VARIANTS = ("onnx-fp32", "onnx-int8")
+GPU_VARIANTS = ("onnx-fp32-gpu", "onnx-fp16", "tensorrt")
+VARIANTS = CPU_VARIANTS + GPU_VARIANTS
+DEFAULT_TARGETS = list(CPU_VARIANTS)
+STAGES = ("canonicalize", "optimize", "variants", "validate", "benchmark", "package")
+# Share of the progress bar each stage fills (sums to 100).
+STAGE_WEIGHTS = {"canonicalize": 15, "optimize": 10, "variants": 15, "validate": 20, "benchmark": 25, "package": 15}
+
+
+def queue_for(targets: list[str]) -> str:
+    """Builds with a GPU target go to build-gpu workers, the rest to build-cpu."""
+    return "build-gpu" if any(t in GPU_VARIANTS for t in targets) else "build-cpu"

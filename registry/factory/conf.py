@@ -1,0 +1,50 @@
+"""Build settings: Django settings win, else the environment, else these defaults
+(config.conf.setting). Read at call time so tests can shorten leases (settings fixture
+in-process, environment for worker processes).
+"""
+
+from config.conf import setting
+
+from registry.factory import numerics
+
+DEFAULTS = {
+    "BUILD_LEASE_SECONDS": 60.0,  # a running build's lease; renewed by a heartbeat
+    "BUILD_MAX_ATTEMPTS": 3,
+    "BUILD_SOFT_TIME_LIMIT_S": 1800,
+    "BUILD_TIME_LIMIT_S": 1900,
+    "BUILD_RECLAIM_BATCH": 20,
+    "BUILD_QUEUED_REDISPATCH_S": 600.0,  # a queued build nobody claimed for this long is sent again
+    "BUILD_OPSET": 17,
+    "BUILD_VALIDATION_ROWS": 4096,
+    "BUILD_BENCH_BATCHES": "1,8,32,128,512",
+    "BUILD_BENCH_SECONDS": 0.5,  # wall time per (variant, batch size), after warm-up
+    "BUILD_BENCH_MAX_ITERS": 2000,
+    "BUILD_BENCH_THREADS": 1,
+    "BUILD_MAX_BATCH_SIZE": 512,
+    "BUILD_GPU_BENCH_BATCHES": "1,32,512,4096",  # GPU variants, on a build-gpu worker
+    "BUILD_FP32_MAX_ABS": numerics.FP32_MAX_ABS,
+    "BUILD_FP16_MAX_ABS": numerics.FP16_MAX_ABS,
+    "BUILD_FP16_MAX_AUC_LOSS": numerics.FP16_MAX_AUC_LOSS,
+    "BUILD_LOWP_MAX_AUC_LOSS": numerics.LOWP_MAX_AUC_LOSS,
+    "BUILD_INT_INPUT_HIGH": 1_000_000,  # seeded integer inputs are drawn from [0, this)
+}
+
+
+def get(name: str):
+    return setting(name, DEFAULTS[name])
+
+
+def bench_batches(name: str = "BUILD_BENCH_BATCHES") -> list[int]:
+    raw = get(name)
+    if isinstance(raw, (list, tuple)):
+        return [int(b) for b in raw]
+    return [int(b) for b in str(raw).split(",") if b.strip()]
+
+
+def tolerance(variant: str) -> numerics.Tolerance:
+    """The tolerance `variant` is validated against, with this deployment's settings."""
+    return numerics.tolerance_for(
+        numerics.VARIANT_KIND.get(variant, "lowp"), fp32_max_abs=float(get("BUILD_FP32_MAX_ABS")),
+        fp16_max_abs=float(get("BUILD_FP16_MAX_ABS")), fp16_max_auc_loss=float(get("BUILD_FP16_MAX_AUC_LOSS")),
+        lowp_max_auc_loss=float(get("BUILD_LOWP_MAX_AUC_LOSS")),
+    )

@@ -1,0 +1,155 @@
+"""Drive one build attempt: claim the lease, keep it alive with a heartbeat thread,
+run the stages in a private work dir, publish atomically (or fail with the reason).
+
+Idempotent: the Build row decides what remains. A finished or cancelled build, or one
+leased by a live worker, is left alone; a retried attempt re-runs the stages from
+scratch in a fresh work dir (their outputs are not durable), and only the attempt that
+still holds the lease can publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from django.db import connection
+
+from registry import storage
+from registry.factory import STAGES, conf, stages
+from registry.factory.graphs import GraphError
+from registry.models import ArtifactStatus, Build
+from registry.services import builds as build_services
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat(threading.Thread):
+    """Renews the lease every third of its length; notices when it was lost."""
+
+    def __init__(self, build_id: int, owner: str):
+        super().__init__(name=f"build-{build_id}-heartbeat", daemon=True)
+        self.build_id, self.owner = build_id, owner
+        self.stopped = threading.Event()
+        self.lost = threading.Event()
+
+    def run(self):
+        interval = max(0.2, float(conf.get("BUILD_LEASE_SECONDS")) / 3)
+        try:
+            while not self.stopped.wait(interval):
+                try:
+                    if not build_services.build_heartbeat(build_id=self.build_id, owner=self.owner):
+                        self.lost.set()
+                        return
+                except Exception:  # a database blip: try again next tick, the lease has slack
+                    log.exception("heartbeat of build %s failed", self.build_id)
+        finally:
+            connection.close()
+
+    def stop(self):
+        self.stopped.set()
+        self.join(5)
+
+
+def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildContext:
+    version = build.version
+    validation_set = None
+    if version.tags.get("validation_set"):
+        try:
+            validation_set = storage.absolute(version.tags["validation_set"])
+        except ValueError:
+            validation_set = None
+    return stages.BuildContext(
+        work_dir=work_dir,
+        model_name=version.model.name,
+        version=version.version,
+        task=version.model.task,
+        source=version.source,
+        framework=version.framework,
+        source_path=storage.absolute(version.file_path) if version.file_path else None,
+        source_uri=version.source_uri,
+        expected_signature=version.signature or {},
+        targets=list(build.targets),
+        validation_set=validation_set,
+        log=lambda line: sink.append(f"{time.strftime('%H:%M:%S')} {line}"),
+    )
+
+
+def _artifact_rows(ctx: stages.BuildContext) -> list[dict]:
+    rows = []
+    for name, result in ctx.variants.items():
+        row = {
+            "variant": name,
+            "status": result.status if result.status in ArtifactStatus.values else ArtifactStatus.REJECTED,
+            "status_reason": result.reason,
+            "triton_model_name": "",
+            "path": "",
+            "sha256": "",
+            "size_bytes": result.size_bytes,
+            "validation": result.validation,
+            "benchmark": result.benchmark,
+        }
+        if result.package_dir is not None:
+            rel, sha = storage.put_dir(result.package_dir)
+            row.update(path=rel, sha256=sha, triton_model_name=result.package_dir.name)
+        rows.append(row)
+    return rows
+
+
+def run(build_id: int, *, owner: str) -> str:
+    """Run one attempt of build `build_id` as `owner`; returns what happened."""
+    build = build_services.build_claim(build_id=build_id, owner=owner)
+    if build is None:
+        return "nothing-to-do"
+    heartbeat = Heartbeat(build_id, owner)
+    heartbeat.start()
+    work_dir = storage.tmp_dir() / f"build-{build_id}-a{build.attempt}-{uuid.uuid4().hex[:8]}"
+    work_dir.mkdir(parents=True)
+    sink: list[str] = []
+    ctx = _context(build, work_dir, sink)
+    current = STAGES[0]
+    try:
+        for current in STAGES:
+            if heartbeat.lost.is_set():
+                raise build_services.LeaseLost(f"lost the lease of build #{build_id}")
+            build_services.build_stage_update(build_id=build_id, owner=owner, stage=current, status="running")
+            started = time.monotonic()
+            sink.clear()
+            try:
+                stages.STAGE_FUNCTIONS[current](ctx)
+            except (stages.StageError, GraphError) as exc:
+                sink.append(f"FAILED: {exc}")
+                build_services.build_stage_update(
+                    build_id=build_id, owner=owner, stage=current, status="failed", log="\n".join(sink) + "\n",
+                    duration_s=time.monotonic() - started,
+                )
+                build_services.build_fail(build_id=build_id, owner=owner, reason=f"{current}: {exc}", code=getattr(exc, "code", "build_failed"))
+                return "failed"
+            build_services.build_stage_update(
+                build_id=build_id, owner=owner, stage=current, status="succeeded", log="\n".join(sink) + "\n",
+                duration_s=time.monotonic() - started,
+            )
+        rows = _artifact_rows(ctx)
+        build_services.build_publish(build_id=build_id, owner=owner, artifacts=rows)
+        return "published"
+    except build_services.LeaseLost as exc:
+        log.warning("build %s: %s; leaving it to the lease holder", build_id, exc)
+        return "lease-lost"
+    except Exception as exc:
+        # Soft time limit or a bug: fail with the reason rather than retry forever.
+        from celery.exceptions import SoftTimeLimitExceeded
+
+        reason = "time limit exceeded" if isinstance(exc, SoftTimeLimitExceeded) else f"internal error: {type(exc).__name__}: {str(exc)[:300]}"
+        log.exception("build %s failed in %s", build_id, current)
+        try:
+            build_services.build_stage_update(build_id=build_id, owner=owner, stage=current, status="failed", log="\n".join(sink + [reason]) + "\n")
+            build_services.build_fail(build_id=build_id, owner=owner, reason=f"{current}: {reason}", code="internal_error")
+        except build_services.LeaseLost:
+            pass
+        return "failed"
+    finally:
+        heartbeat.stop()
+        shutil.rmtree(work_dir, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Dashboard pages of the registry: the catalog (models, versions) and the factory's builds."""

@@ -1,0 +1,89 @@
+"""Dashboard pages of the registry; thin: read through selectors, write through services."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+from django.views.decorators.vary import vary_on_headers
+
+from config.errors import PlatformError
+from registry.forms import ModelCreateForm, VersionCreateForm
+from registry.selectors import catalog as selectors
+from registry.selectors.events import event_list
+from registry.services import catalog as services
+
+
+def _form_error(form, exc: PlatformError) -> None:
+    field = exc.field if exc.field in form.fields else None
+    form.add_error(field, exc.detail)
+
+
+@login_required
+@vary_on_headers("HX-Request")
+def model_list(request):
+    query = request.GET.get("q", "").strip()
+    models = selectors.model_list(user=request.user, filters={"q": query}).order_by("name")
+    page = Paginator(models, 50).get_page(request.GET.get("page"))
+    context = {"page": page, "q": query}
+    if request.htmx:
+        return render(request, "registry/model_list.html#model-rows", context)
+    return render(request, "registry/model_list.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def model_create(request):
+    form = ModelCreateForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        try:
+            model = services.model_create(user=request.user, **form.cleaned_data)
+        except PlatformError as exc:
+            _form_error(form, exc)
+        else:
+            messages.success(request, f"Registered model {model.name}.")
+            return redirect("registry:model-detail", name=model.name)
+    return render(request, "registry/model_form.html", {"form": form})
+
+
+@login_required
+@vary_on_headers("HX-Request")
+def model_detail(request, name):
+    model = selectors.model_get(user=request.user, name=name)
+    versions = selectors.version_list(user=request.user, model=model).order_by("-version")
+    events = event_list(user=request.user, object_type="registry.registeredmodel", object_id=model.pk)[:20]
+    context = {"model": model, "versions": versions, "events": events}
+    if request.htmx:
+        return render(request, "registry/model_detail.html#version-rows", context)
+    return render(request, "registry/model_detail.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def version_create(request, name):
+    model = selectors.model_get(user=request.user, name=name)
+    form = VersionCreateForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            if form.cleaned_data.get("file"):
+                upload = form.cleaned_data["file"]
+                version = services.version_create_from_upload(
+                    user=request.user, model=model, filename=upload.name, chunks=upload.chunks(), size=upload.size
+                )
+            else:
+                version = services.version_create_from_mlflow(
+                    user=request.user, model=model, source_uri=form.cleaned_data["source_uri"]
+                )
+        except PlatformError as exc:
+            _form_error(form, exc)
+        else:
+            messages.success(request, f"Registered {version}.")
+            return redirect("registry:version-detail", pk=version.pk)
+    return render(request, "registry/version_form.html", {"form": form, "model": model})
+
+
+@login_required
+def version_detail(request, pk):
+    version = selectors.version_get(user=request.user, version_id=pk)
+    events = event_list(user=request.user, object_type="registry.modelversion", object_id=version.pk)[:20]
+    return render(request, "registry/version_detail.html", {"version": version, "events": events})

@@ -1,0 +1,208 @@
+"""The closed loop over the real time-series store: samples in MetricSample (as the
+collector writes them) → monitoring's canary tick judges → deployments' services act →
+an alert says why. Synthetic samples stand in for traffic; the collection itself is
+tested against real processes in tests/monitoring/."""
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from deployments.models import PoolModel, PoolModelState, PoolReplica, Rollout
+from deployments.rollout_machine import State
+from deployments.services import endpoints as endpoint_services
+from deployments.services import rollouts as services
+from monitoring import selectors
+from monitoring.collect import bucket_metric
+from monitoring.judge import judge
+from monitoring.models import Alert, Verdict
+from monitoring.services import canary
+from monitoring.services.store import samples_store
+from registry.names import variant_name
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+BUCKETS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, float("inf")]
+
+
+def _ready(pool, artifact):
+    PoolModel.objects.filter(pool=pool, artifact=artifact).update(state=PoolModelState.READY, replica_ready={"r0": True})
+
+
+def start_rollout(deployer, team, artifact_factory, steps_bp):
+    pool = factories.pool(team, "cpu-pool", ready_replicas=1)
+    stable, candidate = artifact_factory(team), artifact_factory(team)
+    endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=200, slo_error_rate=0.05)
+    _ready(pool, stable)
+    rollout = services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, steps_bp=steps_bp,
+                                     step_min_seconds=5, step_min_requests=200, step_deadline_seconds=600)
+    _ready(pool, candidate)
+    rollout = services.rollout_reconcile(rollout_id=rollout.pk)
+    assert rollout.state == State.CANARY
+    return rollout
+
+
+@pytest.fixture
+def live_rollout(deployer, team_a, artifact_factory):
+    return start_rollout(deployer, team_a, artifact_factory, [500, 10000])
+
+
+def feed(rollout, *, ticks, start, stable_rps=950, cand_rps=50, stable_err=0.001, cand_err=0.001, cand_slow=1.0, stable_slow=1.0,
+         seed=0):
+    """Write `ticks` 1-second scrapes for both variants, like the collector does."""
+    rng = np.random.default_rng(seed)
+    stable, cand = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
+    for i in range(ticks):
+        at = start + timedelta(seconds=i + 1)
+        rows = []
+        for variant, rps, err, slow in ((stable, stable_rps, stable_err, stable_slow), (cand, cand_rps, cand_err, cand_slow)):
+            latencies = rng.lognormal(np.log(0.004 * slow), 0.35, size=rps)
+            counts, _ = np.histogram(latencies, bins=[0.0, *BUCKETS])
+            rows += [("ctr", variant, "requests", rps), ("ctr", variant, "errors", rng.binomial(rps, err))]
+            rows += [("ctr", variant, bucket_metric("latency_bucket", le), float(n)) for le, n in zip(BUCKETS, counts)]
+        samples_store(rows=rows, at=at)
+
+
+def test_error_regression_is_rolled_back_with_an_alert_that_says_why(live_rollout):
+    start = live_rollout.traffic_started_at
+    feed(live_rollout, ticks=12, start=start, cand_err=0.08)
+    result = canary.judge_rollout(live_rollout, now=start + timedelta(seconds=12))
+    rollout = Rollout.objects.get(pk=live_rollout.pk)
+    assert result["verdict"] == "fail" and rollout.state == State.ROLLING_BACK
+    verdict = Verdict.objects.get(rollout_id=rollout.pk)
+    assert verdict.outcome == "fail" and verdict.checks
+    alert = Alert.objects.get(rollout_id=rollout.pk)
+    assert alert.kind == "rollout_rolled_back" and alert.severity == "critical"
+    assert "rolled back" in alert.reason and alert.evidence["verdict_id"] == verdict.pk
+    assert "rollout" in alert.links
+
+
+def test_latency_regression_is_rolled_back(live_rollout):
+    start = live_rollout.traffic_started_at
+    feed(live_rollout, ticks=15, start=start, cand_slow=1.3, seed=3)
+    canary.judge_rollout(live_rollout, now=start + timedelta(seconds=15))
+    assert Rollout.objects.get(pk=live_rollout.pk).state == State.ROLLING_BACK
+
+
+def test_healthy_candidate_moves_to_the_next_step(live_rollout):
+    start = live_rollout.traffic_started_at
+    feed(live_rollout, ticks=20, start=start, seed=5)
+    result = canary.judge_rollout(live_rollout, now=start + timedelta(seconds=20))
+    rollout = Rollout.objects.get(pk=live_rollout.pk)
+    assert result["verdict"] == "pass", Verdict.objects.get(rollout_id=rollout.pk).reason
+    assert (rollout.state, rollout.step_index) == (State.CANARY, 1)
+    assert not Alert.objects.exists()
+
+
+def test_latency_is_compared_within_the_step_and_not_at_all_without_a_stable_beside(deployer, team_a, artifact_factory):
+    """An A/A pair whose latency rises 50 % for both arms at the 50 % step (as on the
+    bench machine): pooled over the rollout, the stable's samples are mostly early and
+    the candidate's mostly late, which reads as a regression; within the step it is not."""
+    rollout = start_rollout(deployer, team_a, artifact_factory, [500, 5000, 10000])
+    start = rollout.traffic_started_at
+    feed(rollout, ticks=20, start=start, seed=5)
+    canary.judge_rollout(rollout, now=start + timedelta(seconds=20))
+    rollout = Rollout.objects.get(pk=rollout.pk)
+    assert (rollout.state, rollout.step_index) == (State.CANARY, 1)
+
+    step_start = rollout.step_started_at
+    feed(rollout, ticks=15, start=step_start, stable_rps=500, cand_rps=500, stable_slow=1.5, cand_slow=1.5, seed=6)
+    now = step_start + timedelta(seconds=15)
+    anchored = selectors.judge_window(endpoint="ctr", stable_variant=variant_name(rollout.baseline_artifact),
+                                      candidate_variant=variant_name(rollout.candidate_artifact), since=start, until=now)
+    assert judge(*anchored, canary.judge_config_for(rollout.endpoint)).outcome == "fail"  # the trap is real
+
+    result = canary.judge_rollout(rollout, now=now)
+    verdict = Verdict.objects.filter(rollout_id=rollout.pk).latest("id")
+    latency = next(c for c in verdict.checks if c["name"] == "latency")
+    assert latency["window"] == "step" and latency["outcome"] == "pass", verdict.reason
+    assert result["verdict"] == "pass"
+    rollout = Rollout.objects.get(pk=rollout.pk)
+    assert (rollout.state, rollout.step_index) == (State.CANARY, 2)
+
+    # At 100 % nothing runs beside the candidate: its latency against the stable's history
+    # (2x here, well within the SLO) is no comparison; only the p99 SLO guardrail applies.
+    feed(rollout, ticks=10, start=rollout.step_started_at, stable_rps=0, cand_rps=1000, cand_slow=2.0, seed=7)
+    result = canary.judge_rollout(rollout, now=rollout.step_started_at + timedelta(seconds=10))
+    verdict = Verdict.objects.filter(rollout_id=rollout.pk).latest("id")
+    assert {c["name"]: c["outcome"] for c in verdict.checks if c["name"].startswith("latency")} == {
+        "latency": "skipped", "latency_tail": "skipped"}
+    assert result["verdict"] == "pass", verdict.reason
+    assert Rollout.objects.get(pk=rollout.pk).state != State.ROLLING_BACK
+
+
+def test_no_data_is_inconclusive_and_waits(live_rollout):
+    result = canary.judge_rollout(live_rollout, now=timezone.now())
+    assert result["verdict"] == "inconclusive"
+    assert Rollout.objects.get(pk=live_rollout.pk).state == State.CANARY
+
+
+def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings):
+    from monitoring.targets import scrape_targets
+
+    PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
+    targets = {t.kind: t for t in scrape_targets()}
+    assert targets["gateway"].url.endswith(f":{settings.GATEWAY_PORT}/metrics")
+    models = targets["triton"].models
+    stable, candidate = live_rollout.baseline_artifact, live_rollout.candidate_artifact
+    assert {m.variant for m in models.values()} == {variant_name(stable), variant_name(candidate)}
+    assert all(m.endpoint == "ctr" for m in models.values())
+    assert {m.variant: m.instances for m in models.values()} == {variant_name(stable): 1, variant_name(candidate): 1}
+
+
+def test_collector_counts_instances_from_the_artifacts_config(live_rollout):
+    from monitoring import deployment_targets
+    from registry.storage import artifact_model_dir
+
+    PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
+    config = artifact_model_dir(live_rollout.candidate_artifact) / "config.pbtxt"
+    config.write_text(config.read_text().replace("count: 1", "count: 3"))  # as if built with 3 CPU instances
+    deployment_targets._instances.cache_clear()
+    triton = next(t for t in deployment_targets.from_deployments() if t.kind == "triton")
+    by_variant = {m.variant: m.instances for m in triton.models.values()}
+    assert by_variant[variant_name(live_rollout.candidate_artifact)] == 3
+    assert by_variant[variant_name(live_rollout.baseline_artifact)] == 1
+
+
+def test_failed_over_canary_attempts_count_as_candidate_errors():
+    """The gateway retries a failed canary attempt on stable and labels the reply stable;
+    the judge must still see that attempt as a failed candidate request."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from monitoring import collect
+
+    registry = CollectorRegistry()
+    requests = Counter("gateway_requests", "r", ["endpoint", "variant", "status"], registry=registry)
+    failovers = Counter("gateway_failovers", "f", ["endpoint", "from_variant", "to_variant", "reason"], registry=registry)
+    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    requests.labels("ctr", "v1", "200").inc(100)
+    requests.labels("ctr", "v2", "200").inc(45)
+    failovers.labels("ctr", "v2", "v1", "5xx").inc(5)
+    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0)
+    canary = collect.derive(totals[("ctr", "v2")])
+    assert (canary["requests"], canary["errors"]) == (50, 5) and canary["error_rate"] == pytest.approx(0.1)
+    assert collect.derive(totals[("ctr", "v1")])["errors"] == 0
+
+
+def test_shadow_replies_are_the_shadow_variants_requests_and_latency():
+    """In a shadow phase the candidate only gets copies; the judge needs them as its series."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from monitoring import collect
+
+    registry = CollectorRegistry()
+    shadow = Counter("gateway_shadow_requests", "s", ["endpoint", "variant", "status"], registry=registry)
+    latency = Histogram("gateway_shadow_duration_seconds", "l", ["endpoint", "variant"], buckets=[0.001, 0.01, 0.1], registry=registry)
+    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    shadow.labels("ctr", "v2", "200").inc(40)
+    shadow.labels("ctr", "v2", "500").inc(6)
+    shadow.labels("ctr", "v2", "unavailable").inc(4)
+    for _ in range(40):
+        latency.labels("ctr", "v2").observe(0.004)
+    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0)
+    derived = collect.derive(totals[("ctr", "v2")])
+    assert (derived["requests"], derived["errors"]) == (50, 10)
+    assert 1.0 < derived["latency_p50_ms"] <= 10.0
+

@@ -1,0 +1,73 @@
+"""House rules import-linter cannot see (its contracts, in pyproject.toml, run in `make lint`):
+an app never imports another app's private names nor queries another app's tables through
+its models, and a module over MAX_LINES says at its top why it is one module."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+APPS = ("config", "registry", "deployments", "monitoring", "experiments")
+MAX_LINES = 350
+LONG_MODULE_REASON = "Why this is one long module:"
+
+
+def _modules():
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            if "migrations" not in path.parts:
+                yield app, path
+
+
+MODULES = list(_modules())
+
+
+def _owner(module: str) -> str:
+    return module.split(".", 1)[0]
+
+
+@pytest.mark.parametrize("app,path", MODULES, ids=[str(p.relative_to(ROOT)) for _, p in MODULES])
+def test_no_private_names_or_tables_of_another_app(app, path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    foreign_models = set()
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+            continue
+        owner = _owner(node.module)
+        if owner not in APPS or owner == app:
+            continue
+        for alias in node.names:
+            if alias.name.startswith("_"):
+                problems.append(f"line {node.lineno}: private name {node.module}.{alias.name}")
+            if node.module == f"{owner}.models" or node.module.startswith(f"{owner}.models."):
+                foreign_models.add(alias.asname or alias.name)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr in ("objects", "_default_manager")
+                and isinstance(node.value, ast.Name) and node.value.id in foreign_models):
+            problems.append(f"line {node.lineno}: queries another app's table ({node.value.id}.{node.attr}); use its selectors")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("app,path", MODULES, ids=[str(p.relative_to(ROOT)) for _, p in MODULES])
+def test_long_modules_say_why(app, path):
+    text = path.read_text()
+    lines = text.count("\n")
+    if lines <= MAX_LINES:
+        return
+    docstring = ast.get_docstring(ast.parse(text)) or ""
+    assert LONG_MODULE_REASON in docstring, f"{lines} lines: split it, or say at its top '{LONG_MODULE_REASON} …'"
+
+
+def test_the_rules_catch_what_they_name(tmp_path):
+    """The checks above find a private import, a foreign query and a long module."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from registry.models import Artifact\nfrom registry.selectors.teams import _hidden\nArtifact.objects.all()\n")
+    with pytest.raises(AssertionError, match="private name") as failure:
+        test_no_private_names_or_tables_of_another_app("deployments", bad)
+    assert "queries another app's table" in str(failure.value)
+    long = tmp_path / "long.py"
+    long.write_text('"""A module."""\n' + "x = 1\n" * (MAX_LINES + 1))
+    with pytest.raises(AssertionError, match="lines"):
+        test_long_modules_say_why("deployments", long)
