@@ -480,7 +480,7 @@ def main(argv: list[str]) -> int:
             notes.append(why)
             print(f"NOTE: {why}", file=sys.stderr)
 
-        routes = {"version": "bench", "endpoints": [{"name": "ctr", "timeout_ms": 5000, "variants": [
+        routes = {"version": "bench", "endpoints": [{"name": "ctr", "timeout_ms": 5000, "auth": {"public": True}, "variants": [
             {"name": "stable", "model_version": "1", "triton_model": STABLE, "role": "stable", "weight_bp": 9000, "replicas": [triton.http_url]},
             {"name": "canary", "model_version": "2", "triton_model": CANARY, "role": "canary", "weight_bp": 1000, "replicas": [triton.http_url]},
         ]}]}

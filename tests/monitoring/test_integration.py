@@ -143,7 +143,7 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
     from tests.monitoring.conftest import ROOT
 
     stable_model = next(name for name, (_, var) in TRITON_MODELS.items() if var == "stable")
-    routes = {"version": "m1", "endpoints": [{"name": "ctr", "salt": "m", "timeout_ms": 3000, "variants": [
+    routes = {"version": "m1", "endpoints": [{"name": "ctr", "salt": "m", "timeout_ms": 3000, "auth": {"public": True}, "variants": [
         {"name": "stable", "model_version": "1", "triton_model": stable_model, "role": "stable", "weight_bp": 7000,
          "replicas": [triton.http_url]},
         {"name": "canary", "model_version": "2", "triton_model": "ctr__v2__onnx-fp32", "role": "canary", "weight_bp": 3000,
