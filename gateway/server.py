@@ -490,23 +490,29 @@ class Gateway:
         if type(parsed) is Problem:
             return self._client_error(request, parsed, rid, t0, name, tenant)
         variant = ep.choose(headers.get(ep.sticky_key))
+        stable = ep.stable
         signature = variant.signature
+        failure = None
         if signature is not None:
             problem = signature.check(parsed)
             if problem is not None:
-                return self._client_error(request, problem, rid, t0, name, tenant)
+                if variant is stable or (stable.signature is not None and stable.signature.check(parsed) is not None):
+                    return self._client_error(request, problem, rid, t0, name, tenant)
+                # The stable takes this request and the candidate does not (a breaking
+                # signature change): the candidate's failure, served by the stable.
+                failure = UpstreamFailure("incompatible")
 
-        stable = ep.stable
-        entry = variant.pick()
-        if entry is None and variant is stable:
-            entry = stable.pick_panic()  # every stable replica ejected: try a live one rather than refuse all
-        failure = None
-        if entry is None:
-            if variant is stable:
-                return self._done(request, _error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica for variant {variant.name!r}",
-                                                  rid, variant.name), t0, name, variant.name, BACKEND, tenant)
-            failure = UpstreamFailure("unavailable")
-        else:
+        entry = None
+        if failure is None:
+            entry = variant.pick()
+            if entry is None and variant is stable:
+                entry = stable.pick_panic()  # every stable replica ejected: try a live one rather than refuse all
+            if entry is None:
+                if variant is stable:
+                    return self._done(request, _error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica for variant "
+                                                      f"{variant.name!r}", rid, variant.name), t0, name, variant.name, BACKEND, tenant)
+                failure = UpstreamFailure("unavailable")
+        if entry is not None:
             attempt_timeout = timeout if variant.attempt_timeout_s is None else min(timeout, variant.attempt_timeout_s)
             client_bound = client_limited and attempt_timeout == timeout
             try:
@@ -524,8 +530,8 @@ class Gateway:
             retry_variant = None
             if variant is not stable or failure.reason == "connect":
                 retry_variant = stable
-                if variant is not stable and stable.signature is not None and stable.signature is not signature \
-                        and stable.signature.check(parsed) is not None:
+                if variant is not stable and failure.reason != "incompatible" and stable.signature is not None \
+                        and stable.signature is not signature and stable.signature.check(parsed) is not None:
                     retry_variant = None
             retry_entry = retry_variant.pick() if retry_variant is not None else None
             if retry_entry is None and retry_variant is stable and variant is not stable:
@@ -555,7 +561,7 @@ class Gateway:
                 elif failure.reason == "5xx":
                     status, rheaders, data = failure.status, failure.headers, failure.body
                     response = None
-                elif failure.reason == "unavailable" and retry_entry is None:
+                elif failure.reason in ("unavailable", "incompatible") and retry_entry is None:
                     response = _error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica", rid, variant.name)
                 else:
                     response = _error(502, "upstream_error", f"endpoint {name!r}: upstream {failure.reason} on variant {variant.name!r}", rid, variant.name)
@@ -586,7 +592,8 @@ class Gateway:
         queue = self.shadow_queue
         for shadow in ep.shadows:
             if shadow.signature is not None and shadow.signature.check(parsed) is not None:
-                metrics.SHADOW_REQUESTS.labels(ep.name, shadow.name, "invalid").inc()  # does not fit the shadow's model
+                # the primary took this request and the shadow's model cannot: the shadow's failure
+                metrics.SHADOW_REQUESTS.labels(ep.name, shadow.name, "incompatible").inc()
                 continue
             try:
                 queue.put_nowait((ep.name, shadow, body, up_headers, ep.timeout_s))

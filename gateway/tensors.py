@@ -81,6 +81,19 @@ def _leaves(value, depth: int) -> int:
     return total
 
 
+def _rows(data: list, width: int) -> bool:
+    """True when `data` is a list of `len(data)` lists of `width` scalars each (the
+    batch x features case, checked by lengths only)."""
+    for row in data:
+        if type(row) is not list or len(row) != width or (row and type(row[0]) is list):
+            return False
+    return True
+
+
+def _label(name: str) -> str:
+    return f"'{name}'" if name.isprintable() else repr(name)
+
+
 def inflate(body: bytes, encoding: str, limit: int):
     """The body without its Content-Encoding (gzip/deflate), at most `limit` bytes; a Problem otherwise."""
     encoding = encoding.strip().lower()
@@ -126,59 +139,66 @@ def parse_request(body, ihcl: str | None):
     inputs = []
     seen = set()
     binary_total = 0
+    sizes = DATATYPE_SIZE
     for i, item in enumerate(raw_inputs):
         if type(item) is not dict:
             return _bad(f"inputs[{i}] must be an object with name, shape, datatype and data")
         name = item.get("name")
-        if type(name) is not str or not name or len(name) > 256:
-            return _bad(f"inputs[{i}] needs a 'name' (a non-empty string)")
-        label = name if name.isprintable() else repr(name)
-        if name in seen:
-            return _bad(f"input '{label}' appears twice")
+        if type(name) is not str or not name or len(name) > 256 or name in seen:
+            if type(name) is str and name in seen:
+                return _bad(f"input {_label(name)} appears twice")
+            return _bad(f"inputs[{i}] needs a 'name' (a non-empty string of at most 256 characters)")
         seen.add(name)
         datatype = item.get("datatype")
-        if datatype not in DATATYPE_SIZE:
-            return _bad(f"input '{label}': datatype {str(datatype)[:20]!r} is not a KServe v2 datatype "
-                        f"({', '.join(DATATYPE_SIZE)})")
+        if datatype not in sizes:
+            return _bad(f"input {_label(name)}: datatype {str(datatype)[:20]!r} is not a KServe v2 datatype "
+                        f"({', '.join(sizes)})")
         shape = item.get("shape")
         if type(shape) is not list or len(shape) > MAX_RANK:
-            return _bad(f"input '{label}': 'shape' must be a list of at most {MAX_RANK} non-negative integers")
+            return _bad(f"input {_label(name)}: 'shape' must be a list of at most {MAX_RANK} non-negative integers")
         elements = 1
         for dim in shape:
             if type(dim) is not int or dim < 0:
-                return _bad(f"input '{label}': shape {str(shape)[:80]} has {str(dim)[:20]!r}; dimensions are non-negative integers")
+                return _bad(f"input {_label(name)}: shape {str(shape)[:80]} has {str(dim)[:20]!r}; "
+                            "dimensions are non-negative integers")
             elements *= dim
+        data = item.get("data")
         parameters = item.get("parameters")
         binary_size = None
         if parameters is not None:
             if type(parameters) is not dict:
-                return _bad(f"input '{label}': 'parameters' must be an object")
+                return _bad(f"input {_label(name)}: 'parameters' must be an object")
             binary_size = parameters.get("binary_data_size")
-        data = item.get("data")
         if binary_size is not None:
             if type(binary_size) is not int or binary_size < 0:
-                return _bad(f"input '{label}': binary_data_size must be a non-negative integer")
+                return _bad(f"input {_label(name)}: binary_data_size must be a non-negative integer")
             if data is not None:
-                return _bad(f"input '{label}' has both 'data' and binary_data_size")
-            element_size = DATATYPE_SIZE[datatype]
+                return _bad(f"input {_label(name)} has both 'data' and binary_data_size")
+            element_size = sizes[datatype]
             if element_size:
                 if binary_size != elements * element_size:
-                    return _bad(f"input '{label}': shape {shape} of {datatype} is {elements * element_size} bytes "
+                    return _bad(f"input {_label(name)}: shape {shape} of {datatype} is {elements * element_size} bytes "
                                 f"but binary_data_size is {binary_size}")
             elif binary_size < 4 * elements:
-                return _bad(f"input '{label}': {elements} BYTES elements need at least {4 * elements} bytes "
+                return _bad(f"input {_label(name)}: {elements} BYTES elements need at least {4 * elements} bytes "
                             f"but binary_data_size is {binary_size}")
             binary_total += binary_size
-        elif data is None:
-            return _bad(f"input '{label}' has no 'data' (nor binary_data_size)")
-        else:
-            if type(data) is not list:
-                return _bad(f"input '{label}': 'data' must be a list")
-            count = _leaves(data, max(len(shape), 1))
-            if count < 0:
-                return _bad(f"input '{label}': 'data' is nested deeper than its shape {shape} or mixes lists and values")
+        elif type(data) is list:
+            # inline the common case: a flat list, or one level of rows
+            if data and type(data[0]) is list and (len(shape) != 2 or not _rows(data, shape[1])):
+                count = _leaves(data, max(len(shape), 1))
+            elif data and type(data[0]) is list:
+                count = len(data) * shape[1]  # every row has shape[1] values: _rows checked it
+            else:
+                count = len(data)
             if count != elements:
-                return _bad(f"input '{label}': shape {str(shape)[:80]} declares {elements} elements but 'data' has {count}")
+                if count < 0:
+                    return _bad(f"input {_label(name)}: 'data' is nested deeper than its shape {shape} or mixes lists and values")
+                return _bad(f"input {_label(name)}: shape {str(shape)[:80]} declares {elements} elements but 'data' has {count}")
+        elif data is None:
+            return _bad(f"input {_label(name)} has no 'data' (nor binary_data_size)")
+        else:
+            return _bad(f"input {_label(name)}: 'data' must be a list")
         inputs.append((name, datatype, shape))
     if binary_total != binary_bytes:
         if ihcl is None or not binary_bytes and binary_total:
@@ -231,28 +251,27 @@ class Signature:
         max_batch = self.max_batch_size
         for name, datatype, shape in parsed.inputs:
             spec = specs.get(name)
-            label = name if name.isprintable() else repr(name)
             if spec is None:
-                return _bad(f"unknown input '{label}': the model's inputs are {self.names}")
+                return _bad(f"unknown input {_label(name)}: the model's inputs are {self.names}")
             if datatype != spec.datatype:
-                return _bad(f"input '{label}': datatype {datatype} but the model takes {spec.datatype}")
+                return _bad(f"input {_label(name)}: datatype {datatype} but the model takes {spec.datatype}")
             expected = spec.shape
             if len(shape) != len(expected):
-                return _bad(f"input '{label}': shape {shape} has rank {len(shape)} but the model takes {list(expected)}")
+                return _bad(f"input {_label(name)}: shape {shape} has rank {len(shape)} but the model takes {list(expected)}")
             start = 0
             if max_batch > 0:
                 n = shape[0]
                 if n < 1 or n > max_batch:
-                    return _bad(f"input '{label}': batch size {n} is outside 1..{max_batch} (the model's max_batch_size)")
+                    return _bad(f"input {_label(name)}: batch size {n} is outside 1..{max_batch} (the model's max_batch_size)")
                 if batch is None:
                     batch = n
                 elif n != batch:
-                    return _bad(f"input '{label}': batch size {n} differs from the other inputs' {batch}")
+                    return _bad(f"input {_label(name)}: batch size {n} differs from the other inputs' {batch}")
                 start = 1
             for axis in range(start, len(shape)):
                 want = expected[axis]
                 if want != -1 and shape[axis] != want:
-                    return _bad(f"input '{label}': shape {shape} does not match the model's {list(expected)} (dimension {axis})")
+                    return _bad(f"input {_label(name)}: shape {shape} does not match the model's {list(expected)} (dimension {axis})")
         # every given name is known and unique by now: all are there when the counts match
         if len(parsed.inputs) != len(specs):
             given = {i[0] for i in parsed.inputs}
@@ -262,6 +281,5 @@ class Signature:
         if parsed.outputs and self.outputs is not None:
             for name in parsed.outputs:
                 if name not in self.outputs:
-                    label = name if name.isprintable() else repr(name)
-                    return _bad(f"unknown output '{label}': the model's outputs are {', '.join(sorted(self.outputs))}")
+                    return _bad(f"unknown output {_label(name)}: the model's outputs are {', '.join(sorted(self.outputs))}")
         return None
