@@ -13,6 +13,8 @@ transfer codings other than `chunked` (501), Expect (417), and the limits:
             at most max_headers header fields (431);
   body      Content-Length > max_body_bytes is refused before the body is read, a
             chunked body is counted as it arrives (413); at most max_chunks chunks (400);
+            chunk extensions and trailers are bounded like the head (400), and trailer
+            fields are never merged into the headers;
   time      a request must arrive whole within receive_timeout_s of its first byte
             (408); an idle keep-alive connection is closed after idle_timeout_s, and one
             whose client does not read its replies is aborted after as long;
@@ -115,7 +117,7 @@ class Limits:
 class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "server", "limits", "transport", "parser", "loop", "queue", "busy", "closed", "lost", "eof", "last",
-        "url", "headers", "body", "body_len", "chunks", "nheaders", "head_bytes", "pending", "started", "in_head",
+        "url", "headers", "body", "body_len", "chunks", "nheaders", "head_bytes", "pending", "progress", "started", "in_head",
         "reading_paused", "writing_paused", "drain", "failed", "close_after", "closing_since", "paused_since",
     )
 
@@ -140,6 +142,7 @@ class HttpProtocol(asyncio.Protocol):
         self.close_after = False
         self.closing_since = 0.0
         self.paused_since = 0.0
+        self.progress = False
         self._reset_message()
 
     def _reset_message(self):
@@ -198,11 +201,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.closed:  # after an error reply the connection is being closed: ignore the rest
             return
         self.last = self.loop.time()
-        if self.in_head:  # a head (request line or header) still incomplete from earlier reads
-            self.pending += len(data)
-            if self.pending > self.limits.max_header_bytes:
-                self._fail(431, "header_too_large", f"request line and headers exceed {self.limits.max_header_bytes} bytes")
-                return
+        self.progress = False
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -224,21 +223,36 @@ class HttpProtocol(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             reason = str(exc) or type(exc).__name__
             self._fail(400, "bad_http", f"malformed HTTP request: {reason}")
+        else:
+            # Reads that complete nothing (no URL piece, header, body bytes or chunk) while
+            # a request is in progress: a header, chunk extension or trailer growing
+            # inside the parser. Bounded like the head.
+            if self.started:
+                if self.progress:
+                    self.pending = 0
+                else:
+                    self.pending += len(data)
+                    if self.pending > self.limits.max_header_bytes:
+                        if self.in_head:
+                            self._fail(431, "header_too_large", f"request line and headers exceed {self.limits.max_header_bytes} bytes")
+                        else:
+                            self._fail(400, "bad_http", f"chunk extension or trailer longer than {self.limits.max_header_bytes} bytes")
 
     # --- llhttp callbacks (httptools) -----------------------------------------------------
     def on_message_begin(self):
+        self.progress = True
         self.started = self.last or self.loop.time()
         self.in_head = True
         self.headers = {}
 
     def on_url(self, url: bytes):
-        self.pending = 0
+        self.progress = True
         self.url = url if self.url is None else self.url + url
         if len(self.url) > MAX_URL:
             raise Reject(414, "uri_too_long", f"request target longer than {MAX_URL} bytes")
 
     def on_header(self, name: bytes, value: bytes):
-        self.pending = 0
+        self.progress = True
         self.nheaders += 1
         self.head_bytes += len(name) + len(value) + 4
         limits = self.limits
@@ -246,6 +260,8 @@ class HttpProtocol(asyncio.Protocol):
             raise Reject(431, "too_many_headers", f"more than {limits.max_headers} header fields")
         if self.head_bytes > limits.max_header_bytes:
             raise Reject(431, "header_too_large", f"request line and headers exceed {limits.max_header_bytes} bytes")
+        if not self.in_head:
+            return  # a trailer field: counted against the limits, never merged into the headers
         key = name.decode("latin-1").lower()
         headers = self.headers
         if key in headers:
@@ -255,6 +271,7 @@ class HttpProtocol(asyncio.Protocol):
         headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self):
+        self.progress = True
         self.in_head = False
         parser = self.parser
         version = parser.get_http_version()
@@ -282,11 +299,13 @@ class HttpProtocol(asyncio.Protocol):
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_chunk_header(self):
+        self.progress = True
         self.chunks += 1
         if self.chunks > self.limits.max_chunks:
             raise Reject(400, "too_many_chunks", f"chunked body in more than {self.limits.max_chunks} chunks")
 
     def on_body(self, chunk: bytes):
+        self.progress = True
         size = self.body_len + len(chunk)
         limit = self.limits.max_body_bytes
         if size > limit:
