@@ -48,6 +48,7 @@ log = logging.getLogger("gateway.http")
 
 REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 MAX_URL = 8192
+LINGER_S = 2.0  # after an error reply, how long what the client still sends is read and dropped (at most a body's worth)
 # Header fields of which a request may carry only one: a second copy is how framing and
 # authentication confusions start (the first for a proxy, the last for a server).
 SINGLETON_HEADERS = frozenset((
@@ -118,7 +119,7 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "server", "limits", "transport", "parser", "loop", "queue", "busy", "closed", "lost", "eof", "last",
         "url", "headers", "body", "body_len", "chunks", "nheaders", "head_bytes", "pending", "progress", "started", "in_head",
-        "reading_paused", "writing_paused", "drain", "failed", "close_after", "closing_since", "paused_since",
+        "reading_paused", "writing_paused", "drain", "failed", "close_after", "closing_since", "paused_since", "lingering",
     )
 
     def __init__(self, server: "HttpServer"):
@@ -140,6 +141,7 @@ class HttpProtocol(asyncio.Protocol):
         self.drain: asyncio.Future | None = None
         self.failed: bytes | None = None  # error reply waiting behind pending replies
         self.close_after = False
+        self.lingering = False
         self.closing_since = 0.0
         self.paused_since = 0.0
         self.progress = False
@@ -178,6 +180,8 @@ class HttpProtocol(asyncio.Protocol):
     def eof_received(self):
         """The client half-closed (sent everything): answer what is in progress, then close."""
         self.eof = True
+        if self.lingering:
+            return None  # both sides done: close
         if self.busy or self.failed is not None:
             return True  # keep our side open for the replies
         if self.started:  # half a request, and no more will come
@@ -198,7 +202,13 @@ class HttpProtocol(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data):
-        if self.closed:  # after an error reply the connection is being closed: ignore the rest
+        if self.closed:  # after an error reply the connection is being closed: drop the rest
+            if self.lingering:
+                self.pending += len(data)
+                limits = self.limits
+                if self.pending > limits.max_body_bytes + limits.max_header_bytes:  # enough of that: close
+                    self.lingering = False
+                    self.transport.close()
             return
         self.last = self.loop.time()
         self.progress = False
@@ -374,10 +384,27 @@ class HttpProtocol(asyncio.Protocol):
             self._flush_failure()
 
     def _flush_failure(self):
+        """Write the error reply, then close "lingering" (as nginx does): our side sends
+        FIN at once, and what the client still sends is read and dropped for up to
+        LINGER_S and up to a body and a head's worth, so its kernel does not reset the
+        connection (and lose the reply) while it is still sending a body we refused."""
         failed, self.failed = self.failed, None
-        if not self.closed:
-            self.transport.write(failed)
-            self._close()
+        if self.closed:
+            return
+        transport = self.transport
+        transport.write(failed)
+        self.closed = True
+        self.lingering = True
+        self.pending = 0  # now: bytes dropped while lingering (at most a body and a head)
+        self.closing_since = self.loop.time()
+        try:
+            transport.write_eof()
+        except (NotImplementedError, OSError, RuntimeError):
+            transport.close()
+            return
+        if self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
 
     def _close(self):
         self.closed = True
@@ -470,7 +497,10 @@ class HttpServer:
             if conn.transport is None:
                 continue
             if conn.closed:
-                if conn.closing_since and now - conn.closing_since > limits.idle_timeout_s:
+                if conn.lingering and now - conn.closing_since > LINGER_S:
+                    conn.lingering = False
+                    conn.transport.close()
+                elif conn.closing_since and now - conn.closing_since > limits.idle_timeout_s:
                     conn.transport.abort()
             elif conn.writing_paused and now - conn.paused_since > limits.idle_timeout_s:
                 conn.closed = True
@@ -481,7 +511,7 @@ class HttpServer:
                 conn._close()
 
     async def _sweep(self):
-        interval = max(0.05, min(1.0, self.limits.receive_timeout_s / 4, self.limits.idle_timeout_s / 4))
+        interval = max(0.05, min(0.5, self.limits.receive_timeout_s / 4, self.limits.idle_timeout_s / 4))
         while True:
             await asyncio.sleep(interval)
             try:
