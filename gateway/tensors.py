@@ -33,6 +33,7 @@ DATATYPE_SIZE = {
 }
 IHCL = "Inference-Header-Content-Length"
 MAX_RANK = 32
+_LIST = {list}
 
 
 class Problem(tuple):
@@ -79,15 +80,6 @@ def _leaves(value, depth: int) -> int:
             return -1
         total += n
     return total
-
-
-def _rows(data: list, width: int) -> bool:
-    """True when `data` is a list of `len(data)` lists of `width` scalars each (the
-    batch x features case, checked by lengths only)."""
-    for row in data:
-        if type(row) is not list or len(row) != width or (row and type(row[0]) is list):
-            return False
-    return True
 
 
 def _label(name: str) -> str:
@@ -184,13 +176,15 @@ def parse_request(body, ihcl: str | None):
                             f"but binary_data_size is {binary_size}")
             binary_total += binary_size
         elif type(data) is list:
-            # inline the common case: a flat list, or one level of rows
-            if data and type(data[0]) is list and (len(shape) != 2 or not _rows(data, shape[1])):
-                count = _leaves(data, max(len(shape), 1))
-            elif data and type(data[0]) is list:
-                count = len(data) * shape[1]  # every row has shape[1] values: _rows checked it
-            else:
-                count = len(data)
+            count = len(data)
+            if count and type(data[0]) is list:
+                # rows: the common [batch, features] case by C-level maps over the rows,
+                # anything deeper by _leaves (one len per inner list, never per element)
+                if len(shape) == 2 and set(map(type, data)) == _LIST and set(map(len, data)) == {shape[1]} \
+                        and (not shape[1] or type(data[0][0]) is not list):
+                    count *= shape[1]
+                else:
+                    count = _leaves(data, max(len(shape), 1))
             if count != elements:
                 if count < 0:
                     return _bad(f"input {_label(name)}: 'data' is nested deeper than its shape {shape} or mixes lists and values")
@@ -229,10 +223,15 @@ class InputSpec:
 class Signature:
     """What a variant's model accepts (route table `signature`)."""
 
-    __slots__ = ("inputs", "required", "outputs", "max_batch_size", "names")
+    __slots__ = ("inputs", "required", "outputs", "max_batch_size", "names", "fixed")
 
     def __init__(self, inputs: list[InputSpec], outputs: list[str] | None, max_batch_size: int):
         self.inputs = {spec.name: spec for spec in inputs}
+        start = 1 if max_batch_size > 0 else 0
+        # per input: (datatype, rank, ((axis, size) of each fixed dimension past the batch))
+        self.fixed = {spec.name: (spec.datatype, len(spec.shape),
+                                  tuple((axis, size) for axis, size in enumerate(spec.shape) if axis >= start and size != -1))
+                      for spec in inputs}
         self.required = [spec.name for spec in inputs if not spec.optional]
         self.outputs = frozenset(outputs) if outputs else None
         self.max_batch_size = max_batch_size
@@ -246,19 +245,19 @@ class Signature:
 
     def check(self, parsed: Parsed):
         """None when the request fits this signature, else the Problem."""
-        specs = self.inputs
+        fixed = self.fixed
         batch = None
         max_batch = self.max_batch_size
         for name, datatype, shape in parsed.inputs:
-            spec = specs.get(name)
-            if spec is None:
+            expected = fixed.get(name)
+            if expected is None:
                 return _bad(f"unknown input {_label(name)}: the model's inputs are {self.names}")
-            if datatype != spec.datatype:
-                return _bad(f"input {_label(name)}: datatype {datatype} but the model takes {spec.datatype}")
-            expected = spec.shape
-            if len(shape) != len(expected):
-                return _bad(f"input {_label(name)}: shape {shape} has rank {len(shape)} but the model takes {list(expected)}")
-            start = 0
+            want_type, rank, dims = expected
+            if datatype != want_type:
+                return _bad(f"input {_label(name)}: datatype {datatype} but the model takes {want_type}")
+            if len(shape) != rank:
+                return _bad(f"input {_label(name)}: shape {shape} has rank {len(shape)} but the model takes "
+                            f"{list(self.inputs[name].shape)}")
             if max_batch > 0:
                 n = shape[0]
                 if n < 1 or n > max_batch:
@@ -267,13 +266,12 @@ class Signature:
                     batch = n
                 elif n != batch:
                     return _bad(f"input {_label(name)}: batch size {n} differs from the other inputs' {batch}")
-                start = 1
-            for axis in range(start, len(shape)):
-                want = expected[axis]
-                if want != -1 and shape[axis] != want:
-                    return _bad(f"input {_label(name)}: shape {shape} does not match the model's {list(expected)} (dimension {axis})")
+            for axis, size in dims:
+                if shape[axis] != size:
+                    return _bad(f"input {_label(name)}: shape {shape} does not match the model's "
+                                f"{list(self.inputs[name].shape)} (dimension {axis})")
         # every given name is known and unique by now: all are there when the counts match
-        if len(parsed.inputs) != len(specs):
+        if len(parsed.inputs) != len(fixed):
             given = {i[0] for i in parsed.inputs}
             missing = [name for name in self.required if name not in given]
             if missing:
