@@ -446,7 +446,8 @@ class Gateway:
 
     def _done(self, request, response, t0: float, ep_name: str, variant: str, fault: str, tenant=None):
         status = response[0]
-        if request.client_gone and fault is not BACKEND:
+        conn = request.conn
+        if conn is not None and conn.lost and fault is not BACKEND:
             status, fault = 499, CLIENT  # nobody got the reply (nginx's "client closed request")
         self.hot.done(ep_name, variant, status, perf() - t0, fault, tenant)
         return response
@@ -474,7 +475,7 @@ class Gateway:
         for key, out_key in FORWARD_REQUEST:
             value = headers.get(key)
             if value is not None:
-                if not _header_safe(value):
+                if not (value.isascii() and value.isprintable()):  # _header_safe, inlined (hot path)
                     return self._client_error(request, Problem(400, "bad_header", f"{out_key} has characters other than "
                                                                "printable ASCII"), rid, t0, name, tenant)
                 if key == "content-encoding":
@@ -574,7 +575,7 @@ class Gateway:
         out = {"X-Request-Id": rid, "X-Model-Variant": variant.name}
         for key, out_key in FORWARD_RESPONSE:
             value = rheaders.get(key)
-            if value is not None and _header_safe(value):
+            if value is not None and value.isascii() and value.isprintable():
                 out[out_key] = value
         fault = OK if status < 400 else (CLIENT if status < 500 else BACKEND)
         response = self._done(request, (status, out, data), t0, name, variant.name, fault, tenant)
