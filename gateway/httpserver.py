@@ -30,6 +30,9 @@ request objects and a write buffer; and its work per read is one llhttp pass.
 
 The handler is `async handler(Request) -> (status, headers: dict[str, str], body: bytes)`;
 header values it returns must be safe (the gateway validates what it echoes).
+
+Longer than the house's ~300 lines: one protocol class whose parser callbacks, limits
+and reply loop share per-connection state; split, each part would need all of it.
 """
 
 from __future__ import annotations
