@@ -397,6 +397,10 @@ class HttpProtocol(asyncio.Protocol):
         transport = self.transport
         transport.write(failed)
         self.closed = True
+        if self.eof:  # the client has sent everything already: nothing to linger for
+            self.closing_since = self.loop.time()
+            transport.close()
+            return
         self.lingering = True
         self.pending = 0  # now: bytes dropped while lingering (at most a body and a head)
         self.closing_since = self.loop.time()
