@@ -23,13 +23,20 @@ install: $(STAMP)
 run: install
 	$(PY) manage.py run_platform
 
-# Debian packages the browser test needs (installed when we may; otherwise it says so).
+# Debian packages the browser test (chromium) and the gateway benchmark (nginx-light for
+# its comparison column, wrk for its closed loop) need: installed when we may; otherwise
+# it says so.
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's chromium for the browser test"; \
 	    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium install failed: the browser test will skip"; \
 	  else echo "chromium missing: the browser test will skip (apt-get install chromium)"; fi; }
+	@{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } && command -v wrk >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's nginx-light and wrk for the gateway benchmark"; \
+	    (apt-get update -qq && apt-get install -y -qq nginx-light wrk >/dev/null) || echo "nginx-light/wrk install failed: make bench-gateway cannot compare with nginx"; \
+	  else echo "nginx-light or wrk missing: make bench-gateway needs them (apt-get install nginx-light wrk)"; fi; }
 
 # `make test` picks the real services when they answer (PostgreSQL, Redis) and falls
 # back to SQLite + kombu's filesystem broker when not; tests/services.py says which.
@@ -50,7 +57,7 @@ bench: bench-artifacts bench-gateway bench-rollback
 bench-artifacts: install
 	$(PY) -m bench artifacts
 
-bench-gateway: install
+bench-gateway: install system-deps
 	$(PY) -m bench gateway
 
 bench-rollback: install

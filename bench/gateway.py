@@ -5,32 +5,34 @@ One process tree on this machine, one run:
             backend, several instances each) = the stable and canary of the split;
   paths     (a) direct to Triton, (b) nginx (Debian nginx-light, split_clients 90/10,
             keep-alive upstream, 1 worker like the 1-process gateway), (c) the gateway
-            (`python -m gateway`, 90/10 route table from a file).
+            (`python -m gateway`, 90/10 route table from a file, each variant with its
+            signature so every request is checked as in production; public endpoint).
 Load, following perf_analyzer's method:
   capacity  closed loop with wrk (C, Lua script for the POST body) over a concurrency
             sweep; at each level windows are repeated until three in a row agree
             within 10% (max_rps = best stable level);
-  latency   open loop, Poisson arrivals at 50% of each path's own capacity, from a
-            separate load-generator process (asyncio + uvloop + the gateway's raw
-            HTTP/1.1 client). Sends never wait for replies (no coordinated omission);
-            latency is counted from the moment the request is written, because the
-            event loop's timers have 1 ms granularity (the generator's lateness
-            against the Poisson schedule is reported separately).
-Writes var/bench/gateway.json: added_p50_ms / added_p99_ms (gateway minus direct, both
-at the same Poisson rate = 50% of the gateway's capacity), max_rps per path,
-rps_ratio_vs_nginx, the proxies' CPU per request; with --profile also the py-spy
-summary of where the gateway's time goes.
+  latency   open loop, Poisson arrivals, from a separate load-generator process
+            (bench/openloop.py: sends never wait for replies, so no coordinated
+            omission). The three paths run at the same rate (50% of the gateway's
+            capacity) and again at a light rate, in interleaved rounds (every path once
+            per round, shuffled) so outside load hits them alike; "added" latency =
+            path minus direct, pooled over the rounds, with a 95% interval from
+            resampling whole rounds. Each path is also run at 50% of its own capacity.
+Writes var/bench/gateway.json: added_p50_ms / added_p99_ms (gateway minus direct at the
+same rate) and nginx's, each with `_ci95`, max_rps per path, rps_ratio_vs_nginx, the
+proxies' CPU per request; with --profile also py-spy/perf summaries of where the
+gateway's time goes, the HTTP parser (llhttp via httptools) and the request checks
+broken out.
 
-Options: --quick (shorter windows), --profile, --levels 1,4,16,32, --instances N.
+Options: --quick (shorter windows, fewer rounds), --profile, --levels 1,4,16,32,
+--instances N, --rounds N.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -41,110 +43,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench import openloop
 from bench.common import print_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-GOALS = {"added_p50_ms": 0.3, "added_p99_ms": 1.0, "rps_ratio_vs_nginx": 0.5}
+# Goals (issue 10): capacity at least 0.8 of nginx's; added latency at the same rate no more
+# than nginx adds at p50, and no more than 1.5x what nginx adds at p99.
+GOALS = {"rps_ratio_vs_nginx": ">= 0.8", "added_p50_ms": "<= nginx_added_p50_ms", "added_p99_ms": "<= 1.5 x nginx_added_p99_ms"}
+SIGNATURE = {"max_batch_size": 64, "inputs": [{"name": "dense", "datatype": "FP32", "shape": [-1, 13]},
+                                              {"name": "sparse", "datatype": "INT64", "shape": [-1, 26]}],
+             "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}]}
 STABLE, CANARY = "ctr__v1__onnx", "ctr__v2__onnx"
-
-
-# --- open-loop load generator (runs as its own process) ---------------------------------
-async def _open_loop(url: str, rate: float, duration: float, body: bytes, warmup: float) -> dict:
-    from gateway.upstream import Pool, UpstreamError
-
-    parts = url.split("/", 3)
-    pool = Pool(f"{parts[0]}//{parts[2]}", max_idle=1024)
-    head = f"POST /{parts[3]} HTTP/1.1\r\nContent-Type: application/json\r\n".encode()
-    loop = asyncio.get_running_loop()
-    latencies: list[float] = []
-    statuses: Counter = Counter()
-    lateness: list[float] = []
-    pending = set()
-    rng = random.Random(1)
-
-    clock = time.perf_counter  # uvloop's loop.time() has 1 ms resolution
-
-    async def one(record: bool):
-        sent = clock()
-        try:
-            status, _, _ = await pool.request(head, body)
-        except UpstreamError as exc:
-            status = exc.reason
-        if record:
-            latencies.append(clock() - sent)
-            statuses[status] += 1
-
-    start = clock() + 0.05
-    t = start
-    end = start + warmup + duration
-    while t < end:
-        now = clock()
-        if t > now:
-            await asyncio.sleep(t - now)
-        lateness.append(clock() - t)
-        task = loop.create_task(one(t >= start + warmup))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-        t += rng.expovariate(rate)
-    if pending:
-        await asyncio.wait(pending, timeout=10)
-    pool.close()
-    lat = sorted(latencies)
-    n = len(lat)
-
-    def q(p):
-        return lat[min(n - 1, int(p * n))] * 1000 if n else float("nan")
-
-    late = sorted(lateness)
-    return {
-        "rate": rate, "sent": n, "statuses": {str(k): v for k, v in statuses.items()},
-        "achieved_rps": n / duration, "p50_ms": q(0.50), "p90_ms": q(0.90), "p99_ms": q(0.99),
-        "generator_late_p99_ms": late[int(0.99 * len(late))] * 1000 if late else 0.0,
-        "latencies_ms": [round(x * 1000, 4) for x in latencies],
-    }
-
-
-def open_loop_main(args) -> int:
-    body = Path(args.body).read_bytes()
-    try:
-        import uvloop
-        result = uvloop.run(_open_loop(args.open_loop, args.rate, args.duration, body, args.warmup))
-    except ImportError:
-        result = asyncio.run(_open_loop(args.open_loop, args.rate, args.duration, body, args.warmup))
-    print(json.dumps(result))
-    return 0
-
-
-def open_loop_rounds(runs: list[tuple[str, str, float]], rounds: int, duration: float, body_path: Path) -> dict:
-    """Open-loop runs taking turns (run 1, 2, 3, 1, 2, 3, ...) so that outside load
-    changing over time hits every path alike; latencies of all rounds are pooled."""
-    pooled = {key: {"latencies": [], "statuses": Counter(), "late": [], "rate": rate} for key, _, rate in runs}
-    for _ in range(rounds):
-        for key, url, rate in runs:
-            r = run_open_loop(url, rate, duration, body_path, warmup=0.5)
-            pooled[key]["latencies"] += r.pop("latencies_ms")
-            pooled[key]["statuses"].update(r["statuses"])
-            pooled[key]["late"].append(r["generator_late_p99_ms"])
-    out = {}
-    for key, p in pooled.items():
-        lat = sorted(p["latencies"])
-        n = len(lat)
-
-        def q(x):
-            return lat[min(n - 1, int(x * n))] if n else float("nan")
-
-        out[key] = {"rate": p["rate"], "sent": n, "statuses": dict(p["statuses"]), "p50_ms": q(0.5), "p90_ms": q(0.9),
-                    "p99_ms": q(0.99), "generator_late_p99_ms": max(p["late"]), "rounds": rounds, "seconds_per_round": duration}
-    return out
-
-
-def run_open_loop(url: str, rate: float, duration: float, body_path: Path, warmup: float = 1.0) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "gateway", "--open-loop", url, "--rate", str(rate),
-         "--duration", str(duration), "--warmup", str(warmup), "--body", str(body_path)],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=duration + warmup + 60,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # --- closed loop (wrk) --------------------------------------------------------------------
@@ -253,6 +162,27 @@ def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Pa
     return out
 
 
+def paired_ratio(gateway_url: str, nginx_url: str, concurrency: int, seconds: float, lua: Path, rounds: int) -> dict:
+    """Gateway over nginx closed-loop throughput, one window each per round (shuffled
+    order): the median of the per-round ratios and a 95% bootstrap interval for it."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(4)
+    ratios = []
+    for _ in range(rounds):
+        order = [("gateway", gateway_url), ("nginx", nginx_url)]
+        rng.shuffle(order)
+        rps = {name: wrk_window(url, concurrency, seconds, lua)[0] for name, url in order}
+        ratios.append(rps["gateway"] / rps["nginx"] if rps["nginx"] else float("nan"))
+    values = np.asarray(ratios)
+    boot = np.random.default_rng(0).choice(values, size=(2000, len(values)), replace=True)
+    lo, hi = np.percentile(np.median(boot, axis=1), [2.5, 97.5])
+    return {"median": float(np.median(values)), "ci95": [float(lo), float(hi)], "ratios": [round(r, 4) for r in ratios],
+            "concurrency": concurrency}
+
+
 # --- the system under test ----------------------------------------------------------------
 NGINX_CONF = """
 worker_processes 1;
@@ -334,6 +264,16 @@ def stop(proc) -> None:
 
 
 IDLE_FRAMES = ("epoll_pwait", "epoll_wait")
+# Parts of the gateway whose inclusive share of busy py-spy samples is reported: a sample
+# counts for a part when any frame of its stack matches.
+PARTS = {
+    "HTTP parsing (llhttp via httptools, with its callbacks)": (
+        "httptools", "llhttp", "feed_data", "on_header (", "on_headers_complete (", "on_body (", "on_url (",
+        "on_message_begin (", "on_message_complete (", "on_status (", "on_chunk_header ("),
+    "request checks (gateway/tensors.py)": ("tensors.py",),
+    "keys (gateway/tenants.py)": ("tenants.py",),
+    "routing and metrics (routes.py, metrics.py)": ("routes.py", "metrics.py"),
+}
 
 
 def _keep(path: Path) -> Path:
@@ -375,6 +315,7 @@ def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: P
     if raw.exists():
         self_time: Counter = Counter()
         inclusive: Counter = Counter()
+        parts: Counter = Counter()
         total = idle = 0
         for line in raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
@@ -386,12 +327,16 @@ def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: P
                 idle += n
                 continue
             total += n
+            for name, needles in PARTS.items():
+                if any(needle in stack for needle in needles):
+                    parts[name] += n
             self_time[_frame(frames[-1])] += n
             for f in set(_frame(f) for f in frames):
                 inclusive[f] += n
         total = total or 1
         result.update({
             "py_spy_samples_busy": total, "py_spy_samples_idle": idle,
+            "parts": {name: round(100 * n / total, 1) for name, n in parts.items()},
             "self_top": [(f, round(100 * n / total, 1)) for f, n in self_time.most_common(15)],
             "inclusive_top": [(f, round(100 * n / total, 1)) for f, n in inclusive.most_common(40)
                               if not f.startswith(("0x", "_run_module_as_main", "_run_code", "<module>", "main ", "run ", "Runner.run",
@@ -431,9 +376,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--levels", default=None, help="closed-loop concurrency levels, e.g. 1,4,16,32")
     parser.add_argument("--instances", type=int, default=2, help="Triton model instances per model")
     parser.add_argument("--light-rate", type=float, default=200.0, help="the light open-loop rate (req/s)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved open-loop rounds at the same rate (12; quick 4)")
     args = parser.parse_args(argv)
     if args.open_loop:
-        return open_loop_main(args)
+        return openloop.open_loop_main(args.open_loop, args.rate, args.duration, args.body, args.warmup)
 
     sys.path.insert(0, str(ROOT))
     from deployments.tritonserver import TritonNotAvailable, TritonProcess, free_port
@@ -444,8 +390,8 @@ def main(argv: list[str]) -> int:
         return 2
     levels = [int(x) for x in args.levels.split(",")] if args.levels else ([2, 8, 32] if args.quick else [1, 4, 8, 16, 32])
     window = 1.0 if args.quick else 2.0
-    open_duration = 2.0 if args.quick else 3.0
-    rounds = 2 if args.quick else 4
+    open_duration = 1.5 if args.quick else 2.0
+    rounds = args.rounds or (4 if args.quick else 12)
 
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     repo = work / "repo"
@@ -480,9 +426,11 @@ def main(argv: list[str]) -> int:
             notes.append(why)
             print(f"NOTE: {why}", file=sys.stderr)
 
-        routes = {"version": "bench", "endpoints": [{"name": "ctr", "timeout_ms": 5000, "variants": [
-            {"name": "stable", "model_version": "1", "triton_model": STABLE, "role": "stable", "weight_bp": 9000, "replicas": [triton.http_url]},
-            {"name": "canary", "model_version": "2", "triton_model": CANARY, "role": "canary", "weight_bp": 1000, "replicas": [triton.http_url]},
+        routes = {"version": "bench", "endpoints": [{"name": "ctr", "timeout_ms": 5000, "auth": {"public": True}, "variants": [
+            {"name": "stable", "model_version": "1", "triton_model": STABLE, "role": "stable", "weight_bp": 9000,
+             "replicas": [triton.http_url], "signature": SIGNATURE},
+            {"name": "canary", "model_version": "2", "triton_model": CANARY, "role": "canary", "weight_bp": 1000,
+             "replicas": [triton.http_url], "signature": SIGNATURE},
         ]}]}
         (work / "routes.json").write_text(json.dumps(routes))
         gw_port = free_port()
@@ -499,23 +447,46 @@ def main(argv: list[str]) -> int:
         for url in paths.values():  # warm every path (connections, model instances)
             wrk_window(url, 8, 1, lua)
 
+        load_before = os.getloadavg()
         print(f"closed-loop sweep {levels}, {window:.0f}-s windows ...", file=sys.stderr, flush=True)
         pids = {"gateway": [gateway.pid]}
         if nginx is not None:
             pids["nginx"] = process_tree(nginx.pid)
         results = {name: {"capacity": cap} for name, cap in capacities(paths, levels, window, lua, pids).items()}
-        # Each path at 50% of its own capacity, plus the direct path at the gateway's
-        # rate: the same arrival rate, so that difference is what the gateway adds and
-        # not what a higher load does to Triton.
-        runs = [(name, url, 0.5 * results[name]["capacity"]["max_rps"]) for name, url in paths.items()]
-        runs.append(("direct@gw-rate", paths["direct"], runs[-1][2]))
-        # And both at a light rate, where queueing (and a busy machine's run queue) matter
-        # least: the closest to the gateway's own cost per request.
-        runs += [("direct@light", paths["direct"], args.light_rate), ("gateway@light", paths["gateway"], args.light_rate)]
+        paired = None
         if "nginx" in paths:
-            runs.append(("nginx@light", paths["nginx"], args.light_rate))
-        print("open loop (Poisson), rounds of " + ", ".join(f"{k} {r:.0f}/s" for k, _, r in runs) + " ...", file=sys.stderr, flush=True)
-        lat_all = open_loop_rounds(runs, rounds, open_duration, body_path)
+            # The sweep's best levels come from different moments of a shared machine; the
+            # ratio is also measured paired: gateway and nginx windows alternating at the
+            # gateway's best level, the median of the per-round ratios with a bootstrap CI.
+            level = results["gateway"]["capacity"]["at_concurrency"]
+            paired_rounds = 4 if args.quick else 8
+            print(f"paired capacity at c={level}: {paired_rounds} rounds of gateway and nginx windows ...", file=sys.stderr, flush=True)
+            paired = paired_ratio(paths["gateway"], paths["nginx"], level, window, lua, paired_rounds)
+
+        # Open loop. Same rate for every path (50% of the gateway's capacity) and a light
+        # rate, interleaved; then each other path at 50% of its own capacity.
+        gw_rate = 0.5 * results["gateway"]["capacity"]["max_rps"]
+        same = [("direct@gw-rate", paths["direct"], gw_rate), ("gateway", paths["gateway"], gw_rate)]
+        light = [("direct@light", paths["direct"], args.light_rate), ("gateway@light", paths["gateway"], args.light_rate)]
+        own = [("direct", paths["direct"], 0.5 * results["direct"]["capacity"]["max_rps"])]
+        if "nginx" in paths:
+            same.append(("nginx@gw-rate", paths["nginx"], gw_rate))
+            light.append(("nginx@light", paths["nginx"], args.light_rate))
+            own.append(("nginx", paths["nginx"], 0.5 * results["nginx"]["capacity"]["max_rps"]))
+
+        def progress(label):
+            return lambda r, n: print(f"  {label}: round {r}/{n}", file=sys.stderr, flush=True)
+
+        print(f"open loop at {gw_rate:.0f} req/s (50% of the gateway's capacity), {rounds} interleaved rounds of "
+              f"{open_duration:g} s per path ...", file=sys.stderr, flush=True)
+        measured = openloop.interleaved_rounds(same, rounds, open_duration, body_path, seed=1, progress=progress("same rate"))
+        light_rounds = max(3, rounds // 2)
+        print(f"open loop at a light {args.light_rate:.0f} req/s, {light_rounds} rounds ...", file=sys.stderr, flush=True)
+        measured.update(openloop.interleaved_rounds(light, light_rounds, open_duration, body_path, seed=2, progress=progress("light")))
+        print("open loop, each other path at 50% of its own capacity, 2 rounds ...", file=sys.stderr, flush=True)
+        measured.update(openloop.interleaved_rounds(own, 2, open_duration, body_path, seed=3))
+        load_after = os.getloadavg()
+        lat_all = {key: openloop.summary(m, open_duration) for key, m in measured.items()}
         for name in paths:
             results[name]["latency"] = lat_all[name]
         direct_same = lat_all["direct@gw-rate"]
@@ -525,14 +496,9 @@ def main(argv: list[str]) -> int:
             print("[gateway] py-spy under closed loop ...", file=sys.stderr, flush=True)
             profile = profile_gateway(gateway.pid, paths["gateway"], max(levels), 5, lua, work)
 
-        def lat(name, key):
-            return results[name]["latency"][key]
+        def add(key, base, q):
+            return openloop.added(measured[key], measured[base], q)
 
-        # "Added" latency compares the same arrival rate (50% of the gateway's capacity)
-        # on both paths: at each path's own 50% the direct path would run Triton at a
-        # higher load, and the difference would mix Triton's queueing into the figure.
-        added_p50 = lat("gateway", "p50_ms") - direct_same["p50_ms"]
-        added_p99 = lat("gateway", "p99_ms") - direct_same["p99_ms"]
         rows = []
         for name in paths:
             r = results[name]
@@ -540,7 +506,7 @@ def main(argv: list[str]) -> int:
                          r["latency"]["p50_ms"], r["latency"]["p90_ms"], r["latency"]["p99_ms"],
                          sum(v for k, v in r["latency"]["statuses"].items() if k != "200") + sum(s["errors"] for s in r["capacity"]["sweep"]),
                          r["capacity"]["proxy_cpu_us_per_request"] if r["capacity"]["proxy_cpu_us_per_request"] is not None else "-"])
-        for key in ("direct@gw-rate", "direct@light", "nginx@light", "gateway@light"):
+        for key in ("direct@gw-rate", "nginx@gw-rate", "direct@light", "nginx@light", "gateway@light"):
             if key not in lat_all:
                 continue
             r = lat_all[key]
@@ -549,53 +515,81 @@ def main(argv: list[str]) -> int:
         print()
         print_table(["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors", "proxy_cpu_us/req"], rows)
         ratio = (results["gateway"]["capacity"]["max_rps"] / results["nginx"]["capacity"]["max_rps"]) if "nginx" in results else None
+        gw50, gw99 = add("gateway", "direct@gw-rate", 0.5), add("gateway", "direct@gw-rate", 0.99)
+        light50, light99 = add("gateway@light", "direct@light", 0.5), add("gateway@light", "direct@light", 0.99)
         summary = {
-            "added_p50_ms": added_p50,
-            "added_p99_ms": added_p99,
-            "added_p50_ms_light": lat_all["gateway@light"]["p50_ms"] - lat_all["direct@light"]["p50_ms"],
-            "added_p99_ms_light": lat_all["gateway@light"]["p99_ms"] - lat_all["direct@light"]["p99_ms"],
+            "added_p50_ms": gw50["ms"], "added_p50_ms_ci95": gw50["ci95"],
+            "added_p99_ms": gw99["ms"], "added_p99_ms_ci95": gw99["ci95"],
+            "added_p50_ms_light": light50["ms"], "added_p50_ms_light_ci95": light50["ci95"],
+            "added_p99_ms_light": light99["ms"], "added_p99_ms_light_ci95": light99["ci95"],
             "light_rate": args.light_rate,
-            "added_p50_ms_vs_direct_at_its_own_50pct": lat("gateway", "p50_ms") - lat("direct", "p50_ms"),
-            "added_p99_ms_vs_direct_at_its_own_50pct": lat("gateway", "p99_ms") - lat("direct", "p99_ms"),
+            "same_rate": gw_rate,
+            "added_p50_ms_vs_direct_at_its_own_50pct": lat_all["gateway"]["p50_ms"] - lat_all["direct"]["p50_ms"],
+            "added_p99_ms_vs_direct_at_its_own_50pct": lat_all["gateway"]["p99_ms"] - lat_all["direct"]["p99_ms"],
             "max_rps": {name: results[name]["capacity"]["max_rps"] for name in paths},
             "rps_ratio_vs_nginx": ratio,
             "proxy_cpu_us_per_request": {name: results[name]["capacity"]["proxy_cpu_us_per_request"] for name in pids},
             "proxy_user_sys_us_per_request": {name: results[name]["capacity"]["proxy_user_sys_us_per_request"] for name in pids},
             "proxy_context_switches_per_request": {name: results[name]["capacity"]["proxy_context_switches_per_request"] for name in pids},
+            "load_average": {"before": list(load_before), "after": list(load_after)},
         }
+        goals_met = {}
+        if paired is not None:
+            summary["rps_ratio_vs_nginx_paired"] = paired["median"]
+            summary["rps_ratio_vs_nginx_paired_ci95"] = paired["ci95"]
+            summary["rps_ratio_vs_nginx_paired_rounds"] = paired["ratios"]
         if "nginx" in results:
-            summary["nginx_p50_ms_at_its_own_50pct"] = lat("nginx", "p50_ms")
-            summary["nginx_p99_ms_at_its_own_50pct"] = lat("nginx", "p99_ms")
+            ng50, ng99 = add("nginx@gw-rate", "direct@gw-rate", 0.5), add("nginx@gw-rate", "direct@gw-rate", 0.99)
+            nl50, nl99 = add("nginx@light", "direct@light", 0.5), add("nginx@light", "direct@light", 0.99)
+            summary.update({
+                "nginx_added_p50_ms": ng50["ms"], "nginx_added_p50_ms_ci95": ng50["ci95"],
+                "nginx_added_p99_ms": ng99["ms"], "nginx_added_p99_ms_ci95": ng99["ci95"],
+                "nginx_added_p50_ms_light": nl50["ms"], "nginx_added_p50_ms_light_ci95": nl50["ci95"],
+                "nginx_added_p99_ms_light": nl99["ms"], "nginx_added_p99_ms_light_ci95": nl99["ci95"],
+                "nginx_p50_ms_at_its_own_50pct": lat_all["nginx"]["p50_ms"],
+                "nginx_p99_ms_at_its_own_50pct": lat_all["nginx"]["p99_ms"],
+            })
+            goals_met = {
+                "rps_ratio_vs_nginx": ratio >= 0.8,
+                "rps_ratio_vs_nginx_paired": paired["median"] >= 0.8,
+                "added_p50_ms": gw50["ms"] <= ng50["ms"],
+                "added_p99_ms": gw99["ms"] <= 1.5 * max(ng99["ms"], 0.0),
+            }
+        summary["goals_met"] = goals_met
+
+        def fmt(point, ci):
+            return f"{point:+.3f} ms [95% CI {ci[0]:+.3f}, {ci[1]:+.3f}]"
+
         print()
-        for key, goal in GOALS.items():
-            value = summary[key]
-            if value is None:
-                print(f"{key}: n/a (no nginx)")
-                continue
-            ok = value >= goal if key == "rps_ratio_vs_nginx" else value <= goal
-            print(f"{key}: {value:.3f} (goal {'>=' if key == 'rps_ratio_vs_nginx' else '<='} {goal}) {'met' if ok else 'MISSED'}")
-        print(f"(added = gateway minus direct, both at {direct_same['rate']:.0f} req/s = 50% of the gateway's capacity; "
-              f"against direct at its own 50%: p50 {summary['added_p50_ms_vs_direct_at_its_own_50pct']:+.3f} ms, "
-              f"p99 {summary['added_p99_ms_vs_direct_at_its_own_50pct']:+.3f} ms)")
+        print(f"same rate {gw_rate:.0f} req/s (50% of the gateway's capacity), {rounds} interleaved rounds; load average "
+              f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
+        print(f"  gateway adds p50 {fmt(gw50['ms'], gw50['ci95'])}, p99 {fmt(gw99['ms'], gw99['ci95'])}")
+        if "nginx" in results:
+            print(f"  nginx   adds p50 {fmt(ng50['ms'], ng50['ci95'])}, p99 {fmt(ng99['ms'], ng99['ci95'])}")
+        print(f"light {args.light_rate:.0f} req/s:")
+        print(f"  gateway adds p50 {fmt(light50['ms'], light50['ci95'])}, p99 {fmt(light99['ms'], light99['ci95'])}")
+        if "nginx" in results:
+            print(f"  nginx   adds p50 {fmt(nl50['ms'], nl50['ci95'])}, p99 {fmt(nl99['ms'], nl99['ci95'])}")
+        if ratio is not None:
+            print(f"rps_ratio_vs_nginx: {ratio:.3f} from the sweep's best levels (goal >= 0.8) "
+                  f"{'met' if goals_met['rps_ratio_vs_nginx'] else 'MISSED'}; paired windows: {paired['median']:.3f} "
+                  f"[95% CI {paired['ci95'][0]:.3f}, {paired['ci95'][1]:.3f}] {'met' if goals_met['rps_ratio_vs_nginx_paired'] else 'MISSED'}")
+            print(f"added p50 <= nginx's: {'met' if goals_met['added_p50_ms'] else 'MISSED'}; "
+                  f"added p99 <= 1.5 x nginx's: {'met' if goals_met['added_p99_ms'] else 'MISSED'}")
+        else:
+            print("rps_ratio_vs_nginx: n/a (no nginx)")
         for name in pids:
             us = summary["proxy_user_sys_us_per_request"][name]
             cs = summary["proxy_context_switches_per_request"][name]
             if us is not None:
                 print(f"{name}: {us[0]:.1f} us user + {us[1]:.1f} us system CPU and {cs:.2f} context switches per request (closed loop)")
-        light_nginx = ""
-        if "nginx@light" in lat_all:
-            summary["nginx_added_p50_ms_light"] = lat_all["nginx@light"]["p50_ms"] - lat_all["direct@light"]["p50_ms"]
-            summary["nginx_added_p99_ms_light"] = lat_all["nginx@light"]["p99_ms"] - lat_all["direct@light"]["p99_ms"]
-            light_nginx = (f" (nginx adds p50 {summary['nginx_added_p50_ms_light']:+.3f} ms, "
-                           f"p99 {summary['nginx_added_p99_ms_light']:+.3f} ms)")
-        print(f"at a light {args.light_rate:.0f} req/s: the gateway adds p50 {summary['added_p50_ms_light']:+.3f} ms, "
-              f"p99 {summary['added_p99_ms_light']:+.3f} ms{light_nginx}")
         if profile and "self_top" in profile:
             busy, idle = profile["py_spy_samples_busy"], profile["py_spy_samples_idle"]
             print(f"\ngateway under closed-loop load at c={max(levels)}: py-spy wall-clock samples, "
                   f"{100 * idle / max(1, busy + idle):.0f}% idle in epoll; shares of the busy ones (self | inclusive):")
             for (frame, pct), (iframe, ipct) in zip(profile["self_top"], profile["inclusive_top"]):
                 print(f"  {pct:5.1f}%  {frame:55s} | {ipct:5.1f}%  {iframe}")
+            print("parts (inclusive share of busy samples): " + ", ".join(f"{k} {v:.1f}%" for k, v in profile["parts"].items()))
         if profile and profile.get("perf_on_cpu_by_library"):
             print("on-CPU time by library (perf): " + ", ".join(f"{d} {p:.1f}%" for d, p in profile["perf_on_cpu_by_library"]))
         path = write_json("gateway", {
@@ -603,14 +597,16 @@ def main(argv: list[str]) -> int:
             "goals": GOALS,
             "paths": results,
             "direct_at_gateway_rate": direct_same,
+            "at_gateway_rate": {k.split("@")[0]: v for k, v in lat_all.items() if k.endswith("@gw-rate")} | {"gateway": lat_all["gateway"]},
             "light": {k.split("@")[0]: v for k, v in lat_all.items() if k.endswith("@light")},
             "profile": profile,
             "notes": notes + [
                 "2 CPUs shared by the load generator, tritonserver, nginx/gateway and other work on the machine: figures are noisy",
                 "nginx runs 1 worker process, like the single-process gateway",
+                "added latency: pooled quantile minus direct's at the same rate; 95% CI by resampling whole interleaved rounds",
             ],
-            "setup": {"instances_per_model": args.instances, "levels": levels, "window_s": window, "open_loop_s_per_round": open_duration, "open_loop_rounds": rounds,
-                      "cpus": os.cpu_count()},
+            "setup": {"instances_per_model": args.instances, "levels": levels, "window_s": window, "open_loop_s_per_round": open_duration,
+                      "open_loop_rounds": rounds, "cpus": os.cpu_count()},
         })
         print(f"\nwrote {path}")
         return 0

@@ -1,7 +1,8 @@
 """GET /healthz: 200 only when every component this process depends on answers."""
 
-import socket
 import time
+import urllib.error
+import urllib.request
 from urllib.parse import urlparse
 
 from django.conf import settings
@@ -35,10 +36,25 @@ def _check_broker() -> dict:
     return {"transport": urlparse(url).scheme, "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
 
 
-def _check_tcp(url: str) -> dict:
-    parsed = urlparse(url)
-    with socket.create_connection((parsed.hostname, parsed.port), timeout=1):
-        return {"url": url}
+READY_PATH = "/v2/health/ready"  # KServe v2 readiness: what the gateway (and Triton) answer
+PROBE_TIMEOUT_S = 1.0
+
+
+def _check_http(url: str) -> dict:
+    """GET the component's readiness URL (`/v2/health/ready` when the URL has no path)
+    with a short timeout: a process that accepts connections but does not answer (hung
+    loop) reads as down, and so does anything but a 200."""
+    if urlparse(url).path in ("", "/"):
+        url = url.rstrip("/") + READY_PATH
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=PROBE_TIMEOUT_S) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    if status != 200:
+        raise RuntimeError(f"GET {url} answered HTTP {status}")
+    return {"url": url, "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
 
 
 def _check_heartbeat(name: str) -> dict:
@@ -60,12 +76,13 @@ CHECKS = {"database": _check_database, "broker": _check_broker}
 
 def _expected_checks() -> dict:
     """The components this deployment runs: always database and broker; plus whatever
-    `make run` (or the operator) lists in HEALTHZ_EXPECT, e.g. "worker,beat,gateway=http://…"."""
+    `make run` (or the operator) lists in HEALTHZ_EXPECT, e.g. "worker,beat,gateway=http://…"
+    (name=URL: probed over HTTP; a bare name: its heartbeat row)."""
     checks = dict(CHECKS)
     for item in settings.HEALTHZ_EXPECT:
         name, _, url = item.partition("=")
         if url:
-            checks[name] = lambda url=url: _check_tcp(url)
+            checks[name] = lambda url=url: _check_http(url)
         else:
             checks[name] = lambda name=name: _check_heartbeat(name)
     return checks

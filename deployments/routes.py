@@ -1,13 +1,20 @@
 """The gateway's route table, derived from endpoints, rollouts and pool readiness.
 
 The contract is gateway/route_table.schema.json (and gateway/README.md): per endpoint,
-its variants with role and weight in basis points and the *ready* replica URLs of
-their pool. Nothing here is stored: the table is a pure function of the database, and
-its `version` (and the HTTP ETag) is a digest of its content.
+its variants with role and weight in basis points, the *ready* replica URLs of their
+pool and the signature of the served artifact (what the gateway checks requests
+against before they reach Triton). Nothing here is stored: the table is a pure function
+of the database and the artifacts' files, and its `version` (and the HTTP ETag) is a
+digest of its content.
+
+Inference keys (gateway side of issue 10): until the control plane issues keys, every
+endpoint is published with `auth: {"public": true}` explicitly; the gateway refuses
+calls to an endpoint whose entry has no auth block.
 """
 
 import hashlib
 import json
+import math
 
 from django.utils import timezone
 
@@ -16,6 +23,7 @@ from deployments.rollout_machine import FULL_BP
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
 from registry.names import triton_name, variant_name
+from registry.selectors.serving import artifact_serving_signature
 
 
 def _ready_urls(pool_id: int, model_name: str, ready_models: dict, replicas: dict) -> list[str]:
@@ -29,10 +37,14 @@ def _ready_urls(pool_id: int, model_name: str, ready_models: dict, replicas: dic
 
 
 def _variant(artifact, role, weight_bp, urls) -> dict:
-    return {
+    out = {
         "name": variant_name(artifact), "model_version": str(artifact.version.version), "triton_model": triton_name(artifact),
         "role": role, "weight_bp": int(weight_bp), "replicas": urls,
     }
+    signature = artifact_serving_signature(artifact)
+    if signature is not None:
+        out["signature"] = signature
+    return out
 
 
 def route_table() -> dict:
@@ -55,7 +67,10 @@ def route_table() -> dict:
         rollout = rollouts.get(endpoint.pk)
         entry = {
             "name": endpoint.name, "sticky_header": endpoint.sticky_header, "timeout_ms": endpoint.timeout_ms,
+            # a client deadline below the endpoint's p99 SLO that expires is the client's doing
+            "min_timeout_ms": max(1, min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))),
             "salt": rollout.salt if rollout else "", "shadow_sample_rate": 0.0,
+            "auth": {"public": True},  # until the control plane issues inference keys
         }
         variants = []
         split = rollout.split if rollout else None

@@ -1,13 +1,38 @@
-"""A small HTTP/1.1 server on asyncio.Protocol for the gateway's hot path.
+"""The gateway's HTTP/1.1 server: asyncio.Protocol + llhttp (through `httptools`, the
+parser uvicorn uses) with every limit a request can push against, and one
+`transport.write` per reply.
 
-Why not aiohttp's web server: per request it builds a BaseRequest, a StreamReader, a
-Response, a StreamWriter and multidicts, and writes headers and body separately;
-py-spy put ~55% of the gateway's CPU there. Here a request is parsed from the
-connection's buffer in `data_received` (request line, headers, Content-Length or
-chunked body, `Expect: 100-continue`, keep-alive, pipelining in order) and the reply is
-one `transport.write`.
+Framing (request line, header syntax, Content-Length, chunked bodies, CR/LF rules) is
+llhttp's, in its strict mode: duplicate or signed Content-Length, unknown or doubled
+Transfer-Encoding, obs-folds, bare LF or CR, NUL and control characters, `0x` chunk
+sizes, missing CRLF after chunk data are refused with 400 before a handler sees them.
+What llhttp leaves to the server is checked here: HTTP version (505), Host (400),
+transfer codings other than `chunked` (501), Expect (417), and the limits:
 
-The handler is `async handler(Request) -> (status, headers: dict[str, str], body: bytes)`.
+  head      request line + headers <= max_header_bytes (431), URL <= MAX_URL (414),
+            at most max_headers header fields (431);
+  body      Content-Length > max_body_bytes is refused before the body is read, a
+            chunked body is counted as it arrives (413); at most max_chunks chunks (400);
+            chunk extensions and trailers are bounded like the head (400), and trailer
+            fields are never merged into the headers;
+  time      a request must arrive whole within receive_timeout_s of its first byte
+            (408); an idle keep-alive connection is closed after idle_timeout_s, and one
+            whose client does not read its replies is aborted after as long;
+  pipeline  while a reply is pending, reading stops once another request is complete
+            (`transport.pause_reading()`: TCP backpressure), and at most max_pipelined
+            parsed requests wait per connection (429 after the earlier ones, then close);
+  writes    when the client does not read, the transport's buffer passes its high-water
+            mark, `pause_writing` stops the connection's work until it drains;
+  conns     at most max_connections (503 to the next ones, then close).
+
+So one connection holds at most: a head, a body, one read (256 KiB), max_pipelined small
+request objects and a write buffer; and its work per read is one llhttp pass.
+
+The handler is `async handler(Request) -> (status, headers: dict[str, str], body: bytes)`;
+header values it returns must be safe (the gateway validates what it echoes).
+
+Longer than the house's ~300 lines: one protocol class whose parser callbacks, limits
+and reply loop share per-connection state; split, each part would need all of it.
 """
 
 from __future__ import annotations
@@ -18,22 +43,40 @@ import logging
 from collections import deque
 from http import HTTPStatus
 
+import httptools
+
+from . import metrics
+
 log = logging.getLogger("gateway.http")
 
-MAX_HEAD = 64 * 1024
 REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+MAX_URL = 8192
+LINGER_S = 2.0  # after an error reply, how long what the client still sends is read and dropped (at most a body's worth)
+# Header fields of which a request may carry only one: a second copy is how framing and
+# authentication confusions start (the first for a proxy, the last for a server).
+SINGLETON_HEADERS = frozenset((
+    "host", "content-length", "transfer-encoding", "content-type", "content-encoding", "expect",
+    "authorization", "x-api-key", "x-request-id", "x-request-timeout-ms", "inference-header-content-length",
+))
 
 
 class Request:
-    __slots__ = ("method", "path", "query", "headers", "body", "keep_alive")
+    __slots__ = ("method", "path", "query", "headers", "body", "keep_alive", "conn")
 
-    def __init__(self, method: str, path: str, query: str, headers: dict, body: bytes, keep_alive: bool):
+    def __init__(self, method: str, path: str, query: str, headers: dict, body: bytes, keep_alive: bool, conn=None):
         self.method = method
         self.path = path
         self.query = query
-        self.headers = headers  # lower-case names
+        self.headers = headers  # lower-case names, latin-1 decoded values; the first of duplicates
         self.body = body
         self.keep_alive = keep_alive
+        self.conn = conn
+
+    @property
+    def client_gone(self) -> bool:
+        """The client closed its connection before its reply was written."""
+        conn = self.conn
+        return conn is not None and conn.lost
 
 
 def encode_response(status: int, headers: dict, body: bytes, close: bool = False) -> bytes:
@@ -44,150 +87,336 @@ def encode_response(status: int, headers: dict, body: bytes, close: bool = False
     )
 
 
-def _error_bytes(status: int, code: str, detail: str) -> bytes:
+def error_bytes(status: int, code: str, detail: str, extra: dict | None = None) -> bytes:
     body = json.dumps({"detail": detail, "code": code}).encode()
-    return encode_response(status, {"Content-Type": "application/json", "X-Model-Variant": "none"}, body, close=True)
+    headers = {"Content-Type": "application/json", "X-Model-Variant": "none", **(extra or {})}
+    return encode_response(status, headers, body, close=True)
 
 
-class BodyTooLarge(Exception):
-    pass
+class Reject(Exception):
+    """Raised from a parser callback: answer `status` and close the connection."""
+
+    def __init__(self, status: int, code: str, detail: str):
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+class Limits:
+    __slots__ = ("max_body_bytes", "max_header_bytes", "max_headers", "max_chunks", "max_pipelined",
+                 "receive_timeout_s", "idle_timeout_s", "max_connections")
+
+    def __init__(self, *, max_body_bytes: int = 8 << 20, max_header_bytes: int = 32 << 10, max_headers: int = 100,
+                 max_chunks: int = 4096, max_pipelined: int = 32, receive_timeout_s: float = 15.0,
+                 idle_timeout_s: float = 75.0, max_connections: int = 4096):
+        self.max_body_bytes = max_body_bytes
+        self.max_header_bytes = max_header_bytes
+        self.max_headers = max_headers
+        self.max_chunks = max_chunks
+        self.max_pipelined = max_pipelined
+        self.receive_timeout_s = receive_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_connections = max_connections
 
 
 class HttpProtocol(asyncio.Protocol):
-    __slots__ = ("server", "transport", "buf", "queue", "busy", "closed", "head", "loop", "last", "eof")
+    __slots__ = (
+        "server", "limits", "transport", "parser", "loop", "queue", "busy", "closed", "lost", "eof", "last",
+        "url", "headers", "body", "body_len", "chunks", "nheaders", "head_bytes", "pending", "progress", "started", "in_head",
+        "reading_paused", "writing_paused", "drain", "failed", "close_after", "closing_since", "paused_since", "lingering",
+    )
 
     def __init__(self, server: "HttpServer"):
         self.server = server
-        self.transport = None
-        self.buf = bytearray()
-        self.queue: deque = deque()
-        self.busy = False
-        self.closed = False
-        self.head = None  # parsed head waiting for its body: (method, target, headers, length, chunked, keep_alive)
+        self.limits = server.limits
         self.loop = server.loop
-        self.last = 0.0  # loop time of the last bytes received (idle sweeper)
+        self.transport = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.queue: deque = deque()
+        self.busy = False  # a handler task is running for this connection
+        self.closed = False  # we stopped serving it (error, close, shutdown)
+        self.lost = False  # the connection is gone (connection_lost)
         self.eof = False
+        self.last = 0.0  # loop time of the last bytes received
+        self.started = 0.0  # loop time the request being received began (0: none)
+        self.in_head = False
+        self.reading_paused = False
+        self.writing_paused = False
+        self.drain: asyncio.Future | None = None
+        self.failed: bytes | None = None  # error reply waiting behind pending replies
+        self.close_after = False
+        self.lingering = False
+        self.closing_since = 0.0
+        self.paused_since = 0.0
+        self.progress = False
+        self._reset_message()
 
+    def _reset_message(self):
+        self.url = None
+        self.headers = None
+        self.body = None
+        self.body_len = 0
+        self.chunks = 0
+        self.nheaders = 0
+        self.head_bytes = 0
+        self.pending = 0
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport):
         self.transport = transport
         self.last = self.loop.time()
-        self.server.connections.add(self)
+        server = self.server
+        if len(server.connections) >= self.limits.max_connections or server.stopping:
+            self.closed = True
+            transport.write(error_bytes(503, "overloaded", "the gateway is at its connection limit or shutting down"))
+            transport.close()
+            return
+        server.connections.add(self)
+
+    def connection_lost(self, exc):
+        self.closed = True
+        self.lost = True
+        self.server.connections.discard(self)
+        drain = self.drain
+        if drain is not None and not drain.done():
+            drain.set_result(None)
 
     def eof_received(self):
         """The client half-closed (sent everything): answer what is in progress, then close."""
         self.eof = True
-        if self.busy:
+        if self.lingering:
+            return None  # both sides done: close
+        if self.busy or self.failed is not None:
             return True  # keep our side open for the replies
+        if self.started:  # half a request, and no more will come
+            self._fail(400, "bad_http", "the connection was half-closed in the middle of a request")
+            return True
         return None
 
-    def connection_lost(self, exc):
-        self.closed = True
-        self.server.connections.discard(self)
+    def pause_writing(self):
+        self.writing_paused = True
+        self.paused_since = self.loop.time()
+        self._update_reading()
+
+    def resume_writing(self):
+        self.writing_paused = False
+        drain = self.drain
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+        self._update_reading()
 
     def data_received(self, data):
-        if self.closed:  # after an error reply the connection is being closed: ignore the rest
+        if self.closed:  # after an error reply the connection is being closed: drop the rest
+            if self.lingering:
+                self.pending += len(data)
+                limits = self.limits
+                if self.pending > limits.max_body_bytes + limits.max_header_bytes:  # enough of that: close
+                    self.lingering = False
+                    self.transport.close()
             return
         self.last = self.loop.time()
-        buf = self.buf
-        buf += data
+        self.progress = False
         try:
-            while True:
-                request = self._parse()
-                if request is None:
-                    break
-                if self.busy:
-                    self.queue.append(request)
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            reject = exc.__context__
+            if isinstance(reject, Reject):
+                self._fail(reject.status, reject.code, reject.detail)
+            else:  # a bug in a callback: never a hang, never a half-parsed state kept
+                log.error("HTTP parser callback failed: %r", reject)
+                self._fail(400, "bad_http", "malformed HTTP request")
+        except httptools.HttpParserUpgrade:
+            # A protocol upgrade (h2c, websocket) is not offered: the request itself has
+            # been served or queued (RFC 9110 lets a server ignore Upgrade); then close.
+            self.close_after = True
+            if self.reading_paused is False:
+                self.transport.pause_reading()
+                self.reading_paused = True
+            if not self.busy:
+                self._close()
+        except httptools.HttpParserError as exc:
+            reason = str(exc) or type(exc).__name__
+            self._fail(400, "bad_http", f"malformed HTTP request: {reason}")
+        else:
+            # Reads that complete nothing (no URL piece, header, body bytes or chunk) while
+            # a request is in progress: a header, chunk extension or trailer growing
+            # inside the parser. Bounded like the head.
+            if self.started:
+                if self.progress:
+                    self.pending = 0
                 else:
-                    self.busy = True
-                    self.loop.create_task(self._run(request))
-        except BodyTooLarge as exc:
-            self._fail(413, "body_too_large", str(exc))
-        except ValueError as exc:
-            self._fail(400, "bad_http", f"malformed HTTP request: {exc}")
+                    self.pending += len(data)
+                    if self.pending > self.limits.max_header_bytes:
+                        if self.in_head:
+                            self._fail(431, "header_too_large", f"request line and headers exceed {self.limits.max_header_bytes} bytes")
+                        else:
+                            self._fail(400, "bad_http", f"chunk extension or trailer longer than {self.limits.max_header_bytes} bytes")
+
+    # --- llhttp callbacks (httptools) -----------------------------------------------------
+    def on_message_begin(self):
+        self.progress = True
+        self.started = self.last or self.loop.time()
+        self.in_head = True
+        self.headers = {}
+
+    def on_url(self, url: bytes):
+        self.progress = True
+        self.url = url if self.url is None else self.url + url
+        if len(self.url) > MAX_URL:
+            raise Reject(414, "uri_too_long", f"request target longer than {MAX_URL} bytes")
+
+    def on_header(self, name: bytes, value: bytes):
+        self.progress = True
+        self.nheaders += 1
+        self.head_bytes += len(name) + len(value) + 4
+        limits = self.limits
+        if self.nheaders > limits.max_headers:
+            raise Reject(431, "too_many_headers", f"more than {limits.max_headers} header fields")
+        if self.head_bytes > limits.max_header_bytes:
+            raise Reject(431, "header_too_large", f"request line and headers exceed {limits.max_header_bytes} bytes")
+        if not self.in_head:
+            return  # a trailer field: counted against the limits, never merged into the headers
+        key = name.decode("latin-1").lower()
+        headers = self.headers
+        if key in headers:
+            if key in SINGLETON_HEADERS:
+                raise Reject(400, "bad_http", f"duplicate {name.decode('latin-1')} header")
+            return  # the first copy wins for the others
+        headers[key] = value.decode("latin-1")
+
+    def on_headers_complete(self):
+        self.progress = True
+        self.in_head = False
+        parser = self.parser
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            raise Reject(505, "http_version_not_supported", f"HTTP/{version} is not supported; use HTTP/1.1")
+        headers = self.headers
+        if version == "1.1" and "host" not in headers:
+            raise Reject(400, "bad_http", "HTTP/1.1 request without a Host header")
+        te = headers.get("transfer-encoding")
+        if te is not None:
+            if version == "1.0":
+                raise Reject(400, "bad_http", "Transfer-Encoding in an HTTP/1.0 request")
+            if te.strip().lower() != "chunked":
+                raise Reject(501, "not_implemented", f"transfer coding {te[:40]!r} is not supported (only chunked)")
+        length = headers.get("content-length")
+        limit = self.limits.max_body_bytes
+        if length is not None and int(length) > limit:  # llhttp checked it is digits
+            raise Reject(413, "body_too_large", f"request body of {length} bytes exceeds the limit of {limit}")
+        expect = headers.get("expect")
+        if expect is not None:
+            if expect.lower() != "100-continue":
+                raise Reject(417, "expectation_failed", f"unsupported Expect: {expect[:40]!r}")
+            # Only when no reply is pending: a 100 may not overtake an earlier reply.
+            if (te is not None or (length is not None and int(length) > 0)) and not self.busy:
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_chunk_header(self):
+        self.progress = True
+        self.chunks += 1
+        if self.chunks > self.limits.max_chunks:
+            raise Reject(400, "too_many_chunks", f"chunked body in more than {self.limits.max_chunks} chunks")
+
+    def on_body(self, chunk: bytes):
+        self.progress = True
+        size = self.body_len + len(chunk)
+        limit = self.limits.max_body_bytes
+        if size > limit:
+            raise Reject(413, "body_too_large", f"request body exceeds the limit of {limit} bytes")
+        self.body_len = size
+        body = self.body
+        if body is None:
+            self.body = chunk
+        elif type(body) is bytes:
+            self.body = bytearray(body)
+            self.body += chunk
+        else:
+            body += chunk
+
+    def on_message_complete(self):
+        parser = self.parser
+        url = self.url or b""
+        if url[:1] != b"/":
+            path, query = _target(url)
+        else:
+            target = url.decode("latin-1")
+            path, _, query = target.partition("?")
+        body = self.body
+        if body is None:
+            body = b""
+        elif type(body) is not bytes:
+            body = bytes(body)
+        request = Request(parser.get_method().decode("latin-1"), path, query, self.headers, body, parser.should_keep_alive(), self)
+        self.started = 0.0
+        self._reset_message()
+        if self.busy:
+            queue = self.queue
+            if len(queue) >= self.limits.max_pipelined:
+                raise Reject(429, "too_many_pipelined", f"more than {self.limits.max_pipelined} pipelined requests waiting")
+            queue.append(request)
+            self._update_reading()
+        else:
+            self.busy = True
+            self.loop.create_task(self._run(request))
+
+    # --- replies --------------------------------------------------------------------------
+    def _update_reading(self):
+        transport = self.transport
+        if self.closed or transport is None:
+            return
+        pause = bool(self.queue) or self.writing_paused or self.close_after
+        if pause and not self.reading_paused:
+            self.reading_paused = True
+            transport.pause_reading()
+        elif not pause and self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
 
     def _fail(self, status: int, code: str, detail: str) -> None:
-        self.buf.clear()
-        self.head = None
-        if not self.closed:
-            self.transport.write(_error_bytes(status, code, detail))
-            self.transport.close()
+        """Answer an HTTP-level error and close; behind pending replies when there are any."""
+        if self.closed or self.failed is not None:
+            return
+        metrics.HTTP_REJECTIONS.labels(code).inc()
+        self.failed = error_bytes(status, code, detail)
+        self.started = 0.0
+        self.in_head = False
+        if not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        if not self.busy:
+            self._flush_failure()
+
+    def _flush_failure(self):
+        """Write the error reply, then close "lingering" (as nginx does): our side sends
+        FIN at once, and what the client still sends is read and dropped for up to
+        LINGER_S and up to a body and a head's worth, so its kernel does not reset the
+        connection (and lose the reply) while it is still sending a body we refused."""
+        failed, self.failed = self.failed, None
+        if self.closed:
+            return
+        transport = self.transport
+        transport.write(failed)
         self.closed = True
+        if self.eof:  # the client has sent everything already: nothing to linger for
+            self.closing_since = self.loop.time()
+            transport.close()
+            return
+        self.lingering = True
+        self.pending = 0  # now: bytes dropped while lingering (at most a body and a head)
+        self.closing_since = self.loop.time()
+        try:
+            transport.write_eof()
+        except (NotImplementedError, OSError, RuntimeError):
+            transport.close()
+            return
+        if self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
 
-    def _parse(self):
-        buf = self.buf
-        head = self.head
-        if head is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD:
-                    raise ValueError("request head larger than 64 KiB")
-                return None
-            lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-            del buf[: end + 4]
-            method, target, version = lines[0].split(" ")
-            if not version.startswith("HTTP/1."):
-                raise ValueError(f"unsupported protocol {version!r}")
-            headers = {}
-            for line in lines[1:]:
-                name, sep, value = line.partition(":")
-                if not sep:
-                    raise ValueError(f"bad header line {line[:60]!r}")
-                headers[name.strip().lower()] = value.strip()
-            connection = headers.get("connection", "").lower()
-            keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-            chunked = headers.get("transfer-encoding", "").lower() == "chunked"
-            length = 0
-            if not chunked and "content-length" in headers:
-                length = int(headers["content-length"])
-                if length < 0:
-                    raise ValueError("negative Content-Length")
-                limit = self.server.max_body
-                if length > limit:
-                    raise BodyTooLarge(f"request body of {length} bytes exceeds the limit of {limit}")
-            head = self.head = (method, target, headers, length, chunked, keep_alive)
-            if headers.get("expect", "").lower() == "100-continue" and (chunked or length > len(buf)):
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        method, target, headers, length, chunked, keep_alive = head
-        if chunked:
-            body = self._dechunk()
-            if body is None:
-                return None
-        else:
-            if len(buf) < length:
-                return None
-            body = bytes(buf[:length])
-            del buf[:length]
-        self.head = None
-        path, _, query = target.partition("?")
-        return Request(method, path, query, headers, body, keep_alive)
-
-    def _dechunk(self):
-        buf = self.buf
-        pos = 0
-        parts = []
-        total = 0
-        while True:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                return None
-            size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
-            start = eol + 2
-            if size == 0:
-                end = buf.find(b"\r\n", start)  # trailers end with an empty line
-                while end >= 0 and end != start:
-                    start = end + 2
-                    end = buf.find(b"\r\n", start)
-                if end < 0:
-                    return None
-                del buf[: end + 2]
-                return b"".join(parts)
-            total += size
-            if total > self.server.max_body:
-                raise BodyTooLarge(f"chunked request body exceeds the limit of {self.server.max_body} bytes")
-            if len(buf) < start + size + 2:
-                return None
-            parts.append(bytes(buf[start:start + size]))
-            pos = start + size + 2
+    def _close(self):
+        self.closed = True
+        self.closing_since = self.loop.time()
+        self.transport.close()
 
     async def _run(self, request: Request):
         handler = self.server.handler
@@ -199,32 +428,65 @@ class HttpProtocol(asyncio.Protocol):
                 status, headers, body = 500, {"Content-Type": "application/json", "X-Model-Variant": "none"}, \
                     b'{"detail": "internal gateway error", "code": "internal"}'
             if self.closed:
+                self.busy = False
                 return
-            close = not request.keep_alive
+            queue = self.queue
+            close = (not request.keep_alive or self.server.stopping
+                     or (not queue and (self.close_after or (self.eof and self.failed is None))))
             self.transport.write(encode_response(status, headers, b"" if request.method == "HEAD" else body, close))
             if close:
-                self.closed = True
-                self.transport.close()
-                return
-            if self.queue:
-                request = self.queue.popleft()
-            else:
                 self.busy = False
-                if self.eof:
-                    self.closed = True
-                    self.transport.close()
+                self.failed = None
+                self._close()
                 return
+            if self.writing_paused and not self.closed:  # the client is not reading: wait for it
+                self.drain = self.loop.create_future()
+                await self.drain
+                self.drain = None
+                if self.closed:
+                    self.busy = False
+                    return
+            if queue:
+                request = queue.popleft()
+                self._update_reading()
+                continue
+            self.busy = False
+            if self.failed is not None:
+                self._flush_failure()
+            else:
+                self._update_reading()
+            return
+
+
+def _target(url: bytes) -> tuple[str, str]:
+    """Path and query of an absolute-form (or asterisk-form) request target."""
+    if url == b"*":
+        return "*", ""
+    try:
+        parsed = httptools.parse_url(url)
+    except httptools.HttpParserInvalidURLError:
+        raise Reject(400, "bad_http", "unparseable request target") from None
+    path = (parsed.path or b"/").decode("latin-1")
+    return path, (parsed.query or b"").decode("latin-1")
 
 
 class HttpServer:
-    def __init__(self, handler, *, max_body: int, idle_timeout: float = 75.0):
+    def __init__(self, handler, *, limits: Limits | None = None, max_body: int | None = None, idle_timeout: float | None = None):
         self.handler = handler
-        self.max_body = max_body
-        self.idle_timeout = idle_timeout
+        self.limits = limits or Limits()
+        if max_body is not None:
+            self.limits.max_body_bytes = max_body
+        if idle_timeout is not None:
+            self.limits.idle_timeout_s = idle_timeout
         self.connections: set[HttpProtocol] = set()
         self.loop = None
         self.server = None
         self.sweeper = None
+        self.stopping = False
+
+    @property
+    def max_body(self) -> int:
+        return self.limits.max_body_bytes
 
     async def start(self, host: str, port: int, backlog: int = 2048):
         self.loop = asyncio.get_running_loop()
@@ -232,25 +494,53 @@ class HttpServer:
         self.sweeper = self.loop.create_task(self._sweep())
         return self.server
 
-    async def _sweep(self):
-        """Close connections that sent nothing for idle_timeout seconds and have no
-        request in progress (idle keep-alive clients, half-sent heads)."""
-        while True:
-            await asyncio.sleep(min(5.0, self.idle_timeout / 2))
-            cutoff = self.loop.time() - self.idle_timeout
-            for conn in list(self.connections):
-                if not conn.busy and conn.last < cutoff and conn.transport is not None:
-                    conn.closed = True
+    def sweep_once(self) -> None:
+        """Enforce the time limits: 408 for a request not received whole in time, close
+        idle keep-alive connections, abort connections whose client stopped reading
+        (replies waiting) or that did not finish closing."""
+        now = self.loop.time()
+        limits = self.limits
+        for conn in list(self.connections):
+            if conn.transport is None:
+                continue
+            if conn.closed:
+                if conn.lingering and now - conn.closing_since > LINGER_S:
+                    conn.lingering = False
                     conn.transport.close()
+                elif conn.closing_since and now - conn.closing_since > limits.idle_timeout_s:
+                    conn.transport.abort()
+            elif conn.writing_paused and now - conn.paused_since > limits.idle_timeout_s:
+                conn.closed = True
+                conn.transport.abort()
+            elif conn.started and now - conn.started > limits.receive_timeout_s:
+                conn._fail(408, "request_timeout", f"the request did not arrive whole within {limits.receive_timeout_s:g} s")
+            elif not conn.busy and not conn.started and now - conn.last > limits.idle_timeout_s:
+                conn._close()
 
-    async def close(self, grace: float = 2.0):
-        if self.sweeper is not None:
-            self.sweeper.cancel()
+    async def _sweep(self):
+        interval = max(0.05, min(0.5, self.limits.receive_timeout_s / 4, self.limits.idle_timeout_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.sweep_once()
+            except Exception:  # the sweeper must outlive any one connection's surprise
+                log.exception("connection sweep failed")
+
+    async def close(self, grace: float = 5.0):
+        """Stop accepting, close idle connections, let replies in progress finish (up to
+        `grace` seconds; they go out with Connection: close), then close the rest."""
+        self.stopping = True
         if self.server is not None:
             self.server.close()
+        for conn in list(self.connections):
+            if not conn.busy and not conn.closed and conn.transport is not None:
+                conn._close()
         deadline = self.loop.time() + grace
         while any(c.busy for c in self.connections) and self.loop.time() < deadline:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
+        if self.sweeper is not None:
+            self.sweeper.cancel()
         for conn in list(self.connections):
             if conn.transport is not None:
-                conn.transport.close()
+                conn.closed = True
+                conn.transport.abort() if conn.busy else conn.transport.close()

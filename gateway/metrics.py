@@ -47,6 +47,17 @@ ROUTE_AGE = Gauge("gateway_route_table_age_seconds", "Seconds since the route so
 ROUTE_STALE = Gauge("gateway_route_table_stale", "1 when the route source cannot be reached or sent an invalid table")
 ROUTE_LOADED_AT = Gauge("gateway_route_table_loaded_timestamp_seconds", "Unix time the current table was installed")
 ROUTE_ENDPOINTS = Gauge("gateway_route_table_endpoints", "Endpoints in the current route table")
+HTTP_REJECTIONS = Counter(
+    "gateway_http_rejections", "Connections answered with an HTTP-level error and closed (malformed HTTP, limits, timeouts)",
+    ["code"],
+)
+AUTH_REJECTIONS = Counter(
+    "gateway_auth_rejections", "Requests refused by key checks (labels from the route table, never client input)",
+    ["endpoint", "team", "key", "reason"],
+)
+
+# fault label of gateway_requests_total: who a request's outcome belongs to
+OK, CLIENT, BACKEND = "none", "client", "backend"
 
 
 class HotPath:
@@ -60,19 +71,30 @@ class HotPath:
     """
 
     def __init__(self, registry=REGISTRY):
-        self.requests: dict[tuple[str, str, int], int] = {}
+        self.requests: dict[tuple[str, str, int, str], int] = {}
         self.latency: dict[tuple[str, str], list] = {}  # [per-bucket counts..., +Inf count, sum]
         self.upstream: dict[tuple[str, str], list] = {}
         self.in_flight: dict[str, int] = {}
+        self.tenant_requests: dict[tuple[str, str, str, int], int] = {}
+        self.tenant_latency: dict[tuple[str, str], list] = {}
         self._n = len(BUCKETS)
         if registry is not None:
             registry.register(self)
 
-    def done(self, endpoint: str, variant: str, status: int, seconds: float) -> None:
-        key = (endpoint, variant, status)
+    def done(self, endpoint: str, variant: str, status: int, seconds: float, fault: str, tenant=None) -> None:
+        """One answered request. `fault` says whose outcome it is (OK, CLIENT, BACKEND);
+        the client's do not enter the variant's latency histogram (a 1-ms client deadline
+        would make a variant look fast). `tenant`: the Key that called, if any."""
+        key = (endpoint, variant, status, fault)
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
-        self._observe(self.latency, (endpoint, variant), seconds)
+        if fault is not CLIENT:
+            self._observe(self.latency, (endpoint, variant), seconds)
+        if tenant is not None:
+            key = (tenant.team, tenant.id, endpoint, status)
+            counts = self.tenant_requests
+            counts[key] = counts.get(key, 0) + 1
+            self._observe(self.tenant_latency, (tenant.team, tenant.id), seconds)
 
     def observe_upstream(self, endpoint: str, variant: str, seconds: float) -> None:
         self._observe(self.upstream, (endpoint, variant), seconds)
@@ -86,14 +108,27 @@ class HotPath:
 
     def collect(self):
         requests = CounterMetricFamily(
-            "gateway_requests", "Client requests by endpoint, variant that answered, and HTTP status",
-            labels=["endpoint", "variant", "status"],
+            "gateway_requests", "Client requests by endpoint, variant that answered, HTTP status, and whose the outcome is "
+            "(fault: none = served, client = the client's doing, backend = the variant's failure)",
+            labels=["endpoint", "variant", "status", "fault"],
         )
-        for (endpoint, variant, status), count in list(self.requests.items()):
-            requests.add_metric([endpoint, variant, str(status)], count)
+        for (endpoint, variant, status, fault), count in list(self.requests.items()):
+            requests.add_metric([endpoint, variant, str(status), fault], count)
         yield requests
         yield self._histogram(
-            "gateway_request_duration_seconds", "Client request latency inside the gateway (arrival to reply)", self.latency
+            "gateway_request_duration_seconds", "Client request latency inside the gateway (arrival to reply), "
+            "requests whose outcome was the client's left out", self.latency
+        )
+        tenants = CounterMetricFamily(
+            "gateway_tenant_requests", "Requests of authenticated keys by team, key id, endpoint and HTTP status",
+            labels=["team", "key", "endpoint", "status"],
+        )
+        for (team, key, endpoint, status), count in list(self.tenant_requests.items()):
+            tenants.add_metric([team, key, endpoint, str(status)], count)
+        yield tenants
+        yield self._histogram(
+            "gateway_tenant_request_duration_seconds", "Latency of authenticated keys' requests", self.tenant_latency,
+            labels=("team", "key"),
         )
         yield self._histogram(
             "gateway_upstream_duration_seconds", "Latency of one upstream attempt to a Triton replica", self.upstream
@@ -103,16 +138,16 @@ class HotPath:
             in_flight.add_metric([endpoint], count)
         yield in_flight
 
-    def _histogram(self, name: str, documentation: str, table: dict) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(name, documentation, labels=["endpoint", "variant"])
-        for (endpoint, variant), slots in list(table.items()):
+    def _histogram(self, name: str, documentation: str, table: dict, labels=("endpoint", "variant")) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, documentation, labels=list(labels))
+        for (first, second), slots in list(table.items()):
             buckets, total = [], 0
             for bound, count in zip(BUCKETS, slots):
                 total += count
                 buckets.append((floatToGoString(bound), total))
             total += slots[self._n]
             buckets.append(("+Inf", total))
-            family.add_metric([endpoint, variant], buckets, slots[-1])
+            family.add_metric([first, second], buckets, slots[-1])
         return family
 
     def describe(self):

@@ -15,6 +15,9 @@ from hashlib import blake2b
 from pathlib import Path
 
 import jsonschema
+
+from .tensors import Signature
+from .tenants import EndpointAuth, Key, compile_auth, compile_keys
 from .upstream import Pool
 
 SCHEMA_PATH = Path(__file__).with_name("route_table.schema.json")
@@ -66,6 +69,7 @@ class Variant:
     weight_bp: int
     attempt_timeout_s: float | None
     replicas: list  # [(ReplicaState, infer request line, metadata request line)]
+    signature: Signature | None = None  # what requests must look like (None: only the shape/data checks)
     _rr: int = 0
 
     def pick(self):
@@ -109,6 +113,8 @@ class Endpoint:
     stable: Variant
     live: list[Variant]  # non-shadow, weight > 0, fixed order (as listed)
     shadows: list[Variant]
+    auth: EndpointAuth = field(default_factory=lambda: EndpointAuth(False, frozenset()))
+    min_timeout_s: float = 0.0  # a client deadline below this is the client's fault when it expires
     _bounds: list[float] = field(default_factory=list)  # cumulative upper bounds in [0, BP)
     _x: float = 0.0
     _hash_prefix: bytes = b""
@@ -160,6 +166,7 @@ class RouteTable:
     version: str
     endpoints: dict[str, Endpoint]
     raw: dict
+    keys: dict[str, Key] = field(default_factory=dict)  # sha256 hex -> Key
 
     def replica_keys(self) -> set[tuple[str, str]]:
         return {(e[0].base, e[0].model) for ep in self.endpoints.values() for v in ep.variants for e in v.replicas}
@@ -172,12 +179,30 @@ def validate(document) -> None:
         err = errors[0]
         where = "/".join(str(p) for p in err.absolute_path) or "(root)"
         raise RouteTableError(f"{where}: {err.message}")
+    key_ids = set()
+    hashes = set()
+    for i, key in enumerate(document.get("keys", ())):
+        if key["id"] in key_ids:
+            raise RouteTableError(f"keys/{i}: duplicate key id {key['id']!r}")
+        if key["sha256"] in hashes:
+            raise RouteTableError(f"keys/{i} ({key['id']}): the same sha256 as another key")
+        key_ids.add(key["id"])
+        hashes.add(key["sha256"])
     seen = set()
     for i, ep in enumerate(document["endpoints"]):
         where = f"endpoints/{i} ({ep['name']})"
         if ep["name"] in seen:
             raise RouteTableError(f"{where}: duplicate endpoint name")
         seen.add(ep["name"])
+        unknown = [k for k in ep.get("auth", {}).get("keys", ()) if k not in key_ids]
+        if unknown:
+            raise RouteTableError(f"{where}: auth names keys that the table does not define: {unknown[:5]}")
+        if ep.get("min_timeout_ms", 0) > ep.get("timeout_ms", 1000):
+            raise RouteTableError(f"{where}: min_timeout_ms {ep['min_timeout_ms']} is above timeout_ms {ep.get('timeout_ms', 1000)}")
+        for v in ep["variants"]:
+            signature = v.get("signature")
+            if signature is not None:
+                _validate_signature(signature, f"{where} variant {v['name']!r}")
         names = [v["name"] for v in ep["variants"]]
         if len(set(names)) != len(names):
             raise RouteTableError(f"{where}: duplicate variant names {names}")
@@ -192,13 +217,26 @@ def validate(document) -> None:
                 raise RouteTableError(f"{where}: shadow variant {v['name']!r} must have weight_bp 0")
 
 
-def compile_table(document, states: dict, pools: dict | None = None) -> RouteTable:
+def _validate_signature(signature: dict, where: str) -> None:
+    names = [t["name"] for t in signature["inputs"]]
+    if len(set(names)) != len(names):
+        raise RouteTableError(f"{where}: signature has duplicate input names {names}")
+    if signature.get("max_batch_size", 0) > 0:
+        for t in signature["inputs"]:
+            if not t["shape"] or t["shape"][0] != -1:
+                raise RouteTableError(f"{where}: input {t['name']!r} of a batching model (max_batch_size > 0) needs -1 as its "
+                                      f"first (batch) dimension, got {t['shape']}")
+
+
+def compile_table(document, states: dict, pools: dict | None = None, keys: dict | None = None) -> RouteTable:
     """Validate and build the hot-path objects. `states` ((base URL, model) ->
-    ReplicaState) and `pools` (base URL -> Pool) are reused so breaker, load and
-    connections survive reloads; new entries are added to them."""
+    ReplicaState), `pools` (base URL -> Pool) and `keys` (the previous table's keys)
+    are reused so breaker, load, connections and rate-limit buckets survive reloads;
+    new entries are added to `states` and `pools`."""
     pools = {} if pools is None else pools
     validate(document)
     endpoints = {}
+    signatures: dict[str, Signature] = {}  # variants serving the same model share one object
     for ep in document["endpoints"]:
         timeout_ms = ep.get("timeout_ms", 1000)
         variants = []
@@ -223,6 +261,12 @@ def compile_table(document, states: dict, pools: dict | None = None) -> RouteTab
             attempt = v.get("attempt_timeout_ms")
             if attempt is None and v["role"] in ("canary", "arm"):
                 attempt = timeout_ms / 2
+            signature = None
+            if v.get("signature") is not None:
+                sig_key = json.dumps(v["signature"], sort_keys=True)
+                signature = signatures.get(sig_key)
+                if signature is None:
+                    signature = signatures[sig_key] = Signature.from_document(v["signature"])
             variants.append(
                 Variant(
                     name=v["name"],
@@ -232,6 +276,7 @@ def compile_table(document, states: dict, pools: dict | None = None) -> RouteTab
                     weight_bp=v["weight_bp"],
                     attempt_timeout_s=None if attempt is None else attempt / 1000.0,
                     replicas=replicas,
+                    signature=signature,
                 )
             )
         endpoints[ep["name"]] = Endpoint(
@@ -244,5 +289,8 @@ def compile_table(document, states: dict, pools: dict | None = None) -> RouteTab
             stable=next(v for v in variants if v.role == "stable"),
             live=[v for v in variants if v.role != "shadow" and v.weight_bp > 0],
             shadows=[v for v in variants if v.role == "shadow" and v.replicas],
+            auth=compile_auth(ep.get("auth")),
+            min_timeout_s=ep.get("min_timeout_ms", timeout_ms) / 1000.0,
         )
-    return RouteTable(version=document["version"], endpoints=endpoints, raw=document)
+    return RouteTable(version=document["version"], endpoints=endpoints, raw=document,
+                      keys=compile_keys(document.get("keys", ()), keys))

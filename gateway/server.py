@@ -1,40 +1,46 @@
-"""The gateway process: a small asyncio HTTP/1.1 server (httpserver.py) in front of a
+"""The gateway process: an HTTP/1.1 server on llhttp (httpserver.py) in front of a
 pooled keep-alive HTTP/1.1 client to the Triton replicas (upstream.py); aiohttp only
 polls the control plane.
 
 Hot path of POST /v2/models/{endpoint}/infer: look the endpoint up in the current
-table, choose the variant (sticky or weighted), pick the replica with the fewest
-outstanding requests, forward the body untouched, check (while the model works) that
-it is a KServe v2 JSON request (or the JSON header of a binary-extension request),
-retry once on stable when a canary/arm attempt fails, queue a shadow copy, reply with
-the upstream's status, body and tensor headers plus X-Request-Id and X-Model-Variant.
+table, check the caller's key (tenants.py), parse the request once (orjson) and check
+its tensors (tensors.py), choose the variant (sticky or weighted) and check the request
+against that variant's signature, pick the replica with the fewest outstanding
+requests, forward the original bytes, retry once on stable when a canary/arm attempt
+fails for the backend's reasons, queue a shadow copy, reply with the upstream's status,
+body and tensor headers plus X-Request-Id and X-Model-Variant. Each outcome is counted
+as the variant's (served, or a backend failure) or the client's (4xx, a deadline below
+the endpoint's floor, a disconnect): only the former feed the judge and the breakers.
+
+Longer than the house's ~300 lines on purpose: the request path (`infer` -> `_infer` ->
+`attempt`) is read and tuned as one piece, and splitting it costs attribute lookups.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import hmac
 import json
 import logging
 import os
 import random
+import signal
+import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 
 from . import metrics
 from .httpserver import HttpServer, Request
+from .metrics import BACKEND, CLIENT, OK
 from .routes import ReplicaState, RouteTable, compile_table
 from .scores import ScoreSampler
+from .settings import Settings
 from .source import FileRouteSource, HttpRouteSource, SourceStatus
+from .tenants import authenticate, release, retry_after
+from .tensors import Parsed, Problem, inflate, parse_request
 from .upstream import UpstreamError
-
-try:
-    from orjson import loads as _loads  # ~9x faster than json.loads for a request body
-except ImportError:  # pragma: no cover - orjson is a declared dependency
-    from json import loads as _loads
 
 log = logging.getLogger("gateway")
 perf = time.perf_counter
@@ -44,45 +50,8 @@ FORWARD_REQUEST = (("content-type", "Content-Type"), ("inference-header-content-
 FORWARD_RESPONSE = (("content-type", "Content-Type"), ("inference-header-content-length", IHCL), ("content-encoding", "Content-Encoding"))
 JSON_CT = "application/json"
 UNAVAILABLE = frozenset((502, 503, 504))  # upstream statuses that count toward the circuit breaker
-
-
-@dataclass
-class Settings:
-    host: str = "0.0.0.0"
-    port: int = 8080
-    routes_url: str | None = None
-    routes_file: Path | None = None
-    token: str | None = None
-    poll_interval_s: float = 0.3
-    stale_after_s: float = 3.0
-    max_body_bytes: int = 8 * 1024 * 1024
-    breaker_failures: int = 3
-    breaker_cooldown_s: float = 0.5
-    breaker_max_cooldown_s: float = 8.0
-    shadow_queue: int = 1024
-    shadow_workers: int = 16
-    idle_timeout_s: float = 75.0
-
-    @classmethod
-    def from_env(cls, **overrides) -> "Settings":
-        env = os.environ
-        values = dict(
-            host=env.get("GATEWAY_HOST", cls.host),
-            port=int(env.get("GATEWAY_PORT", cls.port)),
-            routes_url=env.get("GATEWAY_ROUTES_URL") or None,
-            routes_file=Path(env["GATEWAY_ROUTES_FILE"]) if env.get("GATEWAY_ROUTES_FILE") else None,
-            token=env.get("GATEWAY_TOKEN") or None,
-            poll_interval_s=float(env.get("GATEWAY_POLL_INTERVAL_MS", cls.poll_interval_s * 1000)) / 1000,
-            stale_after_s=float(env.get("GATEWAY_STALE_AFTER_MS", cls.stale_after_s * 1000)) / 1000,
-            max_body_bytes=int(env.get("GATEWAY_MAX_BODY_BYTES", cls.max_body_bytes)),
-            breaker_failures=int(env.get("GATEWAY_BREAKER_FAILURES", cls.breaker_failures)),
-            breaker_cooldown_s=float(env.get("GATEWAY_BREAKER_COOLDOWN_MS", cls.breaker_cooldown_s * 1000)) / 1000,
-            shadow_queue=int(env.get("GATEWAY_SHADOW_QUEUE", cls.shadow_queue)),
-            shadow_workers=int(env.get("GATEWAY_SHADOW_WORKERS", cls.shadow_workers)),
-            idle_timeout_s=float(env.get("GATEWAY_IDLE_TIMEOUT_S", cls.idle_timeout_s)),
-        )
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+MAX_TIMEOUT_DIGITS = 7  # X-Request-Timeout-Ms up to 9999999 (then capped by the endpoint's timeout_ms)
+MAX_REQUEST_ID = 128
 
 
 _bits = random.SystemRandom().getrandbits(64)
@@ -94,14 +63,31 @@ def _new_id() -> str:
     return "%032x" % _rand.getrandbits(128)
 
 
+def request_id(headers: dict) -> str:
+    """The client's X-Request-Id when it is 1-128 printable ASCII characters (it is echoed
+    in a response header), else a new one."""
+    rid = headers.get("x-request-id")
+    if rid and len(rid) <= MAX_REQUEST_ID and rid.isascii() and rid.isprintable():
+        return rid
+    return _new_id()
+
+
+def _header_safe(value: str) -> bool:
+    """What may be forwarded to Triton: printable ASCII only (no control characters, no obs-text)."""
+    return value.isascii() and value.isprintable()
+
+
 class UpstreamFailure(Exception):
     def __init__(self, reason: str, status: int = 0, headers=None, body: bytes = b""):
         self.reason, self.status, self.headers, self.body = reason, status, headers, body
 
 
-def _error(status: int, code: str, detail: str, rid: str, variant: str = "none"):
+def _error(status: int, code: str, detail: str, rid: str, variant: str = "none", extra: dict | None = None):
     body = json.dumps({"detail": detail, "code": code}).encode()
-    return status, {"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": variant}, body
+    headers = {"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": variant}
+    if extra:
+        headers.update(extra)
+    return status, headers, body
 
 
 class Gateway:
@@ -115,6 +101,8 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self.shadow_queue: asyncio.Queue | None = None
         self.tasks: list[asyncio.Task] = []
+        self.stopping = False
+        self.metrics_token = (settings.metrics_token or "").encode()
         if settings.routes_url:
             self.status = SourceStatus("http", settings.routes_url, settings.stale_after_s)
             self.source = HttpRouteSource(self.install, self.status, settings.poll_interval_s, settings.routes_url, settings.token)
@@ -126,7 +114,8 @@ class Gateway:
 
     # --- routes -------------------------------------------------------------------------
     def install(self, document) -> None:
-        table = compile_table(document, self.states, self.pools)  # raises RouteTableError, nothing changed
+        previous_keys = self.table.keys if self.table is not None else None
+        table = compile_table(document, self.states, self.pools, previous_keys)  # raises RouteTableError, nothing changed
         keep = table.replica_keys()
         for key in list(self.states):
             if key not in keep:
@@ -197,13 +186,19 @@ class Gateway:
                     state.open_until = time.monotonic() + state.cooldown
 
     # --- upstream -----------------------------------------------------------------------
-    async def attempt(self, entry, body: bytes, headers: bytes, timeout: float, ep_name: str, variant_name: str, during=None):
+    async def attempt(self, entry, body: bytes, headers: bytes, timeout: float, ep_name: str, variant_name: str,
+                      client_bound: bool = False):
+        """One upstream attempt. `client_bound`: `timeout` is the client's deadline, below
+        the endpoint's floor, so running out of it is the client's doing: no breaker
+        count, reason "client_deadline"."""
         state, line, _ = entry
         state.outstanding += 1
         t0 = perf()
         try:
-            status, rheaders, data = await state.pool.request(line + headers, body, timeout, during)
+            status, rheaders, data = await state.pool.request(line + headers, body, timeout)
         except asyncio.TimeoutError:
+            if client_bound:
+                raise UpstreamFailure("client_deadline") from None
             self._failed(state)
             raise UpstreamFailure("timeout") from None
         except UpstreamError as exc:
@@ -232,61 +227,103 @@ class Gateway:
             rest = path[11:]
             if rest.endswith("/infer"):
                 if method != "POST":
-                    return _error(405, "method_not_allowed", "use POST for /infer", self._rid(request))
+                    return _error(405, "method_not_allowed", "use POST for /infer", request_id(request.headers), extra={"Allow": "POST"})
                 return await self.infer(request, rest[:-6])
             if method == "GET":
                 if rest.endswith("/ready"):
                     return self.model_ready(request, rest[:-6])
                 if "/" not in rest:
                     return await self.model_metadata(request, rest)
-        elif method == "GET":
+        elif method == "GET" or method == "HEAD":
             if path == "/metrics":
-                body, content_type = metrics.exposition()
-                return 200, {"Content-Type": content_type, "X-Request-Id": self._rid(request), "X-Model-Variant": "none"}, body
+                return self.metrics(request)
             if path == "/v2/health/live":
-                return 200, {"X-Request-Id": self._rid(request), "X-Model-Variant": "none"}, b""
+                return 200, {"Content-Type": JSON_CT, "X-Request-Id": request_id(request.headers), "X-Model-Variant": "none"}, b'{"live": true}'
             if path in ("/v2/health/ready", "/healthz"):
                 return self.health(request)
-        return _error(404, "not_found", f"no route for {method} {path}", self._rid(request))
+            if path == "/status":
+                return self.status_detail(request)
+        return _error(404, "not_found", f"no route for {method} {path[:200]}", request_id(request.headers))
 
-    @staticmethod
-    def _rid(request) -> str:
-        return request.headers.get("x-request-id") or _new_id()
+    def _operator(self, request) -> bool:
+        """/metrics and /status: open when GATEWAY_METRICS_TOKEN is unset, else only with `Bearer <token>`."""
+        if not self.metrics_token:
+            return True
+        value = request.headers.get("authorization", "")
+        scheme, _, token = value.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"), self.metrics_token)
+
+    def metrics(self, request):
+        rid = request_id(request.headers)
+        if not self._operator(request):
+            return _error(401, "unauthorized", "/metrics needs Authorization: Bearer <GATEWAY_METRICS_TOKEN>", rid,
+                          extra={"WWW-Authenticate": 'Bearer realm="gateway-metrics"'})
+        body, content_type = metrics.exposition()
+        return 200, {"Content-Type": content_type, "X-Request-Id": rid, "X-Model-Variant": "none"}, body
 
     def health(self, request):
+        """Live and ready, nothing else: ready once a route table is loaded and until shutdown begins."""
+        ready = self.table is not None and not self.stopping
+        body = b'{"live": true, "ready": true}' if ready else b'{"live": true, "ready": false}'
+        headers = {"Content-Type": JSON_CT, "X-Request-Id": request_id(request.headers), "X-Model-Variant": "none"}
+        return (200 if ready else 503), headers, body
+
+    def status_detail(self, request):
+        """For operators (behind GATEWAY_METRICS_TOKEN): route source, version, staleness,
+        last error, and each replica's breaker."""
+        rid = request_id(request.headers)
+        if not self._operator(request):
+            return _error(401, "unauthorized", "/status needs Authorization: Bearer <GATEWAY_METRICS_TOKEN>", rid,
+                          extra={"WWW-Authenticate": 'Bearer realm="gateway-metrics"'})
         table = self.table
         detail = {
-            "ready": table is not None,
+            "ready": table is not None and not self.stopping,
             "routes": self.status.detail(),
+            "keys": len(table.keys) if table else 0,
             "endpoints": {
                 name: {
+                    "public": ep.auth.public,
                     "variants": {
                         v.name: {
                             "role": v.role, "weight_bp": v.weight_bp, "triton_model": v.triton_model,
+                            "signature": v.signature is not None,
                             "replicas": {e[0].base: ("open" if e[0].broken else "closed") for e in v.replicas},
                         }
                         for v in ep.variants
-                    }
+                    },
                 }
                 for name, ep in (table.endpoints.items() if table else ())
             },
         }
-        headers = {"Content-Type": JSON_CT, "X-Request-Id": self._rid(request), "X-Model-Variant": "none"}
-        return (200 if table is not None else 503), headers, json.dumps(detail).encode()
+        return 200, {"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": "none"}, json.dumps(detail).encode()
+
+    def _endpoint_for_read(self, request, name: str):
+        """(endpoint, None) when the caller may read this endpoint (metadata, ready), else (None, response)."""
+        rid = request_id(request.headers)
+        table = self.table
+        ep = table.endpoints.get(name) if table else None
+        if ep is None:
+            return None, _error(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", rid)
+        if not ep.auth.public:
+            key, rejection = authenticate(request.headers, ep.auth, table.keys, name, perf())
+            if rejection is not None:
+                problem, reason, wait = rejection
+                return None, self._rejected(problem, reason, wait, rid, ep.name, key)
+            release(key)
+        return ep, None
 
     def model_ready(self, request, name: str):
-        rid = self._rid(request)
-        ep = self.table.endpoints.get(name) if self.table else None
+        ep, response = self._endpoint_for_read(request, name)
         if ep is None:
-            return _error(404, "unknown_endpoint", f"unknown endpoint {name!r}", rid)
+            return response
         ok = ep.stable.available
-        return (200 if ok else 503), {"X-Request-Id": rid, "X-Model-Variant": ep.stable.name}, b""
+        return (200 if ok else 503), {"X-Request-Id": request_id(request.headers), "X-Model-Variant": ep.stable.name}, b""
 
     async def model_metadata(self, request, name: str):
-        rid = self._rid(request)
-        ep = self.table.endpoints.get(name) if self.table else None
+        ep, response = self._endpoint_for_read(request, name)
         if ep is None:
-            return _error(404, "unknown_endpoint", f"unknown endpoint {name!r}", rid)
+            return response
+        rid = request_id(request.headers)
         stable = ep.stable
         entry = stable.pick()
         if entry is None:
@@ -295,84 +332,135 @@ class Gateway:
             status, rheaders, body = await entry[0].pool.request(entry[2], b"", ep.timeout_s)
             ct = rheaders.get("content-type", JSON_CT)
         except (UpstreamError, asyncio.TimeoutError, OSError) as exc:
-            return _error(502, "upstream_error", f"metadata from {entry[0].base}: {type(exc).__name__}", rid, stable.name)
+            return _error(502, "upstream_error", f"metadata from the stable variant: {type(exc).__name__}", rid, stable.name)
+        if not _header_safe(ct):
+            ct = JSON_CT
         return status, {"Content-Type": ct, "X-Request-Id": rid, "X-Model-Variant": stable.name}, body
+
+    def _rejected(self, problem: Problem, reason: str, wait: float, rid: str, ep_name: str, key):
+        metrics.AUTH_REJECTIONS.labels(ep_name, key.team if key else "", key.id if key else "", reason).inc()
+        status, code, detail = problem
+        extra = None
+        if status == 401:
+            extra = {"WWW-Authenticate": 'Bearer realm="inference"'}
+        elif status == 429:
+            extra = {"Retry-After": retry_after(wait)}
+        return _error(status, code, detail, rid, extra=extra)
 
     async def infer(self, request: Request, name: str):
         t0 = perf()
         headers = request.headers
-        rid = headers.get("x-request-id") or _new_id()
+        rid = request_id(headers)
         table = self.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
-            detail = f"unknown endpoint {name!r}" if table is not None else "no route table loaded yet"
             # label "unknown", never the client's string: metric cardinality stays bounded
-            return self._done(_error(404 if table is not None else 503, "unknown_endpoint" if table else "no_routes", detail, rid), t0, "unknown", "none")
+            if table is None:
+                return self._done(request, _error(503, "no_routes", "no route table loaded yet", rid), t0, "unknown", "none", BACKEND)
+            return self._done(request, _error(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", rid), t0, "unknown", "none", CLIENT)
+        key, rejection = authenticate(headers, ep.auth, table.keys, name, t0)
+        if rejection is not None:
+            problem, reason, wait = rejection
+            return self._done(request, self._rejected(problem, reason, wait, rid, name, key), t0, name, "none", CLIENT, key)
         in_flight = self.hot.in_flight
         in_flight[name] = in_flight.get(name, 0) + 1
         try:
-            return await self._infer(request, ep, headers, rid, t0)
+            return await self._infer(request, ep, headers, rid, t0, key)
         finally:
             in_flight[name] -= 1
+            if key is not None:
+                release(key)
 
-    def _done(self, response, t0: float, ep_name: str, variant: str):
-        self.hot.done(ep_name, variant, response[0], perf() - t0)
+    def _done(self, request, response, t0: float, ep_name: str, variant: str, fault: str, tenant=None):
+        status = response[0]
+        conn = request.conn
+        if conn is not None and conn.lost and fault is not BACKEND:
+            status, fault = 499, CLIENT  # nobody got the reply (nginx's "client closed request")
+        self.hot.done(ep_name, variant, status, perf() - t0, fault, tenant)
         return response
 
-    async def _infer(self, request: Request, ep, headers, rid: str, t0: float):
+    def _client_error(self, request, problem, rid: str, t0: float, name: str, tenant):
+        status, code, detail = problem
+        return self._done(request, _error(status, code, detail, rid), t0, name, "none", CLIENT, tenant)
+
+    async def _infer(self, request: Request, ep, headers, rid: str, t0: float, tenant):
         name = ep.name
         body = request.body  # the HTTP server enforces the size limit (413) while reading
         timeout = ep.timeout_s
         raw_timeout = headers.get("x-request-timeout-ms")
         if raw_timeout is not None:
-            try:
-                timeout = int(raw_timeout) / 1000.0
-                if timeout <= 0:
-                    raise ValueError
-            except ValueError:
-                return self._done(_error(400, "bad_timeout", f"X-Request-Timeout-Ms must be a positive integer, got {raw_timeout!r}", rid), t0, name, "none")
+            if not (raw_timeout.isascii() and raw_timeout.isdigit()) or len(raw_timeout) > MAX_TIMEOUT_DIGITS or int(raw_timeout) == 0:
+                return self._client_error(request, Problem(400, "bad_timeout", "X-Request-Timeout-Ms must be a positive integer "
+                                                           f"of at most {MAX_TIMEOUT_DIGITS} digits, got {raw_timeout[:40]!r}"),
+                                          rid, t0, name, tenant)
+            timeout = min(timeout, int(raw_timeout) / 1000.0)  # a client may shorten the deadline, not lengthen it
+        client_limited = timeout < ep.min_timeout_s
         deadline = t0 + timeout
 
         up_headers = b""
+        encoding = None
         for key, out_key in FORWARD_REQUEST:
             value = headers.get(key)
             if value is not None:
+                if not (value.isascii() and value.isprintable()):  # _header_safe, inlined (hot path)
+                    return self._client_error(request, Problem(400, "bad_header", f"{out_key} has characters other than "
+                                                               "printable ASCII"), rid, t0, name, tenant)
+                if key == "content-encoding":
+                    encoding = value
                 up_headers += f"{out_key}: {value}\r\n".encode("latin-1")
 
-        # The body check (is it a KServe v2 JSON request?) runs right after the request
-        # is written upstream, so it overlaps the model's work instead of adding to the
-        # latency; its verdict is applied before anything about the reply is (a
-        # malformed request is a 400 and never counts as a backend error or failover).
-        check = _BodyCheck(body, headers.get("inference-header-content-length"))
+        # One parse of the request (orjson) and its model-independent checks, then the
+        # chosen variant's signature: a request that does not fit never reaches Triton.
+        plain = body if encoding is None else inflate(body, encoding, self.settings.max_body_bytes)
+        if type(plain) is Problem:
+            return self._client_error(request, plain, rid, t0, name, tenant)
+        parsed = parse_request(plain, headers.get("inference-header-content-length"))
+        if type(parsed) is Problem:
+            return self._client_error(request, parsed, rid, t0, name, tenant)
         variant = ep.choose(headers.get(ep.sticky_key))
         stable = ep.stable
-        entry = variant.pick()
-        if entry is None and variant is stable:
-            entry = stable.pick_panic()  # every stable replica ejected: try a live one rather than refuse all
+        signature = variant.signature
         failure = None
-        if entry is None:
-            if variant is stable and check.result() is None:
-                return self._done(_error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica for variant {variant.name!r}", rid, variant.name), t0, name, variant.name)
-            failure = UpstreamFailure("unavailable")
+        if signature is not None:
+            problem = signature.check(parsed)
+            if problem is not None:
+                if variant is stable or (stable.signature is not None and stable.signature.check(parsed) is not None):
+                    return self._client_error(request, problem, rid, t0, name, tenant)
+                # The stable takes this request and the candidate does not (a breaking
+                # signature change): the candidate's failure, served by the stable.
+                failure = UpstreamFailure("incompatible")
+
+        entry = None
+        if failure is None:
+            entry = variant.pick()
+            if entry is None and variant is stable:
+                entry = stable.pick_panic()  # every stable replica ejected: try a live one rather than refuse all
+            if entry is None:
+                if variant is stable:
+                    return self._done(request, _error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica for variant "
+                                                      f"{variant.name!r}", rid, variant.name), t0, name, variant.name, BACKEND, tenant)
+                failure = UpstreamFailure("unavailable")
         if entry is not None:
             attempt_timeout = timeout if variant.attempt_timeout_s is None else min(timeout, variant.attempt_timeout_s)
+            client_bound = client_limited and attempt_timeout == timeout
             try:
-                status, rheaders, data = await self.attempt(entry, body, up_headers, attempt_timeout, name, variant.name, check)
+                status, rheaders, data = await self.attempt(entry, body, up_headers, attempt_timeout, name, variant.name, client_bound)
             except UpstreamFailure as exc:
                 failure = exc
-        problem = check.result()
-        if problem is not None:
-            return self._done(_error(400, problem[0], problem[1], rid), t0, name, "none")
         if failure is not None:
+            if failure.reason == "client_deadline":
+                return self._done(request, self._deadline(name, timeout, ep, rid, variant.name), t0, name, variant.name, CLIENT, tenant)
             if failure.reason != "unavailable":
                 metrics.UPSTREAM_ERRORS.labels(name, variant.name, failure.reason).inc()
             # One retry: canary/arm -> stable (failover); stable -> another stable replica
-            # only when the first never reached the model (connect error).
+            # only when the first never reached the model (connect error). Not when the
+            # request does not fit the stable's signature (a candidate with a new input).
             retry_variant = None
-            if variant is not stable:
+            if variant is not stable or failure.reason == "connect":
                 retry_variant = stable
-            elif failure.reason == "connect":
-                retry_variant = stable
+                if variant is not stable and failure.reason != "incompatible" and stable.signature is not None \
+                        and stable.signature is not signature and stable.signature.check(parsed) is not None:
+                    retry_variant = None
             retry_entry = retry_variant.pick() if retry_variant is not None else None
             if retry_entry is None and retry_variant is stable and variant is not stable:
                 retry_entry = stable.pick_panic()
@@ -386,41 +474,55 @@ class Gateway:
                     metrics.FAILOVERS.labels(name, variant.name, stable.name, failure.reason).inc()
                 variant = retry_variant
                 try:
-                    status, rheaders, data = await self.attempt(retry_entry, body, up_headers, remaining, name, variant.name)
+                    status, rheaders, data = await self.attempt(retry_entry, body, up_headers, remaining, name, variant.name, client_limited)
                     failure = None
                 except UpstreamFailure as exc:
                     failure = exc
-                    metrics.UPSTREAM_ERRORS.labels(name, variant.name, exc.reason).inc()
+                    if exc.reason != "client_deadline":
+                        metrics.UPSTREAM_ERRORS.labels(name, variant.name, exc.reason).inc()
             if failure is not None:
-                if failure.reason == "timeout" or deadline - perf() <= 0:
+                fault = BACKEND
+                if failure.reason == "client_deadline":
+                    response, fault = self._deadline(name, timeout, ep, rid, variant.name), CLIENT
+                elif failure.reason == "timeout" or deadline - perf() <= 0:
                     response = _error(504, "deadline_exceeded", f"no reply from {name!r} within {timeout * 1000:.0f} ms", rid, variant.name)
                 elif failure.reason == "5xx":
                     status, rheaders, data = failure.status, failure.headers, failure.body
                     response = None
-                elif failure.reason == "unavailable" and retry_entry is None:
+                elif failure.reason in ("unavailable", "incompatible") and retry_entry is None:
                     response = _error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica", rid, variant.name)
                 else:
                     response = _error(502, "upstream_error", f"endpoint {name!r}: upstream {failure.reason} on variant {variant.name!r}", rid, variant.name)
                 if response is not None:
-                    return self._done(response, t0, name, variant.name)
+                    return self._done(request, response, t0, name, variant.name, fault, tenant)
 
         if ep.shadows and ep.shadow_sample_rate > 0.0 and random.random() < ep.shadow_sample_rate:
-            self._queue_shadow(ep, body, up_headers)
+            self._queue_shadow(ep, body, up_headers, parsed)
 
         out = {"X-Request-Id": rid, "X-Model-Variant": variant.name}
         for key, out_key in FORWARD_RESPONSE:
             value = rheaders.get(key)
-            if value is not None:
+            if value is not None and value.isascii() and value.isprintable():
                 out[out_key] = value
-        response = self._done((status, out, data), t0, name, variant.name)
+        fault = OK if status < 400 else (CLIENT if status < 500 else BACKEND)
+        response = self._done(request, (status, out, data), t0, name, variant.name, fault, tenant)
         if status == 200:  # after the latency is taken: sampling must not tilt the judge's comparison
             self.scores.maybe_observe(name, variant.name, rheaders, data, candidate=variant is not stable)
         return response
 
+    @staticmethod
+    def _deadline(name: str, timeout: float, ep, rid: str, variant: str):
+        return _error(504, "deadline_exceeded", f"no reply from {name!r} within the client's {timeout * 1000:.0f} ms "
+                      f"(below this endpoint's floor of {ep.min_timeout_s * 1000:.0f} ms: counted as the client's)", rid, variant)
+
     # --- shadow -------------------------------------------------------------------------
-    def _queue_shadow(self, ep, body: bytes, up_headers: bytes) -> None:
+    def _queue_shadow(self, ep, body: bytes, up_headers: bytes, parsed: Parsed) -> None:
         queue = self.shadow_queue
         for shadow in ep.shadows:
+            if shadow.signature is not None and shadow.signature.check(parsed) is not None:
+                # the primary took this request and the shadow's model cannot: the shadow's failure
+                metrics.SHADOW_REQUESTS.labels(ep.name, shadow.name, "incompatible").inc()
+                continue
             try:
                 queue.put_nowait((ep.name, shadow, body, up_headers, ep.timeout_s))
             except asyncio.QueueFull:
@@ -461,53 +563,11 @@ class Gateway:
             metrics.SHADOW_LATENCY.labels(ep_name, shadow.name).observe(perf() - t0)
 
 
-class _BodyCheck:
-    """_check_body, run once: when called (by the upstream client right after the
-    write) or at the latest when the verdict is needed."""
-
-    __slots__ = ("body", "ihcl", "done", "problem")
-
-    def __init__(self, body: bytes, ihcl: str | None):
-        self.body, self.ihcl, self.done, self.problem = body, ihcl, False, None
-
-    def __call__(self) -> None:
-        if not self.done:
-            self.problem = _check_body(self.body, self.ihcl)
-            self.done = True
-
-    def result(self):
-        if not self.done:
-            self()
-        return self.problem
-
-
-def _check_body(body: bytes, ihcl: str | None):
-    """(code, detail) when the body is not a KServe v2 inference request, else None."""
-    header = body
-    if ihcl is not None:
-        try:
-            n = int(ihcl)
-        except ValueError:
-            return "bad_request", f"{IHCL} must be an integer, got {ihcl!r}"
-        if n < 0 or n > len(body):
-            return "bad_request", f"{IHCL} is {n} but the body has {len(body)} bytes"
-        header = body[:n] if n else body
-    if not header:
-        return "malformed_json", "empty request body: expected a KServe v2 inference request (JSON)"
-    try:
-        document = _loads(header)
-    except ValueError as exc:
-        return "malformed_json", f"request body is not valid JSON: {exc}"
-    if not isinstance(document, dict) or not isinstance(document.get("inputs"), list):
-        return "bad_request", "request body must be a JSON object with an 'inputs' list (KServe v2)"
-    return None
-
-
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     gateway = Gateway(settings)
     await gateway.start()
     loop = asyncio.get_running_loop()
-    server = HttpServer(gateway.handle, max_body=settings.max_body_bytes, idle_timeout=settings.idle_timeout_s)
+    server = HttpServer(gateway.handle, limits=settings.limits())
     try:
         await server.start(settings.host, settings.port)
     except OSError:
@@ -524,10 +584,24 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     if ready is not None:
         ready.set()
     stop = asyncio.Event()
-    import signal
+
+    def on_signal():
+        if stop.is_set():  # a second signal: no more waiting
+            os._exit(1)
+        stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     await stop.wait()
-    await server.close(2.0)
+    # Shutdown: readiness turns 503 and new connections are refused; replies in progress
+    # finish (with Connection: close) within the grace period; then the process exits.
+    # A watchdog thread makes sure of the exit even if something below hangs.
+    grace = settings.shutdown_grace_s
+    watchdog = threading.Timer(grace + 3.0, os._exit, (1,))
+    watchdog.daemon = True
+    watchdog.start()
+    log.info("shutting down: finishing requests in progress (up to %.1f s)", grace)
+    gateway.stopping = True
+    await server.close(grace)
     await gateway.close()
+    watchdog.cancel()

@@ -3,10 +3,11 @@
 Why not aiohttp's client: per request it builds a ClientRequest, a ClientResponse, a
 StreamReader, timers and header multidicts; that costs ~0.25 ms of CPU on this machine,
 which is most of the gateway's latency budget. Here one request is one
-`transport.write` of pre-encoded bytes and the reply is parsed in `data_received`
-(status line, Content-Length or chunked, keep-alive). Connections are pooled per
-replica (LIFO, so hot connections stay hot); a connection that times out, is closed by
-the peer, or sends something unexpected is dropped, never reused.
+`transport.write` of pre-encoded bytes and the reply is parsed by llhttp (httptools'
+response parser: status line, headers, Content-Length or chunked, keep-alive) as it
+arrives. Connections are pooled per replica (LIFO, so hot connections stay hot); a
+connection that times out, is closed by the peer, or sends something unexpected is
+dropped, never reused.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from urllib.parse import urlsplit
+
+import httptools
+
+MAX_HEAD = 65536
 
 
 class UpstreamError(Exception):
@@ -25,11 +30,11 @@ class UpstreamError(Exception):
 
 
 class _Conn(asyncio.Protocol):
-    __slots__ = ("transport", "buf", "waiter", "status", "headers", "length", "chunked", "head_done", "closed", "keep_alive", "body")
+    __slots__ = ("transport", "parser", "waiter", "status", "headers", "body", "head_bytes", "closed", "keep_alive", "framed")
 
     def __init__(self):
         self.transport = None
-        self.buf = bytearray()
+        self.parser = httptools.HttpResponseParser(self)
         self.waiter: asyncio.Future | None = None
         self.closed = False
         self._reset()
@@ -37,11 +42,10 @@ class _Conn(asyncio.Protocol):
     def _reset(self):
         self.status = 0
         self.headers = None
-        self.length = -1
-        self.chunked = False
-        self.head_done = False
-        self.keep_alive = True
         self.body = None
+        self.head_bytes = 0
+        self.keep_alive = True
+        self.framed = True  # the body has a length (Content-Length or chunked), not "until close"
 
     def connection_made(self, transport):
         self.transport = transport
@@ -50,116 +54,77 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         waiter = self.waiter
         if waiter is not None and not waiter.done():
-            if self.head_done and self.length < 0 and not self.chunked:
+            if self.headers is not None and not self.framed:
                 # body delimited by connection close
-                waiter.set_result((self.status, self.headers, bytes(self.buf)))
+                waiter.set_result((self.status, self.headers, bytes(self.body or b"")))
             else:
                 waiter.set_exception(UpstreamError("disconnect", f"connection closed by upstream: {exc or 'EOF'}"))
         self.waiter = None
 
     def data_received(self, data):
-        buf = self.buf
-        buf += data
+        if self.waiter is None:  # unsolicited bytes: this connection is not reusable
+            self.closed = True
+            self.transport.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, UpstreamError) as exc:
+            cause = exc.__context__ if isinstance(exc.__context__, UpstreamError) else exc
+            self._fail(UpstreamError("disconnect", f"bad reply from upstream: {cause}"))
+
+    def _fail(self, exc: UpstreamError) -> None:
+        self.closed = True
+        self.transport.close()
         waiter = self.waiter
-        if waiter is None:  # unsolicited bytes: this connection is not reusable
-            self.closed = True
-            self.transport.close()
-            return
-        try:
-            if not self.head_done:
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(buf) > 65536:
-                        raise UpstreamError("disconnect", "upstream response head too large")
-                    return
-                self._parse_head(bytes(buf[:end]))
-                del buf[: end + 4]
-            if self.chunked:
-                body = self._dechunk()
-                if body is None:
-                    return
-            elif self.length >= 0:
-                if len(buf) < self.length:
-                    return
-                body = bytes(buf[: self.length])
-                del buf[: self.length]
-            else:
-                return  # read until close
-        except UpstreamError as exc:
-            self.closed = True
-            self.transport.close()
-            if not waiter.done():
-                waiter.set_exception(exc)
-            self.waiter = None
-            return
         self.waiter = None
-        if buf:  # more than one response: protocol error, do not reuse
-            self.keep_alive = False
-        if not waiter.done():
-            waiter.set_result((self.status, self.headers, body))
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
 
-    def _parse_head(self, head: bytes):
-        lines = head.split(b"\r\n")
-        status_line = lines[0]
-        parts = status_line.split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            raise UpstreamError("disconnect", f"bad upstream status line {status_line[:80]!r}")
-        try:
-            self.status = int(parts[1])
-        except ValueError:
-            raise UpstreamError("disconnect", f"bad upstream status line {status_line[:80]!r}") from None
-        if parts[0] == b"HTTP/1.0":
+    # llhttp callbacks
+    def on_message_begin(self):
+        if self.waiter is None:  # a second reply to one request: protocol error
+            raise UpstreamError("disconnect", "more than one reply to one request")
+        self.headers = {}
+
+    def on_header(self, name: bytes, value: bytes):
+        self.head_bytes += len(name) + len(value)
+        if self.head_bytes > MAX_HEAD:
+            raise UpstreamError("disconnect", "upstream response head too large")
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self):
+        self.status = self.parser.get_status_code()
+        headers = self.headers
+        if "content-length" not in headers and "transfer-encoding" not in headers and not (
+                self.status in (204, 304) or 100 <= self.status < 200):
+            self.framed = False
             self.keep_alive = False
-        headers = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                continue
-            headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-        self.headers = headers
-        length = headers.get("content-length")
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            self.chunked = True
-        elif length is not None:
-            try:
-                self.length = int(length)
-            except ValueError:
-                raise UpstreamError("disconnect", f"bad upstream Content-Length {length!r}") from None
-        elif self.status in (204, 304) or 100 <= self.status < 200:
-            self.length = 0
+
+    def on_body(self, chunk: bytes):
+        body = self.body
+        if body is None:
+            self.body = chunk
+        elif type(body) is bytes:
+            self.body = bytearray(body)
+            self.body += chunk
         else:
-            self.keep_alive = False
-        if headers.get("connection", "").lower() == "close":
-            self.keep_alive = False
-        self.head_done = True
+            body += chunk
 
-    def _dechunk(self):
-        """The whole body once every chunk is in the buffer, else None."""
-        buf = self.buf
-        pos = 0
-        parts = []
-        while True:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                return None
-            try:
-                size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
-            except ValueError:
-                raise UpstreamError("disconnect", "bad chunk size from upstream") from None
-            start = eol + 2
-            if size == 0:
-                end = buf.find(b"\r\n\r\n", eol)
-                if end < 0:
-                    if buf[start:start + 2] == b"\r\n":
-                        end = start - 2
-                    else:
-                        return None
-                del buf[: end + 4]
-                return b"".join(parts)
-            if len(buf) < start + size + 2:
-                return None
-            parts.append(bytes(buf[start:start + size]))
-            pos = start + size + 2
+    def on_message_complete(self):
+        if 100 <= self.status < 200:  # an interim reply (100 Continue): the final one follows
+            self.headers = None
+            return
+        waiter = self.waiter
+        self.waiter = None
+        if not self.parser.should_keep_alive():
+            self.keep_alive = False
+        body = self.body
+        if body is None:
+            body = b""
+        elif type(body) is not bytes:
+            body = bytes(body)
+        if waiter is not None and not waiter.done():
+            waiter.set_result((self.status, self.headers, body))
 
 
 def _expire(waiter: asyncio.Future) -> None:
@@ -192,12 +157,10 @@ class Pool:
             raise UpstreamError("connect", f"connect to {self.host}:{self.port}: {exc}") from None
         return conn
 
-    async def request(self, head: bytes, body: bytes = b"", timeout: float | None = None, during=None) -> tuple[int, dict, bytes]:
+    async def request(self, head: bytes, body: bytes = b"", timeout: float | None = None) -> tuple[int, dict, bytes]:
         """Send one request (`head` = request line + headers, without Host and
         Content-Length) and return (status, headers with lower-case names, body).
 
-        `during`, if given, is called once right after the request is written, i.e.
-        while the upstream works on it (the gateway checks the request body then).
         Raises UpstreamError, or TimeoutError after `timeout` seconds (a timer on the
         reply future: cheaper than asyncio.timeout() on every request)."""
         loop = self.loop
@@ -224,14 +187,11 @@ class Pool:
             timer = None if deadline is None else loop.call_at(deadline, _expire, waiter)
             try:
                 conn.transport.write(message)
-                if during is not None:
-                    during()
-                    during = None
                 status, headers, data = await waiter
             except UpstreamError as exc:
                 conn.closed = True
                 conn.transport.close()
-                if attempt == 0 and reused and exc.reason == "disconnect" and conn.status == 0:
+                if attempt == 0 and reused and exc.reason == "disconnect" and conn.headers is None:
                     # A pooled connection the server had already closed before any reply
                     # byte: the standard client behaviour is one retry on a fresh one.
                     continue

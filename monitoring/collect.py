@@ -52,6 +52,8 @@ class GatewayNames:
     variant_label: str = "variant"
     status_label: str = "status"
     from_variant_label: str = "from_variant"
+    fault_label: str = "fault"  # gateway_requests_total: none | client | backend
+    client_fault: str = "client"
     error_status_min: int = 500  # statuses at or above count as errors (4xx is the client's)
 
     def name(self, suffix: str) -> str:
@@ -137,7 +139,8 @@ def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[st
     # latency, so shadow series land on the same keys and the judge can compare it too.
     histograms = {names.name(names.latency): "lat", names.name(names.upstream): "up", names.name(names.shadow_latency): "lat",
                   names.name(names.prediction_score): "score"}
-    request_counters = {names.name(names.requests), names.name(names.shadow_requests)}
+    shadow_requests = names.name(names.shadow_requests)
+    request_counters = {names.name(names.requests), shadow_requests}
     simple = {
         names.name(names.retries): "retries",
         names.name(names.upstream_errors): "upstream_errors",
@@ -152,7 +155,15 @@ def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[st
             labels, name = sample.labels, sample.name
             if name in request_counters:
                 status = labels.get(names.status_label, "")
-                status = "error" if status == "unavailable" else status  # no ready shadow replica
+                if labels.get(names.fault_label) == names.client_fault:
+                    # The client's doing (4xx, a deadline below the endpoint's floor, a
+                    # disconnect): kept apart, neither a request nor an error of the variant.
+                    out[_key("client_faults", labels.get(ep_l, ""), labels.get(var_l, ""))] += sample.value
+                    continue
+                if name == shadow_requests and (status in ("unavailable", "incompatible") or status.startswith("4")):
+                    # A shadow copy is a request the primary served: no ready shadow replica,
+                    # or the shadow's model refusing it, is the shadow's failure.
+                    status = "error"
                 out[_key("req", labels.get(ep_l, ""), labels.get(var_l, ""), status)] += sample.value
             elif name.endswith("_bucket") and name[: -len("_bucket")] in histograms:
                 kind = histograms[name[: -len("_bucket")]]
@@ -342,7 +353,7 @@ def derive(totals: Totals) -> dict[str, float]:
         p99 = histogram_quantile(0.99, totals.upstream_buckets)
         if p99 is not None:
             out["upstream_p99_ms"] = p99 * 1000
-    for name in ("retries", "failovers", "upstream_errors", "shadow_dropped", "in_flight"):
+    for name in ("retries", "failovers", "upstream_errors", "shadow_dropped", "in_flight", "client_faults"):
         if name in v:
             out[name] = v[name]
     if "triton_success" in v or "triton_failure" in v:

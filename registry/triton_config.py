@@ -106,3 +106,34 @@ def override_json(config_text: str, *, name: str, max_queue_size: int, queue_tim
     """The load-time override a pool sends Triton: `{"parameters": {"config": <this JSON>}}`."""
     config = with_pool_limits(parse(config_text), name=name, max_queue_size=max_queue_size, queue_timeout_ms=queue_timeout_ms)
     return json_format.MessageToJson(config, preserving_proto_field_name=True, indent=None)
+
+
+# Triton's TYPE_* (model_config.proto) -> KServe v2 datatypes
+_KSERVE_DATATYPES = {"TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_UINT16": "UINT16", "TYPE_UINT32": "UINT32",
+                     "TYPE_UINT64": "UINT64", "TYPE_INT8": "INT8", "TYPE_INT16": "INT16", "TYPE_INT32": "INT32",
+                     "TYPE_INT64": "INT64", "TYPE_FP16": "FP16", "TYPE_FP32": "FP32", "TYPE_FP64": "FP64",
+                     "TYPE_STRING": "BYTES", "TYPE_BF16": "BF16"}
+
+
+def kserve_signature(config: mc.ModelConfig) -> dict | None:
+    """The request contract a ModelConfig sets, as the gateway's route table carries it:
+    {"max_batch_size", "inputs", "outputs"} with KServe datatypes and the batch dimension
+    as -1 when the model batches. None when a datatype has no KServe name."""
+    batch = [-1] if config.max_batch_size > 0 else []
+
+    def tensors(items):
+        out = []
+        for t in items:
+            datatype = _KSERVE_DATATYPES.get(mc.DataType.Name(t.data_type))
+            if datatype is None:
+                return None
+            spec = {"name": t.name, "datatype": datatype, "shape": batch + [int(d) for d in t.dims]}
+            if getattr(t, "optional", False):
+                spec["optional"] = True
+            out.append(spec)
+        return out
+
+    inputs, outputs = tensors(config.input), tensors(config.output)
+    if not inputs or outputs is None:
+        return None
+    return {"max_batch_size": int(config.max_batch_size), "inputs": inputs, "outputs": outputs}

@@ -68,3 +68,11 @@ def test_every_command_exists_in_the_project(name):
 def test_published_ports_match_settings_defaults():
     assert "8000:8000" in COMPOSE["services"]["web"]["ports"]
     assert re.match(r"^\d+$", COMPOSE["services"]["web"]["environment"]["PORT"])
+
+
+def test_the_gateway_is_published_on_loopback_unless_asked():
+    """Issue 10: compose published the gateway on all interfaces."""
+    ports = COMPOSE["services"]["gateway"]["ports"]
+    assert ports == ["${GATEWAY_PUBLISH_ADDR:-127.0.0.1}:8080:8080"]
+    assert "GATEWAY_METRICS_TOKEN" in COMPOSE["services"]["gateway"]["environment"]
+    assert "GATEWAY_METRICS_TOKEN" in COMPOSE["services"]["worker"]["environment"]  # the collector sends it

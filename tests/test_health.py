@@ -40,3 +40,69 @@ def test_heartbeat_task_records_worker_and_beat():
 
     heartbeat()
     assert set(ComponentHeartbeat.objects.values_list("name", flat=True)) == {"worker", "beat"}
+
+
+@pytest.mark.integration
+def test_healthz_asks_the_gateway_over_http_and_a_hung_gateway_reads_as_down(client, settings, tmp_path):
+    """A real gateway process: up while it answers /v2/health/ready; frozen with SIGSTOP
+    (the kernel still accepts its TCP connections, which is all the old check looked
+    at) it is down within the probe's 1-s timeout; without a route table it is down too."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    from deployments.tritonserver import free_port
+
+    routes = tmp_path / "routes.json"
+    routes.write_text(json.dumps({"version": "h1", "endpoints": []}))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--routes-file", str(routes), "--port", str(port), "--host", "127.0.0.1"],
+                            cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{url}/v2/health/ready", timeout=0.5).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.05)
+        settings.HEALTHZ_EXPECT = [f"gateway={url}"]
+        body = client.get("/healthz").json()
+        assert body["components"]["gateway"]["state"] == "up", body
+        assert body["components"]["gateway"]["url"] == f"{url}/v2/health/ready"
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            response = client.get("/healthz")
+            elapsed = time.monotonic() - t0
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert response.status_code == 503 and response.json()["components"]["gateway"]["state"] == "down"
+        assert "timed out" in response.json()["components"]["gateway"]["error"]
+        assert elapsed < 3
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    # a gateway that answers but is not ready (its control plane never sent a table): down
+    port = free_port()
+    env = {**os.environ, "GATEWAY_ROUTES_URL": f"http://127.0.0.1:{free_port()}/api/v1/gateway/routes"}
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port), "--host", "127.0.0.1"], env=env,
+                            cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        settings.HEALTHZ_EXPECT = [f"gateway=http://127.0.0.1:{port}"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "HTTP 503" not in client.get("/healthz").json()["components"]["gateway"].get("error", ""):
+            time.sleep(0.1)
+        assert client.get("/healthz").json()["components"]["gateway"] == {
+            "state": "down", "error": f"RuntimeError: GET http://127.0.0.1:{port}/v2/health/ready answered HTTP 503"}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    settings.HEALTHZ_EXPECT = [f"gateway=http://127.0.0.1:{free_port()}"]
+    assert client.get("/healthz").json()["components"]["gateway"]["state"] == "down"  # nothing listening

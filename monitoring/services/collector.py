@@ -4,6 +4,7 @@ parsing is pure and lives in monitoring/collect.py; the targets in monitoring/ta
 
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +31,11 @@ class Scrape:
     error: str = ""
 
 
-def fetch_metrics(url: str, timeout: float) -> str:
-    request = urllib.request.Request(url, headers={"Accept": "text/plain"})
+def fetch_metrics(url: str, timeout: float, token: str | None = None) -> str:
+    headers = {"Accept": "text/plain"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as response:
         if response.status != 200:
             raise OSError(f"HTTP {response.status}")
@@ -40,7 +44,9 @@ def fetch_metrics(url: str, timeout: float) -> str:
 
 def _scrape(target: ScrapeTarget, timeout: float) -> Scrape:
     try:
-        text = fetch_metrics(target.url, timeout)
+        # the gateway's /metrics is behind GATEWAY_METRICS_TOKEN when that is set
+        token = os.environ.get("GATEWAY_METRICS_TOKEN") if target.kind == "gateway" else None
+        text = fetch_metrics(target.url, timeout, token)
         return Scrape(target=target, fetched_at=timezone.now(), text=text)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return Scrape(target=target, fetched_at=timezone.now(), error=f"{type(exc).__name__}: {exc}"[:2000])

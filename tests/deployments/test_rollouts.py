@@ -227,6 +227,21 @@ def test_route_table_matches_the_gateway_schema(deployer, endpoint, candidate, p
     jsonschema.validate(table, schema)
     entry = table["endpoints"][0]
     assert entry["shadow_sample_rate"] == 1.0 and [v["role"] for v in entry["variants"]] == ["stable", "shadow"]
+    # what the gateway checks requests against: the served artifact's config.pbtxt, batch dimension first
+    import math
+
+    from gateway.routes import compile_table
+    from tests.make_onnx import N_DENSE, N_SPARSE
+
+    for v in entry["variants"]:
+        signature = v["signature"]
+        assert signature["max_batch_size"] > 0
+        assert {i["name"]: (i["datatype"], i["shape"]) for i in signature["inputs"]} == {
+            "dense": ("FP32", [-1, N_DENSE]), "sparse": ("INT64", [-1, N_SPARSE])}
+    assert entry["auth"] == {"public": True}  # until the control plane issues inference keys
+    assert entry["min_timeout_ms"] == min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))  # its p99 SLO
+    compiled = compile_table(table, {}).endpoints["ctr"]
+    assert compiled.stable.signature is not None and compiled.auth.public
 
 
 def test_rollout_api_and_scoping(deployer_api, bob_api, endpoint, candidate, pool):

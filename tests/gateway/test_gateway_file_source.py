@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 def table(version, replicas):
-    return {"version": version, "endpoints": [{"name": "ctr", "timeout_ms": 500, "variants": [
+    return {"version": version, "endpoints": [{"name": "ctr", "timeout_ms": 500, "auth": {"public": True}, "variants": [
         {"name": "v1", "model_version": "1", "triton_model": "ctr__v1__onnx", "role": "stable", "weight_bp": 10000,
          "replicas": replicas}]}]}
 
@@ -37,7 +37,7 @@ def gateway(tmp_path_factory):
         [sys.executable, "-m", "gateway", "--routes-file", str(routes), "--port", str(port), "--host", "127.0.0.1"],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         env={**__import__("os").environ, "GATEWAY_POLL_INTERVAL_MS": "200", "GATEWAY_BREAKER_COOLDOWN_MS": "60000",
-             "GATEWAY_IDLE_TIMEOUT_S": "1"},
+             "GATEWAY_IDLE_TIMEOUT_S": "1", "GATEWAY_RECEIVE_TIMEOUT_S": "1"},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
@@ -56,7 +56,7 @@ def gateway(tmp_path_factory):
 
 
 def version(url):
-    return requests.get(f"{url}/v2/health/ready", timeout=2).json()["routes"]
+    return requests.get(f"{url}/status", timeout=2).json()["routes"]
 
 
 def test_dead_replica_gives_502_then_503_once_ejected(gateway):
@@ -68,7 +68,7 @@ def test_dead_replica_gives_502_then_503_once_ejected(gateway):
     assert codes[0] == (502, "upstream_error", "v1")
     assert codes[-1] == (503, "no_ready_backend", "v1")  # breaker open after 3 connect errors
     assert requests.get(f"{url}/v2/models/ctr/ready", timeout=2).status_code == 503
-    health = requests.get(f"{url}/v2/health/ready", timeout=2).json()
+    health = requests.get(f"{url}/status", timeout=2).json()
     assert health["endpoints"]["ctr"]["variants"]["v1"]["replicas"][dead] == "open"
 
 
@@ -111,8 +111,9 @@ def test_no_route_table_yet_means_503(tmp_path):
                 break
             except requests.RequestException:
                 time.sleep(0.05)
-        assert ready.status_code == 503
-        assert ready.json()["routes"]["stale"] is True and "failed" in ready.json()["routes"]["last_error"]
+        assert ready.status_code == 503 and ready.json() == {"live": True, "ready": False}
+        detail = requests.get(f"{url}/status", timeout=2).json()["routes"]
+        assert detail["stale"] is True and "failed" in detail["last_error"]
         r = requests.post(f"{url}/v2/models/ctr/infer", data=infer_body(), timeout=5)
         assert r.status_code == 503 and r.json()["code"] == "no_routes"
     finally:
@@ -121,12 +122,19 @@ def test_no_route_table_yet_means_503(tmp_path):
 
 
 def test_silent_connections_are_closed(gateway):
-    """A client that sends half a request head and goes quiet is disconnected."""
+    """A client that sends half a request head and goes quiet gets 408 once the request
+    has not arrived whole within GATEWAY_RECEIVE_TIMEOUT_S, and is disconnected; an idle
+    keep-alive connection is closed after GATEWAY_IDLE_TIMEOUT_S."""
     import socket
 
     _, _, _, port = gateway
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\n")
         t0 = time.monotonic()
-        assert sock.recv(100) == b""  # closed by the gateway
+        reply = sock.makefile("rb").read()  # until the gateway closes
+        assert reply.startswith(b"HTTP/1.1 408 ") and b'"request_timeout"' in reply
+        assert 0.8 < time.monotonic() - t0 < 4
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        t0 = time.monotonic()
+        assert sock.recv(100) == b""  # idle: closed without a word
         assert 0.8 < time.monotonic() - t0 < 4

@@ -28,6 +28,7 @@ from tests.make_onnx import N_DENSE, N_SPARSE
 pytestmark = pytest.mark.integration
 
 STABLE, CANARY, SLOW, BAD = "ctr__v1__onnx", "ctr__v2__onnx", "slow__v1__py", "bad__v1__py"
+PUBLIC = {"public": True}
 
 
 def variant(name, model, role, weight, replicas, **extra):
@@ -46,16 +47,16 @@ class Env:
         return {
             "version": f"t{self.version}",
             "endpoints": [
-                {"name": "ctr", "salt": "exp-1", "timeout_ms": 2000, "variants": [
+                {"name": "ctr", "salt": "exp-1", "timeout_ms": 2000, "auth": PUBLIC, "variants": [
                     variant("v1", STABLE, "stable", ctr_weights[0], a),
                     variant("v2", CANARY, "canary", ctr_weights[1], b),
                 ]},
-                {"name": "errs", "variants": [
+                {"name": "errs", "auth": PUBLIC, "variants": [
                     variant("v1", STABLE, "stable", 5000, a),
                     variant("bad", BAD, "canary", 5000, a),
                 ]},
-                {"name": "slow", "timeout_ms": 5000, "variants": [variant("slow", SLOW, "stable", 10000, a)]},
-                {"name": "shadowed", "shadow_sample_rate": 1.0, "variants": [
+                {"name": "slow", "timeout_ms": 5000, "auth": PUBLIC, "variants": [variant("slow", SLOW, "stable", 10000, a)]},
+                {"name": "shadowed", "shadow_sample_rate": 1.0, "auth": PUBLIC, "variants": [
                     variant("v1", STABLE, "stable", 10000, a),
                     variant("sleepy", SLOW, "shadow", 0, a),
                 ]},
@@ -209,7 +210,7 @@ def test_metadata_health_and_ready(env):
     assert requests.get(f"{env.gateway.url}/v2/models/ctr/ready", timeout=2).status_code == 200
     live = requests.get(f"{env.gateway.url}/v2/health/live", headers={"X-Request-Id": "hc-1"}, timeout=2)
     assert live.status_code == 200 and live.headers["X-Request-Id"] == "hc-1" and live.headers["X-Model-Variant"] == "none"
-    health = requests.get(f"{env.gateway.url}/v2/health/ready", timeout=2).json()
+    health = requests.get(f"{env.gateway.url}/status", timeout=2).json()
     assert health["routes"]["source"] == "http" and health["routes"]["stale"] is False
     assert set(health["endpoints"]) == {"ctr", "errs", "slow", "shadowed"}
     assert any(h.get("If-None-Match") for h in env.routes.requests)  # polls with the ETag
@@ -280,16 +281,15 @@ def test_route_change_is_live_within_one_second(env):
 
 def test_last_good_table_is_kept_when_the_control_plane_is_down_or_sends_garbage(env):
     gw = env.gateway
-    version = requests.get(f"{gw.url}/v2/health/ready", timeout=2).json()["routes"]["version"]
+    version = requests.get(f"{gw.url}/status", timeout=2).json()["routes"]["version"]
     env.routes.stop()
     try:
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and gw.metric("gateway_route_table_stale") != 1:
             time.sleep(0.1)
         assert gw.metric("gateway_route_table_stale") == 1
-        health = requests.get(f"{gw.url}/v2/health/ready", timeout=2)
-        assert health.status_code == 200
-        detail = health.json()["routes"]
+        assert requests.get(f"{gw.url}/v2/health/ready", timeout=2).status_code == 200
+        detail = requests.get(f"{gw.url}/status", timeout=2).json()["routes"]
         assert detail["stale"] is True and detail["version"] == version and "failed" in detail["last_error"]
         assert {env.post("ctr").status_code for _ in range(20)} == {200}
     finally:
@@ -299,13 +299,13 @@ def test_last_good_table_is_kept_when_the_control_plane_is_down_or_sends_garbage
     broken["endpoints"][0]["variants"][1]["weight_bp"] = 5
     env.routes.set_table(broken)
     time.sleep(1.0)
-    health = requests.get(f"{gw.url}/v2/health/ready", timeout=2).json()["routes"]
+    health = requests.get(f"{gw.url}/status", timeout=2).json()["routes"]
     assert health["version"] == version and health["stale"] is True and "sum to 5" in health["last_error"]
     assert gw.metric("gateway_route_fetches_total", result="invalid") >= 1
     assert {env.post("ctr", **{"X-User-Id": f"k{i}"}).headers["X-Model-Variant"] for i in range(40)} == {"v1", "v2"}
     env.routes.set_raw(b"<html>not json")
     time.sleep(0.6)
-    assert "not JSON" in requests.get(f"{gw.url}/v2/health/ready", timeout=2).json()["routes"]["last_error"]
+    assert "not JSON" in requests.get(f"{gw.url}/status", timeout=2).json()["routes"]["last_error"]
     env.routes.set_table(env.table())
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline and gw.metric("gateway_route_table_stale") != 0:
@@ -388,7 +388,7 @@ def test_killing_the_canary_replica_under_load_gives_zero_client_errors(env):
     assert set(s for s, _ in results) == {200}, results
     assert gw.metric("gateway_failovers_total", endpoint="ctr", from_variant="v2") - before > 0
     assert gw.metric("gateway_replica_circuit_open", replica=env.b.http_url, model=CANARY) == 1
-    health = requests.get(f"{gw.url}/v2/health/ready", timeout=2).json()
+    health = requests.get(f"{gw.url}/status", timeout=2).json()
     assert health["endpoints"]["ctr"]["variants"]["v2"]["replicas"][env.b.http_url] == "open"
 
 

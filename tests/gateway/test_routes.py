@@ -15,6 +15,7 @@ import pytest
 from gateway.routes import SCHEMA_PATH, RouteTableError, compile_table, validate
 
 ROOT = Path(__file__).resolve().parents[2]
+KEY = {"id": "k1", "prefix": "mpk_ab12", "sha256": "a" * 64, "team": "ads", "rate_per_s": 10, "burst": 20, "max_concurrency": 4}
 
 
 def table(weights=(9000, 1000), *, salt="exp-1", shadow=False, version="v1"):
@@ -56,6 +57,20 @@ def test_schema_is_a_valid_json_schema_and_accepts_the_readme_example():
         (lambda t: t["endpoints"].append(copy.deepcopy(t["endpoints"][0])), "duplicate endpoint name"),
         (lambda t: t["endpoints"][0].update(shadow_sample_rate=1.5), "endpoints/0/shadow_sample_rate"),
         (lambda t: t.pop("version"), "'version' is a required property"),
+        (lambda t: t["endpoints"][0].update(auth={"keys": ["nobody"]}), "auth names keys that the table does not define"),
+        (lambda t: t["endpoints"][0].update(auth={"public": "yes"}), "endpoints/0/auth/public"),
+        (lambda t: t.update(keys=[KEY, KEY]), "duplicate key id"),
+        (lambda t: t.update(keys=[KEY, {**KEY, "id": "k2"}]), "the same sha256 as another key"),
+        (lambda t: t.update(keys=[{**KEY, "sha256": "ABC"}]), "keys/0/sha256"),
+        (lambda t: t.update(keys=[{**KEY, "rate_per_s": 0}]), "keys/0/rate_per_s"),
+        (lambda t: t["endpoints"][0].update(timeout_ms=500, min_timeout_ms=800), "min_timeout_ms 800 is above timeout_ms 500"),
+        (lambda t: t["endpoints"][0]["variants"][0].update(signature={"max_batch_size": 8, "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [4, 2]}]}), "needs -1 as its first (batch) dimension"),
+        (lambda t: t["endpoints"][0]["variants"][0].update(signature={"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2]}, {"name": "x", "datatype": "FP32", "shape": [2]}]}),
+         "duplicate input names"),
+        (lambda t: t["endpoints"][0]["variants"][0].update(signature={"inputs": [
+            {"name": "x", "datatype": "FLOAT", "shape": [2]}]}), "signature/inputs/0/datatype"),
     ],
 )
 def test_invalid_tables_are_rejected_with_the_place_and_reason(mutate, message):
@@ -155,3 +170,29 @@ def test_replica_state_survives_a_reload_and_least_outstanding_is_picked():
     assert second.endpoints["ctr"].stable.replicas[1][0] is b and b.broken
     a.broken = True
     assert second.endpoints["ctr"].stable.pick() is None
+
+
+def test_keys_auth_floor_and_signatures_compile():
+    doc = table()
+    doc["keys"] = [KEY, {**KEY, "id": "k2", "sha256": "b" * 64, "team": "search"}]
+    doc["endpoints"][0].update(auth={"keys": ["k1"]}, timeout_ms=800, min_timeout_ms=50)
+    sig = {"max_batch_size": 64, "inputs": [{"name": "dense", "datatype": "FP32", "shape": [-1, 13]}]}
+    for v in doc["endpoints"][0]["variants"]:
+        v["signature"] = sig
+    compiled = compile_table(doc, {})
+    ep = compiled.endpoints["ctr"]
+    assert ep.auth.public is False and ep.auth.allowed == {"k1"} and ep.min_timeout_s == 0.05
+    assert set(compiled.keys) == {"a" * 64, "b" * 64} and compiled.keys["b" * 64].team == "search"
+    assert ep.variants[0].signature is ep.variants[1].signature  # one object per distinct signature
+    # reload: a key keeps its live state (bucket, in-flight) by id
+    compiled.keys["a" * 64].in_flight = 3
+    doc["keys"][0] = {**KEY, "rate_per_s": 99}
+    again = compile_table(doc, {}, keys=compiled.keys)
+    assert again.keys["a" * 64] is compiled.keys["a" * 64] and again.keys["a" * 64].in_flight == 3
+    assert again.keys["a" * 64].rate_per_s == 99
+
+
+def test_an_endpoint_without_auth_is_closed_and_min_timeout_defaults_to_timeout():
+    ep = compile_table(table(), {}).endpoints["ctr"]
+    assert ep.auth.public is False and not ep.auth.allowed
+    assert ep.min_timeout_s == ep.timeout_s == 1.0

@@ -142,6 +142,7 @@ def package_model(repo: Path, onnx_path: Path, name: str, dense_dims: int = 13) 
 
 TRITON_MODELS = {"ctr__v1__onnx-fp32": ("ctr", "stable"), "ctr__v2__onnx-fp32": ("ctr", "canary")}
 BROKEN_MODEL = "ctr__v3__onnx-fp32"  # config says 14 dense features, the ONNX takes 13
+SLOW_MODEL = "ctr__v4__slow"  # same inputs, answers after 5 ms: a canary that a 1-ms client deadline always beats
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +152,9 @@ def triton(tmp_path_factory, onnx_path):
     for name in TRITON_MODELS:
         package_model(work / "repo", onnx_path, name)
     package_model(work / "repo", onnx_path, BROKEN_MODEL, dense_dims=14)
+    from tests.gateway.triton_models import behaviour_model
+
+    behaviour_model(work / "repo", SLOW_MODEL, sleep_ms=5, instances=2)
     server = TritonProcess(model_repository=work / "repo", work_dir=work)
     try:
         server.start()
@@ -158,7 +162,7 @@ def triton(tmp_path_factory, onnx_path):
         pytest.skip(f"tritonserver not available: {exc}")
     try:
         server.wait_live(60)
-        for name in (*TRITON_MODELS, BROKEN_MODEL):
+        for name in (*TRITON_MODELS, BROKEN_MODEL, SLOW_MODEL):
             server.load(name)
         yield server
     finally:

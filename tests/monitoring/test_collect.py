@@ -24,23 +24,43 @@ def test_parses_the_gateways_own_exposition():
 
     registry = CollectorRegistry()
     hot = gateway_metrics.HotPath(registry=registry)
-    hot.done("ctr", "stable", 200, 0.002)
+    ok, client, backend = gateway_metrics.OK, gateway_metrics.CLIENT, gateway_metrics.BACKEND
+    hot.done("ctr", "stable", 200, 0.002, ok)
     before = collect.gateway_snapshot(generate_latest(registry).decode())
     for seconds in (0.0012, 0.0018, 0.0042, 0.02):
-        hot.done("ctr", "stable", 200, seconds)
+        hot.done("ctr", "stable", 200, seconds, ok)
         hot.observe_upstream("ctr", "stable", seconds * 0.9)
     for status in (200, 200, 502):
-        hot.done("ctr", "canary", status, 0.004)
+        hot.done("ctr", "canary", status, 0.004, ok if status == 200 else backend)
+    # the client's: a 1-ms deadline on the canary (504), a disconnect (499), a Triton 400
+    for status, seconds in ((504, 0.001), (499, 0.003), (400, 0.002)):
+        hot.done("ctr", "canary", status, seconds, client)
     hot.in_flight["ctr"] = 3
     after = collect.gateway_snapshot(generate_latest(registry).decode())
     totals = collect.gateway_deltas(before, after, seconds=2.0)
     stable, canary = collect.derive(totals[("ctr", "stable")]), collect.derive(totals[("ctr", "canary")])
     assert stable["requests"] == 4 and stable["request_rate"] == 2.0 and stable["errors"] == 0
     assert canary["requests"] == 3 and canary["error_rate"] == pytest.approx(1 / 3)
+    assert canary["client_faults"] == 3 and canary["latency_mean_ms"] == pytest.approx(4.0)  # none of them in latency
     assert stable["latency_mean_ms"] == pytest.approx((1.2 + 1.8 + 4.2 + 20) / 4)
     assert 10 < stable["latency_p99_ms"] <= 25  # the 20 ms request sits in the (10, 25] ms bucket
     assert stable["upstream_mean_ms"] == pytest.approx((1.2 + 1.8 + 4.2 + 20) / 4 * 0.9)
     assert collect.derive(totals[("ctr", collect.ALL_VARIANTS)])["in_flight"] == 3
+
+
+def test_shadow_copies_refused_by_the_shadow_are_its_errors():
+    """A shadow copy is a request the primary already served: the shadow's 4xx, a copy
+    its signature refuses ("incompatible") or no ready shadow replica count as errors."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    registry = CollectorRegistry()
+    shadow = Counter("gateway_shadow_requests", "", ["endpoint", "variant", "status"], registry=registry)
+    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    for status, n in (("200", 6), ("400", 1), ("incompatible", 2), ("unavailable", 1)):
+        shadow.labels("ctr", "v9-shadow", status).inc(n)
+    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0)
+    derived = collect.derive(totals[("ctr", "v9-shadow")])
+    assert derived["requests"] == 10 and derived["errors"] == 4
 
 
 def test_request_and_error_rate_per_variant_from_two_scrapes():

@@ -144,7 +144,7 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
     from tests.monitoring.conftest import ROOT
 
     stable_model = next(name for name, (_, var) in TRITON_MODELS.items() if var == "stable")
-    routes = {"version": "m1", "endpoints": [{"name": "ctr", "salt": "m", "timeout_ms": 3000, "variants": [
+    routes = {"version": "m1", "endpoints": [{"name": "ctr", "salt": "m", "timeout_ms": 3000, "auth": {"public": True}, "variants": [
         {"name": "stable", "model_version": "1", "triton_model": stable_model, "role": "stable", "weight_bp": 7000,
          "replicas": [triton.http_url]},
         {"name": "canary", "model_version": "2", "triton_model": "ctr__v2__onnx-fp32", "role": "canary", "weight_bp": 3000,
@@ -188,3 +188,102 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
     assert stable["requests"] == 40  # every client request was answered by stable in the end
     assert stable["triton_requests"] == 40  # and Triton agrees
     assert stable["latency_p99_ms"] > 0 and stable["upstream_mean_ms"] > 0
+
+
+@pytest.mark.django_db
+def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judge(triton, tmp_path, team_a):
+    """Issue 10's roll-back-by-abuse, through the platform's own path: a real gateway
+    splits `ctr` 50/50 by sticky key between two healthy models; an anonymous client
+    learns from X-Model-Variant which keys land on the canary (a healthy model answering in
+    5 ms) and sends them 300
+    requests with X-Request-Timeout-Ms: 1 (below the endpoint's 50-ms floor) plus
+    requests with a bare LF in Content-Type. The collector scrapes the gateway into the
+    store, and the judge reads its window from the store: the candidate has no errors,
+    the breaker stays closed. Had those 504s been counted (as before), the same judge
+    fails the candidate on its error rate."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+    from datetime import timedelta
+
+    import requests
+    from django.utils import timezone
+
+    from deployments.tritonserver import free_port
+    from monitoring import selectors
+    from monitoring.judge import ArmWindow, JudgeConfig, judge
+    from tests.monitoring.conftest import ROOT
+
+    from tests.monitoring.conftest import SLOW_MODEL
+
+    stable_model = next(n for n, (_, v) in TRITON_MODELS.items() if v == "stable")
+    canary_model = SLOW_MODEL  # healthy, 5 ms: every 1-ms deadline expires, as the attack intends
+    routes = {"version": "abuse-1", "endpoints": [{
+        "name": "ctr", "salt": "abuse", "timeout_ms": 2000, "min_timeout_ms": 50, "auth": {"public": True}, "variants": [
+            {"name": "stable", "model_version": "1", "triton_model": stable_model, "role": "stable", "weight_bp": 5000,
+             "replicas": [triton.http_url]},
+            {"name": "canary", "model_version": "2", "triton_model": canary_model, "role": "canary", "weight_bp": 5000,
+             "replicas": [triton.http_url]},
+        ]}]}
+    (tmp_path / "routes.json").write_text(json.dumps(routes))
+    port = free_port()
+    log = open(tmp_path / "gateway.log", "ab")
+    gateway = subprocess.Popen([sys.executable, "-m", "gateway", "--routes-file", str(tmp_path / "routes.json"),
+                                "--port", str(port), "--host", "127.0.0.1"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    base = f"http://127.0.0.1:{port}"
+    url = f"{base}/v2/models/ctr/infer"
+    body = json.dumps({"inputs": [
+        {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": [0.1] * 13},
+        {"name": "sparse", "shape": [1, 26], "datatype": "INT64", "data": list(range(26))}]}).encode()
+    try:
+        def ready():
+            try:
+                return urllib.request.urlopen(f"{base}/v2/health/ready", timeout=0.5).status == 200
+            except OSError:
+                return gateway.poll() is not None
+        _wait(ready, 20, "gateway ready")
+        targets = [ScrapeTarget.from_dict({"kind": "gateway", "url": f"{base}/metrics", "endpoint_teams": {"ctr": team_a.pk}})]
+        metrics_collect(targets=targets)
+        since = timezone.now() - timedelta(seconds=1)
+        with requests.Session() as s:
+            canary_keys = [k for k in (f"u{i}" for i in range(60))
+                           if s.post(url, data=body, headers={"X-User-Id": k}, timeout=5).headers["X-Model-Variant"] == "canary"]
+            assert len(canary_keys) >= 15
+            abuse = [s.post(url, data=body, headers={"X-User-Id": canary_keys[i % len(canary_keys)], "X-Request-Timeout-Ms": "1"},
+                            timeout=5).status_code for i in range(300)]
+            for i in range(20):
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    sock.sendall(b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: gw\r\nX-User-Id: %s\r\n"
+                                 b"Content-Type: application/json\nX: y\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (canary_keys[i % len(canary_keys)].encode(), len(body), body))
+                    assert sock.recv(12) == b"HTTP/1.1 400"
+            honest = [s.post(url, data=body, headers={"X-User-Id": f"h{i}"}, timeout=5).status_code for i in range(300)]
+        assert abuse == [504] * 300, sorted(set(abuse))
+        assert honest == [200] * 300
+        time.sleep(1.1)
+        metrics_collect(targets=targets)
+        metrics_text = requests.get(f"{base}/metrics", timeout=5).text
+    finally:
+        gateway.terminate()
+        gateway.wait(10)
+
+    canary, stable = _values("ctr", "canary"), _values("ctr", "stable")
+    assert canary.get("errors", 0) == 0 and stable.get("errors", 0) == 0
+    assert canary["client_faults"] == abuse.count(504)  # the bare-LF requests never got as far as an endpoint
+    from prometheus_client.parser import text_string_to_metric_families
+
+    breaker = [s.value for f in text_string_to_metric_families(metrics_text) for s in f.samples
+               if s.name == "gateway_replica_circuit_open" and s.labels.get("model") == canary_model]
+    assert breaker in ([], [0.0]), breaker  # never opened
+    stable_arm, candidate_arm = selectors.judge_window(endpoint="ctr", stable_variant="stable", candidate_variant="canary",
+                                                       since=since, until=timezone.now())
+    config = JudgeConfig(min_requests=100)
+    assert candidate_arm.errors == 0 and candidate_arm.requests >= 100
+    error_check = next(c for c in judge(stable_arm, candidate_arm, config, compare_latency=False).checks if c["name"] == "error_rate")
+    assert error_check["outcome"] != "fail", error_check
+    # sensitivity: the same abuse counted as candidate errors (what the judge used to see) fails it
+    counted = ArmWindow(ticks=[(candidate_arm.requests + canary["client_faults"], float(abuse.count(504)))])
+    before_fix = next(c for c in judge(stable_arm, counted, config, compare_latency=False).checks if c["name"] == "error_rate")
+    assert before_fix["outcome"] == "fail", before_fix

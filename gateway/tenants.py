@@ -1,0 +1,152 @@
+"""Inference keys: who may call an endpoint, how fast and how many at once.
+
+The route table lists the platform's active keys once (top-level `keys`: id, display
+prefix, SHA-256 of the key, team, rate_per_s, burst, max_concurrency) and each endpoint
+says who may call it (`auth`: `public`, or the ids of the keys scoped to it). The
+gateway never sees a key in clear from the control plane, never logs one, and never
+uses client input as a metric label: labels are the key's id and team from the table.
+
+A request names its key as `Authorization: Bearer <key>` or `X-API-Key: <key>`. Keys are
+random high-entropy tokens, so looking up the SHA-256 of what the client sent in a dict
+is the right comparison (a timing difference in the lookup tells nothing about a key
+whose hash nobody can invert). Outcomes, each a JSON error:
+
+  no key                                   401 missing_key
+  unknown or revoked key (not in the table) 401 invalid_key
+  a key not scoped to this endpoint         403 forbidden
+  over the key's rate (token bucket)        429 rate_limited, Retry-After
+  over the key's concurrency quota          429 concurrency_limit, Retry-After
+
+An endpoint with `auth.public` true needs no key (credentials sent anyway are ignored).
+An endpoint whose entry has no `auth` block is not public and has no keys: every call
+is refused (the control plane must say "public" explicitly).
+"""
+
+from __future__ import annotations
+
+import math
+from hashlib import sha256
+
+from .tensors import Problem
+
+MAX_KEY_LENGTH = 512
+PUBLIC = None  # authenticate() result for a public endpoint
+
+
+class Key:
+    """One inference key and its live state (token bucket, requests in flight), kept
+    across route-table reloads by id."""
+
+    __slots__ = ("id", "prefix", "team", "rate_per_s", "burst", "max_concurrency", "tokens", "stamp", "in_flight")
+
+    def __init__(self, doc: dict):
+        self.id = doc["id"]
+        self.in_flight = 0
+        self.tokens = None
+        self.stamp = 0.0
+        self.update(doc)
+
+    def update(self, doc: dict) -> None:
+        self.prefix = doc.get("prefix", "")
+        self.team = doc["team"]
+        self.rate_per_s = float(doc["rate_per_s"]) if doc.get("rate_per_s") else None
+        self.burst = float(doc.get("burst") or max(1.0, self.rate_per_s or 1.0))
+        self.max_concurrency = doc.get("max_concurrency") or None
+        if self.tokens is None or self.tokens > self.burst:
+            self.tokens = self.burst
+
+    def take(self, now: float) -> float:
+        """Spend one token; 0.0 when allowed, else the seconds until one is there."""
+        rate = self.rate_per_s
+        if rate is None:
+            return 0.0
+        tokens = self.tokens + (now - self.stamp) * rate
+        if tokens > self.burst:
+            tokens = self.burst
+        self.stamp = now
+        if tokens >= 1.0:
+            self.tokens = tokens - 1.0
+            return 0.0
+        self.tokens = tokens
+        return (1.0 - tokens) / rate
+
+
+class EndpointAuth:
+    __slots__ = ("public", "allowed")
+
+    def __init__(self, public: bool, allowed: frozenset):
+        self.public = public
+        self.allowed = allowed
+
+
+def compile_keys(documents: list[dict], previous: dict | None = None) -> dict[str, Key]:
+    """{sha256 hex: Key}; a key already known (same id) keeps its bucket and in-flight count."""
+    by_id = {key.id: key for key in (previous or {}).values()}
+    out = {}
+    for doc in documents:
+        key = by_id.get(doc["id"])
+        if key is None:
+            key = Key(doc)
+        else:
+            key.update(doc)
+        out[doc["sha256"].lower()] = key
+    return out
+
+
+def compile_auth(document: dict | None) -> EndpointAuth:
+    if document is None:
+        return EndpointAuth(False, frozenset())
+    return EndpointAuth(bool(document.get("public", False)), frozenset(document.get("keys", ())))
+
+
+def presented_key(headers: dict):
+    """The key the client sent (str), None when none, or a Problem for a malformed one."""
+    value = headers.get("authorization")
+    if value is not None:
+        scheme, _, token = value.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return Problem(401, "invalid_key", "Authorization must be 'Bearer <key>'")
+        return token
+    return headers.get("x-api-key")
+
+
+def authenticate(headers: dict, auth: EndpointAuth, keys: dict[str, Key], endpoint: str, now: float):
+    """(PUBLIC, None) for a public endpoint; (Key, None) when the key may call now (its
+    in-flight count is taken: the caller must `release` it); else
+    (Key or None, (Problem, reason, retry_after_s))."""
+    if auth.public:
+        return PUBLIC, None
+    token = presented_key(headers)
+    if token is None:
+        return None, (Problem(401, "missing_key", f"endpoint {endpoint!r} needs an inference key: "
+                                                  "send Authorization: Bearer <key> or X-API-Key"), "missing_key", 0.0)
+    if type(token) is Problem:
+        return None, (token, "invalid_key", 0.0)
+    key = None
+    if len(token) <= MAX_KEY_LENGTH:
+        key = keys.get(sha256(token.encode("latin-1")).hexdigest())
+    if key is None:
+        return None, (Problem(401, "invalid_key", "unknown or revoked inference key"), "invalid_key", 0.0)
+    shown = key.prefix or key.id
+    if key.id not in auth.allowed:
+        return key, (Problem(403, "forbidden", f"key {shown}… (team {key.team}) may not call endpoint {endpoint!r}"),
+                     "forbidden", 0.0)
+    if key.max_concurrency is not None and key.in_flight >= key.max_concurrency:
+        return key, (Problem(429, "concurrency_limit", f"key {shown}… already has {key.in_flight} requests in flight "
+                                                       f"(its quota is {key.max_concurrency})"), "concurrency_limit", 1.0)
+    wait = key.take(now)
+    if wait:
+        return key, (Problem(429, "rate_limited", f"key {shown}… is over its rate of {key.rate_per_s:g} requests/s"),
+                     "rate_limited", wait)
+    key.in_flight += 1
+    return key, None
+
+
+def release(key: Key) -> None:
+    key.in_flight -= 1
+
+
+def retry_after(seconds: float) -> str:
+    """Retry-After in whole seconds (RFC 9110), at least 1."""
+    return str(max(1, math.ceil(seconds)))
