@@ -21,7 +21,7 @@ def report(error: CliError, as_json: bool) -> None:
     first = error.message.split(":", 1)[0]
     for field, messages in error.errors.items():
         for message in messages if isinstance(messages, list) else [messages]:
-            if field != first and field != "non_field_errors":
+            if field != first and field != "non_field_errors" and str(message) not in error.message:
                 click.echo(f"  {field}: {message}", err=True)
 
 
@@ -47,15 +47,16 @@ class Root(click.Group):
 @click.option("--http-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds to wait for each HTTP answer.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output: the API's JSON on stdout.")
+@click.option("--field", metavar="PATH", help="Print one field of the JSON result (e.g. id, artifacts.0.id).")
 @click.pass_context
-def cli(ctx, url, token, http_timeout, as_json):
+def cli(ctx, url, token, http_timeout, as_json, field):
     """modelplane: models, builds, endpoints and rollouts from a shell or a CI job.
 
     Exit codes: 0 ok, 1 unexpected answer, 2 usage, 3 auth, 4 API refused the request,
     5 network/5xx, 6 wait timed out, 10 build failed, 11 rollout rolled back,
     12 rollout failed, 13 rollout paused, 130 interrupted.
     """
-    ctx.obj = State(url=url, token=token, http_timeout=http_timeout, as_json=as_json)
+    ctx.obj = State(url=url, token=token, http_timeout=http_timeout, as_json=as_json, field=field)
 
 
 from modelplane_cli.commands import auth, builds, deploy, models, rollouts  # noqa: E402  (they use State)

@@ -11,6 +11,9 @@ from datetime import datetime
 
 import click
 
+from modelplane_cli import exits
+from modelplane_cli.exits import CliError
+
 
 def parse_time(value: str | None) -> datetime | None:
     if not value:
@@ -63,6 +66,19 @@ def fields(pairs: list[tuple[str, object]]) -> str:
     return "\n".join(f"{(label + ':').ljust(width)} {cell(value)}" for label, value in pairs)
 
 
+def pick(data, path: str):
+    """`--field`: a dotted path into the JSON result; list items by index (artifacts.0.id)."""
+    value = data
+    for part in path.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.lstrip("-").isdigit() and -len(value) <= int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise CliError(exits.ERROR, f"--field {path}: the result has no {part!r} there")
+    return value
+
+
 def _dig(row: dict, key: str):
     value = row
     for part in key.split("."):
@@ -73,8 +89,9 @@ def _dig(row: dict, key: str):
 class Output:
     """One per command run: knows --json and whether progress may redraw a line."""
 
-    def __init__(self, *, as_json: bool):
+    def __init__(self, *, as_json: bool, field: str | None = None):
         self.as_json = as_json
+        self.field = field
         self.stream = sys.stderr if as_json else sys.stdout  # progress never mixes with JSON on stdout
         self.tty = self.stream.isatty()
         self._status = False
@@ -82,6 +99,10 @@ class Output:
     # --- results ---------------------------------------------------------------------------
     def result(self, data, human=None) -> None:
         """The command's result: JSON on stdout, or `human` (text or a callable giving it)."""
+        if self.field:
+            value = pick(data, self.field)
+            click.echo(value if isinstance(value, str) else json.dumps(value, default=str))
+            return
         if self.as_json:
             click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
             return

@@ -13,8 +13,8 @@ from modelplane_cli.output import Output
 class State:
     """What every command shares: the global options, the API client, the output."""
 
-    def __init__(self, *, url: str | None, token: str | None, http_timeout: float, as_json: bool):
-        self.url, self.token, self.http_timeout, self.as_json = url, token, http_timeout, as_json
+    def __init__(self, *, url: str | None, token: str | None, http_timeout: float, as_json: bool, field: str | None = None):
+        self.url, self.token, self.http_timeout, self.as_json, self.field = url, token, http_timeout, as_json, field
         self._api = None
         self._out = None
 
@@ -30,7 +30,7 @@ class State:
     @property
     def out(self) -> Output:
         if self._out is None:
-            self._out = Output(as_json=self.as_json)
+            self._out = Output(as_json=self.as_json or bool(self.field), field=self.field)
         return self._out
 
 
@@ -38,11 +38,13 @@ pass_state = click.make_pass_decorator(State)
 
 
 def json_option(command):
-    """`--json` on every command (the same as the global `modelplane --json …`)."""
+    """`--json` and `--field` on every command (the same as the global options)."""
 
-    def remember(ctx, _param, value):
+    def remember(ctx, param, value):
         if value:
-            ctx.find_object(State).as_json = True
+            setattr(ctx.find_object(State), param.name, value)
 
+    command = click.option("--field", "field", metavar="PATH", expose_value=False, callback=remember,
+                           help="Print one field of the JSON result (e.g. id, artifacts.0.id).")(command)
     return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=remember,
                         help="Print the API's JSON on stdout (progress goes to stderr).")(command)

@@ -79,7 +79,7 @@ def rollout_start(state, endpoint_name, candidate, strategy, steps, watch, inter
         body["steps_bp"] = parse_steps(steps)
     body.update({key: value for key, value in plan.items() if value is not None})
     started = state.api.post(f"endpoints/{segment(endpoint_name)}/rollouts/", body)
-    if watch and not state.as_json:
+    if watch and not state.out.as_json:
         state.out.event(f"Started rollout #{started['id']} (generation {started['generation']}).")
     follow(state, started, watch=watch, interval=interval, timeout=timeout, through_pause=through_pause)
 
@@ -120,7 +120,7 @@ def rollout_list(state, endpoint_name, state_filter, page, page_size, everything
 def rollout_get(state, rollout_id):
     """A rollout: state, step, traffic, generation (for promote/pause/resume/rollback) and the judge's latest verdict."""
     body = state.api.get(f"rollouts/{rollout_id}/")
-    if state.as_json:
+    if state.out.as_json:
         state.out.result(body)
         return
     latest = state.api.get("verdicts/", rollout=rollout_id, page_size=1).get("results") or []
