@@ -49,10 +49,10 @@ def wait_build(api: Api, out: Output, build_id: int, *, interval: float = 1.0, t
     while True:
         build = api.get(f"builds/{build_id}/")
         status, attempt = build.get("status"), build.get("attempt")
-        if status != last_status:
-            tries = f" (attempt {attempt} of {build.get('max_attempts')})" if attempt and attempt > 1 else ""
-            out.event(f"build {build_id} of {build.get('model')} v{build.get('version_number')}: {status}{tries}")
-            last_status = status
+        tries = f" (attempt {attempt} of {build.get('max_attempts')})" if attempt and attempt > 1 else ""
+        headline = f"build {build_id} of {build.get('model')} v{build.get('version_number')}: {status}{tries}"
+        if status != last_status and status not in BUILD_DONE:
+            out.event(headline)
         running = ""
         for stage in build.get("stages") or []:
             name, stage_status = stage.get("name"), stage.get("status")
@@ -62,6 +62,9 @@ def wait_build(api: Api, out: Output, build_id: int, *, interval: float = 1.0, t
                 out.event(f"  stage {name} {stage_status}{took}")
             elif stage_status == "running":
                 running = name
+        if status != last_status and status in BUILD_DONE:  # the ending after the stages it ended with
+            out.event(headline)
+        last_status = status
         progress = (build.get("progress") or 0) / 100
         out.status(f"build {build_id} {bar(progress)} {running or status} · {pace.elapsed():.0f}s")
         if status in BUILD_DONE:
