@@ -18,14 +18,14 @@ TABLE = [
     (OK, "ok", "success (a build succeeded, a rollout succeeded)"),
     (ERROR, "error", "unexpected answer (not the modelplane API?)"),
     (USAGE, "usage", "bad options or arguments"),
-    (AUTH, "auth", "no token, token refused (401) or not allowed (403)"),
+    (AUTH, "auth", "not logged in, token refused (401) or not allowed (403)"),
     (API, "api", "the API refused the request (400/404/409/413…); its detail and code are printed"),
     (NETWORK, "network", "server unreachable, no answer in time, or a 5xx"),
     (TIMEOUT, "timeout", "--timeout passed while waiting; the build or rollout goes on"),
     (BUILD_FAILED, "build-failed", "the build failed or was cancelled"),
     (ROLLED_BACK, "rolled-back", "the rollout was rolled back"),
     (ROLLOUT_FAILED, "rollout-failed", "the rollout failed (candidate never ready)"),
-    (PAUSED, "paused", "the rollout is paused, waiting for a person"),
+    (PAUSED, "paused", "the rollout is paused, waiting for a person (`--through-pause` keeps watching)"),
     (INTERRUPTED, "interrupted", "Ctrl-C while waiting"),
 ]
 
