@@ -136,3 +136,13 @@ def test_link_an_mlflow_run(cli_as, alice, team_a, settings, tmp_path, onnx_path
         assert local.code == exits.API and "bad_source_uri" in local.err, local
     finally:
         mlflow_config.configure.cache_clear()
+
+
+def test_an_upload_over_the_limit_is_refused_with_the_reason(cli_as, alice, team_a, settings, tmp_path):
+    settings.MAX_UPLOAD_MB = 1
+    factories.registered_model(team_a, name="big")
+    huge = tmp_path / "huge.onnx"
+    huge.write_bytes(b"\0" * (3 * 1024 * 1024))
+    refused = cli_as(alice)("version", "upload", "big", huge)
+    assert refused.code == exits.API and "MAX_UPLOAD_MB" in refused.err and "HTTP 413" in refused.err, refused
+    assert not ModelVersion.objects.exists()
