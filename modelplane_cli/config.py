@@ -69,9 +69,13 @@ def read_file() -> tuple[dict, list[str]]:
 def write_file(data: dict) -> Path:
     """Write atomically with mode 0600 (the token is a secret); the folder gets 0700."""
     folder = config_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".config-", suffix=".json")  # mkstemp creates it 0600
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".config-", suffix=".json")  # mkstemp creates it 0600
+    except OSError as exc:
+        raise CliError(exits.ERROR, f"cannot write the login to {folder}: {exc.strerror} (set XDG_CONFIG_HOME, "
+                                    "or use MODELPLANE_URL / MODELPLANE_TOKEN instead)") from None
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2)

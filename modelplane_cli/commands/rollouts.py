@@ -104,9 +104,12 @@ def rollout_watch(state, rollout_id, interval, timeout, through_pause):
 def rollout_list(state, endpoint_name, state_filter, page, page_size, everything):
     """Rollouts of your teams, newest first."""
     path = f"endpoints/{segment(endpoint_name)}/rollouts/" if endpoint_name else "rollouts/"
-    body = state.api.page(path, everything=everything, state=state_filter, page=page, page_size=page_size)
-    if endpoint_name and state_filter:  # the endpoint's list has no state filter
-        body = {**body, "results": [r for r in body["results"] if r.get("state") == state_filter]}
+    if endpoint_name and state_filter:  # the endpoint's list has no state filter: filter all its pages here
+        body = state.api.page(path, everything=True, page_size=500)
+        kept = [r for r in body["results"] if r.get("state") == state_filter]
+        body = {**body, "count": len(kept), "results": kept}
+    else:
+        body = state.api.page(path, everything=everything, state=state_filter, page=page, page_size=page_size)
     for row in body["results"]:
         row.setdefault("step", step_text(row.get("step_index"), row.get("steps_bp") or []) if row.get("state") == "canary" else "")
         row.setdefault("candidate_pct", (row.get("traffic") or {}).get("candidate_bp", 0) / 100)
