@@ -132,20 +132,20 @@ def _short(outcome) -> str:
 
 
 def status_line(rollout: dict, last_verdict: dict | None) -> str:
+    """The live line on a terminal, most telling first (it is cut at the terminal's width)."""
     steps = rollout.get("steps_bp") or []
-    traffic = rollout.get("traffic") or {}
-    parts = [f"rollout #{rollout.get('id')} {rollout.get('state')}"]
-    if rollout.get("state") == "canary":
-        parts.append(step_text(rollout.get("step_index"), steps))
-    parts.append(f"candidate {traffic.get('candidate_bp', 0) / 100:g}% / stable {traffic.get('stable_bp', 0) / 100:g}%")
+    state = rollout.get("state")
+    index = rollout.get("step_index")
+    parts = [f"rollout #{rollout.get('id')} {state}" + (f" step {index + 1}/{len(steps)}" if state == "canary" and steps else "")]
+    parts.append(f"candidate {(rollout.get('traffic') or {}).get('candidate_bp', 0) / 100:g}%")
     started = parse_time(rollout.get("step_started_at"))
-    if started and rollout.get("state") in ("canary", "shadow"):
-        in_step = (datetime.now(timezone.utc) - started).total_seconds()
-        parts.append(f"{max(0.0, in_step):.0f}s in step (min {rollout.get('step_min_seconds', 0):g}s)")
-    parts.append(f"generation {rollout.get('generation')}")
+    if started and state in ("canary", "shadow"):
+        in_step = max(0.0, (datetime.now(timezone.utc) - started).total_seconds())
+        parts.append(f"step timer {in_step:.0f}s/{rollout.get('step_min_seconds', 0):g}s")
     if last_verdict:
         parts.append(f"judge {last_verdict.get('outcome')}")
-    return " · ".join(p for p in parts if p)
+    parts.append(f"gen {rollout.get('generation')}")
+    return " · ".join(parts)
 
 
 def watch_rollout(api: Api, out: Output, rollout_id: int, *, interval: float = 1.0, timeout: float | None = None,

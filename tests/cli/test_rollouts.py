@@ -4,6 +4,7 @@ pool-model rows (no tritonserver: a pool without processes, as tests/factories.p
 and the verdicts come from the real canary judge over synthetic metric samples (as
 tests/monitoring/test_canary_loop.py does). The CLI runs as a child process over HTTP."""
 
+import re
 import time
 from datetime import timedelta
 
@@ -162,3 +163,43 @@ def test_pause_resume_promote_with_generations(setup, tmp_path):
     table = cli("rollout", "list", "--endpoint", "ctr", "--state", "succeeded")
     assert table.code == 0 and len(table.out.strip().splitlines()) == 2 and "succeeded" in table.out, table
     assert len(cli("rollout", "list", "--json").json()["results"]) == 2
+
+
+def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
+    """Under a pseudo-terminal the watch redraws one status line (step, split, step timer,
+    generation, the judge's latest outcome) below the event lines."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import ROOT
+
+    cli, pool, stable, (candidate, *_) = setup
+    rollout_id = int(cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--steps", "5,100", "--step-min-seconds", "5",
+                         "--field", "id").out)
+    _pool_model_state(candidate, PoolModelState.READY)
+    rollout = rollout_services.rollout_reconcile(rollout_id=rollout_id)
+    feed(rollout, ticks=3, start=rollout.traffic_started_at)  # too little evidence yet: inconclusive
+    canary.judge_rollout(Rollout.objects.get(pk=rollout_id), now=rollout.traffic_started_at + timedelta(seconds=3))
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "modelplane_cli", "rollout", "watch", str(rollout_id), "--timeout", "2",
+                             "--interval", "0.3"], cwd=ROOT, env=cli.env, stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(30) == exits.TIMEOUT
+    screen = b"".join(chunks).decode()
+    assert "\r\x1b[2K" in screen  # the status line is redrawn in place
+    assert re.search(rf"\r\x1b\[2Krollout #{rollout_id} canary step 1/2 · candidate 5% · step timer \ds/5s · judge inconclusive · gen 3",
+                     screen), screen
+    assert "judge \x1b[33minconclusive\x1b[0m" in screen  # coloured on a terminal
