@@ -51,8 +51,8 @@ def setup(cli_as, deployer, team_a, artifact_factory):
     return cli, pool, stable, candidates
 
 
-def test_endpoint_pool_and_artifact_commands(setup):
-    cli, pool, stable, _ = setup
+def test_endpoint_pool_and_artifact_commands(setup, cli_as, alice):
+    cli, pool, stable, (candidate, *_) = setup
     listed = cli("endpoint", "list")
     assert listed.code == 0 and "ctr" in listed.out and "cpu-pool" in listed.out, listed
     assert cli("endpoint", "get", "ctr", "--field", "stable_variant").out.strip() == f"v{stable.version.version}-onnx-fp32"
@@ -71,6 +71,12 @@ def test_endpoint_pool_and_artifact_commands(setup):
     assert no_pool.code == exits.API and "pool" in no_pool.err and "pool_not_found" in no_pool.err, no_pool
     bad_steps = cli("rollout", "start", "ctr", "--candidate", stable.pk, "--steps", "50,25")
     assert bad_steps.code == exits.USAGE and "more traffic than the one before" in bad_steps.err, bad_steps
+    # a developer of the team may read the endpoint but not roll out: 403, the auth exit code
+    developer = cli_as(alice)
+    assert developer("endpoint", "get", "ctr").code == 0
+    refused = developer("rollout", "start", "ctr", "--candidate", candidate.pk)
+    assert refused.code == exits.AUTH and "HTTP 403" in refused.err, refused
+    assert not Rollout.objects.exists()
 
 
 def test_watch_a_rollout_the_judge_rolls_back(setup, tmp_path):
@@ -203,3 +209,21 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     assert re.search(rf"\r\x1b\[2Krollout #{rollout_id} canary step 1/2 · candidate 5% · step timer \ds/5s · judge inconclusive · gen 3",
                      screen), screen
     assert "judge \x1b[33minconclusive\x1b[0m" in screen  # coloured on a terminal
+
+
+def test_ctrl_c_stops_watching_and_leaves_the_rollout_alone(setup, tmp_path):
+    import signal
+
+    cli, pool, stable, (candidate, *_) = setup
+    rollout_id = int(cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--field", "id").out)
+    log = tmp_path / "watch.log"
+    watch = popen_cli("rollout", "watch", rollout_id, "--interval", "0.3", env=cli.env, log=log)
+    try:
+        _wait_log(log, "pending → loading", watch)
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(30) == exits.INTERRUPTED
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert "interrupted: stopped waiting (the server carries on)" in log.read_text()
+    assert Rollout.objects.get(pk=rollout_id).state == "loading"
