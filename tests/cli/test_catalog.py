@@ -24,6 +24,10 @@ def test_login_checks_the_token_and_stores_it_0600(live_server, alice, team_a, c
     config = cli_home / ".config" / "modelplane" / "config.json"
     assert not config.exists()  # a refused token is never stored
 
+    elsewhere = run_cli("login", "--url", live_server.url + "/not-the-api", "--token", token, env=env)  # an HTML 404 page
+    assert elsewhere.code == exits.API and "is --url the modelplane server?" in elsewhere.err, elsewhere
+    assert not config.exists()
+
     done = run_cli("login", "--url", live_server.url + "/api/v1/", env=env, stdin=token + "\n")  # token on stdin, URL normalized
     assert done.code == 0, done
     assert "team-a" in done.out and "developer" in done.out
