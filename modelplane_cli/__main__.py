@@ -1,0 +1,3 @@
+from modelplane_cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""Command groups; each module exports COMMANDS for modelplane_cli.main to add."""

@@ -1,0 +1,164 @@
+"""Models and versions: register a model, upload an ONNX file or link an MLflow model as a
+version, list and get both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from modelplane_cli.commands.common import key_values, list_options, segment, show_page, size
+from modelplane_cli.output import bar, fields, when
+from modelplane_cli.state import json_option, pass_state
+
+MODEL_COLUMNS = [("name", "name"), ("team", "team"), ("task", "task"), ("versions", "version_count"),
+                 ("latest", "latest_version"), ("updated", "updated_at")]
+VERSION_COLUMNS = [("id", "id"), ("model", "model"), ("version", "version"), ("status", "status"), ("source", "source"),
+                   ("framework", "framework"), ("metrics", "metrics"), ("created", "created_at")]
+
+
+# --- models --------------------------------------------------------------------------------
+@click.group()
+def model():
+    """Registered models."""
+
+
+@model.command("list")
+@click.option("--name", help="Names containing this.")
+@click.option("--team", help="Only this team's models.")
+@click.option("--task", help="ctr, ranking, …")
+@list_options
+@json_option
+@pass_state
+def model_list(state, name, team, task, page, page_size, everything):
+    """Models of your teams."""
+    show_page(state, state.api.page("models/", everything=everything, name=name, team=team, task=task, page=page,
+                                    page_size=page_size), MODEL_COLUMNS, empty="No models.")
+
+
+@model.command("get")
+@click.argument("name")
+@json_option
+@pass_state
+def model_get(state, name):
+    """One model."""
+    body = state.api.get(f"models/{segment(name)}/")
+    state.out.result(body, lambda m: fields([("name", m.get("name")), ("team", m.get("team")), ("task", m.get("task")),
+                                            ("description", m.get("description")), ("versions", m.get("version_count")),
+                                            ("latest version", m.get("latest_version")), ("created by", m.get("created_by")),
+                                            ("created", when(m.get("created_at"))), ("updated", when(m.get("updated_at")))]))
+
+
+@model.command("create")
+@click.argument("name")
+@click.option("--team", required=True, help="A team you are a developer (or more) in.")
+@click.option("--task", default=None, help="ctr (default), ranking, …")
+@click.option("--description", default=None)
+@json_option
+@pass_state
+def model_create(state, name, team, task, description):
+    """Register a model."""
+    body = {"name": name, "team": team}
+    if task:
+        body["task"] = task
+    if description is not None:
+        body["description"] = description
+    created = state.api.post("models/", body)
+    state.out.result(created, lambda m: f"Registered model {m['name']} in team {m['team']}.")
+
+
+# --- versions ------------------------------------------------------------------------------
+@click.group()
+def version():
+    """Versions of a model: upload an ONNX file or link an MLflow model."""
+
+
+@version.command("list")
+@click.argument("model_name")
+@click.option("--status")
+@list_options
+@json_option
+@pass_state
+def version_list(state, model_name, status, page, page_size, everything):
+    """Versions of a model, newest first."""
+    show_page(state, state.api.page(f"models/{segment(model_name)}/versions/", everything=everything, status=status,
+                                    page=page, page_size=page_size), VERSION_COLUMNS, empty="No versions.")
+
+
+@version.command("get")
+@click.argument("version_id", type=int)
+@json_option
+@pass_state
+def version_get(state, version_id):
+    """One version (by id) with its signature."""
+    state.out.result(state.api.get(f"versions/{version_id}/"), _version_text)
+
+
+@version.command("upload")
+@click.argument("model_name")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
+@click.option("--metric", "metrics", multiple=True, metavar="KEY=NUMBER", help="A training metric, e.g. auc=0.74 (repeatable).")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="A tag (repeatable).")
+@json_option
+@pass_state
+def version_upload(state, model_name, file, metrics, tags):
+    """Upload an ONNX file as the model's next version (the signature is read from the graph)."""
+    from requests_toolbelt import MultipartEncoder, MultipartEncoderMonitor
+
+    parts = {}
+    if metrics:
+        parts["metrics"] = json.dumps(key_values(metrics, "--metric", numbers=True))
+    if tags:
+        parts["tags"] = json.dumps(key_values(tags, "--tag", numbers=False))
+    file_size = file.stat().st_size
+    out = state.out
+    api = state.api
+    with open(file, "rb") as handle:
+        parts["file"] = (file.name, handle, "application/octet-stream")
+        encoder = MultipartEncoder(fields=parts)
+        marks = {"next": 0.25}
+
+        def progress(monitor):
+            fraction = monitor.bytes_read / max(1, encoder.len)
+            out.status(f"uploading {file.name} {bar(fraction)} {size(monitor.bytes_read)} of {size(encoder.len)}")
+            if not out.tty and fraction >= marks["next"] and file_size >= 8 * 1024 * 1024:  # big files: a line per quarter
+                out.event(f"uploading {file.name}: {fraction * 100:.0f}% of {size(file_size)}")
+                marks["next"] += 0.25
+
+        monitor = MultipartEncoderMonitor(encoder, progress)
+        created = api.request("POST", f"models/{segment(model_name)}/versions/", data=monitor,
+                              headers={"Content-Type": monitor.content_type})
+    out.clear_status()
+    out.result(created, lambda v: f"Uploaded {file.name} as {v['model']} version {v['version']} (id {v['id']}).\n" + _version_text(v))
+
+
+@version.command("link")
+@click.argument("model_name")
+@click.argument("source_uri")
+@click.option("--metric", "metrics", multiple=True, metavar="KEY=NUMBER", help="A metric to record (repeatable).")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE")
+@json_option
+@pass_state
+def version_link(state, model_name, source_uri, metrics, tags):
+    """Register an MLflow model (runs:/<run_id>/<path> or models:/<name>/<version|@alias>) as a version."""
+    body = {"source_uri": source_uri}
+    if metrics:
+        body["metrics"] = key_values(metrics, "--metric", numbers=True)
+    if tags:
+        body["tags"] = key_values(tags, "--tag", numbers=False)
+    created = state.api.post(f"models/{segment(model_name)}/versions/", body)
+    state.out.result(created, lambda v: f"Linked {source_uri} as {v['model']} version {v['version']} (id {v['id']}).\n" + _version_text(v))
+
+
+def _version_text(v: dict) -> str:
+    signature = v.get("signature") or {}
+    tensors = [f"{t.get('name')} {t.get('dtype')} {t.get('shape')}" for t in signature.get("inputs", [])]
+    outputs = [f"{t.get('name')} {t.get('dtype')} {t.get('shape')}" for t in signature.get("outputs", [])]
+    return fields([("id", v.get("id")), ("model", v.get("model")), ("version", v.get("version")), ("status", v.get("status")),
+                   ("source", v.get("source_uri") or v.get("original_filename") or v.get("source")),
+                   ("framework", v.get("framework")), ("inputs", "; ".join(tensors)), ("outputs", "; ".join(outputs)),
+                   ("metrics", v.get("metrics")), ("created", when(v.get("created_at")))])
+
+
+COMMANDS = [model, version]

@@ -1,0 +1,176 @@
+"""Rollouts: start one on an endpoint, watch it step by step with the judge's verdicts,
+promote / pause / resume / roll back (with the generation you saw: 409 if it moved),
+list and get."""
+
+from __future__ import annotations
+
+import click
+
+from modelplane_cli import exits
+from modelplane_cli.commands.builds import wait_options
+from modelplane_cli.commands.common import list_options, segment, show_page
+from modelplane_cli.exits import CliError
+from modelplane_cli.output import fields, when
+from modelplane_cli.state import json_option, pass_state
+from modelplane_cli.watch import step_text, verdict_line, watch_rollout
+
+ROLLOUT_COLUMNS = [("id", "id"), ("endpoint", "endpoint"), ("candidate", "candidate_variant"), ("stable", "baseline_variant"),
+                   ("state", "state"), ("step", "step"), ("candidate %", "candidate_pct"), ("generation", "generation"),
+                   ("created", "created_at")]
+
+
+def parse_steps(text: str) -> list[int]:
+    """"5,25,50,100" (percent of traffic to the candidate) → basis points [500, 2500, 5000, 10000]."""
+    try:
+        percents = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CliError(exits.USAGE, f"--steps: give percentages separated by commas, e.g. 5,25,50,100 (got {text!r}).") from None
+    if not percents or any(not 0 < p <= 100 for p in percents):
+        raise CliError(exits.USAGE, f"--steps: each step is a percentage above 0 and at most 100 (got {text!r}).")
+    points = [round(p * 100) for p in percents]
+    if any(b <= a for a, b in zip(points, points[1:])):
+        raise CliError(exits.USAGE, f"--steps: each step must send more traffic than the one before (got {text!r}).")
+    return points
+
+
+def follow(state, rollout: dict, *, watch: bool, interval: float, timeout: float | None, through_pause: bool) -> None:
+    if not watch:
+        state.out.result(rollout, _rollout_text)
+        return
+    final, code = watch_rollout(state.api, state.out, rollout["id"], interval=interval, timeout=timeout, through_pause=through_pause)
+    state.out.result(final, None)  # people saw it line by line; --json gets the final rollout
+    if code:
+        click.get_current_context().exit(code)
+
+
+def watch_options(command):
+    command = wait_options(command)
+    return click.option("--through-pause", is_flag=True,
+                        help="Keep watching while paused (default: stop with exit 13, it waits for a person).")(command)
+
+
+@click.group()
+def rollout():
+    """Rollouts of a candidate artifact into an endpoint (canary / blue-green)."""
+
+
+@rollout.command("start")
+@click.argument("endpoint_name")
+@click.option("--candidate", type=int, required=True, help="Id of the servable artifact to bring in.")
+@click.option("--strategy", type=click.Choice(["canary", "blue-green"]), default=None, help="Default canary.")
+@click.option("--steps", default=None, help="Candidate traffic per step in percent, e.g. 5,25,50,100 (the default).")
+@click.option("--shadow-seconds", type=click.FloatRange(min=0), help="Shadow phase before the canary (blue-green needs it).")
+@click.option("--shadow-sample-rate", type=click.FloatRange(0, 1), help="Share of requests copied to the shadow.")
+@click.option("--step-min-seconds", type=click.FloatRange(min=0), help="Least time in each step (default 30).")
+@click.option("--step-min-requests", type=click.IntRange(min=0), help="Least candidate requests in each step (default 200).")
+@click.option("--step-deadline-seconds", type=click.FloatRange(min=0), help="A step without a conclusive verdict by then (default 600)…")
+@click.option("--on-inconclusive", type=click.Choice(["rollback", "pause"]), help="…is rolled back (default) or paused.")
+@click.option("--promote-grace-seconds", type=click.FloatRange(min=0), help="Hold at 100 % before the old stable goes (default 30).")
+@click.option("--watch", is_flag=True, help="Then watch it to the end (exit 0 succeeded, 11 rolled back, 12 failed, 13 paused).")
+@watch_options
+@json_option
+@pass_state
+def rollout_start(state, endpoint_name, candidate, strategy, steps, watch, interval, timeout, through_pause, **plan):
+    """Start a rollout of a candidate artifact on an endpoint."""
+    body = {"candidate_artifact": candidate}
+    if strategy:
+        body["strategy"] = strategy
+    if steps:
+        body["steps_bp"] = parse_steps(steps)
+    body.update({key: value for key, value in plan.items() if value is not None})
+    started = state.api.post(f"endpoints/{segment(endpoint_name)}/rollouts/", body)
+    if watch and not state.out.as_json:
+        state.out.event(f"Started rollout #{started['id']} (generation {started['generation']}).")
+    follow(state, started, watch=watch, interval=interval, timeout=timeout, through_pause=through_pause)
+
+
+@rollout.command("watch")
+@click.argument("rollout_id", type=int)
+@watch_options
+@json_option
+@pass_state
+def rollout_watch(state, rollout_id, interval, timeout, through_pause):
+    """Follow a rollout step by step with the judge's verdicts until it ends:
+    exit 0 succeeded, 11 rolled back, 12 failed, 13 paused, 6 --timeout."""
+    follow(state, {"id": rollout_id}, watch=True, interval=interval, timeout=timeout, through_pause=through_pause)
+
+
+@rollout.command("list")
+@click.option("--endpoint", "endpoint_name", help="Rollouts of this endpoint.")
+@click.option("--state", "state_filter", help="pending, loading, shadow, canary, paused, promoting, succeeded, rolling_back, rolled_back, failed")
+@list_options
+@json_option
+@pass_state
+def rollout_list(state, endpoint_name, state_filter, page, page_size, everything):
+    """Rollouts of your teams, newest first."""
+    path = f"endpoints/{segment(endpoint_name)}/rollouts/" if endpoint_name else "rollouts/"
+    if endpoint_name and state_filter:  # the endpoint's list has no state filter: filter all its pages here
+        body = state.api.page(path, everything=True, page_size=500)
+        kept = [r for r in body["results"] if r.get("state") == state_filter]
+        body = {**body, "count": len(kept), "results": kept}
+    else:
+        body = state.api.page(path, everything=everything, state=state_filter, page=page, page_size=page_size)
+    for row in body["results"]:
+        row.setdefault("step", step_text(row.get("step_index"), row.get("steps_bp") or []) if row.get("state") == "canary" else "")
+        row.setdefault("candidate_pct", (row.get("traffic") or {}).get("candidate_bp", 0) / 100)
+    show_page(state, body, ROLLOUT_COLUMNS, empty="No rollouts.")
+
+
+@rollout.command("get")
+@click.argument("rollout_id", type=int)
+@json_option
+@pass_state
+def rollout_get(state, rollout_id):
+    """A rollout: state, step, traffic, generation (for promote/pause/resume/rollback) and the judge's latest verdict."""
+    body = state.api.get(f"rollouts/{rollout_id}/")
+    if state.out.as_json:
+        state.out.result(body)
+        return
+    latest = state.api.get("verdicts/", rollout=rollout_id, page_size=1).get("results") or []
+    text = _rollout_text(body)
+    if latest:
+        text += "\nlatest verdict: " + verdict_line(latest[0], body.get("steps_bp") or [])
+    state.out.result(body, text)
+
+
+def _action(name: str, past: str, help_text: str):
+    @rollout.command(name, help=help_text)
+    @click.argument("rollout_id", type=int)
+    @click.option("--generation", type=int, default=None,
+                  help="The generation you saw (`rollout get`): the API answers 409 (exit 4) if the rollout moved since.")
+    @click.option("--reason", default="", help="Recorded in the audit trail.")
+    @json_option
+    @pass_state
+    def act(state, rollout_id, generation, reason):
+        body = {"reason": reason} if reason else {}
+        if generation is not None:
+            body["generation"] = generation
+        done = state.api.post(f"rollouts/{rollout_id}/{name}/", body)
+        state.out.result(done, lambda r: f"Rollout #{r['id']} {past}: now {r['state']} (generation {r['generation']}).")
+
+    act.__name__ = f"rollout_{name}"
+    return act
+
+
+_action("promote", "promoted", "Promote now: skip the remaining steps (100 % to the candidate, then the grace period).")
+_action("pause", "paused", "Pause: hold the split and stop the step timer.")
+_action("resume", "resumed", "Resume where it paused, with the step timer where it stopped.")
+_action("rollback", "rolled back", "Roll back now: the candidate's weight goes to 0, then it is drained and unloaded.")
+
+
+def _rollout_text(r: dict) -> str:
+    traffic = r.get("traffic") or {}
+    steps = r.get("steps_bp") or []
+    return fields([
+        ("rollout", r.get("id")), ("endpoint", r.get("endpoint")),
+        ("candidate", f"{r.get('candidate_variant')} (artifact {r.get('candidate_artifact')})"),
+        ("stable", f"{r.get('baseline_variant')} (artifact {r.get('baseline_artifact')})"),
+        ("strategy", f"{r.get('strategy')}, steps {'/'.join(f'{s / 100:g}' for s in steps)}%"),
+        ("state", f"{r.get('state')} {step_text(r.get('step_index'), steps) if r.get('state') == 'canary' else ''}".rstrip()),
+        ("traffic", f"candidate {traffic.get('candidate_bp', 0) / 100:g}% / stable {traffic.get('stable_bp', 0) / 100:g}%"),
+        ("generation", r.get("generation")), ("reason", r.get("reason")),
+        ("created", f"{when(r.get('created_at'))} by {r.get('created_by')}"), ("finished", when(r.get("finished_at"))),
+    ])
+
+
+COMMANDS = [rollout]
