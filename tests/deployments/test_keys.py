@@ -320,3 +320,9 @@ def test_route_table_queries_do_not_grow_with_keys(deployer, team_a, endpoints, 
         services.inference_key_create(user=deployer, team=team_a, name=f"k{index}", endpoints=["search"] if index % 2 else None)
     with django_assert_max_num_queries(few):
         route_table()
+
+
+@pytest.mark.parametrize("key_id", ["99999999999999999999999999", "abc", "-1", "1.5", "%00", "1%20OR%201=1"])
+def test_api_absurd_key_ids_are_404(deployer_api, key_id):
+    assert deployer_api.get(f"/api/v1/inference-keys/{key_id}/").status_code == 404
+    assert deployer_api.post(f"/api/v1/inference-keys/{key_id}/revoke/", {}, format="json").status_code == 404
