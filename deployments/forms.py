@@ -9,7 +9,7 @@ from registry.selectors.teams import team_list
 
 
 class InferenceKeyCreateForm(forms.Form):
-    team = forms.ModelChoiceField(queryset=None, to_field_name="name")
+    team = forms.ChoiceField()  # checked against the choices in Python: hostile input never reaches a query
     name = forms.CharField(max_length=100, help_text="What the key is for, e.g. ads-ranker-prod.")
     endpoints = forms.MultipleChoiceField(required=False, widget=forms.SelectMultiple(attrs={"size": 4}),
                                           help_text="None selected: every endpoint of the team, also later ones.")
@@ -21,13 +21,14 @@ class InferenceKeyCreateForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = team_list(user=user, min_role=Role.DEPLOYER)
+        self.teams = {t.name: t for t in team_list(user=user, min_role=Role.DEPLOYER)}
+        self.fields["team"].choices = [(name, name) for name in self.teams]
         self.fields["endpoints"].choices = [(e.name, f"{e.team.name} / {e.name}") for e in endpoint_list(user=user)]
 
     def service_arguments(self) -> dict:
         """What inference_key_create takes: an empty limit field is no limit (burst: the default)."""
         data = self.cleaned_data
-        out = {"team": data["team"], "name": data["name"], "endpoints": data["endpoints"] or None,
+        out = {"team": self.teams[data["team"]], "name": data["name"], "endpoints": data["endpoints"] or None,
                "rate_per_s": data["rate_per_s"], "max_concurrency": data["max_concurrency"]}
         if data["burst"] is not None:
             out["burst"] = data["burst"]

@@ -47,7 +47,8 @@ class InferenceKeyCreatedSerializer(InferenceKeySerializer):
 
 
 class InferenceKeyCreateSerializer(serializers.Serializer):
-    team = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.none())
+    # a CharField (not SlugRelatedField): its checks (NUL, length) run before any query
+    team = serializers.CharField(max_length=150, help_text="Name of one of your teams.")
     name = serializers.CharField(max_length=100)
     endpoints = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=services.MAX_SCOPED_ENDPOINTS,
                                       help_text="Names of the team's endpoints it may call; leave out for all of them (also later ones).")
@@ -57,12 +58,13 @@ class InferenceKeyCreateSerializer(serializers.Serializer):
     max_concurrency = serializers.IntegerField(required=False, allow_null=True,
                                                help_text=f"Requests in flight at once (default {services.DEFAULT_MAX_CONCURRENCY}; null: no limit).")
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def validate_team(self, value: str) -> Group:
+        # teams the user is not a member of "do not exist"; a member without the role gets a 403 from the service
         request = self.context.get("request")
-        if request is not None:
-            # teams the user is not a member of "do not exist"; a member without the role gets a 403 from the service
-            self.fields["team"].queryset = team_list(user=request.user)
+        team = team_list(user=request.user).filter(name=value).first() if request is not None else None
+        if team is None:
+            raise serializers.ValidationError(f"You are in no team named {value[:150]!r}.", code="team_not_found")
+        return team
 
 
 class RevokeSerializer(serializers.Serializer):

@@ -89,6 +89,8 @@ def _scope(team, endpoint_names) -> list[Endpoint] | None:
         raise InvalidInput("endpoints: give a list of endpoint names, or leave it out for all of the team's endpoints.",
                            field="endpoints")
     names = sorted({str(n) for n in endpoint_names})
+    if any("\x00" in n or len(n) > 64 for n in names):
+        raise InvalidInput("endpoints: not an endpoint name.", code="endpoint_not_found", field="endpoints")
     if not names:
         raise InvalidInput("endpoints: give at least one endpoint, or leave it out for all of the team's endpoints.",
                            field="endpoints")
@@ -132,12 +134,15 @@ def inference_key_revoke(*, user, key: InferenceKey, reason: str = "") -> Infere
     """Revoke `key` for good: it leaves the next route table, so the gateway refuses it
     (401) within its poll interval. Revoking a revoked key changes nothing."""
     require_role(user=user, team=key.team, role=Role.DEPLOYER)
+    reason = str(reason or "")
+    if "\x00" in reason or len(reason) > 2000:
+        raise InvalidInput("reason: at most 2000 characters, no NUL.", field="reason")
     with transaction.atomic():
         locked = inference_key_for_update(key.pk)
         if locked.revoked_at is not None:
             return locked
         locked.revoked_at, locked.revoked_by = timezone.now(), user
         locked.save(update_fields=["revoked_at", "revoked_by"])
-        event_record(actor=user, obj=locked, action="revoked", from_state="active", to_state="revoked", reason=str(reason)[:2000],
+        event_record(actor=user, obj=locked, action="revoked", from_state="active", to_state="revoked", reason=reason,
                      data={"prefix": locked.prefix})
     return locked

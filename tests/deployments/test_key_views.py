@@ -123,3 +123,14 @@ def test_admin_lists_and_revokes_through_the_service(staff, deployer, team_a):
     assert key.revoked_by == staff
     assert Event.objects.filter(object_type="deployments.inferencekey", action="revoked", reason__contains="admin").count() == 1
     assert admin.get("/admin/deployments/inferencekey/add/").status_code == 403
+
+
+def test_hostile_form_input_is_refused_without_a_500(deployer, team_a, endpoint):
+    client = web(deployer)
+    for body in ({"team": "\x00", "name": "k"}, {"team": "team-a", "name": "k\x00"}, {"team": "team-a", "name": "k", "endpoints": ["\x00"]},
+                 {"team": "team-a", "name": "k", "rate_per_s": "1e999"}, {"team": "team-a", "name": "k", "max_concurrency": "9" * 40}):
+        assert client.post("/deployments/keys/", body).status_code == 400, body
+    assert not InferenceKey.objects.exists()
+    key, _ = services.inference_key_create(user=deployer, team=team_a, name="k")
+    response = client.post(f"/deployments/keys/{key.pk}/revoke/", {"reason": "x\x00y"}, follow=True)
+    assert response.status_code == 200 and "no NUL" in response.content.decode() and InferenceKey.objects.get().active

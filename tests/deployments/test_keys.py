@@ -326,3 +326,25 @@ def test_route_table_queries_do_not_grow_with_keys(deployer, team_a, endpoints, 
 def test_api_absurd_key_ids_are_404(deployer_api, key_id):
     assert deployer_api.get(f"/api/v1/inference-keys/{key_id}/").status_code == 404
     assert deployer_api.post(f"/api/v1/inference-keys/{key_id}/revoke/", {}, format="json").status_code == 404
+
+
+@pytest.mark.parametrize("body", [
+    {"team": "\x00"}, {"name": "a\x00"}, {"endpoints": ["\x00"]}, {"rate_per_s": 1e308}, {"burst": "NaN"},
+    {"max_concurrency": 2**70}, {"rate_per_s": "Infinity"}, {"team": "t" * 10_000}, {"endpoints": ["ctr"] * 10_000},
+    {"name": {"nested": "object"}}, {"team": None},
+])
+def test_api_hostile_bodies_are_400(deployer_api, endpoints, body):
+    response = create(deployer_api, **body)
+    assert response.status_code == 400, response.content[:300]
+    assert not InferenceKey.objects.exists()
+
+
+@pytest.mark.parametrize("query", ["team=%00", "search=%00", "active=maybe", "ordering=sha256", "ordering=%00", "page=999"])
+def test_api_hostile_list_queries_never_500(deployer_api, query):
+    assert deployer_api.get(f"/api/v1/inference-keys/?{query}").status_code in (200, 400, 404)
+
+
+def test_api_revoke_reason_with_nul_is_400(deployer_api):
+    key_id = create(deployer_api).json()["id"]
+    response = deployer_api.post(f"/api/v1/inference-keys/{key_id}/revoke/", {"reason": "x\x00y"}, format="json")
+    assert response.status_code == 400 and InferenceKey.objects.get(pk=key_id).active
