@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
         stable = package_artifact(team, onnx_path, var)
         pool = pool_services.pool_create(user=user, name="bench", team=team, replicas=1)
         endpoint = endpoint_services.endpoint_create(user=user, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=250,
-                                                    slo_error_rate=0.01)
+                                                    slo_error_rate=0.01, public=True)  # the load has no key
         wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=120, what="stable READY")
         procs["gateway"] = spawn([python, "-m", "gateway", f"--port={env['GATEWAY_PORT']}", "--host=127.0.0.1",
                                   f"--routes-url=http://127.0.0.1:{env['PORT']}/api/v1/gateway/routes"], env, var / "gateway.log")

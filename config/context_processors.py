@@ -6,6 +6,7 @@ NAV = [
     ("Models", "registry:model-list"),
     ("Builds", "registry:build-list"),
     ("Deployments", "deployments:endpoint-list"),
+    ("Keys", "deployments:key-list"),
     ("Experiments", "experiments:experiment-list"),
     ("Monitoring", "monitoring:overview"),
     ("Alerts", "monitoring:alert-list"),

@@ -3,8 +3,9 @@
 from django.contrib import admin, messages
 
 from config.errors import PlatformError
-from deployments.models import Endpoint, PoolModel, PoolReplica, Rollout, ServingPool
+from deployments.models import Endpoint, InferenceKey, PoolModel, PoolReplica, Rollout, ServingPool
 from deployments.services import endpoints as endpoint_services
+from deployments.services import keys as key_services
 from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
 
@@ -60,8 +61,8 @@ class ServingPoolAdmin(admin.ModelAdmin):
 
 @admin.register(Endpoint)
 class EndpointAdmin(admin.ModelAdmin):
-    list_display = ["name", "team", "pool", "stable_artifact", "slo_p99_ms", "slo_error_rate", "updated_at"]
-    list_filter = ["team", "pool"]
+    list_display = ["name", "team", "pool", "public", "stable_artifact", "slo_p99_ms", "slo_error_rate", "updated_at"]
+    list_filter = ["team", "pool", "public"]
     search_fields = ["name"]
     readonly_fields = ["name", "team", "pool", "stable_artifact", "created_by", "created_at", "updated_at"]
 
@@ -102,3 +103,39 @@ class RolloutAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(InferenceKey)
+class InferenceKeyAdmin(admin.ModelAdmin):
+    """Keys are created in the API or the dashboard (the secret is shown once there);
+    here they are listed and revoked through the same service."""
+
+    list_display = ["name", "team", "prefix", "all_endpoints", "rate_per_s", "burst", "max_concurrency", "created_by", "created_at",
+                    "revoked_at"]
+    list_filter = ["team", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "prefix"]
+    readonly_fields = [f.name for f in InferenceKey._meta.fields] + ["endpoints"]
+    exclude = ["sha256"]
+    actions = ["revoke"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f for f in self.readonly_fields if f != "sha256"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # limits and scope are set at creation; rotate by creating another key
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoking keeps the audit trail; a deleted row would not
+
+    @admin.action(description="Revoke selected keys")
+    def revoke(self, request, queryset):
+        for key in queryset.select_related("team"):
+            try:
+                key_services.inference_key_revoke(user=request.user, key=key, reason="revoked from the admin console")
+            except PlatformError as exc:
+                self.message_user(request, f"{key}: {exc.detail}", messages.ERROR)
+            else:
+                self.message_user(request, f"{key}: revoked.")

@@ -1,6 +1,6 @@
 """Row locks for concurrent writes (select_for_update), one helper per object kind."""
 
-from deployments.models import Endpoint, PoolModel, Rollout, ServingPool
+from deployments.models import Endpoint, InferenceKey, PoolModel, Rollout, ServingPool
 
 
 def pool_for_update(pool_id: int) -> ServingPool:
@@ -25,3 +25,7 @@ def rollout_for_update(rollout_id: int, *, skip_locked: bool = False) -> Rollout
                         "baseline_artifact__version__model", "created_by")
     )
     return rows.filter(pk=rollout_id).first() if skip_locked else rows.get(pk=rollout_id)
+
+
+def inference_key_for_update(key_id: int) -> InferenceKey:
+    return InferenceKey.objects.select_for_update(of=("self",)).select_related("team").get(pk=key_id)

@@ -7,19 +7,23 @@ against before they reach Triton). Nothing here is stored: the table is a pure f
 of the database and the artifacts' files, and its `version` (and the HTTP ETag) is a
 digest of its content.
 
-Inference keys (gateway side of issue 10): until the control plane issues keys, every
-endpoint is published with `auth: {"public": true}` explicitly; the gateway refuses
-calls to an endpoint whose entry has no auth block.
+Inference keys: the top-level `keys` lists every key that is not revoked, once, as its
+SHA-256 (never the secret), display prefix, team and limits; each endpoint's `auth` says
+`public` (the endpoint's flag) and, when not public, the ids of the keys of its team
+scoped to it. A revoked key is absent, and since the version digest covers the keys, the
+ETag changes and the gateway drops it at its next poll.
 """
 
 import hashlib
 import json
 import math
+import re
 
 from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState
 from deployments.rollout_machine import FULL_BP
+from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
 from registry.names import triton_name, variant_name
@@ -47,9 +51,38 @@ def _variant(artifact, role, weight_bp, urls) -> dict:
     return out
 
 
+LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # the schema's `name`: a metric label
+
+
+def team_label(team) -> str:
+    """The team as the gateway labels its metrics: its name, or team-<id> when the name
+    is not a valid label (team names are free text)."""
+    return team.name if LABEL_RE.fullmatch(team.name) else f"team-{team.pk}"
+
+
+def _key(key) -> dict:
+    doc = {"id": key.gateway_id, "prefix": key.prefix, "sha256": key.sha256, "team": team_label(key.team)}
+    for field in ("rate_per_s", "burst", "max_concurrency"):
+        value = getattr(key, field)
+        if value is not None:
+            doc[field] = value
+    return doc
+
+
+def _auth(endpoint, team_keys: dict) -> dict:
+    if endpoint.public:
+        return {"public": True}
+    return {"public": False, "keys": [key.gateway_id for key, scope in team_keys.get(endpoint.team_id, ())
+                                      if scope is None or endpoint.pk in scope]}
+
+
 def route_table() -> dict:
     """Every endpoint that has a stable artifact, with its current split."""
     endpoints = serving_endpoints()
+    keys = active_inference_keys()
+    team_keys: dict[int, list] = {}
+    for key, scope in keys:
+        team_keys.setdefault(key.team_id, []).append((key, scope))
     rollouts = active_rollouts(endpoints=endpoints)
     pool_ids = {e.pool_id for e in endpoints}
     ready_models = {
@@ -70,7 +103,7 @@ def route_table() -> dict:
             # a client deadline below the endpoint's p99 SLO that expires is the client's doing
             "min_timeout_ms": max(1, min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))),
             "salt": rollout.salt if rollout else "", "shadow_sample_rate": 0.0,
-            "auth": {"public": True},  # until the control plane issues inference keys
+            "auth": _auth(endpoint, team_keys),
         }
         variants = []
         split = rollout.split if rollout else None
@@ -87,6 +120,6 @@ def route_table() -> dict:
             variants.append(_variant(stable, "stable", FULL_BP, stable_urls))
         entry["variants"] = variants
         table.append(entry)
-    body = {"endpoints": table}
+    body = {"keys": [_key(key) for key, _ in keys], "endpoints": table}
     version = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
     return {"version": version, "generated_at": timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ"), **body}

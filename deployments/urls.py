@@ -1,5 +1,6 @@
 from django.urls import path, re_path
 
+from deployments.views import keys as key_views
 from deployments.views import pools as views
 from deployments.views import rollouts as rollout_views
 
@@ -15,4 +16,8 @@ urlpatterns = [
     path("endpoints/<slug:name>/", rollout_views.endpoint_detail, name="endpoint-detail"),
     path("endpoints/<slug:name>/rollouts/", rollout_views.rollout_start, name="rollout-start"),
     re_path(r"^rollouts/(?P<pk>[0-9]+)/(?P<action>promote|pause|resume|rollback)/$", rollout_views.rollout_action, name="rollout-action"),
+    # inference keys and who may call an endpoint (deployments/views/keys.py)
+    path("keys/", key_views.key_list, name="key-list"),
+    path("keys/<int:pk>/revoke/", key_views.key_revoke, name="key-revoke"),
+    path("endpoints/<slug:name>/access/", key_views.endpoint_access, name="endpoint-access"),
 ]

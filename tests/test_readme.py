@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from deployments.models import InferenceKey
 from registry.models import ModelVersion, Role, TeamMembership
 from registry.services.teams import team_create
 from tests import factories
@@ -32,3 +33,5 @@ def test_readme_curl_examples(live_server, subprocess_env, tmp_path):
     version = ModelVersion.objects.get(model__name="ctr-ranker")
     assert version.metrics == {"auc": 0.74} and version.signature["inputs"][0]["name"] == "dense"
     assert '"count":1' in result.stdout.replace(" ", "")
+    key = InferenceKey.objects.get(name="ranker-prod")  # made, listed by its prefix, revoked
+    assert key.revoked_at is not None and key.prefix in result.stdout and key.rate_per_s == 200

@@ -34,7 +34,7 @@ class EndpointSerializer(serializers.ModelSerializer):
     class Meta:
         model = Endpoint
         fields = ["name", "url", "team", "pool", "stable_artifact", "stable_variant", "slo_p99_ms", "slo_error_rate",
-                  "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "created_at", "updated_at"]
+                  "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "public", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_stable_variant(self, endpoint) -> str | None:
@@ -48,6 +48,8 @@ class EndpointUpdateSerializer(serializers.Serializer):
     latency_margin = serializers.FloatField(required=False)
     sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
     timeout_ms = serializers.IntegerField(required=False)
+    public = serializers.BooleanField(required=False, help_text="Callable without an inference key (default false: "
+                                                                "only the team's keys scoped to it).")
 
 
 class EndpointCreateSerializer(EndpointUpdateSerializer):
@@ -116,7 +118,7 @@ def _artifact(user, artifact_id: int, field: str):
     list=extend_schema(summary="Endpoints of your teams"),
     retrieve=extend_schema(summary="One endpoint"),
     create=extend_schema(request=EndpointCreateSerializer, responses={201: EndpointSerializer}, summary="Create an endpoint on a pool"),
-    partial_update=extend_schema(request=EndpointUpdateSerializer, summary="Change SLOs, sticky header, timeout"),
+    partial_update=extend_schema(request=EndpointUpdateSerializer, summary="Change SLOs, sticky header, timeout, public"),
     update=extend_schema(request=EndpointUpdateSerializer),
 )
 class EndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,

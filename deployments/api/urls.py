@@ -1,12 +1,13 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from deployments.api import pools, rollouts
+from deployments.api import keys, pools, rollouts
 
 router = SimpleRouter()
 router.register("pools", pools.PoolViewSet, basename="pool")
 router.register("endpoints", rollouts.EndpointViewSet, basename="endpoint")
 router.register("rollouts", rollouts.RolloutViewSet, basename="rollout")
+router.register("inference-keys", keys.InferenceKeyViewSet, basename="inference-key")
 
 urlpatterns = [
     path("gateway/routes", rollouts.GatewayRoutesView.as_view(), name="gateway-routes"),

@@ -1,6 +1,8 @@
 """Deployments data (app label "deployments"): serving pools in pools.py, endpoints and
-rollouts in rollouts.py. Data and invariants only; writes go through deployments.services."""
+rollouts in rollouts.py, inference keys in keys.py. Data and invariants only; writes go
+through deployments.services."""
 
+from deployments.models.keys import InferenceKey
 from deployments.models.pools import (
     DeviceKind,
     PoolDriver,
@@ -14,6 +16,6 @@ from deployments.models.pools import (
 from deployments.models.rollouts import Endpoint, Rollout
 
 __all__ = [
-    "DeviceKind", "Endpoint", "PoolDriver", "PoolModel", "PoolModelState", "PoolReplica", "PoolStatus", "ReplicaStatus",
-    "Rollout", "ServingPool",
+    "DeviceKind", "Endpoint", "InferenceKey", "PoolDriver", "PoolModel", "PoolModelState", "PoolReplica", "PoolStatus",
+    "ReplicaStatus", "Rollout", "ServingPool",
 ]

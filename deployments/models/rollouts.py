@@ -33,6 +33,9 @@ class Endpoint(models.Model):
     latency_margin = models.FloatField(default=0.2, help_text="Candidate latency may exceed stable's by this fraction.")
     sticky_header = models.CharField(max_length=100, default="X-User-Id")
     timeout_ms = models.PositiveIntegerField(default=1000)
+    # Closed by default: the gateway lets through only the team's inference keys scoped to
+    # it. Public: anyone who reaches the gateway may call it (e.g. the seeded demo).
+    public = models.BooleanField(default=False, help_text="Callable without an inference key.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -1,4 +1,5 @@
 """Every write to deployments, one module per concern: pools.py (pool requests),
-reconcile.py (the driver work tasks and the supervisor do), endpoints.py and rollouts.py.
+reconcile.py (the driver work tasks and the supervisor do), endpoints.py, rollouts.py and
+keys.py (inference keys).
 Services take keyword arguments and the acting user, check the user's role, and write
 their audit Event in the same transaction as the change."""

@@ -13,7 +13,7 @@ from registry.models import Artifact, ArtifactStatus, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
-ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms")
+ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "public")
 
 
 def require_servable(artifact: Artifact, team, field: str) -> None:
@@ -37,13 +37,16 @@ def _endpoint_values(changes: dict) -> dict:
             raise InvalidInput("latency_margin: give a fraction in 0..5 (0.2 = 20 % slower is tolerated).", field=key)
         if key == "timeout_ms" and not 1 <= int(value) <= 600_000:
             raise InvalidInput("timeout_ms: give 1..600000.", field=key)
+        if key == "public" and not isinstance(value, bool):
+            raise InvalidInput("public: give true or false.", field=key)
         values[key] = value
     return values
 
 
 def endpoint_create(*, user, name: str, pool: ServingPool, stable_artifact: Artifact | None = None, **settings_) -> Endpoint:
     """Create an endpoint on `pool` (the endpoint's team is the pool's); with a stable
-    artifact, ask the pool to load it (traffic flows once it is READY everywhere)."""
+    artifact, ask the pool to load it (traffic flows once it is READY everywhere). It is
+    closed (only the team's inference keys) unless created with public=True."""
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
     values = _endpoint_values(settings_)
     if stable_artifact is not None:
@@ -60,15 +63,20 @@ def endpoint_create(*, user, name: str, pool: ServingPool, stable_artifact: Arti
 
 
 def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
-    """Change SLOs, sticky header or timeout (the stable artifact changes only by rollout)."""
+    """Change SLOs, sticky header, timeout or whether it is public (the stable artifact
+    changes only by rollout)."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
     values = _endpoint_values(changes)
     if not values:
         return endpoint
     with transaction.atomic():
         locked = endpoint_for_update(endpoint.pk)
+        before = {key: getattr(locked, key) for key in values}
         for key, value in values.items():
             setattr(locked, key, value)
         locked.save()
         event_record(actor=user, obj=locked, action="updated", data={k: str(v) for k, v in values.items()})
+        if "public" in values and before["public"] != values["public"]:  # who may call it: its own line in the trail
+            event_record(actor=user, obj=locked, action="access_changed", from_state="public" if before["public"] else "keys only",
+                         to_state="public" if values["public"] else "keys only")
     return locked

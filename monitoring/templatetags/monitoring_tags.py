@@ -1,10 +1,14 @@
 """Fragments of monitoring that other apps' pages show: the open-alerts banner on every
-page and the judge's verdicts on an endpoint's page (deployments imports nothing from
-monitoring; its template loads these tags)."""
+page, the judge's verdicts on an endpoint's page and the traffic per inference key on
+the keys page (deployments imports nothing from monitoring; its templates load these tags)."""
+
+from datetime import datetime, timezone as dt_timezone
 
 from django import template
 
+from deployments.selectors.rollouts import endpoint_list
 from monitoring import selectors
+from monitoring.tenants import key_traffic
 
 register = template.Library()
 
@@ -24,3 +28,23 @@ def open_alerts_banner(context):
 def rollout_verdicts(context, rollout, limit: int = 15):
     """The judge's latest verdicts on `rollout` that the user may see."""
     return {"verdicts": selectors.verdict_list(user=context["request"].user, rollout_id=rollout.pk)[:limit]}
+
+
+@register.inclusion_tag("monitoring/_key_traffic.html", takes_context=True)
+def inference_key_traffic(context, keys):
+    """Requests and refusals per inference key (and calls without a valid key to the
+    user's endpoints), live from the gateway's counters: for the keys page."""
+    traffic = key_traffic()
+    if "error" in traffic:
+        return {"error": traffic["error"]}
+    rows = []
+    for key in keys:
+        entry = traffic["keys"].get(key.gateway_id)
+        if entry:
+            by_class = entry["requests"]
+            rows.append({"key": key, **entry, "ok": by_class.get("2xx", 0), "client": by_class.get("4xx", 0),
+                         "server": by_class.get("5xx", 0)})
+    names = set(endpoint_list(user=context["request"].user).values_list("name", flat=True))
+    anonymous = sorted((name, reasons) for name, reasons in traffic["anonymous"].items() if name in names)
+    since = datetime.fromtimestamp(traffic["since"], tz=dt_timezone.utc) if traffic["since"] else None
+    return {"rows": rows, "anonymous": anonymous, "since": since}

@@ -77,7 +77,7 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
         stable = package_artifact(team_a, onnx_path, tmp_path)
         pool = pool_services.pool_create(user=deployer, name="loop", team=team_a, replicas=1)
         endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable,
-                                                    slo_p99_ms=500, slo_error_rate=0.02)
+                                                    slo_p99_ms=500, slo_error_rate=0.02, public=True)  # the load has no key
         wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=90, what="stable READY")
         gateway.start(timeout=30)
         load = Load(f"{gateway.url}/v2/models/ctr/infer", rate=120, threads=3).start()

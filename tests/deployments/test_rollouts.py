@@ -238,10 +238,10 @@ def test_route_table_matches_the_gateway_schema(deployer, endpoint, candidate, p
         assert signature["max_batch_size"] > 0
         assert {i["name"]: (i["datatype"], i["shape"]) for i in signature["inputs"]} == {
             "dense": ("FP32", [-1, N_DENSE]), "sparse": ("INT64", [-1, N_SPARSE])}
-    assert entry["auth"] == {"public": True}  # until the control plane issues inference keys
+    assert entry["auth"] == {"public": False, "keys": []}  # a new endpoint is closed; its team has no keys yet
     assert entry["min_timeout_ms"] == min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))  # its p99 SLO
     compiled = compile_table(table, {}).endpoints["ctr"]
-    assert compiled.stable.signature is not None and compiled.auth.public
+    assert compiled.stable.signature is not None and not compiled.auth.public
 
 
 def test_rollout_api_and_scoping(deployer_api, bob_api, endpoint, candidate, pool):

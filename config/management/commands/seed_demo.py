@@ -1,6 +1,6 @@
 """Demo data for `make run` (idempotent): team "demo" (admin is its admin), a small CTR
 model with one version built into servable artifacts (onnx-fp32, onnx-int8), a local
-serving pool with one replica, and the endpoint "demo-ctr" serving the fp32 variant —
+serving pool with one replica, and the public endpoint "demo-ctr" serving the fp32 variant —
 so the dashboard, the gateway and a first rollout (fp32 → int8) work at once.
 
 It seeds two apps, so it lives in the project (config), and like any caller it reads
@@ -75,5 +75,6 @@ class Command(BaseCommand):
         pool = pool_list(user=admin).filter(name="demo-cpu").first() or pool_create(
             user=admin, name="demo-cpu", team=team, replicas=1, cost_per_replica_hour="0.10"
         )
-        endpoint_create(user=admin, name="demo-ctr", pool=pool, stable_artifact=artifact, slo_p99_ms=50)
-        self.stdout.write("seed: pool demo-cpu (1 local tritonserver replica) and endpoint demo-ctr → demo-ctr v1 onnx-fp32")
+        # public: the README's curl works without a key (other endpoints need inference keys)
+        endpoint_create(user=admin, name="demo-ctr", pool=pool, stable_artifact=artifact, slo_p99_ms=50, public=True)
+        self.stdout.write("seed: pool demo-cpu (1 local tritonserver replica) and public endpoint demo-ctr → demo-ctr v1 onnx-fp32")

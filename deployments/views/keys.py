@@ -1,0 +1,75 @@
+"""Dashboard pages for inference keys and who may call an endpoint; thin: selectors to
+read, services to write. The secret appears once, in the reply to the create POST (not
+stored, not in a redirect, not cached)."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
+
+from config.errors import PlatformError
+from deployments.forms import InferenceKeyCreateForm
+from deployments.selectors import keys as selectors
+from deployments.selectors.rollouts import endpoint_get
+from deployments.services import endpoints as endpoint_services
+from deployments.services import keys as services
+
+
+def _page(request, form, *, created=None, secret=None, status=200):
+    active = request.GET.get("show") != "all"
+    keys = selectors.inference_key_list(user=request.user, active=True if active else None)
+    context = {"form": form, "keys": keys, "show_all": not active, "created": created, "secret": secret}
+    return render(request, "deployments/key_list.html", context, status=status)
+
+
+@login_required
+@never_cache
+@require_http_methods(["GET", "POST"])
+def key_list(request):
+    """GET: the keys of the user's teams and a form; POST: create one and show its secret once."""
+    if request.method == "GET":
+        return _page(request, InferenceKeyCreateForm(user=request.user))
+    form = InferenceKeyCreateForm(request.POST, user=request.user)
+    if not form.is_valid():
+        return _page(request, form, status=400)
+    try:
+        key, secret = services.inference_key_create(user=request.user, **form.service_arguments())
+    except PlatformError as exc:
+        form.add_error(exc.field if exc.field in form.fields else None, exc.detail)
+        return _page(request, form, status=exc.status)
+    return _page(request, InferenceKeyCreateForm(user=request.user), created=key, secret=secret)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def key_revoke(request, pk):
+    """GET: a confirmation page (works without JavaScript); POST: revoke."""
+    key = selectors.inference_key_get(user=request.user, key_id=pk)
+    if request.method == "GET":
+        return render(request, "deployments/key_revoke.html", {"key": key})
+    try:
+        services.inference_key_revoke(user=request.user, key=key, reason=request.POST.get("reason", ""))
+    except PlatformError as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, f"Key {key.name} ({key.prefix}…) revoked: the gateway refuses it from its next poll (~0.3 s).")
+    return redirect("deployments:key-list")
+
+
+@login_required
+@require_http_methods(["POST"])
+def endpoint_access(request, name):
+    """Make an endpoint public (no key needed) or closed (only its team's keys)."""
+    endpoint = endpoint_get(user=request.user, name=name)
+    public = request.POST.get("public")
+    if public not in ("true", "false"):
+        messages.error(request, "public: give true or false.")
+        return redirect("deployments:endpoint-detail", name=name)
+    try:
+        endpoint_services.endpoint_update(user=request.user, endpoint=endpoint, public=public == "true")
+    except PlatformError as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, f"{name} is now {'public: anyone who reaches the gateway may call it' if public == 'true' else 'closed: only its team’s inference keys may call it'}.")
+    return redirect("deployments:endpoint-detail", name=name)
