@@ -160,6 +160,10 @@ MLFLOW_ARTIFACT_ROOT = os.environ.get("MLFLOW_ARTIFACT_ROOT", str(VAR_DIR / "mlr
 # /healthz: components besides database and broker that must be up (set by `make run`).
 HEALTHZ_EXPECT = env_list("HEALTHZ_EXPECT", "")
 HEALTHZ_MAX_AGE_S = int(os.environ.get("HEALTHZ_MAX_AGE_S", "20"))
+# `make run` restarts a child that dies after 0, 1, 2, 4, ... s, at most this long; the
+# streak resets once the child stayed up SUPERVISOR_STABLE_AFTER_S.
+SUPERVISOR_BACKOFF_MAX_S = float(os.environ.get("SUPERVISOR_BACKOFF_MAX_S", "30"))
+SUPERVISOR_STABLE_AFTER_S = float(os.environ.get("SUPERVISOR_STABLE_AFTER_S", "60"))
 
 GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8080"))
 # What monitoring's collector scrapes: targets from MONITORING_TARGETS (JSON) and, from

@@ -76,3 +76,37 @@ def test_the_gateway_is_published_on_loopback_unless_asked():
     assert ports == ["${GATEWAY_PUBLISH_ADDR:-127.0.0.1}:8080:8080"]
     assert "GATEWAY_METRICS_TOKEN" in COMPOSE["services"]["gateway"]["environment"]
     assert "GATEWAY_METRICS_TOKEN" in COMPOSE["services"]["worker"]["environment"]  # the collector sends it
+
+
+LONG_RUNNING = ["postgres", "redis", "mlflow", "web", "worker", "beat", "pools", "gateway"]
+
+
+@pytest.mark.parametrize("name", LONG_RUNNING)
+def test_long_running_services_restart_and_have_a_health_check(name):
+    """Issue 11: one dead process must not stay dead (compose's side of `make run`'s supervisor)."""
+    service = COMPOSE["services"][name]
+    assert service["restart"] in {"unless-stopped", "always", "on-failure"}, f"{name} is not restarted"
+    test = service["healthcheck"]["test"]
+    assert test[0] in {"CMD", "CMD-SHELL"} and len(test) > 1
+
+
+def test_the_one_shot_migration_is_not_restarted():
+    assert COMPOSE["services"]["migrate"]["restart"] == "no"
+
+
+@pytest.mark.parametrize("name", ["web", "worker", "beat", "pools", "gateway", "mlflow"])
+def test_health_checks_probe_what_the_service_serves(name):
+    """A check names the service's own port or component, and any management command
+    it runs exists."""
+    test = COMPOSE["services"][name]["healthcheck"]["test"]
+    text = " ".join(test[1:])
+    if "manage.py" in test:
+        from django.core.management import get_commands
+
+        args = test[test.index("manage.py") + 1:]
+        assert args[0] in get_commands() and args[1] == name
+    elif "celery" in text:
+        assert "inspect ping" in text
+    else:
+        ports = {"web": "8000", "gateway": "8080", "mlflow": "5000"}
+        assert f"127.0.0.1:{ports[name]}/" in text

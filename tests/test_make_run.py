@@ -48,7 +48,7 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
                 pass
             time.sleep(0.5)
         assert health is not None and health.status_code == 200, log_path.read_text()[-4000:]
-        assert set(health.json()["components"]) == {"database", "broker", "worker", "beat", "pools", "gateway"}
+        assert set(health.json()["components"]) == {"database", "broker", "supervisor", "worker", "beat", "pools", "gateway"}
         output = log_path.read_text()
         password = re.search(r"login: admin / (\S+)", output).group(1)
         assert (tmp_path / "var" / "admin_password").read_text().strip() == password

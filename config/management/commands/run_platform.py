@@ -1,12 +1,14 @@
 """`make run`: migrate, create the admin login once, seed a demo, then run the web
 server, a Celery worker and beat, the local pool supervisor and the inference gateway
-in the foreground; Ctrl-C stops them all, and if one dies the rest are stopped too."""
+in the foreground under config.supervisor: a child that dies is restarted by itself (with
+backoff; the others keep running), /healthz shows restarts and last exits as component
+"supervisor", and Ctrl-C (or SIGTERM) stops them all."""
 
 import os
 import secrets
 import signal
-import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +16,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+
+from config.heartbeats import heartbeat_record
+from config.supervisor import Supervisor
+
+POLL_S = 0.1  # how often dead children are noticed (a gateway restart must be quick)
+HEARTBEAT_EVERY_S = 5.0
 
 
 def ensure_gateway_token() -> str:
@@ -46,12 +55,44 @@ def ensure_admin(stdout) -> None:
     stdout.write(f"login: admin / {password}   (shown once; kept in {password_file})")
 
 
+class Heartbeat(threading.Thread):
+    """Records the supervisor's status as heartbeat row "supervisor" (what /healthz shows)
+    every few seconds and right after a change, off the supervising loop: a slow or
+    locked database never delays a restart, and a database outage is said once."""
+
+    def __init__(self, supervisor: Supervisor, log):
+        super().__init__(name="supervisor-heartbeat", daemon=True)
+        self.supervisor, self.log = supervisor, log
+        self.changed, self.stopping = threading.Event(), threading.Event()
+
+    def poke(self, _status=None) -> None:
+        self.changed.set()
+
+    def run(self) -> None:
+        failing = False
+        while not self.stopping.is_set():
+            try:
+                heartbeat_record(name="supervisor", detail=self.supervisor.status())
+                failing = False
+            except Exception as exc:  # noqa: BLE001  (the database is down: keep supervising)
+                if not failing:
+                    self.log(f"cannot record its heartbeat: {type(exc).__name__}: {exc}")
+                failing = True
+            finally:
+                close_old_connections()
+            self.changed.wait(HEARTBEAT_EVERY_S)
+            self.changed.clear()
+
+
 class Command(BaseCommand):
     help = "Run the whole platform on this machine (web, worker, beat, pools, gateway) until Ctrl-C."
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=settings.PORT)
         parser.add_argument("--no-seed", action="store_true", help="Skip the demo data.")
+
+    def log(self, message: str) -> None:
+        self.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor: {message}")
 
     def processes(self, port: int) -> dict[str, list[str]]:
         python = sys.executable
@@ -74,11 +115,15 @@ class Command(BaseCommand):
         if not no_seed:
             call_command("seed_demo")
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
-        env = dict(os.environ, HEALTHZ_EXPECT=f"worker,beat,pools,gateway={gateway_url}", PYTHONUNBUFFERED="1",
+        env = dict(os.environ, HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,gateway={gateway_url}", PYTHONUNBUFFERED="1",
                    GATEWAY_TOKEN=ensure_gateway_token())
-        children: dict[str, subprocess.Popen] = {}
-        for name, command in self.processes(port).items():
-            children[name] = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR, start_new_session=True)
+        supervisor = Supervisor(self.processes(port), env=env, cwd=settings.BASE_DIR, log=self.log,
+                                backoff_max_s=settings.SUPERVISOR_BACKOFF_MAX_S,
+                                stable_after_s=settings.SUPERVISOR_STABLE_AFTER_S)
+        supervisor.start()
+        heartbeat = Heartbeat(supervisor, self.log)
+        supervisor.on_change = heartbeat.poke
+        heartbeat.start()
         self.stdout.write(self.style.SUCCESS(f"dashboard: http://127.0.0.1:{port}/   health: http://127.0.0.1:{port}/healthz"))
         self.stdout.write(f"API: http://127.0.0.1:{port}/api/v1/   docs: http://127.0.0.1:{port}/api/docs/   data: {settings.VAR_DIR}")
         self.stdout.write(f"gateway: {gateway_url}/v2/models/{{endpoint}}/infer   (demo endpoint: demo-ctr)")
@@ -91,22 +136,9 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        exit_code = 0
         while not stopping:
-            for name, proc in children.items():
-                if proc.poll() is not None:
-                    self.stderr.write(f"{name} exited with {proc.returncode}; stopping the platform")
-                    exit_code, stopping = 1, True
-                    break
-            time.sleep(0.5)
-        for proc in children.values():
-            if proc.poll() is None:
-                proc.terminate()  # each main process shuts its own children down (warm shutdown)
-        deadline = time.monotonic() + 20
-        for proc in children.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            supervisor.step()
+            time.sleep(POLL_S)
+        heartbeat.stopping.set()
+        supervisor.stop()
         self.stdout.write("stopped")
-        sys.exit(exit_code)
