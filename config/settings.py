@@ -160,6 +160,9 @@ MLFLOW_ARTIFACT_ROOT = os.environ.get("MLFLOW_ARTIFACT_ROOT", str(VAR_DIR / "mlr
 # /healthz: components besides database and broker that must be up (set by `make run`).
 HEALTHZ_EXPECT = env_list("HEALTHZ_EXPECT", "")
 HEALTHZ_MAX_AGE_S = int(os.environ.get("HEALTHZ_MAX_AGE_S", "20"))
+# Hosts that user-configured outbound URLs (alert webhooks) may reach even when they
+# resolve to loopback/private/link-local addresses (config/outbound.py); exact names.
+OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS", "")
 # `make run` restarts a child that dies after 0, 1, 2, 4, ... s, at most this long; the
 # streak resets once the child stayed up SUPERVISOR_STABLE_AFTER_S.
 SUPERVISOR_BACKOFF_MAX_S = float(os.environ.get("SUPERVISOR_BACKOFF_MAX_S", "30"))

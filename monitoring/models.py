@@ -181,6 +181,21 @@ class NotificationChannel(models.Model):
     def __str__(self):
         return f"{self.kind}:{self.target}"
 
+    def clean(self):
+        """The admin form's check: a webhook that would reach inside is refused (the API
+        refuses the same in monitoring.services.notifications.channel_create)."""
+        from django.core.exceptions import ValidationError
+
+        from config.outbound import OutboundRefused, Unresolvable, vet_url
+
+        if self.kind == ChannelKind.WEBHOOK:
+            try:
+                vet_url(self.target)
+            except Unresolvable:
+                pass  # nothing to judge yet; every delivery vets it again
+            except OutboundRefused as exc:
+                raise ValidationError({"target": str(exc)}) from None
+
 
 class DeliveryStatus(models.TextChoices):
     DELIVERED = "delivered", "Delivered"

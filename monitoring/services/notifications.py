@@ -4,16 +4,16 @@ notification channels."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import time as _time
-import urllib.error
-import urllib.request
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 
 from config.errors import Conflict, Forbidden, InvalidInput
+from config.outbound import OutboundRefused, Unresolvable, post_json, vet_url
 from monitoring import conf
 from monitoring.models import Alert, ChannelKind, DeliveryStatus, NotificationDelivery, Severity
 from registry.models import Role
@@ -39,15 +39,23 @@ def alert_payload(alert: Alert) -> dict:
 
 
 def _send_webhook(url: str, payload: dict) -> int:
+    """POST through config.outbound: the URL is vetted again (it may resolve elsewhere
+    now), the vetted address is the one connected to, no redirect is followed and the
+    response body is never read nor kept (a delivery row is no port scanner)."""
     body = json.dumps(payload, default=str).encode()
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=conf.get("MONITORING_NOTIFY_TIMEOUT_S")) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        raise DeliveryFailed(f"HTTP {exc.code}: {exc.read()[:300].decode(errors='replace')}", exc.code) from None
-    except (urllib.error.URLError, OSError) as exc:
+        code = post_json(url, body, timeout=conf.get("MONITORING_NOTIFY_TIMEOUT_S"))
+    except Unresolvable as exc:
+        raise DeliveryFailed(str(exc)) from None
+    except OutboundRefused as exc:
+        raise DeliveryFailed(f"refused: {exc}", final=True) from None
+    except (OSError, http.client.HTTPException) as exc:
         raise DeliveryFailed(f"{type(exc).__name__}: {exc}") from None
+    if 300 <= code < 400:
+        raise DeliveryFailed(f"HTTP {code}: redirects are not followed", code)
+    if code >= 400:
+        raise DeliveryFailed(f"HTTP {code}", code)
+    return code
 
 
 def _send_email(address: str, alert: Alert, payload: dict) -> int:
@@ -62,9 +70,10 @@ def _send_email(address: str, alert: Alert, payload: dict) -> int:
 
 
 class DeliveryFailed(Exception):
-    def __init__(self, message: str, code: int | None = None):
+    def __init__(self, message: str, code: int | None = None, *, final: bool = False):
         super().__init__(message)
         self.code = code
+        self.final = final  # retrying cannot help (the target is refused)
 
 
 def notify_backoff(attempt: int) -> float:
@@ -97,7 +106,7 @@ def notification_deliver(*, alert_id: int, kind: str, target: str, notify_round:
         status = DeliveryStatus.DELIVERED
     except DeliveryFailed as exc:
         code, error = exc.code, str(exc)[:2000]
-        status = DeliveryStatus.GAVE_UP if attempt >= max_attempts else DeliveryStatus.FAILED
+        status = DeliveryStatus.GAVE_UP if attempt >= max_attempts or exc.final else DeliveryStatus.FAILED
     NotificationDelivery.objects.create(
         alert=alert, notify_round=notify_round, kind=kind, target=target, attempt=attempt, status=status,
         response_code=code, error=error, duration_ms=(_time.monotonic() - started) * 1000,
@@ -126,6 +135,13 @@ def channel_create(*, user, team, kind: str, target: str, min_severity: str = Se
             raise InvalidInput(f"kind must be one of {', '.join(ChannelKind.values)}.", field="kind")
     except ValidationError:
         raise InvalidInput(f"target: {target!r} is not a valid {kind} target.", field="target") from None
+    if kind == ChannelKind.WEBHOOK:
+        try:
+            vet_url(target)
+        except Unresolvable:
+            pass  # nothing to judge yet; every delivery vets it again
+        except OutboundRefused as exc:
+            raise InvalidInput(f"target: {exc}", field="target", code="target_refused") from None
     with transaction.atomic():
         if NotificationChannel.objects.filter(team=team, kind=kind, target=target).exists():
             raise Conflict(f"Team {team.name!r} already has this {kind} channel.", code="channel_exists")

@@ -67,6 +67,7 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
                                         "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
                                         "GATEWAY_POLL_INTERVAL_MS": "250"})
     env = {**subprocess_env, "POOLS_DIR": str(pools_dir), "MONITORING_ALERT_WEBHOOKS": webhook.url,
+           "OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",  # the receiver is local: the operator allows it
            "GATEWAY_METRICS_URL": f"{gateway.url}/metrics", "MONITORING_PUBLIC_URL": live_server.url}
     beat_args = [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel=INFO", f"--schedule={tmp_path / 'beat-schedule'}"]
     procs = {"pools": spawn([sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"], env, tmp_path / "pools.log"),

@@ -100,6 +100,7 @@ def test_real_worker_collects_metrics_and_delivers_an_alert_after_a_failed_attem
 
     subprocess_env["MONITORING_TARGETS"] = json.dumps([{"kind": "gateway", "url": gateway_server.url, "endpoint_teams": {"ctr": team_a.pk}}])
     subprocess_env["MONITORING_NOTIFY_BACKOFF_S"] = "0.5"
+    subprocess_env["OUTBOUND_ALLOWED_HOSTS"] = "127.0.0.1"  # the receiver is local: the operator allows it
     celery_worker()
 
     collect.delay()
