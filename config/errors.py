@@ -1,8 +1,19 @@
 """Errors services raise; the API maps them to JSON {"detail", "code"} with their status,
 the dashboard shows them as form errors, the CLI prints them."""
 
+import re
+
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
+
+# An absolute file path (two or more parts) not inside a URL or URI ("runs:/…", "http://…").
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[\w.@+~-]+/)+([\w.@+~-]+)")
+
+
+def scrub_paths(text: str) -> str:
+    """Replace absolute server paths with their last part ("/srv/var/tmp/x.onnx" -> "x.onnx"):
+    messages shown to users never reveal the server's layout."""
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(1), text) if text else text
 
 
 class PlatformError(Exception):
@@ -10,6 +21,7 @@ class PlatformError(Exception):
     code = "invalid"
 
     def __init__(self, detail: str, *, code: str | None = None, field: str | None = None, status: int | None = None):
+        detail = scrub_paths(detail)
         super().__init__(detail)
         self.detail = detail
         self.field = field

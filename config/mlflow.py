@@ -1,9 +1,23 @@
-"""One place that points MLflow at the configured tracking store."""
+"""One place that points MLflow at the configured tracking store, and the team scope of
+what lives there.
+
+A team owns an MLflow experiment through its tag `modelplane.team`; runs logged through
+the platform carry the same tag. A registered model (`models:/…`) belongs to a team
+through the same tag on the registered model, or else through the run its version was
+logged by. `source_team` answers whose a `runs:/` or `models:/` URI is, so the registry
+can refuse another team's source with the 404 it gives for any other team's object.
+"""
 
 import os
+import re
 from functools import lru_cache
 
 from django.conf import settings
+
+TEAM_TAG = "modelplane.team"
+
+_RUN_URI = re.compile(r"^runs:/(?P<run_id>[^/]+)(/.*)?$")
+_MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<ref>[^/]+))(/.*)?$")
 
 
 @lru_cache(maxsize=1)
@@ -24,13 +38,81 @@ def client():
     return MlflowClient(tracking_uri=settings.MLFLOW_TRACKING_URI, registry_uri=settings.MLFLOW_TRACKING_URI)
 
 
-def experiment_id(name: str) -> str:
+class ExperimentOfAnotherTeam(Exception):
+    """The experiment name is taken by another team's experiment."""
+
+
+def experiment_id(name: str, team: str | None = None) -> str:
     """Get or create an experiment whose artifacts live under MLFLOW_ARTIFACT_ROOT
-    (a sqlite:// store would otherwise put them in ./mlruns of the current directory)."""
+    (a sqlite:// store would otherwise put them in ./mlruns of the current directory).
+
+    With `team`, the experiment carries the team tag: a new one is created with it, an
+    untagged one is claimed, and another team's raises ExperimentOfAnotherTeam."""
     tracking = client()
     existing = tracking.get_experiment_by_name(name)
     if existing is not None:
+        owner = existing.tags.get(TEAM_TAG)
+        if team and owner and owner != team:
+            raise ExperimentOfAnotherTeam(f"experiment {name!r} belongs to another team")
+        if team and not owner:
+            tracking.set_experiment_tag(existing.experiment_id, TEAM_TAG, team)
         return existing.experiment_id
     root = settings.MLFLOW_ARTIFACT_ROOT
     location = root if "://" in root else f"file://{os.path.abspath(root)}"
-    return tracking.create_experiment(name, artifact_location=f"{location.rstrip('/')}/{name}")
+    tags = {TEAM_TAG: team} if team else None
+    return tracking.create_experiment(name, artifact_location=f"{location.rstrip('/')}/{name}", tags=tags)
+
+
+def _run_team(tracking, run_id: str) -> str | None:
+    """The run's team tag, else its experiment's; None when the run does not exist."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = tracking.get_run(run_id)
+    except MlflowException:
+        return None
+    team = run.data.tags.get(TEAM_TAG)
+    if team:
+        return team
+    try:
+        return tracking.get_experiment(run.info.experiment_id).tags.get(TEAM_TAG) or ""
+    except MlflowException:
+        return ""
+
+
+def _model_version(tracking, name: str, alias: str | None, ref: str | None):
+    if alias:
+        return tracking.get_model_version_by_alias(name, alias)
+    if ref.isdigit():
+        return tracking.get_model_version(name, ref)
+    stages = None if ref.lower() == "latest" else [ref]
+    versions = tracking.get_latest_versions(name, stages=stages)
+    if not versions:
+        return None
+    return max(versions, key=lambda v: int(v.version))
+
+
+def source_team(source_uri: str) -> str | None:
+    """The team owning a `runs:/…` or `models:/…` URI: a team name, "" when the source
+    exists but carries no team, None when it does not exist (or the URI is malformed)."""
+    from mlflow.exceptions import MlflowException
+
+    tracking = client()
+    match = _RUN_URI.match(source_uri)
+    if match:
+        return _run_team(tracking, match["run_id"])
+    match = _MODEL_URI.match(source_uri)
+    if not match:
+        return None
+    try:
+        registered = tracking.get_registered_model(match["name"])
+        version = _model_version(tracking, match["name"], match["alias"], match["ref"])
+    except MlflowException:
+        return None
+    if version is None:
+        return None
+    owner = registered.tags.get(TEAM_TAG, "")
+    run_owner = _run_team(tracking, version.run_id) if version.run_id else None
+    if owner and run_owner and run_owner != owner:
+        return ""  # a team's registered model pointing at another team's run belongs to neither
+    return owner or run_owner or ""

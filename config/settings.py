@@ -7,6 +7,7 @@ CELERY_BROKER_URL and MLFLOW_TRACKING_URI to use real services.
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -61,6 +62,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "axes",
     "django_htmx",
     "template_partials",
     "config",
@@ -74,12 +77,14 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "registry.parsers.UploadNamesMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into the 429 page
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -128,6 +133,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# --- login throttling (django-axes) -----------------------------------------------------
+# LOGIN_FAILURE_LIMIT wrong passwords for one username from one address lock that pair out
+# for LOGIN_LOCKOUT_MINUTES (the right password included: 429 with the lockout page); a
+# successful login resets the count. `manage.py axes_reset` unlocks everyone.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "auth/locked.html"
+AXES_VERBOSE = False
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "registry:model-list"
 LOGOUT_REDIRECT_URL = "login"

@@ -10,7 +10,7 @@ from config import mlflow as mlflow_config
 from config.errors import NotFound
 from registry.selectors.teams import team_list
 
-TEAM_TAG = "modelplane.team"
+TEAM_TAG = mlflow_config.TEAM_TAG
 
 
 @dataclass(frozen=True)

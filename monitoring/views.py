@@ -5,12 +5,13 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
+from config.redirects import redirect_next
 from monitoring import selectors
 from monitoring.models import AlertStatus
 from monitoring.services import alerts as services
@@ -77,7 +78,7 @@ def _alert_action(request, pk, service, done: str):
         if request.htmx:
             return render(request, "monitoring/alert_list.html#alert-row", {"alert": selectors.alert_get(user=request.user, alert_id=pk)})
         messages.success(request, f"Alert {alert.pk} {done}.")
-    return redirect(request.POST.get("next") or "monitoring:alert-list")
+    return redirect_next(request, "monitoring:alert-list")
 
 
 @login_required

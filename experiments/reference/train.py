@@ -81,15 +81,20 @@ def signature():
     )
 
 
-def log_to_mlflow(result: TrainResult, *, experiment: str = "reference-ctr", run_name: str = "", tags: dict | None = None) -> str:
-    """Log params, metrics and the model (pytorch flavor, tensor signature); returns the model URI."""
+def log_to_mlflow(
+    result: TrainResult, *, experiment: str = "reference-ctr", run_name: str = "", tags: dict | None = None, team: str = ""
+) -> str:
+    """Log params, metrics and the model (pytorch flavor, tensor signature); returns the model URI.
+    With `team`, the experiment and the run carry the team tag (config.mlflow.TEAM_TAG)."""
     import mlflow
     import mlflow.pytorch
 
     from config import mlflow as mlflow_config
 
     mlflow_config.configure()
-    with mlflow.start_run(experiment_id=mlflow_config.experiment_id(experiment), run_name=run_name or None, tags=tags or {}):
+    run_tags = {**(tags or {}), **({mlflow_config.TEAM_TAG: team} if team else {})}
+    experiment_id = mlflow_config.experiment_id(experiment, team=team or None)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or None, tags=run_tags):
         mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in result.params.items()})
         mlflow.log_metrics({k: float(v) for k, v in result.metrics.items()})
         # "pickle": the module is re-created with its class from experiments.reference (a trusted,

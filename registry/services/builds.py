@@ -13,7 +13,7 @@ import datetime as dt
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from config.errors import Conflict, InvalidInput
+from config.errors import Conflict, InvalidInput, scrub_paths
 from registry.factory import DEFAULT_TARGETS, STAGE_WEIGHTS, STAGES, VARIANTS, conf, queue_for
 from registry.lock_objects import build_for_update
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, Role, VersionStatus
@@ -187,7 +187,7 @@ def build_stage_update(*, build_id: int, owner: str, stage: str, status: str, lo
             entry["started_at"] = timezone.now().isoformat()
         entry["status"] = status
         if log:
-            entry["log"] = (entry.get("log") or "") + log
+            entry["log"] = (entry.get("log") or "") + scrub_paths(log)
         if duration_s is not None:
             entry["duration_s"] = round(duration_s, 3)
         build.stages = stages
@@ -198,6 +198,7 @@ def build_stage_update(*, build_id: int, owner: str, stage: str, status: str, lo
 
 def build_fail(*, build_id: int, owner: str, reason: str, code: str = "build_failed") -> None:
     """Fail a build for a reason in its input (no retry); nothing is published."""
+    reason = scrub_paths(reason)
     with transaction.atomic():
         build = _fenced(build_id, owner)
         build.error, build.finished_at, build.lease_owner, build.lease_expires_at = reason, timezone.now(), "", None

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import Max
 
-from config.errors import Conflict, InvalidInput, TooLarge
+from config.errors import Conflict, InvalidInput, NotFound, TooLarge
 from registry import onnx_files, storage
 from registry.lock_objects import model_for_update, version_for_update
 from registry.models import Framework, ModelVersion, RegisteredModel, Role, Task, VersionSource, VersionStatus
@@ -192,6 +192,19 @@ def _mlflow_describe(source_uri: str) -> dict:
     return {"framework": framework, "signature": signature, "metrics": metrics, "run_id": info.run_id or ""}
 
 
+def _require_team_source(source_uri: str, team: Group) -> None:
+    """A run or registered model of another team, one with no team, and one that does not
+    exist all answer the same 404: the caller learns nothing about other teams' runs."""
+    from config import mlflow as mlflow_config
+
+    if mlflow_config.source_team(source_uri) != team.name:
+        raise NotFound(
+            f"source_uri: no MLflow run or registered model {source_uri!r} in team {team.name!r}.",
+            code="source_not_found",
+            field="source_uri",
+        )
+
+
 def version_create_from_mlflow(*, user, model: RegisteredModel, source_uri: str, metrics: dict | None = None, tags: dict | None = None) -> ModelVersion:
     """Register an MLflow model (runs:/ or models:/ URI, onnx or pytorch flavor) as a version."""
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
@@ -200,6 +213,7 @@ def version_create_from_mlflow(*, user, model: RegisteredModel, source_uri: str,
         raise InvalidInput(
             "source_uri: give an MLflow model URI starting with runs:/ or models:/.", code="bad_source_uri", field="source_uri"
         )
+    _require_team_source(source_uri, model.team)
     described = _mlflow_describe(source_uri)
     with transaction.atomic():
         locked = model_for_update(model.pk)

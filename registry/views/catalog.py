@@ -67,8 +67,9 @@ def version_create(request, name):
         try:
             if form.cleaned_data.get("file"):
                 upload = form.cleaned_data["file"]
+                filename = getattr(request, "upload_raw_names", {}).get(upload.name, upload.name)  # checked as sent
                 version = services.version_create_from_upload(
-                    user=request.user, model=model, filename=upload.name, chunks=upload.chunks(), size=upload.size
+                    user=request.user, model=model, filename=filename, chunks=upload.chunks(), size=upload.size
                 )
             else:
                 version = services.version_create_from_mlflow(

@@ -126,7 +126,7 @@ def test_link_an_mlflow_run(cli_as, alice, team_a, settings, tmp_path, onnx_path
     mlflow_config.configure.cache_clear()
     mlflow_config.configure()
     try:
-        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("cli-test")) as run:
+        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("cli-test", team="team-a")) as run:
             mlflow.log_metric("auc", 0.71)
             mlflow.onnx.log_model(onnx.load(str(onnx_path)), name="model")
         factories.registered_model(team_a, name="linked")
@@ -135,7 +135,7 @@ def test_link_an_mlflow_run(cli_as, alice, team_a, settings, tmp_path, onnx_path
         assert linked.code == 0, linked
         assert linked.json()["source"] == "mlflow" and linked.json()["framework"] == "onnx"
         gone = cli("version", "link", "linked", "runs:/0123456789abcdef/model")
-        assert gone.code == exits.API and "source_unresolvable" in gone.err, gone
+        assert gone.code == exits.API and "source_not_found" in gone.err, gone
         local = cli("version", "link", "linked", "file:///etc/passwd")
         assert local.code == exits.API and "bad_source_uri" in local.err, local
     finally:

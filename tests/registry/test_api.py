@@ -201,8 +201,8 @@ def test_mlflow_uri_that_does_not_resolve(alice_api, model_a, settings, tmp_path
 
     mlflow_config.configure.cache_clear()
     response = alice_api.post(f"{MODELS}ranker-a/versions/", {"source_uri": "runs:/0123456789abcdef/model"}, format="json")
-    assert response.status_code == 400
-    assert response.json()["code"] == "source_unresolvable" and response.json()["detail"].startswith("source_uri:")
+    assert response.status_code == 404
+    assert response.json()["code"] == "source_not_found" and response.json()["detail"].startswith("source_uri:")
     response = alice_api.post(f"{MODELS}ranker-a/versions/", {"source_uri": "file:///etc/passwd"}, format="json")
     assert response.status_code == 400 and response.json()["code"] == "bad_source_uri"
     assert not ModelVersion.objects.exists()
@@ -218,7 +218,7 @@ def test_mlflow_onnx_model_registers(alice_api, model_a, settings, tmp_path, onn
     settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")
     mlflow_config.configure.cache_clear()
     mlflow_config.configure()
-    with mlflow.start_run(experiment_id=mlflow_config.experiment_id("api-test")) as run:
+    with mlflow.start_run(experiment_id=mlflow_config.experiment_id("api-test", team="team-a")) as run:
         mlflow.log_metric("auc", 0.71)
         mlflow.onnx.log_model(onnx.load(str(onnx_path)), name="model")
     response = alice_api.post(f"{MODELS}ranker-a/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")

@@ -46,14 +46,21 @@ class Command(BaseCommand):
         config = ReferenceConfig(vocab=opts["vocab"], emb_dim=opts["emb_dim"], interaction=opts["interaction"],
                                  cross_layers=opts["cross_layers"], mlp=mlp)
         user = self._user(opts["user"]) if opts["register"] else None
+        team = self._team(user=user, model_name=opts["register"], team_name=opts["team"])
         result = train(config, rows=opts["rows"], valid_rows=opts["valid_rows"], epochs=opts["epochs"], seed=opts["seed"],
                        signal_seed=opts["signal_seed"], threads=opts["threads"])
         self.stdout.write(f"trained in {result.metrics['train_seconds']:.1f}s: AUC {result.metrics['auc']:.4f}, logloss {result.metrics['logloss']:.4f}")
         tags = {"version_tag": opts["version_tag"]} if opts["version_tag"] else {}
-        uri = log_to_mlflow(result, experiment=opts["experiment"], run_name=opts["version_tag"], tags=tags)
-        self.stdout.write(f"logged to MLflow: {uri}")
+        from config.mlflow import ExperimentOfAnotherTeam
+
+        try:
+            uri = log_to_mlflow(result, experiment=opts["experiment"], run_name=opts["version_tag"], tags=tags,
+                                team=team.name if team else "")
+        except ExperimentOfAnotherTeam as exc:
+            raise CommandError(f"--experiment: {exc}; name another experiment.") from None
+        self.stdout.write(f"logged to MLflow: {uri}" + (f" (team {team.name})" if team else ""))
         if opts["register"]:
-            version = self._register(user=user, name=opts["register"], team_name=opts["team"], uri=uri, result=result, tags=tags)
+            version = self._register(user=user, name=opts["register"], team=team, uri=uri, result=result, tags=tags)
             self.stdout.write(self.style.SUCCESS(f"registered {version} (id {version.pk})"))
 
     def _user(self, username: str):
@@ -63,18 +70,36 @@ class Command(BaseCommand):
             raise CommandError(f"--user: no user {username!r}" if username else "--register needs --user (no superuser exists)")
         return user
 
-    def _register(self, *, user, name, team_name, uri, result, tags):
-        from registry import storage
+    def _team(self, *, user, model_name, team_name):
+        """The team the run is logged for: the model's (when --register names an existing
+        one), else --team, else the user's first team; None without --register or --team."""
         from registry.selectors.catalog import model_list
         from registry.selectors.teams import team_list
+
+        if model_name:
+            model = model_list(user=user).filter(name=model_name).first()
+            if model is not None:
+                return model.team
+        if team_name:
+            team = Group.objects.filter(name=team_name).first()
+            if team is None:
+                raise CommandError(f"--team: no team {team_name!r}")
+            return team
+        if model_name:
+            team = team_list(user=user).first()
+            if team is None:
+                raise CommandError("--team: the user belongs to no team")
+            return team
+        return None
+
+    def _register(self, *, user, name, team, uri, result, tags):
+        from registry import storage
+        from registry.selectors.catalog import model_list
         from registry.services.catalog import model_create, version_create_from_mlflow
 
         try:
             model = model_list(user=user).filter(name=name).first()
             if model is None:
-                team = Group.objects.filter(name=team_name).first() if team_name else team_list(user=user).first()
-                if team is None:
-                    raise CommandError(f"--team: no team {team_name!r}" if team_name else "--team: the user belongs to no team")
                 model = model_create(user=user, name=name, team=team, description="Reference CTR ranker (synthetic clicks).")
             # The labelled validation set goes to the artifact store (npz, no pickles) so
             # builds can report AUC/logloss deltas on real labels.
