@@ -64,6 +64,7 @@ def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildConte
             validation_set = None
     return stages.BuildContext(
         work_dir=work_dir,
+        version_id=version.pk,
         model_name=version.model.name,
         version=version.version,
         task=version.model.task,
