@@ -272,9 +272,9 @@ def _data_or_synthetic(ctx: BuildContext, rows: int, *, seed: int = 20240611) ->
 
 def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
     rows = conf.get("BUILD_VALIDATION_ROWS")
-    data = _load_npz(ctx.validation_set) or _load_npz(ctx.input_example)
-    if data is not None:  # validate on the data as given (no repeats), at most `rows` rows
-        rows = min(rows, len(next(iter(data.values()))))
+    data = _load_npz(ctx.validation_set)
+    if data is not None:  # a validation set as given (no repeats), at most `rows` rows;
+        rows = min(rows, len(next(iter(data.values()))))  # an input example is repeated up to `rows`
     return _data_or_synthetic(ctx, rows)
 
 
