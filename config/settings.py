@@ -166,6 +166,8 @@ STORAGES = {
 # --- platform -------------------------------------------------------------------------
 ARTIFACT_ROOT = Path(os.environ.get("ARTIFACT_ROOT", VAR_DIR / "artifacts")).resolve()
 MAX_UPLOAD_MB = int(os.environ.get("MAX_UPLOAD_MB", "512"))
+VERSION_DATA_MAX_MB = int(os.environ.get("VERSION_DATA_MAX_MB", "256"))  # a version's example / validation set
+VERSION_DATA_MAX_ROWS = int(os.environ.get("VERSION_DATA_MAX_ROWS", "1000000"))
 # Uploads stream to disk past 2.5 MB; the request-size check happens before that.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 FILE_UPLOAD_TEMP_DIR = None

@@ -113,6 +113,38 @@ class ModelVersion(models.Model):
         return f"{self.model.name} v{self.version}"
 
 
+class DataKind(models.TextChoices):
+    EXAMPLE = "example", "Input example"
+    VALIDATION = "validation", "Labelled validation set"
+
+
+class VersionData(models.Model):
+    """Data a version carries (registry/services/version_data.py): at most one input example
+    and one labelled validation set, checked against the signature and stored as NPZ in the
+    content-addressed store (`path`, relative to ARTIFACT_ROOT). Builds validate and
+    benchmark on it; without it they use inputs derived from the graph."""
+
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="data")
+    kind = models.CharField(max_length=16, choices=DataKind.choices)
+    path = models.CharField(max_length=512)
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    format = models.CharField(max_length=16, help_text="What was sent: npz, parquet, jsonl or mlflow.")
+    original_filename = models.CharField(max_length=255, blank=True)
+    rows = models.PositiveIntegerField()
+    label = models.CharField(max_length=128, blank=True, help_text="The label column/array name in what was sent.")
+    summary = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["version", "kind"]
+        constraints = [models.UniqueConstraint(fields=["version", "kind"], name="uniq_version_data_kind")]
+
+    def __str__(self):
+        return f"{self.kind} of {self.version}"
+
+
 class BuildStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"

@@ -20,3 +20,8 @@ urlpatterns = [
 from registry.api import builds as build_api  # noqa: E402
 
 urlpatterns += build_api.urlpatterns
+
+# A version's data: its input example and labelled validation set.
+from registry.api import version_data as data_api  # noqa: E402
+
+urlpatterns += data_api.urlpatterns

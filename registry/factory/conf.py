@@ -26,7 +26,8 @@ DEFAULTS = {
     "BUILD_FP16_MAX_ABS": numerics.FP16_MAX_ABS,
     "BUILD_FP16_MAX_AUC_LOSS": numerics.FP16_MAX_AUC_LOSS,
     "BUILD_LOWP_MAX_AUC_LOSS": numerics.LOWP_MAX_AUC_LOSS,
-    "BUILD_INT_INPUT_HIGH": 1_000_000,  # seeded integer inputs are drawn from [0, this)
+    "BUILD_INT_INPUT_HIGH": 1_000_000,  # synthetic integer inputs are drawn from [0, this) at most
+    "BUILD_DYNAMIC_DIM_SIZE": 4,  # synthetic inputs: the size of a dynamic non-batch dimension
 }
 
 

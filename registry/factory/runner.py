@@ -21,7 +21,7 @@ from django.db import connection
 from registry import storage
 from registry.factory import STAGES, conf, stages
 from registry.factory.graphs import GraphError
-from registry.models import ArtifactStatus, Build
+from registry.models import ArtifactStatus, Build, VersionData
 from registry.services import builds as build_services
 
 log = logging.getLogger(__name__)
@@ -56,14 +56,20 @@ class Heartbeat(threading.Thread):
 
 def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildContext:
     version = build.version
-    validation_set = None
-    if version.tags.get("validation_set"):
+    # The version's data (registry/services/version_data.py); the reference model's
+    # training command also leaves a validation set in its tags.
+    stored = {row.kind: row.path for row in VersionData.objects.filter(version=version)}
+    if "validation" not in stored and version.tags.get("validation_set"):
+        stored["validation"] = version.tags["validation_set"]
+    paths = {}
+    for kind, rel in stored.items():
         try:
-            validation_set = storage.absolute(version.tags["validation_set"])
+            paths[kind] = storage.absolute(rel)
         except ValueError:
-            validation_set = None
+            continue
     return stages.BuildContext(
         work_dir=work_dir,
+        version_id=version.pk,
         model_name=version.model.name,
         version=version.version,
         task=version.model.task,
@@ -73,7 +79,8 @@ def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildConte
         source_uri=version.source_uri,
         expected_signature=version.signature or {},
         targets=list(build.targets),
-        validation_set=validation_set,
+        validation_set=paths.get("validation"),
+        input_example=paths.get("example"),
         log=lambda line: sink.append(f"{time.strftime('%H:%M:%S')} {line}"),
     )
 

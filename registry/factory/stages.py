@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from registry import names, triton_config
-from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, numerics, recipes
+from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, input_bounds, numerics, recipes
 from registry.factory.gpu import checks as gpu_checks
 from registry.factory.gpu import measure as gpu_measure
 from registry.factory.gpu import serving as gpu_serving
@@ -61,7 +61,9 @@ class BuildContext:
     source_uri: str
     expected_signature: dict
     targets: list[str]
-    validation_set: Path | None = None
+    version_id: int | None = None
+    validation_set: Path | None = None  # NPZ: one array per input name (+ "label")
+    input_example: Path | None = None  # NPZ: one array per input name
     log: Callable[[str], None] = print
     # filled by the stages
     canonical: Path | None = None
@@ -71,6 +73,7 @@ class BuildContext:
     torch_model: object | None = None
     variants: dict[str, VariantResult] = field(default_factory=dict)
     eager_benchmark: dict = field(default_factory=dict)
+    input_plans: dict | None = None  # synthetic-input plans, derived once from the canonical graph
 
 
 # --- 1. canonicalize ---------------------------------------------------------------------------
@@ -113,7 +116,8 @@ def _export_pytorch(ctx: BuildContext, info) -> onnx.ModelProto:
         raise StageError("the PyTorch model has no tensor signature in MLflow; log it with one so it can be exported", "signature_missing")
     module = mlflow.pytorch.load_model(ctx.source_uri, map_location="cpu").eval()
     ctx.torch_model = module
-    example = graphs.seeded_inputs(signature, 4, int_high=conf.get("BUILD_INT_INPUT_HIGH"))
+    # Ids 0 only: any embedding table has a row 0 (the graph is not there yet to bound them).
+    example = graphs.seeded_inputs(signature, 4, int_high=1)
     names_in = [s["name"] for s in signature["inputs"]]
     names_out = [s["name"] for s in signature["outputs"]]
     args = tuple(torch.from_numpy(example[n]) for n in names_in)
@@ -177,7 +181,7 @@ def _check_signature(ctx: BuildContext) -> None:
 def _check_export_fidelity(ctx: BuildContext) -> None:
     import torch
 
-    feeds = graphs.seeded_inputs(ctx.signature, 256, seed=1, int_high=conf.get("BUILD_INT_INPUT_HIGH"))
+    feeds = _data_or_synthetic(ctx, 256, seed=1)[0]
     with torch.inference_mode():
         eager = ctx.torch_model(*[torch.from_numpy(feeds[s["name"]]) for s in ctx.signature["inputs"]])
     eager = (eager[0] if isinstance(eager, (tuple, list)) else eager).numpy()
@@ -215,16 +219,63 @@ def variants(ctx: BuildContext) -> None:
 
 
 # --- 4. validate -------------------------------------------------------------------------------
+ATTACH_DATA = ("attach an input example or a labelled validation set to the version "
+               "(POST /api/v1/versions/{id}/data/) and build again")
+
+
+def synthetic_inputs(ctx: BuildContext, rows: int, *, seed: int = 20240611) -> dict:
+    """Inputs the model can take, derived from the canonical graph (registry/factory/input_bounds.py)."""
+    if ctx.input_plans is None:
+        try:
+            ctx.input_plans = input_bounds.plan_inputs(onnx.load(str(ctx.canonical)), int_high=int(conf.get("BUILD_INT_INPUT_HIGH")))
+        except input_bounds.InputsUnbounded as exc:
+            raise StageError(f"no data is attached and safe synthetic inputs cannot be derived from the graph: {exc}; "
+                             + ATTACH_DATA.format(id=ctx.version_id or "…"), "inputs_unbounded") from exc
+        ctx.log("no data attached: synthetic inputs derived from the graph: " + "; ".join(p.describe() for p in ctx.input_plans.values()))
+    return input_bounds.synthesize(ctx.input_plans, rows, seed=seed, dynamic_size=int(conf.get("BUILD_DYNAMIC_DIM_SIZE")))
+
+
+def _load_npz(path: Path | None) -> dict | None:
+    if not path or not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def _tile(arrays: dict, rows: int) -> dict:
+    """`rows` rows from the data, repeated when it has fewer."""
+    have = len(next(iter(arrays.values())))
+    reps = -(-rows // have)
+    return {k: np.ascontiguousarray(np.concatenate([v] * reps)[:rows]) if reps > 1 else np.ascontiguousarray(v[:rows]) for k, v in arrays.items()}
+
+
+def _data_or_synthetic(ctx: BuildContext, rows: int, *, seed: int = 20240611) -> tuple[dict, np.ndarray | None, str]:
+    """(feeds, labels or None, what they are): the validation set, else the input example,
+    else synthetic inputs. Data rows are repeated up to `rows` for benchmarks."""
+    names = [s["name"] for s in ctx.signature["inputs"]]
+    for path, what in ((ctx.validation_set, "validation set"), (ctx.input_example, "input example")):
+        data = _load_npz(path)
+        if data is None:
+            continue
+        if not all(n in data for n in names):
+            ctx.log(f"the version's {what} does not have every input ({', '.join(names)}); not using it")
+            continue
+        labels = data["label"].astype(np.float64).reshape(-1) if "label" in data else None
+        feeds = {n: data[n] for n in names}
+        if labels is not None:
+            feeds["__label__"] = labels
+        feeds = _tile(feeds, rows)
+        labels = feeds.pop("__label__", None)
+        return feeds, labels, what
+    return synthetic_inputs(ctx, rows, seed=seed), None, "synthetic"
+
+
 def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
-    if ctx.validation_set and ctx.validation_set.exists():
-        with np.load(ctx.validation_set, allow_pickle=False) as data:
-            names = [s["name"] for s in ctx.signature["inputs"]]
-            if all(n in data.files for n in names) and "label" in data.files:
-                rows = min(len(data["label"]), conf.get("BUILD_VALIDATION_ROWS"))
-                return {n: data[n][:rows] for n in names}, data["label"][:rows].astype(np.float64), "validation set"
-        ctx.log("the version's validation set does not match the signature; using seeded inputs")
     rows = conf.get("BUILD_VALIDATION_ROWS")
-    return graphs.seeded_inputs(ctx.signature, rows, int_high=conf.get("BUILD_INT_INPUT_HIGH")), None, "seeded sample"
+    data = _load_npz(ctx.validation_set)
+    if data is not None:  # a validation set as given (no repeats), at most `rows` rows;
+        rows = min(rows, len(next(iter(data.values()))))  # an input example is repeated up to `rows`
+    return _data_or_synthetic(ctx, rows)
 
 
 def _run(path: Path, feeds: dict, providers=None) -> np.ndarray:
@@ -241,25 +292,42 @@ def _log_check(ctx: BuildContext, name: str, result: VariantResult) -> None:
 
 
 def validate(ctx: BuildContext) -> None:
-    feeds, labels, label_source = _validation_feeds(ctx)
+    feeds, labels, data_source = _validation_feeds(ctx)
+    synthetic = data_source == "synthetic"
+    label_source = "synthetic inputs derived from the graph" if synthetic else f"the version's {data_source}"
     try:
         reference = _run(ctx.canonical, feeds).astype(np.float64)
-    except Exception as exc:  # the original itself cannot run on the sample: the build fails
-        raise StageError(f"the original graph fails on {label_source} inputs: {str(exc).splitlines()[0][:300]}", "original_failed") from exc
+    except Exception as exc:  # the original itself cannot run on the inputs: the build fails
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        ctx.log(f"ONNX Runtime: {first}")
+        if synthetic:
+            raise StageError("the original graph does not run on synthetic inputs derived from the graph; " + ATTACH_DATA.format(id=ctx.version_id or "…"),
+                             "original_failed") from exc
+        raise StageError(f"the original graph does not run on {label_source}: check the data matches what the model takes", "original_failed") from exc
     if not np.all(np.isfinite(reference)):
-        raise StageError(f"the original graph outputs NaN/Inf on {label_source} inputs", "original_nan")
+        raise StageError(f"the original graph outputs NaN/Inf on {label_source}" + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""),
+                         "original_nan")
     classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
+    true_labels = classifier and labels is not None
+    skipped = {}
+    if not true_labels:
+        why = "no labelled validation set is attached" if classifier else "the model's output is not a probability for a classification task"
+        skipped = {"auc": why, "logloss": why}
+        ctx.log(f"quality checks skipped: AUC and logloss of the model ({why})")
     if not classifier:
         labels = None
     elif labels is None:
         labels = numerics.labels_from_reference(reference)
-        label_source += " with labels drawn from the original's probabilities"
+        label_source += "; variants compared on labels drawn from the original's probabilities (ranking agreement)"
     ctx.log(f"validating on {reference.shape[0]} rows ({label_source})")
     base = numerics.baseline(reference, labels)
     for name, result in ctx.variants.items():
         if result.status != "pending":
             continue
-        common = {"rows": int(reference.shape[0]), "inputs": label_source, **{f"original_{k}": v for k, v in base.items()}}
+        common = {"rows": int(reference.shape[0]), "inputs": label_source, "data": data_source, "quality_checks_skipped": skipped,
+                  **({f"original_{k}": v for k, v in base.items()} if true_labels else {})}
+        if synthetic:
+            common["synthetic_inputs"] = [p.describe() for p in ctx.input_plans.values()]
         if name in GPU_VARIANTS:
             # On the provider its Triton config names; skipped with the reason where it cannot be had.
             check = gpu_checks.validate_variant(
@@ -287,7 +355,7 @@ def validate(ctx: BuildContext) -> None:
 # --- 5. benchmark ------------------------------------------------------------------------------
 def _benchmark_gpu(ctx: BuildContext, name: str, result: VariantResult) -> None:
     batches = conf.bench_batches("BUILD_GPU_BENCH_BATCHES")
-    feeds = graphs.seeded_inputs(ctx.signature, max(batches), seed=3, int_high=conf.get("BUILD_INT_INPUT_HIGH"))
+    feeds = _data_or_synthetic(ctx, max(batches), seed=3)[0]
     try:
         bench = gpu_checks.benchmark_variant(name, result.onnx_path, feeds, batches, signature=ctx.signature, work_dir=ctx.work_dir,
                                              seconds=float(conf.get("BUILD_BENCH_SECONDS")))
@@ -306,7 +374,8 @@ def benchmark(ctx: BuildContext) -> None:
     threads = int(conf.get("BUILD_BENCH_THREADS"))
     batches = conf.bench_batches()
     seconds, max_iters = float(conf.get("BUILD_BENCH_SECONDS")), int(conf.get("BUILD_BENCH_MAX_ITERS"))
-    feeds = graphs.seeded_inputs(ctx.signature, max(batches), seed=3, int_high=conf.get("BUILD_INT_INPUT_HIGH"))
+    feeds, _, data_source = _data_or_synthetic(ctx, max(batches), seed=3)
+    ctx.log("benchmark inputs: " + ("synthetic inputs derived from the graph" if data_source == "synthetic" else f"the version's {data_source}"))
     if ctx.torch_model is not None:
         import torch
 
@@ -336,7 +405,7 @@ def benchmark(ctx: BuildContext) -> None:
         for batch in batches:
             part = graphs.slice_rows(feeds, 0, batch)
             per_batch[str(batch)] = measure(lambda part=part: sess.run([out_name], part), batch, seconds=seconds, max_iters=max_iters)
-        bench = {"threads": threads, "batches": per_batch, "runtime": "onnxruntime CPUExecutionProvider"}
+        bench = {"threads": threads, "batches": per_batch, "runtime": "onnxruntime CPUExecutionProvider", "data": data_source}
         if ctx.eager_benchmark:
             bench["eager"] = ctx.eager_benchmark
             bench["speedup_vs_eager"] = {

@@ -1,0 +1,93 @@
+"""Builds of models the factory was not written around, with no data attached: the
+validate and benchmark stages run on inputs derived from the graph (issue 12 item 2)."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from registry.factory import runner
+from registry.models import Artifact, Build, BuildStatus, Event
+from registry.services import builds as build_services
+from tests import factories
+from tests.registry.build_helpers import fast_build_settings, upload_version
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fast(settings):
+    fast_build_settings(settings)
+
+
+def _build(user, version) -> Build:
+    build, _ = build_services.build_start(user=user, version=version)
+    runner.run(build.pk, owner="test-worker:1")
+    build.refresh_from_db()
+    return build
+
+
+def small_table_ranker(path, *, rows=500, between=None):
+    """The issue's user model: features float [B, 8] and item_id int64 [B, 1] indexing an
+    embedding of `rows` rows; `between` = an op put between the id and the lookup."""
+    rng = np.random.default_rng(3)
+    pre = [] if between is None else [between]
+    ids = "item_id" if between is None else between.output[0]
+    nodes = pre + [
+        helper.make_node("Gather", ["item_table", ids], ["emb3"], name="item_embedding"),
+        helper.make_node("Squeeze", ["emb3", "one"], ["emb"]),
+        helper.make_node("Concat", ["features", "emb"], ["x"], axis=1),
+        helper.make_node("MatMul", ["x", "w"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["score"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "small_table_ranker",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 8]),
+         helper.make_tensor_value_info("item_id", TensorProto.INT64, ["batch", 1])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
+        initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (rows, 4)).astype(np.float32), "item_table"),
+                     numpy_helper.from_array(rng.normal(0, 0.3, (12, 1)).astype(np.float32), "w"),
+                     numpy_helper.from_array(np.array([1], np.int64), "one"),
+                     numpy_helper.from_array(np.array([1], np.int64), "axis1")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_model_with_a_small_embedding_table_builds_on_synthetic_inputs_and_says_so(alice, team_a, tmp_path):
+    model = factories.registered_model(team_a, name="small-ranker")
+    version = upload_version(alice, model, small_table_ranker(tmp_path / "small.onnx"))
+    build = _build(alice, version)
+
+    assert build.status == BuildStatus.SUCCEEDED, build.error
+    validate = next(s for s in build.stages if s["name"] == "validate")
+    assert "synthetic inputs derived from the graph" in validate["log"]
+    assert "item_id: ids in [0, 500) bounded by Gather 'item_embedding' (table of 500 rows)" in validate["log"]
+    assert "quality checks skipped: AUC and logloss" in validate["log"]
+    bench = next(s for s in build.stages if s["name"] == "benchmark")
+    assert "benchmark inputs: synthetic" in bench["log"]
+    for artifact in Artifact.objects.filter(build=build):
+        assert artifact.status == "servable", artifact.status_reason
+        assert artifact.validation["data"] == "synthetic"
+        assert set(artifact.validation["quality_checks_skipped"]) == {"auc", "logloss"}
+        assert "original_auc" not in artifact.validation
+        assert any(line.startswith("item_id: ids in [0, 500)") for line in artifact.validation["synthetic_inputs"])
+        assert artifact.benchmark["data"] == "synthetic"
+
+
+def test_a_model_whose_ids_cannot_be_bounded_fails_asking_for_data(alice, team_a, tmp_path):
+    model = factories.registered_model(team_a, name="odd-ranker")
+    cumsum = helper.make_node("CumSum", ["item_id", "axis1"], ["running_id"], name="running")
+    version = upload_version(alice, model, small_table_ranker(tmp_path / "odd.onnx", between=cumsum))
+    build = _build(alice, version)
+
+    assert build.status == BuildStatus.FAILED
+    failed = Event.objects.get(object_type="registry.build", object_id=str(build.pk), to_state="failed")
+    assert failed.data["code"] == "inputs_unbounded", build.error
+    assert "input 'item_id'" in build.error and "CumSum 'running'" in build.error
+    assert f"POST /api/v1/versions/{version.pk}/data/" in build.error
+    assert "Gather" not in build.error.split("cannot follow")[-1]  # no ONNX Runtime text after the advice
+    assert "idx=" not in build.error and "out of" not in build.error
+    assert not Artifact.objects.filter(build=build).exists()
