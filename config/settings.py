@@ -135,6 +135,7 @@ LOGOUT_REDIRECT_URL = "login"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
+FORMAT_MODULE_PATH = ["config.formats"]  # a 24-hour clock everywhere (config/formats/en/formats.py)
 USE_TZ = True
 
 STATIC_URL = "static/"

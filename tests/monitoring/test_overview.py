@@ -96,3 +96,14 @@ def test_gateway_and_collector_agree_on_the_unknown_label():
     from django.core.exceptions import ValidationError
     with pytest.raises(ValidationError):
         validate_slug(UNKNOWN_ENDPOINT)
+
+
+def test_unformatted_times_use_the_24_hour_clock_too():
+    """Pages format times explicitly ("H:i:s"); the admin and any bare {{ datetime }} use the
+    site's formats, which must be the same 24-hour clock (not "4:05 p.m.")."""
+    from datetime import datetime, timezone as dt_timezone
+
+    from django.template import Context, Template
+
+    at = datetime(2026, 11, 23, 16, 5, 9, tzinfo=dt_timezone.utc)
+    assert Template("{{ at }}|{{ at|date }}|{{ at|time }}").render(Context({"at": at})) == "2026-11-23 16:05:09|2026-11-23|16:05:09"
