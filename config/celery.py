@@ -1,11 +1,25 @@
 import os
 
 from celery import Celery
+from celery.signals import setup_logging
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("modelplane")
+
+
+@setup_logging.connect
+def _django_logging(**kwargs):
+    """Worker and beat log through Django's LOGGING (LOG_LEVEL, the housekeeping filter in
+    config/log_filters.py) instead of Celery's own root-logger setup."""
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)
+
+
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Queues per kind of work (DESIGN.md): builds never starve the control loop.
 app.conf.task_queues = [Queue(name) for name in ("control", "build-cpu", "build-gpu")]

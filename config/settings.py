@@ -152,6 +152,7 @@ LOGOUT_REDIRECT_URL = "login"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
+FORMAT_MODULE_PATH = ["config.formats"]  # a 24-hour clock everywhere (config/formats/en/formats.py)
 USE_TZ = True
 
 STATIC_URL = "static/"
@@ -274,11 +275,20 @@ if PRODUCTION:
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "modelplane@localhost")
 
+# LOG_LEVEL (INFO): one line per meaningful event; DEBUG adds the per-second housekeeping
+# (periodic Celery tasks, polling requests) that config/log_filters.py otherwise drops.
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").strip().upper()
+if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"LOG_LEVEL={LOG_LEVEL!r}: use one of DEBUG, INFO, WARNING, ERROR, CRITICAL.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s", "datefmt": "%Y-%m-%d %H:%M:%S"}},
+    "filters": {"housekeeping": {"()": "config.log_filters.QuietHousekeeping"},
+                "kombu_hostname": {"()": "config.log_filters.QuietKombuHostname"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["housekeeping", "kombu_hostname"]}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.server": {"level": "WARNING"}},
 }

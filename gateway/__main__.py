@@ -24,7 +24,8 @@ def main(argv=None) -> int:
     parser.add_argument("--host", help="listen address (default: GATEWAY_HOST or 0.0.0.0)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S", stream=sys.stderr)  # the control plane's format (config/settings.py)
     overrides = dict(port=args.port, host=args.host, routes_url=args.routes_url)
     if args.routes_file:
         overrides.update(routes_file=args.routes_file, routes_url=None)

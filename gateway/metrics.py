@@ -58,6 +58,10 @@ AUTH_REJECTIONS = Counter(
 
 # fault label of gateway_requests_total: who a request's outcome belongs to
 OK, CLIENT, BACKEND = "none", "client", "backend"
+# endpoint label of requests to an endpoint the route table lacks: one bucket, never the
+# client's string (bounded cardinality), and not a slug, so never a real endpoint's name
+# (monitoring.collect.GatewayNames.unknown_endpoint reads it)
+UNKNOWN_ENDPOINT = "(unknown)"
 
 
 class HotPath:

@@ -354,10 +354,12 @@ class Gateway:
         table = self.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
-            # label "unknown", never the client's string: metric cardinality stays bounded
+            # one "(unknown)" bucket, never the client's string: metric cardinality stays bounded
             if table is None:
-                return self._done(request, _error(503, "no_routes", "no route table loaded yet", rid), t0, "unknown", "none", BACKEND)
-            return self._done(request, _error(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", rid), t0, "unknown", "none", CLIENT)
+                return self._done(request, _error(503, "no_routes", "no route table loaded yet", rid), t0,
+                                  metrics.UNKNOWN_ENDPOINT, "none", BACKEND)
+            return self._done(request, _error(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", rid), t0,
+                              metrics.UNKNOWN_ENDPOINT, "none", CLIENT)
         key, rejection = authenticate(headers, ep.auth, table.keys, name, t0)
         if rejection is not None:
             problem, reason, wait = rejection

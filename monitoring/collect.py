@@ -27,6 +27,9 @@ from monitoring.statistics import SCORE_BINS, histogram_quantile
 SEP = "|"
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 ALL_VARIANTS = "all"  # series that the gateway reports per endpoint only (in-flight)
+# Requests to endpoints that do not exist, stored as one bucket under this name (not a
+# slug, so no endpoint can have it); the dashboard shows it as such, never as an endpoint.
+UNKNOWN_ENDPOINT = "(unknown)"
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class GatewayNames:
     from_variant_label: str = "from_variant"
     fault_label: str = "fault"  # gateway_requests_total: none | client | backend
     client_fault: str = "client"
+    unknown_endpoint: str = "(unknown)"  # endpoint label of requests to no known endpoint (gateway.metrics)
     error_status_min: int = 500  # statuses at or above count as errors (4xx is the client's)
 
     def name(self, suffix: str) -> str:
@@ -208,6 +212,8 @@ def gateway_deltas(prev: dict, cur: dict, *, seconds: float, names: GatewayNames
     cumulative: dict[tuple[str, str, str], dict[float, float]] = defaultdict(dict)
     for key in cur:
         kind, endpoint, variant, *rest = _split(key)
+        if endpoint == names.unknown_endpoint:
+            endpoint = UNKNOWN_ENDPOINT
         if kind == "in_flight":
             result[(endpoint, variant)].values["in_flight"] += cur[key]
             continue

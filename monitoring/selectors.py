@@ -10,14 +10,13 @@ from django.utils import timezone
 
 from config.errors import NotFound
 from monitoring import conf
-from monitoring.collect import parse_bucket_metric
+from monitoring.collect import UNKNOWN_ENDPOINT, parse_bucket_metric
 from monitoring.judge import ArmWindow
 from monitoring.models import Alert, AlertStatus, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, Verdict
 from monitoring.statistics import SCORE_BINS
 from registry.selectors.teams import team_scoped
 
 MAX_POINTS = 2000  # per series; past this the 1-minute roll-ups answer
-CHART_METRICS = ("request_rate", "error_rate", "latency_p99_ms")
 
 
 # --- time series ---------------------------------------------------------------------------------
@@ -90,15 +89,28 @@ def metric_series(*, user, endpoint: str | None = None, variant: str | None = No
 
 
 def series_index(*, user, since: datetime) -> list[dict]:
-    """Endpoints with the variants that reported samples since `since`, newest activity first."""
+    """Endpoints with the variants that reported samples since `since`. Only real
+    endpoints: requests to endpoints that do not exist are one bucket (unknown_traffic)."""
     rows = (sample_list(user=user, since=since, metrics=["request_rate", "triton_inference_rate"])
-            .values("endpoint", "variant").annotate(last=Max("time")).order_by("endpoint", "variant"))
+            .exclude(endpoint=UNKNOWN_ENDPOINT).values("endpoint", "variant").annotate(last=Max("time")).order_by("endpoint", "variant"))
     endpoints: dict[str, dict] = {}
     for row in rows:
         entry = endpoints.setdefault(row["endpoint"], {"endpoint": row["endpoint"], "variants": [], "last": row["last"]})
         entry["variants"].append(row["variant"])
         entry["last"] = max(entry["last"], row["last"])
     return list(endpoints.values())
+
+
+def unknown_traffic(*, user, since: datetime) -> dict | None:
+    """Requests to endpoints that do not exist, as one bucket: their mean rate and total
+    count over the window (staff only: such requests belong to no team); None if none."""
+    # a 404 is the client's fault (client_faults); a 503 before any route table, requests
+    qs = sample_list(user=user, endpoint=UNKNOWN_ENDPOINT, metrics=["requests", "client_faults"], since=since)
+    total = qs.order_by().aggregate(n=Sum("value"))["n"]
+    if not total:
+        return None
+    seconds = max((timezone.now() - since).total_seconds(), 1.0)
+    return {"requests": int(total), "rate": total / seconds}
 
 
 def latest_values(*, user, endpoint: str, since: datetime, metrics) -> dict[str, dict[str, float]]:

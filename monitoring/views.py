@@ -1,33 +1,31 @@
 """Dashboard pages of monitoring; thin: read through selectors, write through services."""
 
-from datetime import timedelta
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
 from config.redirects import redirect_next
-from monitoring import selectors
+from monitoring import charts, selectors
 from monitoring.models import AlertStatus
 from monitoring.services import alerts as services
 from registry.selectors.events import event_list
 
 SUMMARY_METRICS = ["request_rate", "error_rate", "latency_p50_ms", "latency_p99_ms", "queue_ms", "utilization", "cost_per_1k_inferences"]
-WINDOWS = {"5m": 5, "15m": 15, "1h": 60, "6h": 360}
 
 
 @login_required
 @vary_on_headers("HX-Request")
 def overview(request):
-    window = request.GET.get("window", "15m")
-    if window not in WINDOWS:
-        window = "15m"
-    since = timezone.now() - timedelta(minutes=WINDOWS[window])
+    """Every endpoint's summary and charts over one time range the page shares (?range=)."""
+    time_range = charts.time_range(request.GET.get("range"))
+    now = timezone.now()
+    since = charts.range_start(time_range, now)
     endpoints = selectors.series_index(user=request.user, since=since)
     for entry in endpoints:
         entry["summary"] = selectors.latest_values(user=request.user, endpoint=entry["endpoint"], since=since, metrics=SUMMARY_METRICS)
@@ -35,7 +33,13 @@ def overview(request):
             for name in ("error_rate", "utilization"):
                 if name in values:
                     values[f"{name}_pct"] = values[name] * 100
-    context = {"endpoints": endpoints, "window": window, "windows": list(WINDOWS), "chart_metrics": selectors.CHART_METRICS}
+    context = {
+        "endpoints": endpoints, "range": time_range, "ranges": list(charts.TIME_RANGES), "now": now,
+        "unknown": selectors.unknown_traffic(user=request.user, since=since),
+        "chart_config": {**charts.chart_config(user=request.user, endpoints=[e["endpoint"] for e in endpoints]),
+                         "range_seconds": charts.TIME_RANGES[time_range].total_seconds(),
+                         "metrics_url": reverse("api:metrics")},
+    }
     if request.htmx:
         return render(request, "monitoring/overview.html#summary", context)
     return render(request, "monitoring/overview.html", context)

@@ -7,6 +7,10 @@
   `v{version}-{variant}` (e.g. `v3-onnx-int8`).
 - TensorRT cache directory: where GPU variants' configs keep TensorRT engines and timing
   caches, and where the Kubernetes driver mounts a volume on GPU pools.
+- Reserved model names: words a model may not be called because its page
+  (`/models/{name}/`) would be another page's URL (`/models/new/` is the registration
+  form). tests/registry/test_names.py checks every literal segment of the registry's
+  URLs is here, so a new page cannot silently shadow a model.
 """
 
 from __future__ import annotations
@@ -17,6 +21,21 @@ if TYPE_CHECKING:
     from registry.models import Artifact
 
 TENSORRT_CACHE_DIR = "/var/cache/modelplane/tensorrt"
+
+# The registry's own URL words, plus the ones pages commonly grow into, so adding such a
+# page later never strands a model that already has the name.
+RESERVED_MODEL_NAMES = frozenset({
+    "new", "edit", "delete", "create", "builds", "versions", "artifacts", "runs", "compare",
+    "search", "import", "export", "api", "admin", "static", "settings",
+})
+
+
+def reserved_name_problem(name: str) -> str | None:
+    """A human sentence saying why `name` cannot be a model's name, or None when it can."""
+    if name in RESERVED_MODEL_NAMES:
+        return (f"name: {name!r} is a reserved word (it is part of the site's addresses, e.g. /models/{name}/); "
+                "choose another name, e.g. {name}-model.").replace("{name}", name)
+    return None
 
 
 def triton_model_name(model: str, version: int, variant: str) -> str:

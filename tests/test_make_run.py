@@ -1,7 +1,8 @@
 """`make run` end to end on the embedded defaults (SQLite, filesystem broker, local
 MLflow store under a fresh VAR_DIR): everything comes up, /healthz is 200 naming each
 component, the dashboard login works, the README's demo inference answers through the
-gateway, and Ctrl-C stops every process it started (no tritonserver left behind)."""
+gateway, it stays quiet while idle (no line per periodic task or route poll), and Ctrl-C
+stops every process it started (no tritonserver left behind)."""
 
 import os
 import re
@@ -19,6 +20,7 @@ from deployments.tritonserver import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.integration
+IDLE_S = 15
 
 
 def _demo_curl(gateway_port: int) -> str:
@@ -67,6 +69,17 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
                 break
             time.sleep(1)
         assert "X-Model-Variant: v1-onnx-fp32" in result.stdout and '"name":"ctr"' in result.stdout, result.stdout[-2000:]
+
+        # quiet by default: idle, the platform prints (almost) nothing, though beat runs
+        # tasks every second and the gateway polls its route table ~3 times a second
+        before = len(log_path.read_text().splitlines())
+        time.sleep(IDLE_S)
+        output = log_path.read_text()
+        idle = output.splitlines()[before:]
+        assert len(idle) <= 3, f"{len(idle)} lines in {IDLE_S} s idle:\n" + "\n".join(idle[:40])
+        assert "Sending due task" not in output and "] succeeded in " not in output and "] received" not in output
+        assert '"GET /api/v1/gateway/routes' not in output and '"GET /healthz' not in output
+        assert "stage benchmark done in" in output  # the meaningful events are still there
     finally:
         proc.send_signal(signal.SIGINT)
         try:

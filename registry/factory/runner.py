@@ -134,11 +134,14 @@ def run(build_id: int, *, owner: str) -> str:
                     duration_s=time.monotonic() - started,
                 )
                 build_services.build_fail(build_id=build_id, owner=owner, reason=f"{current}: {exc}", code=getattr(exc, "code", "build_failed"))
+                log.info("build #%s (%s v%s): stage %s failed: %s", build_id, ctx.model_name, ctx.version, current, exc)
                 return "failed"
             build_services.build_stage_update(
                 build_id=build_id, owner=owner, stage=current, status="succeeded", log="\n".join(sink) + "\n",
                 duration_s=time.monotonic() - started,
             )
+            log.info("build #%s (%s v%s): stage %s done in %.1f s", build_id, ctx.model_name, ctx.version, current,
+                     time.monotonic() - started)
         rows = _artifact_rows(ctx)
         build_services.build_publish(build_id=build_id, owner=owner, artifacts=rows)
         return "published"

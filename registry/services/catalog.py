@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from config.errors import Conflict, InvalidInput, NotFound, TooLarge
-from registry import onnx_files, storage
+from registry import names, onnx_files, storage
 from registry.lock_objects import model_for_update, version_for_update
 from registry.models import Framework, ModelVersion, RegisteredModel, Role, Task, VersionSource, VersionStatus
 from registry.services.events import event_record
@@ -27,6 +27,9 @@ def _validate_name(name: str) -> None:
             "name: use 1-64 lower-case letters, digits, '-' or '_', starting with a letter or digit.",
             field="name",
         )
+    problem = names.reserved_name_problem(name)
+    if problem:
+        raise InvalidInput(problem, code="name_reserved", field="name")
 
 
 def model_create(*, user, name: str, team: Group, description: str = "", task: str = Task.CTR) -> RegisteredModel:

@@ -1,7 +1,15 @@
 """The audit trail: every state change in every app is one Event row, written by the
-service that makes the change, in the same transaction."""
+service that makes the change, in the same transaction. Once that transaction commits,
+the event is also one INFO line of the `modelplane.events` logger: what `make run` prints
+(a build's status, a rollout's steps, an alert), so the terminal and the audit trail agree."""
+
+import logging
+
+from django.db import transaction
 
 from registry.models import Event
+
+log = logging.getLogger("modelplane.events")
 
 
 def event_record(
@@ -18,7 +26,7 @@ def event_record(
     """Append one audit event; call inside the transaction of the change it records."""
     if team is None:
         team = getattr(obj, "team", None)
-    return Event.objects.create(
+    event = Event.objects.create(
         actor=actor if getattr(actor, "is_authenticated", False) else None,
         team=team,
         object_type=obj._meta.label_lower,
@@ -30,3 +38,17 @@ def event_record(
         reason=reason or "",
         data=data or {},
     )
+    transaction.on_commit(lambda: log.info("%s", event_line(event)))
+    return event
+
+
+def event_line(event: Event) -> str:
+    """One line a person reads: "rollout 4 (demo-ctr): step_1 -> step_2: the judge passed"."""
+    kind = event.object_type.split(".", 1)[-1].replace("registeredmodel", "model").replace("modelversion", "version")
+    subject = event.object_repr if event.object_repr.startswith(kind) else f"{kind} {event.object_repr}"
+    text = f"{subject}: {event.action.replace('_', ' ')}"
+    if event.from_state or event.to_state:
+        text += f" {event.from_state or '-'} -> {event.to_state or '-'}" if event.from_state else f" -> {event.to_state}"
+    if event.reason:
+        text += f": {event.reason[:300]}"
+    return text

@@ -16,7 +16,8 @@ from registry.services import catalog as services
 
 def _form_error(form, exc: PlatformError) -> None:
     field = exc.field if exc.field in form.fields else None
-    form.add_error(field, exc.detail)
+    detail = exc.detail.removeprefix(f"{field}: ") if field else exc.detail  # shown under the field already
+    form.add_error(field, detail)
 
 
 @login_required

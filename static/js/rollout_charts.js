@@ -11,7 +11,7 @@
       type: "line",
       data: {datasets: []},
       options: {animation: false, parsing: false, maintainAspectRatio: false, plugins: {title: {display: true, text: title}},
-                scales: {x: {type: "linear", ticks: {callback: (v) => new Date(v).toLocaleTimeString()}}, y: {beginAtZero: true}}},
+                scales: {x: {type: "linear", ticks: {callback: (v) => new Date(v).toISOString().slice(11, 19)}, title: {display: true, text: "time (UTC)"}}, y: {beginAtZero: true}}},
     });
   }
   async function refresh() {

@@ -98,13 +98,16 @@ class Command(BaseCommand):
         python = sys.executable
         return {
             "pools": [python, str(settings.BASE_DIR / "manage.py"), "run_pools", "--stop-replicas-on-exit"],
-            "gateway": [python, "-m", "gateway", f"--port={settings.GATEWAY_PORT}", "--host=127.0.0.1",
+            "gateway": [python, "-m", "gateway", f"--port={settings.GATEWAY_PORT}", "--host=127.0.0.1", f"--log-level={settings.LOG_LEVEL}",
                         f"--routes-url=http://127.0.0.1:{port}/api/v1/gateway/routes"],
+            # quiet by default (config/log_filters.py): no access line for polling, no
+            # Celery banners, no line per periodic task; LOG_LEVEL=DEBUG shows them all
             "web": [python, "-m", "gunicorn", "config.wsgi", f"--bind=127.0.0.1:{port}", "--workers=2", "--threads=4",
-                    "--timeout=120", "--access-logfile=-", "--log-level=warning"],
-            "worker": [python, "-m", "celery", "-A", "config", "worker", "-Q", "control,build-cpu,build-gpu",
-                       "--concurrency=2", "--loglevel=INFO", "--without-gossip", "--without-mingle"],
-            "beat": [python, "-m", "celery", "-A", "config", "beat", "--loglevel=INFO",
+                    "--timeout=120", "--access-logfile=-", "--log-level=warning",
+                    "--logger-class=config.gunicorn_logging.QuietAccessLogger"],
+            "worker": [python, "-m", "celery", "-A", "config", "--quiet", "worker", "-Q", "control,build-cpu,build-gpu",
+                       "--concurrency=2", f"--loglevel={settings.LOG_LEVEL}", "--without-gossip", "--without-mingle"],
+            "beat": [python, "-m", "celery", "-A", "config", "--quiet", "beat", f"--loglevel={settings.LOG_LEVEL}",
                      f"--schedule={settings.CELERY_BEAT_SCHEDULE_FILENAME}"],
         }
 

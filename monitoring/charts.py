@@ -1,0 +1,54 @@
+"""What the monitoring page's charts show, built here only: each panel's human title, its
+unit and scale, its SLO line, and the page's shared time ranges. The view hands these to
+the chart script as JSON, so the titles, units and SLOs a person reads come from one place."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+from deployments.selectors.rollouts import endpoint_list
+
+# The one time range every panel of a page uses (the selector at the top of the page).
+TIME_RANGES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24)}
+DEFAULT_RANGE = "1h"
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    metric: str  # the stored metric id (what /api/v1/metrics/ calls it)
+    title: str  # what a person reads
+    unit: str  # shown on the axis and in the tooltip
+    scale: float = 1.0  # stored value x scale = shown value (a fraction shown in %)
+    decimals: int = 1
+    slo: str | None = None  # the endpoint's SLO this panel draws as a line (an Endpoint field)
+
+
+CHART_SPECS = (
+    ChartSpec("request_rate", "Requests per second", "req/s", decimals=1),
+    ChartSpec("error_rate", "Error rate (server errors)", "%", scale=100.0, decimals=2, slo="slo_error_rate"),
+    ChartSpec("latency_p99_ms", "Latency p99", "ms", decimals=1, slo="slo_p99_ms"),
+    ChartSpec("latency_p50_ms", "Latency p50 (median)", "ms", decimals=1),
+    ChartSpec("queue_ms", "Time queued in Triton", "ms", decimals=2),
+    ChartSpec("utilization", "Replica utilization", "%", scale=100.0, decimals=1),
+)
+
+
+def time_range(value: str | None) -> str:
+    """The page's time range: a known one, or the default for anything else."""
+    return value if value in TIME_RANGES else DEFAULT_RANGE
+
+
+def range_start(name: str, now: datetime) -> datetime:
+    return now - TIME_RANGES[time_range(name)]
+
+
+def chart_config(*, user, endpoints: list[str]) -> dict:
+    """The chart script's configuration: the panels and each endpoint's SLO lines (in the
+    panel's shown unit), for the endpoints on the page that the user may see."""
+    slos: dict[str, dict[str, float]] = {}
+    for endpoint in endpoint_list(user=user).filter(name__in=endpoints):
+        slos[endpoint.name] = {
+            spec.metric: getattr(endpoint, spec.slo) * spec.scale for spec in CHART_SPECS if spec.slo
+        }
+    return {"panels": [asdict(spec) for spec in CHART_SPECS], "slos": slos}
