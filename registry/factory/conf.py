@@ -27,6 +27,9 @@ DEFAULTS = {
     "BUILD_FP16_MAX_AUC_LOSS": numerics.FP16_MAX_AUC_LOSS,
     "BUILD_LOWP_MAX_AUC_LOSS": numerics.LOWP_MAX_AUC_LOSS,
     "BUILD_INT_INPUT_HIGH": 1_000_000,  # seeded integer inputs are drawn from [0, this)
+    # Each build's stages run in one child process with these limits (registry/factory/box.py).
+    "BUILD_MEMORY_LIMIT_MB": 4096,
+    "BUILD_CPU_LIMIT_S": 600,
 }
 
 

@@ -1,5 +1,6 @@
 """Drive one build attempt: claim the lease, keep it alive with a heartbeat thread,
-run the stages in a private work dir, publish atomically (or fail with the reason).
+run the stages in a private work dir inside one child process with memory and CPU limits
+(registry/factory/box.py), publish atomically (or fail with the reason).
 
 Idempotent: the Build row decides what remains. A finished or cancelled build, or one
 leased by a live worker, is left alone; a retried attempt re-runs the stages from
@@ -19,8 +20,7 @@ from pathlib import Path
 from django.db import connection
 
 from registry import storage
-from registry.factory import STAGES, conf, stages
-from registry.factory.graphs import GraphError
+from registry.factory import GPU_VARIANTS, STAGES, box, conf, numerics, stages
 from registry.models import ArtifactStatus, Build
 from registry.services import builds as build_services
 
@@ -54,7 +54,8 @@ class Heartbeat(threading.Thread):
         self.join(5)
 
 
-def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildContext:
+def _context(build: Build, work_dir: Path) -> dict:
+    """The BuildContext's fields (the context itself is made in the build's child process)."""
     version = build.version
     validation_set = None
     if version.tags.get("validation_set"):
@@ -62,7 +63,7 @@ def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildConte
             validation_set = storage.absolute(version.tags["validation_set"])
         except ValueError:
             validation_set = None
-    return stages.BuildContext(
+    return dict(
         work_dir=work_dir,
         model_name=version.model.name,
         version=version.version,
@@ -74,13 +75,28 @@ def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildConte
         expected_signature=version.signature or {},
         targets=list(build.targets),
         validation_set=validation_set,
-        log=lambda line: sink.append(f"{time.strftime('%H:%M:%S')} {line}"),
     )
 
 
-def _artifact_rows(ctx: stages.BuildContext) -> list[dict]:
+def _settings_snapshot() -> dict:
+    """What the stages read, as this process sees it (Django settings, environment,
+    defaults), for the child to use as its settings."""
+    from django.conf import settings
+
+    snapshot = {name: conf.get(name) for name in conf.DEFAULTS}
+    snapshot.update({name: getattr(settings, name) for name in box.PASSED_SETTINGS if hasattr(settings, name)})
+    return snapshot
+
+
+def _box(build: Build, work_dir: Path) -> box.BoxedStages:
+    return box.BoxedStages(_context(build, work_dir), settings_snapshot=_settings_snapshot(),
+                           memory_mb=int(conf.get("BUILD_MEMORY_LIMIT_MB")), cpu_s=int(conf.get("BUILD_CPU_LIMIT_S")),
+                           gpu=any(target in GPU_VARIANTS for target in build.targets))
+
+
+def _artifact_rows(variants: dict[str, stages.VariantResult]) -> list[dict]:
     rows = []
-    for name, result in ctx.variants.items():
+    for name, result in variants.items():
         row = {
             "variant": name,
             "status": result.status if result.status in ArtifactStatus.values else ArtifactStatus.REJECTED,
@@ -89,8 +105,8 @@ def _artifact_rows(ctx: stages.BuildContext) -> list[dict]:
             "path": "",
             "sha256": "",
             "size_bytes": result.size_bytes,
-            "validation": result.validation,
-            "benchmark": result.benchmark,
+            "validation": numerics.json_safe(result.validation),  # an undefined AUC is null, never NaN
+            "benchmark": numerics.json_safe(result.benchmark),
         }
         if result.package_dir is not None:
             rel, sha = storage.put_dir(result.package_dir)
@@ -109,9 +125,10 @@ def run(build_id: int, *, owner: str) -> str:
     work_dir = storage.tmp_dir() / f"build-{build_id}-a{build.attempt}-{uuid.uuid4().hex[:8]}"
     work_dir.mkdir(parents=True)
     sink: list[str] = []
-    ctx = _context(build, work_dir, sink)
     current = STAGES[0]
+    boxed = None
     try:
+        boxed = _box(build, work_dir)
         for current in STAGES:
             if heartbeat.lost.is_set():
                 raise build_services.LeaseLost(f"lost the lease of build #{build_id}")
@@ -119,8 +136,8 @@ def run(build_id: int, *, owner: str) -> str:
             started = time.monotonic()
             sink.clear()
             try:
-                stages.STAGE_FUNCTIONS[current](ctx)
-            except (stages.StageError, GraphError) as exc:
+                boxed.run(current, sink.append)
+            except box.BoxFailed as exc:
                 sink.append(f"FAILED: {exc}")
                 build_services.build_stage_update(
                     build_id=build_id, owner=owner, stage=current, status="failed", log="\n".join(sink) + "\n",
@@ -132,7 +149,7 @@ def run(build_id: int, *, owner: str) -> str:
                 build_id=build_id, owner=owner, stage=current, status="succeeded", log="\n".join(sink) + "\n",
                 duration_s=time.monotonic() - started,
             )
-        rows = _artifact_rows(ctx)
+        rows = _artifact_rows(boxed.variants())
         build_services.build_publish(build_id=build_id, owner=owner, artifacts=rows)
         return "published"
     except build_services.LeaseLost as exc:
@@ -151,5 +168,7 @@ def run(build_id: int, *, owner: str) -> str:
             pass
         return "failed"
     finally:
+        if boxed is not None:
+            boxed.close()
         heartbeat.stop()
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -246,14 +246,18 @@ def validate(ctx: BuildContext) -> None:
         reference = _run(ctx.canonical, feeds).astype(np.float64)
     except Exception as exc:  # the original itself cannot run on the sample: the build fails
         raise StageError(f"the original graph fails on {label_source} inputs: {str(exc).splitlines()[0][:300]}", "original_failed") from exc
-    if not np.all(np.isfinite(reference)):
-        raise StageError(f"the original graph outputs NaN/Inf on {label_source} inputs", "original_nan")
     classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
+    problem = numerics.degenerate(reference, classifier=classifier)
+    if problem:
+        raise StageError(f"{problem} on {reference.shape[0]} rows of {label_source} inputs", "degenerate_outputs")
     if not classifier:
         labels = None
     elif labels is None:
         labels = numerics.labels_from_reference(reference)
         label_source += " with labels drawn from the original's probabilities"
+    if labels is not None and np.unique(labels).size < 2:  # AUC needs both classes: judge by errors instead
+        ctx.log(f"the {label_source} labels have one class only: AUC is undefined, variants are judged by their errors")
+        labels, classifier = None, False
     ctx.log(f"validating on {reference.shape[0]} rows ({label_source})")
     base = numerics.baseline(reference, labels)
     for name, result in ctx.variants.items():
