@@ -12,14 +12,17 @@ Parent (runner.py, in the worker: database, lease heartbeat)      child (this mo
     variants()                                    <--the VariantResults (paths, evidence)
 
 The BuildContext lives in the child for the whole build (models are loaded once); what
-crosses the pipe is small (stage names, log lines, results). Limits:
+crosses the pipe is small (stage names, log lines, results). Each worker process keeps
+one warm spare child (imports done, waiting): a build takes it and a new spare starts in
+the background (`python -m bench build_box` measures what the box costs). Limits:
 
 - memory: RLIMIT_AS = BUILD_MEMORY_LIMIT_MB (4096). Builds with a GPU target use
   RLIMIT_DATA instead: CUDA reserves far more virtual address space than it ever touches.
   An allocation over the limit fails inside the child (MemoryError, ONNX Runtime's
   "Failed to allocate") -> "needs more than N MiB of memory"; a child that dies of it
   (bad_alloc abort, the kernel's OOM killer) says so too.
-- CPU: RLIMIT_CPU = BUILD_CPU_LIMIT_S (600) -> SIGXCPU -> "used more than N s of CPU".
+- CPU: RLIMIT_CPU = BUILD_CPU_LIMIT_S (600) from the moment the build arrives (the
+  spare's warm-up is not counted) -> SIGXCPU -> "used more than N s of CPU".
 
 The child never touches the database; the parent passes it the settings the stages read
 (so a test's or an operator's overrides hold) and the environment it runs with.
@@ -32,6 +35,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection, Pipe
 
@@ -66,13 +70,8 @@ class BoxedStages:
 
     def __init__(self, ctx_kwargs: dict, *, settings_snapshot: dict, memory_mb: int, cpu_s: int, gpu: bool):
         self.memory_mb, self.cpu_s = memory_mb, cpu_s
-        self.started = time.monotonic()
-        parent, child = Pipe()
-        self.conn = parent
+        self.proc, self.conn = _take()
         limits = {"memory_mb": memory_mb, "cpu_s": cpu_s, "memory_resource": "RLIMIT_DATA" if gpu else "RLIMIT_AS"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "registry.factory.box", str(child.fileno())],
-                                     pass_fds=[child.fileno()], env=dict(os.environ), close_fds=True)
-        child.close()
         self.conn.send((limits, settings_snapshot, ctx_kwargs))
 
     def _died(self) -> BoxFailed:
@@ -100,6 +99,8 @@ class BoxedStages:
                 raise self._died() from None
             if message[0] == "log":
                 log(message[1])
+                continue
+            if message[0] == "ready":  # the spare's warm-up is done
                 continue
             return message
 
@@ -129,26 +130,137 @@ class BoxedStages:
             self.proc.kill()
             self.proc.wait()
         self.conn.close()
+        start_spare()
+
+
+# --- the warm spare -------------------------------------------------------------------------------
+# Starting a child costs seconds (interpreter, Django, ONNX Runtime): each worker process
+# keeps one spare child that has done that already and waits for a build; taking it
+# starts the next spare in the background, so a build only waits for a cold start when
+# builds come faster than a child starts.
+_spare: tuple[subprocess.Popen, Connection] | None = None
+_spare_lock = threading.Lock()
+
+
+def _spawn() -> tuple[subprocess.Popen, Connection]:
+    parent, child = Pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "registry.factory.box", str(child.fileno())],
+                            pass_fds=[child.fileno()], env=dict(os.environ), close_fds=True)
+    child.close()
+    return proc, parent
+
+
+def _take() -> tuple[subprocess.Popen, Connection]:
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is not None and spare[0].poll() is not None:
+        spare[1].close()
+        spare = None
+    return spare or _spawn()
+
+
+def start_spare() -> None:
+    """Start the next spare (after a build, so its warm-up never competes with one)."""
+    global _spare
+    with _spare_lock:
+        if _spare is None or _spare[0].poll() is not None:
+            _spare = _spawn()
+
+
+def wait_for_spare(timeout: float) -> bool:
+    """True once the spare has warmed up (for measurements: `python -m bench build_box`)."""
+    with _spare_lock:
+        spare = _spare
+    if spare is None:
+        return False
+    if getattr(spare[1], "warm", False):
+        return True
+    if spare[1].poll(timeout):
+        spare[1].warm = spare[1].recv() == ("ready",)
+    return getattr(spare[1], "warm", False)
 
 
 # --- the child ------------------------------------------------------------------------------------
 def _limit(limits: dict) -> None:
+    """Limits from now on: memory as given; CPU time counted from here (the warm-up the
+    spare did before the build is not the model's)."""
+    import math
     import resource
 
     memory = int(limits["memory_mb"]) * 1024 * 1024
     resource.setrlimit(getattr(resource, limits["memory_resource"]), (memory, memory))
-    cpu = int(limits["cpu_s"])
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = math.ceil(usage.ru_utime + usage.ru_stime) + int(limits["cpu_s"])
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))  # SIGXCPU at the soft limit, SIGKILL 5 s later
 
 
-def _child(fd: int) -> None:
-    conn = Connection(fd)
-    limits, snapshot, ctx_kwargs = conn.recv()
-    _limit(limits)
+def _warm_up() -> None:
+    """What every build needs, loaded before the build arrives."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
+    import onnxruntime  # noqa: F401
+    import onnxruntime.quantization  # noqa: F401
+
+    import registry.onnx_files  # noqa: F401
+
+    _rehearse()
+
+
+def _rehearse() -> None:
+    """Run the stages once on a four-input toy model: the first run of each library path
+    (graph checks, sessions, quantization) is paid here, not by the next build."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    import onnx
+    from django.conf import settings
+    from onnx import TensorProto, helper, numpy_helper
+
+    from registry.factory import STAGES, stages
+
+    work = Path(tempfile.mkdtemp(prefix="build-warmup-"))
+    quick = {"BUILD_BENCH_SECONDS": 0.001, "BUILD_BENCH_BATCHES": "1", "BUILD_VALIDATION_ROWS": 64, "BUILD_BENCH_MAX_ITERS": 5}
+    try:
+        weights = numpy_helper.from_array(np.array([[0.1], [-0.2], [0.3], [0.05]], dtype=np.float32), "w")
+        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["z"]), helper.make_node("Sigmoid", ["z"], ["y"])], "warmup",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])], initializer=[weights])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.save(model, str(work / "warmup.onnx"))
+        for name, value in quick.items():
+            setattr(settings, name, value)
+        ctx = stages.BuildContext(work_dir=work, model_name="warmup", version=1, task="ctr", source="upload", framework="onnx",
+                                  source_path=work / "warmup.onnx", source_uri="", expected_signature={},
+                                  targets=["onnx-fp32", "onnx-int8"], log=lambda line: None)
+        for name in STAGES:
+            stages.STAGE_FUNCTIONS[name](ctx)
+    except Exception:  # a rehearsal that fails costs the next build its warm-up, nothing else
+        pass
+    finally:
+        for name in quick:
+            if hasattr(settings, name):
+                delattr(settings, name)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _child(fd: int) -> None:
+    conn = Connection(fd)
+    _warm_up()
+    try:
+        conn.send(("ready",))
+    except OSError:
+        return
+    try:
+        limits, snapshot, ctx_kwargs = conn.recv()
+    except (EOFError, OSError):  # the worker went away before giving this spare a build
+        return
+    _limit(limits)
     from django.conf import settings
 
     for name, value in snapshot.items():
@@ -161,8 +273,8 @@ def _child(fd: int) -> None:
     ctx.log(f"build process pid {os.getpid()} (limits: {limits['memory_mb']} MiB {limits['memory_resource']}, {limits['cpu_s']} s CPU)")
     while True:
         message = conn.recv()
-        if message[0] == "exit":
-            return
+        if message[0] == "exit":  # everything was sent: skip the interpreter's slow teardown
+            os._exit(0)
         if message[0] == "variants":
             conn.send(("variants", pickle.dumps(ctx.variants)))
             continue
