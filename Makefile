@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-gpu clean lint
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-gpu clean lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ test-fast: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest -m "not integration and not browser" $(PYTEST_ARGS)
 
-bench: bench-artifacts bench-gateway bench-rollback
+bench: bench-artifacts bench-gateway bench-rollback bench-build-box
 
 bench-artifacts: install
 	$(PY) -m bench artifacts
@@ -62,6 +62,9 @@ bench-gateway: install system-deps
 
 bench-rollback: install
 	$(PY) -m bench rollback
+
+bench-build-box: install
+	$(PY) -m bench build_box
 
 # The GPU check (runs anywhere; on a machine without a GPU its GPU rows say why they are skipped).
 bench-gpu: install

@@ -90,6 +90,15 @@ def _error(status: int, code: str, detail: str, rid: str, variant: str = "none",
     return status, headers, body
 
 
+def _unavailable(detail: str, rid: str, variant: str, wait_s: float):
+    """503 with Retry-After while no replica of the variant can serve (down, restarting,
+    loading the model); KServe-shaped body ({"error": …}) with the gateway's code."""
+    status, headers, body = _error(503, "no_ready_backend", detail, rid, variant, extra={"Retry-After": retry_after(wait_s)})
+    document = json.loads(body)
+    document.setdefault("error", detail)
+    return status, headers, json.dumps(document).encode()
+
+
 class Gateway:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -216,8 +225,21 @@ class Gateway:
             if status in UNAVAILABLE:
                 self._failed(state)
             raise UpstreamFailure("5xx", status, rheaders, data)
+        if status == 404:
+            # Triton's "Request for unknown model": the route table's model is not loaded
+            # on this replica (loading, or the replica restarted): the replica's fault,
+            # ejected until its ready probe passes; never the client's 404.
+            self._failed(state)
+            raise UpstreamFailure("not_loaded", status, rheaders, data)
         state.failures = 0
         return status, rheaders, data
+
+    def retry_wait(self, variant) -> float:
+        """Seconds until a replica of `variant` may serve again: the soonest breaker probe
+        (its cooldown), at least the base cooldown."""
+        now = time.monotonic()
+        waits = [entry[0].open_until - now for entry in variant.replicas if entry[0].broken]
+        return max(self.settings.breaker_cooldown_s, min(waits, default=0.0))
 
     # --- handlers -----------------------------------------------------------------------
     async def handle(self, request: Request):
@@ -439,8 +461,8 @@ class Gateway:
                 entry = stable.pick_panic()  # every stable replica ejected: try a live one rather than refuse all
             if entry is None:
                 if variant is stable:
-                    return self._done(request, _error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica for variant "
-                                                      f"{variant.name!r}", rid, variant.name), t0, name, variant.name, BACKEND, tenant)
+                    return self._done(request, _unavailable(f"endpoint {name!r}: no ready replica for variant {variant.name!r}",
+                                                            rid, variant.name, self.retry_wait(variant)), t0, name, variant.name, BACKEND, tenant)
                 failure = UpstreamFailure("unavailable")
         if entry is not None:
             attempt_timeout = timeout if variant.attempt_timeout_s is None else min(timeout, variant.attempt_timeout_s)
@@ -458,7 +480,7 @@ class Gateway:
             # only when the first never reached the model (connect error). Not when the
             # request does not fit the stable's signature (a candidate with a new input).
             retry_variant = None
-            if variant is not stable or failure.reason == "connect":
+            if variant is not stable or failure.reason in ("connect", "not_loaded"):
                 retry_variant = stable
                 if variant is not stable and failure.reason != "incompatible" and stable.signature is not None \
                         and stable.signature is not signature and stable.signature.check(parsed) is not None:
@@ -492,7 +514,12 @@ class Gateway:
                     status, rheaders, data = failure.status, failure.headers, failure.body
                     response = None
                 elif failure.reason in ("unavailable", "incompatible") and retry_entry is None:
-                    response = _error(503, "no_ready_backend", f"endpoint {name!r}: no ready replica", rid, variant.name)
+                    response = _unavailable(f"endpoint {name!r}: no ready replica", rid, variant.name, self.retry_wait(variant))
+                elif failure.reason in ("not_loaded", "connect"):
+                    # the replica is restarting or loading the model: come back shortly
+                    what = "is loading the model" if failure.reason == "not_loaded" else "is not accepting connections"
+                    response = _unavailable(f"endpoint {name!r}: the replica of variant {variant.name!r} {what}; retry shortly",
+                                            rid, variant.name, self.retry_wait(variant))
                 else:
                     response = _error(502, "upstream_error", f"endpoint {name!r}: upstream {failure.reason} on variant {variant.name!r}", rid, variant.name)
                 if response is not None:

@@ -28,6 +28,9 @@ DEFAULTS = {
     "BUILD_LOWP_MAX_AUC_LOSS": numerics.LOWP_MAX_AUC_LOSS,
     "BUILD_INT_INPUT_HIGH": 1_000_000,  # synthetic integer inputs are drawn from [0, this) at most
     "BUILD_DYNAMIC_DIM_SIZE": 4,  # synthetic inputs: the size of a dynamic non-batch dimension
+    # Each build's stages run in one child process with these limits (registry/factory/box.py).
+    "BUILD_MEMORY_LIMIT_MB": 4096,
+    "BUILD_CPU_LIMIT_S": 600,
 }
 
 

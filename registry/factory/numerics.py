@@ -52,6 +52,34 @@ def tolerance_for(kind: str, *, fp32_max_abs: float = FP32_MAX_ABS, fp16_max_abs
     return Tolerance("lowp", max_auc_loss=lowp_max_auc_loss)
 
 
+def degenerate(reference: np.ndarray, *, classifier: bool) -> str | None:
+    """Why the original's outputs cannot be validated against, or None: NaN/Inf in them,
+    or the same value on every row (nothing to rank: AUC undefined)."""
+    reference = np.asarray(reference, dtype=np.float64)
+    bad = int(reference.size - np.isfinite(reference).sum())
+    if bad:
+        return f"model outputs contain NaN/Inf ({bad} of {reference.size} values)"
+    rows = reference.reshape(reference.shape[0], -1) if reference.ndim else reference.reshape(1, 1)
+    if rows.shape[0] > 1 and np.all(np.ptp(rows, axis=0) == 0):
+        value = float(rows[0, 0])
+        return f"model outputs are constant ({value:g} on every row)" + (": AUC undefined" if classifier else "")
+    return None
+
+
+def json_safe(value):
+    """`value` with every NaN/Inf float replaced by None (JSON has no NaN: a JSONField
+    would refuse it) and numpy scalars made plain."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
 def labels_from_reference(reference: np.ndarray, seed: int = 7) -> np.ndarray:
     """No labelled set: labels drawn from the original's own probabilities (seeded), so AUC
     deltas measure how much a variant changes the ranking the original makes."""

@@ -1,5 +1,6 @@
 """Drive one build attempt: claim the lease, keep it alive with a heartbeat thread,
-run the stages in a private work dir, publish atomically (or fail with the reason).
+run the stages in a private work dir inside one child process with memory and CPU limits
+(registry/factory/box.py), publish atomically (or fail with the reason).
 
 Idempotent: the Build row decides what remains. A finished or cancelled build, or one
 leased by a live worker, is left alone; a retried attempt re-runs the stages from
@@ -19,8 +20,7 @@ from pathlib import Path
 from django.db import connection
 
 from registry import storage
-from registry.factory import STAGES, conf, stages
-from registry.factory.graphs import GraphError
+from registry.factory import GPU_VARIANTS, STAGES, box, conf, numerics, stages
 from registry.models import ArtifactStatus, Build, VersionData
 from registry.services import builds as build_services
 
@@ -54,7 +54,8 @@ class Heartbeat(threading.Thread):
         self.join(5)
 
 
-def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildContext:
+def _context(build: Build, work_dir: Path) -> dict:
+    """The BuildContext's fields (the context itself is made in the build's child process)."""
     version = build.version
     # The version's data (registry/services/version_data.py); the reference model's
     # training command also leaves a validation set in its tags.
@@ -67,7 +68,7 @@ def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildConte
             paths[kind] = storage.absolute(rel)
         except ValueError:
             continue
-    return stages.BuildContext(
+    return dict(
         work_dir=work_dir,
         version_id=version.pk,
         model_name=version.model.name,
@@ -81,13 +82,28 @@ def _context(build: Build, work_dir: Path, sink: list[str]) -> stages.BuildConte
         targets=list(build.targets),
         validation_set=paths.get("validation"),
         input_example=paths.get("example"),
-        log=lambda line: sink.append(f"{time.strftime('%H:%M:%S')} {line}"),
     )
 
 
-def _artifact_rows(ctx: stages.BuildContext) -> list[dict]:
+def _settings_snapshot() -> dict:
+    """What the stages read, as this process sees it (Django settings, environment,
+    defaults), for the child to use as its settings."""
+    from django.conf import settings
+
+    snapshot = {name: conf.get(name) for name in conf.DEFAULTS}
+    snapshot.update({name: getattr(settings, name) for name in box.PASSED_SETTINGS if hasattr(settings, name)})
+    return snapshot
+
+
+def _box(build: Build, work_dir: Path) -> box.BoxedStages:
+    return box.BoxedStages(_context(build, work_dir), settings_snapshot=_settings_snapshot(),
+                           memory_mb=int(conf.get("BUILD_MEMORY_LIMIT_MB")), cpu_s=int(conf.get("BUILD_CPU_LIMIT_S")),
+                           gpu=any(target in GPU_VARIANTS for target in build.targets))
+
+
+def _artifact_rows(variants: dict[str, stages.VariantResult]) -> list[dict]:
     rows = []
-    for name, result in ctx.variants.items():
+    for name, result in variants.items():
         row = {
             "variant": name,
             "status": result.status if result.status in ArtifactStatus.values else ArtifactStatus.REJECTED,
@@ -96,8 +112,8 @@ def _artifact_rows(ctx: stages.BuildContext) -> list[dict]:
             "path": "",
             "sha256": "",
             "size_bytes": result.size_bytes,
-            "validation": result.validation,
-            "benchmark": result.benchmark,
+            "validation": numerics.json_safe(result.validation),  # an undefined AUC is null, never NaN
+            "benchmark": numerics.json_safe(result.benchmark),
         }
         if result.package_dir is not None:
             rel, sha = storage.put_dir(result.package_dir)
@@ -116,9 +132,10 @@ def run(build_id: int, *, owner: str) -> str:
     work_dir = storage.tmp_dir() / f"build-{build_id}-a{build.attempt}-{uuid.uuid4().hex[:8]}"
     work_dir.mkdir(parents=True)
     sink: list[str] = []
-    ctx = _context(build, work_dir, sink)
     current = STAGES[0]
+    boxed = None
     try:
+        boxed = _box(build, work_dir)
         for current in STAGES:
             if heartbeat.lost.is_set():
                 raise build_services.LeaseLost(f"lost the lease of build #{build_id}")
@@ -126,23 +143,23 @@ def run(build_id: int, *, owner: str) -> str:
             started = time.monotonic()
             sink.clear()
             try:
-                stages.STAGE_FUNCTIONS[current](ctx)
-            except (stages.StageError, GraphError) as exc:
+                boxed.run(current, sink.append)
+            except box.BoxFailed as exc:
                 sink.append(f"FAILED: {exc}")
                 build_services.build_stage_update(
                     build_id=build_id, owner=owner, stage=current, status="failed", log="\n".join(sink) + "\n",
                     duration_s=time.monotonic() - started,
                 )
                 build_services.build_fail(build_id=build_id, owner=owner, reason=f"{current}: {exc}", code=getattr(exc, "code", "build_failed"))
-                log.info("build #%s (%s v%s): stage %s failed: %s", build_id, ctx.model_name, ctx.version, current, exc)
+                log.info("build #%s (%s v%s): stage %s failed: %s", build_id, build.version.model.name, build.version.version, current, exc)
                 return "failed"
             build_services.build_stage_update(
                 build_id=build_id, owner=owner, stage=current, status="succeeded", log="\n".join(sink) + "\n",
                 duration_s=time.monotonic() - started,
             )
-            log.info("build #%s (%s v%s): stage %s done in %.1f s", build_id, ctx.model_name, ctx.version, current,
-                     time.monotonic() - started)
-        rows = _artifact_rows(ctx)
+            log.info("build #%s (%s v%s): stage %s done in %.1f s", build_id, build.version.model.name,
+                     build.version.version, current, time.monotonic() - started)
+        rows = _artifact_rows(boxed.variants())
         build_services.build_publish(build_id=build_id, owner=owner, artifacts=rows)
         return "published"
     except build_services.LeaseLost as exc:
@@ -161,5 +178,7 @@ def run(build_id: int, *, owner: str) -> str:
             pass
         return "failed"
     finally:
+        if boxed is not None:
+            boxed.close()
         heartbeat.stop()
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -304,21 +304,27 @@ def validate(ctx: BuildContext) -> None:
             raise StageError("the original graph does not run on synthetic inputs derived from the graph; " + ATTACH_DATA.format(id=ctx.version_id or "…"),
                              "original_failed") from exc
         raise StageError(f"the original graph does not run on {label_source}: check the data matches what the model takes", "original_failed") from exc
-    if not np.all(np.isfinite(reference)):
-        raise StageError(f"the original graph outputs NaN/Inf on {label_source}" + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""),
-                         "original_nan")
     classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
-    true_labels = classifier and labels is not None
+    problem = numerics.degenerate(reference, classifier=classifier)
+    if problem:  # NaN/Inf or a constant output: a failed validation with the reason, never an internal error
+        raise StageError(f"{problem} on {reference.shape[0]} rows of {label_source}"
+                         + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""), "degenerate_outputs")
+    true_labels = classifier and labels is not None and np.unique(labels).size > 1  # AUC needs both classes
     skipped = {}
     if not true_labels:
-        why = "no labelled validation set is attached" if classifier else "the model's output is not a probability for a classification task"
+        why = ("no labelled validation set is attached" if labels is None else "the attached labels have one class only") \
+            if classifier else "the model's output is not a probability for a classification task"
         skipped = {"auc": why, "logloss": why}
         ctx.log(f"quality checks skipped: AUC and logloss of the model ({why})")
+        labels = None
     if not classifier:
         labels = None
     elif labels is None:
         labels = numerics.labels_from_reference(reference)
         label_source += "; variants compared on labels drawn from the original's probabilities (ranking agreement)"
+    if labels is not None and np.unique(labels).size < 2:  # AUC needs both classes: judge by errors instead
+        ctx.log(f"the labels of {label_source} have one class only: AUC is undefined, variants are judged by their errors")
+        labels, classifier = None, False
     ctx.log(f"validating on {reference.shape[0]} rows ({label_source})")
     base = numerics.baseline(reference, labels)
     for name, result in ctx.variants.items():

@@ -1,6 +1,6 @@
 """The gateway process with --routes-file and no control plane: live reload when the
 file changes, last good table kept on a bad file, and what a client gets when no
-replica answers (502, then 503 once the breaker has ejected it). No Triton needed: the
+replica answers (503 with Retry-After, before and after the breaker ejects it). No Triton needed: the
 replica URL points at a port nobody listens on. One gateway for the module; the tests
 run in file order (the dead-replica test needs the breaker still closed)."""
 
@@ -59,13 +59,16 @@ def version(url):
     return requests.get(f"{url}/status", timeout=2).json()["routes"]
 
 
-def test_dead_replica_gives_502_then_503_once_ejected(gateway):
+def test_dead_replica_gives_503_with_retry_after_before_and_after_ejection(gateway):
+    """Issue 11: a replica that refuses connections is down or restarting: 503 with
+    Retry-After (not 502) from the first request on, then the breaker ejects it."""
     url, _, dead, _ = gateway
     codes = []
     for _ in range(5):
         r = requests.post(f"{url}/v2/models/ctr/infer", data=infer_body(), timeout=5)
         codes.append((r.status_code, r.json()["code"], r.headers["X-Model-Variant"]))
-    assert codes[0] == (502, "upstream_error", "v1")
+        assert int(r.headers["Retry-After"]) >= 1 and r.json()["error"]
+    assert codes[0] == (503, "no_ready_backend", "v1")
     assert codes[-1] == (503, "no_ready_backend", "v1")  # breaker open after 3 connect errors
     assert requests.get(f"{url}/v2/models/ctr/ready", timeout=2).status_code == 503
     health = requests.get(f"{url}/status", timeout=2).json()

@@ -80,3 +80,38 @@ def custom_op_onnx(path: Path) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example.ops", 1)])
     model.ir_version = 8
     return _save(model, path)
+
+
+def constant_of_shape_onnx(path: Path, side: int = 65536) -> Path:
+    """Issue 11's memory bomb: a few hundred bytes that ask for a [side, side] float tensor
+    (16 GiB at 65536) — y = sum(x, axis 1) + mean(ConstantOfShape([side, side], 1.0))."""
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["big"], value=numpy_helper.from_array(np.array([1.0], dtype=np.float32))),
+        helper.make_node("ReduceMean", ["big"], ["level"], keepdims=0),
+        helper.make_node("ReduceSum", ["x", "axis"], ["row_sum"], keepdims=1),
+        helper.make_node("Add", ["row_sum", "level"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array([side, side], dtype=np.int64), "shape"),
+             numpy_helper.from_array(np.array([1], dtype=np.int64), "axis")]
+    graph = helper.make_graph(nodes, "bomb", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return _save(model, path)
+
+
+def row_sum_onnx(path: Path, *, scale: float = 1.0, shift: float = 0.0, sqrt: bool = False) -> Path:
+    """y = scale * |sum(x, axis 1)| + shift, optionally sqrt'ed: scale 0 makes a constant
+    model, sqrt with a negative shift a NaN model, a tiny scale near-zero probabilities."""
+    nodes = [helper.make_node("ReduceSum", ["x", "axis"], ["row_sum"], keepdims=1), helper.make_node("Abs", ["row_sum"], ["size"]),
+             helper.make_node("Mul", ["size", "scale"], ["scaled"]), helper.make_node("Add", ["scaled", "shift"], ["z" if sqrt else "y"])]
+    if sqrt:
+        nodes.append(helper.make_node("Sqrt", ["z"], ["y"]))
+    inits = [numpy_helper.from_array(np.array([1], dtype=np.int64), "axis"),
+             numpy_helper.from_array(np.array(scale, dtype=np.float32), "scale"),
+             numpy_helper.from_array(np.array(shift, dtype=np.float32), "shift")]
+    graph = helper.make_graph(nodes, "row_sum", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return _save(model, path)
