@@ -4,6 +4,7 @@ this module while building its settings)."""
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, pagination, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -12,8 +13,58 @@ from config.errors import PlatformError
 
 
 class Pagination(pagination.PageNumberPagination):
+    """Page-number pagination that says what is wrong with `page` or `page_size` (400
+    naming the parameter) instead of ignoring a bad page size; a page past the end is a
+    404 ("Invalid page.")."""
+
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def _positive_int(self, request, name: str, maximum: int | None = None) -> int | None:
+        raw = request.query_params.get(name)
+        if raw is None:
+            return None
+        limit = f" from 1 to {maximum}" if maximum else " of 1 or more"
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1 or (maximum and value > maximum) or str(value) != raw.strip():
+            raise exceptions.ValidationError({name: [f"give an integer{limit}, not {raw!r}."]}, code="invalid_parameter")
+        return value
+
+    def get_page_size(self, request):
+        size = self._positive_int(request, self.page_size_query_param, self.max_page_size)
+        return size or self.page_size
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": self.max_page_size}
+            elif parameter["name"] == self.page_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+        return parameters
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self._positive_int(request, self.page_query_param)
+        return super().paginate_queryset(queryset, request, view)
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter's backend, except that a filter given with an empty value
+    (`?status=`) is a 400 naming it instead of silently meaning "no filter"."""
+
+    def filter_queryset(self, request, queryset, view):
+        filterset_class = self.get_filterset_class(view, queryset)
+        if filterset_class is not None:
+            empty = [name for name in filterset_class.base_filters if name in request.query_params
+                     and not any(v.strip() for v in request.query_params.getlist(name))]
+            if empty:
+                raise exceptions.ValidationError(
+                    {name: ["give a value, or leave the parameter out."] for name in empty}, code="invalid_parameter"
+                )
+        return super().filter_queryset(request, queryset, view)
 
 
 def _first_message(errors, prefix=""):
@@ -62,3 +113,28 @@ def exception_handler(exc, context):
 
 def created(data) -> Response:
     return Response(data, status=status.HTTP_201_CREATED)
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request, exception=None):
+    """handler404: JSON {"detail", "code"} under /api/ (no route matched), the site's 404
+    page elsewhere."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found
+
+    if _is_api(request):
+        return JsonResponse({"detail": f"No API route for {request.method} {request.path}.", "code": "not_found"}, status=404)
+    return page_not_found(request, exception)
+
+
+def server_error(request):
+    """handler500: JSON under /api/, the site's 500 page elsewhere."""
+    from django.http import JsonResponse
+    from django.views.defaults import server_error as page_server_error
+
+    if _is_api(request):
+        return JsonResponse({"detail": "Internal server error; it has been logged.", "code": "server_error"}, status=500)
+    return page_server_error(request)

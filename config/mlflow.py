@@ -18,6 +18,7 @@ TEAM_TAG = "modelplane.team"
 
 _RUN_URI = re.compile(r"^runs:/(?P<run_id>[^/]+)(/.*)?$")
 _MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<ref>[^/]+))(/.*)?$")
+_LOGGED_MODEL_URI = re.compile(r"^models:/(?P<model_id>m-[0-9a-f]+)/?$")  # MLflow 3's log_model returns these
 
 
 @lru_cache(maxsize=1)
@@ -93,7 +94,8 @@ def _model_version(tracking, name: str, alias: str | None, ref: str | None):
 
 
 def source_team(source_uri: str) -> str | None:
-    """The team owning a `runs:/…` or `models:/…` URI: a team name, "" when the source
+    """The team owning a `runs:/…` or `models:/…` URI (a registered model's version or alias,
+    or MLflow 3's logged model `models:/m-…`): a team name, "" when the source
     exists but carries no team, None when it does not exist (or the URI is malformed)."""
     from mlflow.exceptions import MlflowException
 
@@ -101,6 +103,18 @@ def source_team(source_uri: str) -> str | None:
     match = _RUN_URI.match(source_uri)
     if match:
         return _run_team(tracking, match["run_id"])
+    match = _LOGGED_MODEL_URI.match(source_uri)
+    if match:
+        try:
+            logged = tracking.get_logged_model(match["model_id"])
+        except MlflowException:
+            return None
+        if logged.source_run_id:
+            return _run_team(tracking, logged.source_run_id)
+        try:
+            return logged.tags.get(TEAM_TAG) or tracking.get_experiment(logged.experiment_id).tags.get(TEAM_TAG) or ""
+        except MlflowException:
+            return ""
     match = _MODEL_URI.match(source_uri)
     if not match:
         return None

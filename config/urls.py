@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from config.health import healthz
 
@@ -27,9 +27,14 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("", RedirectView.as_view(pattern_name="registry:model-list", permanent=False), name="home"),
     path("models/", include("registry.urls")),
     path("deployments/", include("deployments.urls")),
     path("experiments/", include("experiments.urls")),
     path("monitoring/", include("monitoring.urls")),
 ]
+
+# JSON {"detail", "code"} for unmatched /api/ paths and server errors there; pages elsewhere.
+handler404 = "config.api.not_found"
+handler500 = "config.api.server_error"

@@ -150,8 +150,9 @@ class EndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
         endpoint = endpoint_services.endpoint_update(user=request.user, endpoint=endpoint, **payload.validated_data)
         return Response(EndpointSerializer(endpoint, context=self.get_serializer_context()).data)
 
-    @extend_schema(request=RolloutCreateSerializer, responses={200: RolloutSerializer(many=True), 201: RolloutSerializer},
-                   summary="List this endpoint's rollouts (GET) or start one (POST)")
+    @extend_schema(methods=["GET"], responses=RolloutSerializer(many=True), summary="List this endpoint's rollouts")
+    @extend_schema(methods=["POST"], request=RolloutCreateSerializer, responses={201: RolloutSerializer},
+                   summary="Start a rollout on this endpoint")
     @action(detail=True, methods=["get", "post"])
     def rollouts(self, request, name=None):
         endpoint = self.get_object()

@@ -23,10 +23,13 @@ def store(settings, tmp_path, onnx_path):
     mlflow_config.configure.cache_clear()
     mlflow_config.configure()
 
+    logged_uris = {}
+
     def log_run(experiment: str, team: str | None, *, register_as: str = "", model_team_tag: str | None = None) -> str:
         with mlflow.start_run(experiment_id=mlflow_config.experiment_id(experiment, team=team)) as run:
             mlflow.log_metric("auc", 0.7)
-            mlflow.onnx.log_model(onnx.load(str(onnx_path)), name="model")
+            info = mlflow.onnx.log_model(onnx.load(str(onnx_path)), name="model")
+        logged_uris[run.info.run_id] = info.model_uri
         if register_as:
             client = mlflow_config.client()
             mlflow.register_model(f"runs:/{run.info.run_id}/model", register_as)
@@ -34,6 +37,7 @@ def store(settings, tmp_path, onnx_path):
                 client.set_registered_model_tag(register_as, mlflow_config.TEAM_TAG, model_team_tag)
         return run.info.run_id
 
+    log_run.logged_uris = logged_uris
     yield log_run
     mlflow_config.configure.cache_clear()
 
@@ -57,6 +61,11 @@ def test_a_run_of_another_team_is_not_found(store, alice_api, bob_api, team_a, t
     assert _link(alice_api, "red", f"runs:/{red_run}/model").status_code == 201
     assert _link(bob_api, "blue", f"runs:/{blue_run}/model").status_code == 201
     assert _link(bob_api, "blue", f"runs:/{red_run}/model").status_code == 404
+    # MLflow 3's logged-model URIs (what log_model returns) are scoped the same way
+    red_logged, blue_logged = store.logged_uris[red_run], store.logged_uris[blue_run]
+    assert red_logged.startswith("models:/m-")
+    assert _link(alice_api, "red", blue_logged).status_code == 404
+    assert _link(alice_api, "red", red_logged).status_code == 201
 
 
 def test_a_run_tagged_on_the_run_or_its_experiment_counts(store, alice_api, team_a):
