@@ -92,13 +92,39 @@ def _source_from_mlflow(ctx: BuildContext) -> onnx.ModelProto:
     ctx.log(f"MLflow model {ctx.source_uri} (run {info.run_id}) flavors: {', '.join(sorted(flavors))}")
     if "onnx" in flavors:
         local = Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow")))
+        _mlflow_example(ctx, local)
         candidates = sorted(local.rglob("*.onnx"))
         if not candidates:
             raise StageError("the MLflow onnx model has no .onnx file", "source_unresolvable")
         return graphs.load(candidates[0])
     if "pytorch" in flavors:
+        if info.saved_input_example_info and not (ctx.validation_set or ctx.input_example):
+            _mlflow_example(ctx, Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow"))))
         return _export_pytorch(ctx, info)
     raise StageError(f"MLflow model flavors {sorted(flavors)}: only onnx and pytorch are built", "unsupported_flavor")
+
+
+def _mlflow_example(ctx: BuildContext, local: Path) -> None:
+    """The input example logged with the MLflow model (JSON, never pickle), when the version
+    carries no data of its own: the build validates and benchmarks on it."""
+    if ctx.validation_set or ctx.input_example:
+        return
+    from mlflow.models import Model
+
+    try:
+        meta = Model.load(str(local))
+        if not meta.saved_input_example_info or meta.saved_input_example_info.get("type") not in ("ndarray", "json_object"):
+            return
+        example = meta.load_input_example(str(local))
+    except Exception as exc:  # an unreadable example is not the build's failure: say so and go on
+        ctx.log(f"the MLflow model's input example does not load ({str(exc).splitlines()[0][:200]}); not using it")
+        return
+    if not isinstance(example, dict) or not example:
+        return
+    path = ctx.work_dir / "mlflow_input_example.npz"
+    np.savez(path, **{k: np.asarray(v) for k, v in example.items()})
+    ctx.input_example = path
+    ctx.log(f"using the input example logged with the MLflow model ({', '.join(sorted(example))})")
 
 
 def _export_pytorch(ctx: BuildContext, info) -> onnx.ModelProto:
@@ -261,7 +287,8 @@ def _data_or_synthetic(ctx: BuildContext, rows: int, *, seed: int = 20240611) ->
             ctx.log(f"the version's {what} does not have every input ({', '.join(names)}); not using it")
             continue
         labels = data["label"].astype(np.float64).reshape(-1) if "label" in data else None
-        feeds = {n: data[n] for n in names}
+        dtypes = {s["name"]: graphs.numpy_dtype(s["dtype"]) for s in ctx.signature["inputs"]}
+        feeds = {n: np.asarray(data[n]).astype(dtypes[n], copy=False) for n in names}
         if labels is not None:
             feeds["__label__"] = labels
         feeds = _tile(feeds, rows)
