@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from registry import names, triton_config
-from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, input_bounds, numerics, recipes
+from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, input_bounds, numerics, outputs, recipes
 from registry.factory.gpu import checks as gpu_checks
 from registry.factory.gpu import measure as gpu_measure
 from registry.factory.gpu import serving as gpu_serving
@@ -233,6 +233,10 @@ def variants(ctx: BuildContext) -> None:
         path = ctx.work_dir / f"{target}.onnx"
         try:
             recipes.make_variant(target, fused=ctx.fused, optimized=ctx.optimized, dest=path)
+        except recipes.VariantNotApplicable as exc:
+            result.status, result.reason = "skipped", str(exc)
+            ctx.log(f"{target}: skipped ({result.reason})")
+            continue
         except recipes.VariantRefused as exc:
             result.status, result.reason = "rejected", str(exc)
             ctx.log(f"{target}: {result.reason}")
@@ -306,6 +310,7 @@ def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
 
 
 def _run(path: Path, feeds: dict, providers=None) -> np.ndarray:
+    """The first output over all rows (GPU checks and their tests judge on it)."""
     return gpu_checks.run_rows(graphs.session(path, providers=providers), feeds)
 
 
@@ -323,7 +328,7 @@ def validate(ctx: BuildContext) -> None:
     synthetic = data_source == "synthetic"
     label_source = "synthetic inputs derived from the graph" if synthetic else f"the version's {data_source}"
     try:
-        reference = _run(ctx.canonical, feeds).astype(np.float64)
+        reference_all = outputs.run_all(ctx.canonical, feeds)
     except Exception as exc:  # the original itself cannot run on the inputs: the build fails
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         ctx.log(f"ONNX Runtime: {first}")
@@ -331,7 +336,11 @@ def validate(ctx: BuildContext) -> None:
             raise StageError("the original graph does not run on synthetic inputs derived from the graph; " + ATTACH_DATA.format(id=ctx.version_id or "…"),
                              "original_failed") from exc
         raise StageError(f"the original graph does not run on {label_source}: check the data matches what the model takes", "original_failed") from exc
-    if not np.all(np.isfinite(reference)):
+    primary, reference = outputs.primary(ctx.signature, reference_all)
+    reference = reference.astype(np.float64)
+    if len(reference_all) > 1:
+        ctx.log(f"{len(reference_all)} outputs: variants judged on {primary!r}, the others checked too")
+    if not all(np.all(np.isfinite(v)) for v in reference_all.values() if v.dtype.kind == "f"):
         raise StageError(f"the original graph outputs NaN/Inf on {label_source}" + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""),
                          "original_nan")
     classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
@@ -351,7 +360,7 @@ def validate(ctx: BuildContext) -> None:
     for name, result in ctx.variants.items():
         if result.status != "pending":
             continue
-        common = {"rows": int(reference.shape[0]), "inputs": label_source, "data": data_source, "quality_checks_skipped": skipped,
+        common = {"rows": int(reference.shape[0]), "inputs": label_source, "primary_output": primary, "data": data_source, "quality_checks_skipped": skipped,
                   **({f"original_{k}": v for k, v in base.items()} if true_labels else {})}
         if synthetic:
             common["synthetic_inputs"] = [p.describe() for p in ctx.input_plans.values()]
@@ -365,7 +374,8 @@ def validate(ctx: BuildContext) -> None:
             _log_check(ctx, name, result)
             continue
         try:
-            out = _run(result.onnx_path, feeds).astype(np.float64)
+            out_all = outputs.run_all(result.onnx_path, feeds)
+            out = outputs.pick(primary, out_all, reference).astype(np.float64)
         except Exception as exc:  # a variant that cannot run is rejected, the build goes on
             result.status, result.reason = "rejected", f"the variant fails to run: {str(exc).splitlines()[0][:300]}"
             result.validation = common
@@ -373,6 +383,10 @@ def validate(ctx: BuildContext) -> None:
             continue
         evidence = {**common, **numerics.compare(reference, out, labels, base)}
         ok, why, threshold = numerics.judge(evidence, conf.tolerance(name), classifier=classifier)
+        if len(reference_all) > 1:
+            rest_ok, rest_why, evidence["outputs"] = outputs.others(reference_all, out_all, primary, conf.tolerance(name).kind,
+                                                                    float(conf.get("BUILD_FP32_MAX_ABS")))
+            ok, why = (ok and rest_ok), (why if not ok else rest_why)
         evidence.update(threshold=threshold, passed=bool(ok))
         result.validation = evidence
         result.status, result.reason = ("validated", "") if ok else ("rejected", f"validation failed: {why}")
@@ -427,11 +441,11 @@ def benchmark(ctx: BuildContext) -> None:
             _benchmark_gpu(ctx, name, result)
             continue
         sess = graphs.session(result.onnx_path, threads=threads)
-        out_name = sess.get_outputs()[0].name
+        out_names = [o.name for o in sess.get_outputs()]
         per_batch = {}
         for batch in batches:
             part = graphs.slice_rows(feeds, 0, batch)
-            per_batch[str(batch)] = measure(lambda part=part: sess.run([out_name], part), batch, seconds=seconds, max_iters=max_iters)
+            per_batch[str(batch)] = measure(lambda part=part: sess.run(out_names, part), batch, seconds=seconds, max_iters=max_iters)
         bench = {"threads": threads, "batches": per_batch, "runtime": "onnxruntime CPUExecutionProvider", "data": data_source}
         if ctx.eager_benchmark:
             bench["eager"] = ctx.eager_benchmark
