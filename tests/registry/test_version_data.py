@@ -76,7 +76,8 @@ def test_parquet_with_list_columns_and_json_lines_are_read(alice_api, version):
     response = _post(alice_api, version, sink.getvalue(), "val.parquet", label="clicked")
     assert response.status_code == 201, response.json()
     assert response.json()["format"] == "parquet" and response.json()["label"] == "clicked"
-    lines = "\n".join(json.dumps({"features": r.tolist(), "item_id": i.tolist()}) for r, i in zip(data["features"][:3], data["item_id"][:3]))
+    # item_id is [batch, 1]: a bare number per row is taken as that one value
+    lines = "\n".join(json.dumps({"features": r.tolist(), "item_id": int(i[0])}) for r, i in zip(data["features"][:3], data["item_id"][:3]))
     response = _post(alice_api, version, lines.encode(), "example.jsonl", kind="example")
     assert response.status_code == 201, response.json()
     assert response.json()["rows"] == 3 and response.json()["label"] == ""
