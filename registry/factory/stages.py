@@ -73,6 +73,7 @@ class BuildContext:
     torch_model: object | None = None
     variants: dict[str, VariantResult] = field(default_factory=dict)
     eager_benchmark: dict = field(default_factory=dict)
+    mlflow_dataset: Path | None = None  # a validation dataset file logged to the MLflow run
     input_plans: dict | None = None  # synthetic-input plans, derived once from the canonical graph
 
 
@@ -90,6 +91,8 @@ def _source_from_mlflow(ctx: BuildContext) -> onnx.ModelProto:
         raise StageError(f"MLflow model URI {ctx.source_uri!r} does not resolve: {str(exc).splitlines()[0][:300]}", "source_unresolvable") from exc
     flavors = set(info.flavors)
     ctx.log(f"MLflow model {ctx.source_uri} (run {info.run_id}) flavors: {', '.join(sorted(flavors))}")
+    if info.run_id and not ctx.validation_set:
+        ctx.mlflow_dataset = _mlflow_validation_dataset(ctx, info.run_id)
     if "onnx" in flavors:
         local = Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow")))
         _mlflow_example(ctx, local)
@@ -102,6 +105,58 @@ def _source_from_mlflow(ctx: BuildContext) -> onnx.ModelProto:
             _mlflow_example(ctx, Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow"))))
         return _export_pytorch(ctx, info)
     raise StageError(f"MLflow model flavors {sorted(flavors)}: only onnx and pytorch are built", "unsupported_flavor")
+
+
+MLFLOW_VALIDATION_CONTEXTS = ("validation", "eval", "evaluation", "test")
+
+
+def _mlflow_validation_dataset(ctx: BuildContext, run_id: str) -> Path | None:
+    """A dataset logged to the model's run with a validation context (mlflow.log_input) whose
+    file is one of that run's own artifacts; anything else (a path or URL elsewhere) is not read."""
+    import json
+    import posixpath
+
+    import mlflow
+
+    run = mlflow.get_run(run_id)
+    root = run.info.artifact_uri.rstrip("/") + "/"
+    for item in run.inputs.dataset_inputs:
+        context = {t.key: t.value for t in item.tags}.get("mlflow.data.context", "")
+        if context not in MLFLOW_VALIDATION_CONTEXTS:
+            continue
+        try:
+            uri = str(json.loads(item.dataset.source or "{}").get("uri", ""))
+        except (ValueError, AttributeError):
+            uri = ""
+        relative = uri[len(root):] if uri.startswith(root) else ""
+        if not relative or posixpath.normpath(relative).startswith("..") or "/../" in f"/{relative}/":
+            ctx.log(f"MLflow dataset {item.dataset.name!r} ({context}) is not one of the run's artifacts; not read")
+            continue
+        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=relative, dst_path=str(ctx.work_dir / "mlflow-data"))
+        ctx.log(f"MLflow dataset {item.dataset.name!r} ({context}) found in the run's artifacts: {relative}")
+        return Path(local)
+    return None
+
+
+def _use_mlflow_dataset(ctx: BuildContext) -> None:
+    """Check the run's validation dataset against the signature and validate on it (a
+    label column: `label`, else the one column that is no input)."""
+    from config.errors import PlatformError
+    from registry import data_files
+
+    try:
+        _, arrays = data_files.read(ctx.mlflow_dataset)
+        inputs = {s["name"] for s in ctx.signature["inputs"]}
+        extra = [k for k in arrays if k not in inputs]
+        label = "label" if "label" in arrays else (extra[0] if len(extra) == 1 else None)
+        checked = data_files.check(arrays, ctx.signature, label=label, max_rows=int(conf.setting("VERSION_DATA_MAX_ROWS", 1_000_000)))
+    except PlatformError as exc:
+        ctx.log(f"the MLflow validation dataset does not fit the model ({exc.detail}); not using it")
+        return
+    path = ctx.work_dir / "mlflow_validation.npz"
+    np.savez(path, **checked)
+    ctx.validation_set = path
+    ctx.log(f"validating on the MLflow run's dataset: {len(next(iter(checked.values())))} rows" + (f", label {label!r}" if label else ", no label"))
 
 
 def _mlflow_example(ctx: BuildContext, local: Path) -> None:
@@ -174,6 +229,8 @@ def canonicalize(ctx: BuildContext) -> None:
         ctx.log(note)
     ctx.signature = _signature(folded)
     _check_signature(ctx)
+    if ctx.mlflow_dataset is not None and not ctx.validation_set:
+        _use_mlflow_dataset(ctx)
     ctx.log("signature: " + ", ".join(f"{s['name']}:{s['dtype']}{s['shape']}" for s in ctx.signature["inputs"] + ctx.signature["outputs"]))
     if ctx.torch_model is not None:
         _check_export_fidelity(ctx)

@@ -215,3 +215,48 @@ def test_the_input_example_logged_in_mlflow_is_what_the_build_runs_on(alice, ali
     validate = next(s for s in build.stages if s["name"] == "validate")
     assert "the version's input example" in validate["log"] and "synthetic" not in validate["log"]
     assert all(a.validation["data"] == "input example" for a in Artifact.objects.filter(build=build))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_validation_dataset_logged_to_the_mlflow_run_is_validated_on_and_outside_files_are_not_read(alice, alice_api, team_a, settings, tmp_path):
+    import mlflow
+    import onnx
+    import pandas as pd
+
+    from config import mlflow as mlflow_config
+
+    fast_build_settings(settings)
+    settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")
+    mlflow_config.configure.cache_clear()
+    mlflow_config.configure()
+    rows = _rows(120, seed=4)
+    frame = pd.DataFrame({"features": list(rows["features"]), "item_id": list(rows["item_id"]), "clicked": rows["label"]})
+    inside, outside = tmp_path / "val.parquet", tmp_path / "elsewhere.parquet"
+    frame.to_parquet(inside)
+    frame.to_parquet(outside)
+    try:
+        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("data-test")) as run:
+            mlflow.onnx.log_model(onnx.load(str(small_table_ranker(tmp_path / "m.onnx"))), name="model")
+            mlflow.log_input(mlflow.data.from_pandas(frame, source=str(outside), name="not-ours"), context="validation")
+            mlflow.log_artifact(str(inside), "data")
+            uri = mlflow.get_artifact_uri("data/val.parquet")
+            mlflow.log_input(mlflow.data.from_pandas(frame, source=uri, targets="clicked", name="val"), context="validation")
+        factories.registered_model(team_a, name="from-mlflow")
+        response = alice_api.post("/api/v1/models/from-mlflow/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")
+        assert response.status_code == 201, response.json()
+        from registry.models import ModelVersion
+
+        build, _ = build_services.build_start(user=alice, version=ModelVersion.objects.get(pk=response.json()["id"]))
+        runner.run(build.pk, owner="test-worker:1")
+    finally:
+        mlflow_config.configure.cache_clear()
+    build.refresh_from_db()
+    assert build.status == BuildStatus.SUCCEEDED, build.error
+    canonicalize = next(s for s in build.stages if s["name"] == "canonicalize")["log"]
+    assert "MLflow dataset 'not-ours' (validation) is not one of the run's artifacts; not read" in canonicalize
+    assert "validating on the MLflow run's dataset: 120 rows, label 'clicked'" in canonicalize
+    validate = next(s for s in build.stages if s["name"] == "validate")["log"]
+    assert "validating on 120 rows (the version's validation set)" in validate
+    fp32 = Artifact.objects.get(build=build, variant="onnx-fp32")
+    assert fp32.validation["data"] == "validation set" and 0.0 <= fp32.validation["original_auc"] <= 1.0
