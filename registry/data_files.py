@@ -144,6 +144,8 @@ def check(arrays: dict[str, np.ndarray], signature: dict, *, label: str | None, 
         if array.ndim == 0:
             raise _bad(f"input {name!r} is a scalar; rows go on the first axis", "data_shape")
         dims = list(spec.get("shape") or [])
+        if dims and array.ndim == len(dims) - 1 and dims[-1] == 1:  # one value per row for a [batch, 1] input
+            array = array.reshape(*array.shape, 1)
         if dims and array.ndim != len(dims):
             raise _bad(f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (-1: any size)", "data_shape")
         for axis, (have, want) in enumerate(zip(array.shape, dims)):

@@ -24,7 +24,11 @@ def _tensor(spec: dict, batched: bool, cls):
         raise ValueError(f"tensor {spec['name']!r} has dtype {spec['dtype']!r}, which Triton configs here do not map")
     dims = list(spec["shape"][1:] if batched else spec["shape"])
     if not dims:
-        dims = [1]
+        # A [batch] tensor (a tree ensemble's label): Triton wants dims, so [1] outside with
+        # an empty reshape for the model's own [batch] shape.
+        tensor = cls(name=spec["name"], data_type=DTYPES[spec["dtype"]], dims=[1])
+        tensor.reshape.SetInParent()
+        return tensor
     return cls(name=spec["name"], data_type=DTYPES[spec["dtype"]], dims=[int(d) if d and d > 0 else -1 for d in dims])
 
 

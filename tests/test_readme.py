@@ -32,6 +32,7 @@ def test_readme_curl_examples(live_server, subprocess_env, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     version = ModelVersion.objects.get(model__name="ctr-ranker")
     assert version.metrics == {"auc": 0.74} and version.signature["inputs"][0]["name"] == "dense"
+    assert version.data.get(kind="validation").rows == 500  # the validation set attached as written
     assert '"count":1' in result.stdout.replace(" ", "")
     key = InferenceKey.objects.get(name="ranker-prod")  # made, listed by its prefix, revoked
     assert key.revoked_at is not None and key.prefix in result.stdout and key.rate_per_s == 200

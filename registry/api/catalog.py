@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.db import transaction
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, parsers, serializers
@@ -9,14 +10,16 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from config.api import created
-from config.errors import TooLarge
+from config.errors import PlatformError, TooLarge
 from config.viewsets import TeamScopedViewSet
-from registry.models import Event, ModelVersion, RegisteredModel, Role, Task
+from registry import storage
+from registry.models import DataKind, Event, ModelVersion, RegisteredModel, Role, Task, VersionData
 from registry.parsers import StrictMultiPartParser
 from registry.selectors import catalog as selectors
 from registry.selectors.events import event_list
 from registry.selectors.teams import team_list, user_role_in
 from registry.services import catalog as services
+from registry.services import version_data
 
 
 # --- serializers -----------------------------------------------------------------------------
@@ -78,6 +81,9 @@ class VersionCreateSerializer(serializers.Serializer):
     source_uri = serializers.CharField(required=False, help_text="An MLflow model URI: runs:/… or models:/…")
     metrics = serializers.JSONField(required=False, help_text="Training metrics, e.g. {\"auc\": 0.78}.")
     tags = serializers.JSONField(required=False)
+    validation_data = serializers.FileField(required=False, help_text="A labelled validation set (NPZ, Parquet or JSON lines); see /versions/{id}/data/.")
+    input_example = serializers.FileField(required=False, help_text="An input example (NPZ, Parquet or JSON lines keyed by input name).")
+    label = serializers.CharField(required=False, max_length=128, help_text='The label column/array name in validation_data (default "label").')
 
     def validate(self, attrs):
         if bool(attrs.get("file")) == bool(attrs.get("source_uri")):
@@ -220,17 +226,40 @@ class ModelVersionViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, TeamSc
         payload = VersionCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        if data.get("file"):
-            upload = data["file"]
-            version = services.version_create_from_upload(
-                user=request.user, model=model, filename=upload.name, chunks=upload.chunks(), size=upload.size,
-                metrics=data.get("metrics"), tags=data.get("tags"),
-            )
-        else:
-            version = services.version_create_from_mlflow(
-                user=request.user, model=model, source_uri=data["source_uri"], metrics=data.get("metrics"), tags=data.get("tags")
-            )
+        # The version and its data are one write: data the signature refuses leaves no version.
+        stored = []
+        try:
+            with transaction.atomic():
+                if data.get("file"):
+                    upload = data["file"]
+                    version = services.version_create_from_upload(
+                        user=request.user, model=model, filename=upload.name, chunks=upload.chunks(), size=upload.size,
+                        metrics=data.get("metrics"), tags=data.get("tags"),
+                    )
+                    stored.append(version.file_path)
+                else:
+                    version = services.version_create_from_mlflow(
+                        user=request.user, model=model, source_uri=data["source_uri"], metrics=data.get("metrics"), tags=data.get("tags")
+                    )
+                for field, kind in (("validation_data", DataKind.VALIDATION), ("input_example", DataKind.EXAMPLE)):
+                    if data.get(field):
+                        stored.append(_attach(request, version, field, kind, data[field], data.get("label")).path)
+        except PlatformError:
+            for rel in stored:  # files stored a moment ago that belong to nothing now
+                referenced = ModelVersion.objects.filter(file_path=rel).exists() or VersionData.objects.filter(path=rel).exists()
+                storage.delete_if_unreferenced(rel, referenced)
+            raise
         return created(VersionSerializer(version, context=self.get_serializer_context()).data)
+
+
+def _attach(request, version, field: str, kind: str, upload, label: str | None) -> VersionData:
+    try:
+        return version_data.version_data_attach(user=request.user, version=version, kind=kind, filename=upload.name,
+                                         chunks=upload.chunks(), size=upload.size, label=label)
+    except PlatformError as exc:  # name the form field the file came in
+        exc.field, exc.detail = field, exc.detail.replace("file:", f"{field}:", 1)
+        exc.args = (exc.detail,)
+        raise
 
 
 class VersionViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, TeamScopedViewSet):

@@ -225,6 +225,10 @@ def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tu
 _NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
 
 
+def numpy_dtype(name: str):
+    return _NP.get(name, np.float32)
+
+
 def seeded_inputs(signature: dict, rows: int, *, seed: int = 20240611, int_high: int = 1_000_000) -> dict[str, np.ndarray]:
     """Seeded sample inputs from a signature: floats ~ N(0, 1), integers ~ U[0, int_high)."""
     rng = np.random.default_rng(seed)

@@ -198,6 +198,9 @@ def _propagate(g: _Graph, ranges: dict[str, Interval]) -> tuple[list[tuple], lis
         return None
 
     for node in g.model.graph.node:
+        for name in _captured(node):  # If/Loop/Scan bodies read outer tensors without listing them
+            if name in env and env[name].sources:
+                hazards.append((node, "a subgraph", env[name]))
         ins = [val(n) if n else None for n in node.input]
         tracked = [iv for iv in ins if iv is not None and iv.sources]
         op = node.op_type
@@ -256,6 +259,17 @@ def _propagate(g: _Graph, ranges: dict[str, Interval]) -> tuple[list[tuple], lis
     return sites, hazards
 
 
+def _captured(node) -> set[str]:
+    """Names a node's subgraphs (If/Loop/Scan bodies) read, recursively."""
+    names = set()
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            for inner in sub.node:
+                names.update(inner.input)
+                names |= _captured(inner)
+    return names
+
+
 def _violations(sites, hazards, name: str) -> list[str]:
     found = []
     for node, size, iv in sites:
@@ -270,7 +284,9 @@ def _violations(sites, hazards, name: str) -> list[str]:
             found.append(f"it indexes {where} (a table of {size} rows) with values in [{iv.lo:g}, {iv.hi:g}]")
     for node, pos, iv in hazards:
         if name in iv.sources:
-            found.append(f"it is used as operand {pos} (a shape, count or position) of {node.op_type} {node.name or node.output[0]!r}")
+            where = f"{node.op_type} {node.name or node.output[0]!r}"
+            found.append(f"it is read inside a subgraph of {where}, which the analysis does not follow" if pos == "a subgraph"
+                         else f"it is used as operand {pos} (a shape, count or position) of {where}")
     return found
 
 

@@ -19,6 +19,22 @@ class VariantRefused(Exception):
     """A variant that cannot be made from this graph (the build goes on without it)."""
 
 
+class VariantNotApplicable(VariantRefused):
+    """A variant that means nothing for this graph (skipped with the reason, not rejected)."""
+
+
+# Low-precision variants rewrite float weights; ai.onnx.ml operators (tree ensembles, scalers,
+# encoders) keep theirs in attributes, which no quantizer or fp16 converter here touches.
+LOW_PRECISION = ("onnx-int8", "onnx-fp16", "tensorrt")
+QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "DequantizeLinear",
+                 "QuantizeLinear", "QGemm", "ConvInteger", "QLinearConv"}
+
+
+def _ml_ops(path: Path) -> list[str]:
+    model = onnx.load(str(path))
+    return sorted({n.op_type for n in model.graph.node if n.domain == "ai.onnx.ml"})
+
+
 def canonical_graph(model: onnx.ModelProto, work_dir: Path, *, opset: int) -> tuple[Path, onnx.ModelProto, list[str]]:
     """Checked, opset-pinned, shape-inferred and constant-folded (ORT basic level) graph."""
     notes = []
@@ -55,6 +71,9 @@ def optimized_graphs(canonical: Path, work_dir: Path) -> tuple[Path, Path, list[
 
 def make_variant(target: str, *, fused: Path, optimized: Path, dest: Path) -> None:
     """Write `target`'s graph to `dest`; VariantRefused says why it cannot be made."""
+    if target in LOW_PRECISION and (ml_ops := _ml_ops(fused)):
+        raise VariantNotApplicable(f"{target} does not apply to ai.onnx.ml operators ({', '.join(ml_ops)}): their weights are "
+                                   "attributes no quantizer or fp16 converter rewrites; serve onnx-fp32")
     if target == "onnx-fp32":
         shutil.copyfile(optimized, dest)
     elif target == "onnx-int8":
@@ -64,6 +83,9 @@ def make_variant(target: str, *, fused: Path, optimized: Path, dest: Path) -> No
             quantize_dynamic(str(fused), str(dest), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"])
         except Exception as exc:  # the quantizer raises plain exceptions on graphs it cannot handle
             raise VariantRefused(f"INT8 quantization failed: {str(exc).splitlines()[0][:300]}") from exc
+        if not any(n.op_type in QUANTIZED_OPS for n in onnx.load(str(dest)).graph.node):
+            dest.unlink(missing_ok=True)
+            raise VariantNotApplicable("INT8 quantization does not apply: the graph has no MatMul, Gemm or Gather weights to quantize")
     elif target in ("onnx-fp32-gpu", "tensorrt"):
         # tensorrt: Triton's TensorRT accelerator builds FP16 engines from this fp32 graph on the GPU.
         try:

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from registry import names, triton_config
-from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, input_bounds, numerics, recipes
+from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, input_bounds, numerics, outputs, recipes
 from registry.factory.gpu import checks as gpu_checks
 from registry.factory.gpu import measure as gpu_measure
 from registry.factory.gpu import serving as gpu_serving
@@ -73,6 +73,7 @@ class BuildContext:
     torch_model: object | None = None
     variants: dict[str, VariantResult] = field(default_factory=dict)
     eager_benchmark: dict = field(default_factory=dict)
+    mlflow_dataset: Path | None = None  # a validation dataset file logged to the MLflow run
     input_plans: dict | None = None  # synthetic-input plans, derived once from the canonical graph
 
 
@@ -90,15 +91,95 @@ def _source_from_mlflow(ctx: BuildContext) -> onnx.ModelProto:
         raise StageError(f"MLflow model URI {ctx.source_uri!r} does not resolve: {str(exc).splitlines()[0][:300]}", "source_unresolvable") from exc
     flavors = set(info.flavors)
     ctx.log(f"MLflow model {ctx.source_uri} (run {info.run_id}) flavors: {', '.join(sorted(flavors))}")
+    if info.run_id and not ctx.validation_set:
+        ctx.mlflow_dataset = _mlflow_validation_dataset(ctx, info.run_id)
     if "onnx" in flavors:
         local = Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow")))
+        _mlflow_example(ctx, local)
         candidates = sorted(local.rglob("*.onnx"))
         if not candidates:
             raise StageError("the MLflow onnx model has no .onnx file", "source_unresolvable")
         return graphs.load(candidates[0])
     if "pytorch" in flavors:
+        if info.saved_input_example_info and not (ctx.validation_set or ctx.input_example):
+            _mlflow_example(ctx, Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow"))))
         return _export_pytorch(ctx, info)
     raise StageError(f"MLflow model flavors {sorted(flavors)}: only onnx and pytorch are built", "unsupported_flavor")
+
+
+MLFLOW_VALIDATION_CONTEXTS = ("validation", "eval", "evaluation", "test")
+
+
+def _mlflow_validation_dataset(ctx: BuildContext, run_id: str) -> Path | None:
+    """A dataset logged to the model's run with a validation context (mlflow.log_input) whose
+    file is one of that run's own artifacts; anything else (a path or URL elsewhere) is not read."""
+    import json
+    import posixpath
+
+    import mlflow
+
+    run = mlflow.get_run(run_id)
+    root = run.info.artifact_uri.rstrip("/") + "/"
+    for item in run.inputs.dataset_inputs:
+        context = {t.key: t.value for t in item.tags}.get("mlflow.data.context", "")
+        if context not in MLFLOW_VALIDATION_CONTEXTS:
+            continue
+        try:
+            uri = str(json.loads(item.dataset.source or "{}").get("uri", ""))
+        except (ValueError, AttributeError):
+            uri = ""
+        relative = uri[len(root):] if uri.startswith(root) else ""
+        if not relative or posixpath.normpath(relative).startswith("..") or "/../" in f"/{relative}/":
+            ctx.log(f"MLflow dataset {item.dataset.name!r} ({context}) is not one of the run's artifacts; not read")
+            continue
+        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=relative, dst_path=str(ctx.work_dir / "mlflow-data"))
+        ctx.log(f"MLflow dataset {item.dataset.name!r} ({context}) found in the run's artifacts: {relative}")
+        return Path(local)
+    return None
+
+
+def _use_mlflow_dataset(ctx: BuildContext) -> None:
+    """Check the run's validation dataset against the signature and validate on it (a
+    label column: `label`, else the one column that is no input)."""
+    from config.errors import PlatformError
+    from registry import data_files
+
+    try:
+        _, arrays = data_files.read(ctx.mlflow_dataset)
+        inputs = {s["name"] for s in ctx.signature["inputs"]}
+        extra = [k for k in arrays if k not in inputs]
+        label = "label" if "label" in arrays else (extra[0] if len(extra) == 1 else None)
+        checked = data_files.check(arrays, ctx.signature, label=label, max_rows=int(conf.setting("VERSION_DATA_MAX_ROWS", 1_000_000)))
+    except PlatformError as exc:
+        ctx.log(f"the MLflow validation dataset does not fit the model ({exc.detail}); not using it")
+        return
+    path = ctx.work_dir / "mlflow_validation.npz"
+    np.savez(path, **checked)
+    ctx.validation_set = path
+    ctx.log(f"validating on the MLflow run's dataset: {len(next(iter(checked.values())))} rows" + (f", label {label!r}" if label else ", no label"))
+
+
+def _mlflow_example(ctx: BuildContext, local: Path) -> None:
+    """The input example logged with the MLflow model (JSON, never pickle), when the version
+    carries no data of its own: the build validates and benchmarks on it."""
+    if ctx.validation_set or ctx.input_example:
+        return
+    from mlflow.models import Model
+
+    try:
+        meta = Model.load(str(local))
+        if not meta.saved_input_example_info or meta.saved_input_example_info.get("type") not in ("ndarray", "json_object"):
+            return
+        example = meta.load_input_example(str(local))
+    except Exception as exc:  # an unreadable example is not the build's failure: say so and go on
+        ctx.log(f"the MLflow model's input example does not load ({str(exc).splitlines()[0][:200]}); not using it")
+        return
+    if not isinstance(example, dict) or not example:
+        return
+    path = ctx.work_dir / "mlflow_input_example.npz"
+    np.savez(path, **{k: np.asarray(v) for k, v in example.items()})
+    ctx.input_example = path
+    ctx.log(f"using the input example logged with the MLflow model ({', '.join(sorted(example))})")
 
 
 def _export_pytorch(ctx: BuildContext, info) -> onnx.ModelProto:
@@ -148,6 +229,8 @@ def canonicalize(ctx: BuildContext) -> None:
         ctx.log(note)
     ctx.signature = _signature(folded)
     _check_signature(ctx)
+    if ctx.mlflow_dataset is not None and not ctx.validation_set:
+        _use_mlflow_dataset(ctx)
     ctx.log("signature: " + ", ".join(f"{s['name']}:{s['dtype']}{s['shape']}" for s in ctx.signature["inputs"] + ctx.signature["outputs"]))
     if ctx.torch_model is not None:
         _check_export_fidelity(ctx)
@@ -207,6 +290,10 @@ def variants(ctx: BuildContext) -> None:
         path = ctx.work_dir / f"{target}.onnx"
         try:
             recipes.make_variant(target, fused=ctx.fused, optimized=ctx.optimized, dest=path)
+        except recipes.VariantNotApplicable as exc:
+            result.status, result.reason = "skipped", str(exc)
+            ctx.log(f"{target}: skipped ({result.reason})")
+            continue
         except recipes.VariantRefused as exc:
             result.status, result.reason = "rejected", str(exc)
             ctx.log(f"{target}: {result.reason}")
@@ -261,7 +348,8 @@ def _data_or_synthetic(ctx: BuildContext, rows: int, *, seed: int = 20240611) ->
             ctx.log(f"the version's {what} does not have every input ({', '.join(names)}); not using it")
             continue
         labels = data["label"].astype(np.float64).reshape(-1) if "label" in data else None
-        feeds = {n: data[n] for n in names}
+        dtypes = {s["name"]: graphs.numpy_dtype(s["dtype"]) for s in ctx.signature["inputs"]}
+        feeds = {n: np.asarray(data[n]).astype(dtypes[n], copy=False) for n in names}
         if labels is not None:
             feeds["__label__"] = labels
         feeds = _tile(feeds, rows)
@@ -279,6 +367,7 @@ def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
 
 
 def _run(path: Path, feeds: dict, providers=None) -> np.ndarray:
+    """The first output over all rows (GPU checks and their tests judge on it)."""
     return gpu_checks.run_rows(graphs.session(path, providers=providers), feeds)
 
 
@@ -296,7 +385,7 @@ def validate(ctx: BuildContext) -> None:
     synthetic = data_source == "synthetic"
     label_source = "synthetic inputs derived from the graph" if synthetic else f"the version's {data_source}"
     try:
-        reference = _run(ctx.canonical, feeds).astype(np.float64)
+        reference_all = outputs.run_all(ctx.canonical, feeds)
     except Exception as exc:  # the original itself cannot run on the inputs: the build fails
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         ctx.log(f"ONNX Runtime: {first}")
@@ -304,6 +393,15 @@ def validate(ctx: BuildContext) -> None:
             raise StageError("the original graph does not run on synthetic inputs derived from the graph; " + ATTACH_DATA.format(id=ctx.version_id or "…"),
                              "original_failed") from exc
         raise StageError(f"the original graph does not run on {label_source}: check the data matches what the model takes", "original_failed") from exc
+    primary, reference = outputs.primary(ctx.signature, reference_all)
+    reference = reference.astype(np.float64)
+    if len(reference_all) > 1:
+        ctx.log(f"{len(reference_all)} outputs: variants judged on {primary!r}, the others checked too")
+    for name, value in reference_all.items():  # the primary output is checked below (constant outputs too)
+        problem = numerics.degenerate(value, classifier=False) if name != primary and value.dtype.kind == "f" else None
+        if problem and "NaN" in problem:
+            raise StageError(f"output {name!r}: {problem} on {label_source}"
+                             + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""), "degenerate_outputs")
     classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
     problem = numerics.degenerate(reference, classifier=classifier)
     if problem:  # NaN/Inf or a constant output: a failed validation with the reason, never an internal error
@@ -330,7 +428,7 @@ def validate(ctx: BuildContext) -> None:
     for name, result in ctx.variants.items():
         if result.status != "pending":
             continue
-        common = {"rows": int(reference.shape[0]), "inputs": label_source, "data": data_source, "quality_checks_skipped": skipped,
+        common = {"rows": int(reference.shape[0]), "inputs": label_source, "primary_output": primary, "data": data_source, "quality_checks_skipped": skipped,
                   **({f"original_{k}": v for k, v in base.items()} if true_labels else {})}
         if synthetic:
             common["synthetic_inputs"] = [p.describe() for p in ctx.input_plans.values()]
@@ -344,7 +442,8 @@ def validate(ctx: BuildContext) -> None:
             _log_check(ctx, name, result)
             continue
         try:
-            out = _run(result.onnx_path, feeds).astype(np.float64)
+            out_all = outputs.run_all(result.onnx_path, feeds)
+            out = outputs.pick(primary, out_all, reference).astype(np.float64)
         except Exception as exc:  # a variant that cannot run is rejected, the build goes on
             result.status, result.reason = "rejected", f"the variant fails to run: {str(exc).splitlines()[0][:300]}"
             result.validation = common
@@ -352,6 +451,10 @@ def validate(ctx: BuildContext) -> None:
             continue
         evidence = {**common, **numerics.compare(reference, out, labels, base)}
         ok, why, threshold = numerics.judge(evidence, conf.tolerance(name), classifier=classifier)
+        if len(reference_all) > 1:
+            rest_ok, rest_why, evidence["outputs"] = outputs.others(reference_all, out_all, primary, conf.tolerance(name).kind,
+                                                                    float(conf.get("BUILD_FP32_MAX_ABS")))
+            ok, why = (ok and rest_ok), (why if not ok else rest_why)
         evidence.update(threshold=threshold, passed=bool(ok))
         result.validation = evidence
         result.status, result.reason = ("validated", "") if ok else ("rejected", f"validation failed: {why}")
@@ -406,11 +509,11 @@ def benchmark(ctx: BuildContext) -> None:
             _benchmark_gpu(ctx, name, result)
             continue
         sess = graphs.session(result.onnx_path, threads=threads)
-        out_name = sess.get_outputs()[0].name
+        out_names = [o.name for o in sess.get_outputs()]
         per_batch = {}
         for batch in batches:
             part = graphs.slice_rows(feeds, 0, batch)
-            per_batch[str(batch)] = measure(lambda part=part: sess.run([out_name], part), batch, seconds=seconds, max_iters=max_iters)
+            per_batch[str(batch)] = measure(lambda part=part: sess.run(out_names, part), batch, seconds=seconds, max_iters=max_iters)
         bench = {"threads": threads, "batches": per_batch, "runtime": "onnxruntime CPUExecutionProvider", "data": data_source}
         if ctx.eager_benchmark:
             bench["eager"] = ctx.eager_benchmark

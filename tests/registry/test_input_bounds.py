@@ -152,3 +152,16 @@ def test_a_float_cast_to_an_index_is_checked():
     model = _model(nodes, [("f", F32, ["batch"])], [("y", F32, [])], [("W", _table(10)), ("k", np.array(1000.0, np.float32))])
     with pytest.raises(InputsUnbounded, match=r"input 'f'.*bucket.*10 rows"):
         plan_inputs(model)
+
+
+def test_an_input_read_inside_a_subgraph_cannot_be_bounded():
+    """An If whose branch gathers with the outer id input (captured, not listed as an input)."""
+    then_graph = helper.make_graph([helper.make_node("Gather", ["W", "x"], ["e_then"], name="inner_lookup")], "then", [],
+                                   [helper.make_tensor_value_info("e_then", F32, ["batch", 4])])
+    else_graph = helper.make_graph([helper.make_node("Gather", ["W", "zero"], ["e_else"])], "else", [],
+                                   [helper.make_tensor_value_info("e_else", F32, [1, 4])])
+    nodes = [helper.make_node("Constant", [], ["cond"], value=numpy_helper.from_array(np.array(True))),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph, name="branch")]
+    model = _model(nodes, [("x", I64, ["batch"])], [("y", F32, ["n", 4])], [("W", _table(10)), ("zero", np.zeros(1, np.int64))])
+    with pytest.raises(InputsUnbounded, match=r"input 'x'.*inside a subgraph of If 'branch'"):
+        plan_inputs(model)

@@ -76,7 +76,8 @@ def test_parquet_with_list_columns_and_json_lines_are_read(alice_api, version):
     response = _post(alice_api, version, sink.getvalue(), "val.parquet", label="clicked")
     assert response.status_code == 201, response.json()
     assert response.json()["format"] == "parquet" and response.json()["label"] == "clicked"
-    lines = "\n".join(json.dumps({"features": r.tolist(), "item_id": i.tolist()}) for r, i in zip(data["features"][:3], data["item_id"][:3]))
+    # item_id is [batch, 1]: a bare number per row is taken as that one value
+    lines = "\n".join(json.dumps({"features": r.tolist(), "item_id": int(i[0])}) for r, i in zip(data["features"][:3], data["item_id"][:3]))
     response = _post(alice_api, version, lines.encode(), "example.jsonl", kind="example")
     assert response.status_code == 201, response.json()
     assert response.json()["rows"] == 3 and response.json()["label"] == ""
@@ -156,3 +157,106 @@ def test_a_build_validates_and_benchmarks_on_the_attached_data_with_auc(alice, a
         assert artifact.validation["data"] == "validation set" and artifact.validation["quality_checks_skipped"] == {}
         assert 0.0 <= artifact.validation["original_auc"] <= 1.0 and artifact.validation["original_logloss"] > 0
         assert artifact.benchmark["data"] == "validation set"
+
+
+def test_data_uploaded_with_the_version_and_refused_data_leaves_no_version(alice_api, team_a, tmp_path):
+    from registry.models import ModelVersion
+
+    factories.registered_model(team_a, name="with-data")
+    onnx_bytes = small_table_ranker(tmp_path / "m.onnx").read_bytes()
+    bad = _rows(10)
+    bad.pop("item_id")
+    response = alice_api.post("/api/v1/models/with-data/versions/", {"file": _file(onnx_bytes, "m.onnx"), "validation_data": _file(_npz(**bad), "v.npz")},
+                              format="multipart")
+    assert response.status_code == 400 and response.json()["detail"].startswith("validation_data: missing input(s) ['item_id']"), response.json()
+    assert response.json()["errors"] == {"validation_data": [response.json()["detail"]]}
+    assert not ModelVersion.objects.exists() and not VersionData.objects.exists()
+    assert not list((storage.root() / "sha256").rglob("*.onnx")) and not _stored_npz()
+    response = alice_api.post("/api/v1/models/with-data/versions/", {
+        "file": _file(onnx_bytes, "m.onnx"), "validation_data": _file(_npz(**{("y" if k == "label" else k): v for k, v in _rows(25).items()}), "v.npz"), "label": "y",
+        "input_example": _file(_npz(**{k: v[:2] for k, v in _rows(2).items() if k != "label"}), "e.npz"),
+    }, format="multipart")
+    assert response.status_code == 201, response.json()
+    version = ModelVersion.objects.get()
+    kinds = {d.kind: d for d in VersionData.objects.filter(version=version)}
+    assert set(kinds) == {"validation", "example"} and kinds["validation"].rows == 25 and kinds["example"].rows == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_input_example_logged_in_mlflow_is_what_the_build_runs_on(alice, alice_api, team_a, settings, tmp_path):
+    import mlflow
+    import onnx
+
+    from config import mlflow as mlflow_config
+
+    fast_build_settings(settings)
+    settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")
+    mlflow_config.configure.cache_clear()
+    mlflow_config.configure()
+    example = {k: v for k, v in _rows(6, seed=9).items() if k != "label"}
+    try:
+        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("data-test")) as run:
+            mlflow.onnx.log_model(onnx.load(str(small_table_ranker(tmp_path / "m.onnx"))), name="model", input_example=example)
+        factories.registered_model(team_a, name="from-mlflow")
+        response = alice_api.post("/api/v1/models/from-mlflow/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")
+        assert response.status_code == 201, response.json()
+        from registry.models import ModelVersion
+
+        version = ModelVersion.objects.get(pk=response.json()["id"])
+        build, _ = build_services.build_start(user=alice, version=version)
+        runner.run(build.pk, owner="test-worker:1")
+    finally:
+        mlflow_config.configure.cache_clear()
+    build.refresh_from_db()
+    assert build.status == BuildStatus.SUCCEEDED, build.error
+    canonicalize = next(s for s in build.stages if s["name"] == "canonicalize")
+    assert "using the input example logged with the MLflow model (features, item_id)" in canonicalize["log"]
+    validate = next(s for s in build.stages if s["name"] == "validate")
+    assert "the version's input example" in validate["log"] and "synthetic" not in validate["log"]
+    assert all(a.validation["data"] == "input example" for a in Artifact.objects.filter(build=build))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_validation_dataset_logged_to_the_mlflow_run_is_validated_on_and_outside_files_are_not_read(alice, alice_api, team_a, settings, tmp_path):
+    import mlflow
+    import onnx
+    import pandas as pd
+
+    from config import mlflow as mlflow_config
+
+    fast_build_settings(settings)
+    settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")
+    mlflow_config.configure.cache_clear()
+    mlflow_config.configure()
+    rows = _rows(120, seed=4)
+    frame = pd.DataFrame({"features": list(rows["features"]), "item_id": list(rows["item_id"]), "clicked": rows["label"]})
+    inside, outside = tmp_path / "val.parquet", tmp_path / "elsewhere.parquet"
+    frame.to_parquet(inside)
+    frame.to_parquet(outside)
+    try:
+        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("data-test")) as run:
+            mlflow.onnx.log_model(onnx.load(str(small_table_ranker(tmp_path / "m.onnx"))), name="model")
+            mlflow.log_input(mlflow.data.from_pandas(frame, source=str(outside), name="not-ours"), context="validation")
+            mlflow.log_artifact(str(inside), "data")
+            uri = mlflow.get_artifact_uri("data/val.parquet")
+            mlflow.log_input(mlflow.data.from_pandas(frame, source=uri, targets="clicked", name="val"), context="validation")
+        factories.registered_model(team_a, name="from-mlflow")
+        response = alice_api.post("/api/v1/models/from-mlflow/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")
+        assert response.status_code == 201, response.json()
+        from registry.models import ModelVersion
+
+        build, _ = build_services.build_start(user=alice, version=ModelVersion.objects.get(pk=response.json()["id"]))
+        runner.run(build.pk, owner="test-worker:1")
+    finally:
+        mlflow_config.configure.cache_clear()
+    build.refresh_from_db()
+    assert build.status == BuildStatus.SUCCEEDED, build.error
+    canonicalize = next(s for s in build.stages if s["name"] == "canonicalize")["log"]
+    assert "MLflow dataset 'not-ours' (validation) is not one of the run's artifacts; not read" in canonicalize
+    assert "validating on the MLflow run's dataset: 120 rows, label 'clicked'" in canonicalize
+    validate = next(s for s in build.stages if s["name"] == "validate")["log"]
+    assert "validating on 120 rows (the version's validation set)" in validate
+    fp32 = Artifact.objects.get(build=build, variant="onnx-fp32")
+    assert fp32.validation["data"] == "validation set" and 0.0 <= fp32.validation["original_auc"] <= 1.0
