@@ -52,7 +52,7 @@ test-fast: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest -m "not integration and not browser" $(PYTEST_ARGS)
 
-bench: bench-artifacts bench-gateway bench-rollback
+bench: bench-artifacts bench-gateway bench-rollback bench-replies
 
 bench-artifacts: install
 	$(PY) -m bench artifacts
@@ -62,6 +62,9 @@ bench-gateway: install system-deps
 
 bench-rollback: install
 	$(PY) -m bench rollback
+
+bench-replies: install
+	$(PY) -m bench replies
 
 # The GPU check (runs anywhere; on a machine without a GPU its GPU rows say why they are skipped).
 bench-gpu: install
