@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 
 from registry import names, triton_config
+from registry.sizes import human_size
 from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, numerics, recipes
 from registry.factory.gpu import checks as gpu_checks
 from registry.factory.gpu import measure as gpu_measure
@@ -211,7 +212,7 @@ def variants(ctx: BuildContext) -> None:
             raise StageError(f"unknown target {target!r}", "unknown_target") from None
         result.onnx_path = path
         result.size_bytes = path.stat().st_size
-        ctx.log(f"{target}: {result.size_bytes / 1e6:.2f} MB")
+        ctx.log(f"{target}: model file {human_size(result.size_bytes)}")
 
 
 # --- 4. validate -------------------------------------------------------------------------------
@@ -376,7 +377,7 @@ def package(ctx: BuildContext) -> None:
         result.size_bytes = sum(p.stat().st_size for p in staged.rglob("*") if p.is_file())
         if result.status == "validated":
             result.status = "servable"
-        ctx.log(f"{name}: packaged {model_name} ({result.size_bytes / 1e6:.2f} MB)")
+        ctx.log(f"{name}: packaged {model_name} ({human_size(result.size_bytes)})")
 
 
 STAGE_FUNCTIONS = {
