@@ -41,8 +41,22 @@ def scalar(value) -> SafeString:
     return conditional_escape(text)
 
 
+def progress(value) -> str | None:
+    """A judge check's progress toward a verdict ({"have", "need", "unit"}, the contract
+    with the judge): "312 of 500 requests", or None when `value` is not one."""
+    if not (isinstance(value, dict) and set(value) == {"have", "need", "unit"} and isinstance(value["have"], (int, float))):
+        return None
+    have = number(float(value["have"]))
+    if isinstance(value["need"], (int, float)):
+        return f"{have} of {number(float(value['need']))} {value['unit']}"
+    return f"{have} {value['unit']}"
+
+
 def inline(value, depth: int = 0) -> SafeString:
     """A value inside a table cell: nested mappings as "key: value" pairs on one line."""
+    text = progress(value)
+    if text is not None:
+        return conditional_escape(text)
     if isinstance(value, dict) and depth < MAX_DEPTH:
         return format_html_join(", ", "{}: {}", ((label(k), inline(v, depth + 1)) for k, v in value.items()))
     if isinstance(value, (list, tuple)) and depth < MAX_DEPTH:
@@ -61,7 +75,7 @@ def _columns(rows: list[dict]) -> list[str]:
 
 
 def render(value, depth: int = 0) -> SafeString:
-    if depth >= MAX_DEPTH:
+    if depth >= MAX_DEPTH or progress(value) is not None:
         return inline(value, depth)
     if isinstance(value, dict):
         if not value:

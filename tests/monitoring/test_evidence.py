@@ -29,7 +29,7 @@ def test_judge_evidence_is_a_table_of_checks(client, alice, team_a):
     assert "<table" in section and section.count("<tr>") == 3  # header + one row per check
     assert "<th>Name</th><th>Outcome</th>" in section  # the identifying columns first
     assert "0.06912" in section and "0.0691234567" not in section and "1.234e-07" in section  # rounded
-    assert "Have: 312, Need: 500, Unit: requests" in section
+    assert "<td>312 of 500 requests</td>" in section  # the judge's progress contract, read as a sentence
     assert '<span class="badge failed">fail</span>' in section and '<span class="badge ok">pass</span>' in section
     assert "<dt>Verdict id</dt><dd>41</dd>" in section and "<dt>Step index</dt><dd>1</dd>" in section
     assert "&lt;script&gt;" in section and "<script>alert" not in section  # escaped
@@ -40,3 +40,4 @@ def test_scrape_outage_evidence_nests_definition_lists():
     html = render({"targets": {"http://10.0.0.7:8002/metrics": {"error": "URLError: refused", "failing_since": "2026-11-23T12:00:00+00:00"}}})
     assert html.count("<dl") == 3 and "<dt>Failing since</dt><dd>2026-11-23T12:00:00+00:00</dd>" in html
     assert render({}) == '<span class="muted">none</span>' and render([1.0, 2.5, None]).startswith("1, 2.5, ")
+    assert render({"progress": {"have": 40, "need": None, "unit": "scores"}}) == '<dl class="props evidence"><dt>Progress</dt><dd>40 scores</dd></dl>'
