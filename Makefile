@@ -52,7 +52,7 @@ test-fast: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest -m "not integration and not browser" $(PYTEST_ARGS)
 
-bench: bench-artifacts bench-gateway bench-rollback bench-build-box
+bench: bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies
 
 bench-artifacts: install
 	$(PY) -m bench artifacts
@@ -65,6 +65,9 @@ bench-rollback: install
 
 bench-build-box: install
 	$(PY) -m bench build_box
+
+bench-replies: install
+	$(PY) -m bench replies
 
 # The GPU check (runs anywhere; on a machine without a GPU its GPU rows say why they are skipped).
 bench-gpu: install

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import logging
 
-from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS
-
 # Access-log lines of these paths are polling: the gateway fetches its route table about
 # three times a second, and health checks and charts poll too.
 POLLED_PATHS = ("/api/v1/gateway/routes", "/api/v1/metrics/")
@@ -53,6 +51,8 @@ def is_housekeeping(record: logging.LogRecord) -> bool:
     if name == "celery.beat":
         return str(record.msg).startswith("Scheduler: Sending due task")
     if name in ("celery.app.trace", "celery.worker.strategy"):
+        from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS  # loaded already where these loggers log
+
         return record.msg in (LOG_RECEIVED, LOG_SUCCESS)
     if name == "celery.worker.request":
         return _task_name(record) in periodic_task_names()

@@ -88,7 +88,7 @@ def encode_response(status: int, headers: dict, body: bytes, close: bool = False
 
 
 def error_bytes(status: int, code: str, detail: str, extra: dict | None = None) -> bytes:
-    body = json.dumps({"detail": detail, "code": code}).encode()
+    body = json.dumps({"error": detail, "code": code}).encode()  # KServe v2's error object (gateway/replies.py)
     headers = {"Content-Type": "application/json", "X-Model-Variant": "none", **(extra or {})}
     return encode_response(status, headers, body, close=True)
 
@@ -426,7 +426,7 @@ class HttpProtocol(asyncio.Protocol):
             except Exception:
                 log.exception("handler failed on %s %s", request.method, request.path)
                 status, headers, body = 500, {"Content-Type": "application/json", "X-Model-Variant": "none"}, \
-                    b'{"detail": "internal gateway error", "code": "internal"}'
+                    b'{"error": "internal gateway error", "code": "internal"}'
             if self.closed:
                 self.busy = False
                 return

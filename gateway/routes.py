@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jsonschema
 
+from .replies import reply_prefixes
 from .tensors import Signature
 from .tenants import EndpointAuth, Key, compile_auth, compile_keys
 from .upstream import Pool
@@ -71,6 +72,9 @@ class Variant:
     replicas: list  # [(ReplicaState, infer request line, metadata request line)]
     signature: Signature | None = None  # what requests must look like (None: only the shape/data checks)
     _rr: int = 0
+    # replies.py: Triton's reply prefix naming this variant's model, and the endpoint's
+    reply_from: bytes = b""
+    reply_to: bytes = b""
 
     def pick(self):
         """Least outstanding requests among replicas whose breaker is closed (ties: round robin)."""
@@ -279,6 +283,7 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
                     signature=signature,
                 )
             )
+            variants[-1].reply_from, variants[-1].reply_to = reply_prefixes(ep["name"], v["triton_model"], v["model_version"])
         endpoints[ep["name"]] = Endpoint(
             name=ep["name"],
             sticky_header=ep.get("sticky_header", "X-User-Id"),

@@ -34,6 +34,7 @@ import aiohttp
 from . import metrics
 from .httpserver import HttpServer, Request
 from .metrics import BACKEND, CLIENT, OK
+from .replies import error_body, public_metadata, public_reply, rename_error
 from .routes import ReplicaState, RouteTable, compile_table
 from .scores import ScoreSampler
 from .settings import Settings
@@ -45,8 +46,10 @@ from .upstream import UpstreamError
 log = logging.getLogger("gateway")
 perf = time.perf_counter
 IHCL = "Inference-Header-Content-Length"
+# Not Accept-Encoding: replies come back uncompressed, so naming the endpoint in them is a
+# prefix swap (replies.py), and Triton spends no time compressing small replies.
 FORWARD_REQUEST = (("content-type", "Content-Type"), ("inference-header-content-length", IHCL),
-                   ("content-encoding", "Content-Encoding"), ("accept-encoding", "Accept-Encoding"))
+                   ("content-encoding", "Content-Encoding"))
 FORWARD_RESPONSE = (("content-type", "Content-Type"), ("inference-header-content-length", IHCL), ("content-encoding", "Content-Encoding"))
 JSON_CT = "application/json"
 UNAVAILABLE = frozenset((502, 503, 504))  # upstream statuses that count toward the circuit breaker
@@ -83,7 +86,7 @@ class UpstreamFailure(Exception):
 
 
 def _error(status: int, code: str, detail: str, rid: str, variant: str = "none", extra: dict | None = None):
-    body = json.dumps({"detail": detail, "code": code}).encode()
+    body = error_body(code, detail)  # KServe v2: {"error": …} (replies.py)
     headers = {"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": variant}
     if extra:
         headers.update(extra)
@@ -357,6 +360,7 @@ class Gateway:
             return _error(502, "upstream_error", f"metadata from the stable variant: {type(exc).__name__}", rid, stable.name)
         if not _header_safe(ct):
             ct = JSON_CT
+        body = public_metadata(body, status, name, stable)
         return status, {"Content-Type": ct, "X-Request-Id": rid, "X-Model-Variant": stable.name}, body
 
     def _rejected(self, problem: Problem, reason: str, wait: float, rid: str, ep_name: str, key):
@@ -533,6 +537,18 @@ class Gateway:
             value = rheaders.get(key)
             if value is not None and value.isascii() and value.isprintable():
                 out[out_key] = value
+        # the endpoint's name, not the Triton model's (replies.py)
+        if status == 200:
+            public = public_reply(data, out.get("Content-Encoding"), variant.reply_from, variant.reply_to)
+            if public is not None:
+                json_length = out.get(IHCL)
+                if json_length is None:
+                    data = public[0]
+                elif json_length.isdigit():  # binary tensors follow the JSON part: its length moves
+                    out[IHCL] = str(int(json_length) + public[1])
+                    data = public[0]
+        else:
+            data = rename_error(data, out.get("Content-Encoding"), variant.triton_model.encode(), name.encode())
         fault = OK if status < 400 else (CLIENT if status < 500 else BACKEND)
         response = self._done(request, (status, out, data), t0, name, variant.name, fault, tenant)
         if status == 200:  # after the latency is taken: sampling must not tilt the judge's comparison

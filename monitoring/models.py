@@ -220,6 +220,7 @@ class NotificationDelivery(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["alert", "notify_round", "kind", "target"], name="delivery_alert_round_idx")]
+        verbose_name_plural = "notification deliveries"
 
     def __str__(self):
         return f"alert {self.alert_id} -> {self.kind}:{self.target} #{self.attempt} {self.status}"

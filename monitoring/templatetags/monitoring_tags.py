@@ -48,3 +48,11 @@ def inference_key_traffic(context, keys):
     anonymous = sorted((name, reasons) for name, reasons in traffic["anonymous"].items() if name in names)
     since = datetime.fromtimestamp(traffic["since"], tz=dt_timezone.utc) if traffic["since"] else None
     return {"rows": rows, "anonymous": anonymous, "since": since}
+
+
+@register.filter
+def evidence(value):
+    """An alert's evidence as a definition list / table (monitoring/evidence.py)."""
+    from monitoring.evidence import render
+
+    return render(value)

@@ -22,6 +22,7 @@ import onnx
 
 from registry import names, triton_config
 from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, input_bounds, numerics, outputs, recipes
+from registry.sizes import human_size
 from registry.factory.gpu import checks as gpu_checks
 from registry.factory.gpu import measure as gpu_measure
 from registry.factory.gpu import serving as gpu_serving
@@ -302,7 +303,7 @@ def variants(ctx: BuildContext) -> None:
             raise StageError(f"unknown target {target!r}", "unknown_target") from None
         result.onnx_path = path
         result.size_bytes = path.stat().st_size
-        ctx.log(f"{target}: {result.size_bytes / 1e6:.2f} MB")
+        ctx.log(f"{target}: model file {human_size(result.size_bytes)}")
 
 
 # --- 4. validate -------------------------------------------------------------------------------
@@ -554,7 +555,7 @@ def package(ctx: BuildContext) -> None:
         result.size_bytes = sum(p.stat().st_size for p in staged.rglob("*") if p.is_file())
         if result.status == "validated":
             result.status = "servable"
-        ctx.log(f"{name}: packaged {model_name} ({result.size_bytes / 1e6:.2f} MB)")
+        ctx.log(f"{name}: packaged {model_name} ({human_size(result.size_bytes)})")
 
 
 STAGE_FUNCTIONS = {

@@ -4,6 +4,7 @@ from django import template
 
 from registry.factory import DEFAULT_TARGETS, VARIANTS
 from registry.selectors import builds as build_selectors
+from registry.sizes import human_size
 
 register = template.Library()
 
@@ -21,3 +22,9 @@ def version_build_panel(context, version):
         "default_targets": DEFAULT_TARGETS,
         "csrf_token": context.get("csrf_token"),
     }
+
+
+@register.filter
+def size(n_bytes):
+    """Bytes as the build log writes them (registry/sizes.py): "1.23 MiB"."""
+    return human_size(n_bytes)

@@ -96,7 +96,7 @@ def test_keys_through_the_api_reach_the_gateway(live_server, subprocess_env, tmp
         wrong = infer("ctr", main["secret"][:-2] + "xx")
         assert wrong.status_code == 401 and wrong.json()["code"] == "invalid_key"
         foreign = infer("ctr", other["secret"])
-        assert foreign.status_code == 403 and foreign.json()["code"] == "forbidden" and "team-b" in foreign.json()["detail"]
+        assert foreign.status_code == 403 and foreign.json()["code"] == "forbidden" and "team-b" in foreign.json()["error"]
         assert infer("open", other["secret"]).status_code == 200  # credentials on a public endpoint are ignored
 
         # over its rate: burst 2, then 0.5/s

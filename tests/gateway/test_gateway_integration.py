@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as triton_http
+from tritonclient.utils import InferenceServerException
 
 from tests.gateway.conftest import TOKEN, GatewayProcess, RouteServer, require_triton, start_triton
 from tests.gateway.triton_models import behaviour_model, ctr_model, infer_body
@@ -126,7 +127,12 @@ def test_json_infer_is_passed_through_with_request_id_and_variant(env):
     assert len({r.headers["X-Model-Variant"] for r in replies}) == 1  # sticky
     stable = [r for r in (env.post("ctr", **{"X-User-Id": f"u{i}"}) for i in range(40)) if r.headers["X-Model-Variant"] == "v1"]
     assert stable and stable[0].json()["outputs"] == direct["outputs"]
-    assert stable[0].json()["model_name"] == STABLE
+    # KServe v2: the reply names the endpoint called and the registry version, never the internal Triton model
+    assert direct["model_name"] == STABLE
+    assert stable[0].json()["model_name"] == "ctr" and stable[0].json()["model_version"] == "1"
+    assert stable[0].content.startswith(b'{"model_name":"ctr","model_version":"1","outputs":')
+    # requests asks for gzip; the gateway does not forward Accept-Encoding (replies.py): uncompressed
+    assert "gzip" in stable[0].request.headers["Accept-Encoding"] and "Content-Encoding" not in stable[0].headers
     generated = env.post("ctr")
     assert len(generated.headers["X-Request-Id"]) >= 16 and generated.headers["X-Model-Variant"] in {"v1", "v2"}
 
@@ -142,11 +148,15 @@ def test_binary_tensor_extension_through_the_gateway(env):
         inputs[0].set_data_from_numpy(dense, binary_data=True)
         inputs[1].set_data_from_numpy(sparse, binary_data=True)
         out = [triton_http.InferRequestedOutput("ctr", binary_data=True)]
-        return client.infer(model, inputs, outputs=out, headers={"X-User-Id": "bin-user"}).as_numpy("ctr")
+        result = client.infer(model, inputs, outputs=out, headers={"X-User-Id": "bin-user"})
+        run.response = result.get_response()
+        return result.as_numpy("ctr")
 
     direct = {STABLE: run(env.a.http_url, STABLE), CANARY: run(env.b.http_url, CANARY)}
     via = run(env.gateway.url, "ctr")
     assert via.shape == (4, 1)
+    # renamed JSON part, Inference-Header-Content-Length moved with it: the binary tensor still decodes
+    assert run.response["model_name"] == "ctr" and run.response["model_version"] in {"1", "2"}
     assert any(np.array_equal(via, d) for d in direct.values())
 
 
@@ -181,9 +191,21 @@ def test_bad_requests_get_clear_errors(env):
     r = env.post("ctr", body=b'{"inputs": [')
     assert r.status_code == 400 and r.json()["code"] == "malformed_json" and r.headers["X-Model-Variant"] == "none"
     r = env.post("ctr", body=b'{"outputs": []}')
-    assert r.status_code == 400 and "inputs" in r.json()["detail"]
+    assert r.status_code == 400 and "inputs" in r.json()["error"]
+    unknown_before = env.gateway.metric("gateway_requests_total", endpoint="(unknown)", status="404")
     r = env.post("no-such-endpoint")
-    assert r.status_code == 404 and r.json()["code"] == "unknown_endpoint" and "no-such-endpoint" in r.json()["detail"]
+    assert r.status_code == 404 and r.json()["code"] == "unknown_endpoint" and "no-such-endpoint" in r.json()["error"]
+    assert "detail" not in r.json()  # KServe v2's error object: {"error": …} (+ our code)
+    # one bucket for endpoints that do not exist, never the client's string as a label
+    assert env.gateway.metric("gateway_requests_total", endpoint="(unknown)", status="404") == unknown_before + 1
+    assert env.gateway.metric("gateway_requests_total", endpoint="no-such-endpoint") == 0
+    # a KServe v2 client reads the message from "error"
+    client = triton_http.InferenceServerClient(env.gateway.url.removeprefix("http://"))
+    dense = triton_http.InferInput("dense", [1, N_DENSE], "FP32")
+    dense.set_data_from_numpy(np.zeros((1, N_DENSE), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as exc:
+        client.infer("no-such-endpoint", [dense])
+    assert "unknown endpoint 'no-such-endpoint'" in exc.value.message()
     r = env.post("ctr", body=b'{"inputs": []}' + b" " * (300 * 1024))
     assert r.status_code == 413 and r.json()["code"] == "body_too_large"
     r = env.post("ctr", **{"X-Request-Timeout-Ms": "soon"})
@@ -206,7 +228,8 @@ def test_bad_requests_get_clear_errors(env):
 
 def test_metadata_health_and_ready(env):
     meta = requests.get(f"{env.gateway.url}/v2/models/ctr", timeout=5)
-    assert meta.status_code == 200 and meta.json()["name"] == STABLE and meta.headers["X-Model-Variant"] == "v1"
+    assert meta.status_code == 200 and meta.json()["name"] == "ctr" and meta.headers["X-Model-Variant"] == "v1"
+    assert meta.json()["versions"] == ["1"] and {i["name"] for i in meta.json()["inputs"]} == {"dense", "sparse"}
     assert requests.get(f"{env.gateway.url}/v2/models/ctr/ready", timeout=2).status_code == 200
     live = requests.get(f"{env.gateway.url}/v2/health/live", headers={"X-Request-Id": "hc-1"}, timeout=2)
     assert live.status_code == 200 and live.headers["X-Request-Id"] == "hc-1" and live.headers["X-Model-Variant"] == "none"

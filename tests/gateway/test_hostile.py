@@ -510,7 +510,7 @@ def test_C2_huge_declared_shape_is_a_400_and_triton_stays_up(env):
     before = env.triton_counts(CANARY)
     for _ in range(5):
         r = requests.post(f"{env.url}/v2/models/hostile/infer", data=raw, timeout=5)
-        assert r.status_code == 400 and "'dense'" in r.json()["detail"] and "declares" in r.json()["detail"]
+        assert r.status_code == 400 and "'dense'" in r.json()["error"] and "declares" in r.json()["error"]
         assert r.headers["X-Model-Variant"] == "none"
     assert env.triton_counts(CANARY) == before  # never forwarded
     # (and the count is live: one valid request shows up in it)
@@ -541,7 +541,7 @@ def test_tenant_keys_statuses_and_metrics(env):
     r = call(Authorization=f"Bearer {REVOKED}")
     assert r.status_code == 401 and r.json()["code"] == "invalid_key"
     r = call(Authorization=f"Bearer {search}")
-    assert r.status_code == 403 and r.json()["code"] == "forbidden" and "team search" in r.json()["detail"]
+    assert r.status_code == 403 and r.json()["code"] == "forbidden" and "team search" in r.json()["error"]
     assert search not in r.text and REVOKED not in r.text
     r = call(Authorization=f"Bearer {ads}")
     assert r.status_code == 200 and r.headers["X-Model-Variant"] == "v1"

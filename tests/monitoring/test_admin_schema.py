@@ -32,3 +32,17 @@ def test_openapi_schema_lists_the_monitoring_endpoints(alice_api):
         assert path in paths, path
     params = {p["name"] for p in paths["/api/v1/metrics/"]["get"]["parameters"]}
     assert {"endpoint", "variant", "metric", "since"} <= params
+
+
+def test_admin_names_are_proper_english_plurals(client, staff):
+    """The admin index lists "Notification deliveries", not Django's default "+s"."""
+    import re
+
+    from django.contrib import admin
+
+    client.force_login(staff)
+    page = client.get("/admin/").content.decode()
+    assert "Notification deliveries" in page and "deliverys" not in page.lower()
+    for model in admin.site._registry:
+        plural = str(model._meta.verbose_name_plural)
+        assert not re.search(r"[^aeiou]ys$|(ss|sh|ch|x)s$", plural), f"{model._meta.label}: {plural!r}"

@@ -242,3 +242,25 @@ def test_tasks_are_named_late_acked_and_routed_by_target():
     assert queue_for(["onnx-fp32", "onnx-int8"]) == "build-cpu" and queue_for(["onnx-fp32", "tensorrt"]) == "build-gpu"
     entry = next(e for e in app.conf.beat_schedule.values() if e["task"] == builds_reclaim.name)
     assert entry["options"]["queue"] == "control"
+
+
+def test_build_log_and_variants_table_give_the_same_sizes(alice, ranker, onnx_path, client):
+    """One formatter (registry/sizes.py): the package stage's log line and the build page's
+    variants table write each artifact's size identically."""
+    from registry.sizes import human_size
+
+    build = _build(alice, upload_version(alice, ranker, onnx_path))
+    package_log = next(s["log"] for s in build.stages if s["name"] == "package")
+    client.force_login(alice)
+    page = client.get(f"/models/builds/{build.pk}/").content.decode()
+    for artifact in Artifact.objects.filter(build=build):
+        shown = human_size(artifact.size_bytes)
+        assert f"packaged {artifact.triton_model_name} ({shown})" in package_log, package_log
+        assert f"<td>{shown}</td>" in page
+
+
+def test_sizes_are_written_in_iec_units():
+    from registry.sizes import human_size
+
+    assert [human_size(n) for n in (None, 1, 1000, 1024, 1536, 10 * 1024 ** 2 + 1, 300 * 1024 ** 3)] == [
+        "—", "1 byte", "1000 bytes", "1.00 KiB", "1.50 KiB", "10 MiB", "300 GiB"]
