@@ -115,7 +115,13 @@ def judge_window(*, endpoint: str, stable_variant: str, candidate_variant: str, 
     """Both arms over [since, until] from the store: per-tick (requests, errors) aligned by
     scrape time, summed latency bucket counts and prediction-score bins. Internal (the
     judge acts for the platform), so not user-scoped."""
-    variants = [stable_variant, candidate_variant]
+    arms = judge_arms(endpoint=endpoint, variants=[stable_variant, candidate_variant], since=since, until=until)
+    return arms[stable_variant], arms[candidate_variant]
+
+
+def judge_arms(*, endpoint: str, variants: list[str], since: datetime, until: datetime | None = None) -> dict[str, ArmWindow]:
+    """Any number of arms over [since, until], ticks aligned by scrape time (see judge_window)."""
+    variants = list(dict.fromkeys(variants))
     base = MetricSample.objects.filter(endpoint=endpoint, variant__in=variants, time__gte=since)
     if until:
         base = base.filter(time__lte=until)
@@ -138,7 +144,7 @@ def judge_window(*, endpoint: str, stable_variant: str, candidate_variant: str, 
         index = int(row["metric"].split(":", 1)[1])
         if 0 <= index < SCORE_BINS:
             arm.score_bins[index] += row["n"]
-    return arms[stable_variant], arms[candidate_variant]
+    return arms
 
 
 def score_distribution(*, user, endpoint: str, variant: str, since: datetime) -> list[float]:

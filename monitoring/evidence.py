@@ -1,0 +1,107 @@
+"""What the judge's checks are made of: the windows it reads, its configuration, and the
+evidence dict every check stores (with its `progress`: how much of the sample it needs it
+has, and when at the current pace it will have it).
+
+Pure (numpy only). The progress contract (shared with the endpoint page and the CLI):
+`"progress": {"have": int, "need": int | None, "unit": "requests" | "samples" | "scores"}`
+and `"eta_seconds": float | None` (None: cannot be estimated, e.g. no traffic yet, or
+the sample is complete and the check waits for something else).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class ArmWindow:
+    """One variant over the window: per-tick (requests, errors), latency bucket counts
+    {le_seconds: count} (non-cumulative) and prediction-score bin counts."""
+
+    ticks: list[tuple[float, float]] = field(default_factory=list)
+    latency_buckets: dict[float, float] = field(default_factory=dict)
+    score_bins: list[float] = field(default_factory=list)
+
+    @property
+    def requests(self) -> float:
+        return float(sum(n for n, _ in self.ticks))
+
+    @property
+    def errors(self) -> float:
+        return float(sum(e for _, e in self.ticks))
+
+    def plus(self, other: "ArmWindow") -> "ArmWindow":
+        """Both arms as one (ticks aligned, counts added): e.g. stable and baseline, which
+        serve the same artifact, as the error-rate control."""
+        if len(self.ticks) != len(other.ticks):
+            raise ValueError("windows must be aligned tick by tick")
+        ticks = [(a + c, b + d) for (a, b), (c, d) in zip(self.ticks, other.ticks)]
+        buckets = dict(self.latency_buckets)
+        for le, n in other.latency_buckets.items():
+            buckets[le] = buckets.get(le, 0.0) + n
+        bins = [a + b for a, b in zip(self.score_bins, other.score_bins)] if self.score_bins and other.score_bins else (
+            list(self.score_bins or other.score_bins))
+        return ArmWindow(ticks=ticks, latency_buckets=buckets, score_bins=bins)
+
+
+@dataclass
+class JudgeConfig:
+    alpha: float = 0.05
+    slo_p99_ms: float | None = None
+    slo_error_rate: float | None = None
+    psi_threshold: float = 0.25
+    min_requests: int = 500
+    min_latency_samples: int = 300
+    # A rank test with a large stable arm calls 3-4 slow candidate requests significant
+    # (p ~ 1e-5): one hiccup right after traffic starts would roll a healthy candidate back.
+    min_latency_fail_samples: int = 20
+    min_guardrail_requests: int = 100
+    min_score_samples: int = 200
+    guardrail_alpha: float = 0.01
+    # p99 SLO and PSI guardrails fail only on a sustained breach (Argo's failureLimit):
+    # breaching at `guardrail_failure_limit` successive looks spanning at least
+    # `guardrail_sustain_s` seconds. One window of 108 samples is not a regression.
+    guardrail_failure_limit: int = 3
+    guardrail_sustain_s: float = 10.0
+    error_margin: float = 0.01  # absolute difference of error rates that is "no worse"
+    latency_margin: float = 0.10  # relative: 10 % slower than stable is the practical limit
+    latency_alpha: float = 0.001
+    # Large odds ratios let a small arm's first errors count: at a 5 % share, ψ = 32 makes
+    # two candidate errors (and none on the control) an e-value of ~38 > 1/α (README).
+    odds_ratios: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 8.0, 16.0, 32.0)
+    max_latency_points: int = 4000
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def clean(value):
+    """JSON-friendly numbers (no numpy types, no inf/nan)."""
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
+    return value
+
+
+def make_check(name: str, kind: str, outcome: str, **evidence) -> dict:
+    return {"name": name, "kind": kind, "outcome": outcome, **{k: clean(v) for k, v in evidence.items()}}
+
+
+def progress(have: float, need: float | None, unit: str, seconds: float | None) -> dict:
+    """The `progress` and `eta_seconds` of a check: `have` of `need` gathered over
+    `seconds`; the ETA assumes the pace so far holds (None when there is no pace yet)."""
+    have_i = int(round(have))
+    eta = None
+    if need is not None and have_i >= need:
+        eta = 0.0
+    elif need is not None and seconds and seconds > 0 and have > 0:
+        eta = round((need - have) / (have / seconds), 1)
+    return {"progress": {"have": have_i, "need": None if need is None else int(need), "unit": unit}, "eta_seconds": eta}
