@@ -84,12 +84,20 @@ class OnInconclusive(StrEnum):
 DEFAULT_ON_INCONCLUSIVE = OnInconclusive.PAUSE  # never rolls a healthy-but-unproven candidate back
 
 
+# The default canary steps. The first share is what detection time allows: at a 5 % share
+# of 200 req/s a 2.5 %-failing candidate errs every 4 s, too little information for a
+# verdict within 15 s; at 10 % (20 req/s to the candidate) two errors come in ~4 s median
+# (README "Detection time"). monitoring/forecast.py suggests steps for an endpoint's own
+# traffic (larger first steps at low traffic) and the endpoint page offers them.
+DEFAULT_STEPS_BP = (1_000, 2_500, 5_000, FULL_BP)
+
+
 @dataclass(frozen=True)
 class Plan:
     """How a rollout proceeds: weights per step and what each step needs to pass."""
 
     strategy: Strategy = Strategy.CANARY
-    steps_bp: tuple[int, ...] = (500, 2_500, 5_000, FULL_BP)
+    steps_bp: tuple[int, ...] = DEFAULT_STEPS_BP
     shadow_seconds: float = 0.0
     step_min_seconds: float = 30.0
     step_min_requests: int = 200

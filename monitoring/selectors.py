@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
 from config.errors import NotFound
@@ -218,3 +218,17 @@ def channels_for_alert(alert: Alert) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
+
+
+def endpoint_request_rate(*, endpoint: str, window_s: float = 300.0, now: datetime | None = None) -> float | None:
+    """Requests/s the endpoint served (every variant) over the last `window_s` seconds of
+    stored scrapes; None when nothing was stored (internal: the forecast's input)."""
+    now = now or timezone.now()
+    rows = MetricSample.objects.filter(endpoint=endpoint, metric="requests", time__gt=now - timedelta(seconds=window_s), time__lte=now)
+    stats = rows.aggregate(total=Sum("value"), first=Min("time"), last=Max("time"), ticks=Count("time", distinct=True))
+    if not stats["total"] or not stats["ticks"]:
+        return None
+    span = (stats["last"] - stats["first"]).total_seconds()
+    # each stored tick covers the scrape interval before it: n ticks span n intervals
+    interval = span / (stats["ticks"] - 1) if stats["ticks"] > 1 else 2.0
+    return float(stats["total"]) / max(span + interval, 1e-9)

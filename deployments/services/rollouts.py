@@ -25,8 +25,8 @@ from config.errors import Conflict, InvalidInput
 from deployments.lock_objects import endpoint_for_update, rollout_for_update
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
-    ACTIVE, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, Verdict, after_loaded, check_transition,
-    on_tick,
+    ACTIVE, DEFAULT_STEPS_BP, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, Verdict, after_loaded,
+    check_transition, on_tick,
 )
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
@@ -59,7 +59,7 @@ def rollout_start(
         raise InvalidInput("candidate: it is already the stable artifact of this endpoint.", code="already_stable", field="candidate")
     if strategy == Strategy.BLUE_GREEN:
         steps_bp = [FULL_BP]
-    steps = tuple(int(s) for s in (steps_bp or (500, 2_500, 5_000, FULL_BP)))
+    steps = tuple(int(s) for s in (steps_bp or DEFAULT_STEPS_BP))
     on_inconclusive = on_inconclusive or endpoint.on_inconclusive
     baseline = bool(fair_baseline) and Strategy(strategy) == Strategy.CANARY and any(s < FULL_BP for s in steps)
     try:

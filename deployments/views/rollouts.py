@@ -77,7 +77,7 @@ def rollout_start(request, name):
     endpoint = selectors.endpoint_get(user=request.user, name=name)
     try:
         candidate = pool_selectors.artifact_get(user=request.user, artifact_id=request.POST.get("candidate_artifact"))
-        steps = [int(float(p) * 100) for p in request.POST.get("steps_pct", "5,25,50,100").split(",") if p.strip()]
+        steps = [int(float(p) * 100) for p in request.POST.get("steps_pct", "10,25,50,100").split(",") if p.strip()]
         rollout = services.rollout_start(
             user=request.user, endpoint=endpoint, candidate=candidate, steps_bp=steps,
             step_min_seconds=float(request.POST.get("step_min_seconds") or 30),

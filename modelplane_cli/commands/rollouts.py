@@ -58,7 +58,7 @@ def rollout():
 @click.argument("endpoint_name")
 @click.option("--candidate", type=int, required=True, help="Id of the servable artifact to bring in.")
 @click.option("--strategy", type=click.Choice(["canary", "blue-green"]), default=None, help="Default canary.")
-@click.option("--steps", default=None, help="Candidate traffic per step in percent, e.g. 5,25,50,100 (the default).")
+@click.option("--steps", default=None, help="Candidate traffic per step in percent, e.g. 5,25,50,100 (default: the server's, 10,25,50,100).")
 @click.option("--shadow-seconds", type=click.FloatRange(min=0), help="Shadow phase before the canary (blue-green needs it).")
 @click.option("--shadow-sample-rate", type=click.FloatRange(0, 1), help="Share of requests copied to the shadow.")
 @click.option("--step-min-seconds", type=click.FloatRange(min=0), help="Least time in each step (default 30).")
