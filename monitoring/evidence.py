@@ -69,9 +69,10 @@ class JudgeConfig:
     error_margin: float = 0.01  # absolute difference of error rates that is "no worse"
     latency_margin: float = 0.10  # relative: 10 % slower than stable is the practical limit
     latency_alpha: float = 0.001
-    # Large odds ratios let a small arm's first errors count: at a 5 % share, ψ = 32 makes
-    # two candidate errors (and none on the control) an e-value of ~38 > 1/α (README).
-    odds_ratios: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 8.0, 16.0, 32.0)
+    # Large odds ratios let a small arm's first errors count: two candidate errors (none on
+    # the control) are an e-value of ~61 at a 5 % share and ~25 at 10 % (> 1/α = 20); with
+    # the grid ending at 8 they were 11 and 8 (README "Detection time").
+    odds_ratios: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 8.0, 16.0, 32.0, 64.0)
     max_latency_points: int = 4000
 
     def as_dict(self) -> dict:

@@ -218,9 +218,9 @@ def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = 
     inconclusive.
 
     `stable` is the control: the rollout's baseline copy when it has one (same share,
-    same conditions), else the stable. `error_control`: the error-rate test's control
-    when it differs (stable and baseline pooled: both serve the stable artifact, and
-    the more control requests, the more each candidate error weighs). `latency`:
+    same conditions), else the stable. `error_control`: the control of the anchored
+    checks (error rate, PSI) when it differs: stable and baseline pooled (both serve the
+    stable artifact, and the more control requests, the more each candidate error weighs). `latency`:
     (control, candidate) over the current step only, for the latency comparisons;
     without it they use the anchored window. `compare_latency=False` (nothing serves
     beside the candidate) skips them: the p99 SLO guardrail still holds the candidate's
@@ -236,7 +236,7 @@ def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = 
         latency_checks = [_check(name, "test", SKIPPED, window="none",
                                  why="no stable traffic beside the candidate to compare with; the p99 SLO guardrail applies")
                           for name in ("latency", "latency_tail")]
-    checks = [*check_guardrails(stable, candidate, config, previous=previous, now_s=now_s, seconds=seconds),
+    checks = [*check_guardrails(error_control or stable, candidate, config, previous=previous, now_s=now_s, seconds=seconds),
               check_error_rate(error_control or stable, candidate, config, seconds), *latency_checks]
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:

@@ -63,14 +63,17 @@ def judge_tick(
 
 
 def control_variants(rollout) -> tuple[str, list[str]]:
-    """(the variant the candidate is compared with, the variants pooled as the error-rate
-    control). With a fair baseline serving beside the candidate: the baseline, and stable
-    + baseline (both serve the stable artifact; errors do not depend on an arm's share the
-    way latency does, and a larger control makes each candidate error count more)."""
+    """(the variant the candidate is compared with, the variants pooled as the control of
+    the anchored checks: error rate and PSI). With a fair baseline serving beside the
+    candidate: the baseline; and stable + baseline pooled for the anchored checks, for the
+    whole rollout (both serve the stable artifact; errors and scores do not depend on an
+    arm's share the way latency does, a larger control makes each candidate error count
+    more, and at a step where the baseline takes what the stable had, the stable's own
+    history alone would run dry)."""
     stable = variant_name(rollout.baseline_artifact)
-    if rollout.baseline_model and rollout.split.baseline_bp > 0:
+    if rollout.baseline_model:
         baseline = baseline_variant_name(rollout.baseline_artifact)
-        return baseline, [stable, baseline]
+        return (baseline if rollout.split.baseline_bp > 0 else stable), [stable, baseline]
     return stable, [stable]
 
 

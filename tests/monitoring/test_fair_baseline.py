@@ -77,3 +77,27 @@ def test_collector_maps_the_copy_to_the_baseline_variant(fair_rollout):
     PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
     triton = next(t for t in scrape_targets() if t.kind == "triton")
     assert triton.models[fair_rollout.baseline_model].variant == baseline_variant_name(fair_rollout.baseline_artifact)
+
+
+def test_anchored_checks_pool_stable_and_baseline_so_psi_never_runs_dry(deployer, team_a, artifact_factory):
+    """Steps 50 -> 100 %: at 50 % the baseline takes what the stable had (the stable gets
+    nothing), at 100 % nothing runs beside the candidate. The PSI control is stable +
+    baseline over the rollout, so the scores the baseline gave at 50 % still count at 100 %
+    (judged against the stable's own history alone, PSI waited for scores forever)."""
+    from monitoring.services.store import samples_store
+
+    rollout = start_rollout(deployer, team_a, artifact_factory, [5000, 10000], fair_baseline=True)
+    start = rollout.traffic_started_at
+    baseline, candidate = baseline_variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
+    feed(rollout, ticks=20, start=start, stable_rps=0, cand_rps=500, seed=8)
+    for i in range(20):
+        samples_store(rows=[("ctr", v, f"score_bin:{b}", 3.0) for v in (baseline, candidate) for b in range(10)],
+                      at=start + timedelta(seconds=i + 1))
+    canary.judge_rollout(rollout, now=start + timedelta(seconds=20))
+    rollout = Rollout.objects.get(pk=rollout.pk)
+    assert (rollout.state, rollout.step_index) == (State.CANARY, 1), rollout.reason
+    canary.judge_rollout(rollout, now=start + timedelta(seconds=21))
+    verdict = Verdict.objects.filter(rollout_id=rollout.pk, step=1).latest("id")
+    psi = next(c for c in verdict.checks if c["name"] == "psi")
+    assert psi["outcome"] == "pass" and psi["samples"]["stable"] == 600, verdict.reason
+    assert verdict.outcome == "pass", verdict.reason

@@ -74,8 +74,9 @@ def test_every_check_carries_progress_and_an_eta():
 
 def test_two_candidate_errors_at_a_5_percent_share_are_enough():
     """Information per second is what limits detection: at 5 % of 200 req/s a 2.5 %
-    failing candidate errs every 4 s. With odds ratios up to 32 in the mixture, two
-    errors (none on the control) cross 1/alpha; with the old grid (up to 8) they did not."""
+    failing candidate errs every 4 s. With odds ratios up to 64 in the mixture, two
+    errors (none on the control) cross 1/alpha, at a 5 % and at a 10 % share; with the
+    old grid (up to 8) they did not."""
     stable = ArmWindow(ticks=[(190, 0)] * 7 + [(190, 0)])
     candidate = ArmWindow(ticks=[(10, 0)] * 3 + [(10, 1)] + [(10, 0)] * 3 + [(10, 1)])
     assert check_error_rate(stable, candidate, JudgeConfig())["outcome"] == "fail"
@@ -83,6 +84,9 @@ def test_two_candidate_errors_at_a_5_percent_share_are_enough():
     assert check_error_rate(stable, candidate, old)["outcome"] != "fail"
     one = ArmWindow(ticks=[(10, 0)] * 7 + [(10, 1)])
     assert check_error_rate(stable, one, JudgeConfig())["outcome"] != "fail"  # one error is not a regression
+    at_10 = check_error_rate(ArmWindow(ticks=[(180, 0)] * 2), ArmWindow(ticks=[(20, 1)] * 2), JudgeConfig())
+    assert at_10["outcome"] == "fail" and at_10["e_value"] > 20
+    assert check_error_rate(ArmWindow(ticks=[(180, 0)] * 2), ArmWindow(ticks=[(20, 1)] * 2), old)["outcome"] != "fail"
 
 
 def test_error_control_pools_stable_and_baseline():
