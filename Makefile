@@ -60,8 +60,9 @@ bench-artifacts: install
 bench-gateway: install system-deps
 	$(PY) -m bench gateway
 
+# e.g. make bench-rollback ROLLBACK_ARGS="--runs 10 --rates 200" (python -m bench rollback --help)
 bench-rollback: install
-	$(PY) -m bench rollback
+	$(PY) -m bench rollback $(ROLLBACK_ARGS)
 
 # The GPU check (runs anywhere; on a machine without a GPU its GPU rows say why they are skipped).
 bench-gpu: install

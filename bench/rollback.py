@@ -24,7 +24,7 @@ time, median ≤ 10 s, max ≤ 15 s; 0 client-visible errors. Not a test.
 Options: --runs N (5: 20 A/A rollouts over 2 models × 2 rates), --rates 200,20,
 --models demo,twotower, --cases healthy,slow,errors, --steps 5,25,50,100 (percent),
 --no-fair-baseline, --step-min-seconds S (5), --step-deadline-seconds S (180),
---database-url / --broker-url (default: a fresh database on the local PostgreSQL and
+--out NAME (var/bench/NAME.json), --database-url / --broker-url (default: a fresh database on the local PostgreSQL and
 Redis db 9 when they answer, else SQLite and the filesystem broker in the bench's own
 VAR_DIR).
 """
@@ -100,6 +100,7 @@ def _arguments(argv):
     parser.add_argument("--step-deadline-seconds", type=float, default=180.0)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", ""))
     parser.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", ""))
+    parser.add_argument("--out", default="rollback", help="results go to var/bench/OUT.json")
     return parser.parse_args(argv)
 
 
@@ -243,7 +244,7 @@ def main(argv: list[str]) -> int:
 
     summary = summarize(rows)
     print_table(HEADERS, table_rows(summary))
-    path = write_json("rollback", {
+    path = write_json(args.out, {
         "runs": args.runs, "rates_rps": rates, "models": list(models), "cases": cases, "fair_baseline": not args.no_fair_baseline,
         "step_min_seconds": args.step_min_seconds, "step_deadline_seconds": args.step_deadline_seconds,
         "scenarios": scenarios, "summary": summary, "rollouts": rows,

@@ -1,6 +1,9 @@
-"""The canary judge: candidate vs stable on the same window, one verdict per tick.
+"""The canary judge: candidate vs its control on the same window, one verdict per tick.
 
 Pure functions (numpy + scipy.stats), no Django: `judge(stable, candidate, config)`.
+"stable" below is the control: with a fair baseline (a fresh copy of the stable with the
+candidate's share, README "Rollouts and the closed loop") it is the baseline for the
+latency tests, and stable + baseline pooled for the anchored error-rate test and PSI.
 The window must be ANCHORED (it starts when the candidate first got traffic and only
 grows), because the error-rate e-process is a running product over ticks. Latency is
 compared within the current STEP while the stable still gets traffic (not at all when the
@@ -9,12 +12,16 @@ samples come from the same moments; pooled over a drifting rollout they would no
 
 Checks (each reports samples, statistic, p-value or e-value and threshold):
 
-guardrails (hard limits, each needs `min_guardrail_requests` candidate requests first)
-  * p99_slo      candidate p99 (from histogram buckets) over the endpoint's SLO -> fail.
+guardrails (monitoring/guardrails.py; each needs `min_guardrail_requests` first)
+  * p99_slo      candidate p99 (from histogram buckets) over the endpoint's SLO, sustained
+                 (3 looks over >= 10 s, like Argo's failureLimit) -> fail.
   * error_slo    candidate error rate over the SLO, confirmed by a one-sided binomial
                  test at `guardrail_alpha` so a handful of early errors do not trip it.
-  * psi          PSI of the candidate's prediction-score bins vs stable's over
-                 `psi_threshold` (needs `min_score_samples` on each side).
+  * psi          PSI of the candidate's prediction-score bins vs the control's over
+                 `psi_threshold` (needs `min_score_samples` on each side), sustained.
+
+Every check's evidence has `progress` {have, need, unit} and `eta_seconds`
+(monitoring/evidence.py), so a waiting verdict says what it waits for.
 
 statistical comparisons
   * error_rate   always-valid one-sided test that the candidate errs more often. Per tick,
