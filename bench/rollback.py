@@ -221,6 +221,8 @@ def main(argv: list[str]) -> int:
                         errors = load.errors_since(onset_wall)
                         row = {"model": name, "rate": rate, "case": case, "run": run + 1, "rollout": rollout.pk, "outcome": outcome,
                                "seconds": acted, "client_errors": errors, "client_error_statuses": load.error_statuses_since(onset_wall),
+                               "client_errors_at_s": load.error_times_since(onset_wall)[:50],
+                               "traffic_started_at_s": round(started.timestamp() - onset_wall, 2) if started else None,
                                "fair_baseline": bool(rollout.baseline_model), "reason": done.reason[:300],
                                "latency": first_step_latency(done) if case == "healthy" else None}
                         rows.append(row)

@@ -20,8 +20,8 @@ def first_step_latency(rollout) -> dict | None:
     start = rollout.traffic_started_at
     if start is None:
         return None
-    after = (Event.objects.filter(object_type="deployments.rollout", object_id=str(rollout.pk), action="transition", time__gt=start)
-             .order_by("time").first())
+    after = (Event.objects.filter(object_type="deployments.rollout", object_id=str(rollout.pk), action="transition",
+                                  from_state__in=["canary[0]", "shadow"]).order_by("time").first())  # the first step's end
     until = after.time if after else rollout.finished_at
     stable, candidate = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
     baseline = baseline_variant_name(rollout.baseline_artifact)
@@ -30,6 +30,18 @@ def first_step_latency(rollout) -> dict | None:
            (("stable", stable), ("baseline", baseline), ("candidate", candidate))}
     out = {f"{k}_p50_ms": None if v is None else round(v * 1000, 3) for k, v in p50.items()}
     out["requests"] = {name: arms[v].requests for name, v in (("stable", stable), ("baseline", baseline), ("candidate", candidate))}
+    # Triton's own compute time per request (where a cold small arm shows first), averaged over the step's scrapes
+    from django.db.models import Avg
+
+    from monitoring.models import MetricSample
+
+    compute = {name: MetricSample.objects.filter(endpoint=rollout.endpoint.name, variant=v, metric="compute_ms", time__gte=start,
+                                                 time__lte=until).aggregate(m=Avg("value"))["m"]
+               for name, v in (("stable", stable), ("baseline", baseline), ("candidate", candidate))}
+    out["compute_ms"] = {k: None if v is None else round(v, 3) for k, v in compute.items()}
+    if compute["candidate"]:
+        out["compute_ratio_vs_baseline"] = round(compute["candidate"] / compute["baseline"], 3) if compute["baseline"] else None
+        out["compute_ratio_vs_stable"] = round(compute["candidate"] / compute["stable"], 3) if compute["stable"] else None
     if p50["candidate"]:
         out["ratio_vs_baseline"] = round(p50["candidate"] / p50["baseline"], 3) if p50["baseline"] else None
         out["ratio_vs_stable"] = round(p50["candidate"] / p50["stable"], 3) if p50["stable"] else None
@@ -61,7 +73,7 @@ def summarize(rows: list[dict]) -> dict:
         if entry["case"] == "healthy":
             entry["false_rollbacks"] = sum(1 for r in rows_ if r["outcome"] == "rolled back")
             ratios = [r["latency"] for r in rows_ if r.get("latency")]
-            for name in ("ratio_vs_baseline", "ratio_vs_stable"):
+            for name in ("ratio_vs_baseline", "ratio_vs_stable", "compute_ratio_vs_baseline", "compute_ratio_vs_stable"):
                 entry[name] = distribution([x[name] for x in ratios if x.get(name)])
     return out
 
@@ -73,6 +85,8 @@ def table_rows(summary: dict) -> list[list]:
         ratio = ""
         if entry["case"] == "healthy" and entry["ratio_vs_baseline"]["n"]:
             ratio = f"{entry['ratio_vs_baseline']['median']} / {entry['ratio_vs_stable']['median'] or '-'}"
+            if entry["compute_ratio_vs_baseline"]["n"]:
+                ratio += f" (Triton compute {entry['compute_ratio_vs_baseline']['median']} / {entry['compute_ratio_vs_stable']['median']})"
         rows.append([entry["model"], f"{entry['rate_rps']:g}", entry["case"], f"{entry['as_expected']}/{entry['runs']}",
                      s["min"], s["median"], s["p90"], s["max"], entry["client_errors"],
                      entry.get("false_rollbacks", ""), ratio])
@@ -80,4 +94,4 @@ def table_rows(summary: dict) -> list[list]:
 
 
 HEADERS = ["model", "req/s", "case", "as expected", "min s", "median s", "p90 s", "max s", "client errors", "false rollbacks",
-           "p50 cand/baseline / cand/stable"]
+           "A/A step 1: p50 cand/baseline / cand/stable"]

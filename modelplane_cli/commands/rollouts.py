@@ -64,7 +64,8 @@ def rollout():
 @click.option("--step-min-seconds", type=click.FloatRange(min=0), help="Least time in each step (default 30).")
 @click.option("--step-min-requests", type=click.IntRange(min=0), help="Least candidate requests in each step (default 200).")
 @click.option("--step-deadline-seconds", type=click.FloatRange(min=0), help="A step without a conclusive verdict by then (default 600)…")
-@click.option("--on-inconclusive", type=click.Choice(["rollback", "pause"]), help="…is rolled back (default) or paused.")
+@click.option("--on-inconclusive", type=click.Choice(["rollback", "pause", "promote"]),
+              help="…is rolled back, paused (the endpoint's default unless set) or goes on unless a check failed (promote).")
 @click.option("--promote-grace-seconds", type=click.FloatRange(min=0), help="Hold at 100 % before the old stable goes (default 30).")
 @click.option("--watch", is_flag=True, help="Then watch it to the end (exit 0 succeeded, 11 rolled back, 12 failed, 13 paused).")
 @watch_options
