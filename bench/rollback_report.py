@@ -38,10 +38,14 @@ def first_step_latency(rollout) -> dict | None:
     compute = {name: MetricSample.objects.filter(endpoint=rollout.endpoint.name, variant=v, metric="compute_ms", time__gte=start,
                                                  time__lte=until).aggregate(m=Avg("value"))["m"]
                for name, v in (("stable", stable), ("baseline", baseline), ("candidate", candidate))}
+    if out["requests"]["stable"] < 100:
+        compute["stable"] = None
     out["compute_ms"] = {k: None if v is None else round(v, 3) for k, v in compute.items()}
     if compute["candidate"]:
         out["compute_ratio_vs_baseline"] = round(compute["candidate"] / compute["baseline"], 3) if compute["baseline"] else None
         out["compute_ratio_vs_stable"] = round(compute["candidate"] / compute["stable"], 3) if compute["stable"] else None
+    if out["requests"]["stable"] < 100:  # a step where the baseline took the stable's whole share: no stable to compare with
+        p50["stable"] = None
     if p50["candidate"]:
         out["ratio_vs_baseline"] = round(p50["candidate"] / p50["baseline"], 3) if p50["baseline"] else None
         out["ratio_vs_stable"] = round(p50["candidate"] / p50["stable"], 3) if p50["stable"] else None
