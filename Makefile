@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-gpu clean lint
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu clean lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -60,8 +60,9 @@ bench-artifacts: install
 bench-gateway: install system-deps
 	$(PY) -m bench gateway
 
+# e.g. make bench-rollback ROLLBACK_ARGS="--runs 10 --rates 200" (python -m bench rollback --help)
 bench-rollback: install
-	$(PY) -m bench rollback
+	$(PY) -m bench rollback $(ROLLBACK_ARGS)
 
 bench-build-box: install
 	$(PY) -m bench build_box

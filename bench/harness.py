@@ -38,9 +38,12 @@ TritonPythonModel.execute = _injected_execute
 '''
 
 
-def package_artifact(team, onnx_path: Path, work: Path, *, model_name: str = "ctr", error_rate: float = 0.0, delay_s: float = 0.0):
+def package_artifact(team, onnx_path: Path, work: Path, *, model_name: str = "ctr", error_rate: float = 0.0, delay_s: float = 0.0,
+                     write_dir=None):
     """A servable Artifact over a Triton model dir in the artifact factory's layout, whose
-    model optionally fails `error_rate` of requests or sleeps `delay_s` per batch."""
+    model optionally fails `error_rate` of requests or sleeps `delay_s` per batch.
+    `write_dir(parent, name, onnx_path)`: how to write the directory (default: the demo
+    model's, tests/deployments/packaging.py)."""
     from registry import storage
     from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, RegisteredModel, VersionSource
     from registry.names import triton_model_name
@@ -51,7 +54,7 @@ def package_artifact(team, onnx_path: Path, work: Path, *, model_name: str = "ct
                                           file_sha256="0" * 64, file_path="x.onnx")
     build = Build.objects.create(version=version, targets=["onnx-fp32"], status=BuildStatus.SUCCEEDED)
     name = triton_model_name(model_name, version.version, "onnx-fp32")
-    staged = write_model_dir(work / "staging", name, onnx_path)
+    staged = (write_dir or write_model_dir)(work / "staging", name, onnx_path)
     if error_rate or delay_s:
         with open(staged / "1" / "model.py", "a") as fh:
             fh.write(INJECT.replace("{error_rate}", repr(float(error_rate))).replace("{delay_s}", repr(float(delay_s))))
@@ -93,7 +96,7 @@ class Load:
     """About `rate` requests/s against a gateway endpoint from a few threads; records
     (time, status, variant, latency) of every reply."""
 
-    def __init__(self, url: str, rate: float = 120.0, threads: int = 4):
+    def __init__(self, url: str, rate: float = 120.0, threads: int = 4, body: str | None = None):
         self.url, self.interval, self.threads = url, threads / rate, threads
         self.records: list[tuple[float, int, str, float]] = []
         self.stop_event = threading.Event()
@@ -101,7 +104,7 @@ class Load:
         self.body = json.dumps({"inputs": [
             {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": rng.normal(size=13).round(4).tolist()},
             {"name": "sparse", "shape": [1, 26], "datatype": "INT64", "data": rng.integers(0, 5000, size=26).tolist()},
-        ]})
+        ]}) if body is None else body
 
     @property
     def statuses(self) -> list[int]:

@@ -1,23 +1,32 @@
-"""python -m bench rollback — how fast the closed loop acts, with real processes.
+"""python -m bench rollback — how fast and how right the closed loop acts, with real processes.
 
 One process tree on this machine: the web app (gunicorn), a Celery worker and beat, the
 local pool supervisor with a real tritonserver replica, the gateway, and a load
-generator at --rate requests/s (default 200). For each of --runs rounds, one canary of
-each kind on the endpoint (default plan 5 → 25 → 50 → 100 %):
-  healthy   the same model as stable (an A/A test: any rollback is a false rollback)
+generator. Two models: the demo CTR model and a two-tower ranker the bench builds itself
+(bench/twotower.py: other inputs, other tables), each behind its own endpoint. For each
+model and each rate in --rates (default 200 and 20 req/s), --runs rounds of one canary
+of each kind:
+  healthy   the same model as stable (A/A: any rollback is a false rollback)
   slow      30 % slower than stable end to end (sleep = 0.3 × the measured p50)
-  errors    fails 5 % of requests
-Measured per case: seconds from the candidate's first traffic to its weight being 0
-(slow, errors: traffic_stopped_at) or 100 % (healthy: entering promoting), and the
-client-visible errors (non-200 replies) during the rollout.
+  errors    fails 2.5 % of requests
+The plan is the one the platform suggests for the rate (monitoring/forecast.py: 10/25/
+50/100 % at 200 req/s, 50/100 % at 20 req/s) unless --steps is given; every rollout has
+the fair baseline unless --no-fair-baseline. Measured per rollout: seconds from the
+candidate's first traffic to its weight being 0 (slow, errors: traffic_stopped_at) or
+100 % (healthy: entering promoting); client-visible errors (non-200 replies); for A/A,
+the first step's p50 latency of candidate over baseline and over stable (the share
+asymmetry the fair baseline removes). Prints the distribution of times (min, median,
+p90, max) per model, rate and case and writes var/bench/rollback.json.
 
-Writes var/bench/rollback.json. Goal: median ≤ 10 s to roll back slow and errors, zero
-false rollbacks. Not a test.
+Goals (issue 12): ≥ 20 A/A rollouts → 0 rollbacks; slow and errors rolled back every
+time, median ≤ 10 s, max ≤ 15 s; 0 client-visible errors. Not a test.
 
-Options: --runs N (3), --rate R (200), --step-min-seconds S (5; the floor each healthy
-step holds before the judge's pass may advance it), --database-url / --broker-url
-(default: a fresh database on the local PostgreSQL and Redis db 9 when they answer,
-else SQLite and the filesystem broker in the bench's own VAR_DIR).
+Options: --runs N (5: 20 A/A rollouts over 2 models × 2 rates), --rates 200,20,
+--models demo,twotower, --cases healthy,slow,errors, --steps 5,25,50,100 (percent),
+--no-fair-baseline, --step-min-seconds S (5), --step-deadline-seconds S (180),
+--out NAME (var/bench/NAME.json), --database-url / --broker-url (default: a fresh database on the local PostgreSQL and
+Redis db 9 when they answer, else SQLite and the filesystem broker in the bench's own
+VAR_DIR).
 """
 
 from __future__ import annotations
@@ -79,14 +88,24 @@ def _environment(args) -> dict:
     return dict(os.environ)  # children need PATH & co. too (Triton starts its python stub through it)
 
 
-def main(argv: list[str]) -> int:
+def _arguments(argv):
     parser = argparse.ArgumentParser(prog="python -m bench rollback")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--runs", type=int, default=5, help="rounds per model and rate (each: one rollout per case)")
+    parser.add_argument("--rates", default="200,20", help="requests/s, comma-separated")
+    parser.add_argument("--models", default="demo,twotower")
+    parser.add_argument("--cases", default="healthy,slow,errors")
+    parser.add_argument("--steps", default="", help="percent per step, e.g. 5,25,50,100 (default: the suggested plan per rate)")
+    parser.add_argument("--no-fair-baseline", action="store_true")
     parser.add_argument("--step-min-seconds", type=float, default=5.0)
+    parser.add_argument("--step-deadline-seconds", type=float, default=180.0)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", ""))
     parser.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", ""))
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", default="rollback", help="results go to var/bench/OUT.json")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = _arguments(argv)
     import signal
 
     # A SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C so the child processes are stopped.
@@ -101,13 +120,17 @@ def main(argv: list[str]) -> int:
     from django.core.management import call_command
     from rest_framework.authtoken.models import Token
 
+    from bench import twotower
     from bench.common import print_table, write_json
     from bench.harness import Load, package_artifact, spawn, stop, wait_for
+    from bench.rollback_report import HEADERS, first_step_latency, summarize, table_rows
     from deployments.models import PoolModel, PoolModelState, Rollout
     from deployments.rollout_machine import TERMINAL, State
     from deployments.services import endpoints as endpoint_services
     from deployments.services import pools as pool_services
     from deployments.services import rollouts as rollout_services
+    from monitoring.forecast import suggest_steps
+    from monitoring.services.canary import judge_config_for
     from registry.models import Event, Role, TeamMembership
     from tests.make_onnx import write as write_onnx
 
@@ -120,7 +143,14 @@ def main(argv: list[str]) -> int:
     gateway_user = User.objects.create_user("gateway", password=None)
     gateway_user.user_permissions.add(Permission.objects.get(codename="read_routes"))
     env["GATEWAY_TOKEN"] = Token.objects.create(user=gateway_user).key
-    onnx_path = write_onnx(var / "ctr.onnx")
+    models = {
+        "demo": {"onnx": write_onnx(var / "ctr.onnx"), "write_dir": None, "body": None, "model_name": "ctr"},
+        "twotower": {"onnx": twotower.write(var / "twotower.onnx"), "write_dir": twotower.write_model_dir,
+                     "body": twotower.request_body(), "model_name": twotower.NAME},
+    }
+    models = {name: models[name] for name in args.models.split(",") if name}
+    rates = [float(r) for r in args.rates.split(",") if r]
+    cases = [c for c in args.cases.split(",") if c]
     python = sys.executable
     procs = {
         "web": spawn([python, "-m", "gunicorn", "config.wsgi", f"--bind=127.0.0.1:{env['PORT']}", "--workers=2", "--threads=4"], env, var / "web.log"),
@@ -130,93 +160,105 @@ def main(argv: list[str]) -> int:
         "pools": spawn([python, "manage.py", "run_pools", "--interval", "0.5", "--stop-replicas-on-exit"], env, var / "pools.log"),
     }
     gateway_url = f"http://127.0.0.1:{env['GATEWAY_PORT']}"
-    results: dict[str, list[dict]] = {"healthy": [], "slow": [], "errors": []}
+    rows: list[dict] = []
     load = None
+    scenarios = []
+    import requests
+
     try:
         print(f"bench rollback: starting web, worker, beat, pools (logs in {var})", flush=True)
-        stable = package_artifact(team, onnx_path, var)
         pool = pool_services.pool_create(user=user, name="bench", team=team, replicas=1)
-        endpoint = endpoint_services.endpoint_create(user=user, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=250,
-                                                    slo_error_rate=0.01, public=True)  # the load has no key
-        wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=120, what="stable READY")
+        endpoints = {}
+        for name, spec in models.items():
+            stable = package_artifact(team, spec["onnx"], var, model_name=spec["model_name"], write_dir=spec["write_dir"])
+            endpoints[name] = endpoint_services.endpoint_create(user=user, name=name, pool=pool, stable_artifact=stable,
+                                                                slo_p99_ms=250, slo_error_rate=0.01, public=True)  # the load has no key
+            wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=120,
+                     what=f"{name} stable READY")
         procs["gateway"] = spawn([python, "-m", "gateway", f"--port={env['GATEWAY_PORT']}", "--host=127.0.0.1",
                                   f"--routes-url=http://127.0.0.1:{env['PORT']}/api/v1/gateway/routes"], env, var / "gateway.log")
-        import requests
-
-        def serving() -> bool:
-            try:
-                return requests.post(f"{gateway_url}/v2/models/ctr/infer", data=Load("").body, timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_for(serving, timeout=60, what="gateway serving ctr")
-        load = Load(f"{gateway_url}/v2/models/ctr/infer", rate=args.rate, threads=max(4, int(args.rate // 40))).start()
-        time.sleep(20)  # warm: the first seconds after start-up are not the steady state
-        settled = time.time() - 10
-        baseline = sorted(r[3] for r in load.records if r[1] == 200 and r[0] >= settled)
-        p50 = baseline[len(baseline) // 2]
-        print(f"bench rollback: stable p50 through the gateway {p50 * 1000:.2f} ms at {args.rate:g} req/s", flush=True)
-        kinds = {"healthy": {}, "slow": {"delay_s": 0.3 * p50}, "errors": {"error_rate": 0.05}}
-        for run in range(args.runs):
-            for case, inject in kinds.items():
-                candidate = package_artifact(team, onnx_path, var, **inject)
-                rollout = rollout_services.rollout_start(
-                    user=user, endpoint=endpoint, candidate=candidate, step_min_seconds=args.step_min_seconds,
-                    step_min_requests=100, step_deadline_seconds=180, promote_grace_seconds=2,
-                )
-                onset_wall = time.time()
-                done = wait_for(lambda: (r := Rollout.objects.get(pk=rollout.pk)).state in TERMINAL and r, timeout=400,
-                                what=f"{case} rollout #{rollout.pk} finished")
-                started = done.traffic_started_at
-                promoted = Event.objects.filter(object_type="deployments.rollout", object_id=str(rollout.pk), to_state=State.PROMOTING).first()
-                if done.traffic_stopped_at:
-                    acted, outcome = (done.traffic_stopped_at - started).total_seconds(), "rolled back"
-                elif promoted:
-                    acted, outcome = (promoted.time - started).total_seconds(), "promoted"
-                else:
-                    acted, outcome = None, done.state
-                errors = load.errors_since(onset_wall)
-                statuses = load.error_statuses_since(onset_wall)
-                error_times = load.error_times_since(onset_wall)
-                traffic_at = (started.timestamp() - onset_wall) if started else None
-                results[case].append({"rollout": rollout.pk, "outcome": outcome, "seconds": acted, "client_errors": errors,
-                                      "client_error_statuses": statuses, "client_errors_at_s": error_times[:50],
-                                      "traffic_started_at_s": traffic_at, "reason": done.reason[:300]})
-                where = f"at {error_times[:5]} s, traffic from {traffic_at:.1f} s " if errors and traffic_at is not None else ""
-                print(f"  run {run + 1} {case:8s} #{rollout.pk}: {outcome} after {acted if acted is None else round(acted, 1)} s, "
-                      f"{errors} client errors {statuses or ''} {where}— {done.reason[:120]}", flush=True)
-                if done.state == State.SUCCEEDED:
-                    endpoint.refresh_from_db()  # the candidate is the new stable
-                time.sleep(2)
+        for name, spec in models.items():
+            body = spec["body"] or Load("").body
+            wait_for(lambda: _serves(requests, f"{gateway_url}/v2/models/{name}/infer", body), timeout=60, what=f"gateway serving {name}")
+        for name, spec in models.items():
+            for rate in rates:
+                endpoint = endpoints[name]
+                endpoint.refresh_from_db()
+                load = Load(f"{gateway_url}/v2/models/{name}/infer", rate=rate, threads=max(2, int(rate // 40)), body=spec["body"]).start()
+                time.sleep(20)  # warm: the first seconds after start-up are not the steady state
+                settled = time.time() - 10
+                latencies = sorted(r[3] for r in load.records if r[1] == 200 and r[0] >= settled)
+                p50 = latencies[len(latencies) // 2]
+                steps = ([int(float(p) * 100) for p in args.steps.split(",")] if args.steps else
+                         suggest_steps(rate, judge_config_for(endpoint), step_deadline_seconds=args.step_deadline_seconds,
+                                       step_min_seconds=args.step_min_seconds, step_min_requests=100,
+                                       baseline=not args.no_fair_baseline))
+                scenarios.append({"model": name, "rate_rps": rate, "stable_p50_ms": round(p50 * 1000, 3), "steps_bp": steps})
+                print(f"bench rollback: {name} at {rate:g} req/s: stable p50 through the gateway {p50 * 1000:.2f} ms; "
+                      f"steps {[s / 100 for s in steps]} %", flush=True)
+                inject = {"healthy": {}, "slow": {"delay_s": 0.3 * p50}, "errors": {"error_rate": 0.025}}
+                for run in range(args.runs):
+                    for case in cases:
+                        candidate = package_artifact(team, spec["onnx"], var, model_name=spec["model_name"], write_dir=spec["write_dir"],
+                                                     **inject[case])
+                        rollout = rollout_services.rollout_start(
+                            user=user, endpoint=endpoint, candidate=candidate, steps_bp=steps, step_min_seconds=args.step_min_seconds,
+                            step_min_requests=100, step_deadline_seconds=args.step_deadline_seconds, promote_grace_seconds=2,
+                            fair_baseline=not args.no_fair_baseline,
+                        )
+                        onset_wall = time.time()
+                        done = wait_for(lambda: (r := Rollout.objects.get(pk=rollout.pk)).state in TERMINAL and r, timeout=900,
+                                        what=f"{case} rollout #{rollout.pk} finished")
+                        started = done.traffic_started_at
+                        promoted = Event.objects.filter(object_type="deployments.rollout", object_id=str(rollout.pk),
+                                                        to_state=State.PROMOTING).first()
+                        if done.traffic_stopped_at and started:
+                            acted, outcome = (done.traffic_stopped_at - started).total_seconds(), "rolled back"
+                        elif promoted and started:
+                            acted, outcome = (promoted.time - started).total_seconds(), "promoted"
+                        else:
+                            acted, outcome = None, done.state
+                        errors = load.errors_since(onset_wall)
+                        row = {"model": name, "rate": rate, "case": case, "run": run + 1, "rollout": rollout.pk, "outcome": outcome,
+                               "seconds": acted, "client_errors": errors, "client_error_statuses": load.error_statuses_since(onset_wall),
+                               "client_errors_at_s": load.error_times_since(onset_wall)[:50],
+                               "traffic_started_at_s": round(started.timestamp() - onset_wall, 2) if started else None,
+                               "fair_baseline": bool(rollout.baseline_model), "reason": done.reason[:300],
+                               "latency": first_step_latency(done) if case == "healthy" else None}
+                        rows.append(row)
+                        ratio = row["latency"] or {}
+                        print(f"  {name} {rate:g} req/s run {run + 1} {case:8s} #{rollout.pk}: {outcome} after "
+                              f"{acted if acted is None else round(acted, 1)} s, {errors} client errors"
+                              + (f", p50 cand/baseline {ratio.get('ratio_vs_baseline')} cand/stable {ratio.get('ratio_vs_stable')}"
+                                 if ratio else "") + f" — {done.reason[:100]}", flush=True)
+                        if done.state == State.SUCCEEDED:
+                            endpoint.refresh_from_db()  # the candidate is the new stable
+                        time.sleep(3)
+                load.stop()
+                load = None
+    except KeyboardInterrupt:
+        print("bench rollback: interrupted; reporting what ran", flush=True)
     finally:
         if load:
             load.stop()
         for name in ("gateway", "pools", "beat", "worker", "web"):
             stop(procs.get(name))
 
-    def summary(case, expected):
-        rows = results[case]
-        times = [r["seconds"] for r in rows if r["outcome"] == expected and r["seconds"] is not None]
-        return {
-            "runs": len(rows), "as_expected": len(times),
-            "median_s": round(statistics.median(times), 2) if times else None,
-            "max_s": round(max(times), 2) if times else None,
-            "client_errors": sum(r["client_errors"] for r in rows),
-            "false_rollbacks": sum(1 for r in rows if r["outcome"] == "rolled back") if case == "healthy" else None,
-        }
-
-    table = {"healthy": summary("healthy", "promoted"), "slow": summary("slow", "rolled back"), "errors": summary("errors", "rolled back")}
-    print_table(
-        ["case", "runs", "as expected", "median s", "max s", "client errors", "false rollbacks"],
-        [[case, s["runs"], s["as_expected"], s["median_s"], s["max_s"], s["client_errors"], "" if s["false_rollbacks"] is None else s["false_rollbacks"]]
-         for case, s in table.items()],
-    )
-    path = write_json("rollback", {
-        "rate_rps": args.rate, "runs": args.runs, "step_min_seconds": args.step_min_seconds, "stable_p50_ms": round(p50 * 1000, 3),
-        "cases": table, "runs_detail": results,
-        "goals": {"median_rollback_s": 10, "false_rollbacks": 0},
-        "false_rollback_count": table["healthy"]["false_rollbacks"],
+    summary = summarize(rows)
+    print_table(HEADERS, table_rows(summary))
+    path = write_json(args.out, {
+        "runs": args.runs, "rates_rps": rates, "models": list(models), "cases": cases, "fair_baseline": not args.no_fair_baseline,
+        "step_min_seconds": args.step_min_seconds, "step_deadline_seconds": args.step_deadline_seconds,
+        "scenarios": scenarios, "summary": summary, "rollouts": rows,
+        "goals": {"aa_false_rollbacks": 0, "rollback_median_s": 10, "rollback_max_s": 15, "client_errors": 0},
         "database": env["DATABASE_URL"].split("@")[-1], "broker": env["CELERY_BROKER_URL"].split("@")[-1],
     })
     print(f"wrote {path}")
     return 0
+
+
+def _serves(requests, url: str, body: str) -> bool:
+    try:
+        return requests.post(url, data=body, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False

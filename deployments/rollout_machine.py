@@ -69,10 +69,27 @@ class Verdict(StrEnum):
 
 
 class OnInconclusive(StrEnum):
-    """What a step does when its deadline passes without a conclusive verdict."""
+    """What a step does when its deadline passes without a conclusive verdict.
+
+    rollback: weight 0 at once; pause: hold the split and alert (a person decides);
+    promote: nothing showed the candidate worse (no check failed, so non-inferiority
+    could not be rejected): the step counts as passed and the rollout goes on (later
+    steps are judged as usual)."""
 
     ROLLBACK = "rollback"
     PAUSE = "pause"
+    PROMOTE = "promote"
+
+
+DEFAULT_ON_INCONCLUSIVE = OnInconclusive.PAUSE  # never rolls a healthy-but-unproven candidate back
+
+
+# The default canary steps. The first share is what detection time allows: at a 5 % share
+# of 200 req/s a 2.5 %-failing candidate errs every 4 s, too little information for a
+# verdict within 15 s; at 10 % (20 req/s to the candidate) two errors come in ~4 s median
+# (README "Detection time"). monitoring/forecast.py suggests steps for an endpoint's own
+# traffic (larger first steps at low traffic) and the endpoint page offers them.
+DEFAULT_STEPS_BP = (1_000, 2_500, 5_000, FULL_BP)
 
 
 @dataclass(frozen=True)
@@ -80,12 +97,13 @@ class Plan:
     """How a rollout proceeds: weights per step and what each step needs to pass."""
 
     strategy: Strategy = Strategy.CANARY
-    steps_bp: tuple[int, ...] = (500, 2_500, 5_000, FULL_BP)
+    steps_bp: tuple[int, ...] = DEFAULT_STEPS_BP
     shadow_seconds: float = 0.0
     step_min_seconds: float = 30.0
     step_min_requests: int = 200
     step_deadline_seconds: float = 600.0
-    on_inconclusive: str = OnInconclusive.ROLLBACK
+    on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
+    baseline: bool = False  # a fresh copy of the stable gets the candidate's share (fair_baseline)
 
     def __post_init__(self):
         steps = list(self.steps_bp)
@@ -95,18 +113,27 @@ class Plan:
         if self.strategy == Strategy.BLUE_GREEN and self.shadow_seconds <= 0:
             raise ValueError("blue-green needs a shadow phase (shadow_seconds > 0)")
         if self.on_inconclusive not in set(OnInconclusive):
-            raise ValueError("on_inconclusive is rollback or pause")
+            raise ValueError("on_inconclusive is rollback, pause or promote")
         if self.step_min_seconds < 0 or self.step_min_requests < 0 or self.step_deadline_seconds < self.step_min_seconds:
             raise ValueError("step minimums must be >= 0 and the deadline >= the minimum time")
 
 
 @dataclass(frozen=True)
 class Split:
-    """Traffic implied by a state: weights of stable and candidate, and the candidate's role."""
+    """Traffic implied by a state: weights of stable, candidate and baseline (a fresh copy
+    of the stable artifact with the candidate's share, when the plan has one), and the
+    candidate's role."""
 
     stable_bp: int
     candidate_bp: int
     candidate_role: str  # "canary", "shadow" or "" (not routed)
+    baseline_bp: int = 0
+
+
+def baseline_share(candidate_bp: int) -> int:
+    """The baseline's weight beside a candidate at `candidate_bp`: the same share while
+    that fits (up to 50 %), else what the candidate leaves (the stable then gets none)."""
+    return max(0, min(candidate_bp, FULL_BP - candidate_bp))
 
 
 def split_for(state: str, step_index: int, plan: Plan, paused_from: str = "") -> Split:
@@ -117,7 +144,8 @@ def split_for(state: str, step_index: int, plan: Plan, paused_from: str = "") ->
         return Split(FULL_BP, 0, "shadow")
     if state == State.CANARY:
         weight = plan.steps_bp[min(step_index, len(plan.steps_bp) - 1)]
-        return Split(FULL_BP - weight, weight, "canary")
+        baseline = baseline_share(weight) if plan.baseline else 0
+        return Split(FULL_BP - weight - baseline, weight, "canary", baseline)
     if state in (State.PROMOTING, State.SUCCEEDED):
         return Split(0, FULL_BP, "canary")
     return Split(FULL_BP, 0, "")  # pending, loading, rolling back, rolled back, failed
@@ -142,7 +170,7 @@ def on_tick(*, state: str, step_index: int, plan: Plan, step_elapsed_s: float, c
 
     fail → roll back now; pass for the step's minimum time and sample → next step (or
     promote after the last); inconclusive → wait, until the step deadline, then the
-    plan's policy (roll back or pause).
+    plan's policy (roll back, pause, or go on as if passed).
     """
     state = State(state)
     if state not in (State.SHADOW, State.CANARY):
@@ -164,5 +192,14 @@ def on_tick(*, state: str, step_index: int, plan: Plan, step_elapsed_s: float, c
         why = f"no conclusive verdict within the step deadline ({plan.step_deadline_seconds:g}s)"
         if plan.on_inconclusive == OnInconclusive.PAUSE:
             return Decision(State.PAUSED, step_index, why)
+        if plan.on_inconclusive == OnInconclusive.PROMOTE:
+            why += "; no check showed the candidate worse (on_inconclusive=promote)"
+            if state == State.SHADOW:
+                if plan.strategy == Strategy.BLUE_GREEN:
+                    return Decision(State.PROMOTING, step_index, why)
+                return Decision(State.CANARY, 0, f"{why}; canary at {plan.steps_bp[0] / 100:g}%")
+            if step_index + 1 >= len(plan.steps_bp):
+                return Decision(State.PROMOTING, step_index, why)
+            return Decision(State.CANARY, step_index + 1, f"{why}; canary at {plan.steps_bp[step_index + 1] / 100:g}%")
         return Decision(State.ROLLING_BACK, step_index, why)
     return Decision(None, step_index, "")

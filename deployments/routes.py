@@ -2,7 +2,9 @@
 
 The contract is gateway/route_table.schema.json (and gateway/README.md): per endpoint,
 its variants with role and weight in basis points, the *ready* replica URLs of their
-pool and the signature of the served artifact (what the gateway checks requests
+pool and the signature of the served artifact (a rollout with a fair baseline adds a
+`baseline` variant: a copy of the stable artifact loaded under its own Triton name, with
+the candidate's share) (what the gateway checks requests
 against before they reach Triton). Nothing here is stored: the table is a pure function
 of the database and the artifacts' files, and its `version` (and the HTTP ETag) is a
 digest of its content.
@@ -26,7 +28,7 @@ from deployments.rollout_machine import FULL_BP
 from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
-from registry.names import triton_name, variant_name
+from registry.names import baseline_triton_name, baseline_variant_name, triton_name, variant_name
 from registry.selectors.serving import artifact_serving_signature
 
 
@@ -40,10 +42,10 @@ def _ready_urls(pool_id: int, model_name: str, ready_models: dict, replicas: dic
     )
 
 
-def _variant(artifact, role, weight_bp, urls) -> dict:
+def _variant(artifact, role, weight_bp, urls, *, name: str = "", triton_model: str = "") -> dict:
     out = {
-        "name": variant_name(artifact), "model_version": str(artifact.version.version), "triton_model": triton_name(artifact),
-        "role": role, "weight_bp": int(weight_bp), "replicas": urls,
+        "name": name or variant_name(artifact), "model_version": str(artifact.version.version),
+        "triton_model": triton_model or triton_name(artifact), "role": role, "weight_bp": int(weight_bp), "replicas": urls,
     }
     signature = artifact_serving_signature(artifact)
     if signature is not None:
@@ -116,6 +118,11 @@ def route_table() -> dict:
                 variants.append(_variant(candidate, "shadow", 0, candidate_urls))
             else:
                 variants.append(_variant(candidate, "canary", split.candidate_bp, candidate_urls))
+                if split.baseline_bp:  # the fair baseline: the stable artifact's own copy, the candidate's share
+                    baseline = rollout.baseline_artifact
+                    baseline_urls = _ready_urls(endpoint.pool_id, rollout.baseline_model, ready_models, replicas)
+                    variants.append(_variant(baseline, "baseline", split.baseline_bp, baseline_urls,
+                                             name=baseline_variant_name(baseline), triton_model=baseline_triton_name(baseline)))
         else:
             variants.append(_variant(stable, "stable", FULL_BP, stable_urls))
         entry["variants"] = variants

@@ -123,9 +123,15 @@ class Endpoint:
     _x: float = 0.0
     _hash_prefix: bytes = b""
     sticky_key: str = ""  # lower-case header name (the HTTP server lower-cases names)
+    # The share of the stable's replies whose scores are sampled at least (PSI needs as many
+    # stable scores as candidate ones): the busiest other live variant's weight / the stable's.
+    stable_score_rate: float = 0.0
 
     def __post_init__(self):
         self.sticky_key = self.sticky_header.lower()
+        others = [v.weight_bp for v in self.live if v is not self.stable]
+        if others and self.stable.weight_bp > 0:
+            self.stable_score_rate = min(1.0, max(others) / self.stable.weight_bp)
         total = 0
         for variant in self.live:
             total += variant.weight_bp
@@ -263,7 +269,7 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
                     )
                 )
             attempt = v.get("attempt_timeout_ms")
-            if attempt is None and v["role"] in ("canary", "arm"):
+            if attempt is None and v["role"] in ("canary", "arm", "baseline"):
                 attempt = timeout_ms / 2
             signature = None
             if v.get("signature") is not None:

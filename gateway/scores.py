@@ -5,8 +5,11 @@ endpoint x variant, with 10 equal-width buckets over [0, 1] (the judge's score b
 
 GATEWAY_SCORE_SAMPLE_RATE (default 0.05) is the share of the stable variant's replies
 sampled; GATEWAY_CANDIDATE_SCORE_SAMPLE_RATE (default 1.0) that of canary, arm and shadow
-replies: a 5 % canary at 200 req/s would otherwise take minutes to give the judge the
-200 scores its PSI guardrail needs, and hold every step until its deadline. 0 turns
+replies (baseline included): a 5 % canary at 200 req/s would otherwise take minutes to
+give the judge the 200 scores its PSI guardrail needs, and hold every step until its
+deadline. While a rollout runs, the stable's rate is raised to at least the candidate's
+weight over the stable's (the route's `stable_score_rate`), so both arms of the PSI
+comparison fill at the same pace (at 5 % of 20 req/s the stable's 5 % never did). 0 turns
 sampling off. Binary-tensor replies are not parsed. Never raises: a reply that is not
 what this expects is simply not sampled.
 """
@@ -37,11 +40,14 @@ class ScoreSampler:
             float(os.environ.get("GATEWAY_CANDIDATE_SCORE_SAMPLE_RATE", "1.0")) if candidate_rate is None else candidate_rate
         )
 
-    def maybe_observe(self, endpoint: str, variant: str, headers: dict, body: bytes, *, candidate: bool = False) -> int:
+    def maybe_observe(self, endpoint: str, variant: str, headers: dict, body: bytes, *, candidate: bool = False,
+                      at_least: float = 0.0) -> int:
         """Observe the scores of a reply (upstream headers with lower-case names) with
         probability `rate`; returns how many. Gzip/deflate replies (clients that send
         Accept-Encoding get them from Triton) are inflated, only when sampled."""
         rate = self.candidate_rate if candidate else self.rate
+        if at_least > rate and rate > 0.0:
+            rate = at_least
         if rate <= 0.0 or random.random() >= rate or not body:
             return 0
         content_type = headers.get("content-type")

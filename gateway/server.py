@@ -552,7 +552,8 @@ class Gateway:
         fault = OK if status < 400 else (CLIENT if status < 500 else BACKEND)
         response = self._done(request, (status, out, data), t0, name, variant.name, fault, tenant)
         if status == 200:  # after the latency is taken: sampling must not tilt the judge's comparison
-            self.scores.maybe_observe(name, variant.name, rheaders, data, candidate=variant is not stable)
+            self.scores.maybe_observe(name, variant.name, rheaders, data, candidate=variant is not stable,
+                                      at_least=ep.stable_score_rate)
         return response
 
     @staticmethod

@@ -15,7 +15,7 @@ from deployments.selectors.rollouts import active_rollouts, serving_endpoints
 from monitoring.collect import TritonModelMap
 from monitoring.targets import ScrapeTarget
 from registry import storage, triton_config
-from registry.names import triton_name, variant_name
+from registry.names import baseline_variant_name, triton_name, variant_name
 
 
 @lru_cache(maxsize=1024)
@@ -29,8 +29,8 @@ def _instances(artifact) -> int:
     return max(1, sum(group.count or 1 for group in config.instance_group) or 1)
 
 
-def _model_map(endpoint_name: str, artifact) -> TritonModelMap:
-    return TritonModelMap(endpoint=endpoint_name, variant=variant_name(artifact), instances=_instances(artifact))
+def _model_map(endpoint_name: str, artifact, variant: str = "") -> TritonModelMap:
+    return TritonModelMap(endpoint=endpoint_name, variant=variant or variant_name(artifact), instances=_instances(artifact))
 
 
 def gateway_metrics_url() -> str:
@@ -51,6 +51,9 @@ def from_deployments() -> list[ScrapeTarget]:
         endpoint = by_id[endpoint_id]
         models_by_pool.setdefault(endpoint.pool_id, {})[triton_name(rollout.candidate_artifact)] = _model_map(
             endpoint.name, rollout.candidate_artifact)
+        if rollout.baseline_model:  # the fair baseline's copy of the stable, under its own name
+            models_by_pool[endpoint.pool_id][rollout.baseline_model] = _model_map(
+                endpoint.name, rollout.baseline_artifact, baseline_variant_name(rollout.baseline_artifact))
     targets = [ScrapeTarget(kind="gateway", url=gateway_metrics_url(), endpoint_teams=teams)]
     for replica in ready_replicas(pool_ids=models_by_pool):
         if not replica.metrics_url:

@@ -1,94 +1,108 @@
-"""Alert evidence as people read it: a definition list for a mapping, a table for a list
-of records (the judge's checks: one row per check), rounded numbers, outcomes as badges,
-and nested values inline — instead of a Python pprint dump. Everything is escaped."""
+"""What the judge's checks are made of: the windows it reads, its configuration, and the
+evidence dict every check stores (with its `progress`: how much of the sample it needs it
+has, and when at the current pace it will have it).
+
+Pure (numpy only). The progress contract (shared with the endpoint page and the CLI):
+`"progress": {"have": int, "need": int | None, "unit": "requests" | "samples" | "scores"}`
+and `"eta_seconds": float | None` (None: cannot be estimated, e.g. no traffic yet, or
+the sample is complete and the check waits for something else).
+"""
 
 from __future__ import annotations
 
-from django.utils.html import conditional_escape, format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+import math
+from dataclasses import asdict, dataclass, field
 
-FIRST_COLUMNS = ("name", "check", "outcome")
-OUTCOMES = {"pass": "ok", "passed": "ok", "ok": "ok", "fail": "failed", "failed": "failed", "inconclusive": "warning",
-            "waiting": "queued", "rollback": "failed", "promote": "ok"}
-MAX_DEPTH = 4
+import numpy as np
 
 
-def label(key) -> str:
-    text = str(key).replace("_", " ").strip()
-    return text[:1].upper() + text[1:]
+@dataclass
+class ArmWindow:
+    """One variant over the window: per-tick (requests, errors), latency bucket counts
+    {le_seconds: count} (non-cumulative) and prediction-score bin counts."""
+
+    ticks: list[tuple[float, float]] = field(default_factory=list)
+    latency_buckets: dict[float, float] = field(default_factory=dict)
+    score_bins: list[float] = field(default_factory=list)
+
+    @property
+    def requests(self) -> float:
+        return float(sum(n for n, _ in self.ticks))
+
+    @property
+    def errors(self) -> float:
+        return float(sum(e for _, e in self.ticks))
+
+    def plus(self, other: "ArmWindow") -> "ArmWindow":
+        """Both arms as one (ticks aligned, counts added): e.g. stable and baseline, which
+        serve the same artifact, as the error-rate control."""
+        if len(self.ticks) != len(other.ticks):
+            raise ValueError("windows must be aligned tick by tick")
+        ticks = [(a + c, b + d) for (a, b), (c, d) in zip(self.ticks, other.ticks)]
+        buckets = dict(self.latency_buckets)
+        for le, n in other.latency_buckets.items():
+            buckets[le] = buckets.get(le, 0.0) + n
+        bins = [a + b for a, b in zip(self.score_bins, other.score_bins)] if self.score_bins and other.score_bins else (
+            list(self.score_bins or other.score_bins))
+        return ArmWindow(ticks=ticks, latency_buckets=buckets, score_bins=bins)
 
 
-def number(value: float) -> str:
-    if value != value or value in (float("inf"), float("-inf")):  # NaN, ±inf
-        return str(value)
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    if abs(value) >= 100:
-        return f"{value:,.1f}"
-    return f"{value:.4g}"
+@dataclass
+class JudgeConfig:
+    alpha: float = 0.05
+    slo_p99_ms: float | None = None
+    slo_error_rate: float | None = None
+    psi_threshold: float = 0.25
+    min_requests: int = 500
+    min_latency_samples: int = 300
+    # A rank test with a large stable arm calls 3-4 slow candidate requests significant
+    # (p ~ 1e-5): one hiccup right after traffic starts would roll a healthy candidate back.
+    min_latency_fail_samples: int = 20
+    min_guardrail_requests: int = 100
+    min_score_samples: int = 200
+    guardrail_alpha: float = 0.01
+    # p99 SLO and PSI guardrails fail only on a sustained breach (Argo's failureLimit):
+    # breaching at `guardrail_failure_limit` successive looks spanning at least
+    # `guardrail_sustain_s` seconds. One window of 108 samples is not a regression.
+    guardrail_failure_limit: int = 3
+    guardrail_sustain_s: float = 10.0
+    error_margin: float = 0.01  # absolute difference of error rates that is "no worse"
+    latency_margin: float = 0.10  # relative: 10 % slower than stable is the practical limit
+    latency_alpha: float = 0.001
+    # Large odds ratios let a small arm's first errors count: two candidate errors (none on
+    # the control) are an e-value of ~61 at a 5 % share and ~25 at 10 % (> 1/α = 20); with
+    # the grid ending at 8 they were 11 and 8 (README "Detection time").
+    odds_ratios: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 8.0, 16.0, 32.0, 64.0)
+    max_latency_points: int = 4000
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
-def scalar(value) -> SafeString:
-    if value is None:
-        return mark_safe('<span class="muted">—</span>')
-    if isinstance(value, bool):
-        return mark_safe("yes" if value else "no")
-    if isinstance(value, (int, float)):
-        return conditional_escape(number(float(value)) if isinstance(value, float) else str(value))
-    text = str(value)
-    if text.lower() in OUTCOMES:
-        return format_html('<span class="badge {}">{}</span>', OUTCOMES[text.lower()], text)
-    return conditional_escape(text)
-
-
-def progress(value) -> str | None:
-    """A judge check's progress toward a verdict ({"have", "need", "unit"}, the contract
-    with the judge): "312 of 500 requests", or None when `value` is not one."""
-    if not (isinstance(value, dict) and set(value) == {"have", "need", "unit"} and isinstance(value["have"], (int, float))):
-        return None
-    have = number(float(value["have"]))
-    if isinstance(value["need"], (int, float)):
-        return f"{have} of {number(float(value['need']))} {value['unit']}"
-    return f"{have} {value['unit']}"
-
-
-def inline(value, depth: int = 0) -> SafeString:
-    """A value inside a table cell: nested mappings as "key: value" pairs on one line."""
-    text = progress(value)
-    if text is not None:
-        return conditional_escape(text)
-    if isinstance(value, dict) and depth < MAX_DEPTH:
-        return format_html_join(", ", "{}: {}", ((label(k), inline(v, depth + 1)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)) and depth < MAX_DEPTH:
-        return format_html_join(", ", "{}", ((inline(v, depth + 1),) for v in value))
-    if isinstance(value, (dict, list, tuple)):
-        return conditional_escape(str(value))
-    return scalar(value)
-
-
-def _columns(rows: list[dict]) -> list[str]:
-    seen: dict[str, None] = {}
-    for row in rows:
-        for key in row:
-            seen.setdefault(key, None)
-    return [k for k in FIRST_COLUMNS if k in seen] + [k for k in seen if k not in FIRST_COLUMNS]
-
-
-def render(value, depth: int = 0) -> SafeString:
-    if depth >= MAX_DEPTH or progress(value) is not None:
-        return inline(value, depth)
+def clean(value):
+    """JSON-friendly numbers (no numpy types, no inf/nan)."""
     if isinstance(value, dict):
-        if not value:
-            return mark_safe('<span class="muted">none</span>')
-        items = format_html_join("", "<dt>{}</dt><dd>{}</dd>", ((label(k), render(v, depth + 1)) for k, v in value.items()))
-        return format_html('<dl class="props evidence">{}</dl>', items)
+        return {k: clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        if value and all(isinstance(item, dict) for item in value):
-            columns = _columns(value)
-            head = format_html_join("", "<th>{}</th>", ((label(c),) for c in columns))
-            body = format_html_join("", "<tr>{}</tr>", (
-                (format_html_join("", "<td>{}</td>", ((inline(row.get(c)),) for c in columns)),) for row in value))
-            return format_html('<div class="scroll-x"><table class="evidence"><thead><tr>{}</tr></thead><tbody>{}</tbody></table></div>',
-                               head, body)
-        return inline(value, depth)
-    return scalar(value)
+        return [clean(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
+    return value
+
+
+def make_check(name: str, kind: str, outcome: str, **evidence) -> dict:
+    return {"name": name, "kind": kind, "outcome": outcome, **{k: clean(v) for k, v in evidence.items()}}
+
+
+def progress(have: float, need: float | None, unit: str, seconds: float | None) -> dict:
+    """The `progress` and `eta_seconds` of a check: `have` of `need` gathered over
+    `seconds`; the ETA assumes the pace so far holds (None when there is no pace yet)."""
+    have_i = int(round(have))
+    eta = None
+    if need is not None and have_i >= need:
+        eta = 0.0
+    elif need is not None and seconds and seconds > 0 and have > 0:
+        eta = round((need - have) / (have / seconds), 1)
+    return {"progress": {"have": have_i, "need": None if need is None else int(need), "unit": unit}, "eta_seconds": eta}

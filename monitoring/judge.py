@@ -1,6 +1,9 @@
-"""The canary judge: candidate vs stable on the same window, one verdict per tick.
+"""The canary judge: candidate vs its control on the same window, one verdict per tick.
 
 Pure functions (numpy + scipy.stats), no Django: `judge(stable, candidate, config)`.
+"stable" below is the control: with a fair baseline (a fresh copy of the stable with the
+candidate's share, README "Rollouts and the closed loop") it is the baseline for the
+latency tests, and stable + baseline pooled for the anchored error-rate test and PSI.
 The window must be ANCHORED (it starts when the candidate first got traffic and only
 grows), because the error-rate e-process is a running product over ticks. Latency is
 compared within the current STEP while the stable still gets traffic (not at all when the
@@ -9,12 +12,16 @@ samples come from the same moments; pooled over a drifting rollout they would no
 
 Checks (each reports samples, statistic, p-value or e-value and threshold):
 
-guardrails (hard limits, each needs `min_guardrail_requests` candidate requests first)
-  * p99_slo      candidate p99 (from histogram buckets) over the endpoint's SLO -> fail.
+guardrails (monitoring/guardrails.py; each needs `min_guardrail_requests` first)
+  * p99_slo      candidate p99 (from histogram buckets) over the endpoint's SLO, sustained
+                 (3 looks over >= 10 s, like Argo's failureLimit) -> fail.
   * error_slo    candidate error rate over the SLO, confirmed by a one-sided binomial
                  test at `guardrail_alpha` so a handful of early errors do not trip it.
-  * psi          PSI of the candidate's prediction-score bins vs stable's over
-                 `psi_threshold` (needs `min_score_samples` on each side).
+  * psi          PSI of the candidate's prediction-score bins vs the control's over
+                 `psi_threshold` (needs `min_score_samples` on each side), sustained.
+
+Every check's evidence has `progress` {have, need, unit} and `eta_seconds`
+(monitoring/evidence.py), so a waiting verdict says what it waits for.
 
 statistical comparisons
   * error_rate   always-valid one-sided test that the candidate errs more often. Per tick,
@@ -45,58 +52,21 @@ statistical comparisons
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
 from deployments.rollout_machine import Verdict
-from monitoring.statistics import histogram_quantile, psi
+from monitoring.evidence import ArmWindow, JudgeConfig, progress
+from monitoring.evidence import make_check as _check
+from monitoring.guardrails import check_guardrails
+from monitoring.statistics import histogram_quantile
+
+__all__ = ["ArmWindow", "Decision", "JudgeConfig", "check_error_rate", "check_guardrails", "check_latency", "judge"]
 
 PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
 SKIPPED = "skipped"  # a comparison with no control to compare against: neither holds nor fails a verdict
-
-
-@dataclass
-class ArmWindow:
-    """One variant over the window: per-tick (requests, errors), latency bucket counts
-    {le_seconds: count} (non-cumulative) and prediction-score bin counts."""
-
-    ticks: list[tuple[float, float]] = field(default_factory=list)
-    latency_buckets: dict[float, float] = field(default_factory=dict)
-    score_bins: list[float] = field(default_factory=list)
-
-    @property
-    def requests(self) -> float:
-        return float(sum(n for n, _ in self.ticks))
-
-    @property
-    def errors(self) -> float:
-        return float(sum(e for _, e in self.ticks))
-
-
-@dataclass
-class JudgeConfig:
-    alpha: float = 0.05
-    slo_p99_ms: float | None = None
-    slo_error_rate: float | None = None
-    psi_threshold: float = 0.25
-    min_requests: int = 500
-    min_latency_samples: int = 300
-    # A rank test with a large stable arm calls 3-4 slow candidate requests significant
-    # (p ~ 1e-5): one hiccup right after traffic starts would roll a healthy candidate back.
-    min_latency_fail_samples: int = 20
-    min_guardrail_requests: int = 100
-    min_score_samples: int = 200
-    guardrail_alpha: float = 0.01
-    error_margin: float = 0.01  # absolute difference of error rates that is "no worse"
-    latency_margin: float = 0.10  # relative: 10 % slower than stable is the practical limit
-    latency_alpha: float = 0.001
-    odds_ratios: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 8.0)
-    max_latency_points: int = 4000
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -104,23 +74,6 @@ class Decision:
     outcome: str
     reason: str
     checks: list[dict]
-
-
-def _check(name: str, kind: str, outcome: str, **evidence) -> dict:
-    return {"name": name, "kind": kind, "outcome": outcome, **{k: _clean(v) for k, v in evidence.items()}}
-
-
-def _clean(value):
-    """JSON-friendly numbers (no numpy types, no inf/nan)."""
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        value = value.item()
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
-    return value
 
 
 # --- error rate: always-valid e-process --------------------------------------------------------
@@ -165,7 +118,7 @@ def error_e_path(stable_ticks, candidate_ticks, odds_ratios=JudgeConfig.odds_rat
     return np.mean(np.exp(np.minimum(np.asarray(paths), 700)), axis=0)
 
 
-def check_error_rate(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) -> dict:
+def check_error_rate(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None) -> dict:
     e_value = error_e_value(stable.ticks, candidate.ticks, config.odds_ratios)
     threshold = 1.0 / config.alpha
     n_s, n_c = stable.requests, candidate.requests
@@ -183,6 +136,7 @@ def check_error_rate(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfi
         samples={"stable": n_s, "candidate": n_c}, errors={"stable": stable.errors, "candidate": candidate.errors},
         rates={"stable": rate_s, "candidate": rate_c}, statistic=difference, e_value=e_value,
         threshold=threshold, min_samples=config.min_requests, margin=config.error_margin,
+        **progress(n_c, config.min_requests, "requests", seconds),
     )
 
 
@@ -212,18 +166,21 @@ def _quantiles_ms(buckets: dict[float, float]) -> dict:
             for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
 
 
-def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) -> list[dict]:
+def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None) -> list[dict]:
     s = reconstruct(stable.latency_buckets, config.max_latency_points)
     c = reconstruct(candidate.latency_buckets, config.max_latency_points)
     n_s_true, n_c_true = sum(stable.latency_buckets.values()), sum(candidate.latency_buckets.values())
     samples = {"stable": n_s_true, "candidate": n_c_true}
     quantiles = {"stable": _quantiles_ms(stable.latency_buckets), "candidate": _quantiles_ms(candidate.latency_buckets)}
+    # the slower-filling arm sets the pace (with a baseline both arms fill alike)
+    have = min(n_s_true, n_c_true)
+    pace = progress(have, config.min_latency_samples, "requests", seconds)
     if len(s) < 2 or len(c) < 2:
         return [
             _check("latency", "test", INCONCLUSIVE, test="Mann-Whitney U vs stable x (1+margin)", samples=samples,
-                   quantiles_ms=quantiles, statistic=None, p_value=None, threshold=config.latency_alpha),
+                   quantiles_ms=quantiles, statistic=None, p_value=None, threshold=config.latency_alpha, **pace),
             _check("latency_tail", "test", INCONCLUSIVE, test="binomial test on share above stable p95 x (1+margin)",
-                   samples=samples, statistic=None, p_value=None, threshold=config.latency_alpha),
+                   samples=samples, statistic=None, p_value=None, threshold=config.latency_alpha, **pace),
         ]
     bound = s * (1 + config.latency_margin)
     slower = stats.mannwhitneyu(c, bound, alternative="greater")
@@ -233,7 +190,7 @@ def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) 
     may_fail = n_c_true >= config.min_latency_fail_samples
     if slower.pvalue < config.latency_alpha:
         outcome = FAIL if may_fail else INCONCLUSIVE
-    elif faster.pvalue < config.latency_alpha and n_c_true >= config.min_latency_samples:
+    elif faster.pvalue < config.latency_alpha and have >= config.min_latency_samples:
         outcome = PASS
     else:
         outcome = INCONCLUSIVE
@@ -242,7 +199,7 @@ def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) 
         quantiles_ms=quantiles, statistic=float(slower.statistic), effect=effect,
         p_value=float(slower.pvalue), p_value_noninferior=float(faster.pvalue),
         threshold=config.latency_alpha, margin=config.latency_margin, min_samples=config.min_latency_samples,
-        min_fail_samples=config.min_latency_fail_samples,
+        min_fail_samples=config.min_latency_fail_samples, **pace,
     )
 
     stable_p95 = histogram_quantile(0.95, stable.latency_buckets)
@@ -250,82 +207,64 @@ def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) 
     above = int(np.sum(c > limit))
     tail = stats.binomtest(above, len(c), 0.05, alternative="greater")
     tail_outcome = (FAIL if may_fail else INCONCLUSIVE) if tail.pvalue < config.latency_alpha else (
-        PASS if n_c_true >= config.min_latency_samples else INCONCLUSIVE)
+        PASS if have >= config.min_latency_samples else INCONCLUSIVE)
     tail_check = _check(
         "latency_tail", "test", tail_outcome, test="binomial test on share above stable p95 x (1+margin)",
         samples=samples, statistic=above / len(c), limit_ms=limit * 1000, p_value=float(tail.pvalue),
-        threshold=config.latency_alpha, expected_share=0.05,
+        threshold=config.latency_alpha, expected_share=0.05, **pace,
     )
     return [shift, tail_check]
 
 
-# --- guardrails --------------------------------------------------------------------------------
-def check_guardrails(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig) -> list[dict]:
-    checks = []
-    n_c = candidate.requests
-    enough = n_c >= config.min_guardrail_requests
-    if config.slo_p99_ms is not None:
-        latency_n = sum(candidate.latency_buckets.values())
-        p99 = histogram_quantile(0.99, candidate.latency_buckets)
-        p99_ms = None if p99 is None else p99 * 1000
-        if latency_n < config.min_guardrail_requests or p99_ms is None:
-            outcome = INCONCLUSIVE
-        else:
-            outcome = FAIL if p99_ms > config.slo_p99_ms else PASS
-        checks.append(_check("p99_slo", "guardrail", outcome, samples={"candidate": latency_n},
-                             statistic=p99_ms, threshold=config.slo_p99_ms, min_samples=config.min_guardrail_requests))
-    if config.slo_error_rate is not None:
-        errors = int(round(candidate.errors))
-        rate = candidate.errors / n_c if n_c else None
-        p_value = float(stats.binomtest(errors, int(round(n_c)), config.slo_error_rate, alternative="greater").pvalue) if n_c >= 1 else None
-        if not enough:
-            outcome = INCONCLUSIVE
-        elif p_value is not None and p_value < config.guardrail_alpha:
-            outcome = FAIL
-        else:
-            outcome = PASS
-        checks.append(_check("error_slo", "guardrail", outcome, samples={"candidate": n_c}, statistic=rate,
-                             p_value=p_value, threshold=config.slo_error_rate, alpha=config.guardrail_alpha,
-                             min_samples=config.min_guardrail_requests))
-    if candidate.score_bins and stable.score_bins:
-        n_sc, n_cc = sum(stable.score_bins), sum(candidate.score_bins)
-        value = psi(stable.score_bins, candidate.score_bins) if n_sc > 0 and n_cc > 0 else None
-        if min(n_sc, n_cc) < config.min_score_samples or value is None:
-            outcome = INCONCLUSIVE
-        else:
-            outcome = FAIL if value > config.psi_threshold else PASS
-        checks.append(_check("psi", "guardrail", outcome, samples={"stable": n_sc, "candidate": n_cc},
-                             statistic=value, threshold=config.psi_threshold, min_samples=config.min_score_samples))
-    return checks
-
-
 # --- the verdict ---------------------------------------------------------------------------------
 def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = None, *,
-          latency: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True) -> Decision:
+          latency: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True,
+          error_control: ArmWindow | None = None, previous: dict | None = None, now_s: float | None = None,
+          seconds: float | None = None, step_seconds: float | None = None) -> Decision:
     """Fail if any check fails; pass if every check passes (or is skipped); otherwise
     inconclusive.
 
-    `latency`: (stable, candidate) over the current step only, for the latency
-    comparisons; without it they use the anchored window. `compare_latency=False` (the
-    candidate takes all traffic, so nothing runs beside it) skips them: the p99 SLO
-    guardrail still holds the candidate's latency."""
+    `stable` is the control: the rollout's baseline copy when it has one (same share,
+    same conditions), else the stable. `error_control`: the control of the anchored
+    checks (error rate, PSI) when it differs: stable and baseline pooled (both serve the
+    stable artifact, and the more control requests, the more each candidate error weighs). `latency`:
+    (control, candidate) over the current step only, for the latency comparisons;
+    without it they use the anchored window. `compare_latency=False` (nothing serves
+    beside the candidate) skips them: the p99 SLO guardrail still holds the candidate's
+    latency. `previous` (the rollout's last checks by name) and `now_s` (epoch seconds)
+    carry the guardrails' breach counts; `seconds` / `step_seconds`: how long the
+    window / the step has run, for each check's ETA."""
     config = config or JudgeConfig()
     if compare_latency:
-        latency_checks = check_latency(*(latency or (stable, candidate)), config)
+        latency_checks = check_latency(*(latency or (stable, candidate)), config, step_seconds if latency else seconds)
         for check in latency_checks:
             check["window"] = "step" if latency else "rollout"
     else:
         latency_checks = [_check(name, "test", SKIPPED, window="none",
                                  why="no stable traffic beside the candidate to compare with; the p99 SLO guardrail applies")
                           for name in ("latency", "latency_tail")]
-    checks = [*check_guardrails(stable, candidate, config), check_error_rate(stable, candidate, config), *latency_checks]
+    checks = [*check_guardrails(error_control or stable, candidate, config, previous=previous, now_s=now_s, seconds=seconds),
+              check_error_rate(error_control or stable, candidate, config, seconds), *latency_checks]
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:
         return Decision(FAIL, "; ".join(_describe(c) for c in failed), checks)
-    waiting = [c["name"] for c in checks if c["outcome"] == INCONCLUSIVE]
+    waiting = [c for c in checks if c["outcome"] == INCONCLUSIVE]
     if waiting:
-        return Decision(INCONCLUSIVE, f"waiting for evidence: {', '.join(waiting)}", checks)
+        return Decision(INCONCLUSIVE, "waiting for evidence: " + ", ".join(_waiting(c) for c in waiting), checks)
     return Decision(PASS, "every guardrail and comparison passed", checks)
+
+
+def _waiting(check: dict) -> str:
+    """`latency (312 of 500 requests, ~40 s)`: what a check still needs."""
+    if check.get("breaches"):
+        return f"{check['name']} (breach {check['breaches']} of {check.get('failure_limit', '?')} needed to fail)"
+    pace = check.get("progress")
+    if not pace or pace.get("need") is None:
+        return check["name"]
+    if pace["have"] >= pace["need"]:
+        return f"{check['name']} (sample complete, not yet significant)"
+    eta = check.get("eta_seconds")
+    return f"{check['name']} ({pace['have']} of {pace['need']} {pace['unit']}{f', ~{eta:.0f} s' if eta is not None else ''})"
 
 
 def _describe(check: dict) -> str:
@@ -342,7 +281,8 @@ def _describe(check: dict) -> str:
         return (f"{check['statistic']:.1%} of candidate requests above {check['limit_ms']:.2f} ms "
                 f"(p={check['p_value']:.2g} < {check['threshold']})")
     if name == "p99_slo":
-        return f"candidate p99 {check['statistic']:.2f} ms over the SLO {check['threshold']} ms"
+        held = f" for {check['breach_held_s']:.0f} s ({check['breaches']} looks)" if check.get("breach_held_s") is not None else ""
+        return f"candidate p99 {check['statistic']:.2f} ms over the SLO {check['threshold']} ms{held}"
     if name == "error_slo":
         return f"candidate error rate {check['statistic']:.2%} over the SLO {check['threshold']:.2%}"
     if name == "psi":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
 from config.errors import NotFound
@@ -127,7 +127,13 @@ def judge_window(*, endpoint: str, stable_variant: str, candidate_variant: str, 
     """Both arms over [since, until] from the store: per-tick (requests, errors) aligned by
     scrape time, summed latency bucket counts and prediction-score bins. Internal (the
     judge acts for the platform), so not user-scoped."""
-    variants = [stable_variant, candidate_variant]
+    arms = judge_arms(endpoint=endpoint, variants=[stable_variant, candidate_variant], since=since, until=until)
+    return arms[stable_variant], arms[candidate_variant]
+
+
+def judge_arms(*, endpoint: str, variants: list[str], since: datetime, until: datetime | None = None) -> dict[str, ArmWindow]:
+    """Any number of arms over [since, until], ticks aligned by scrape time (see judge_window)."""
+    variants = list(dict.fromkeys(variants))
     base = MetricSample.objects.filter(endpoint=endpoint, variant__in=variants, time__gte=since)
     if until:
         base = base.filter(time__lte=until)
@@ -150,7 +156,7 @@ def judge_window(*, endpoint: str, stable_variant: str, candidate_variant: str, 
         index = int(row["metric"].split(":", 1)[1])
         if 0 <= index < SCORE_BINS:
             arm.score_bins[index] += row["n"]
-    return arms[stable_variant], arms[candidate_variant]
+    return arms
 
 
 def score_distribution(*, user, endpoint: str, variant: str, since: datetime) -> list[float]:
@@ -224,3 +230,17 @@ def channels_for_alert(alert: Alert) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
+
+
+def endpoint_request_rate(*, endpoint: str, window_s: float = 300.0, now: datetime | None = None) -> float | None:
+    """Requests/s the endpoint served (every variant) over the last `window_s` seconds of
+    stored scrapes; None when nothing was stored (internal: the forecast's input)."""
+    now = now or timezone.now()
+    rows = MetricSample.objects.filter(endpoint=endpoint, metric="requests", time__gt=now - timedelta(seconds=window_s), time__lte=now)
+    stats = rows.aggregate(total=Sum("value"), first=Min("time"), last=Max("time"), ticks=Count("time", distinct=True))
+    if not stats["total"] or not stats["ticks"]:
+        return None
+    span = (stats["last"] - stats["first"]).total_seconds()
+    # each stored tick covers the scrape interval before it: n ticks span n intervals
+    interval = span / (stats["ticks"] - 1) if stats["ticks"] > 1 else 2.0
+    return float(stats["total"]) / max(span + interval, 1e-9)

@@ -5,6 +5,8 @@
   variant under it; an Artifact row keeps it in `triton_model_name`.
 - Variant name, what X-Model-Variant, metric labels and the canary judge call an artifact:
   `v{version}-{variant}` (e.g. `v3-onnx-int8`).
+- Baseline: a rollout's fresh copy of the stable artifact, `{triton name}__baseline` in
+  Triton and `{variant name}-baseline` in labels (Kayenta's fair baseline).
 - TensorRT cache directory: where GPU variants' configs keep TensorRT engines and timing
   caches, and where the Kubernetes driver mounts a volume on GPU pools.
 - Reserved model names: words a model may not be called because its page
@@ -50,3 +52,17 @@ def triton_name(artifact: Artifact) -> str:
 def variant_name(artifact: Artifact) -> str:
     """The name a variant has in X-Model-Variant, metric labels and the judge: v3-onnx-int8."""
     return f"v{artifact.version.version}-{artifact.variant}"
+
+
+BASELINE_SUFFIX = "__baseline"
+
+
+def baseline_triton_name(artifact: Artifact) -> str:
+    """The Triton name a rollout's baseline (a fresh copy of the stable artifact, loaded
+    under another name so it runs as its own model instance) is served under."""
+    return f"{triton_name(artifact)}{BASELINE_SUFFIX}"
+
+
+def baseline_variant_name(artifact: Artifact) -> str:
+    """The baseline's variant name (X-Model-Variant, metric labels, the judge): v3-onnx-int8-baseline."""
+    return f"{variant_name(artifact)}-baseline"

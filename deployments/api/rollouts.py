@@ -21,7 +21,7 @@ from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
-from registry.names import variant_name
+from registry.names import baseline_variant_name, variant_name
 
 
 class EndpointSerializer(serializers.ModelSerializer):
@@ -34,7 +34,8 @@ class EndpointSerializer(serializers.ModelSerializer):
     class Meta:
         model = Endpoint
         fields = ["name", "url", "team", "pool", "stable_artifact", "stable_variant", "slo_p99_ms", "slo_error_rate",
-                  "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "public", "created_at", "updated_at"]
+                  "psi_threshold", "latency_margin", "on_inconclusive", "sticky_header", "timeout_ms", "public", "created_at",
+                  "updated_at"]
         read_only_fields = fields
 
     def get_stable_variant(self, endpoint) -> str | None:
@@ -46,6 +47,10 @@ class EndpointUpdateSerializer(serializers.Serializer):
     slo_error_rate = serializers.FloatField(required=False)
     psi_threshold = serializers.FloatField(required=False)
     latency_margin = serializers.FloatField(required=False)
+    on_inconclusive = serializers.ChoiceField(
+        choices=[o.value for o in OnInconclusive], required=False,
+        help_text="When a rollout step's deadline passes without a conclusive verdict: rollback, pause (and alert; the "
+                  "default) or promote (go on unless a check failed). A rollout may override it.")
     sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
     timeout_ms = serializers.IntegerField(required=False)
     public = serializers.BooleanField(required=False, help_text="Callable without an inference key (default false: "
@@ -64,13 +69,15 @@ class RolloutSerializer(serializers.ModelSerializer):
     baseline_artifact = serializers.IntegerField(source="baseline_artifact_id", read_only=True)
     candidate_variant = serializers.SerializerMethodField()
     baseline_variant = serializers.SerializerMethodField()
+    fair_baseline = serializers.SerializerMethodField()
     traffic = serializers.SerializerMethodField()
     created_by = serializers.StringRelatedField()
 
     class Meta:
         model = Rollout
         fields = [
-            "id", "endpoint", "candidate_artifact", "candidate_variant", "baseline_artifact", "baseline_variant", "strategy",
+            "id", "endpoint", "candidate_artifact", "candidate_variant", "baseline_artifact", "baseline_variant", "fair_baseline",
+            "strategy",
             "steps_bp", "shadow_seconds", "shadow_sample_rate", "step_min_seconds", "step_min_requests",
             "step_deadline_seconds", "on_inconclusive", "promote_grace_seconds", "state", "step_index", "paused_from",
             "generation", "reason", "traffic", "state_entered_at", "step_started_at", "traffic_started_at",
@@ -84,9 +91,16 @@ class RolloutSerializer(serializers.ModelSerializer):
     def get_baseline_variant(self, rollout) -> str:
         return variant_name(rollout.baseline_artifact)
 
+    def get_fair_baseline(self, rollout) -> dict | None:
+        """The fresh copy of the stable the candidate is judged against (null: judged against the stable)."""
+        if not rollout.baseline_model:
+            return None
+        return {"variant": baseline_variant_name(rollout.baseline_artifact), "triton_model": rollout.baseline_model}
+
     def get_traffic(self, rollout) -> dict:
         split = rollout.split
-        return {"stable_bp": split.stable_bp, "candidate_bp": split.candidate_bp, "candidate_role": split.candidate_role}
+        return {"stable_bp": split.stable_bp, "candidate_bp": split.candidate_bp, "baseline_bp": split.baseline_bp,
+                "candidate_role": split.candidate_role}
 
 
 class RolloutCreateSerializer(serializers.Serializer):
@@ -98,8 +112,12 @@ class RolloutCreateSerializer(serializers.Serializer):
     step_min_seconds = serializers.FloatField(min_value=0, default=30.0)
     step_min_requests = serializers.IntegerField(min_value=0, default=200)
     step_deadline_seconds = serializers.FloatField(min_value=0, default=600.0)
-    on_inconclusive = serializers.ChoiceField(choices=[o.value for o in OnInconclusive], default=OnInconclusive.ROLLBACK)
+    on_inconclusive = serializers.ChoiceField(choices=[o.value for o in OnInconclusive], required=False,
+                                              help_text="rollback, pause or promote; default: the endpoint's policy.")
     promote_grace_seconds = serializers.FloatField(min_value=0, default=30.0)
+    fair_baseline = serializers.BooleanField(
+        default=True, help_text="Load a fresh copy of the stable with the candidate's share and judge the candidate "
+                                "against it (canary strategy; default true).")
 
 
 class RolloutActionSerializer(serializers.Serializer):

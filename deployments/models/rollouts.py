@@ -12,7 +12,10 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 
-from deployments.rollout_machine import ACTIVE, FULL_BP, OnInconclusive, Plan, Split, State, Strategy, split_for
+from deployments.rollout_machine import ACTIVE, DEFAULT_ON_INCONCLUSIVE, FULL_BP, OnInconclusive, Plan, Split, State, Strategy, split_for
+
+ON_INCONCLUSIVE_CHOICES = [(OnInconclusive.ROLLBACK.value, "roll back"), (OnInconclusive.PAUSE.value, "pause and alert"),
+                           (OnInconclusive.PROMOTE.value, "go on (promote) unless a check failed")]
 from registry.models import Artifact
 
 
@@ -36,6 +39,9 @@ class Endpoint(models.Model):
     # Closed by default: the gateway lets through only the team's inference keys scoped to
     # it. Public: anyone who reaches the gateway may call it (e.g. the seeded demo).
     public = models.BooleanField(default=False, help_text="Callable without an inference key.")
+    on_inconclusive = models.CharField(
+        max_length=16, default=DEFAULT_ON_INCONCLUSIVE, db_default=DEFAULT_ON_INCONCLUSIVE, choices=ON_INCONCLUSIVE_CHOICES,
+        help_text="What a rollout step does when its deadline passes without a conclusive verdict (a rollout may override it).")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -65,8 +71,10 @@ class Rollout(models.Model):
     step_min_seconds = models.FloatField(default=30.0)
     step_min_requests = models.PositiveIntegerField(default=200)
     step_deadline_seconds = models.FloatField(default=600.0)
-    on_inconclusive = models.CharField(max_length=16, default=OnInconclusive.ROLLBACK,
-                                       choices=[(OnInconclusive.ROLLBACK, "roll back"), (OnInconclusive.PAUSE, "pause")])
+    on_inconclusive = models.CharField(max_length=16, default=DEFAULT_ON_INCONCLUSIVE, choices=ON_INCONCLUSIVE_CHOICES)
+    # The fair baseline's Triton name (a fresh copy of the stable artifact with the
+    # candidate's share, judged against it); "" when the rollout runs without one.
+    baseline_model = models.CharField(max_length=200, blank=True, default="", db_default="")
     promote_grace_seconds = models.FloatField(default=30.0, help_text="Promotion holds this long before the old stable is unloaded.")
     load_timeout_seconds = models.FloatField(default=300.0)
 
@@ -110,4 +118,5 @@ class Rollout(models.Model):
             strategy=Strategy(self.strategy), steps_bp=tuple(self.steps_bp) or (FULL_BP,), shadow_seconds=self.shadow_seconds,
             step_min_seconds=self.step_min_seconds, step_min_requests=self.step_min_requests,
             step_deadline_seconds=self.step_deadline_seconds, on_inconclusive=self.on_inconclusive,
+            baseline=bool(self.baseline_model),
         )

@@ -8,12 +8,14 @@ from django.db import transaction
 from config.errors import Conflict, InvalidInput
 from deployments.lock_objects import endpoint_for_update
 from deployments.models import Endpoint, ServingPool
+from deployments.rollout_machine import OnInconclusive
 from deployments.services import pools as pool_services
 from registry.models import Artifact, ArtifactStatus, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
-ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "public")
+ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "public",
+                   "on_inconclusive")
 
 
 def require_servable(artifact: Artifact, team, field: str) -> None:
@@ -37,6 +39,8 @@ def _endpoint_values(changes: dict) -> dict:
             raise InvalidInput("latency_margin: give a fraction in 0..5 (0.2 = 20 % slower is tolerated).", field=key)
         if key == "timeout_ms" and not 1 <= int(value) <= 600_000:
             raise InvalidInput("timeout_ms: give 1..600000.", field=key)
+        if key == "on_inconclusive" and value not in set(OnInconclusive):
+            raise InvalidInput(f"on_inconclusive: {value!r} is not a policy; give rollback, pause or promote.", field=key)
         if key == "public" and not isinstance(value, bool):
             raise InvalidInput("public: give true or false.", field=key)
         values[key] = value

@@ -228,8 +228,9 @@ def pool_delete(*, user, pool: ServingPool) -> ServingPool:
 
 
 # --- models in pools -------------------------------------------------------------------------
-def pool_load_request(*, user, pool: ServingPool, artifact: Artifact) -> PoolModel:
+def pool_load_request(*, user, pool: ServingPool, artifact: Artifact, model_name: str = "") -> PoolModel:
     """Ask for `artifact` on every replica of `pool`; idempotent for a model already there.
+    `model_name`: under another Triton name than its own (an alias: a rollout's baseline).
 
     Guarantees: only a servable artifact with a readable Triton model directory is
     accepted; the load itself runs in a task and is READY only when every replica says so."""
@@ -241,7 +242,7 @@ def pool_load_request(*, user, pool: ServingPool, artifact: Artifact) -> PoolMod
             code="artifact_not_servable",
             field="artifact",
         )
-    model_dir = model_dir_for(pool, artifact)
+    model_dir = model_dir_for(pool, artifact, model_name)
     with transaction.atomic():
         locked = pool_for_update(pool.pk)
         if locked.status == PoolStatus.DELETING:

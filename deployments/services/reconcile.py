@@ -26,10 +26,12 @@ from registry.services.events import event_record
 RETIRE_AFTER_S = 3.0  # a replica leaving the pool keeps running this long out of the route table
 
 
-def model_dir_for(pool: ServingPool, artifact: Artifact) -> ModelDir:
+def model_dir_for(pool: ServingPool, artifact: Artifact, name: str = "") -> ModelDir:
     """What a driver loads for `artifact` on `pool`: its Triton directory and the load-time
-    config override with the pool's queue limits."""
-    name = triton_name(artifact)
+    config override with the pool's queue limits. `name`: load it under another Triton
+    name (an alias, e.g. a rollout's baseline copy of the stable: the same directory,
+    published under that name, runs as a model of its own with its own instances)."""
+    name = name or triton_name(artifact)
     path = storage.artifact_model_dir(artifact)
     try:
         config = triton_config.override_json(
@@ -48,7 +50,7 @@ def pool_model_load(*, pool_model_id: int) -> PoolModel:
     pool = pool_model.pool
     ready, error = {}, ""
     try:
-        model_dir = model_dir_for(pool, pool_model.artifact)
+        model_dir = model_dir_for(pool, pool_model.artifact, pool_model.triton_model_name)
         ready = driver_for(pool).load(model_dir)
     except LoadFailed as exc:
         error = "\n".join(f"{replica}: {message.strip()}" for replica, message in exc.errors.items())
@@ -146,7 +148,7 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
                 name = pool_model.triton_model_name
                 try:
                     if not driver.is_model_ready(replica, name):
-                        model_dir = model_dir_for(pool, pool_model.artifact)
+                        model_dir = model_dir_for(pool, pool_model.artifact, name)
                         driver.publish(model_dir)
                         driver.load_on(replica, model_dir)
                         reloaded.append((replica.name, name))

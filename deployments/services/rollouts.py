@@ -25,13 +25,13 @@ from config.errors import Conflict, InvalidInput
 from deployments.lock_objects import endpoint_for_update, rollout_for_update
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
-    ACTIVE, FULL_BP, TERMINAL, Decision, IllegalTransition, OnInconclusive, Plan, State, Strategy, Verdict, after_loaded,
+    ACTIVE, DEFAULT_STEPS_BP, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, Verdict, after_loaded,
     check_transition, on_tick,
 )
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
 from registry.models import Artifact, Role
-from registry.names import triton_name
+from registry.names import baseline_triton_name, triton_name
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -39,11 +39,18 @@ from registry.services.teams import require_role
 def rollout_start(
     *, user, endpoint: Endpoint, candidate: Artifact, strategy: str = Strategy.CANARY, steps_bp=None,
     shadow_seconds: float = 0.0, shadow_sample_rate: float = 1.0, step_min_seconds: float = 30.0,
-    step_min_requests: int = 200, step_deadline_seconds: float = 600.0, on_inconclusive: str = OnInconclusive.ROLLBACK,
-    promote_grace_seconds: float = 30.0,
+    step_min_requests: int = 200, step_deadline_seconds: float = 600.0, on_inconclusive: str | None = None,
+    promote_grace_seconds: float = 30.0, fair_baseline: bool = True,
 ) -> Rollout:
     """Start bringing `candidate` into `endpoint`: it is loaded into the endpoint's pool and
-    gets traffic only once READY on every replica. One rollout per endpoint at a time."""
+    gets traffic only once READY on every replica. One rollout per endpoint at a time.
+
+    `fair_baseline` (canary strategy): a fresh copy of the stable artifact is loaded too,
+    under its own Triton name, and gets the candidate's share of traffic; the judge compares
+    the candidate with it (both arms small, both equally cold), the stable serves the rest,
+    and the copy is unloaded when the rollout ends. If the copy cannot be loaded the
+    rollout goes on against the stable and says so. `on_inconclusive`: the endpoint's
+    policy unless given."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
     require_servable(candidate, endpoint.team, "candidate")
     if endpoint.stable_artifact_id is None:
@@ -52,11 +59,13 @@ def rollout_start(
         raise InvalidInput("candidate: it is already the stable artifact of this endpoint.", code="already_stable", field="candidate")
     if strategy == Strategy.BLUE_GREEN:
         steps_bp = [FULL_BP]
-    steps = tuple(int(s) for s in (steps_bp or (500, 2_500, 5_000, FULL_BP)))
+    steps = tuple(int(s) for s in (steps_bp or DEFAULT_STEPS_BP))
+    on_inconclusive = on_inconclusive or endpoint.on_inconclusive
+    baseline = bool(fair_baseline) and Strategy(strategy) == Strategy.CANARY and any(s < FULL_BP for s in steps)
     try:
         plan = Plan(strategy=Strategy(strategy), steps_bp=steps, shadow_seconds=float(shadow_seconds),
                     step_min_seconds=float(step_min_seconds), step_min_requests=int(step_min_requests),
-                    step_deadline_seconds=float(step_deadline_seconds), on_inconclusive=on_inconclusive)
+                    step_deadline_seconds=float(step_deadline_seconds), on_inconclusive=on_inconclusive, baseline=baseline)
     except ValueError as exc:
         raise InvalidInput(f"plan: {exc}", code="bad_plan", field="steps_bp") from None
     if not 0 <= float(shadow_sample_rate) <= 1:
@@ -70,11 +79,14 @@ def rollout_start(
                 shadow_sample_rate=shadow_sample_rate, step_min_seconds=plan.step_min_seconds,
                 step_min_requests=plan.step_min_requests, step_deadline_seconds=plan.step_deadline_seconds,
                 on_inconclusive=plan.on_inconclusive, promote_grace_seconds=float(promote_grace_seconds),
+                baseline_model=baseline_triton_name(endpoint.stable_artifact) if baseline else "",
                 state=State.PENDING, state_entered_at=now, created_by=user,
             )
             event_record(actor=user, obj=rollout, team=endpoint.team, action="created", to_state=State.PENDING,
-                         data={"candidate": candidate.pk, "baseline": endpoint.stable_artifact_id, "steps_bp": list(plan.steps_bp)})
+                         data={"candidate": candidate.pk, "baseline": endpoint.stable_artifact_id, "steps_bp": list(plan.steps_bp),
+                               "fair_baseline": rollout.baseline_model, "on_inconclusive": plan.on_inconclusive})
             pool_services.pool_load_request(user=user, pool=endpoint.pool, artifact=candidate)
+            _request_baseline(rollout, user)
             _transition(rollout, State.LOADING, actor=user, reason="candidate load requested", now=now)
     except IntegrityError:
         raise Conflict(f"Endpoint {endpoint.name!r} already has a rollout in progress.", code="rollout_in_progress") from None
@@ -117,8 +129,35 @@ def _transition(rollout: Rollout, to_state: State, *, actor, reason: str, now: d
     return rollout
 
 
-def _pool_model(rollout: Rollout, artifact: Artifact) -> PoolModel | None:
-    return PoolModel.objects.filter(pool_id=rollout.endpoint.pool_id, triton_model_name=triton_name(artifact)).first()
+def _pool_model(rollout: Rollout, artifact: Artifact, name: str = "") -> PoolModel | None:
+    return PoolModel.objects.filter(pool_id=rollout.endpoint.pool_id, triton_model_name=name or triton_name(artifact)).first()
+
+
+def _request_baseline(rollout: Rollout, user) -> None:
+    """Ask the pool for the rollout's baseline copy unless it is there or on its way; a copy
+    still draining from the rollout before is asked for again at the next tick."""
+    if not rollout.baseline_model:
+        return
+    pool_model = _pool_model(rollout, rollout.baseline_artifact, rollout.baseline_model)
+    if pool_model is not None and pool_model.state in (PoolModelState.READY, PoolModelState.LOADING, PoolModelState.DRAINING):
+        return
+    pool_services.pool_load_request(user=user, pool=rollout.endpoint.pool, artifact=rollout.baseline_artifact,
+                                    model_name=rollout.baseline_model)
+
+
+def _baseline_used_elsewhere(rollout: Rollout) -> bool:
+    return Rollout.objects.filter(endpoint__pool_id=rollout.endpoint.pool_id, baseline_model=rollout.baseline_model,
+                                  state__in=[s.value for s in ACTIVE]).exclude(pk=rollout.pk).exists()
+
+
+def _unload_baseline(rollout: Rollout) -> None:
+    """Drain and unload the rollout's baseline copy (unless another rollout on the pool uses it)."""
+    if not rollout.baseline_model or _baseline_used_elsewhere(rollout):
+        return
+    pool_model = _pool_model(rollout, rollout.baseline_artifact, rollout.baseline_model)
+    if pool_model is not None and pool_model.state in (PoolModelState.READY, PoolModelState.LOADING, PoolModelState.FAILED):
+        pool_services.pool_unload_request(user=rollout.created_by, pool=rollout.endpoint.pool,
+                                          model_name=pool_model.triton_model_name, drain_timeout_s=30.0, force=True)
 
 
 def _still_used(artifact: Artifact, pool_id: int, excluding_rollout: int) -> bool:
@@ -155,6 +194,7 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
         if state in (State.PENDING, State.LOADING):
             return _reconcile_loading(locked, now)
         if state == State.ROLLING_BACK:
+            _unload_baseline(locked)
             pool_state = _unload(locked, locked.candidate_artifact)
             if pool_state in ("", PoolModelState.UNLOADED, PoolModelState.FAILED) or _still_used(
                 locked.candidate_artifact, locked.endpoint.pool_id, locked.pk
@@ -174,10 +214,39 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
             locked.endpoint = endpoint
             rollout = _transition(locked, State.SUCCEEDED, actor=None, now=now,
                                   reason=f"promotion held for {locked.promote_grace_seconds:g}s; old stable unloaded")
+            _unload_baseline(rollout)
             if old_stable is not None and old_stable.pk != locked.candidate_artifact_id:
                 _unload(rollout, old_stable)
             return rollout
         return locked  # shadow / canary / paused: the judge (monitoring) or a person decides
+
+
+def _ready_everywhere(pool_model: PoolModel | None) -> bool:
+    return (pool_model is not None and pool_model.state == PoolModelState.READY and bool(pool_model.replica_ready)
+            and all(pool_model.replica_ready.values()))
+
+
+def _baseline_ready(locked: Rollout, now: datetime) -> bool:
+    """Is the baseline copy READY (or given up on: then the rollout goes on against the stable)?"""
+    if not locked.baseline_model:
+        return True
+    pool_model = _pool_model(locked, locked.baseline_artifact, locked.baseline_model)
+    if _ready_everywhere(pool_model):
+        return True
+    waited = (now - locked.created_at).total_seconds()
+    if (pool_model is not None and pool_model.state == PoolModelState.FAILED) or waited > locked.load_timeout_seconds / 2:
+        why = pool_model.error[:1500] if pool_model is not None and pool_model.error else f"not READY after {waited:.0f}s"
+        event_record(actor=None, obj=locked, team=locked.endpoint.team, action="baseline_unavailable",
+                     reason=f"baseline copy {locked.baseline_model} could not be loaded ({why}); judging against the stable")
+        _unload_baseline(locked)
+        locked.baseline_model = ""
+        locked.save(update_fields=["baseline_model"])
+        return True
+    try:
+        _request_baseline(locked, locked.created_by)  # a copy that was still draining from the rollout before
+    except Conflict:
+        pass
+    return False
 
 
 def _reconcile_loading(locked: Rollout, now: datetime) -> Rollout:
@@ -186,12 +255,15 @@ def _reconcile_loading(locked: Rollout, now: datetime) -> Rollout:
         return _transition(locked, State.LOADING, actor=None, reason="candidate load requested", now=now)
     pool_model = _pool_model(locked, locked.candidate_artifact)
     if pool_model is not None and pool_model.state == PoolModelState.FAILED:
+        _unload_baseline(locked)
         return _transition(locked, State.FAILED, actor=None, now=now, reason=f"candidate failed to load: {pool_model.error[:1500]}")
-    if pool_model is not None and pool_model.state == PoolModelState.READY and pool_model.replica_ready and all(pool_model.replica_ready.values()):
+    if _ready_everywhere(pool_model) and _baseline_ready(locked, now):
         decision = after_loaded(locked.plan)
-        return _transition(locked, decision.to_state, actor=None, now=now, reason=decision.reason, step_index=decision.step_index)
+        reason = decision.reason + (f" beside a fresh baseline copy of the stable ({locked.baseline_model})" if locked.baseline_model else "")
+        return _transition(locked, decision.to_state, actor=None, now=now, reason=reason, step_index=decision.step_index)
     waited = (now - locked.created_at).total_seconds()
     if waited > locked.load_timeout_seconds:
+        _unload_baseline(locked)
         return _transition(locked, State.FAILED, actor=None, now=now,
                            reason=f"candidate not READY on every replica after {locked.load_timeout_seconds:g}s")
     return locked

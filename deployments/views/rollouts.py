@@ -11,6 +11,7 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from config.errors import PlatformError
+from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
 from deployments.rollout_machine import ACTIVE, State
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
@@ -60,6 +61,7 @@ def endpoint_detail(request, name):
         "events": event_list(user=request.user, object_type="deployments.rollout", object_id=rollout.pk)[:30] if rollout else [],
         "candidates": selectors.candidate_artifacts(user=request.user, endpoint=endpoint),
         "chart_since": (rollout.created_at - timedelta(minutes=1)).isoformat() if rollout else "",
+        "on_inconclusive_choices": ON_INCONCLUSIVE_CHOICES,
     }
     if request.htmx and request.GET.get("partial") == "status":
         response = render(request, "deployments/endpoint_detail.html#rollout-status", context)
@@ -75,11 +77,13 @@ def rollout_start(request, name):
     endpoint = selectors.endpoint_get(user=request.user, name=name)
     try:
         candidate = pool_selectors.artifact_get(user=request.user, artifact_id=request.POST.get("candidate_artifact"))
-        steps = [int(float(p) * 100) for p in request.POST.get("steps_pct", "5,25,50,100").split(",") if p.strip()]
+        steps = [int(float(p) * 100) for p in request.POST.get("steps_pct", "10,25,50,100").split(",") if p.strip()]
         rollout = services.rollout_start(
             user=request.user, endpoint=endpoint, candidate=candidate, steps_bp=steps,
             step_min_seconds=float(request.POST.get("step_min_seconds") or 30),
             shadow_seconds=float(request.POST.get("shadow_seconds") or 0),
+            on_inconclusive=request.POST.get("on_inconclusive") or None,
+            fair_baseline=request.POST.get("fair_baseline", "on") in ("on", "true", "1"),
         )
     except (PlatformError, ValueError) as exc:
         messages.error(request, getattr(exc, "detail", None) or f"Bad input: {exc}")

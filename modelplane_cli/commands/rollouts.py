@@ -58,13 +58,14 @@ def rollout():
 @click.argument("endpoint_name")
 @click.option("--candidate", type=int, required=True, help="Id of the servable artifact to bring in.")
 @click.option("--strategy", type=click.Choice(["canary", "blue-green"]), default=None, help="Default canary.")
-@click.option("--steps", default=None, help="Candidate traffic per step in percent, e.g. 5,25,50,100 (the default).")
+@click.option("--steps", default=None, help="Candidate traffic per step in percent, e.g. 5,25,50,100 (default: the server's, 10,25,50,100).")
 @click.option("--shadow-seconds", type=click.FloatRange(min=0), help="Shadow phase before the canary (blue-green needs it).")
 @click.option("--shadow-sample-rate", type=click.FloatRange(0, 1), help="Share of requests copied to the shadow.")
 @click.option("--step-min-seconds", type=click.FloatRange(min=0), help="Least time in each step (default 30).")
 @click.option("--step-min-requests", type=click.IntRange(min=0), help="Least candidate requests in each step (default 200).")
 @click.option("--step-deadline-seconds", type=click.FloatRange(min=0), help="A step without a conclusive verdict by then (default 600)…")
-@click.option("--on-inconclusive", type=click.Choice(["rollback", "pause"]), help="…is rolled back (default) or paused.")
+@click.option("--on-inconclusive", type=click.Choice(["rollback", "pause", "promote"]),
+              help="…is rolled back, paused (the endpoint's default unless set) or goes on unless a check failed (promote).")
 @click.option("--promote-grace-seconds", type=click.FloatRange(min=0), help="Hold at 100 % before the old stable goes (default 30).")
 @click.option("--watch", is_flag=True, help="Then watch it to the end (exit 0 succeeded, 11 rolled back, 12 failed, 13 paused).")
 @watch_options

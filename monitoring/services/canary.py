@@ -22,33 +22,59 @@ from monitoring import conf, selectors
 from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
 from monitoring.models import Alert, Severity, Verdict, VerdictOutcome
 from monitoring.services.alerts import alert_dedupe_key, alert_raise
-from registry.names import variant_name
+from registry.names import baseline_variant_name, variant_name
 
 
 def judge_tick(
     *, rollout_id: int, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime,
     until: datetime | None = None, step: int | None = None, config: JudgeConfig | None = None, team=None,
     latency_window: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True,
+    error_control_variants: list[str] | None = None, previous: dict | None = None, step_seconds: float | None = None,
 ) -> Verdict:
-    """Judge candidate vs stable over the anchored window [since, until] from the store
-    and store the verdict with its evidence. `since` must stay fixed for a rollout (the
-    moment the candidate first got traffic): the error-rate e-process runs from there.
-    `latency_window` (stable, candidate over the current step, while the split is
-    constant) is what the latency comparisons use instead; `compare_latency=False` skips
-    them (no stable traffic beside the candidate); see monitoring/judge.py."""
+    """Judge candidate vs control (`stable_variant`: the stable, or the rollout's baseline
+    copy) over the anchored window [since, until] from the store and store the verdict with
+    its evidence. `since` must stay fixed for a rollout (the moment the candidate first got
+    traffic): the error-rate e-process runs from there. `latency_window` (control,
+    candidate over the current step, while the split is constant) is what the latency
+    comparisons use instead; `compare_latency=False` skips them (nothing beside the
+    candidate). `error_control_variants`: the variants pooled as the error-rate control
+    (stable and baseline); `previous`: the last verdict's checks by name (guardrail breach
+    counts); see monitoring/judge.py."""
     if stable_variant == candidate_variant:
         raise InvalidInput("stable and candidate must be different variants.", field="candidate_variant")
     until = until or timezone.now()
     config = config or JudgeConfig(alpha=conf.get("MONITORING_JUDGE_ALPHA"), psi_threshold=conf.get("MONITORING_PSI_THRESHOLD"))
-    stable, candidate = selectors.judge_window(
-        endpoint=endpoint, stable_variant=stable_variant, candidate_variant=candidate_variant, since=since, until=until
-    )
-    decision: Decision = judge(stable, candidate, config, latency=latency_window, compare_latency=compare_latency)
+    pooled = [v for v in (error_control_variants or []) if v != candidate_variant]
+    arms = selectors.judge_arms(endpoint=endpoint, variants=[stable_variant, candidate_variant, *pooled], since=since, until=until)
+    stable, candidate = arms[stable_variant], arms[candidate_variant]
+    error_control = None
+    if pooled:
+        error_control = arms[pooled[0]]
+        for variant in pooled[1:]:
+            error_control = error_control.plus(arms[variant])
+    decision: Decision = judge(stable, candidate, config, latency=latency_window, compare_latency=compare_latency,
+                               error_control=error_control, previous=previous, now_s=until.timestamp(),
+                               seconds=(until - since).total_seconds(), step_seconds=step_seconds)
     return Verdict.objects.create(
         rollout_id=rollout_id, endpoint=endpoint, step=step, stable_variant=stable_variant,
         candidate_variant=candidate_variant, outcome=decision.outcome, reason=decision.reason[:4000],
         checks=decision.checks, window_start=since, window_end=until, team=team,
     )
+
+
+def control_variants(rollout) -> tuple[str, list[str]]:
+    """(the variant the candidate is compared with, the variants pooled as the control of
+    the anchored checks: error rate and PSI). With a fair baseline serving beside the
+    candidate: the baseline; and stable + baseline pooled for the anchored checks, for the
+    whole rollout (both serve the stable artifact; errors and scores do not depend on an
+    arm's share the way latency does, a larger control makes each candidate error count
+    more, and at a step where the baseline takes what the stable had, the stable's own
+    history alone would run dry)."""
+    stable = variant_name(rollout.baseline_artifact)
+    if rollout.baseline_model:
+        baseline = baseline_variant_name(rollout.baseline_artifact)
+        return (baseline if rollout.split.baseline_bp > 0 else stable), [stable, baseline]
+    return stable, [stable]
 
 
 def _links(rollout) -> dict:
@@ -67,18 +93,23 @@ def judge_config_for(endpoint) -> JudgeConfig:
 def judge_rollout(rollout, *, now=None) -> dict:
     """Judge one rollout now and apply the verdict; returns what happened."""
     now = now or timezone.now()
-    stable, candidate = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
-    step_window = None  # (stable, candidate) since the current step began: its sample, and its latency
+    stable, pooled = control_variants(rollout)
+    candidate = variant_name(rollout.candidate_artifact)
+    step_window = None  # (control, candidate) since the current step began: its sample, and its latency
     if rollout.step_started_at:
         step_window = selectors.judge_window(
             endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate, since=rollout.step_started_at, until=now
         )
+    last = Verdict.objects.filter(rollout_id=rollout.pk).order_by("-created_at", "-pk").only("checks").first()
+    split = rollout.split
     verdict = judge_tick(
         rollout_id=rollout.pk, endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate,
         since=rollout.traffic_started_at, until=now, step=rollout.step_index, config=judge_config_for(rollout.endpoint),
         team=rollout.endpoint.team,
-        # latency within the step (a constant split), and only while the stable serves beside the candidate
-        latency_window=step_window, compare_latency=rollout.split.stable_bp > 0,
+        # latency within the step (a constant split), and only while a control serves beside the candidate
+        latency_window=step_window, compare_latency=split.stable_bp > 0 or split.baseline_bp > 0,
+        error_control_variants=pooled, previous={c["name"]: c for c in (last.checks if last else [])},
+        step_seconds=(now - rollout.step_started_at).total_seconds() if rollout.step_started_at else None,
     )
     step_requests = int(step_window[1].requests) if step_window and verdict.outcome == VerdictOutcome.PASS else 0
     updated, decision = rollout_apply_verdict(

@@ -52,7 +52,27 @@ def inference_key_traffic(context, keys):
 
 @register.filter
 def evidence(value):
-    """An alert's evidence as a definition list / table (monitoring/evidence.py)."""
-    from monitoring.evidence import render
+    """An alert's evidence as a definition list / table (monitoring/evidence_display.py)."""
+    from monitoring.evidence_display import render
 
     return render(value)
+
+
+@register.inclusion_tag("monitoring/_rollout_forecast.html", takes_context=True)
+def rollout_forecast(context, endpoint):
+    """Before a rollout starts: the endpoint's traffic, the steps that fit it, and each
+    step's expected time to a verdict with a warning where it cannot conclude in time."""
+    from monitoring.forecast_api import endpoint_forecast
+
+    plan = endpoint_forecast(user=context["request"].user, name=endpoint.name)
+    plan["suggested_pct"] = ",".join(f"{s / 100:g}" for s in plan["suggested_steps_bp"])
+    return {"forecast": plan}
+
+
+@register.simple_tag(takes_context=True)
+def suggested_steps_pct(context, endpoint) -> str:
+    """The steps (in percent, "10,25,50,100") that fit the endpoint's traffic: the start form's default."""
+    from monitoring.forecast_api import endpoint_forecast
+
+    steps = endpoint_forecast(user=context["request"].user, name=endpoint.name)["suggested_steps_bp"]
+    return ",".join(f"{s / 100:g}" for s in steps)

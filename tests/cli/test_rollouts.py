@@ -92,6 +92,7 @@ def test_watch_a_rollout_the_judge_rolls_back(setup, tmp_path):
     try:
         _wait_log(log, "pending → loading", watch)
         _pool_model_state(candidate, PoolModelState.READY)
+        _pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
         rollout = rollout_services.rollout_reconcile(rollout_id=rollout_id)
         assert rollout.state == "canary"
         _wait_log(log, "loading → canary step 1/2 (5%)", watch)
@@ -135,11 +136,13 @@ def test_pause_resume_promote_with_generations(setup, tmp_path):
         text = _wait_log(log, "Started rollout #", watch)
         rollout_id = int(text.split("Started rollout #")[1].split()[0])
         _pool_model_state(candidate, PoolModelState.READY)
+        _pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
         rollout_services.rollout_reconcile(rollout_id=rollout_id)
         _wait_log(log, "→ canary step 1/2 (50%)", watch)
 
         seen = cli("rollout", "get", rollout_id, "--json").json()
-        assert seen["state"] == "canary" and seen["traffic"] == {"stable_bp": 5000, "candidate_bp": 5000, "candidate_role": "canary"}
+        assert seen["state"] == "canary" and seen["traffic"] == {"stable_bp": 0, "candidate_bp": 5000, "baseline_bp": 5000,
+                                                                  "candidate_role": "canary"}
         stale = cli("rollout", "pause", rollout_id, "--generation", seen["generation"] - 1)
         assert stale.code == exits.API and "stale_generation" in stale.err and "HTTP 409" in stale.err, stale
         paused = cli("rollout", "pause", rollout_id, "--generation", seen["generation"], "--reason", "looking at a dashboard")
@@ -185,6 +188,7 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     rollout_id = int(cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--steps", "5,100", "--step-min-seconds", "5",
                          "--field", "id").out)
     _pool_model_state(candidate, PoolModelState.READY)
+    _pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
     rollout = rollout_services.rollout_reconcile(rollout_id=rollout_id)
     feed(rollout, ticks=3, start=rollout.traffic_started_at)  # too little evidence yet: inconclusive
     canary.judge_rollout(Rollout.objects.get(pk=rollout_id), now=rollout.traffic_started_at + timedelta(seconds=3))

@@ -48,10 +48,23 @@ def test_fail_rolls_back_at_once_even_early():
 
 
 def test_inconclusive_waits_until_the_deadline_then_applies_the_policy():
-    assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=59).to_state is None
-    assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=61).to_state == State.ROLLING_BACK
+    rolling = Plan(step_min_seconds=10, step_deadline_seconds=60, on_inconclusive="rollback")
+    assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=59, plan=rolling).to_state is None
+    assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=61, plan=rolling).to_state == State.ROLLING_BACK
     pausing = Plan(step_min_seconds=10, step_deadline_seconds=60, on_inconclusive="pause")
     assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=61, plan=pausing).to_state == State.PAUSED
+    # promote: nothing showed the candidate worse, so the step counts as passed; the next one is judged as usual
+    promoting = Plan(steps_bp=(500, 5000, 10000), step_min_seconds=10, step_deadline_seconds=60, on_inconclusive="promote")
+    going_on = tick(verdict=Verdict.INCONCLUSIVE, elapsed=61, plan=promoting)
+    assert (going_on.to_state, going_on.step_index) == (State.CANARY, 1) and "on_inconclusive=promote" in going_on.reason
+    assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=61, step=2, plan=promoting).to_state == State.PROMOTING
+    assert tick(verdict=Verdict.FAIL, elapsed=61, plan=promoting).to_state == State.ROLLING_BACK  # a failure still rolls back
+
+
+def test_the_default_policy_never_rolls_a_healthy_candidate_back():
+    default = Plan(step_min_seconds=10, step_deadline_seconds=60)
+    assert default.on_inconclusive == "pause"
+    assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=6000, plan=default).to_state == State.PAUSED
 
 
 def test_shadow_phase_then_canary_or_blue_green_switch():

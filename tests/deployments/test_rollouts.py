@@ -49,7 +49,7 @@ def candidate(artifact_factory, team_a):
 
 def start(deployer, endpoint, candidate, **plan):
     plan = {"steps_bp": [500, 5000, 10000], "step_min_seconds": 10, "step_min_requests": 50, "step_deadline_seconds": 60,
-            "promote_grace_seconds": 5, **plan}
+            "promote_grace_seconds": 5, "fair_baseline": False, **plan}  # the baseline copy: test_fair_baseline.py
     return services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, **plan)
 
 
@@ -248,7 +248,7 @@ def test_rollout_api_and_scoping(deployer_api, bob_api, endpoint, candidate, poo
     response = deployer_api.post("/api/v1/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk, "step_min_seconds": 5}, format="json")
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert body["state"] == "loading" and body["traffic"] == {"stable_bp": 10000, "candidate_bp": 0, "candidate_role": ""}
+    assert body["state"] == "loading" and body["traffic"] == {"stable_bp": 10000, "candidate_bp": 0, "baseline_bp": 0, "candidate_role": ""}
     again = deployer_api.post("/api/v1/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk}, format="json")
     assert again.status_code in (400, 409)
     assert deployer_api.get("/api/v1/endpoints/ctr/rollouts/").json()["count"] == 1

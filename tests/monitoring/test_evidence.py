@@ -1,11 +1,11 @@
-"""Alert evidence rendered for people (monitoring/evidence.py): the judge's checks as a
+"""Alert evidence rendered for people (monitoring/evidence_display.py): the judge's checks as a
 table with one row per check, mappings as definition lists, numbers rounded, outcomes as
 badges, everything escaped — not a Python pprint dump."""
 
 import pytest
 from django.test import Client
 
-from monitoring.evidence import render
+from monitoring.evidence_display import render
 from monitoring.services.alerts import alert_raise
 
 pytestmark = pytest.mark.django_db

@@ -47,3 +47,19 @@ def test_no_verdicts_yet_says_so(rollout, deployer):
     client.force_login(deployer)
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
     assert "No verdicts yet" in page
+
+
+def test_a_waiting_check_shows_its_progress(rollout, deployer, team_a):
+    now = timezone.now()
+    Verdict.objects.create(
+        rollout_id=rollout.pk, endpoint="ctr", step=0, stable_variant="v1-onnx-fp32", candidate_variant="v2-onnx-fp32",
+        outcome="inconclusive", reason="waiting for evidence", window_start=now, window_end=now, team=team_a,
+        checks=[{"name": "error_rate", "outcome": "inconclusive", "progress": {"have": 312, "need": 500, "unit": "requests"},
+                 "eta_seconds": 18.8},
+                {"name": "p99_slo", "outcome": "inconclusive", "breaches": 1, "failure_limit": 3,
+                 "progress": {"have": 400, "need": 100, "unit": "requests"}, "eta_seconds": 0.0}])
+    client = Client()
+    client.force_login(deployer)
+    page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
+    assert "error_rate: inconclusive (312 of 500 requests, ~19 s)" in page
+    assert "p99_slo: inconclusive (breach 1 of 3)" in page and "400 of 100" not in page

@@ -1,0 +1,101 @@
+"""The judge's decisions that fit the traffic (issue 12 items 5-6), on synthetic data:
+guardrails fire on sustained breaches only, every check says how much of its sample it
+has and when it will have the rest, the error test pools stable and baseline as its
+control, and at a 5 % share of 200 req/s two candidate errors are enough evidence."""
+
+import numpy as np
+import pytest
+
+from monitoring import statistics
+from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, judge
+from tests.monitoring.test_judge import bucketize, latencies
+
+SLO = JudgeConfig(slo_p99_ms=50.0, min_guardrail_requests=100)
+
+
+def _arms(rng, n_c=108, slow=1.0):
+    """A stable and a candidate alike (the candidate's small window is what breaches)."""
+    stable = ArmWindow(ticks=[(4000, 0)], latency_buckets=bucketize(latencies(rng, 4000, slow)))
+    candidate = ArmWindow(ticks=[(n_c, 0)], latency_buckets=bucketize(latencies(rng, n_c, slow)))
+    return stable, candidate
+
+
+def _p99(decision):
+    return next(c for c in decision.checks if c["name"] == "p99_slo")
+
+
+def test_one_window_over_the_p99_slo_does_not_fail_a_sustained_breach_does():
+    """The issue's case: one window of 108 samples at 73 ms over a 50 ms SLO rolled a
+    healthy candidate back. Now a breach needs 3 looks over >= 10 s."""
+    rng = np.random.default_rng(1)
+    stable, slow = _arms(rng, slow=30.0)  # p99 ~ 100+ ms
+    first = judge(stable, slow, SLO, now_s=1000.0, previous={})
+    assert _p99(first)["outcome"] == "inconclusive" and _p99(first)["breaches"] == 1
+    assert first.outcome == "inconclusive" and "p99_slo (breach 1 of 3" in first.reason
+    memory = {c["name"]: c for c in first.checks}
+    second = judge(stable, slow, SLO, now_s=1001.0, previous=memory)
+    third = judge(stable, slow, SLO, now_s=1002.0, previous={c["name"]: c for c in second.checks})
+    assert _p99(third)["breaches"] == 3 and _p99(third)["outcome"] == "inconclusive"  # 3 looks, but only 2 s
+    late = judge(stable, slow, SLO, now_s=1010.5, previous={c["name"]: c for c in third.checks})
+    assert _p99(late)["outcome"] == "fail" and late.outcome == "fail" and "for 10 s" in late.reason
+    # a look back under the SLO resets the count
+    healthy = _arms(rng)[1]
+    recovered = judge(stable, healthy, SLO, now_s=1011.0, previous={c["name"]: c for c in third.checks})
+    assert _p99(recovered)["breaches"] == 0 and _p99(recovered)["outcome"] == "pass"
+
+
+def test_psi_breach_must_be_sustained_too():
+    rng = np.random.default_rng(2)
+    stable = ArmWindow(ticks=[(400, 0)], score_bins=statistics.score_bins(rng.beta(2, 8, 400)))
+    drifted = ArmWindow(ticks=[(400, 0)], score_bins=statistics.score_bins(rng.beta(5, 5, 400)))
+    once = judge(stable, drifted, JudgeConfig(), now_s=0.0, previous={})
+    psi = next(c for c in once.checks if c["name"] == "psi")
+    assert psi["outcome"] == "inconclusive" and psi["statistic"] > 0.25
+    memory = {"psi": {**psi, "breaches": 2, "breach_since": -12.0}}
+    assert next(c for c in judge(stable, drifted, JudgeConfig(), now_s=0.0, previous=memory).checks if c["name"] == "psi")["outcome"] == "fail"
+
+
+def test_every_check_carries_progress_and_an_eta():
+    rng = np.random.default_rng(3)
+    stable = ArmWindow(ticks=[(1900, 0)] * 10, latency_buckets=bucketize(latencies(rng, 19000)),
+                       score_bins=statistics.score_bins(rng.beta(2, 8, 950)))
+    candidate = ArmWindow(ticks=[(10, 0)] * 10, latency_buckets=bucketize(latencies(rng, 100)),
+                          score_bins=statistics.score_bins(rng.beta(2, 8, 100)))
+    decision = judge(stable, candidate, JudgeConfig(slo_p99_ms=500, slo_error_rate=0.01), seconds=10.0, now_s=10.0)
+    by_name = {c["name"]: c for c in decision.checks}
+    assert by_name["error_rate"]["progress"] == {"have": 100, "need": 500, "unit": "requests"}
+    assert by_name["error_rate"]["eta_seconds"] == pytest.approx(40.0)  # 400 more at 10 req/s
+    assert by_name["latency"]["progress"] == {"have": 100, "need": 300, "unit": "requests"}
+    assert by_name["psi"]["progress"] == {"have": 100, "need": 200, "unit": "scores"}
+    assert by_name["p99_slo"]["progress"]["have"] == 100 and by_name["p99_slo"]["eta_seconds"] == 0.0
+    assert all("progress" in c and "eta_seconds" in c for c in decision.checks)
+    assert "error_rate (100 of 500 requests, ~40 s)" in decision.reason
+
+
+def test_two_candidate_errors_at_a_5_percent_share_are_enough():
+    """Information per second is what limits detection: at 5 % of 200 req/s a 2.5 %
+    failing candidate errs every 4 s. With odds ratios up to 64 in the mixture, two
+    errors (none on the control) cross 1/alpha, at a 5 % and at a 10 % share; with the
+    old grid (up to 8) they did not."""
+    stable = ArmWindow(ticks=[(190, 0)] * 7 + [(190, 0)])
+    candidate = ArmWindow(ticks=[(10, 0)] * 3 + [(10, 1)] + [(10, 0)] * 3 + [(10, 1)])
+    assert check_error_rate(stable, candidate, JudgeConfig())["outcome"] == "fail"
+    old = JudgeConfig(odds_ratios=(1.25, 1.5, 2.0, 3.0, 5.0, 8.0))
+    assert check_error_rate(stable, candidate, old)["outcome"] != "fail"
+    one = ArmWindow(ticks=[(10, 0)] * 7 + [(10, 1)])
+    assert check_error_rate(stable, one, JudgeConfig())["outcome"] != "fail"  # one error is not a regression
+    at_10 = check_error_rate(ArmWindow(ticks=[(180, 0)] * 2), ArmWindow(ticks=[(20, 1)] * 2), JudgeConfig())
+    assert at_10["outcome"] == "fail" and at_10["e_value"] > 20
+    assert check_error_rate(ArmWindow(ticks=[(180, 0)] * 2), ArmWindow(ticks=[(20, 1)] * 2), old)["outcome"] != "fail"
+
+
+def test_error_control_pools_stable_and_baseline():
+    """Against a baseline of the candidate's size alone, two errors are a coin's worth of
+    evidence; pooled with the stable (the same artifact) they are not."""
+    stable = ArmWindow(ticks=[(180, 0)] * 8)
+    baseline = ArmWindow(ticks=[(10, 0)] * 8)
+    candidate = ArmWindow(ticks=[(10, 0)] * 3 + [(10, 1)] + [(10, 0)] * 3 + [(10, 1)])
+    assert check_error_rate(baseline, candidate, JudgeConfig())["outcome"] != "fail"
+    pooled = judge(baseline, candidate, JudgeConfig(), error_control=baseline.plus(stable), compare_latency=False)
+    assert next(c for c in pooled.checks if c["name"] == "error_rate")["outcome"] == "fail"
+    assert next(c for c in pooled.checks if c["name"] == "error_rate")["samples"]["stable"] == 1520
