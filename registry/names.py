@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from registry.factory import CPU_VARIANTS
+
 if TYPE_CHECKING:
     from registry.models import Artifact
 
@@ -31,3 +33,8 @@ def triton_name(artifact: Artifact) -> str:
 def variant_name(artifact: Artifact) -> str:
     """The name a variant has in X-Model-Variant, metric labels and the judge: v3-onnx-int8."""
     return f"v{artifact.version.version}-{artifact.variant}"
+
+
+def needs_gpu(variant: str) -> bool:
+    """Whether a replica needs a GPU to serve the variant (every variant but the CPU ones)."""
+    return variant not in CPU_VARIANTS
