@@ -13,7 +13,7 @@ from config.errors import PlatformError
 from deployments.forms import RolloutStartForm
 from deployments.rollout_machine import ACTIVE
 from deployments.selectors import rollouts as selectors
-from deployments.selectors.rollout_page import endpoint_page, rollout_status
+from deployments.selectors.rollout_page import endpoint_page, rollout_status, step_label
 from deployments.services import rollouts as services
 from registry.selectors.events import event_list
 
@@ -85,7 +85,8 @@ def rollout_action(request, pk, action):
     rollout = selectors.rollout_get(user=request.user, rollout_id=pk)
     service, description = ACTIONS[action]
     if request.method == "GET":
-        return render(request, "deployments/rollout_confirm.html", {"rollout": rollout, "action": action, "description": description})
+        return render(request, "deployments/rollout_confirm.html", {"rollout": rollout, "action": action, "description": description,
+                                                                  "label": step_label(rollout)})
     try:
         service(user=request.user, rollout=rollout, reason=request.POST.get("reason", ""),
                 expected_generation=request.POST.get("generation") or None)
