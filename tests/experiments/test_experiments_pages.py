@@ -17,12 +17,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def tracking(settings, tmp_path):
-    settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")
-    mlflow_config.configure.cache_clear()
-    mlflow_config.configure()
-    client = mlflow_config.client()
+def tracking(mlflow_store, tmp_path):
+    client = mlflow_store
 
     def experiment(name, team, aucs, *, epochs=1):
         """One run per AUC: params, `auc` logged per epoch ending at the given value,
@@ -43,8 +39,7 @@ def tracking(settings, tmp_path):
                 run_ids.append(run.info.run_id)
         return exp_id, run_ids
 
-    yield experiment
-    mlflow_config.configure.cache_clear()
+    return experiment
 
 
 def _client(user) -> Client:
