@@ -6,6 +6,7 @@ the judge's verdicts and the open alerts in the same response."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,6 +15,7 @@ from django.utils import timezone
 from deployments.rollout_machine import ACTIVE, TERMINAL, State
 from deployments.selectors.rollouts import rollout_list
 from registry.names import variant_name
+from registry.selectors.events import event_list
 
 TABLE_ROWS = 20
 _BADGE = {State.SUCCEEDED: "succeeded", State.ROLLED_BACK: "failed", State.FAILED: "failed", State.ROLLING_BACK: "failed",
@@ -55,6 +57,28 @@ def step_label(rollout) -> str:
     if state == State.PAUSED and rollout.paused_from == State.CANARY:
         return f"paused · step {rollout.step_index + 1} of {steps}"
     return state.value.replace("_", " ")
+
+
+_AUDIT_STEP = re.compile(r"^canary\[(\d+)\]$")
+
+
+def audit_state_label(value: str, step_count: int) -> str:
+    """An audit event's state ("canary[1]", kept so for the CLI and the API) in the page's
+    words: "canary · step 2 of 4"."""
+    match = _AUDIT_STEP.match(value or "")
+    if match:
+        return f"canary · step {int(match.group(1)) + 1} of {step_count}"
+    return (value or "").replace("_", " ")
+
+
+def rollout_events(*, user, rollout, limit: int = 30) -> list:
+    """The rollout's audit trail for the page, its states in the words of the header."""
+    steps = len(rollout.plan.steps_bp)
+    events = list(event_list(user=user, object_type="deployments.rollout", object_id=rollout.pk)[:limit])
+    for event in events:  # display copies: never saved
+        event.from_state = audit_state_label(event.from_state, steps) if event.from_state else ""
+        event.to_state = audit_state_label(event.to_state, steps)
+    return events
 
 
 def _timer(rollout, now: datetime) -> StepTimer | None:

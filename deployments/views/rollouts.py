@@ -13,9 +13,8 @@ from config.errors import PlatformError
 from deployments.forms import RolloutStartForm
 from deployments.rollout_machine import ACTIVE
 from deployments.selectors import rollouts as selectors
-from deployments.selectors.rollout_page import endpoint_page, rollout_status, step_label
+from deployments.selectors.rollout_page import endpoint_page, rollout_events, rollout_status, step_label
 from deployments.services import rollouts as services
-from registry.selectors.events import event_list
 
 ACTIONS = {
     "promote": (services.rollout_promote, "Promote now: 100 % of traffic to the candidate, skipping the remaining steps."),
@@ -42,7 +41,7 @@ def _page(request, endpoint, *, form=None, status: int = 200):
         form = RolloutStartForm(user=request.user, endpoint=endpoint)
     context = {
         **state, "form": form if not active else None, "refresh": bool(request.htmx),
-        "events": event_list(user=request.user, object_type="deployments.rollout", object_id=rollout.pk)[:30] if rollout else [],
+        "events": rollout_events(user=request.user, rollout=rollout) if rollout else [],
         "chart_since": (rollout.created_at - timedelta(minutes=1)).isoformat() if rollout else "",
     }
     if request.htmx and request.GET.get("partial") == "status":

@@ -11,7 +11,7 @@
       type: "line",
       data: {datasets: []},
       options: {animation: false, parsing: false, maintainAspectRatio: false, plugins: {title: {display: true, text: title}},
-                scales: {x: {type: "linear", ticks: {callback: (v) => new Date(v).toLocaleTimeString()}}, y: {beginAtZero: true}}},
+                scales: {x: {type: "linear", ticks: {callback: (v) => new Date(v).toLocaleTimeString([], {hour12: false})}}, y: {beginAtZero: true}}},
     });
   }
   async function refresh() {

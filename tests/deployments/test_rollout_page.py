@@ -125,3 +125,11 @@ def test_a_good_form_starts_the_rollout(setup, team_a, artifact_factory):
                                                                        "step_min_seconds": "12"})
     rollout = Rollout.objects.get()
     assert response.status_code == 302 and rollout.steps_bp == [500, 2500, 5050, 10000] and rollout.step_min_seconds == 12
+
+
+def test_events_name_steps_like_the_header(setup, deployer, team_a, artifact_factory):
+    endpoint, client = setup
+    rollout = _canary(deployer, endpoint, artifact_factory(team_a, model_name="ctr"))
+    html = client.get(f"/deployments/endpoints/demo-ctr/?rollout={rollout.pk}").content.decode()
+    events = html[html.index("<h2>Events</h2>"):]
+    assert "loading → canary · step 1 of 3" in events and "canary[0]" not in events
