@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 TREND_LENGTH = 12
-SYMBOLS = {"pass": "✓", "fail": "✗", "inconclusive": "·"}
+SYMBOLS = {"pass": "✓", "fail": "✗", "inconclusive": "·", "skipped": "–"}
 UNITS = {"requests", "samples", "scores"}
 
 

@@ -29,3 +29,8 @@ def test_one_row_per_check_in_the_latest_order_with_a_bounded_trend():
     assert rows[0].outcome == "fail" and [t["symbol"] for t in rows[0].trend] == ["·", "·", "·", "·", "✗"]
     assert rows[0].trend[-1]["at"] == T0 + timedelta(seconds=19)
     assert rows[1].outcome == "pass" and len(rows[1].trend) == 5  # its own last five appearances
+
+
+def test_a_skipped_check_reads_as_skipped_not_unknown():
+    rows = summarize([_verdict(1, [{"name": "latency", "outcome": "skipped"}]), _verdict(0, [{"name": "latency", "outcome": "pass"}])])
+    assert [t["symbol"] for t in rows[0].trend] == ["✓", "–"]
