@@ -6,6 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from experiments import selectors
+from registry.selectors.catalog import versions_from_run
 
 
 class ExperimentSerializer(serializers.Serializer):
@@ -26,6 +27,31 @@ class RunSerializer(serializers.Serializer):
     tags = serializers.DictField(child=serializers.CharField())
 
 
+class MetricPointSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    timestamp = serializers.IntegerField(help_text="ms since epoch")
+    value = serializers.FloatField()
+
+
+class ArtifactFileSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    size = serializers.IntegerField(allow_null=True, help_text="bytes")
+
+
+class RegisteredVersionSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    model = serializers.CharField(source="model.name")
+    version = serializers.IntegerField()
+    source_uri = serializers.CharField()
+    status = serializers.CharField()
+
+
+class RunDetailSerializer(RunSerializer):
+    metric_history = serializers.DictField(child=MetricPointSerializer(many=True))
+    artifacts = ArtifactFileSerializer(many=True)
+    versions = RegisteredVersionSerializer(many=True, help_text="Model versions registered from this run")
+
+
 class ExperimentListView(APIView):
     @extend_schema(responses=ExperimentSerializer(many=True), summary="MLflow experiments of your teams")
     def get(self, request):
@@ -36,3 +62,13 @@ class RunListView(APIView):
     @extend_schema(responses=RunSerializer(many=True), summary="Runs of one experiment, newest first")
     def get(self, request, experiment_id: str):
         return Response(RunSerializer(selectors.run_list(user=request.user, experiment_id=experiment_id), many=True).data)
+
+
+class RunDetailView(APIView):
+    @extend_schema(responses=RunDetailSerializer, summary="One run: params, metrics with their history, artifacts, versions registered from it")
+    def get(self, request, experiment_id: str, run_id: str):
+        run = selectors.run_get(user=request.user, run_id=run_id, experiment_id=experiment_id)
+        run["metric_history"] = selectors.metric_history(run_id, run["metrics"].keys())
+        run["artifacts"] = selectors.artifact_list(run_id)
+        run["versions"] = versions_from_run(user=request.user, run_id=run_id)
+        return Response(RunDetailSerializer(run).data)

@@ -2,7 +2,9 @@ from django.urls import path
 
 from experiments import api
 
+# Training experiments (MLflow); /api/v1/experiments/ is for online experiments.
 urlpatterns = [
-    path("experiments/", api.ExperimentListView.as_view(), name="experiment-list"),
-    path("experiments/<str:experiment_id>/runs/", api.RunListView.as_view(), name="experiment-runs"),
+    path("training-experiments/", api.ExperimentListView.as_view(), name="training-experiment-list"),
+    path("training-experiments/<str:experiment_id>/runs/", api.RunListView.as_view(), name="training-experiment-runs"),
+    path("training-experiments/<str:experiment_id>/runs/<str:run_id>/", api.RunDetailView.as_view(), name="training-run-detail"),
 ]

@@ -4,6 +4,7 @@ An experiment belongs to a team through its MLflow tag `modelplane.team` (set by
 training command); users see their teams' experiments, staff see all.
 """
 
+import re
 from dataclasses import dataclass
 
 from config import mlflow as mlflow_config
@@ -50,21 +51,72 @@ def experiment_get(*, user, experiment_id: str) -> ExperimentRow:
     raise NotFound(f"No experiment with id {experiment_id}.", code="experiment_not_found")
 
 
+def _run_row(run) -> dict:
+    return {
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name,
+        "experiment_id": run.info.experiment_id,
+        "status": run.info.status,
+        "start_time": run.info.start_time,
+        "end_time": run.info.end_time,
+        "params": dict(run.data.params),
+        "metrics": dict(run.data.metrics),
+        "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
+    }
+
+
 def run_list(*, user, experiment_id: str, max_results: int = 100) -> list[dict]:
     """Runs of one experiment, newest first, with params, metrics and tags."""
     experiment_get(user=user, experiment_id=experiment_id)
     client = mlflow_config.client()
     runs = client.search_runs([str(experiment_id)], max_results=max_results, order_by=["attributes.start_time DESC"])
-    return [
-        {
-            "run_id": run.info.run_id,
-            "run_name": run.info.run_name,
-            "status": run.info.status,
-            "start_time": run.info.start_time,
-            "end_time": run.info.end_time,
-            "params": dict(run.data.params),
-            "metrics": dict(run.data.metrics),
-            "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
-        }
-        for run in runs
-    ]
+    return [_run_row(run) for run in runs]
+
+
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+MAX_ARTIFACTS = 200
+
+
+def run_get(*, user, run_id: str, experiment_id: str | None = None) -> dict:
+    """One run the user may see (its experiment is one of their teams'), else NotFound."""
+    from mlflow.exceptions import MlflowException
+
+    missing = NotFound(f"No training run with id {run_id}.", code="run_not_found")
+    if not RUN_ID.match(str(run_id)):
+        raise missing
+    try:
+        run = mlflow_config.client().get_run(run_id)
+    except MlflowException:
+        raise missing from None
+    if experiment_id is not None and run.info.experiment_id != str(experiment_id):
+        raise missing
+    try:
+        experiment = experiment_get(user=user, experiment_id=run.info.experiment_id)
+    except NotFound:
+        raise missing from None
+    return {**_run_row(run), "experiment": experiment}
+
+
+def metric_history(run_id: str, keys) -> dict[str, list[dict]]:
+    """{metric: [{"step", "timestamp" (ms), "value"}, …] in step order} for the run's metrics."""
+    client = mlflow_config.client()
+    out = {}
+    for key in sorted(keys):
+        points = client.get_metric_history(run_id, key)
+        out[key] = [{"step": p.step, "timestamp": p.timestamp, "value": p.value}
+                    for p in sorted(points, key=lambda p: (p.step, p.timestamp))]
+    return out
+
+
+def artifact_list(run_id: str, *, limit: int = MAX_ARTIFACTS) -> list[dict]:
+    """The run's artifact files (path, size in bytes), walked breadth-first up to `limit`."""
+    client = mlflow_config.client()
+    files, folders = [], [None]
+    while folders and len(files) < limit:
+        folder = folders.pop(0)
+        for info in client.list_artifacts(run_id, folder):
+            if info.is_dir:
+                folders.append(info.path)
+            else:
+                files.append({"path": info.path, "size": info.file_size})
+    return sorted(files[:limit], key=lambda f: f["path"])

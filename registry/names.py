@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from registry.factory import CPU_VARIANTS
+
 if TYPE_CHECKING:
     from registry.models import Artifact
 
@@ -66,3 +68,8 @@ def baseline_triton_name(artifact: Artifact) -> str:
 def baseline_variant_name(artifact: Artifact) -> str:
     """The baseline's variant name (X-Model-Variant, metric labels, the judge): v3-onnx-int8-baseline."""
     return f"{variant_name(artifact)}-baseline"
+
+
+def needs_gpu(variant: str) -> bool:
+    """Whether a replica needs a GPU to serve the variant (every variant but the CPU ones)."""
+    return variant not in CPU_VARIANTS

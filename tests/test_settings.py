@@ -43,7 +43,7 @@ def test_openapi_schema_validates_without_warnings(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     schema = (tmp_path / "schema.yaml").read_text()
     for path in ("/api/v1/models/", "/api/v1/pools/", "/api/v1/endpoints/", "/api/v1/rollouts/{id}/rollback/",
-                 "/api/v1/gateway/routes", "/api/v1/metrics/", "/api/v1/alerts/", "/api/v1/experiments/"):
+                 "/api/v1/gateway/routes", "/api/v1/metrics/", "/api/v1/alerts/", "/api/v1/training-experiments/"):
         assert f"  {path}:" in schema, path
 
 

@@ -4,9 +4,10 @@ reconcile task and monitoring's canary judge; user-facing lists are team-scoped.
 from django.db.models import QuerySet
 
 from config.errors import NotFound
-from deployments.models import Endpoint, Rollout
+from deployments.models import DeviceKind, Endpoint, Rollout
 from deployments.rollout_machine import ACTIVE, State
 from registry.selectors.builds import servable_artifacts
+from registry.names import needs_gpu
 from registry.selectors.teams import team_scoped
 
 
@@ -62,6 +63,20 @@ def candidate_artifacts(*, user, endpoint) -> QuerySet:
     if endpoint.stable_artifact_id:
         qs = qs.exclude(pk=endpoint.stable_artifact_id)
     return qs[:100]
+
+
+def candidate_artifacts_for_pool(*, user, endpoint) -> tuple[list, int]:
+    """What the rollout form offers: servable artifacts of the endpoint's own model (not
+    the stable) in variants its pool can run, and how many GPU variants were left out
+    because the pool has no GPU."""
+    if not endpoint.stable_artifact_id:
+        return [], 0
+    qs = servable_artifacts(user=user, team_id=endpoint.team_id).filter(version__model_id=endpoint.stable_artifact.version.model_id)
+    artifacts = list(qs.exclude(pk=endpoint.stable_artifact_id).select_related("version__model")[:200])
+    if DeviceKind.is_gpu(endpoint.pool.device_kind):
+        return artifacts, 0
+    fits = [a for a in artifacts if not needs_gpu(a.variant)]
+    return fits, len(artifacts) - len(fits)
 
 
 def serving_endpoints() -> list:

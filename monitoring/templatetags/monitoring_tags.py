@@ -9,6 +9,7 @@ from django import template
 from deployments.selectors.rollouts import endpoint_list
 from monitoring import selectors
 from monitoring.tenants import key_traffic
+from monitoring.verdict_summary import TREND_LENGTH, summarize
 
 register = template.Library()
 
@@ -25,9 +26,13 @@ def open_alerts_banner(context):
 
 
 @register.inclusion_tag("monitoring/_rollout_verdicts.html", takes_context=True)
-def rollout_verdicts(context, rollout, limit: int = 15):
-    """The judge's latest verdicts on `rollout` that the user may see."""
-    return {"verdicts": selectors.verdict_list(user=context["request"].user, rollout_id=rollout.pk)[:limit]}
+def rollout_verdicts(context, rollout, ticks: int = TREND_LENGTH):
+    """The judge on `rollout`, as far as the user may see: its latest verdict and one row
+    per check (latest outcome, trend over the last `ticks` verdicts, progress)."""
+    verdicts = list(selectors.verdict_list(user=context["request"].user, rollout_id=rollout.pk)[:ticks])
+    latest = verdicts[0] if verdicts else None
+    return {"latest": latest, "rows": summarize(verdicts, trend_length=ticks), "ticks": len(verdicts),
+            "step_count": len(rollout.plan.steps_bp), "latest_step": latest.step + 1 if latest and latest.step is not None else None}
 
 
 @register.inclusion_tag("monitoring/_key_traffic.html", takes_context=True)

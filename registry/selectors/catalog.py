@@ -39,3 +39,18 @@ def version_get(*, user, version_id: int) -> ModelVersion:
     if version is None:
         raise NotFound(f"No version with id {version_id}.", code="version_not_found")
     return version
+
+
+def version_run_id(version: ModelVersion) -> str:
+    """The MLflow run a version came from: recorded at registration (runs:/ and models:/
+    sources alike), else read from a runs:/<run_id>/… URI; "" for uploads."""
+    run_id = (version.tags or {}).get("mlflow_run_id", "")
+    if not run_id and version.source_uri.startswith("runs:/"):
+        run_id = version.source_uri[len("runs:/"):].split("/", 1)[0]
+    return run_id if run_id.isalnum() else ""
+
+
+def versions_from_run(*, user, run_id: str) -> QuerySet:
+    """Versions the user may see that were registered from the MLflow run `run_id`."""
+    return version_list(user=user).filter(
+        Q(tags__mlflow_run_id=run_id) | Q(source_uri__startswith=f"runs:/{run_id}/")).order_by("model__name", "version")

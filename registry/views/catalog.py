@@ -88,4 +88,5 @@ def version_create(request, name):
 def version_detail(request, pk):
     version = selectors.version_get(user=request.user, version_id=pk)
     events = event_list(user=request.user, object_type="registry.modelversion", object_id=version.pk)[:20]
-    return render(request, "registry/version_detail.html", {"version": version, "events": events})
+    return render(request, "registry/version_detail.html", {"version": version, "events": events,
+                                                             "run_id": selectors.version_run_id(version)})

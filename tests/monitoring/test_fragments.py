@@ -17,14 +17,15 @@ pytestmark = pytest.mark.django_db
 def rollout(team_a, artifact_factory):
     pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
     endpoint = factories.endpoint(pool, artifact_factory(team_a), name="ctr")
-    return factories.rollout(endpoint, artifact_factory(team_a), state=State.CANARY, step_started_at=timezone.now())
+    return factories.rollout(endpoint, artifact_factory(team_a), state=State.CANARY, step_started_at=timezone.now(),
+                             steps_bp=[500, 2500, 5000, 10000])
 
 
-def _verdict(rollout, team, outcome, reason):
+def _verdict(rollout, team, outcome, reason, checks=None, step=0):
     now = timezone.now()
-    return Verdict.objects.create(rollout_id=rollout.pk, endpoint="ctr", step=0, stable_variant="v1-onnx-fp32",
+    return Verdict.objects.create(rollout_id=rollout.pk, endpoint="ctr", step=step, stable_variant="v1-onnx-fp32",
                                   candidate_variant="v2-onnx-fp32", outcome=outcome, reason=reason,
-                                  checks=[{"name": "error_rate", "outcome": outcome, "e_value": 42.5}],
+                                  checks=checks or [{"name": "error_rate", "outcome": outcome, "e_value": 42.5}],
                                   window_start=now, window_end=now, team=team)
 
 
@@ -34,7 +35,7 @@ def test_endpoint_page_shows_the_judges_verdicts_of_its_rollout(rollout, deploye
     client = Client()
     client.force_login(deployer)
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
-    table = page[page.index('<table id="verdicts">'):]
+    table = page[page.index('<div id="verdicts-summary">'):]
     table = table[: table.index("</table>")]
     assert "candidate errs more often" in table and "error_rate: fail" in table and "e=42.50" in table
     assert "another team" not in table
@@ -61,5 +62,33 @@ def test_a_waiting_check_shows_its_progress(rollout, deployer, team_a):
     client = Client()
     client.force_login(deployer)
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
-    assert "error_rate: inconclusive (312 of 500 requests, ~19 s)" in page
-    assert "p99_slo: inconclusive (breach 1 of 3)" in page and "400 of 100" not in page
+    assert "312 of 500 requests · ~19 s" in page
+    assert "breach 1 of 3" in page and "400 of 100" not in page and "sample complete: 400 requests" in page
+
+
+def test_verdicts_are_grouped_per_check_with_trend_progress_and_the_headers_step(rollout, deployer, team_a):
+    """Fifteen one-second ticks read as one row per check: its latest outcome, its trend,
+    and its progress toward a verdict from the evidence (i12b's `progress`/`eta_seconds`)."""
+    for tick in range(15):
+        last = tick == 14
+        _verdict(rollout, team_a, "pass" if last else "inconclusive", f"tick {tick}", step=0, checks=[
+            {"name": "error_rate", "kind": "test", "outcome": "pass" if last else "inconclusive", "e_value": 1.0 + tick,
+             "progress": {"have": 20 * (tick + 1), "need": 500, "unit": "requests"}, "eta_seconds": 40.4 - tick},
+            {"name": "p99_slo", "kind": "guardrail", "outcome": "pass", "statistic": 12.3456},  # no progress: nothing shown
+        ])
+    client = Client()
+    client.force_login(deployer)
+    page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
+    summary = page[page.index('<div id="verdicts-summary">'):]
+    summary = summary[: summary.index("</div>\n", summary.index("</table>"))]
+    assert summary.count('<tr data-check="error_rate">') == 1 and summary.count('<tr data-check="p99_slo">') == 1
+    assert "tick 14" in summary and "tick 13" not in summary  # the latest reason only
+    assert "300 of 500 requests · ~26 s" in summary  # the newest tick's evidence
+    error_row = summary[summary.index('data-check="error_rate"'):summary.index('data-check="p99_slo"')]
+    assert error_row.count('class="trend-inconclusive"') == 11 and error_row.count('class="trend-pass"') == 1  # last 12 ticks
+    p99_row = summary[summary.index('data-check="p99_slo"'):]
+    assert "of" not in p99_row.split('class="progress-cell">')[1].split("</td>")[0]
+    assert "statistic 12.3" in p99_row and "12.3456" not in p99_row  # rounded
+    # The verdict's step is the header's: "step 1 of 4", never "step 0".
+    assert f"step 1 of {len(rollout.plan.steps_bp)}" in summary and 'id="rollout-state"' in page
+    assert f"canary · step 1 of {len(rollout.plan.steps_bp)}" in page[page.index('id="rollout-state"'):]

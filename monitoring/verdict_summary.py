@@ -1,0 +1,96 @@
+"""The judge's verdicts on one rollout as people read them: one row per check with its
+latest outcome, its trend over the last ticks and its progress toward a verdict, instead
+of one row per one-second tick (issue 15). Pure functions over stored Verdict rows.
+
+A check's evidence may carry `progress` {"have", "need", "unit"} and `eta_seconds`
+(produced by the judge, see wave-3's shared contract); they are shown when present and
+nothing is invented when absent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TREND_LENGTH = 12
+SYMBOLS = {"pass": "✓", "fail": "✗", "inconclusive": "·", "skipped": "–"}
+UNITS = {"requests", "samples", "scores"}
+
+
+@dataclass
+class CheckRow:
+    name: str
+    kind: str
+    outcome: str
+    detail: str
+    trend: list[dict] = field(default_factory=list)  # oldest first: {"outcome", "symbol", "at"}
+    progress: str = ""  # "312 of 500 requests · ~40 s"
+    progress_fraction: float | None = None
+
+
+def _number(value, digits: int) -> str:
+    return f"{value:.{digits}g}" if isinstance(value, (int, float)) else ""
+
+
+def detail(check: dict) -> str:
+    """The check's figures, rounded: statistic, p- or e-value against its threshold."""
+    parts = []
+    if isinstance(check.get("statistic"), (int, float)):
+        parts.append(f"statistic {_number(check['statistic'], 3)}")
+    if isinstance(check.get("p_value"), (int, float)):
+        parts.append(f"p={_number(check['p_value'], 2)}")
+    if isinstance(check.get("e_value"), (int, float)):
+        parts.append(f"e={check['e_value']:.2f}")
+    if isinstance(check.get("threshold"), (int, float)):
+        parts.append(f"threshold {_number(check['threshold'], 3)}")
+    if isinstance(check.get("breaches"), int) and check["breaches"] > 0:  # a sustained guardrail: how close to its limit
+        parts.append(f"breach {check['breaches']} of {check.get('failure_limit', '?')}")
+    if isinstance(check.get("samples"), (int, float)):
+        parts.append(f"{int(check['samples'])} samples")
+    return " · ".join(parts)
+
+
+def eta_text(seconds) -> str:
+    if not isinstance(seconds, (int, float)) or seconds < 0:
+        return ""
+    if seconds < 90:
+        return f"~{round(seconds)} s"
+    if seconds < 5400:
+        return f"~{round(seconds / 60)} min"
+    return f"~{seconds / 3600:.1f} h"
+
+
+def progress_text(check: dict) -> tuple[str, float | None]:
+    """("312 of 500 requests · ~40 s", 0.624) from the check's evidence, ("", None) without it."""
+    progress = check.get("progress")
+    if not isinstance(progress, dict) or not isinstance(progress.get("have"), (int, float)):
+        return "", None
+    unit = progress.get("unit") if progress.get("unit") in UNITS else "samples"
+    have, need = int(progress["have"]), progress.get("need")
+    if isinstance(need, (int, float)) and 0 < need <= have:
+        text, fraction = f"sample complete: {have} {unit}", 1.0
+    elif isinstance(need, (int, float)) and need > 0:
+        text, fraction = f"{have} of {int(need)} {unit}", min(1.0, have / need)
+    else:
+        text, fraction = f"{have} {unit}", None
+    eta = eta_text(check.get("eta_seconds"))
+    return (f"{text} · {eta}" if eta else text), fraction
+
+
+def summarize(verdicts: list, *, trend_length: int = TREND_LENGTH) -> list[CheckRow]:
+    """One row per check, in the order of the latest verdict; `verdicts` newest first."""
+    rows: dict[str, CheckRow] = {}
+    for verdict in verdicts:
+        for check in verdict.checks or []:
+            name = check.get("name")
+            if not name:
+                continue
+            row = rows.get(name)
+            if row is None:
+                text, fraction = progress_text(check)
+                row = rows[name] = CheckRow(name=name, kind=check.get("kind", ""), outcome=check.get("outcome", ""),
+                                            detail=detail(check), progress=text, progress_fraction=fraction)
+            if len(row.trend) < trend_length:
+                outcome = check.get("outcome", "")
+                row.trend.append({"outcome": outcome, "symbol": SYMBOLS.get(outcome, "?"), "at": verdict.created_at})
+    for row in rows.values():
+        row.trend.reverse()
+    return list(rows.values())

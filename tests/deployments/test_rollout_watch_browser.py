@@ -1,0 +1,161 @@
+"""A full rollout watched on the endpoint page in a real browser (Debian's Chromium via
+Playwright), with the real platform pieces the closed-loop test uses: the web app (live
+server), a Celery worker and beat on the real broker, the local pool supervisor with real
+tritonserver replicas, the gateway polling the route table and a load generator.
+
+At every refresh the page's header, rollout card, rollouts table and step timer must
+agree (issue 15: "the header says rolled_back while the table says loading; the step
+timer keeps counting after a rollback"). Two rollouts: a healthy one started from the
+form and watched step by step to success, then one rolled back from the page's button."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Permission
+from rest_framework.authtoken.models import Token
+
+from bench.harness import Load, package_artifact, spawn, stop, wait_for
+from deployments import tritonserver
+from deployments.models import PoolModel, PoolModelState, Rollout
+from deployments.rollout_machine import State
+from deployments.services import endpoints as endpoint_services
+from deployments.services import pools as pool_services
+from tests import factories
+from tests.conftest import CeleryWorker, require_service
+from tests.deployments.test_rollout_form_browser import login
+from tests.gateway.conftest import GatewayProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# One read of the live part of the page (htmx swaps it whole, so one evaluate sees one render).
+READ = """(pk) => {
+  const text = (sel) => { const e = document.querySelector(sel); return e ? e.innerText.trim() : null; };
+  const timer = document.querySelector('#step-timer');
+  return {header: text('#endpoint-status'), card: text('#rollout-state'), row: text(`#rollout-row-${pk} .row-state`),
+          timer: timer ? timer.innerText : null, running: timer ? timer.dataset.running : null,
+          seconds: timer ? Number(timer.dataset.seconds) : null, polling: !!document.querySelector('#rollout-status[hx-trigger]'),
+          charts: Object.keys(window.Chart ? Chart.instances : {}).length};
+}"""
+TERMINAL_LABELS = {"succeeded", "rolled back", "failed"}
+
+
+def check_agreement(seen: dict) -> None:
+    """The header, the card and the table row say the same thing; the timer runs only while stepping."""
+    assert seen["card"] == seen["row"], seen
+    if seen["card"] in TERMINAL_LABELS:
+        assert seen["header"] == "serving" and not seen["polling"], seen
+        assert seen["running"] in (None, "false"), seen
+    else:
+        assert seen["header"].endswith(f": {seen['card']}"), seen
+    if seen["running"] == "true":
+        assert seen["card"].startswith("canary · step") or seen["card"] in ("shadow", "promoting"), seen
+
+
+def watch(page, pk: int, *, until, timeout: float) -> list[dict]:
+    """Read the page every 0.4 s until `until(seen)`, checking agreement on every read."""
+    observations, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = page.evaluate(READ, pk)
+        if seen["card"] is not None:
+            check_agreement(seen)
+            observations.append(seen)
+            if until(seen):
+                return observations
+        time.sleep(0.4)
+    raise AssertionError(f"page never reached the expected state; last reads: {observations[-3:]}")
+
+
+def assert_timer_frozen(page, pk: int) -> None:
+    first = page.evaluate(READ, pk)
+    time.sleep(3)
+    second = page.evaluate(READ, pk)
+    assert first["timer"] == second["timer"] and first["running"] == "false", (first, second)
+
+
+def test_a_rollout_watched_on_the_endpoint_page(live_server, subprocess_env, tmp_path, pools_dir, team_a, deployer, onnx_path,
+                                                browser_page):
+    require_service("postgres", "redis")
+    tritonserver.find_binary()
+    page = browser_page
+    gateway_user = factories.user("gateway-svc")
+    gateway_user.user_permissions.add(Permission.objects.get(codename="read_routes"))
+    gateway = GatewayProcess(tmp_path, {"GATEWAY_ROUTES_URL": f"{live_server.url}/api/v1/gateway/routes",
+                                        "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
+                                        "GATEWAY_POLL_INTERVAL_MS": "250"})
+    env = {**subprocess_env, "POOLS_DIR": str(pools_dir), "GATEWAY_METRICS_URL": f"{gateway.url}/metrics",
+           "MONITORING_PUBLIC_URL": live_server.url}
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    procs = {"pools": spawn([sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"], env, tmp_path / "pools.log"),
+             "beat": spawn([sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel=INFO",
+                            f"--schedule={tmp_path / 'beat-schedule'}"], env, tmp_path / "beat.log")}
+    worker = CeleryWorker(env, tmp_path / "worker.log", queues="control").start()
+    load = None
+    try:
+        stable = package_artifact(team_a, onnx_path, tmp_path)
+        pool = pool_services.pool_create(user=deployer, name="watch", team=team_a, replicas=1)
+        endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable,
+                                                    slo_p99_ms=500, slo_error_rate=0.05, public=True, timeout_ms=5000)
+        wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=90, what="stable READY")
+        gateway.start(timeout=30)
+        load = Load(f"{gateway.url}/v2/models/ctr/infer", rate=80, threads=3).start()
+        wait_for(lambda: load.statuses.count(200) > 50, timeout=30, what="traffic through the gateway")
+        good = package_artifact(team_a, onnx_path, tmp_path)
+
+        # 1. start from the form and watch it step to success --------------------------------------------
+        login(page, live_server.url, deployer.username)
+        page.goto(f"{live_server.url}/deployments/endpoints/ctr/")
+        page.select_option("#id_candidate_artifact", str(good.pk))
+        page.fill("#id_steps_pct", "20, 50, 100")
+        page.fill("#id_step_min_seconds", "6")
+        page.click("#rollout-form button[type=submit]")
+        page.wait_for_selector("#rollout-state")
+        rollout = Rollout.objects.get(endpoint=endpoint)
+        Rollout.objects.filter(pk=rollout.pk).update(step_min_requests=50, promote_grace_seconds=1)
+        seen = watch(page, rollout.pk, until=lambda s: s["card"] in TERMINAL_LABELS, timeout=180)
+        labels = [s["card"] for s in seen]
+        assert labels[-1] == "succeeded", (labels[-5:], Rollout.objects.get(pk=rollout.pk).reason)
+        steps = [f"canary · step {k} of 3" for k in (1, 2, 3)]
+        assert all(step in labels for step in steps), sorted(set(labels))
+        assert labels.index(steps[0]) < labels.index(steps[1]) < labels.index(steps[2])
+        # the timer restarts at each step: its first reading in step k+1 is below its last in step k
+        for before, after in zip(steps, steps[1:]):
+            last = [s["seconds"] for s in seen if s["card"] == before][-1]
+            first = [s["seconds"] for s in seen if s["card"] == after][0]
+            assert first < last, (before, last, after, first)
+        assert max(s["charts"] for s in seen) == 3 and seen[-1]["charts"] == 3  # charts kept across refreshes
+        assert_timer_frozen(page, rollout.pk)
+        out = Path(settings.VAR_DIR) / "screenshots"
+        out.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out / "rollout-succeeded.png"), full_page=True)
+
+        # 2. another rollout, rolled back from the page's button --------------------------------------
+        second = package_artifact(team_a, onnx_path, tmp_path)
+        page.goto(f"{live_server.url}/deployments/endpoints/ctr/")
+        page.select_option("#id_candidate_artifact", str(second.pk))
+        page.fill("#id_steps_pct", "20, 100")
+        page.fill("#id_step_min_seconds", "600")
+        page.click("#rollout-form button[type=submit]")
+        page.wait_for_selector("#rollout-state")
+        rollout = Rollout.objects.filter(endpoint=endpoint).order_by("-pk").first()
+        watch(page, rollout.pk, until=lambda s: s["card"] == "canary · step 1 of 2" and (s["seconds"] or 0) >= 2, timeout=120)
+        page.click("#rollout-card a:has-text('Roll back')")
+        page.fill("input[name=reason]", "watched it, rolling back")
+        assert page.inner_text("#confirm-state") == "canary · step 1 of 2"
+        page.click("#confirm-rollback")
+        page.wait_for_selector("#rollout-state")
+        seen = watch(page, rollout.pk, until=lambda s: s["card"] == "rolled back", timeout=90)
+        assert "rolled back" in seen[-1]["row"] and seen[-1]["header"] == "serving"
+        assert_timer_frozen(page, rollout.pk)
+        assert Rollout.objects.get(pk=rollout.pk).state == State.ROLLED_BACK
+        assert "watched it, rolling back" in page.inner_text("#rollout-card")
+        page.screenshot(path=str(out / "rollout-rolled-back.png"), full_page=True)
+    finally:
+        if load:
+            load.stop()
+        worker.stop()
+        gateway.stop()
+        for proc in procs.values():
+            stop(proc)
