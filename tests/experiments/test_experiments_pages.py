@@ -32,11 +32,11 @@ def tracking(settings, tmp_path):
 def test_experiments_are_scoped_to_teams(tracking, alice_api, alice, team_a, team_b):
     mine = tracking("ctr-a", "team-a", [0.71, 0.74])
     theirs = tracking("ctr-b", "team-b", [0.6])
-    listed = alice_api.get("/api/v1/experiments/").json()
+    listed = alice_api.get("/api/v1/training-experiments/").json()
     assert [(e["name"], e["run_count"]) for e in listed] == [("ctr-a", 2)]
-    runs = alice_api.get(f"/api/v1/experiments/{mine}/runs/").json()
+    runs = alice_api.get(f"/api/v1/training-experiments/{mine}/runs/").json()
     assert sorted(r["metrics"]["auc"] for r in runs) == [0.71, 0.74]
-    assert alice_api.get(f"/api/v1/experiments/{theirs}/runs/").status_code == 404
+    assert alice_api.get(f"/api/v1/training-experiments/{theirs}/runs/").status_code == 404
 
 
 def test_experiment_pages_show_runs_and_chart(tracking, alice, team_a):
