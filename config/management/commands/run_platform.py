@@ -75,7 +75,7 @@ class Command(BaseCommand):
             call_command("seed_demo")
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
         env = dict(os.environ, HEALTHZ_EXPECT=f"worker,beat,pools,gateway={gateway_url}", PYTHONUNBUFFERED="1",
-                   GATEWAY_TOKEN=ensure_gateway_token())
+                   GATEWAY_TOKEN=ensure_gateway_token(), GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL)
         children: dict[str, subprocess.Popen] = {}
         for name, command in self.processes(port).items():
             children[name] = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR, start_new_session=True)
