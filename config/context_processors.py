@@ -7,7 +7,7 @@ NAV = [
     ("Builds", "registry:build-list"),
     ("Deployments", "deployments:endpoint-list"),
     ("Keys", "deployments:key-list"),
-    ("Experiments", "experiments:experiment-list"),
+    ("Experiments", "experiments:online-list"),
     ("Monitoring", "monitoring:overview"),
     ("Alerts", "monitoring:alert-list"),
 ]

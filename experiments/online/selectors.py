@@ -7,6 +7,7 @@ from deployments.route_overlays import Overlay
 from experiments.models import Experiment, ExperimentState
 from experiments.online import analysis
 from experiments.online.store import default_store
+from registry.selectors.events import event_list
 from registry.selectors.teams import team_scoped
 
 
@@ -66,3 +67,7 @@ def running_overlays(endpoints) -> dict:
         out[experiment.endpoint_id] = Overlay(name=experiment.public_id, salt=experiment.salt,
                                               arms=tuple((a.artifact, a.allocation_bp) for a in arms))
     return out
+
+
+def experiment_events(*, user, experiment: Experiment, limit: int = 20) -> list:
+    return list(event_list(user=user, object_type=experiment._meta.label_lower, object_id=experiment.pk)[:limit])

@@ -20,7 +20,7 @@ from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
 from deployments.services.endpoints import require_servable
 from experiments.models import Arm, Experiment, ExperimentState
-from experiments.online import analysis
+from experiments.online import analysis, mlflow_log
 from experiments.online.store import default_store
 from registry.models import Role
 from registry.names import variant_name
@@ -165,6 +165,10 @@ def experiment_analyze(*, experiment_id: int, guardrails_ok: bool = True, store=
                 experiment.save(update_fields=["history", "evidence"])
         else:
             experiment.save(update_fields=["history", "evidence"])
+    if experiment.state == S.DECIDED and not experiment.mlflow_run_id:
+        run_id = mlflow_log.log_result(experiment, result)
+        if run_id:
+            Experiment.objects.filter(pk=experiment.pk).update(mlflow_run_id=run_id)
     return result
 
 

@@ -43,7 +43,7 @@ def test_experiment_pages_show_runs_and_chart(tracking, alice, team_a):
     exp_id = tracking("ctr-a", "team-a", [0.71, 0.74])
     client = Client()
     client.force_login(alice)
-    listing = client.get("/experiments/").content.decode()
+    listing = client.get("/experiments/training/").content.decode()
     assert "ctr-a" in listing
-    page = client.get(f"/experiments/{exp_id}/").content.decode()
+    page = client.get(f"/experiments/training/{exp_id}/").content.decode()
     assert "ctr-a-run1" in page and "0.7400" in page and 'id="run-metrics"' in page and "run-chart-data" in page

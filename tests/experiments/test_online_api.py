@@ -162,3 +162,52 @@ def test_analysis_decides_and_ship_starts_a_rollout(setup, deployer, deployer_ap
     from deployments.selectors.rollouts import rollout_get
     rollout = rollout_get(user=deployer, rollout_id=shipped["rollout_id"])
     assert rollout.candidate_artifact_id == candidate.pk and rollout.steps_bp == [10000]
+
+
+@pytest.mark.django_db
+def test_experiment_page_shows_arms_progress_srm_chart_and_decision(setup, deployer, deployer_api, bob):
+    from django.test import Client
+
+    endpoint, stable, candidate = setup
+    exp = Experiment.objects.get(pk=int(_create(deployer_api, candidate).json()["id"][4:]))
+    services.experiment_start(user=deployer, experiment=exp)
+    _expose(exp, {True: (300, 1), False: (100, 1)}, timezone.now())  # a 3:1 split against a 1:1 plan
+    services.experiment_analyze(experiment_id=exp.pk)
+    services.experiment_analyze(experiment_id=exp.pk)
+    client = Client()
+    client.force_login(deployer)
+    listing = client.get("/experiments/").content.decode()
+    assert "better-ctr" in listing and "ctr-demo" in listing
+    page = client.get(f"/experiments/{exp.pk}/").content.decode()
+    control = exp.arms.get(is_control=True).name
+    assert control in page and 'id="lift-chart"' in page and "lift-chart-data" in page
+    assert f"100 of {exp.planned_units_per_arm} units per arm" in page
+    assert "sample ratio mismatch" in page  # 300 vs 100 units is flagged
+    assert "blocked" in page and "state_changed" in page
+    other = Client()
+    other.force_login(bob)
+    assert other.get(f"/experiments/{exp.pk}/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_decision_is_logged_as_an_mlflow_run_linked_to_both_versions(setup, deployer, deployer_api):
+    from config import mlflow as mlflow_config
+
+    endpoint, stable, candidate = setup
+    exp = Experiment.objects.get(pk=int(_create(deployer_api, candidate).json()["id"][4:]))
+    services.experiment_start(user=deployer, experiment=exp)
+    t0 = timezone.now()
+    _expose(exp, {True: (300, 4), False: (300, 4)}, t0)
+    events = [{"event_id": f"c-{e.request_id}", "type": "click", "request_id": e.request_id, "time": t0}
+              for i, e in enumerate(Exposure.objects.filter(experiment=exp).order_by("request_id"))
+              if (e.request_id.startswith("0-") and i % 2 == 0) or (e.request_id.startswith("1-") and i % 10 == 0)]
+    default_store().write_feedback(team=endpoint.team, endpoint_name=endpoint.name, experiments=[exp], events=events)
+    services.experiment_analyze(experiment_id=exp.pk)
+    exp.refresh_from_db()
+    assert exp.state == "decided" and exp.mlflow_run_id
+    run = mlflow_config.client().get_run(exp.mlflow_run_id)
+    cand, control = exp.arms.get(is_control=False), exp.arms.get(is_control=True)
+    assert run.data.tags[f"modelplane.outcome.{cand.name}"] == "won"
+    assert run.data.tags[f"modelplane.outcome.{control.name}"] == "lost"
+    assert run.data.tags[f"modelplane.candidate.{cand.name}"] == f"ctr/{candidate.version.version}"
+    assert run.data.tags["modelplane.team"] == "team-a" and run.data.metrics[f"{cand.name}.lower"] > 0
