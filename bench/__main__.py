@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-NAMES = ("artifacts", "gateway", "rollback", "gpu")
+NAMES = ("artifacts", "gateway", "rollback", "gpu", "experiments")
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import redis
 from django.conf import settings
 
-from experiments.models import Arm, Experiment
+from experiments.models import Arm
 from experiments.online import feedback as feedback_parse
 from experiments.online.store import default_store
 
@@ -58,26 +58,31 @@ def ingest_exposures(client, *, max_entries: int = 50_000, consumer: str = "inge
     written = skipped = 0
     arm_ids: dict[tuple[int, str], int | None] = {}
     while written + skipped < max_entries:
-        entries = _read(client, EXPOSURE_STREAM, min(5000, max_entries), consumer)
+        entries = _read(client, EXPOSURE_STREAM, 20, consumer)  # each entry is one gateway flush (up to 5 000)
         if not entries:
             break
         rows = []
         for _, f in entries:
             try:
-                exp_pk = int(_text(f, b"x").removeprefix("exp-"))
+                records = json.loads(_text(f, b"b"))
             except ValueError:
                 skipped += 1
                 continue
-            key = (exp_pk, _text(f, b"a"))
-            if key not in arm_ids:
-                arm_ids[key] = Arm.objects.filter(experiment_id=exp_pk, name=key[1]).values_list("pk", flat=True).first()
-            if arm_ids[key] is None:
-                skipped += 1  # an experiment deleted meanwhile, or a table that was not ours
-                continue
-            score = _text(f, b"s")
-            rows.append({"request_id": _text(f, b"r")[:64], "experiment": exp_pk, "arm": arm_ids[key],
-                         "unit_key": _text(f, b"u")[:200], "score": float(score) if score else None,
-                         "time": datetime.fromtimestamp(float(_text(f, b"t")), tz=timezone.utc)})
+            for rid, experiment, arm, unit, t, score in records:
+                try:
+                    exp_pk = int(str(experiment).removeprefix("exp-"))
+                except ValueError:
+                    skipped += 1
+                    continue
+                key = (exp_pk, arm)
+                if key not in arm_ids:
+                    arm_ids[key] = Arm.objects.filter(experiment_id=exp_pk, name=arm).values_list("pk", flat=True).first()
+                if arm_ids[key] is None:
+                    skipped += 1  # an experiment deleted meanwhile, or a table that was not ours
+                    continue
+                rows.append({"request_id": str(rid)[:64], "experiment": exp_pk, "arm": arm_ids[key],
+                             "unit_key": str(unit)[:200], "score": score,
+                             "time": datetime.fromtimestamp(float(t), tz=timezone.utc)})
         store.write_exposures(rows)
         client.xack(EXPOSURE_STREAM, GROUP, *[entry_id for entry_id, _ in entries])
         written += len(rows)
