@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
+from django.db import connection
 from django.db.models import Count, Q, Sum
+from django.utils import timezone
 
 from experiments.models import Arm, Experiment, ExperimentState, Exposure, Feedback, FeedbackKind, FeedbackStatus
 from experiments.online import analysis
@@ -89,6 +91,7 @@ class PostgresStore(ExposureStore):
             for x in Exposure.objects.filter(experiment_id__in=running, unit_key__in=units).order_by("unit_key", "-time"):
                 by_unit.setdefault(x.unit_key, x)
         rows = []
+        now = timezone.now()
         for e in fresh:
             exposure = by_request.get(e["request_id"]) if e.get("request_id") else by_unit.get(e.get("unit_key", ""))
             status = FeedbackStatus.UNKNOWN
@@ -96,14 +99,11 @@ class PostgresStore(ExposureStore):
                 window = timedelta(seconds=exp_by_id[exposure.experiment_id].attribution_window_s)
                 status = FeedbackStatus.LATE if e["time"] - exposure.time > window else FeedbackStatus.ATTRIBUTED
             setattr(result, status.value, getattr(result, status.value) + 1)
-            rows.append(Feedback(
-                event_id=e["event_id"], team=team, endpoint_name=endpoint_name, kind=e["type"], value=e.get("value", 1.0),
-                request_id=e.get("request_id", ""), unit_key=e.get("unit_key", ""), time=e["time"], status=status,
-                experiment_id=exposure.experiment_id if exposure else None, arm_id=exposure.arm_id if exposure else None,
-                exposure_unit=exposure.unit_key if exposure else "",
-            ))
-        created = Feedback.objects.bulk_create(rows, batch_size=BATCH, ignore_conflicts=True)
-        del created  # a concurrent retry of the same ids is ignored by the unique constraint
+            rows.append((e["event_id"], team.pk, endpoint_name, e["type"], e.get("value", 1.0), e.get("request_id", ""),
+                         e.get("unit_key", ""), e["time"], now, status.value,
+                         exposure.experiment_id if exposure else None, exposure.arm_id if exposure else None,
+                         exposure.unit_key if exposure else ""))
+        _insert_feedback(rows)  # a concurrent retry of the same ids is ignored by the unique constraint
         return result
 
     def arm_sums(self, experiment: Experiment):
@@ -131,6 +131,32 @@ class PostgresStore(ExposureStore):
                 endpoint_name=experiment.endpoint.name, status=FeedbackStatus.UNKNOWN, received_at__gte=experiment.started_at,
                 **({"received_at__lte": experiment.ended_at} if experiment.ended_at else {})).count()
         return sums, extras, {s.value: counts.get(s.value, 0) for s in FeedbackStatus}
+
+
+FEEDBACK_COLUMNS = ("event_id", "team_id", "endpoint_name", "kind", "value", "request_id", "unit_key", "time",
+                    "received_at", "status", "experiment_id", "arm_id", "exposure_unit")
+
+
+def _insert_feedback(rows: list[tuple]) -> None:
+    """PostgreSQL: COPY into a temporary table, then one INSERT … ON CONFLICT DO NOTHING
+    (COPY itself cannot skip duplicates); ~10x the rate of multi-row INSERTs from the ORM.
+    Other databases: bulk_create."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        Feedback.objects.bulk_create([Feedback(**dict(zip(FEEDBACK_COLUMNS, r))) for r in rows], batch_size=BATCH,
+                                     ignore_conflicts=True)
+        return
+    cols = ", ".join(FEEDBACK_COLUMNS)
+    table = Feedback._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS feedback_in AS SELECT {cols} FROM {table} WITH NO DATA")
+        cursor.execute("TRUNCATE feedback_in")
+        with cursor.cursor.copy(f"COPY feedback_in ({cols}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM feedback_in ON CONFLICT (event_id) DO NOTHING")
+        cursor.execute("TRUNCATE feedback_in")
 
 
 def default_store() -> ExposureStore:
