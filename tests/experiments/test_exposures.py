@@ -5,6 +5,7 @@ The first test is fast (no processes): the hot-path buffer is bounded and its dr
 counted, never silent."""
 
 import asyncio
+import io
 import json
 import time
 
@@ -12,6 +13,7 @@ import pytest
 import redis
 import requests
 from django.conf import settings
+from django.core.management import call_command
 from prometheus_client import REGISTRY
 
 from experiments.models import Experiment, Exposure, Feedback
@@ -104,6 +106,18 @@ def test_gateway_records_exposures_and_relays_feedback(tmp_path, team_a, deploye
         assert {rid: v[:2] for rid, v in stored.items()} == served
         assert all(v[2] is not None and 0.0 <= v[2] <= 1.0 for v in stored.values())  # the score came along (gzip too)
         assert Feedback.objects.filter(status="attributed").count() == 30
+        # The demo's simulator: ranking traffic through the gateway, clicks from the ground truth, fed back.
+        out = io.StringIO()
+        call_command("simulate_traffic", endpoint="exp-ep", gateway=url, seconds=3, users=50, k=5, stdout=out)
+        assert "0 errors" in out.getvalue(), out.getvalue()
+        for _ in range(20):
+            ingest.ingest_once(client)
+            if Feedback.objects.filter(event_id__startswith="sim-", status="attributed").exists():
+                break
+            time.sleep(0.2)
+        sim = Feedback.objects.filter(event_id__startswith="sim-")
+        assert sim.exists() and not sim.exclude(status="attributed").exists()
+        assert Exposure.objects.count() > 80
     finally:
         stop_gateway(proc)
         triton.stop()

@@ -211,3 +211,12 @@ def test_decision_is_logged_as_an_mlflow_run_linked_to_both_versions(setup, depl
     assert run.data.tags[f"modelplane.outcome.{control.name}"] == "lost"
     assert run.data.tags[f"modelplane.candidate.{cand.name}"] == f"ctr/{candidate.version.version}"
     assert run.data.tags["modelplane.team"] == "team-a" and run.data.metrics[f"{cand.name}.lower"] > 0
+
+
+@pytest.mark.django_db
+def test_a_rollout_cannot_start_while_an_experiment_runs(setup, deployer, deployer_api):
+    endpoint, stable, candidate = setup
+    exp = Experiment.objects.get(pk=int(_create(deployer_api, candidate).json()["id"][4:]))
+    services.experiment_start(user=deployer, experiment=exp)
+    res = deployer_api.post("/api/v1/endpoints/ctr-demo/rollouts/", {"candidate_artifact": candidate.pk}, format="json")
+    assert res.status_code == 409 and res.json()["code"] == "experiment_running"
