@@ -85,7 +85,7 @@ def gateway_cost(phase_requests: int, phases: int) -> dict:
                     r = s.post(f"{url}/v2/models/{name}/infer", data=body, headers={"X-User-Id": f"u{i % 997}"})
                     results[name]["lat"].append(time.perf_counter() - t0)
                     assert r.status_code == 200, r.text
-                time.sleep(0.25)  # let the flusher's work of this phase land in this phase
+                time.sleep(1.3)  # let the flusher's work of this phase (1 s interval) land in this phase
                 results[name]["cpu"] += _cpu(gateway.pid) - c0
                 results[name]["n"] += phase_requests
         stream_len = redis.Redis.from_url(stream_url).xlen("modelplane:exposures")
@@ -104,6 +104,39 @@ def gateway_cost(phase_requests: int, phases: int) -> dict:
             gateway.terminate()
             gateway.wait(10)
         triton.stop()
+
+
+def exposure_log_cpu(records: int = 20_000) -> dict:
+    """In-process: CPU per exposure on the request path (record) and in the flusher (score
+    read from a gzip reply, JSON packing, the XADD), batches of 5 000 and of 50."""
+    import asyncio
+    import gzip
+
+    from django.conf import settings
+
+    from gateway.exposures import ExposureLog
+
+    body = gzip.compress(json.dumps({"model_name": "m1", "model_version": "1", "outputs": [
+        {"name": "ctr", "datatype": "FP32", "shape": [1, 1], "data": [0.4284308254718781]}]}).encode())
+    url = settings.EXPOSURE_STREAM_URL or "redis://127.0.0.1:6379/0"
+    out = {}
+
+    async def run(batch: int) -> tuple[float, float]:
+        log = ExposureLog(url, batch=batch, capacity=records + 1)
+        c0 = time.process_time()
+        for i in range(records):
+            log.record(f"{i:032x}", "exp-bench", "bench", "v2-onnx-fp32", f"user-{i % 5000}", body, "gzip")
+        c1 = time.process_time()
+        while log.buffer:
+            await log.flush()
+        c2 = time.process_time()
+        await log.close()
+        return (c1 - c0) / records * 1e6, (c2 - c1) / records * 1e6
+
+    for batch in (5000, 50):
+        record_us, flush_us = asyncio.run(run(batch))
+        out[f"batch_{batch}"] = {"record_us": record_us, "flush_us_per_exposure": flush_us, "total_us": record_us + flush_us}
+    return out
 
 
 def feedback_rate(batches: int, batch_size: int) -> dict:
@@ -216,6 +249,9 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - no tritonserver/Redis here: say so, run the rest
         payload["gateway"] = {"skipped": f"{type(exc).__name__}: {exc}"}
         print(f"  skipped: {exc}")
+    payload["exposure_log_cpu"] = x = exposure_log_cpu()
+    print_table(["flush batch", "record µs (request path)", "flush µs per exposure", "total µs"],
+                [[k, v["record_us"], v["flush_us_per_exposure"], v["total_us"]] for k, v in x.items()])
     print("2/3 feedback ingest (POST /api/v1/feedback/, PostgreSQL) ...", flush=True)
     payload["feedback"] = f = feedback_rate(args.batches, args.batch_size)
     if "skipped" in f:

@@ -2,7 +2,8 @@
 
 `ExposureLog.record` is what the request path calls for every reply served in an
 experiment: one deque append of a tuple (no I/O, no parsing). A background task flushes
-up to `batch` records every `interval_s` to a Redis Stream in one round trip
+up to `batch` records every `interval_s` (1 s: a flush has a fixed cost of a few hundred µs, so
+batches must not be tiny at low rates) to a Redis Stream in one round trip
 (XADD … MAXLEN ~ cap, so the stream itself is bounded too: one stream entry carries a whole batch as a JSON array of
 [request_id, experiment, arm, unit_key, unix_time, score], since one XADD per exposure
 costs ~50 µs of gateway CPU each); the control plane drains the
@@ -60,7 +61,7 @@ def first_score(body: bytes | None, encoding: str | None = None):
 
 
 class ExposureLog:
-    def __init__(self, redis_url: str | None, *, capacity: int = 100_000, batch: int = 5_000, interval_s: float = 0.1,
+    def __init__(self, redis_url: str | None, *, capacity: int = 100_000, batch: int = 5_000, interval_s: float = 1.0,
                  stream_maxlen: int = 2_000_000):
         self.redis_url = redis_url
         self.capacity = capacity
