@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu clean lint
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments clean lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,11 @@ bench-build-box: install
 
 bench-replies: install
 	$(PY) -m bench replies
+
+# Online experiments: exposure logging's cost on the gateway, feedback ingest rate,
+# time to decision sequential vs fixed horizon (var/bench/experiments.json).
+bench-experiments: install
+	$(PY) -m bench experiments
 
 # The GPU check (runs anywhere; on a machine without a GPU its GPU rows say why they are skipped).
 bench-gpu: install

@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-NAMES = ("artifacts", "gateway", "rollback", "gpu", "build_box", "replies")
+NAMES = ("artifacts", "gateway", "rollback", "gpu", "build_box", "replies", "experiments")
 
 
 def main() -> int:

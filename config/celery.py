@@ -45,3 +45,10 @@ app.conf.beat_schedule["deployments-rollouts-reconcile"] = {
 app.conf.beat_schedule["monitoring-canary-tick"] = {
     "task": "monitoring.canary_tick", "schedule": 1.0, "options": {"queue": "control", "expires": 3},
 }
+# Online experiments: drain the gateway's exposure/feedback streams; analyse running experiments.
+app.conf.beat_schedule["experiments-ingest"] = {
+    "task": "experiments.ingest", "schedule": 1.0, "options": {"queue": "control", "expires": 3},
+}
+app.conf.beat_schedule["experiments-analyze"] = {
+    "task": "experiments.analyze", "schedule": 15.0, "options": {"queue": "control", "expires": 30},
+}

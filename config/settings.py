@@ -198,6 +198,9 @@ PORT = int(os.environ.get("PORT", "8000"))
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+# Redis Streams the gateway writes exposures and feedback to (experiments/online/ingest.py drains them);
+# defaults to the broker when that is Redis. Empty: no exposure log (feedback via the API still works).
+EXPOSURE_STREAM_URL = os.environ.get("EXPOSURE_STREAM_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState
 from deployments.rollout_machine import FULL_BP
+from deployments.route_overlays import route_overlays
 from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
@@ -86,6 +87,7 @@ def route_table() -> dict:
     for key, scope in keys:
         team_keys.setdefault(key.team_id, []).append((key, scope))
     rollouts = active_rollouts(endpoints=endpoints)
+    overlays = route_overlays(endpoints)
     pool_ids = {e.pool_id for e in endpoints}
     ready_models = {
         (pm.pool_id, pm.triton_model_name): pm
@@ -123,6 +125,11 @@ def route_table() -> dict:
                     baseline_urls = _ready_urls(endpoint.pool_id, rollout.baseline_model, ready_models, replicas)
                     variants.append(_variant(baseline, "baseline", split.baseline_bp, baseline_urls,
                                              name=baseline_variant_name(baseline), triton_model=baseline_triton_name(baseline)))
+        elif (overlay := overlays.get(endpoint.pk)) is not None and overlay.arms[0][0].pk == stable.pk:
+            entry["salt"], entry["experiment"] = overlay.salt, overlay.name
+            for i, (artifact, weight_bp) in enumerate(overlay.arms):
+                urls = stable_urls if i == 0 else _ready_urls(endpoint.pool_id, triton_name(artifact), ready_models, replicas)
+                variants.append(_variant(artifact, "stable" if i == 0 else "arm", weight_bp, urls))
         else:
             variants.append(_variant(stable, "stable", FULL_BP, stable_urls))
         entry["variants"] = variants

@@ -3,3 +3,9 @@ from django.apps import AppConfig
 
 class ExperimentsConfig(AppConfig):
     name = "experiments"
+
+    def ready(self):
+        from deployments.route_overlays import register_route_overlay
+        from experiments.online.selectors import running_overlays
+
+        register_route_overlay(running_overlays)

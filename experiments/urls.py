@@ -1,11 +1,14 @@
 from django.urls import path
 
 from experiments import views
+from experiments.online import views as online_views
 
 # Training experiments (MLflow) live under /experiments/training/; /experiments/ itself is
 # for online experiments.
 app_name = "experiments"
 urlpatterns = [
+    path("", online_views.online_experiment_list, name="online-list"),
+    path("<int:experiment_id>/", online_views.online_experiment_detail, name="online-detail"),
     path("training/", views.experiment_list, name="experiment-list"),
     path("training/runs/<str:run_id>/", views.run_detail, name="run-detail"),
     path("training/<str:experiment_id>/", views.experiment_detail, name="experiment-detail"),

@@ -126,6 +126,7 @@ class Endpoint:
     # The share of the stable's replies whose scores are sampled at least (PSI needs as many
     # stable scores as candidate ones): the busiest other live variant's weight / the stable's.
     stable_score_rate: float = 0.0
+    experiment: str = ""  # online experiment served by this split: each served reply is an exposure
 
     def __post_init__(self):
         self.sticky_key = self.sticky_header.lower()
@@ -302,6 +303,7 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
             shadows=[v for v in variants if v.role == "shadow" and v.replicas],
             auth=compile_auth(ep.get("auth")),
             min_timeout_s=ep.get("min_timeout_ms", timeout_ms) / 1000.0,
+            experiment=ep.get("experiment", ""),
         )
     return RouteTable(version=document["version"], endpoints=endpoints, raw=document,
                       keys=compile_keys(document.get("keys", ()), keys))

@@ -36,6 +36,7 @@ from .httpserver import HttpServer, Request
 from .metrics import BACKEND, CLIENT, OK
 from .replies import error_body, public_metadata, public_reply, rename_error
 from .routes import ReplicaState, RouteTable, compile_table
+from .exposures import EXPOSURES_DROPPED, ExposureLog, check_feedback
 from .scores import ScoreSampler
 from .settings import Settings
 from .source import FileRouteSource, HttpRouteSource, SourceStatus
@@ -110,6 +111,7 @@ class Gateway:
         self.pools: dict = {}
         self.hot = metrics.HotPath()
         self.scores = ScoreSampler()
+        self.exposures = ExposureLog(settings.exposure_stream_url)
         self.session: aiohttp.ClientSession | None = None
         self.shadow_queue: asyncio.Queue | None = None
         self.tasks: list[asyncio.Task] = []
@@ -154,11 +156,18 @@ class Gateway:
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self.source.run()), loop.create_task(self.probe_loop())]
         self.tasks += [loop.create_task(self.shadow_worker()) for _ in range(self.settings.shadow_workers)]
+        if self.exposures.enabled:
+            self.tasks.append(loop.create_task(self.exposures.run()))
 
     async def close(self) -> None:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.exposures.enabled:
+            try:
+                await asyncio.wait_for(self.exposures.close(), 2.0)
+            except Exception:  # noqa: BLE001 - shutting down: what is left is counted as dropped
+                EXPOSURES_DROPPED.labels("shutdown").inc(len(self.exposures.buffer))
         if self.session:
             await self.session.close()
         for pool in self.pools.values():
@@ -259,6 +268,10 @@ class Gateway:
                     return self.model_ready(request, rest[:-6])
                 if "/" not in rest:
                     return await self.model_metadata(request, rest)
+        elif path == "/v2/feedback":
+            if method != "POST":
+                return _error(405, "method_not_allowed", "use POST for /v2/feedback", request_id(request.headers), extra={"Allow": "POST"})
+            return await self.feedback(request)
         elif method == "GET" or method == "HEAD":
             if path == "/metrics":
                 return self.metrics(request)
@@ -554,7 +567,41 @@ class Gateway:
         if status == 200:  # after the latency is taken: sampling must not tilt the judge's comparison
             self.scores.maybe_observe(name, variant.name, rheaders, data, candidate=variant is not stable,
                                       at_least=ep.stable_score_rate)
+            if ep.experiment:  # the assigned arm (intention to treat), even when failed over to stable
+                self.exposures.record(rid, ep.experiment, name, variant.name, headers.get(ep.sticky_key), data,
+                                      rheaders.get("content-encoding"))
         return response
+
+    async def feedback(self, request: Request):
+        """POST /v2/feedback: a batch for one endpoint, with the endpoint's key (like /infer)."""
+        rid = request_id(request.headers)
+        ok = {"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": "none"}
+        try:
+            checked = check_feedback(json.loads(request.body or b"null"))
+        except ValueError:
+            checked = "the body is not JSON"
+        if isinstance(checked, str):
+            return _error(400, "invalid_feedback", checked, rid)
+        name, events = checked
+        table = self.table
+        ep = table.endpoints.get(name) if table is not None else None
+        if ep is None:
+            return _error(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", rid)
+        key, rejection = authenticate(request.headers, ep.auth, table.keys, name, perf())
+        if rejection is not None:
+            problem, reason, wait = rejection
+            return self._rejected(problem, reason, wait, rid, name, key)
+        try:
+            if not self.exposures.enabled:
+                return _error(503, "no_feedback_stream", "this gateway has no feedback stream (GATEWAY_EXPOSURE_STREAM_URL); "
+                                                         "POST /api/v1/feedback/ on the control plane", rid)
+            await self.exposures.relay_feedback(name, events, getattr(key, "id", None))
+        except Exception:  # noqa: BLE001 - the stream is down: the client retries (event ids keep it idempotent)
+            return _error(503, "feedback_unavailable", "the feedback stream cannot be reached; retry", rid, extra={"Retry-After": "1"})
+        finally:
+            if key is not None:
+                release(key)
+        return 202, ok, json.dumps({"accepted": len(events)}).encode()
 
     @staticmethod
     def _deadline(name: str, timeout: float, ep, rid: str, variant: str):

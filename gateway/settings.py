@@ -35,6 +35,7 @@ class Settings:
     shadow_workers: int = 16
     idle_timeout_s: float = 75.0
     shutdown_grace_s: float = 5.0
+    exposure_stream_url: str | None = None  # Redis URL of the exposure/feedback streams; None: exposures are counted as dropped
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
@@ -74,6 +75,7 @@ class Settings:
             shadow_workers=number("GATEWAY_SHADOW_WORKERS", cls.shadow_workers),
             idle_timeout_s=number("GATEWAY_IDLE_TIMEOUT_S", cls.idle_timeout_s, float),
             shutdown_grace_s=number("GATEWAY_SHUTDOWN_GRACE_S", cls.shutdown_grace_s, float),
+            exposure_stream_url=env.get("GATEWAY_EXPOSURE_STREAM_URL") or None,
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -28,6 +28,7 @@ from deployments.rollout_machine import (
     ACTIVE, DEFAULT_STEPS_BP, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, Verdict, after_loaded,
     check_transition, on_tick,
 )
+from deployments.route_overlays import route_overlays
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
 from registry.models import Artifact, Role
@@ -57,6 +58,10 @@ def rollout_start(
         raise InvalidInput("endpoint: it has no stable artifact to compare against; create it with one.", code="no_stable", field="endpoint")
     if candidate.pk == endpoint.stable_artifact_id:
         raise InvalidInput("candidate: it is already the stable artifact of this endpoint.", code="already_stable", field="candidate")
+    overlay = route_overlays([endpoint]).get(endpoint.pk)
+    if overlay is not None:
+        raise Conflict(f"Endpoint {endpoint.name!r} is running experiment {overlay.name}; stop it or let it decide first.",
+                       code="experiment_running")
     if strategy == Strategy.BLUE_GREEN:
         steps_bp = [FULL_BP]
     steps = tuple(int(s) for s in (steps_bp or DEFAULT_STEPS_BP))

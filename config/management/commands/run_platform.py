@@ -119,7 +119,7 @@ class Command(BaseCommand):
             call_command("seed_demo")
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
         env = dict(os.environ, HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,gateway={gateway_url}", PYTHONUNBUFFERED="1",
-                   GATEWAY_TOKEN=ensure_gateway_token())
+                   GATEWAY_TOKEN=ensure_gateway_token(), GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL)
         supervisor = Supervisor(self.processes(port), env=env, cwd=settings.BASE_DIR, log=self.log,
                                 backoff_max_s=settings.SUPERVISOR_BACKOFF_MAX_S,
                                 stable_after_s=settings.SUPERVISOR_STABLE_AFTER_S)

@@ -1,0 +1,3 @@
+from experiments.models.online import (  # noqa: F401
+    Arm, Experiment, ExperimentState, Exposure, Feedback, FeedbackKind, FeedbackStatus,
+)

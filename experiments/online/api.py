@@ -1,0 +1,174 @@
+"""REST API v1 for online experiments and feedback.
+
+/api/v1/experiments/ (list, create), /api/v1/experiments/{id}/ (id: 12 or exp-12),
+POST …/{start|stop|ship}/, GET …/results/, and POST /api/v1/feedback/ (batches).
+"""
+
+import hashlib
+import hmac
+
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, permissions, serializers
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.api import created
+from config.errors import InvalidInput, NotFound
+from config.viewsets import TeamScopedViewSet
+from deployments.selectors import pools as pool_selectors
+from deployments.selectors import rollouts as endpoint_selectors
+from deployments.selectors.keys import active_inference_keys
+from experiments.models import Experiment
+from experiments.online import feedback as feedback_parse
+from experiments.online import selectors
+from experiments.services import experiments as services
+from registry.selectors.teams import user_role_in
+
+
+class OnlineArmSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    artifact = serializers.IntegerField(source="artifact_id")
+    is_control = serializers.BooleanField()
+    allocation_bp = serializers.IntegerField()
+
+
+class OnlineExperimentSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="public_id", read_only=True)
+    endpoint = serializers.CharField(source="endpoint.name", read_only=True)
+    arms = OnlineArmSerializer(many=True, read_only=True)
+    winner = serializers.CharField(source="winner.name", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Experiment
+        fields = ["id", "name", "endpoint", "hypothesis", "state", "unit_header", "salt", "primary_metric",
+                  "secondary_metrics", "baseline_rate", "exposures_per_unit", "mde", "power", "alpha", "srm_alpha",
+                  "attribution_window_s", "planned_units_per_arm", "arms", "decision", "winner", "rollout_id",
+                  "mlflow_run_id", "started_at", "ended_at", "created_at"]
+        read_only_fields = fields
+
+
+class ExperimentCreateSerializer(serializers.Serializer):
+    endpoint = serializers.CharField(help_text="Name of an endpoint of your team; its stable artifact is the control.")
+    name = serializers.SlugField(max_length=64)
+    hypothesis = serializers.CharField(required=False, allow_blank=True, default="")
+    candidates = serializers.ListField(child=serializers.IntegerField(), min_length=1, max_length=8,
+                                       help_text="Artifact ids of the candidate arms.")
+    allocation_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=10_000), required=False,
+                                          help_text="Per arm, control first, summing to 10000 (default: equal).")
+    primary_metric = serializers.ChoiceField(choices=["ctr"], default="ctr")
+    secondary_metrics = serializers.ListField(child=serializers.ChoiceField(choices=["conversions", "value"]), required=False)
+    baseline_rate = serializers.FloatField(min_value=1e-6, max_value=1 - 1e-6, default=0.1)
+    exposures_per_unit = serializers.FloatField(min_value=1.0, max_value=1e6, default=1.0)
+    mde = serializers.FloatField(min_value=-0.99, max_value=10.0, default=0.05)
+    power = serializers.FloatField(min_value=0.5, max_value=0.999, default=0.8)
+    alpha = serializers.FloatField(min_value=1e-6, max_value=0.5, default=0.05)
+    attribution_window_s = serializers.IntegerField(min_value=1, max_value=30 * 86400, default=3600)
+
+
+class ExperimentActionSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Online experiments of your teams"),
+    retrieve=extend_schema(summary="One online experiment"),
+    create=extend_schema(request=ExperimentCreateSerializer, responses={201: OnlineExperimentSerializer},
+                         summary="Draft an experiment: the endpoint's stable against candidate artifacts"),
+)
+class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, TeamScopedViewSet):
+    serializer_class = OnlineExperimentSerializer
+    lookup_value_regex = r"(exp-)?[0-9]+"
+    filterset_fields = ["state"]
+    ordering = ["-created_at"]
+
+    def scoped_queryset(self, user):
+        return selectors.online_experiment_list(user=user)
+
+    def get_object(self):
+        return selectors.online_experiment_get(user=self.request.user, experiment_id=self.kwargs["pk"])
+
+    def create(self, request, *args, **kwargs):
+        payload = ExperimentCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        try:
+            endpoint = endpoint_selectors.endpoint_get(user=request.user, name=data.pop("endpoint"))
+        except NotFound:
+            raise InvalidInput(f"endpoint: no endpoint named {request.data.get('endpoint')!r}.", field="endpoint",
+                               code="endpoint_not_found") from None
+        candidates = []
+        for artifact_id in data.pop("candidates"):
+            try:
+                candidates.append(pool_selectors.artifact_get(user=request.user, artifact_id=artifact_id))
+            except NotFound:
+                raise InvalidInput(f"candidates: no artifact with id {artifact_id}.", field="candidates",
+                                   code="artifact_not_found") from None
+        experiment = services.experiment_create(user=request.user, endpoint=endpoint, candidates=candidates, **data)
+        return created(OnlineExperimentSerializer(experiment).data)
+
+    @extend_schema(request=None, responses=OnlineExperimentSerializer, summary="Start: the arms get traffic")
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        return Response(OnlineExperimentSerializer(services.experiment_start(user=request.user, experiment=self.get_object())).data)
+
+    @extend_schema(request=ExperimentActionSerializer, responses=OnlineExperimentSerializer, summary="Stop: the control keeps all traffic")
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        payload = ExperimentActionSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        experiment = services.experiment_stop(user=request.user, experiment=self.get_object(),
+                                              reason=payload.validated_data["reason"])
+        return Response(OnlineExperimentSerializer(experiment).data)
+
+    @extend_schema(request=None, responses=OnlineExperimentSerializer, summary="Ship the winner (a one-step rollout to 100 %)")
+    @action(detail=True, methods=["post"])
+    def ship(self, request, pk=None):
+        return Response(OnlineExperimentSerializer(services.experiment_ship(user=request.user, experiment=self.get_object())).data)
+
+    @extend_schema(responses=dict, summary="Per-arm counts, lift with its always-valid band, SRM, progress, decision")
+    @action(detail=True, methods=["get"])
+    def results(self, request, pk=None):
+        return Response(selectors.experiment_results(experiment=self.get_object()))
+
+
+class FeedbackBatchSerializer(serializers.Serializer):
+    endpoint = serializers.CharField(help_text="The endpoint the exposures came from.")
+    events = serializers.ListField(child=serializers.DictField(), help_text="click / conversion / value events.")
+
+
+def _key_allows(request, endpoint) -> bool:
+    raw = request.headers.get("Authorization", "")
+    secret = raw[7:].strip() if raw.lower().startswith("bearer ") else request.headers.get("X-API-Key", "")
+    if not secret:
+        return False
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    for key, scope in active_inference_keys():
+        if hmac.compare_digest(key.sha256, digest):
+            return key.team_id == endpoint.team_id and (scope is None or endpoint.pk in scope)
+    return False
+
+
+class FeedbackView(APIView):
+    """POST /api/v1/feedback/: the endpoint's inference key (Authorization: Bearer or
+    X-API-Key), a member of its team, or nothing for a public endpoint."""
+
+    permission_classes = [permissions.AllowAny]
+
+    @extend_schema(request=FeedbackBatchSerializer, responses={202: dict}, summary="Record a batch of feedback events")
+    def post(self, request):
+        if not isinstance(request.data, dict):
+            raise InvalidInput("give a JSON object {endpoint, events}.")
+        name = request.data.get("endpoint")
+        endpoint = next((e for e in endpoint_selectors.serving_endpoints() if e.name == name), None) if isinstance(name, str) else None
+        member = request.user.is_authenticated and endpoint is not None and user_role_in(user=request.user, team=endpoint.team)
+        if endpoint is None or not (endpoint.public or member or _key_allows(request, endpoint)):
+            if endpoint is not None and not request.user.is_authenticated:
+                raise NotAuthenticated("send the endpoint's inference key: Authorization: Bearer <key> or X-API-Key.")
+            raise NotFound(f"No endpoint named {str(name)[:64]!r}.", code="endpoint_not_found")
+        try:
+            events = feedback_parse.parse_events(request.data.get("events"))
+        except feedback_parse.FeedbackError as exc:
+            raise InvalidInput(exc.detail, field=exc.field) from None
+        return Response(services.feedback_ingest(endpoint=endpoint, events=events), status=202)

@@ -1,0 +1,73 @@
+"""Reads of online experiments shared by the API, the pages and the admin (team-scoped)."""
+
+from django.db.models import QuerySet
+
+from config.errors import NotFound
+from deployments.route_overlays import Overlay
+from experiments.models import Experiment, ExperimentState
+from experiments.online import analysis
+from experiments.online.store import default_store
+from registry.selectors.events import event_list
+from registry.selectors.teams import team_scoped
+
+
+def online_experiment_list(*, user, endpoint: str | None = None, state: str | None = None) -> QuerySet:
+    qs = team_scoped(Experiment.objects.select_related("endpoint__team", "winner").prefetch_related("arms"),
+                     user, "endpoint__team_id")
+    if endpoint:
+        qs = qs.filter(endpoint__name=endpoint)
+    if state:
+        qs = qs.filter(state=state)
+    return qs
+
+
+def online_experiment_get(*, user, experiment_id) -> Experiment:
+    try:
+        pk = int(str(experiment_id).removeprefix("exp-"))
+    except ValueError:
+        pk = None
+    experiment = online_experiment_list(user=user).filter(pk=pk).first() if pk is not None else None
+    if experiment is None:
+        raise NotFound(f"No experiment {experiment_id!r}.", code="experiment_not_found")
+    return experiment
+
+
+def experiment_results(*, experiment: Experiment, store=None) -> dict:
+    """The analysis now (read-only: ticks that move the state are the service's), plus
+    the plan's progress and the chart's history."""
+    store = store or default_store()
+    arms = list(experiment.arms.all())
+    sums, extras, counts = store.arm_sums(experiment)
+    control = next(a for a in arms if a.is_control)
+    result = analysis.analyze({a.name: sums[a.pk] for a in arms}, control=control.name,
+                              allocation={a.name: a.allocation_bp / 10_000 for a in arms}, alpha=experiment.alpha,
+                              mde=experiment.mde, srm_alpha=experiment.srm_alpha,
+                              extras={a.name: extras.get(a.pk, {}) for a in arms})
+    have = min((r["units"] for r in result["arms"].values()), default=0)
+    need = experiment.planned_units_per_arm
+    result.update({
+        "experiment": experiment.public_id, "state": experiment.state, "decision": experiment.decision or None,
+        "winner": experiment.winner.name if experiment.winner_id else None,
+        "progress": {"have": have, "need": need, "unit": "units per arm"},
+        "feedback": counts, "history": experiment.history,
+        "rule": "ship when the lift's always-valid lower bound is above 0 (the MDE's side) and no guardrail "
+                "fails; stop for harm when the upper bound is below 0; a flagged SRM blocks both.",
+    })
+    return result
+
+
+def running_overlays(endpoints) -> dict:
+    """The route-overlay provider (deployments.route_overlays): running experiments' arms."""
+    ids = [e.pk for e in endpoints]
+    out = {}
+    qs = Experiment.objects.filter(endpoint_id__in=ids, state=ExperimentState.RUNNING).prefetch_related("arms__artifact__version")
+    for experiment in qs:
+        arms = list(experiment.arms.all())
+        arms.sort(key=lambda a: not a.is_control)
+        out[experiment.endpoint_id] = Overlay(name=experiment.public_id, salt=experiment.salt,
+                                              arms=tuple((a.artifact, a.allocation_bp) for a in arms))
+    return out
+
+
+def experiment_events(*, user, experiment: Experiment, limit: int = 20) -> list:
+    return list(event_list(user=user, object_type=experiment._meta.label_lower, object_id=experiment.pk)[:limit])

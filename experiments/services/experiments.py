@@ -1,0 +1,210 @@
+"""Writes of online experiments: create, start, analyse, decide, ship, stop.
+
+State machine (`TRANSITIONS`): draft -> running -> decided -> shipped | stopped; draft and
+running may also stop. Every transition locks the row, checks the machine and writes the
+audit Event in the same transaction. The decision itself is the pure function
+experiments.online.analysis.decide; `experiment_analyze` loads the numbers, calls it and
+saves the evidence. Shipping starts a one-step (100 %) rollout of the winning arm through the
+deployments services, so the existing rollout machinery makes it stable.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from config.errors import Conflict, InvalidInput
+from deployments.rollout_machine import ACTIVE, FULL_BP, Strategy
+from deployments.selectors.rollouts import rollout_list
+from deployments.services import pools as pool_services
+from deployments.services import rollouts as rollout_services
+from deployments.services.endpoints import require_servable
+from experiments.models import Arm, Experiment, ExperimentState
+from experiments.online import analysis, mlflow_log
+from experiments.online.store import default_store
+from registry.models import Role
+from registry.names import variant_name
+from registry.services.events import event_record
+from registry.services.teams import require_role
+
+S = ExperimentState
+TRANSITIONS = {
+    S.DRAFT: {S.RUNNING, S.STOPPED},
+    S.RUNNING: {S.DECIDED, S.STOPPED},
+    S.DECIDED: {S.SHIPPED, S.STOPPED, S.RUNNING},  # RUNNING: continue after a blocked/continue read
+    S.SHIPPED: set(),
+    S.STOPPED: set(),
+}
+HISTORY_MAX = 500  # points kept for the chart (older ones are thinned)
+
+
+def _transition(experiment: Experiment, to: str, *, actor, reason: str, data: dict | None = None) -> Experiment:
+    if to not in TRANSITIONS[S(experiment.state)]:
+        raise Conflict(f"experiment {experiment.name!r} is {experiment.state}; it cannot become {to}.", code="illegal_transition")
+    from_state = experiment.state
+    experiment.state = to
+    now = timezone.now()
+    if to == S.RUNNING and experiment.started_at is None:
+        experiment.started_at = now
+    if to in (S.SHIPPED, S.STOPPED, S.DECIDED):
+        experiment.ended_at = now
+    try:
+        with transaction.atomic():
+            experiment.save()
+    except IntegrityError:
+        raise Conflict("endpoint already runs another experiment.", code="experiment_running") from None
+    event_record(actor=actor, obj=experiment, team=experiment.endpoint.team, action="state_changed",
+                 from_state=from_state, to_state=to, reason=reason, data=data or {})
+    return experiment
+
+
+def _locked(experiment: Experiment) -> Experiment:
+    return Experiment.objects.select_for_update().select_related("endpoint__team").get(pk=experiment.pk)
+
+
+def experiment_create(*, user, endpoint, name: str, candidates: list, allocation_bp: list[int] | None = None,
+                      hypothesis: str = "", **settings_) -> Experiment:
+    """A draft experiment: the endpoint's stable artifact is the control arm, `candidates`
+    (artifacts of the team) the other arms; allocation in basis points, control first."""
+    require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
+    if endpoint.stable_artifact_id is None:
+        raise InvalidInput("endpoint: it has no stable artifact to be the control.", code="no_stable", field="endpoint")
+    if not candidates:
+        raise InvalidInput("candidates: give at least one candidate artifact.", field="candidates")
+    arms = [endpoint.stable_artifact, *candidates]
+    if len({a.pk for a in arms}) != len(arms):
+        raise InvalidInput("candidates: each arm needs a different artifact (and not the stable one).", field="candidates")
+    for artifact in candidates:
+        require_servable(artifact, endpoint.team, "candidates")
+    allocation_bp = list(allocation_bp or [])
+    if not allocation_bp:
+        share = FULL_BP // len(arms)
+        allocation_bp = [FULL_BP - share * (len(arms) - 1)] + [share] * (len(arms) - 1)
+    if len(allocation_bp) != len(arms) or any(int(b) <= 0 for b in allocation_bp) or sum(allocation_bp) != FULL_BP:
+        raise InvalidInput(f"allocation_bp: give {len(arms)} positive shares (control first) summing to {FULL_BP}.",
+                           field="allocation_bp")
+    for field in ("mde",):
+        if field in settings_ and not settings_[field]:
+            raise InvalidInput("mde: give a non-zero relative effect, e.g. 0.05.", field="mde")
+    experiment = Experiment(endpoint=endpoint, name=name, hypothesis=hypothesis, created_by=user,
+                            unit_header=endpoint.sticky_header, **settings_)
+    try:
+        plan = analysis.plan_sample(baseline=experiment.baseline_rate, mde=experiment.mde, alpha=experiment.alpha,
+                                    power=experiment.power, exposures_per_unit=experiment.exposures_per_unit,
+                                    allocation=(allocation_bp[0], min(allocation_bp[1:])))
+    except ValueError as exc:
+        raise InvalidInput(f"plan: {exc}.", field="mde") from None
+    experiment.planned_units_per_arm = plan.units_per_arm
+    experiment.evidence = {"plan": {"units_per_arm": plan.units_per_arm, "fixed_units_per_arm": plan.fixed_units_per_arm}}
+    with transaction.atomic():
+        experiment.save()
+        for i, (artifact, bp) in enumerate(zip(arms, allocation_bp)):
+            Arm.objects.create(experiment=experiment, name=variant_name(artifact), artifact=artifact,
+                               is_control=i == 0, allocation_bp=int(bp))
+        event_record(actor=user, obj=experiment, team=endpoint.team, action="created", to_state=S.DRAFT,
+                     data={"arms": [variant_name(a) for a in arms], "allocation_bp": allocation_bp,
+                           "planned_units_per_arm": plan.units_per_arm})
+    return experiment
+
+
+def experiment_start(*, user, experiment: Experiment) -> Experiment:
+    """Running: candidates are loaded into the endpoint's pool and the route table serves
+    the arms (role `arm`) with the experiment's salt. No rollout may be in progress."""
+    require_role(user=user, team=experiment.endpoint.team, role=Role.DEPLOYER)
+    with transaction.atomic():
+        locked = _locked(experiment)
+        if rollout_list(user=user, endpoint=locked.endpoint).filter(state__in=list(ACTIVE)).exists():
+            raise Conflict("endpoint has a rollout in progress; finish it first.", code="rollout_in_progress")
+        if locked.arms.get(is_control=True).artifact_id != locked.endpoint.stable_artifact_id:
+            raise Conflict("the endpoint's stable artifact changed since the experiment was drafted.", code="stale_control")
+        for arm in locked.arms.filter(is_control=False).select_related("artifact"):
+            pool_services.pool_load_request(user=user, pool=locked.endpoint.pool, artifact=arm.artifact)
+        return _transition(locked, S.RUNNING, actor=user, reason="started")
+
+
+def experiment_analyze(*, experiment_id: int, guardrails_ok: bool = True, store=None) -> dict:
+    """One analysis tick: numbers from the store, the pure decision, evidence and chart
+    point saved. A ship/stop decision moves a running experiment to `decided`."""
+    store = store or default_store()
+    with transaction.atomic():
+        experiment = _locked(Experiment(pk=experiment_id))
+        arms = list(experiment.arms.all())
+        sums, extras, counts = store.arm_sums(experiment)
+        control = next(a for a in arms if a.is_control)
+        result = analysis.analyze({a.name: sums[a.pk] for a in arms}, control=control.name,
+                                  allocation={a.name: a.allocation_bp / FULL_BP for a in arms},
+                                  alpha=experiment.alpha, mde=experiment.mde, srm_alpha=experiment.srm_alpha,
+                                  guardrails_ok=guardrails_ok, extras={a.name: extras.get(a.pk, {}) for a in arms})
+        result["feedback"] = counts
+        result["plan"] = experiment.evidence.get("plan", {})
+        result["guardrails_ok"] = guardrails_ok
+        now = timezone.now()
+        point = {"t": now.isoformat(), "units": min((r["units"] for r in result["arms"].values()), default=0)}
+        for name, cand in result["candidates"].items():
+            point[name] = [cand["lift"], cand["lower"], cand["upper"]]
+        history = (experiment.history + [point])
+        if len(history) > HISTORY_MAX:
+            history = history[:1] + history[2::2] + history[-1:]
+        experiment.history = history
+        experiment.evidence = result
+        decisions = {c["decision"] for c in result["candidates"].values()}
+        if experiment.state == S.RUNNING:
+            if analysis.SHIP in decisions:
+                best = max((n for n, c in result["candidates"].items() if c["decision"] == analysis.SHIP),
+                           key=lambda n: result["candidates"][n]["lift"])
+                experiment.winner = next(a for a in arms if a.name == best)
+                experiment.decision = analysis.SHIP
+                _transition(experiment, S.DECIDED, actor=None, reason=f"{best}: lower bound of the lift above 0",
+                            data={"candidate": result["candidates"][best], "srm": result["srm"]})
+            elif decisions and decisions <= {analysis.STOP}:
+                experiment.decision = analysis.STOP
+                experiment.winner = control
+                _transition(experiment, S.DECIDED, actor=None, reason="every candidate harms the primary metric or a guardrail",
+                            data={"candidates": result["candidates"], "srm": result["srm"]})
+            else:
+                experiment.save(update_fields=["history", "evidence"])
+        else:
+            experiment.save(update_fields=["history", "evidence"])
+    if experiment.state == S.DECIDED and not experiment.mlflow_run_id:
+        run_id = mlflow_log.log_result(experiment, result)
+        if run_id:
+            Experiment.objects.filter(pk=experiment.pk).update(mlflow_run_id=run_id)
+    return result
+
+
+def experiment_ship(*, user, experiment: Experiment):
+    """The winning arm becomes stable through a one-step rollout (100 %: loading -> canary ->
+    promoting -> succeeded by the rollout reconcile), the experiment becomes `shipped`."""
+    require_role(user=user, team=experiment.endpoint.team, role=Role.DEPLOYER)
+    with transaction.atomic():
+        locked = _locked(experiment)
+        if locked.state != S.DECIDED or locked.decision != analysis.SHIP or locked.winner_id is None:
+            raise Conflict(f"experiment {locked.name!r} has no ship decision (state {locked.state}, decision "
+                           f"{locked.decision or 'none'}).", code="not_decided")
+        winner = locked.winner
+        if winner.is_control:
+            raise Conflict("the control won: nothing to ship.", code="control_won")
+        rollout = rollout_services.rollout_start(user=user, endpoint=locked.endpoint, candidate=winner.artifact,
+                                                 strategy=Strategy.CANARY, steps_bp=[FULL_BP])
+        locked.rollout_id = rollout.pk
+        return _transition(locked, S.SHIPPED, actor=user, reason=f"{winner.name} ships via rollout #{rollout.pk}",
+                           data={"rollout": rollout.pk, "winner": winner.name})
+
+
+def experiment_stop(*, user, experiment: Experiment, reason: str = "") -> Experiment:
+    """Stop: arms leave the route table at the next gateway poll; the control stays stable."""
+    require_role(user=user, team=experiment.endpoint.team, role=Role.DEPLOYER)
+    with transaction.atomic():
+        locked = _locked(experiment)
+        return _transition(locked, S.STOPPED, actor=user, reason=reason or f"stopped by {user}")
+
+
+def feedback_ingest(*, endpoint, events: list[dict], store=None) -> dict:
+    """Store one validated batch for `endpoint` (the caller authenticated it): attributed
+    to the endpoint's experiments, duplicates (known event ids) counted once."""
+    store = store or default_store()
+    experiments = list(Experiment.objects.filter(endpoint=endpoint).exclude(state=S.DRAFT).select_related("endpoint"))
+    with transaction.atomic():
+        result = store.write_feedback(team=endpoint.team, endpoint_name=endpoint.name, experiments=experiments,
+                                      events=events)
+    return result.as_dict()
