@@ -8,7 +8,7 @@ NAV = [
     ("Builds", "registry:build-list", ()),
     ("Deployments", "deployments:endpoint-list", ("deployments:pool-list",)),
     ("Keys", "deployments:key-list", ()),
-    ("Experiments", "experiments:online-list", ("experiments:experiment-list",), ()),
+    ("Experiments", "experiments:online-list", ("experiments:experiment-list",)),
     ("Monitoring", "monitoring:overview", ()),
     ("Alerts", "monitoring:alert-list", ()),
 ]
