@@ -80,7 +80,7 @@ class BoxedStages:
             return BoxFailed(cpu_reason(self.cpu_s), "cpu_limit")
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         if code in (-signal.SIGABRT, -signal.SIGKILL, -signal.SIGSEGV):
-            return BoxFailed(f"the build process died ({how}); {memory_reason(self.memory_mb)}?", "memory_limit")
+            return BoxFailed(f"the build process died ({how}), most likely because {memory_reason(self.memory_mb)}", "memory_limit")
         return BoxFailed(f"the build process died ({how})", "build_process_died")
 
     def _receive(self, log) -> tuple:
@@ -135,9 +135,9 @@ class BoxedStages:
 
 # --- the warm spare -------------------------------------------------------------------------------
 # Starting a child costs seconds (interpreter, Django, ONNX Runtime): each worker process
-# keeps one spare child that has done that already and waits for a build; taking it
-# starts the next spare in the background, so a build only waits for a cold start when
-# builds come faster than a child starts.
+# keeps one spare child that has done that already and waits for a build; the next
+# spare starts when a build is done (its warm-up never competes with a build), so a
+# build only waits for a cold start when builds come back to back.
 _spare: tuple[subprocess.Popen, Connection] | None = None
 _spare_lock = threading.Lock()
 
