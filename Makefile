@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments clean lint
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments clean lint security
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ test: install system-deps lint
 test-fast: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest -m "not integration and not browser" $(PYTEST_ARGS)
+
+security: install  ## the schemathesis run against the live API, longer than in make test
+	@eval "$$($(PY) tests/services.py --exports)" && \
+	  SCHEMATHESIS_MAX_EXAMPLES=$${SCHEMATHESIS_MAX_EXAMPLES:-50} SCHEMATHESIS_MAX_TIME=$${SCHEMATHESIS_MAX_TIME:-900} \
+	  $(PY) -m pytest tests/security $(PYTEST_ARGS)
 
 bench: bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies
 

@@ -4,7 +4,7 @@ this module while building its settings)."""
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from django_filters.rest_framework import DjangoFilterBackend
+from django_filters.rest_framework import BooleanFilter, DjangoFilterBackend
 from rest_framework import exceptions, pagination, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -63,6 +63,13 @@ class StrictFilterBackend(DjangoFilterBackend):
             if empty:
                 raise exceptions.ValidationError(
                     {name: ["give a value, or leave the parameter out."] for name in empty}, code="invalid_parameter"
+                )
+            # django-filter reads "null"/"unknown" for a boolean as "no filter": say so instead
+            booleans = [name for name, f in filterset_class.base_filters.items() if isinstance(f, BooleanFilter)
+                        and any(v.lower() not in {"true", "false", "1", "0"} for v in request.query_params.getlist(name))]
+            if booleans:
+                raise exceptions.ValidationError(
+                    {name: ["give true or false."] for name in booleans}, code="invalid_parameter"
                 )
         return super().filter_queryset(request, queryset, view)
 

@@ -75,6 +75,14 @@ def test_invalid_query_parameters_are_400_naming_the_parameter(alice_api, team_a
     assert body["detail"].startswith(f"{parameter}:") and parameter in body["errors"], body
 
 
+@pytest.mark.parametrize("value, status", [("null", 400), ("maybe", 400), ("true", 200), ("false", 200), ("1", 200)])
+def test_boolean_filters_take_only_true_or_false(alice_api, team_a, value, status):
+    response = alice_api.get(f"/api/v1/inference-keys/?active={value}")
+    assert response.status_code == status, response.content
+    if status == 400:
+        assert response.json()["detail"].startswith("active:")
+
+
 def test_valid_paging_still_works_and_a_page_past_the_end_is_404(alice_api, team_a):
     for i in range(3):
         factories.registered_model(team_a, name=f"m{i}")
