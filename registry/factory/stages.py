@@ -429,7 +429,8 @@ def validate(ctx: BuildContext) -> None:
     for name, result in ctx.variants.items():
         if result.status != "pending":
             continue
-        common = {"rows": int(reference.shape[0]), "inputs": label_source, "primary_output": primary, "data": data_source, "quality_checks_skipped": skipped,
+        common = {"rows": int(reference.shape[0]), "inputs": "synthetic inputs derived from the graph" if synthetic else data_source,
+                  "primary_output": primary, "data": data_source, "quality_checks_skipped": skipped,
                   **({f"original_{k}": v for k, v in base.items()} if true_labels else {})}
         if synthetic:
             common["synthetic_inputs"] = [p.describe() for p in ctx.input_plans.values()]
