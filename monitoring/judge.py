@@ -220,7 +220,7 @@ def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, 
 def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = None, *,
           latency: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True,
           error_control: ArmWindow | None = None, previous: dict | None = None, now_s: float | None = None,
-          seconds: float | None = None, step_seconds: float | None = None) -> Decision:
+          seconds: float | None = None, step_seconds: float | None = None, control: str = "stable") -> Decision:
     """Fail if any check fails; pass if every check passes (or is skipped); otherwise
     inconclusive.
 
@@ -233,7 +233,8 @@ def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = 
     beside the candidate) skips them: the p99 SLO guardrail still holds the candidate's
     latency. `previous` (the rollout's last checks by name) and `now_s` (epoch seconds)
     carry the guardrails' breach counts; `seconds` / `step_seconds`: how long the
-    window / the step has run, for each check's ETA."""
+    window / the step has run, for each check's ETA. `control`: what the reasons call
+    the control ("baseline" when the rollout has one)."""
     config = config or JudgeConfig()
     if compare_latency:
         latency_checks = check_latency(*(latency or (stable, candidate)), config, step_seconds if latency else seconds)
@@ -247,7 +248,7 @@ def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = 
               check_error_rate(error_control or stable, candidate, config, seconds), *latency_checks]
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:
-        return Decision(FAIL, "; ".join(_describe(c) for c in failed), checks)
+        return Decision(FAIL, "; ".join(_describe(c, control, pooled=error_control is not None) for c in failed), checks)
     waiting = [c for c in checks if c["outcome"] == INCONCLUSIVE]
     if waiting:
         return Decision(INCONCLUSIVE, "waiting for evidence: " + ", ".join(_waiting(c) for c in waiting), checks)
@@ -267,15 +268,16 @@ def _waiting(check: dict) -> str:
     return f"{check['name']} ({pace['have']} of {pace['need']} {pace['unit']}{f', ~{eta:.0f} s' if eta is not None else ''})"
 
 
-def _describe(check: dict) -> str:
+def _describe(check: dict, control: str = "stable", pooled: bool = False) -> str:
     name = check["name"]
     if name == "error_rate":
         rates = check["rates"]
-        return (f"candidate error rate {rates['candidate']:.2%} vs stable {rates['stable']:.2%} "
+        return (f"candidate error rate {rates['candidate']:.2%} vs {'stable+baseline' if pooled else control} "
+                f"{rates['stable']:.2%} "
                 f"(e-value {check['e_value']:.3g} >= {check['threshold']:.3g})")
     if name == "latency":
         q = check["quantiles_ms"]
-        return (f"candidate slower than stable +{check['margin']:.0%}: p50 {q['candidate']['p50']:.2f} ms vs "
+        return (f"candidate slower than {control} +{check['margin']:.0%}: p50 {q['candidate']['p50']:.2f} ms vs "
                 f"{q['stable']['p50']:.2f} ms (Mann-Whitney p={check['p_value']:.2g} < {check['threshold']})")
     if name == "latency_tail":
         return (f"{check['statistic']:.1%} of candidate requests above {check['limit_ms']:.2f} ms "

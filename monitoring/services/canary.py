@@ -45,6 +45,8 @@ def judge_tick(
     until = until or timezone.now()
     config = config or JudgeConfig(alpha=conf.get("MONITORING_JUDGE_ALPHA"), psi_threshold=conf.get("MONITORING_PSI_THRESHOLD"))
     pooled = [v for v in (error_control_variants or []) if v != candidate_variant]
+    if pooled == [stable_variant]:
+        pooled = []  # the control itself
     arms = selectors.judge_arms(endpoint=endpoint, variants=[stable_variant, candidate_variant, *pooled], since=since, until=until)
     stable, candidate = arms[stable_variant], arms[candidate_variant]
     error_control = None
@@ -54,7 +56,8 @@ def judge_tick(
             error_control = error_control.plus(arms[variant])
     decision: Decision = judge(stable, candidate, config, latency=latency_window, compare_latency=compare_latency,
                                error_control=error_control, previous=previous, now_s=until.timestamp(),
-                               seconds=(until - since).total_seconds(), step_seconds=step_seconds)
+                               seconds=(until - since).total_seconds(), step_seconds=step_seconds,
+                               control="baseline" if stable_variant.endswith("-baseline") else "stable")
     return Verdict.objects.create(
         rollout_id=rollout_id, endpoint=endpoint, step=step, stable_variant=stable_variant,
         candidate_variant=candidate_variant, outcome=decision.outcome, reason=decision.reason[:4000],

@@ -68,7 +68,16 @@ def test_a_slow_candidate_is_still_caught_against_the_baseline(fair_rollout):
     start = fair_rollout.traffic_started_at
     feed(fair_rollout, ticks=15, start=start, cand_slow=1.6, seed=3)
     canary.judge_rollout(fair_rollout, now=start + timedelta(seconds=15))
-    assert Rollout.objects.get(pk=fair_rollout.pk).state == State.ROLLING_BACK
+    rollout = Rollout.objects.get(pk=fair_rollout.pk)
+    assert rollout.state == State.ROLLING_BACK and "slower than baseline +20%" in rollout.reason
+
+
+def test_an_erroring_candidate_is_judged_against_stable_and_baseline_pooled(fair_rollout):
+    start = fair_rollout.traffic_started_at
+    feed(fair_rollout, ticks=12, start=start, cand_err=0.08, seed=4)
+    canary.judge_rollout(fair_rollout, now=start + timedelta(seconds=12))
+    rollout = Rollout.objects.get(pk=fair_rollout.pk)
+    assert rollout.state == State.ROLLING_BACK and "vs stable+baseline" in rollout.reason
 
 
 def test_collector_maps_the_copy_to_the_baseline_variant(fair_rollout):
