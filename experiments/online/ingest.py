@@ -10,6 +10,7 @@ impression within one tick is attributed. Bounded per call (`max_entries`).
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 
 import redis
@@ -22,6 +23,10 @@ from experiments.online.store import default_store
 EXPOSURE_STREAM = "modelplane:exposures"  # gateway/exposures.py writes them (the gateway imports nothing from here)
 FEEDBACK_STREAM = "modelplane:feedback"
 GROUP = "control"
+# Feedback waits this long in its stream before it is attributed, so that the exposures it
+# names (flushed by the gateway every second) are stored first; a click arriving within
+# the same second as its impression would otherwise be counted `unknown`.
+FEEDBACK_DELAY_S = 2.0
 
 
 def stream_client():
@@ -98,8 +103,11 @@ def ingest_feedback(client, *, max_entries: int = 1000, consumer: str = "ingest"
     totals = {"batches": 0, "received": 0, "duplicates": 0, "attributed": 0, "late": 0, "unknown": 0, "invalid": 0}
     while totals["batches"] < max_entries:
         entries = _read(client, FEEDBACK_STREAM, 100, consumer)
+        cutoff_ms = int((time.time() - FEEDBACK_DELAY_S) * 1000)
+        young = [e for e in entries if int(e[0].split(b"-")[0]) > cutoff_ms]
+        entries = [e for e in entries if int(e[0].split(b"-")[0]) <= cutoff_ms]
         if not entries:
-            break
+            break  # young entries stay pending for this consumer and are read first next time
         for _, f in entries:
             totals["batches"] += 1
             endpoint = endpoints.get(_text(f, b"e"))
@@ -113,6 +121,8 @@ def ingest_feedback(client, *, max_entries: int = 1000, consumer: str = "ingest"
             for k, v in feedback_ingest(endpoint=endpoint, events=events).items():
                 totals[k] += v
         client.xack(FEEDBACK_STREAM, GROUP, *[entry_id for entry_id, _ in entries])
+        if young:
+            break
     return totals
 
 

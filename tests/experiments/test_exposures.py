@@ -110,7 +110,7 @@ def test_gateway_records_exposures_and_relays_feedback(tmp_path, team_a, deploye
         out = io.StringIO()
         call_command("simulate_traffic", endpoint="exp-ep", gateway=url, seconds=3, users=50, k=5, stdout=out)
         assert "0 errors" in out.getvalue(), out.getvalue()
-        for _ in range(20):
+        for _ in range(50):  # feedback waits ingest.FEEDBACK_DELAY_S for its exposures
             ingest.ingest_once(client)
             if Feedback.objects.filter(event_id__startswith="sim-", status="attributed").exists():
                 break
