@@ -6,8 +6,9 @@ import re
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
-# An absolute file path (two or more parts) not inside a URL or URI ("runs:/…", "http://…").
-_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[\w.@+~-]+/)+([\w.@+~-]+)")
+# An absolute file path (two or more parts) not inside a URL or URI ("runs:/…", "http://…"),
+# and not one of the platform's own URL paths (/api/…, /v2/…, which messages name on purpose).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?!api/|v2/)(?:[\w.@+~-]+/)+([\w.@+~-]+)")
 
 
 def scrub_paths(text: str) -> str:

@@ -261,6 +261,9 @@ SPECTACULAR_SETTINGS = {
             "monitoring": ["VerdictOutcome", "Severity", "AlertStatus", "ChannelKind", "DeliveryStatus"],
         }.items()
         for name in names
+    } | {
+        "DataKindEnum": "registry.models.DataKind",
+        "OnInconclusiveEnum": "deployments.models.rollouts.ON_INCONCLUSIVE_CHOICES",
     },
 }
 

@@ -62,7 +62,7 @@ class RolloutStartForm(forms.Form):
         "invalid": "Shadow seconds must be a number, e.g. 0 for no shadow phase.", "min_value": "Shadow seconds cannot be negative.",
         "max_value": "Shadow seconds: at most a day (86400)."})
 
-    on_inconclusive = forms.ChoiceField(label="If a step stays inconclusive", choices=ON_INCONCLUSIVE_CHOICES, error_messages={
+    on_inconclusive = forms.ChoiceField(label="If a step stays inconclusive", choices=ON_INCONCLUSIVE_CHOICES, required=False, error_messages={
         "invalid_choice": "Choose what to do when a step stays inconclusive: roll back, pause and alert, or promote."})
     fair_baseline = forms.BooleanField(label="Fair baseline", required=False, initial=True,
                                        help_text="Judge the candidate against a fresh copy of the stable given the same share of traffic.")
@@ -104,7 +104,9 @@ class RolloutStartForm(forms.Form):
         candidate = next(a for a in self.candidates if str(a.pk) == data["candidate_artifact"])
         return {"endpoint": self.endpoint, "candidate": candidate, "steps_bp": data["steps_pct"],
                 "step_min_seconds": data["step_min_seconds"], "shadow_seconds": data["shadow_seconds"] or 0.0,
-                "on_inconclusive": data["on_inconclusive"], "fair_baseline": data["fair_baseline"]}
+                "on_inconclusive": data.get("on_inconclusive") or None,  # none given: the endpoint's policy
+                # a form post without the checkbox's hidden twin (an old page, a script) keeps the default: on
+                "fair_baseline": data["fair_baseline"] if "fair_baseline_present" in self.data else True}
 
     def add_service_error(self, exc: PlatformError) -> None:
         """A refusal of the service, on the field it names when the form has one."""

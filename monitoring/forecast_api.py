@@ -5,6 +5,7 @@ before its deadline (monitoring/forecast.py). The endpoint page shows the same."
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -54,7 +55,7 @@ def endpoint_forecast(*, user, name: str, steps_bp=None, rate_rps=None, step_min
 
 
 class RolloutForecastView(APIView):
-    @extend_schema(parameters=[ForecastQuerySerializer], summary="Expected time to a verdict for each step of a rollout plan, "
+    @extend_schema(parameters=[ForecastQuerySerializer], responses=OpenApiTypes.OBJECT, summary="Expected time to a verdict for each step of a rollout plan, "
                                                                  "at the endpoint's traffic (before starting it)")
     def get(self, request):
         query = ForecastQuerySerializer(data=request.query_params)

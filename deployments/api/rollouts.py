@@ -15,7 +15,8 @@ from config.api import created
 from config.errors import InvalidInput, NotFound
 from config.viewsets import TeamScopedViewSet
 from deployments.models import Endpoint, Rollout
-from deployments.rollout_machine import FULL_BP, OnInconclusive, Strategy
+from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
+from deployments.rollout_machine import FULL_BP, Strategy
 from deployments.routes import route_table
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
@@ -48,7 +49,7 @@ class EndpointUpdateSerializer(serializers.Serializer):
     psi_threshold = serializers.FloatField(required=False)
     latency_margin = serializers.FloatField(required=False)
     on_inconclusive = serializers.ChoiceField(
-        choices=[o.value for o in OnInconclusive], required=False,
+        choices=ON_INCONCLUSIVE_CHOICES, required=False,
         help_text="When a rollout step's deadline passes without a conclusive verdict: rollback, pause (and alert; the "
                   "default) or promote (go on unless a check failed). A rollout may override it.")
     sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
@@ -112,7 +113,7 @@ class RolloutCreateSerializer(serializers.Serializer):
     step_min_seconds = serializers.FloatField(min_value=0, default=30.0)
     step_min_requests = serializers.IntegerField(min_value=0, default=200)
     step_deadline_seconds = serializers.FloatField(min_value=0, default=600.0)
-    on_inconclusive = serializers.ChoiceField(choices=[o.value for o in OnInconclusive], required=False,
+    on_inconclusive = serializers.ChoiceField(choices=ON_INCONCLUSIVE_CHOICES, required=False,
                                               help_text="rollback, pause or promote; default: the endpoint's policy.")
     promote_grace_seconds = serializers.FloatField(min_value=0, default=30.0)
     fair_baseline = serializers.BooleanField(

@@ -284,7 +284,8 @@ def _child(fd: int) -> None:
         except MemoryError:
             reply = ("failed", memory, "memory_limit")
         except (stages.StageError, GraphError) as exc:
-            failed_for_memory = _looks_like_allocation_failure(str(exc)) or isinstance(exc.__cause__, MemoryError)
+            failed_for_memory = (_looks_like_allocation_failure(str(exc)) or isinstance(exc.__cause__, MemoryError)
+                                 or _looks_like_allocation_failure(str(exc.__cause__ or "")))
             reply = ("failed", memory, "memory_limit") if failed_for_memory else ("failed", str(exc), getattr(exc, "code", "build_failed"))
         except Exception as exc:  # ONNX Runtime and onnx raise their own types for a failed allocation
             text = f"{type(exc).__name__}: {exc}"

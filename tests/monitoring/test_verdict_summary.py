@@ -15,7 +15,7 @@ def _verdict(seconds, checks):
 def test_progress_is_rendered_from_the_evidence_only():
     assert progress_text({"progress": {"have": 312, "need": 500, "unit": "requests"}, "eta_seconds": 40.2}) == ("312 of 500 requests · ~40 s", 0.624)
     assert progress_text({"progress": {"have": 80, "need": None, "unit": "scores"}}) == ("80 scores", None)
-    assert progress_text({"progress": {"have": 900, "need": 500, "unit": "samples"}, "eta_seconds": None}) == ("900 of 500 samples", 1.0)
+    assert progress_text({"progress": {"have": 900, "need": 500, "unit": "samples"}, "eta_seconds": None}) == ("sample complete: 900 samples", 1.0)
     assert progress_text({"name": "psi", "outcome": "pass"}) == ("", None)  # absent: nothing invented
     assert progress_text({"progress": "lots"}) == ("", None)
     assert [eta_text(s) for s in (0.4, 89, 600, 7200, -1, None)] == ["~0 s", "~89 s", "~10 min", "~2.0 h", "", ""]
