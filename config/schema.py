@@ -88,7 +88,9 @@ class AutoSchema(SpectacularAutoSchema):
             codes.append("415")
         if method in {"POST", "PUT", "PATCH"} and self._takes_a_file():
             codes.append("413")
-        return codes
+        # A view that authenticates by itself (an inference key under AllowAny) names its own.
+        codes += [code for code in getattr(self.view, "schema_error_codes", ()) if code not in codes]
+        return sorted(codes)
 
     def _takes_a_file(self) -> bool:
         request = self.get_request_serializer()

@@ -155,6 +155,7 @@ class FeedbackView(APIView):
     X-API-Key), a member of its team, or nothing for a public endpoint."""
 
     permission_classes = [permissions.AllowAny]
+    schema_error_codes = ("401", "403", "404")  # no or a wrong key, another team, unknown endpoint
 
     @extend_schema(request=FeedbackBatchSerializer, responses={202: dict}, summary="Record a batch of feedback events")
     def post(self, request):

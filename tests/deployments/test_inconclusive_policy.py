@@ -65,7 +65,8 @@ def test_the_start_form_sends_the_policy_and_the_baseline_choice(client, deploye
     page = client.get(reverse("deployments:endpoint-detail", args=["ctr"])).content.decode()
     assert 'name="on_inconclusive"' in page and '<option value="pause" selected>' in page and 'name="fair_baseline"' in page
     response = client.post(reverse("deployments:rollout-start", args=["ctr"]), {"candidate_artifact": candidate.pk, "steps_pct": "10,100",
-                                                              "on_inconclusive": "promote", "fair_baseline": "off"})
+                                                              "step_min_seconds": "30", "on_inconclusive": "promote",
+                                                              "fair_baseline_present": "1"})  # the box unticked
     assert response.status_code == 302
 
     rollout = Rollout.objects.get(candidate_artifact=candidate)

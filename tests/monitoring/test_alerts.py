@@ -70,8 +70,9 @@ def test_acknowledge_needs_a_developer_of_the_team(team_a, alice, bob, staff):
     assert alert_acknowledge(user=staff, alert=platform_alert).status == "acknowledged"
 
 
-def test_webhook_delivery_failure_is_recorded_and_retried_until_success(team_a, webhook_receiver):
+def test_webhook_delivery_failure_is_recorded_and_retried_until_success(team_a, webhook_receiver, settings):
     """A real local receiver answers 500 then 200: two attempts, both visible."""
+    settings.OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]  # the receiver is local: the operator allows it
     webhook_receiver.statuses = [500]
     alert, _ = _raise(team_a)
     args = dict(alert_id=alert.pk, kind="webhook", target=webhook_receiver.url, notify_round=1)
@@ -89,6 +90,7 @@ def test_webhook_delivery_failure_is_recorded_and_retried_until_success(team_a, 
 
 def test_delivery_gives_up_after_max_attempts(team_a, settings):
     settings.MONITORING_NOTIFY_MAX_ATTEMPTS = 2
+    settings.OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
     alert, _ = _raise(team_a)
     args = dict(alert_id=alert.pk, kind="webhook", target="http://127.0.0.1:9/closed", notify_round=1)
     assert notification_deliver(**args)[0] == "retry"

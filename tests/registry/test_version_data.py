@@ -196,7 +196,7 @@ def test_the_input_example_logged_in_mlflow_is_what_the_build_runs_on(alice, ali
     mlflow_config.configure()
     example = {k: v for k, v in _rows(6, seed=9).items() if k != "label"}
     try:
-        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("data-test")) as run:
+        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("data-test", team=team_a.name)) as run:
             mlflow.onnx.log_model(onnx.load(str(small_table_ranker(tmp_path / "m.onnx"))), name="model", input_example=example)
         factories.registered_model(team_a, name="from-mlflow")
         response = alice_api.post("/api/v1/models/from-mlflow/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")
@@ -236,7 +236,7 @@ def test_a_validation_dataset_logged_to_the_mlflow_run_is_validated_on_and_outsi
     frame.to_parquet(inside)
     frame.to_parquet(outside)
     try:
-        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("data-test")) as run:
+        with mlflow.start_run(experiment_id=mlflow_config.experiment_id("data-test", team=team_a.name)) as run:
             mlflow.onnx.log_model(onnx.load(str(small_table_ranker(tmp_path / "m.onnx"))), name="model")
             mlflow.log_input(mlflow.data.from_pandas(frame, source=str(outside), name="not-ours"), context="validation")
             mlflow.log_artifact(str(inside), "data")

@@ -101,6 +101,6 @@ def test_registered_models_of_another_team_are_not_found(store, alice_api, bob_a
 def test_members_see_their_teams_experiments_created_through_the_platform(store, alice_api, bob_api, staff, api_for, team_a, team_b):
     store("red-exp", "team-a")
     store("blue-exp", "team-b")
-    assert [e["name"] for e in alice_api.get("/api/v1/experiments/").json()] == ["red-exp"]
-    assert [e["name"] for e in bob_api.get("/api/v1/experiments/").json()] == ["blue-exp"]
-    assert {e["name"] for e in api_for(staff).get("/api/v1/experiments/").json()} >= {"red-exp", "blue-exp"}
+    assert [e["name"] for e in alice_api.get("/api/v1/training-experiments/").json()] == ["red-exp"]
+    assert [e["name"] for e in bob_api.get("/api/v1/training-experiments/").json()] == ["blue-exp"]
+    assert {e["name"] for e in api_for(staff).get("/api/v1/training-experiments/").json()} >= {"red-exp", "blue-exp"}
