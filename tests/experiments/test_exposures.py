@@ -90,7 +90,7 @@ def test_gateway_records_exposures_and_relays_feedback(tmp_path, team_a, deploye
             events = [{"event_id": f"ev-{rid}", "type": "click", "request_id": rid} for rid in list(served)[:30]]
             bad = s.post(f"{url}/v2/feedback", json={"endpoint": "exp-ep", "events": [{"event_id": "x", "type": "like",
                                                                                       "request_id": "r"}]}, timeout=5)
-            assert bad.status_code == 400 and "events[0].type" in bad.json()["detail"] and bad.headers["X-Request-Id"]
+            assert bad.status_code == 400 and "events[0].type" in bad.json()["error"] and bad.headers["X-Request-Id"]
             for _ in range(2):  # a retried batch
                 ok = s.post(f"{url}/v2/feedback", json={"endpoint": "exp-ep", "events": events}, timeout=5)
                 assert ok.status_code == 202 and ok.json() == {"accepted": 30}

@@ -32,6 +32,7 @@ def _schemathesis() -> list[str]:
     return [str(binary)] if binary.exists() else [sys.executable, "-m", "schemathesis.cli"]
 
 
+@pytest.mark.fuzz
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 def test_live_api_conforms_to_its_schema(live_server, onnx_path, tmp_path, settings):
