@@ -44,11 +44,9 @@ system-deps:
 lint: install
 	$(VENV)/bin/lint-imports --no-logo
 
-# The schemathesis fuzz run (marker `fuzz`) is `make security`: it currently reports 8
-# findings on the newest endpoints (README, Security).
 test: install system-deps lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
-	  $(PY) -m pytest -m "not fuzz" $(PYTEST_ARGS)
+	  $(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \

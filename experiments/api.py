@@ -5,26 +5,27 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.serializers import StrictCharField
 from experiments import selectors
 from registry.selectors.catalog import versions_from_run
 
 
 class ExperimentSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    name = serializers.CharField()
-    team = serializers.CharField()
+    id = StrictCharField()
+    name = StrictCharField()
+    team = StrictCharField()
     run_count = serializers.IntegerField()
 
 
 class RunSerializer(serializers.Serializer):
-    run_id = serializers.CharField()
-    run_name = serializers.CharField(allow_null=True)
-    status = serializers.CharField()
+    run_id = StrictCharField()
+    run_name = StrictCharField(allow_null=True)
+    status = StrictCharField()
     start_time = serializers.IntegerField(allow_null=True, help_text="ms since epoch")
     end_time = serializers.IntegerField(allow_null=True)
-    params = serializers.DictField(child=serializers.CharField())
+    params = serializers.DictField(child=StrictCharField())
     metrics = serializers.DictField(child=serializers.FloatField())
-    tags = serializers.DictField(child=serializers.CharField())
+    tags = serializers.DictField(child=StrictCharField())
 
 
 class MetricPointSerializer(serializers.Serializer):
@@ -34,16 +35,16 @@ class MetricPointSerializer(serializers.Serializer):
 
 
 class ArtifactFileSerializer(serializers.Serializer):
-    path = serializers.CharField()
+    path = StrictCharField()
     size = serializers.IntegerField(allow_null=True, help_text="bytes")
 
 
 class RegisteredVersionSerializer(serializers.Serializer):
     id = serializers.IntegerField(source="pk")
-    model = serializers.CharField(source="model.name")
+    model = StrictCharField(source="model.name")
     version = serializers.IntegerField()
-    source_uri = serializers.CharField()
-    status = serializers.CharField()
+    source_uri = StrictCharField()
+    status = StrictCharField()
 
 
 class RunDetailSerializer(RunSerializer):

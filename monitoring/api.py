@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from config.api import created
 from config.errors import InvalidInput
+from config.serializers import StrictCharField, StrictModelSerializer, StrictRegexField
 from config.viewsets import TeamScopedViewSet
 from monitoring import selectors
 from monitoring.models import Alert, AlertStatus, NotificationChannel, NotificationDelivery, Verdict, VerdictOutcome
@@ -53,19 +54,19 @@ class PointSerializer(serializers.Serializer):
 
 
 class SeriesSerializer(serializers.Serializer):
-    endpoint = serializers.CharField()
-    variant = serializers.CharField()
-    metric = serializers.CharField()
+    endpoint = StrictCharField()
+    variant = StrictCharField()
+    metric = StrictCharField()
     resolution = serializers.ChoiceField(choices=["raw", "1m"])
     points = PointSerializer(many=True)
 
 
 class MetricsQuerySerializer(serializers.Serializer):
-    endpoint = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, help_text="Endpoint name.")
-    variant = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False)
-    metric = serializers.CharField(required=False, help_text="One metric or a comma-separated list, e.g. request_rate,latency_p99_ms.")
-    since = serializers.CharField(required=False, default="15m", help_text="ISO 8601 time or duration back from now (15m, 2h, 1d).")
-    until = serializers.CharField(required=False)
+    endpoint = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, help_text="Endpoint name.")
+    variant = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False)
+    metric = StrictCharField(required=False, help_text="One metric or a comma-separated list, e.g. request_rate,latency_p99_ms.")
+    since = StrictCharField(required=False, default="15m", help_text="ISO 8601 time or duration back from now (15m, 2h, 1d).")
+    until = StrictCharField(required=False)
     resolution = serializers.ChoiceField(choices=["auto", "raw", "1m"], default="auto")
 
     def validate(self, attrs):
@@ -102,8 +103,8 @@ class MetricsView(APIView):
 
 
 class ScoreSamplesSerializer(serializers.Serializer):
-    endpoint = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,64}$")
-    variant = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,64}$")
+    endpoint = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$")
+    variant = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$")
     scores = serializers.ListField(child=serializers.FloatField(), min_length=1, max_length=100_000)
     team = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all(), required=False, allow_null=True)
 
@@ -128,7 +129,7 @@ class ScoreSamplesView(APIView):
 
 
 # --- verdicts -----------------------------------------------------------------------------------------
-class VerdictSerializer(serializers.ModelSerializer):
+class VerdictSerializer(StrictModelSerializer):
     class Meta:
         model = Verdict
         fields = ["id", "rollout_id", "endpoint", "step", "stable_variant", "candidate_variant", "outcome", "reason",
@@ -163,14 +164,14 @@ class VerdictViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
 
 
 # --- alerts ------------------------------------------------------------------------------------------------
-class DeliverySerializer(serializers.ModelSerializer):
+class DeliverySerializer(StrictModelSerializer):
     class Meta:
         model = NotificationDelivery
         fields = ["id", "notify_round", "kind", "target", "attempt", "status", "response_code", "error", "duration_ms", "created_at"]
         read_only_fields = fields
 
 
-class AlertSerializer(serializers.ModelSerializer):
+class AlertSerializer(StrictModelSerializer):
     team = serializers.StringRelatedField()
     acknowledged_by = serializers.StringRelatedField()
     deliveries = DeliverySerializer(many=True, read_only=True)
@@ -183,7 +184,7 @@ class AlertSerializer(serializers.ModelSerializer):
 
 
 class NoteSerializer(serializers.Serializer):
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    note = StrictCharField(required=False, allow_blank=True, max_length=2000)
 
 
 @extend_schema_view(
@@ -225,7 +226,7 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedV
 
 
 # --- notification channels -------------------------------------------------------------------------------------
-class ChannelSerializer(serializers.ModelSerializer):
+class ChannelSerializer(StrictModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all())
 
     class Meta:

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.errors import InvalidInput
+from config.serializers import StrictCharField
 from deployments.rollout_machine import FULL_BP
 from deployments.selectors.rollouts import endpoint_get
 from monitoring import selectors
@@ -20,9 +21,9 @@ from monitoring.services.canary import judge_config_for
 
 
 class ForecastQuerySerializer(serializers.Serializer):
-    endpoint = serializers.CharField(help_text="The endpoint's name.")
-    steps_bp = serializers.CharField(required=False, help_text="Comma-separated weights in basis points, e.g. 1000,2500,10000; "
-                                                               "default: the steps suggested for the observed traffic.")
+    endpoint = StrictCharField(help_text="The endpoint's name.")
+    steps_bp = StrictCharField(required=False, help_text="Comma-separated weights in basis points, e.g. 1000,2500,10000; "
+                                                  "default: the steps suggested for the observed traffic.")
     rate_rps = serializers.FloatField(required=False, min_value=0.001, max_value=1e7,
                                       help_text="Assume this traffic instead of the observed one (requests/s).")
     step_min_seconds = serializers.FloatField(required=False, min_value=0, default=30.0)
@@ -55,6 +56,8 @@ def endpoint_forecast(*, user, name: str, steps_bp=None, rate_rps=None, step_min
 
 
 class RolloutForecastView(APIView):
+    schema_error_codes = ("404",)  # an endpoint that is not yours (or does not exist)
+
     @extend_schema(parameters=[ForecastQuerySerializer], responses=OpenApiTypes.OBJECT, summary="Expected time to a verdict for each step of a rollout plan, "
                                                                  "at the endpoint's traffic (before starting it)")
     def get(self, request):

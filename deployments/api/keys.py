@@ -11,6 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from config.api import created
+from config.serializers import StrictCharField, StrictModelSerializer
 from config.viewsets import TeamScopedViewSet
 from deployments.models import InferenceKey
 from deployments.selectors import keys as selectors
@@ -18,10 +19,10 @@ from deployments.services import keys as services
 from registry.selectors.teams import team_list
 
 
-class InferenceKeySerializer(serializers.ModelSerializer):
+class InferenceKeySerializer(StrictModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    gateway_id = serializers.CharField(read_only=True, help_text="The key's id in the route table and in the gateway's "
-                                                                 "metric labels (key=\"k17\").")
+    gateway_id = StrictCharField(read_only=True, help_text="The key's id in the route table and in the gateway's "
+                                                           "metric labels (key=\"k17\").")
     endpoints = serializers.SerializerMethodField(help_text='"all" (every endpoint of the team, also later ones) or the names.')
     active = serializers.BooleanField(read_only=True)
     created_by = serializers.StringRelatedField()
@@ -38,8 +39,8 @@ class InferenceKeySerializer(serializers.ModelSerializer):
 
 
 class InferenceKeyCreatedSerializer(InferenceKeySerializer):
-    secret = serializers.CharField(read_only=True, help_text="The key itself: shown this once, never stored. Send it as "
-                                                             "Authorization: Bearer <secret> (or X-API-Key).")
+    secret = StrictCharField(read_only=True, help_text="The key itself: shown this once, never stored. Send it as "
+                                                       "Authorization: Bearer <secret> (or X-API-Key).")
 
     class Meta(InferenceKeySerializer.Meta):
         fields = [*InferenceKeySerializer.Meta.fields, "secret"]
@@ -48,9 +49,9 @@ class InferenceKeyCreatedSerializer(InferenceKeySerializer):
 
 class InferenceKeyCreateSerializer(serializers.Serializer):
     # a CharField (not SlugRelatedField): its checks (NUL, length) run before any query
-    team = serializers.CharField(max_length=150, help_text="Name of one of your teams.")
-    name = serializers.CharField(max_length=100)
-    endpoints = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=services.MAX_SCOPED_ENDPOINTS,
+    team = StrictCharField(max_length=150, help_text="Name of one of your teams.")
+    name = StrictCharField(max_length=100)
+    endpoints = serializers.ListField(child=StrictCharField(max_length=64), required=False, max_length=services.MAX_SCOPED_ENDPOINTS,
                                       help_text="Names of the team's endpoints it may call; leave out for all of them (also later ones).")
     rate_per_s = serializers.FloatField(required=False, allow_null=True,
                                         help_text=f"Requests per second (token bucket; default {services.DEFAULT_RATE_PER_S:g}; null: no limit).")
@@ -68,7 +69,7 @@ class InferenceKeyCreateSerializer(serializers.Serializer):
 
 
 class RevokeSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
 class InferenceKeyFilter(filters.FilterSet):

@@ -11,6 +11,7 @@ from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from config.serializers import StrictCharField, StrictModelSerializer
 from config.viewsets import TeamScopedViewSet
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolReplica, PoolStatus, ServingPool
 from deployments.selectors import pools as selectors
@@ -20,17 +21,17 @@ from registry.selectors.teams import team_list
 
 
 # === serving pools ===========================================================================
-class PoolReplicaSerializer(serializers.ModelSerializer):
+class PoolReplicaSerializer(StrictModelSerializer):
     class Meta:
         model = PoolReplica
         fields = ["name", "status", "http_url", "grpc_url", "metrics_url", "pid", "restarts", "last_error", "started_at", "last_seen_at"]
         read_only_fields = fields
 
 
-class PoolModelSerializer(serializers.ModelSerializer):
-    pool = serializers.CharField(source="pool.name", read_only=True)
+class PoolModelSerializer(StrictModelSerializer):
+    pool = StrictCharField(source="pool.name", read_only=True)
     artifact = serializers.IntegerField(source="artifact_id", read_only=True)
-    variant = serializers.CharField(source="artifact.variant", read_only=True)
+    variant = StrictCharField(source="artifact.variant", read_only=True)
     replica_ready = serializers.DictField(child=serializers.BooleanField(), read_only=True, help_text="Readiness per replica at the last check.")
 
     class Meta:
@@ -39,7 +40,7 @@ class PoolModelSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PoolSerializer(serializers.ModelSerializer):
+class PoolSerializer(StrictModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", read_only=True)
     ready_replicas = serializers.IntegerField(read_only=True)
     model_count = serializers.IntegerField(read_only=True)
@@ -62,7 +63,7 @@ class PoolLiveSerializer(serializers.Serializer):
         child=serializers.DictField(child=serializers.BooleanField()), help_text="{model: {replica: READY?}} asked from Triton now."
     )
     statistics = serializers.DictField(help_text="Triton statistics: {models: {name: {success, failure, queue_us_avg, compute_us_avg, pending, ...}}, replicas: {...}}")
-    error = serializers.CharField(help_text="Why the driver could not answer, if it could not.")
+    error = StrictCharField(help_text="Why the driver could not answer, if it could not.")
 
 
 class PoolDetailSerializer(PoolSerializer):
@@ -81,16 +82,16 @@ class PoolDetailSerializer(PoolSerializer):
 
 
 class PoolCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=48)
+    name = StrictCharField(max_length=48)
     team = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all())
     driver = serializers.ChoiceField(choices=PoolDriver.choices, default=PoolDriver.LOCAL)
     replicas = serializers.IntegerField(default=1)
     device_kind = serializers.ChoiceField(choices=DeviceKind.choices, default=DeviceKind.CPU)
     gpus_per_replica = serializers.IntegerField(required=False)
     resources = serializers.JSONField(required=False, help_text='Requests per replica, e.g. {"cpu": "2", "memory": "4Gi"}.')
-    model_repository = serializers.CharField(required=False, allow_blank=True, help_text="Kubernetes: s3://, gs://, as:// or pvc://CLAIM[/SUBPATH]. Local: leave empty.")
-    namespace = serializers.CharField(required=False, max_length=63)
-    image = serializers.CharField(required=False, max_length=255)
+    model_repository = StrictCharField(required=False, allow_blank=True, help_text="Kubernetes: s3://, gs://, as:// or pvc://CLAIM[/SUBPATH]. Local: leave empty.")
+    namespace = StrictCharField(required=False, max_length=63)
+    image = StrictCharField(required=False, max_length=255)
     min_replicas = serializers.IntegerField(required=False)
     max_replicas = serializers.IntegerField(required=False)
     max_queue_size = serializers.IntegerField(required=False, help_text="Waiting requests per model before Triton rejects.")
@@ -110,7 +111,7 @@ class PoolUpdateSerializer(serializers.Serializer):
     max_queue_size = serializers.IntegerField(required=False)
     queue_timeout_ms = serializers.IntegerField(required=False)
     resources = serializers.JSONField(required=False)
-    image = serializers.CharField(required=False)
+    image = StrictCharField(required=False)
     min_replicas = serializers.IntegerField(required=False)
     max_replicas = serializers.IntegerField(required=False)
 
@@ -124,7 +125,7 @@ class LoadSerializer(serializers.Serializer):
 
 
 class UnloadSerializer(serializers.Serializer):
-    model = serializers.CharField(help_text="Triton model name, {model}__v{version}__{variant}.")
+    model = StrictCharField(help_text="Triton model name, {model}__v{version}__{variant}.")
     drain_timeout_s = serializers.FloatField(default=30.0, help_text="How long to wait for traffic to stop.")
     force = serializers.BooleanField(default=False, help_text="Unload even if traffic did not stop in time.")
 
@@ -222,7 +223,7 @@ class PoolViewSet(
 
     @extend_schema(
         parameters=[OpenApiParameter("replica", str, required=True), OpenApiParameter("lines", int, required=False)],
-        responses={200: inline_serializer("ReplicaLog", {"replica": serializers.CharField(), "log": serializers.CharField()})},
+        responses={200: inline_serializer("ReplicaLog", {"replica": StrictCharField(), "log": StrictCharField()})},
         summary="The tail of one replica's tritonserver log",
     )
     @action(detail=True, methods=["get"])

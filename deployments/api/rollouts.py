@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from config.api import created
 from config.errors import InvalidInput, NotFound
+from config.serializers import StrictCharField, StrictModelSerializer, StrictRegexField, StrictSlugField
 from config.viewsets import TeamScopedViewSet
 from deployments.models import Endpoint, Rollout
 from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
@@ -25,9 +26,9 @@ from deployments.services import rollouts as services
 from registry.names import baseline_variant_name, variant_name
 
 
-class EndpointSerializer(serializers.ModelSerializer):
+class EndpointSerializer(StrictModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    pool = serializers.CharField(source="pool.name", read_only=True)
+    pool = StrictCharField(source="pool.name", read_only=True)
     stable_artifact = serializers.IntegerField(source="stable_artifact_id", read_only=True, allow_null=True)
     stable_variant = serializers.SerializerMethodField()
     url = serializers.HyperlinkedIdentityField(view_name="api:endpoint-detail", lookup_field="name")
@@ -52,20 +53,20 @@ class EndpointUpdateSerializer(serializers.Serializer):
         choices=ON_INCONCLUSIVE_CHOICES, required=False,
         help_text="When a rollout step's deadline passes without a conclusive verdict: rollback, pause (and alert; the "
                   "default) or promote (go on unless a check failed). A rollout may override it.")
-    sticky_header = serializers.RegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
+    sticky_header = StrictRegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
     timeout_ms = serializers.IntegerField(required=False)
     public = serializers.BooleanField(required=False, help_text="Callable without an inference key (default false: "
                                                                 "only the team's keys scoped to it).")
 
 
 class EndpointCreateSerializer(EndpointUpdateSerializer):
-    name = serializers.SlugField(max_length=64)
-    pool = serializers.CharField(help_text="Name of a serving pool of your team.")
+    name = StrictSlugField(max_length=64)
+    pool = StrictCharField(help_text="Name of a serving pool of your team.")
     stable_artifact = serializers.IntegerField(required=False, help_text="A servable artifact id.")
 
 
-class RolloutSerializer(serializers.ModelSerializer):
-    endpoint = serializers.CharField(source="endpoint.name", read_only=True)
+class RolloutSerializer(StrictModelSerializer):
+    endpoint = StrictCharField(source="endpoint.name", read_only=True)
     candidate_artifact = serializers.IntegerField(source="candidate_artifact_id", read_only=True)
     baseline_artifact = serializers.IntegerField(source="baseline_artifact_id", read_only=True)
     candidate_variant = serializers.SerializerMethodField()
@@ -122,7 +123,7 @@ class RolloutCreateSerializer(serializers.Serializer):
 
 
 class RolloutActionSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = StrictCharField(required=False, allow_blank=True, default="")
     generation = serializers.IntegerField(required=False, help_text="The generation you saw; 409 if it changed meanwhile.")
 
 

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from config.api import created
 from config.errors import InvalidInput, NotFound
+from config.serializers import StrictCharField, StrictModelSerializer, StrictSlugField
 from config.viewsets import TeamScopedViewSet
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as endpoint_selectors
@@ -28,17 +29,17 @@ from registry.selectors.teams import user_role_in
 
 
 class OnlineArmSerializer(serializers.Serializer):
-    name = serializers.CharField()
+    name = StrictCharField()
     artifact = serializers.IntegerField(source="artifact_id")
     is_control = serializers.BooleanField()
     allocation_bp = serializers.IntegerField()
 
 
-class OnlineExperimentSerializer(serializers.ModelSerializer):
-    id = serializers.CharField(source="public_id", read_only=True)
-    endpoint = serializers.CharField(source="endpoint.name", read_only=True)
+class OnlineExperimentSerializer(StrictModelSerializer):
+    id = StrictCharField(source="public_id", read_only=True)
+    endpoint = StrictCharField(source="endpoint.name", read_only=True)
     arms = OnlineArmSerializer(many=True, read_only=True)
-    winner = serializers.CharField(source="winner.name", read_only=True, allow_null=True, default=None)
+    winner = StrictCharField(source="winner.name", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = Experiment
@@ -50,9 +51,9 @@ class OnlineExperimentSerializer(serializers.ModelSerializer):
 
 
 class ExperimentCreateSerializer(serializers.Serializer):
-    endpoint = serializers.CharField(help_text="Name of an endpoint of your team; its stable artifact is the control.")
-    name = serializers.SlugField(max_length=64)
-    hypothesis = serializers.CharField(required=False, allow_blank=True, default="")
+    endpoint = StrictCharField(help_text="Name of an endpoint of your team; its stable artifact is the control.")
+    name = StrictSlugField(max_length=64)
+    hypothesis = StrictCharField(required=False, allow_blank=True, default="")
     candidates = serializers.ListField(child=serializers.IntegerField(), min_length=1, max_length=8,
                                        help_text="Artifact ids of the candidate arms.")
     allocation_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=10_000), required=False,
@@ -68,7 +69,7 @@ class ExperimentCreateSerializer(serializers.Serializer):
 
 
 class ExperimentActionSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = StrictCharField(required=False, allow_blank=True, default="")
 
 
 @extend_schema_view(
@@ -134,7 +135,7 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
 
 
 class FeedbackBatchSerializer(serializers.Serializer):
-    endpoint = serializers.CharField(help_text="The endpoint the exposures came from.")
+    endpoint = StrictCharField(help_text="The endpoint the exposures came from.")
     events = serializers.ListField(child=serializers.DictField(), help_text="click / conversion / value events.")
 
 

@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
+from config.serializers import StrictCharField, StrictModelSerializer
 from config.viewsets import TeamScopedViewSet
 from registry import storage
 from registry.factory import VARIANTS
@@ -22,10 +23,10 @@ from registry.selectors.catalog import version_get
 from registry.services import builds as build_services
 
 
-class ArtifactSerializer(serializers.ModelSerializer):
+class ArtifactSerializer(StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="api:artifact-detail")
     download_url = serializers.HyperlinkedIdentityField(view_name="api:artifact-download")
-    model = serializers.CharField(source="version.model.name", read_only=True)
+    model = StrictCharField(source="version.model.name", read_only=True)
     version_number = serializers.IntegerField(source="version.version", read_only=True)
     auc_delta = serializers.SerializerMethodField()
 
@@ -42,16 +43,16 @@ class ArtifactSerializer(serializers.ModelSerializer):
 
 
 class StageSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    status = serializers.CharField(help_text="pending, running, succeeded, failed")
-    started_at = serializers.CharField(allow_null=True)
+    name = StrictCharField()
+    status = StrictCharField(help_text="pending, running, succeeded, failed")
+    started_at = StrictCharField(allow_null=True)
     duration_s = serializers.FloatField(allow_null=True)
-    log = serializers.CharField(allow_blank=True)
+    log = StrictCharField(allow_blank=True)
 
 
-class BuildSerializer(serializers.ModelSerializer):
+class BuildSerializer(StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="api:build-detail")
-    model = serializers.CharField(source="version.model.name", read_only=True)
+    model = StrictCharField(source="version.model.name", read_only=True)
     version_number = serializers.IntegerField(source="version.version", read_only=True)
     stages = StageSerializer(many=True, read_only=True)
     log_tail = serializers.SerializerMethodField()
@@ -79,7 +80,7 @@ class BuildCreateSerializer(serializers.Serializer):
 
 
 class BuildCancelSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True)
+    reason = StrictCharField(required=False, allow_blank=True)
 
 
 IDEMPOTENCY = OpenApiParameter(

@@ -11,6 +11,8 @@ from rest_framework.response import Response
 
 from config.api import created
 from config.errors import PlatformError, TooLarge
+from config.parsers import StrictJSONParser
+from config.serializers import StrictCharField, StrictModelSerializer
 from config.viewsets import TeamScopedViewSet
 from registry import storage
 from registry.models import DataKind, Event, ModelVersion, RegisteredModel, Role, Task, VersionData
@@ -24,8 +26,8 @@ from registry.services import version_data
 
 # --- serializers -----------------------------------------------------------------------------
 class TensorSpecSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    dtype = serializers.CharField()
+    name = StrictCharField()
+    dtype = StrictCharField()
     shape = serializers.ListField(child=serializers.IntegerField(), help_text="-1 marks a dynamic dimension.")
 
 
@@ -34,10 +36,10 @@ class SignatureSerializer(serializers.Serializer):
     outputs = TensorSpecSerializer(many=True, required=False)
     opset = serializers.IntegerField(required=False)
     ir_version = serializers.IntegerField(required=False)
-    producer = serializers.CharField(required=False)
+    producer = StrictCharField(required=False)
 
 
-class ModelSerializer(serializers.ModelSerializer):
+class ModelSerializer(StrictModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all())
     version_count = serializers.IntegerField(read_only=True)
     latest_version = serializers.IntegerField(read_only=True, allow_null=True)
@@ -57,12 +59,12 @@ class ModelSerializer(serializers.ModelSerializer):
 
 
 class ModelUpdateSerializer(serializers.Serializer):
-    description = serializers.CharField(required=False, allow_blank=True)
+    description = StrictCharField(required=False, allow_blank=True)
     task = serializers.ChoiceField(choices=Task.choices, required=False)
 
 
-class VersionSerializer(serializers.ModelSerializer):
-    model = serializers.CharField(source="model.name", read_only=True)
+class VersionSerializer(StrictModelSerializer):
+    model = StrictCharField(source="model.name", read_only=True)
     created_by = serializers.StringRelatedField()
     signature = SignatureSerializer(read_only=True)
     url = serializers.HyperlinkedIdentityField(view_name="api:version-detail")
@@ -78,12 +80,12 @@ class VersionSerializer(serializers.ModelSerializer):
 
 class VersionCreateSerializer(serializers.Serializer):
     file = serializers.FileField(required=False, help_text="An ONNX model file (multipart).")
-    source_uri = serializers.CharField(required=False, help_text="An MLflow model URI: runs:/… or models:/…")
+    source_uri = StrictCharField(required=False, help_text="An MLflow model URI: runs:/… or models:/…")
     metrics = serializers.JSONField(required=False, help_text="Training metrics, e.g. {\"auc\": 0.78}.")
     tags = serializers.JSONField(required=False)
     validation_data = serializers.FileField(required=False, help_text="A labelled validation set (NPZ, Parquet or JSON lines); see /versions/{id}/data/.")
     input_example = serializers.FileField(required=False, help_text="An input example (NPZ, Parquet or JSON lines keyed by input name).")
-    label = serializers.CharField(required=False, max_length=128, help_text='The label column/array name in validation_data (default "label").')
+    label = StrictCharField(required=False, max_length=128, help_text='The label column/array name in validation_data (default "label").')
 
     def validate(self, attrs):
         if bool(attrs.get("file")) == bool(attrs.get("source_uri")):
@@ -94,7 +96,7 @@ class VersionCreateSerializer(serializers.Serializer):
         return attrs
 
 
-class EventSerializer(serializers.ModelSerializer):
+class EventSerializer(StrictModelSerializer):
     actor = serializers.StringRelatedField()
     team = serializers.StringRelatedField()
 
@@ -104,7 +106,7 @@ class EventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TeamSerializer(serializers.ModelSerializer):
+class TeamSerializer(StrictModelSerializer):
     role = serializers.SerializerMethodField()
 
     class Meta:
@@ -200,7 +202,7 @@ class ModelVersionViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, TeamSc
     """Versions of one model: /api/v1/models/{name}/versions/."""
 
     serializer_class = VersionSerializer
-    parser_classes = [StrictMultiPartParser, parsers.FormParser, parsers.JSONParser]
+    parser_classes = [StrictMultiPartParser, parsers.FormParser, StrictJSONParser]
     ordering_fields = ["version", "created_at"]
     ordering = ["-version"]
     filterset_fields = ["status", "source", "framework"]

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from config.api import created
 from config.errors import InvalidInput
+from config.serializers import StrictCharField, StrictModelSerializer
 from config.viewsets import TeamScopedViewSet
 from registry.api.catalog import _check_request_size
 from registry.models import DataKind, VersionData
@@ -20,7 +21,7 @@ from registry.selectors.catalog import version_get
 from registry.services import version_data as services
 
 
-class VersionDataSerializer(serializers.ModelSerializer):
+class VersionDataSerializer(StrictModelSerializer):
     created_by = serializers.StringRelatedField()
 
     class Meta:
@@ -32,7 +33,7 @@ class VersionDataSerializer(serializers.ModelSerializer):
 class VersionDataUploadSerializer(serializers.Serializer):
     file = serializers.FileField(help_text="NPZ, Parquet or JSON lines keyed by input name, plus the label column/array.")
     kind = serializers.ChoiceField(choices=DataKind.choices, default=DataKind.VALIDATION)
-    label = serializers.CharField(required=False, max_length=128, help_text='The label column/array name (default "label").')
+    label = StrictCharField(required=False, max_length=128, help_text='The label column/array name (default "label").')
 
 
 KIND = OpenApiParameter("kind", str, enum=DataKind.values, required=True, description="Which data to remove.")

@@ -1,0 +1,48 @@
+"""Serializer fields that take JSON as the schema says.
+
+DRF's CharField turns a number into a string (`{"description": 0}` is stored as "0"),
+while the OpenAPI schema says `type: string`: a client sending a number has a bug, and
+the API says so (400 "give a string") instead of storing its str(). Every API serializer
+uses these (`StrictModelSerializer` maps the model's text fields to them).
+"""
+
+from django.db import models
+from rest_framework import serializers
+
+
+class _StringOnly:
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string", kind=type(data).__name__.replace("NoneType", "null"))
+        return super().to_internal_value(data)
+
+
+class StrictCharField(_StringOnly, serializers.CharField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class StrictSlugField(_StringOnly, serializers.SlugField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class StrictURLField(_StringOnly, serializers.URLField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class StrictEmailField(_StringOnly, serializers.EmailField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class StrictModelSerializer(serializers.ModelSerializer):
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.CharField: StrictCharField,
+        models.TextField: StrictCharField,
+        models.SlugField: StrictSlugField,
+        models.URLField: StrictURLField,
+        models.EmailField: StrictEmailField,
+    }
+
+
+class StrictRegexField(_StringOnly, serializers.RegexField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
