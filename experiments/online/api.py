@@ -23,6 +23,7 @@ from deployments.selectors.keys import active_inference_keys
 from experiments.models import Experiment
 from experiments.online import feedback as feedback_parse
 from experiments.online import selectors
+from experiments.online.results_schema import ExperimentResultsSerializer
 from experiments.services import experiments as services
 from registry.selectors.teams import user_role_in
 
@@ -127,7 +128,8 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     def ship(self, request, pk=None):
         return Response(OnlineExperimentSerializer(services.experiment_ship(user=request.user, experiment=self.get_object())).data)
 
-    @extend_schema(responses=dict, summary="Per-arm counts, lift with its always-valid band, SRM, progress, decision")
+    @extend_schema(responses=ExperimentResultsSerializer,
+                   summary="Per-arm counts, lift with its always-valid band, SRM, guardrails per arm, progress, decision")
     @action(detail=True, methods=["get"])
     def results(self, request, pk=None):
         return Response(selectors.experiment_results(experiment=self.get_object()))

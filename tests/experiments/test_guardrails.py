@@ -127,3 +127,23 @@ def test_a_p99_breach_fails_only_when_sustained_over_three_ticks_and_10_s(experi
     assert result["guardrails"][b]["status"] == "pass"
     exp = Experiment.objects.get(pk=experiment.pk)
     assert exp.state == "decided" and "p99_slo" in Event.objects.filter(object_id=exp.pk, to_state="decided").get().reason
+
+
+def test_results_api_matches_its_documented_schema_key_for_key(experiment, deployer_api):
+    control, a, b = names(experiment)
+    feed(experiment, {control: (0.0, 1.0), a: (0.0, 1.0), b: (0.0, 1.0)}, ticks=3, start=experiment.started_at)
+    before = deployer_api.get(f"/api/v1/experiments/{experiment.public_id}/results/").json()
+    assert before["guardrails"][a] == {"status": "pending", "checks": [],
+                                       "reason": "not judged yet: the experiment has not run an analysis tick"}
+    services.experiment_analyze(experiment_id=experiment.pk, now=experiment.started_at + timedelta(seconds=4))
+    body = deployer_api.get(f"/api/v1/experiments/{experiment.public_id}/results/").json()
+    schema = deployer_api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    components = schema["components"]["schemas"]
+    op = schema["paths"]["/api/v1/experiments/{id}/results/"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert op == {"$ref": "#/components/schemas/ExperimentResults"}
+    assert set(body) == set(components["ExperimentResults"]["properties"])
+    for arm in (a, b):
+        assert set(body["guardrails"][arm]) == set(components["ArmGuardrails"]["properties"])
+        assert body["guardrails"][arm]["status"] in components["GuardrailStatusEnum"]["enum"]
+        assert set(body["candidates"][arm]) == set(components["CandidateResult"]["properties"])
+    assert set(body["arms"][control]) == set(components["ArmResult"]["properties"])
