@@ -3,8 +3,9 @@
 State machine (`TRANSITIONS`): draft -> running -> decided -> shipped | stopped; draft and
 running may also stop. Every transition locks the row, checks the machine and writes the
 audit Event in the same transaction. The decision itself is the pure function
-experiments.online.analysis.decide; `experiment_analyze` loads the numbers, calls it and
-saves the evidence. Shipping starts a one-step (100 %) rollout of the winning arm through the
+experiments.online.analysis.decide; `experiment_analyze` loads the numbers and each arm's
+machine guardrails (services/guardrails.py: monitoring's judge, arm against control),
+calls it and saves the evidence; a failing guardrail stops the experiment for harm. Shipping starts a one-step (100 %) rollout of the winning arm through the
 deployments services, so the existing rollout machinery makes it stable.
 """
 
