@@ -45,7 +45,7 @@ class OnlineExperimentSerializer(serializers.ModelSerializer):
         model = Experiment
         fields = ["id", "name", "endpoint", "hypothesis", "state", "unit_header", "salt", "primary_metric",
                   "secondary_metrics", "baseline_rate", "exposures_per_unit", "mde", "power", "alpha", "srm_alpha",
-                  "attribution_window_s", "planned_units_per_arm", "arms", "decision", "winner", "rollout_id",
+                  "attribution_window_s", "guardrail_psi", "planned_units_per_arm", "arms", "decision", "winner", "rollout_id",
                   "mlflow_run_id", "started_at", "ended_at", "created_at"]
         read_only_fields = fields
 
@@ -66,6 +66,8 @@ class ExperimentCreateSerializer(serializers.Serializer):
     power = serializers.FloatField(min_value=0.5, max_value=0.999, default=0.8)
     alpha = serializers.FloatField(min_value=1e-6, max_value=0.5, default=0.05)
     attribution_window_s = serializers.IntegerField(min_value=1, max_value=30 * 86400, default=3600)
+    guardrail_psi = serializers.BooleanField(default=True, help_text="Judge prediction-score PSI per arm as a guardrail "
+                                                                     "(off: shown, never failed).")
 
 
 class ExperimentActionSerializer(serializers.Serializer):

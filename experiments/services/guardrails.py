@@ -27,7 +27,7 @@ def experiment_guardrails(*, experiment, arms, now) -> dict[str, dict]:
         return {name: dict(PENDING) for name in candidates}
     previous = (experiment.evidence or {}).get("guardrails") or {}
     return arm_guardrails_judge(endpoint=experiment.endpoint, control=control.name, candidates=candidates,
-                                since=experiment.started_at, until=now, previous=previous)
+                                since=experiment.started_at, until=now, previous=previous, psi=experiment.guardrail_psi)
 
 
 def stored_guardrails(experiment) -> dict[str, dict]:

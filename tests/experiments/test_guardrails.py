@@ -41,14 +41,14 @@ def names(exp):
 
 
 def feed(exp, behaviour: dict, *, ticks: int, start, seed: int = 0, rps: int = 60):
-    """`ticks` 1-second scrapes per arm: behaviour {arm: (error rate, latency factor)}."""
+    """`ticks` 1-second scrapes per arm: behaviour {arm: (error rate, latency factor[, score beta (a, b)])}."""
     rng = np.random.default_rng(seed)
     for i in range(ticks):
         rows = []
-        for arm, (err, slow) in behaviour.items():
+        for arm, (err, slow, *shape) in behaviour.items():
             latencies = rng.lognormal(np.log(0.004 * slow), 0.35, size=rps)
             counts, _ = np.histogram(latencies, bins=[0.0, *BUCKETS])
-            scores, _ = np.histogram(rng.beta(2, 6, size=rps), bins=10, range=(0, 1))
+            scores, _ = np.histogram(rng.beta(*(shape[0] if shape else (2, 6)), size=rps), bins=10, range=(0, 1))
             rows += [("gr", arm, "requests", rps), ("gr", arm, "errors", rng.binomial(rps, err))]
             rows += [("gr", arm, bucket_metric("latency_bucket", le), float(n)) for le, n in zip(BUCKETS, counts)]
             rows += [("gr", arm, f"score_bin:{b}", float(n)) for b, n in enumerate(scores) if n]
@@ -147,3 +147,24 @@ def test_results_api_matches_its_documented_schema_key_for_key(experiment, deplo
         assert body["guardrails"][arm]["status"] in components["GuardrailStatusEnum"]["enum"]
         assert set(body["candidates"][arm]) == set(components["CandidateResult"]["properties"])
     assert set(body["arms"][control]) == set(components["ArmResult"]["properties"])
+
+
+@pytest.mark.parametrize("guardrail_psi", [True, False])
+def test_prediction_drift_of_an_arm_fails_sustained_unless_the_experiment_turns_the_psi_guardrail_off(experiment, guardrail_psi):
+    """An arm that predicts a different distribution (PSI ~0.5, as a trained model against a
+    random one): a sustained breach fails it; with `guardrail_psi` off the PSI is shown, never failed."""
+    Experiment.objects.filter(pk=experiment.pk).update(guardrail_psi=guardrail_psi)
+    control, a, b = names(experiment)
+    start = experiment.started_at
+    feed(experiment, {control: (0.0, 1.0), a: (0.0, 1.0, (5, 3)), b: (0.0, 1.0)}, ticks=20, start=start, seed=4)
+    for at in (6, 12, 22):
+        result = services.experiment_analyze(experiment_id=experiment.pk, now=start + timedelta(seconds=at))
+    psi = next(c for c in result["guardrails"][a]["checks"] if c["name"] == "psi")
+    assert psi["statistic"] > 0.25
+    exp = Experiment.objects.get(pk=experiment.pk)
+    if guardrail_psi:
+        assert psi["outcome"] == "fail" and psi["breaches"] == 3 and result["guardrails"][a]["status"] == "fail"
+        assert exp.state == "decided" and "prediction drift PSI" in exp.evidence["guardrails"][a]["reason"]
+    else:
+        assert psi["outcome"] == "skipped" and "guardrail_psi off" in psi["why"]
+        assert result["guardrails"][a]["status"] == "pass" and exp.state == "running"
