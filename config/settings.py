@@ -265,6 +265,7 @@ SPECTACULAR_SETTINGS = {
     } | {
         "DataKindEnum": "registry.models.DataKind",
         "OnInconclusiveEnum": "deployments.models.rollouts.ON_INCONCLUSIVE_CHOICES",
+        "GuardrailStatusEnum": "experiments.online.results_schema.GUARDRAIL_STATUS",
     },
 }
 

@@ -43,6 +43,10 @@ class Experiment(models.Model):
     alpha = models.FloatField(default=0.05)
     srm_alpha = models.FloatField(default=0.001)
     attribution_window_s = models.PositiveIntegerField(default=3600)
+    guardrail_psi = models.BooleanField(
+        default=True, help_text="Judge the arms' prediction-score PSI against the control as a guardrail (the endpoint's "
+                                "threshold). Off when the candidate is meant to predict differently, e.g. a control with "
+                                "random weights: PSI is then shown, never failed.")
     planned_units_per_arm = models.PositiveIntegerField(default=0)
     state = models.CharField(max_length=16, choices=ExperimentState.choices, default=ExperimentState.DRAFT)
     decision = models.CharField(max_length=16, blank=True)

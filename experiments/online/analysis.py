@@ -197,19 +197,25 @@ SHIP, STOP, CONTINUE, BLOCKED = "ship", "stop", "continue", "blocked"
 def decide(*, lower, upper, mde: float, srm_flagged, guardrails_ok=True):
     """The rule, stated before the experiment starts (vectorised):
 
-    - a flagged SRM blocks every decision (the split is broken, the numbers are not a test);
+    - stop for harm when a machine guardrail fails on the arm (errors, latency, p99 SLO,
+      prediction PSI: monitoring's judge, per arm) — whatever the lift says, and even
+      with a flagged SRM: the error e-process conditions on each tick's split and the
+      SLO checks are absolute, so a broken split does not make the harm less real;
+    - a flagged SRM blocks every other decision (the split is broken, the lift is not a test);
     - ship when the primary metric's always-valid lower bound is above 0 on the MDE's side
       (upper bound below 0 for a metric planned to fall) and no guardrail fails;
-    - stop for harm when the bound clears 0 on the other side, or a guardrail fails;
-    - otherwise continue."""
+    - stop for harm when the bound clears 0 on the other side;
+    - otherwise continue. A guardrail still pending (too little data) fails nothing."""
     lower = np.asarray(lower, dtype=float)
     upper = np.asarray(upper, dtype=float)
-    good = lower > 0 if mde > 0 else upper < 0
-    harm = upper < 0 if mde > 0 else lower > 0
+    with np.errstate(invalid="ignore"):
+        good = lower > 0 if mde > 0 else upper < 0
+        harm = upper < 0 if mde > 0 else lower > 0
     guard = np.asarray(guardrails_ok, dtype=bool)
     out = np.where(good & guard, SHIP, CONTINUE)
-    out = np.where(harm | ~guard, STOP, out)
-    return np.where(np.asarray(srm_flagged, dtype=bool), BLOCKED, out)
+    out = np.where(harm, STOP, out)
+    out = np.where(np.asarray(srm_flagged, dtype=bool), BLOCKED, out)
+    return np.where(~guard, STOP, out)
 
 
 def summarize_arm(s: dict, conversions: float = 0.0, value: float = 0.0) -> dict:
@@ -223,14 +229,18 @@ def summarize_arm(s: dict, conversions: float = 0.0, value: float = 0.0) -> dict
 
 
 def analyze(arms: dict[str, dict], *, control: str, allocation: dict[str, float], alpha: float,
-            mde: float, srm_alpha: float = 0.001, guardrails_ok: bool = True,
+            mde: float, srm_alpha: float = 0.001, guardrails: dict[str, str] | None = None,
             extras: dict[str, dict] | None = None) -> dict:
-    """One experiment's results: per-arm summary, per-candidate lift/interval/decision, SRM."""
+    """One experiment's results: per-arm summary, per-candidate lift/interval/decision, SRM.
+
+    `guardrails`: each candidate's machine-guardrail status ("pass", "pending", "fail";
+    missing = pending): a failing arm's decision is `stop` even before its lift has data."""
     names = list(arms)
     counts = np.array([float(arms[a]["units"]) for a in names])
     e = float(srm_evalue(counts, [allocation[a] for a in names])) if counts.sum() else 1.0
     srm_flag = e >= 1 / srm_alpha
     extras = extras or {}
+    guardrails = guardrails or {}
     out = {
         "arms": {a: summarize_arm(arms[a], **extras.get(a, {})) for a in names},
         "srm": {"e_value": e, "threshold": 1 / srm_alpha, "flagged": bool(srm_flag)},
@@ -241,11 +251,8 @@ def analyze(arms: dict[str, dict], *, control: str, allocation: dict[str, float]
             continue
         lf = lift(arms[control], arms[a], alpha=alpha, mde=mde)
         vals = {k: (float(v) if np.isfinite(v) else None) for k, v in lf.items() if k != "theta"}
-        decision = CONTINUE
-        if vals["lower"] is not None and vals["upper"] is not None:
-            decision = str(decide(lower=vals["lower"], upper=vals["upper"], mde=mde,
-                                  srm_flagged=srm_flag, guardrails_ok=guardrails_ok))
-        elif srm_flag:
-            decision = BLOCKED
-        out["candidates"][a] = {**vals, "decision": decision}
+        guard_ok = guardrails.get(a, "pending") != "fail"
+        bounds = (vals["lower"], vals["upper"]) if vals["lower"] is not None and vals["upper"] is not None else (np.nan, np.nan)
+        decision = str(decide(lower=bounds[0], upper=bounds[1], mde=mde, srm_flagged=srm_flag, guardrails_ok=guard_ok))
+        out["candidates"][a] = {**vals, "decision": decision, "guardrails": guardrails.get(a, "pending")}
     return out

@@ -24,6 +24,7 @@ from deployments.selectors.keys import active_inference_keys
 from experiments.models import Experiment
 from experiments.online import feedback as feedback_parse
 from experiments.online import selectors
+from experiments.online.results_schema import ExperimentResultsSerializer
 from experiments.services import experiments as services
 from registry.selectors.teams import user_role_in
 
@@ -45,7 +46,7 @@ class OnlineExperimentSerializer(StrictModelSerializer):
         model = Experiment
         fields = ["id", "name", "endpoint", "hypothesis", "state", "unit_header", "salt", "primary_metric",
                   "secondary_metrics", "baseline_rate", "exposures_per_unit", "mde", "power", "alpha", "srm_alpha",
-                  "attribution_window_s", "planned_units_per_arm", "arms", "decision", "winner", "rollout_id",
+                  "attribution_window_s", "guardrail_psi", "planned_units_per_arm", "arms", "decision", "winner", "rollout_id",
                   "mlflow_run_id", "started_at", "ended_at", "created_at"]
         read_only_fields = fields
 
@@ -66,6 +67,8 @@ class ExperimentCreateSerializer(serializers.Serializer):
     power = serializers.FloatField(min_value=0.5, max_value=0.999, default=0.8)
     alpha = serializers.FloatField(min_value=1e-6, max_value=0.5, default=0.05)
     attribution_window_s = serializers.IntegerField(min_value=1, max_value=30 * 86400, default=3600)
+    guardrail_psi = serializers.BooleanField(default=True, help_text="Judge prediction-score PSI per arm as a guardrail "
+                                                                     "(off: shown, never failed).")
 
 
 class ExperimentActionSerializer(serializers.Serializer):
@@ -128,7 +131,8 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     def ship(self, request, pk=None):
         return Response(OnlineExperimentSerializer(services.experiment_ship(user=request.user, experiment=self.get_object())).data)
 
-    @extend_schema(responses=dict, summary="Per-arm counts, lift with its always-valid band, SRM, progress, decision")
+    @extend_schema(responses=ExperimentResultsSerializer,
+                   summary="Per-arm counts, lift with its always-valid band, SRM, guardrails per arm, progress, decision")
     @action(detail=True, methods=["get"])
     def results(self, request, pk=None):
         return Response(selectors.experiment_results(experiment=self.get_object()))

@@ -7,6 +7,7 @@ from deployments.route_overlays import Overlay
 from experiments.models import Experiment, ExperimentState
 from experiments.online import analysis
 from experiments.online.store import default_store
+from experiments.services.guardrails import stored_guardrails
 from registry.selectors.events import event_list
 from registry.selectors.teams import team_scoped
 
@@ -34,14 +35,17 @@ def online_experiment_get(*, user, experiment_id) -> Experiment:
 
 def experiment_results(*, experiment: Experiment, store=None) -> dict:
     """The analysis now (read-only: ticks that move the state are the service's), plus
-    the plan's progress and the chart's history."""
+    the plan's progress, the chart's history and each candidate arm's guardrails as the
+    last analysis tick judged them (the sustained checks count breaches tick by tick)."""
     store = store or default_store()
     arms = list(experiment.arms.all())
     sums, extras, counts = store.arm_sums(experiment)
     control = next(a for a in arms if a.is_control)
+    guards = stored_guardrails(experiment)
     result = analysis.analyze({a.name: sums[a.pk] for a in arms}, control=control.name,
                               allocation={a.name: a.allocation_bp / 10_000 for a in arms}, alpha=experiment.alpha,
                               mde=experiment.mde, srm_alpha=experiment.srm_alpha,
+                              guardrails={n: g["status"] for n, g in guards.items()},
                               extras={a.name: extras.get(a.pk, {}) for a in arms})
     have = min((r["units"] for r in result["arms"].values()), default=0)
     need = experiment.planned_units_per_arm
@@ -49,9 +53,10 @@ def experiment_results(*, experiment: Experiment, store=None) -> dict:
         "experiment": experiment.public_id, "state": experiment.state, "decision": experiment.decision or None,
         "winner": experiment.winner.name if experiment.winner_id else None,
         "progress": {"have": have, "need": need, "unit": "units per arm"},
-        "feedback": counts, "history": experiment.history,
+        "feedback": counts, "history": experiment.history, "guardrails": guards,
         "rule": "ship when the lift's always-valid lower bound is above 0 (the MDE's side) and no guardrail "
-                "fails; stop for harm when the upper bound is below 0; a flagged SRM blocks both.",
+                "fails; stop for harm when the upper bound is below 0 or a guardrail fails on an arm (errors, "
+                "latency, p99 SLO, prediction PSI against the control); a flagged SRM blocks the lift's decisions.",
     })
     return result
 

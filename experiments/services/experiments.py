@@ -3,8 +3,9 @@
 State machine (`TRANSITIONS`): draft -> running -> decided -> shipped | stopped; draft and
 running may also stop. Every transition locks the row, checks the machine and writes the
 audit Event in the same transaction. The decision itself is the pure function
-experiments.online.analysis.decide; `experiment_analyze` loads the numbers, calls it and
-saves the evidence. Shipping starts a one-step (100 %) rollout of the winning arm through the
+experiments.online.analysis.decide; `experiment_analyze` loads the numbers and each arm's
+machine guardrails (services/guardrails.py: monitoring's judge, arm against control),
+calls it and saves the evidence; a failing guardrail stops the experiment for harm. Shipping starts a one-step (100 %) rollout of the winning arm through the
 deployments services, so the existing rollout machinery makes it stable.
 """
 
@@ -22,6 +23,7 @@ from deployments.services.endpoints import require_servable
 from experiments.models import Arm, Experiment, ExperimentState
 from experiments.online import analysis, mlflow_log
 from experiments.online.store import default_store
+from experiments.services import guardrails
 from registry.models import Role
 from registry.names import variant_name
 from registry.services.events import event_record
@@ -122,23 +124,33 @@ def experiment_start(*, user, experiment: Experiment) -> Experiment:
         return _transition(locked, S.RUNNING, actor=user, reason="started")
 
 
-def experiment_analyze(*, experiment_id: int, guardrails_ok: bool = True, store=None) -> dict:
-    """One analysis tick: numbers from the store, the pure decision, evidence and chart
-    point saved. A ship/stop decision moves a running experiment to `decided`."""
+def experiment_analyze(*, experiment_id: int, store=None, now=None) -> dict:
+    """One analysis tick: numbers from the store, each candidate arm's machine guardrails
+    (monitoring's judge against the control, experiments/services/guardrails.py), the pure
+    decision, evidence and chart point saved. A failing guardrail stops a running
+    experiment for harm (decided, decision `stop`, with the failing checks in its audit
+    event and an alert); otherwise a ship/stop decision moves it to `decided`."""
     store = store or default_store()
+    now = now or timezone.now()
     with transaction.atomic():
         experiment = _locked(Experiment(pk=experiment_id))
         arms = list(experiment.arms.all())
         sums, extras, counts = store.arm_sums(experiment)
         control = next(a for a in arms if a.is_control)
+        if experiment.state == S.RUNNING:
+            guards = guardrails.experiment_guardrails(experiment=experiment, arms=arms, now=now)
+        else:  # judged while it ran; a decided experiment keeps its last reading
+            guards = guardrails.stored_guardrails(experiment)
         result = analysis.analyze({a.name: sums[a.pk] for a in arms}, control=control.name,
                                   allocation={a.name: a.allocation_bp / FULL_BP for a in arms},
                                   alpha=experiment.alpha, mde=experiment.mde, srm_alpha=experiment.srm_alpha,
-                                  guardrails_ok=guardrails_ok, extras={a.name: extras.get(a.pk, {}) for a in arms})
+                                  guardrails={n: g["status"] for n, g in guards.items()},
+                                  extras={a.name: extras.get(a.pk, {}) for a in arms})
         result["feedback"] = counts
         result["plan"] = experiment.evidence.get("plan", {})
-        result["guardrails_ok"] = guardrails_ok
-        now = timezone.now()
+        result["guardrails"] = guards
+        failed = guardrails.failing(guards)
+        result["guardrails_ok"] = not failed
         point = {"t": now.isoformat(), "units": min((r["units"] for r in result["arms"].values()), default=0)}
         for name, cand in result["candidates"].items():
             point[name] = [cand["lift"], cand["lower"], cand["upper"]]
@@ -149,7 +161,14 @@ def experiment_analyze(*, experiment_id: int, guardrails_ok: bool = True, store=
         experiment.evidence = result
         decisions = {c["decision"] for c in result["candidates"].values()}
         if experiment.state == S.RUNNING:
-            if analysis.SHIP in decisions:
+            if failed:
+                experiment.decision = analysis.STOP
+                experiment.winner = control
+                reason = guardrails.harm_reason(failed)
+                _transition(experiment, S.DECIDED, actor=None, reason=reason[:4000],
+                            data={"guardrails": failed, "candidates": result["candidates"], "srm": result["srm"]})
+                guardrails.raise_harm_alert(experiment=experiment, failed=failed, reason=reason)
+            elif analysis.SHIP in decisions:
                 best = max((n for n, c in result["candidates"].items() if c["decision"] == analysis.SHIP),
                            key=lambda n: result["candidates"][n]["lift"])
                 experiment.winner = next(a for a in arms if a.name == best)
@@ -159,7 +178,7 @@ def experiment_analyze(*, experiment_id: int, guardrails_ok: bool = True, store=
             elif decisions and decisions <= {analysis.STOP}:
                 experiment.decision = analysis.STOP
                 experiment.winner = control
-                _transition(experiment, S.DECIDED, actor=None, reason="every candidate harms the primary metric or a guardrail",
+                _transition(experiment, S.DECIDED, actor=None, reason="every candidate harms the primary metric",
                             data={"candidates": result["candidates"], "srm": result["srm"]})
             else:
                 experiment.save(update_fields=["history", "evidence"])

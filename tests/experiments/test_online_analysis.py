@@ -122,3 +122,30 @@ def test_analyze_reports_arms_lift_and_srm():
 def test_plan_rejects_nonsense():
     with pytest.raises(ValueError, match="mde"):
         A.plan_sample(baseline=0.2, mde=0.0)
+
+
+def test_a_failing_guardrail_stops_for_harm_even_under_a_flagged_srm_and_pending_blocks_nothing():
+    # machine harm is real whatever the split: a failing guardrail stops where SRM would block
+    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=True, guardrails_ok=False) == A.STOP
+    assert A.decide(lower=np.nan, upper=np.nan, mde=MDE, srm_flagged=False, guardrails_ok=False) == A.STOP
+    assert A.decide(lower=np.nan, upper=np.nan, mde=MDE, srm_flagged=False) == A.CONTINUE
+    vec = A.decide(lower=[0.1, 0.1, -0.2], upper=[0.3, 0.3, -0.1], mde=MDE, srm_flagged=False,
+                   guardrails_ok=[True, False, True])
+    assert list(vec) == [A.SHIP, A.STOP, A.STOP]
+
+    rng = np.random.default_rng(2)
+    arms = {}
+    for name, rate in (("control", 0.2), ("good", 0.26), ("slow", 0.26), ("new", 0.2)):
+        n = 1 + rng.poisson(3, size=20000 if name != "new" else 1)
+        arms[name] = A.sums_from_units(n, rng.binomial(n, rate))
+    res = A.analyze(arms, control="control", allocation=dict.fromkeys(arms, 0.25), alpha=ALPHA, mde=MDE,
+                    guardrails={"good": "pending", "slow": "fail", "new": "fail"})
+    cands = res["candidates"]
+    # a pending guardrail (not enough data yet) does not hold a clear lift; a failing one stops,
+    # with or without a lift to read (one unit: no interval) — though a 20 000-unit SRM is flagged here
+    assert res["srm"]["flagged"] and cands["good"]["decision"] == A.BLOCKED
+    assert cands["slow"]["decision"] == A.STOP and cands["new"]["decision"] == A.STOP and cands["new"]["lower"] is None
+    assert [cands[n]["guardrails"] for n in ("good", "slow", "new")] == ["pending", "fail", "fail"]
+    balanced = A.analyze({k: arms[k] for k in ("control", "good")}, control="control",
+                         allocation={"control": 0.5, "good": 0.5}, alpha=ALPHA, mde=MDE, guardrails={"good": "pending"})
+    assert balanced["candidates"]["good"]["decision"] == A.SHIP
