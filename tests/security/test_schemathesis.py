@@ -55,7 +55,7 @@ def test_live_api_conforms_to_its_schema(live_server, onnx_path, tmp_path, setti
     command = [
         *_schemathesis(), "run", f"{live_server.url}/api/schema/?format=json",
         "-H", f"Authorization: Token {token}", "--checks", CHECKS,
-        "--phases", "coverage,fuzzing", "-n", max_examples, "--max-time", max_time, "--seed", "11", "-w", "2",
+        "--phases", "coverage,fuzzing", "-n", max_examples, "--max-time", max_time, "--seed", os.environ.get("SCHEMATHESIS_SEED", "11"), "-w", "2",
         "--request-timeout", "30", "--no-color", "--generation-database", "none", "--warnings", "off",
         "--report", "junit", "--report-dir", str(tmp_path / "schemathesis"),
     ]
