@@ -1,10 +1,13 @@
 """Project-wide API settings: error format, pagination (no viewsets here: DRF imports
 this module while building its settings)."""
 
+from datetime import datetime
+from datetime import timezone as dt_timezone
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from django_filters.rest_framework import BooleanFilter, DjangoFilterBackend
+from django_filters.rest_framework import BooleanFilter, DjangoFilterBackend, IsoDateTimeFilter
 from rest_framework import exceptions, pagination, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -49,6 +52,30 @@ class Pagination(pagination.PageNumberPagination):
     def paginate_queryset(self, queryset, request, view=None):
         self._positive_int(request, self.page_query_param)
         return super().paginate_queryset(queryset, request, view)
+
+
+def to_utc(value: datetime) -> datetime | None:
+    """An aware time in UTC, or None when it cannot be one. Python takes UTC offsets up to
+    ±23:59, PostgreSQL only up to ±15:59 (a 500 when such a time reached a query): a time
+    given with any offset is compared and stored in UTC; one whose UTC falls past year
+    9999 is invalid."""
+    try:
+        return value.astimezone(dt_timezone.utc)
+    except (OverflowError, ValueError):
+        return None
+
+
+class UTCDateTimeFilter(IsoDateTimeFilter):
+    """django-filter's ISO 8601 filter, comparing in UTC (see to_utc)."""
+
+    def filter(self, qs, value):
+        if value is not None:
+            utc = to_utc(value)
+            if utc is None:
+                raise exceptions.ValidationError({self.field_name: ["give a time between years 1 and 9999 in UTC."]},
+                                                 code="invalid_parameter")
+            value = utc
+        return super().filter(qs, value)
 
 
 class StrictFilterBackend(DjangoFilterBackend):

@@ -14,6 +14,11 @@ class _StringOnly:
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("not_a_string", kind=type(data).__name__.replace("NoneType", "null"))
+        # maxLength is the schema's, on the string as sent: DRF checks it after trimming
+        # whitespace, so "\f" + 2000 characters would pass a max_length of 2000
+        max_length = getattr(self, "max_length", None)
+        if max_length is not None and len(data) > max_length:
+            self.fail("max_length", max_length=max_length)
         return super().to_internal_value(data)
 
 

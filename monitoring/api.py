@@ -12,7 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import created
+from config.api import created, to_utc
 from config.errors import InvalidInput
 from config.serializers import StrictCharField, StrictModelSerializer, StrictRegexField
 from config.viewsets import TeamScopedViewSet
@@ -44,7 +44,10 @@ def parse_since(value: str, *, field: str = "since"):
         raise InvalidInput(f"{field}: give an ISO 8601 time or a duration like 15m, 2h, 1d (got {value!r}).", field=field)
     if timezone.is_naive(parsed):
         parsed = timezone.make_aware(parsed, dt_timezone.utc)
-    return parsed
+    utc = to_utc(parsed)
+    if utc is None:
+        raise InvalidInput(f"{field}: {value!r} is out of range in UTC.", field=field)
+    return utc
 
 
 # --- metrics ---------------------------------------------------------------------------------------

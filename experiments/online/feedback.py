@@ -34,6 +34,10 @@ def _time(raw, where: str, now: datetime) -> datetime:
         raise FeedbackError(f"{where}.time: {raw[:40]!r} is not an RFC 3339 time.", f"{where}.time") from None
     if t.tzinfo is None:
         raise FeedbackError(f"{where}.time: give a time zone (Z or +hh:mm).", f"{where}.time")
+    try:  # stored in UTC: PostgreSQL refuses offsets past ±15:59, which Python accepts
+        t = t.astimezone(timezone.utc)
+    except OverflowError:
+        raise FeedbackError(f"{where}.time: {raw[:40]} is out of range in UTC.", f"{where}.time") from None
     if (t - now).total_seconds() > MAX_SKEW_S:
         raise FeedbackError(f"{where}.time: {raw[:40]} is in the future.", f"{where}.time")
     return t

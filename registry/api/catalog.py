@@ -9,7 +9,7 @@ from rest_framework import mixins, parsers, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from config.api import created
+from config.api import UTCDateTimeFilter, created
 from config.errors import PlatformError, TooLarge
 from config.parsers import StrictJSONParser
 from config.serializers import StrictCharField, StrictModelSerializer
@@ -132,7 +132,7 @@ class EventFilter(filters.FilterSet):
     object_type = filters.CharFilter()
     object_id = filters.CharFilter()
     action = filters.CharFilter()
-    since = filters.IsoDateTimeFilter(field_name="time", lookup_expr="gte")
+    since = UTCDateTimeFilter(field_name="time", lookup_expr="gte")
 
     class Meta:
         model = Event

@@ -99,3 +99,37 @@ def test_the_forecast_documents_its_404():
     schema = SchemaGenerator().get_schema(request=None, public=True)
     responses = schema["paths"]["/api/v1/rollout-forecast/"]["get"]["responses"]
     assert {"200", "400", "401", "404"} <= set(responses)
+
+
+@pytest.mark.parametrize("since, status", [
+    ("2282-01-31T22:02:08%2B17:54", 200),  # an offset Python takes and PostgreSQL does not: compared in UTC
+    ("7746-10-12T12:35:37-19:32", 200),
+    ("9999-12-31T23:00:00-05:00", 400),  # past year 9999 in UTC
+])
+def test_a_time_with_any_offset_is_compared_in_utc(admin_api, since, status):
+    response = admin_api.get(f"/api/v1/events/?since={since}")
+    assert response.status_code == status, response.content
+
+
+def test_metrics_times_with_far_offsets_are_read_in_utc(admin_api):
+    far = admin_api.get("/api/v1/metrics/?endpoint=e&since=2026-01-01T00:00:00%2B17:54")
+    assert far.status_code in (200, 404), far.content  # never a 500
+    assert admin_api.get("/api/v1/metrics/?endpoint=e&since=9999-12-31T23:00:00-05:00").status_code == 400
+
+
+def test_max_length_counts_the_string_as_sent(admin_api, team_a):
+    key = admin_api.post("/api/v1/inference-keys/", {"team": team_a.name, "name": "k"}, format="json").json()
+    response = admin_api.post(f"/api/v1/inference-keys/{key['id']}/revoke/", {"reason": "\f" + "*" * 2000}, format="json")
+    assert response.status_code == 400 and "2000" in response.json()["detail"]
+    assert admin_api.get(f"/api/v1/inference-keys/{key['id']}/").json()["active"] is True
+
+
+def test_feedback_times_are_stored_in_utc():
+    from datetime import timezone
+
+    from experiments.online.feedback import FeedbackError, parse_events
+
+    [event] = parse_events([{"event_id": "e1", "type": "click", "unit_key": "u", "time": "2020-01-01T00:00:00+17:54"}])
+    assert event["time"].tzinfo == timezone.utc and event["time"].isoformat() == "2019-12-31T06:06:00+00:00"
+    with pytest.raises(FeedbackError, match="out of range"):
+        parse_events([{"event_id": "e1", "type": "click", "unit_key": "u", "time": "9999-12-31T23:00:00-05:00"}])
