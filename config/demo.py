@@ -21,6 +21,7 @@ import io
 import logging
 import time
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
@@ -155,3 +156,6 @@ def _start(admin, endpoint, artifact) -> None:
     log.info("demo experiment ready: %s (%s) running on %s, %s by %s; drive it with "
              "`.venv/bin/python manage.py simulate_traffic --endpoint %s --seconds 300` and watch /experiments/%s/",
              experiment.public_id, DEMO_EXPERIMENT, ENDPOINT, arms, experiment.unit_header, ENDPOINT, experiment.pk)
+    if not settings.EXPOSURE_STREAM_URL:
+        log.warning("demo experiment: no exposure stream (EXPOSURE_STREAM_URL): the gateway logs no exposures, so %s "
+                    "counts no traffic; start make run with CELERY_BROKER_URL=redis://127.0.0.1:6379/0", experiment.public_id)
