@@ -1,8 +1,9 @@
 """`make run` end to end on the embedded defaults (SQLite, filesystem broker, local
 MLflow store under a fresh VAR_DIR): everything comes up, /healthz is 200 naming each
 component, the dashboard login works, the README's demo inference answers through the
-gateway, it stays quiet while idle (no line per periodic task or route poll), and Ctrl-C
-stops every process it started (no tritonserver left behind)."""
+gateway, the demo experiment is prepared in the background (after /healthz is up), it
+stays quiet while idle (no line per periodic task or route poll), and Ctrl-C stops every
+process it started (no tritonserver left behind)."""
 
 import os
 import re
@@ -68,7 +69,15 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
             if result.stdout.startswith("HTTP/1.1 200"):
                 break
             time.sleep(1)
-        assert "X-Model-Variant: v1-onnx-fp32" in result.stdout and '"name":"ctr"' in result.stdout, result.stdout[-2000:]
+        # v1 answers; once the demo experiment runs, a request without X-User-Id may get its v2 arm
+        assert re.search(r"X-Model-Variant: v[12]-onnx-fp32", result.stdout) and '"name":"ctr"' in result.stdout, result.stdout[-2000:]
+
+        # the demo experiment: queued by the seed, prepared by the worker once everything is up
+        assert "seed: demo experiment v2-vs-v1 queued" in log_path.read_text()
+        deadline = time.monotonic() + 180
+        while "demo experiment ready" not in (output := log_path.read_text()):
+            assert "demo experiment not prepared" not in output and time.monotonic() < deadline, output[-4000:]
+            time.sleep(1)
 
         # quiet by default: idle, the platform prints (almost) nothing, though beat runs
         # tasks every second and the gateway polls its route table ~3 times a second

@@ -1,7 +1,10 @@
 """Demo data for `make run` (idempotent): team "demo" (admin is its admin), a small CTR
 model with one version built into servable artifacts (onnx-fp32, onnx-int8), a local
 serving pool with one replica, and the public endpoint "demo-ctr" serving the fp32 variant —
-so the dashboard, the gateway and a first rollout (fp32 → int8) work at once.
+so the dashboard, the gateway and a first rollout (fp32 → int8) work at once. Last it
+enqueues the demo experiment (config/demo.py: train demo-ctr v2, build it, run it against
+v1), which a worker prepares in the background once `make run` is up: the dashboard does
+not wait for it.
 
 It seeds two apps, so it lives in the project (config), and like any caller it reads
 through their selectors and writes through their services."""
@@ -26,7 +29,10 @@ from registry.services.teams import membership_set, team_create
 
 
 class Command(BaseCommand):
-    help = "Create the demo team, model, built artifacts, pool and endpoint (idempotent)."
+    help = "Create the demo team, model, built artifacts, pool and endpoint (idempotent); queue the demo experiment."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-experiment", action="store_true", help="Do not prepare the demo experiment (v2 vs v1).")
 
     def handle(self, *args, **options):
         admin = get_user_model().objects.filter(username="admin").first()
@@ -42,6 +48,15 @@ class Command(BaseCommand):
         if "onnx-fp32" not in artifacts:
             artifacts = self._build(admin, version)
         self._serve(admin, team, artifacts.get("onnx-fp32"))
+        if not options["no_experiment"] and endpoint_list(user=admin).filter(name="demo-ctr").exists():
+            self._enqueue_experiment()
+
+    def _enqueue_experiment(self) -> None:
+        from config.tasks import DEMO_QUEUE, demo_experiment
+
+        demo_experiment.apply_async(queue=DEMO_QUEUE)
+        self.stdout.write("seed: demo experiment v2-vs-v1 queued (a worker trains demo-ctr v2, builds it and starts it "
+                          "against v1 in the background; the log says when it is ready)")
 
     def _model(self, admin, team):
         from tests.make_onnx import write  # the same generated tiny CTR ranker the tests use

@@ -34,6 +34,10 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0)
 
     def handle(self, *args, endpoint, gateway, seconds, users, k, key, seed, **options):
+        if not settings.EXPOSURE_STREAM_URL:
+            self.stderr.write("warning: no EXPOSURE_STREAM_URL in these settings: a gateway started with them logs no "
+                              "exposures, so an experiment counts none of this traffic (make run needs "
+                              "CELERY_BROKER_URL=redis://… or EXPOSURE_STREAM_URL=redis://… for experiments)")
         rng = np.random.default_rng(seed)
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         pool = data.generate(20_000, seed=seed + 101)
