@@ -20,8 +20,13 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# A Redis answering on 127.0.0.1:6379 becomes the broker and the exposure streams (db 1;
+# `make test` uses db 0) unless CELERY_BROKER_URL is set; otherwise the embedded
+# filesystem broker, and experiments count no exposures (README, The demo experiment).
 run: install
-	$(PY) manage.py run_platform
+	@if [ -z "$$CELERY_BROKER_URL" ] && timeout 1 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null; then \
+	  export CELERY_BROKER_URL=redis://127.0.0.1:6379/1; echo "make run: Redis answers: broker and exposure streams on $$CELERY_BROKER_URL"; fi; \
+	  $(PY) manage.py run_platform
 
 # Debian packages the browser test (chromium) and the gateway benchmark (nginx-light for
 # its comparison column, wrk for its closed loop) need: installed when we may; otherwise

@@ -147,6 +147,16 @@ def test_make_run_seeds_a_running_experiment_and_simulated_clicks_lift_the_candi
         assert arms["v1-onnx-fp32"]["exposures"] > 300 and arms["v2-onnx-fp32"]["exposures"] > 300, tail
         assert candidate["lift"] > 0.5 and candidate["lower"] > 0, results
         assert not results["srm"]["flagged"]
+        # The analysis ticks (every 15 s) decide: ship v2, its machine guardrails passing or pending
+        # (PSI is shown, not judged: v2 is meant to score differently from the random v1).
+        deadline = time.monotonic() + 45
+        while results["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(3)
+            results = session.get(results_url).json()
+        guards = results["guardrails"].get("v2-onnx-fp32", {})
+        print(f"decision: {results['state']} {results['decision']} winner {results['winner']}; guardrails {guards}")
+        assert (results["state"], results["decision"], results["winner"]) == ("decided", "ship", "v2-onnx-fp32"), results
+        assert guards.get("status") in ("pass", "pending"), guards
     finally:
         proc.send_signal(signal.SIGINT)
         try:
