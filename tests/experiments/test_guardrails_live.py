@@ -141,7 +141,8 @@ def test_arms_judged_from_real_gateway_metrics_aa_runs_on_and_a_failing_arm_stop
     finally:
         stop_gateway(proc)
     # failover hides it from clients: every reply is the control's 200
-    assert traffic["statuses"] == {200: 400} and set(traffic["variants"]) == {control}
+    served = sum(traffic["statuses"].values())  # 400, or fewer if a busy machine ran out of the 20 s
+    assert served >= 200 and traffic["statuses"] == {200: served} and set(traffic["variants"]) == {control}
     assert stored(broken_arm, "failovers") >= 100 and stored(broken_arm, "errors") == stored(broken_arm, "failovers")
     result = services.experiment_analyze(experiment_id=bad.pk)
     exp = Experiment.objects.get(pk=bad.pk)
