@@ -51,3 +51,17 @@ class StrictModelSerializer(serializers.ModelSerializer):
 
 class StrictRegexField(_StringOnly, serializers.RegexField):
     default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class QuerySerializer(serializers.Serializer):
+    """Query parameters. DRF reads an empty one (`?since=`) as not given and applies the
+    default; here, as for the list filters (config.api.StrictFilterBackend), it is a 400
+    naming it."""
+
+    def to_internal_value(self, data):
+        if hasattr(data, "getlist"):
+            empty = [name for name in self.fields if name in data and not any(v.strip() for v in data.getlist(name))]
+            if empty:
+                raise serializers.ValidationError({name: ["give a value, or leave the parameter out."] for name in empty},
+                                                  code="invalid_parameter")
+        return super().to_internal_value(data)

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from config.api import created, to_utc
 from config.errors import InvalidInput
-from config.serializers import StrictCharField, StrictModelSerializer, StrictRegexField
+from config.serializers import QuerySerializer, StrictCharField, StrictModelSerializer, StrictRegexField
 from config.viewsets import TeamScopedViewSet
 from monitoring import selectors
 from monitoring.models import Alert, AlertStatus, NotificationChannel, NotificationDelivery, Verdict, VerdictOutcome
@@ -64,7 +64,7 @@ class SeriesSerializer(serializers.Serializer):
     points = PointSerializer(many=True)
 
 
-class MetricsQuerySerializer(serializers.Serializer):
+class MetricsQuerySerializer(QuerySerializer):
     endpoint = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, help_text="Endpoint name.")
     variant = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False)
     metric = StrictCharField(required=False, help_text="One metric or a comma-separated list, e.g. request_rate,latency_p99_ms.")

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.errors import InvalidInput
-from config.serializers import StrictCharField
+from config.serializers import QuerySerializer, StrictCharField
 from deployments.rollout_machine import FULL_BP
 from deployments.selectors.rollouts import endpoint_get
 from monitoring import selectors
@@ -20,7 +20,7 @@ from monitoring.forecast import forecast, suggest_steps
 from monitoring.services.canary import judge_config_for
 
 
-class ForecastQuerySerializer(serializers.Serializer):
+class ForecastQuerySerializer(QuerySerializer):
     endpoint = StrictCharField(help_text="The endpoint's name.")
     steps_bp = StrictCharField(required=False, help_text="Comma-separated weights in basis points, e.g. 1000,2500,10000; "
                                                   "default: the steps suggested for the observed traffic.")

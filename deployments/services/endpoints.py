@@ -3,6 +3,8 @@ The stable artifact changes only through a rollout (rollouts.py)."""
 
 from __future__ import annotations
 
+import re
+
 from django.db import transaction
 
 from config.errors import Conflict, InvalidInput
@@ -14,6 +16,8 @@ from registry.models import Artifact, ArtifactStatus, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
+# The endpoint API's URL pattern (deployments/api/rollouts.py) and the gateway's path segment.
+ENDPOINT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "public",
                    "on_inconclusive")
 
@@ -52,6 +56,9 @@ def endpoint_create(*, user, name: str, pool: ServingPool, stable_artifact: Arti
     artifact, ask the pool to load it (traffic flows once it is READY everywhere). It is
     closed (only the team's inference keys) unless created with public=True."""
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
+    if not ENDPOINT_NAME_RE.match(name or ""):
+        raise InvalidInput("name: use 1-64 lowercase letters, digits, - and _, starting with a letter or digit "
+                           "(it is part of the endpoint's URLs, e.g. /v2/models/{name}/infer).", field="name")
     values = _endpoint_values(settings_)
     if stable_artifact is not None:
         require_servable(stable_artifact, pool.team, "stable_artifact")

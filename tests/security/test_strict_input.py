@@ -133,3 +133,20 @@ def test_feedback_times_are_stored_in_utc():
     assert event["time"].tzinfo == timezone.utc and event["time"].isoformat() == "2019-12-31T06:06:00+00:00"
     with pytest.raises(FeedbackError, match="out of range"):
         parse_events([{"event_id": "e1", "type": "click", "unit_key": "u", "time": "9999-12-31T23:00:00-05:00"}])
+
+
+@pytest.mark.parametrize("query", ["since=", "until=", "resolution=", "since=%20"])
+def test_an_empty_query_parameter_is_a_400_not_its_default(admin_api, query):
+    response = admin_api.get(f"/api/v1/metrics/?endpoint=e&{query}")
+    assert response.status_code == 400 and "give a value" in response.json()["detail"], response.content
+    assert admin_api.get("/api/v1/rollout-forecast/?endpoint=").status_code == 400
+
+
+@pytest.mark.parametrize("name", ["0-hNiI0_gZe-Xa", "-x", "a" * 65, "a.b"])
+def test_an_endpoint_name_its_urls_cannot_hold_is_refused_and_nothing_is_created(admin_api, team_a, name):
+    from deployments.models import Endpoint
+
+    factories.pool(team_a, name="strict-pool")
+    response = admin_api.post("/api/v1/endpoints/", {"pool": "strict-pool", "name": name}, format="json")
+    assert response.status_code == 400 and response.json()["detail"].startswith("name:"), response.content
+    assert not Endpoint.objects.exists()
