@@ -3,9 +3,18 @@
 `driver_for(pool)` is the one place that picks a driver for a ServingPool row.
 """
 
-from deployments.drivers.base import DriverError, DrainTimeout, LoadFailed, ModelDir, PoolDriver, PoolSpec, ReplicaInfo
+from deployments.drivers.base import (
+    DrainTimeout,
+    DriverError,
+    LoadFailed,
+    ModelDir,
+    NoReadyReplica,
+    PoolDriver,
+    PoolSpec,
+    ReplicaInfo,
+)
 
-__all__ = ["DriverError", "DrainTimeout", "LoadFailed", "ModelDir", "PoolDriver", "PoolSpec", "ReplicaInfo", "driver_for"]
+__all__ = ["DriverError", "DrainTimeout", "LoadFailed", "ModelDir", "NoReadyReplica", "PoolDriver", "PoolSpec", "ReplicaInfo", "driver_for"]
 
 
 def driver_for(pool) -> PoolDriver:

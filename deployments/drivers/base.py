@@ -33,6 +33,14 @@ class LoadFailed(DriverError):
         super().__init__(f"{name} did not load: {first}")
 
 
+class NoReadyReplica(LoadFailed):
+    """No replica is ready yet (a pool still starting, or all restarting): the load waits
+    for one (deployments.services.reconcile) instead of failing."""
+
+    def __init__(self, name: str):
+        super().__init__(name, {"pool": "no ready replica to load on"})
+
+
 class DrainTimeout(DriverError):
     """Requests kept arriving or stayed in flight past the drain timeout."""
 
@@ -151,7 +159,7 @@ class PoolDriver:
         did not serve it before are unloaded again, so the pool serves what it did)."""
         replicas = [r for r in self.replicas() if r.ready]
         if not replicas:
-            raise LoadFailed(model.name, {"pool": "no ready replica to load on"})
+            raise NoReadyReplica(model.name)
         self.publish(model)
         was_ready = {r.name: self.is_model_ready(r, model.name) for r in replicas}
         errors = {}

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from config.errors import InvalidInput
-from deployments.drivers import DrainTimeout, DriverError, LoadFailed, ModelDir, driver_for
+from deployments.drivers import DrainTimeout, DriverError, LoadFailed, ModelDir, NoReadyReplica, driver_for
 from deployments.drivers.triton import TritonError
 from deployments.lock_objects import pool_for_update, pool_model_for_update
 from deployments.models import PoolDriver, PoolModel, PoolModelState, PoolReplica, PoolStatus, ReplicaStatus, ServingPool
@@ -24,6 +24,7 @@ from registry.names import triton_name
 from registry.services.events import event_record
 
 RETIRE_AFTER_S = 3.0  # a replica leaving the pool keeps running this long out of the route table
+WAITING = "waiting for a ready replica"  # a LOADING model's note while its pool has none (pool_reconcile loads it)
 
 
 def model_dir_for(pool: ServingPool, artifact: Artifact, name: str = "") -> ModelDir:
@@ -43,7 +44,9 @@ def model_dir_for(pool: ServingPool, artifact: Artifact, name: str = "") -> Mode
 
 
 def pool_model_load(*, pool_model_id: int) -> PoolModel:
-    """Load a LOADING model on every replica; READY or FAILED with Triton's message."""
+    """Load a LOADING model on every replica; READY or FAILED with Triton's message. While
+    the pool has no ready replica (it is still starting: an endpoint created with its pool)
+    the model stays LOADING with the note WAITING, and pool_reconcile loads it once one is."""
     pool_model = PoolModel.objects.select_related("pool", "pool__team", "artifact", "artifact__version__model").get(pk=pool_model_id)
     if pool_model.state != PoolModelState.LOADING:
         return pool_model
@@ -52,6 +55,11 @@ def pool_model_load(*, pool_model_id: int) -> PoolModel:
     try:
         model_dir = model_dir_for(pool, pool_model.artifact, pool_model.triton_model_name)
         ready = driver_for(pool).load(model_dir)
+    except NoReadyReplica:
+        if pool_model.error != WAITING:
+            PoolModel.objects.filter(pk=pool_model.pk, state=PoolModelState.LOADING).update(error=WAITING, updated_at=timezone.now())
+            pool_model.error = WAITING
+        return pool_model
     except LoadFailed as exc:
         error = "\n".join(f"{replica}: {message.strip()}" for replica, message in exc.errors.items())
         ready = {replica: False for replica in exc.errors}
@@ -156,6 +164,9 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
                 except (TritonError, DriverError, InvalidInput) as exc:
                     reload_errors[(replica.name, name)] = getattr(exc, "message", None) or str(exc)
                     readiness[pool_model.pk][replica.name] = False
+    if any(r.ready and r.name not in retiring for r in replicas):  # loads that waited for a replica
+        for pk in PoolModel.objects.filter(pool=pool, state=PoolModelState.LOADING, error=WAITING).values_list("pk", flat=True):
+            pool_model_load(pool_model_id=pk)
     with transaction.atomic():
         locked = pool_for_update(pool.pk)
         if locked.status == PoolStatus.DELETING:

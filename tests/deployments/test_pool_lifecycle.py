@@ -165,3 +165,37 @@ def test_supervisor_kills_tritonservers_of_pools_that_no_longer_exist(pools_dir)
     finally:
         ghost.stop()
     assert tritonserver.tritonservers_under(pools_dir) == []
+
+
+@pytest.mark.django_db
+def test_a_load_asked_before_any_replica_is_up_waits_and_then_loads(deployer, team_a, onnx_path, tmp_path, pools_dir):
+    """An endpoint created together with its pool asks the load before a replica is up
+    (a CI run of `make run`'s demo lost its stable model this way: the load failed with
+    "no ready replica" and nothing asked again). The load now waits, saying so, and the
+    pool's reconcile (run_pools) loads it once a replica is ready: a real tritonserver."""
+    from deployments.drivers import driver_for
+    from deployments.models import PoolModelState
+    from deployments.services import pools as pool_services
+    from deployments.services import reconcile
+
+    try:
+        tritonserver.find_binary()
+    except tritonserver.TritonNotAvailable as exc:
+        pytest.skip(str(exc))
+    pool = pool_services.pool_create(user=deployer, name="early", team=team_a, replicas=1)
+    artifact = factories.artifact(team_a, onnx_path, tmp_path)
+    pool_model = pool_services.pool_load_request(user=deployer, pool=pool, artifact=artifact)
+    waiting = reconcile.pool_model_load(pool_model_id=pool_model.pk)  # no replica started yet
+    assert (waiting.state, waiting.error) == (PoolModelState.LOADING, reconcile.WAITING)
+    try:
+        def loaded():
+            reconcile.pool_reconcile(pool_id=pool.pk)  # what run_pools does every tick
+            pool_model.refresh_from_db()
+            return pool_model.state != PoolModelState.LOADING and pool_model
+
+        done = wait_for(loaded, timeout=90, what="the waiting load done")
+        assert (done.state, done.error, done.replica_ready) == (PoolModelState.READY, "", {"r0": True})
+        [replica] = [r for r in driver_for(pool).replicas() if r.ready]
+        assert TritonHTTP(replica.http_url).is_model_ready(artifact.triton_model_name)
+    finally:
+        driver_for(pool).stop_all()

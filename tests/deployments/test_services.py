@@ -23,15 +23,18 @@ def test_binary_gone_after_create_puts_the_pool_in_a_failed_state(deployer, team
     assert Event.objects.filter(object_id=str(pool.pk), action="status_changed").count() == 1
 
 
-def test_load_task_on_a_pool_without_replicas_fails_with_the_reason(deployer, team_a, artifact_factory):
+def test_load_on_a_pool_without_a_ready_replica_waits_for_one(deployer, team_a, artifact_factory):
+    """A pool still starting (an endpoint created with its pool): the load neither fails
+    nor is forgotten; it waits, saying so, and pool_reconcile loads it once a replica is
+    ready (tests/deployments/test_pool_lifecycle.py sees that with a real tritonserver)."""
     pool = pools.pool_create(user=deployer, name="empty", team=team_a, replicas=1)
     pool_model = pools.pool_load_request(user=deployer, pool=pool, artifact=artifact_factory(team_a))
     result = reconcile.pool_model_load(pool_model_id=pool_model.pk)  # no replica was ever started
-    assert result.state == PoolModelState.FAILED
-    assert "no ready replica" in result.error
-    assert Event.objects.filter(object_id=str(pool.pk), action="model_load_failed").exists()
-    # the task running twice does nothing the second time
-    assert reconcile.pool_model_load(pool_model_id=pool_model.pk).state == PoolModelState.FAILED
+    assert (result.state, result.error) == (PoolModelState.LOADING, "waiting for a ready replica")
+    assert not Event.objects.filter(object_id=str(pool.pk), action="model_load_failed").exists()
+    # the task running twice changes nothing
+    again = reconcile.pool_model_load(pool_model_id=pool_model.pk)
+    assert (again.state, again.error) == (PoolModelState.LOADING, "waiting for a ready replica")
 
 
 def test_scale_to_zero_refuses_loads(deployer, team_a, artifact_factory):

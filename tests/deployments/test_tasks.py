@@ -45,7 +45,7 @@ def test_model_load_and_unload_tasks_move_the_model_through_its_states(deployer,
     pool_model = pools.pool_load_request(user=deployer, pool=pool, artifact=artifact_factory(team_a))
     tasks.pool_model_load_task.apply(args=(pool_model.pk,)).get()
     pool_model.refresh_from_db()
-    assert pool_model.state == PoolModelState.FAILED and "no ready replica" in pool_model.error
+    assert pool_model.state == PoolModelState.LOADING and pool_model.error == "waiting for a ready replica"  # the pool has no replica yet
 
     PoolModel.objects.filter(pk=pool_model.pk).update(state=PoolModelState.DRAINING)
     tasks.pool_model_unload_task.apply(args=(pool_model.pk,), kwargs={"drain_timeout_s": 5.0, "force": True}).get()

@@ -131,7 +131,8 @@ def test_make_run_seeds_a_running_experiment_and_simulated_clicks_lift_the_candi
 
         out = io.StringIO()
         call_command("simulate_traffic", endpoint="demo-ctr", gateway=gateway, seconds=20, seed=0, stdout=out)
-        assert ", 0 errors" in out.getvalue(), out.getvalue()
+        platform_log = "\n".join(line for line in log_path.read_text().splitlines() if "GET /api/v1/experiments/" not in line)
+        assert ", 0 errors" in out.getvalue(), out.getvalue() + platform_log[-4000:]
         assert "v1-onnx-fp32" in out.getvalue() and "v2-onnx-fp32" in out.getvalue()  # both arms answered the same body
         results_url = f"{base}/api/v1/experiments/{experiment['id']}/results/"
         deadline = time.monotonic() + 30

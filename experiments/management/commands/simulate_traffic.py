@@ -43,6 +43,7 @@ class Command(BaseCommand):
         pool = data.generate(20_000, seed=seed + 101)
         truth = true_click_probability(pool)
         sent = clicks = errors = 0
+        statuses: dict[int, int] = {}  # error replies by status, said in the progress lines
         pending: list[dict] = []
         per_arm: dict[str, list[int]] = {}
         t_end = time.monotonic() + seconds
@@ -63,6 +64,7 @@ class Command(BaseCommand):
                 sent += 1
                 if r.status_code != 200:
                     errors += 1
+                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
                     continue
                 scores = np.asarray(r.json()["outputs"][0]["data"], dtype=float)[:k]
                 _, clicked = show_and_click(scores, truth[rows], rng)
@@ -82,7 +84,11 @@ class Command(BaseCommand):
                 if time.monotonic() >= t_report:
                     t_report += 5
                     arms = ", ".join(f"{a}: {n} req, CTR {c / n:.3f}" for a, (n, c) in sorted(per_arm.items()) if n)
-                    self.stdout.write(f"{sent} requests ({errors} errors), {clicks} clicks — {arms}")
+                    self.stdout.write(f"{sent} requests ({errors} errors{_by_status(statuses)}), {clicks} clicks — {arms}")
             if pending:
                 session.post(f"{gateway}/v2/feedback", json={"endpoint": endpoint, "events": pending}, headers=headers, timeout=5)
-        self.stdout.write(self.style.SUCCESS(f"done: {sent} requests, {errors} errors, {clicks} clicks"))
+        self.stdout.write(self.style.SUCCESS(f"done: {sent} requests, {errors} errors{_by_status(statuses)}, {clicks} clicks"))
+
+
+def _by_status(statuses: dict[int, int]) -> str:
+    return (": " + ", ".join(f"{n}× {code}" for code, n in sorted(statuses.items()))) if statuses else ""
