@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments clean lint security
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune clean lint security
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml | $(PY)
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
+
+# checkov (the manifests' security review in make test) in a virtualenv of its own: its
+# pinned dependencies would fight the platform's.
+CHECKOV := $(VENV)/checkov/bin/checkov
+$(CHECKOV): | $(PY)
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/pip install -q "checkov>=3.3,<3.4"
 
 # A Redis answering on 127.0.0.1:6379 becomes the broker and the exposure streams (db 1;
 # `make test` uses db 0) unless CELERY_BROKER_URL is set; otherwise the embedded
@@ -37,6 +44,11 @@ system-deps:
 	    echo "installing Debian's chromium for the browser test"; \
 	    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium install failed: the browser test will skip"; \
 	  else echo "chromium missing: the browser test will skip (apt-get install chromium)"; fi; }
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's prometheus for the Prometheus-fed judge test and the rules check"; \
+	    (apt-get update -qq && apt-get install -y -qq prometheus >/dev/null) || echo "prometheus install failed: its tests will fail in CI"; \
+	  else echo "prometheus missing: apt-get install prometheus"; fi; }
 	@{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } && command -v wrk >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's nginx-light and wrk for the gateway benchmark"; \
@@ -45,11 +57,14 @@ system-deps:
 
 # `make test` picks the real services when they answer (PostgreSQL, Redis) and falls
 # back to SQLite + kombu's filesystem broker when not; tests/services.py says which.
-# Import directions between the apps and the gateway ([tool.importlinter] in pyproject.toml).
+# One format and the checks ruff runs (complexity included), then the import directions
+# between the apps, the kernel and the gateway ([tool.ruff], [tool.importlinter] in pyproject.toml).
 lint: install
+	$(VENV)/bin/ruff format --check --quiet . || { echo "make lint: run .venv/bin/ruff format ."; exit 1; }
+	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/lint-imports --no-logo
 
-test: install system-deps lint
+test: install system-deps lint $(CHECKOV)
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest $(PYTEST_ARGS)
 
@@ -84,6 +99,16 @@ bench-replies: install
 # time to decision sequential vs fixed horizon (var/bench/experiments.json).
 bench-experiments: install
 	$(PY) -m bench experiments
+
+# The built-in collector on 1,000 scrape targets per tick (var/bench/collector.json).
+bench-collector: install
+	$(PY) -m bench collector $(COLLECTOR_ARGS)
+
+# The tune stage on the reference ranker (table of configs tried, best vs default within the
+# SLO) and the 500 ms stall before/after, side by side (var/bench/tune.json).
+# e.g. make bench-tune TUNE_ARGS="--slo-ms 20 --budget-s 600"
+bench-tune: install
+	$(PY) -m bench tune $(TUNE_ARGS)
 
 # The GPU check (runs anywhere; on a machine without a GPU its GPU rows say why they are skipped).
 bench-gpu: install

@@ -1,4 +1,4 @@
-"""python -m bench NAME: run one benchmark (artifacts, gateway, rollback, gpu, build_box, replies); each prints a
+"""python -m bench NAME: run one benchmark (artifacts, gateway, rollback, gpu, build_box, replies, experiments, tune); each prints a
 table and writes var/bench/NAME.json. Benchmarks are never timed tests. `gpu` imports no
 Django (it runs on GPU hosts without it): the settings module is only named here."""
 
@@ -6,10 +6,12 @@ import importlib
 import os
 import sys
 
-NAMES = ("artifacts", "gateway", "rollback", "gpu", "build_box", "replies", "experiments")
+NAMES = ("artifacts", "gateway", "rollback", "gpu", "build_box", "replies", "experiments", "collector", "tune")
 
 
 def main() -> int:
+    # the gateways a benchmark starts listen on loopback: their /metrics are read without a token
+    os.environ.setdefault("GATEWAY_METRICS_OPEN", "1")
     if len(sys.argv) < 2 or sys.argv[1] not in NAMES:
         print(f"usage: python -m bench {{{','.join(NAMES)}}} [options]", file=sys.stderr)
         return 2

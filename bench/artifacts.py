@@ -58,7 +58,9 @@ def _model(args):
         result = train(config, rows=args.rows, valid_rows=20_000, epochs=2, seed=0, threads=2)
         model = result.model
         torch.save(model.state_dict(), cache)
-        print(f"trained reference model in {result.metrics['train_seconds']:.1f}s (AUC {result.metrics['auc']:.4f}); cached at {cache}")
+        print(
+            f"trained reference model in {result.metrics['train_seconds']:.1f}s (AUC {result.metrics['auc']:.4f}); cached at {cache}"
+        )
     print(f"eager AUC on 20k validation rows: {auc(valid.label, predict(model, valid)):.4f}")
     return model, valid
 
@@ -74,13 +76,27 @@ def _pipeline(model, work: Path):
     export_onnx(model, source, opset=17)
     lines = []
     ctx = stages.BuildContext(
-        work_dir=work, model_name="reference", version=1, task="ctr", source="upload", framework="onnx",
-        source_path=source, source_uri="", expected_signature={}, targets=["onnx-fp32", "onnx-int8"], log=lines.append,
+        work_dir=work,
+        model_name="reference",
+        version=1,
+        task="ctr",
+        source="upload",
+        framework="onnx",
+        source_path=source,
+        source_uri="",
+        expected_signature={},
+        targets=["onnx-fp32", "onnx-int8"],
+        log=lines.append,
     )
     for name in ("canonicalize", "optimize", "variants"):
         stages.STAGE_FUNCTIONS[name](ctx)
     plain_int8 = work / "plain-int8.onnx"
-    quantize_dynamic(str(ctx.canonical), str(plain_int8), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"])
+    quantize_dynamic(
+        str(ctx.canonical),
+        str(plain_int8),
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul", "Gemm", "Gather"],
+    )
     for line in lines:
         print("  pipeline:", line)
     return {
@@ -91,7 +107,7 @@ def _pipeline(model, work: Path):
     }
 
 
-def main(argv) -> int:
+def main(argv) -> int:  # noqa: C901 - one pass read top to bottom; split when next changed
     import django
 
     django.setup()
@@ -123,7 +139,9 @@ def main(argv) -> int:
                 with torch.inference_mode():
                     for b in BATCHES:  # compile for the shapes measured, outside the timing
                         compiled(torch.from_numpy(valid.dense[:b]), torch.from_numpy(valid.sparse[:b]))
-                notes["torch.compile"] = f"compiled in {time.monotonic() - started:.1f}s (inductor, one graph per batch size)"
+                notes["torch.compile"] = (
+                    f"compiled in {time.monotonic() - started:.1f}s (inductor, one graph per batch size)"
+                )
 
                 def compiled_call(dense, sparse):
                     with torch.inference_mode():
@@ -147,7 +165,7 @@ def main(argv) -> int:
         for name, (kind, runner) in runners.items():
             out = []
             for start in range(0, len(valid), 2048):
-                part = {k: v[start:start + 2048] for k, v in feeds_all.items()}
+                part = {k: v[start : start + 2048] for k, v in feeds_all.items()}
                 if kind == "torch":
                     out.append(runner(torch.from_numpy(part["dense"]), torch.from_numpy(part["sparse"])).numpy())
                 else:
@@ -161,7 +179,15 @@ def main(argv) -> int:
             samples = {name: [] for name in runners}
             for _ in range(ROUNDS):
                 for name, (kind, runner) in runners.items():
-                    samples[name].append(measure(call_for(kind, runner, batch), batch, seconds=args.seconds / ROUNDS, max_iters=200_000, raw=True))
+                    samples[name].append(
+                        measure(
+                            call_for(kind, runner, batch),
+                            batch,
+                            seconds=args.seconds / ROUNDS,
+                            max_iters=200_000,
+                            raw=True,
+                        )
+                    )
             for name in runners:
                 lat = np.concatenate(samples[name])
                 results[name][str(batch)] = {
@@ -187,20 +213,36 @@ def main(argv) -> int:
         for name, per_batch in results.items():
             for batch in map(str, BATCHES):
                 r = per_batch[batch]
-                rows.append([
-                    name + (f" [{r['variant']}]" if "variant" in r else ""), batch, r["throughput_rps"], r["p50_ms"], r["p99_ms"],
-                    r["throughput_rps"] / eager_rps[batch], f"{aucs[name]:.5f}", f"{aucs[name] - aucs['pytorch-eager']:+.5f}",
-                ])
+                rows.append(
+                    [
+                        name + (f" [{r['variant']}]" if "variant" in r else ""),
+                        batch,
+                        r["throughput_rps"],
+                        r["p50_ms"],
+                        r["p99_ms"],
+                        r["throughput_rps"] / eager_rps[batch],
+                        f"{aucs[name]:.5f}",
+                        f"{aucs[name] - aucs['pytorch-eager']:+.5f}",
+                    ]
+                )
         print()
         print_table(["variant", "batch", "rows/s (1/p50)", "p50 ms", "p99 ms", "x eager", "AUC", "AUC delta"], rows)
         for name, note in notes.items():
             print(f"note: {name}: {note}")
         payload = {
-            "model": {"tables": 26, "vocab": args.vocab, "emb_dim": 16, "interaction": "dcn-v2 (2 cross layers)", "mlp": [256, 128, 1]},
+            "model": {
+                "tables": 26,
+                "vocab": args.vocab,
+                "emb_dim": 16,
+                "interaction": "dcn-v2 (2 cross layers)",
+                "mlp": [256, 128, 1],
+            },
             "threads": 1,
             "batches": list(BATCHES),
             "results": results,
-            "speedup_vs_eager": {name: {b: results[name][b]["throughput_rps"] / eager_rps[b] for b in results[name]} for name in results},
+            "speedup_vs_eager": {
+                name: {b: results[name][b]["throughput_rps"] / eager_rps[b] for b in results[name]} for name in results
+            },
             "auc": aucs,
             "auc_delta": {name: aucs[name] - aucs["pytorch-eager"] for name in aucs},
             "notes": notes,

@@ -26,8 +26,18 @@ FAST = {"BUILD_BENCH_SECONDS": 0.02, "BUILD_BENCH_BATCHES": "1,8", "BUILD_VALIDA
 
 def _ctx_kwargs(work: Path, source: Path) -> dict:
     work.mkdir(parents=True, exist_ok=True)
-    return dict(work_dir=work, model_name="bench", version=1, task="ctr", source="upload", framework="onnx", source_path=source,
-                source_uri="", expected_signature={}, targets=["onnx-fp32", "onnx-int8"])
+    return dict(
+        work_dir=work,
+        model_name="bench",
+        version=1,
+        task="ctr",
+        source="upload",
+        framework="onnx",
+        source_path=source,
+        source_uri="",
+        expected_signature={},
+        targets=["onnx-fp32", "onnx-int8"],
+    )
 
 
 def _in_process(work: Path, source: Path) -> float:
@@ -91,24 +101,51 @@ def main(argv) -> int:
         inside, warm, cold, warm_start, cold_start = [], [], [], [], []
         for n in range(args.rounds):
             inside.append(_in_process(root / f"in-{n}", source))
-            for label, walls, starts, is_warm in (("warm spare", warm, warm_start, True), ("cold start", cold, cold_start, False)):
+            for label, walls, starts, is_warm in (
+                ("warm spare", warm, warm_start, True),
+                ("cold start", cold, cold_start, False),
+            ):
                 wall, first = _boxed(root / f"box-{label[:4]}-{n}", source, snapshot, warm=is_warm)
                 walls.append(wall)
                 starts.append(first)
-            print(f"round {n + 1}/{args.rounds}: in process {inside[-1]:.2f}s, boxed with a warm spare {warm[-1]:.2f}s, "
-                  f"boxed from a cold start {cold[-1]:.2f}s")
+            print(
+                f"round {n + 1}/{args.rounds}: in process {inside[-1]:.2f}s, boxed with a warm spare {warm[-1]:.2f}s, "
+                f"boxed from a cold start {cold[-1]:.2f}s"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     med = statistics.median
     rows = [["stages in the worker process", med(inside), min(inside), max(inside), ""]]
-    for label, walls, starts in (("boxed, warm spare child", warm, warm_start), ("boxed, cold child", cold, cold_start)):
-        rows.append([label, med(walls), min(walls), max(walls), f"{med(walls) - med(inside):+.2f}s (child answers after {med(starts):.2f}s)"])
+    for label, walls, starts in (
+        ("boxed, warm spare child", warm, warm_start),
+        ("boxed, cold child", cold, cold_start),
+    ):
+        rows.append(
+            [
+                label,
+                med(walls),
+                min(walls),
+                max(walls),
+                f"{med(walls) - med(inside):+.2f}s (child answers after {med(starts):.2f}s)",
+            ]
+        )
     print_table(["build of the tiny CTR model", "median s", "min s", "max s", "overhead"], rows)
-    path = write_json("build_box", {
-        "rounds": args.rounds, "settings": FAST, "in_process_s": inside, "boxed_warm_s": warm, "boxed_cold_s": cold,
-        "warm_first_reply_s": warm_start, "cold_first_reply_s": cold_start,
-        "median_in_process_s": med(inside), "median_boxed_warm_s": med(warm), "median_boxed_cold_s": med(cold),
-        "median_overhead_warm_s": med(warm) - med(inside), "median_overhead_cold_s": med(cold) - med(inside),
-    })
+    path = write_json(
+        "build_box",
+        {
+            "rounds": args.rounds,
+            "settings": FAST,
+            "in_process_s": inside,
+            "boxed_warm_s": warm,
+            "boxed_cold_s": cold,
+            "warm_first_reply_s": warm_start,
+            "cold_first_reply_s": cold_start,
+            "median_in_process_s": med(inside),
+            "median_boxed_warm_s": med(warm),
+            "median_boxed_cold_s": med(cold),
+            "median_overhead_warm_s": med(warm) - med(inside),
+            "median_overhead_cold_s": med(cold) - med(inside),
+        },
+    )
     print(f"wrote {path}")
     return 0

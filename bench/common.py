@@ -22,7 +22,9 @@ def write_json(name: str, payload: dict) -> Path:
 
 
 def print_table(headers: list[str], rows: list[list]) -> None:
-    cells = [[str(h) for h in headers]] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    cells = [[str(h) for h in headers]] + [
+        [f"{c:.3f}" if isinstance(c, float) else str(c) for c in row] for row in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
         print("  ".join(c.rjust(w) if n else c.ljust(w) for c, w in zip(row, widths)))

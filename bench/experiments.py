@@ -5,8 +5,12 @@
    (every reply recorded and flushed to a Redis Stream). A closed-loop client alternates
    phases on the two endpoints (A B A B …); per phase: p50/p99 latency and the gateway
    process' CPU time per request (from /proc). The difference is the exposure log's cost.
-2. Feedback ingest: batches of 1 000 events posted to /api/v1/feedback/ in-process
-   (validation, de-duplication, attribution, insert) against PostgreSQL; events/s.
+2. Feedback ingest (bench/experiments_scale.py): the same batches of 1 000 events through
+   the stream door (the gateway's Redis entries drained by the ingest task's code) and the
+   API door (POST /api/v1/feedback/ with the team's key), against PostgreSQL (COPY and one
+   attributing INSERT per read); events/s with the load average.
+4. The analysis tick at `--tick-experiments` (1 000) running experiments: seconds per tick
+   and per experiment (bench/experiments_scale.py), with the load average.
 3. Time to decision: simulated traffic (true +5 % CTR lift), the sequential test peeked at
    every look vs a fixed-horizon z-test at the same alpha and power (its planned n);
    median units per arm to a decision and the fraction that shipped.
@@ -18,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import experiments_scale
 from bench.common import print_table, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,17 +58,53 @@ def gateway_cost(phase_requests: int, phases: int) -> dict:
     try:
         triton.wait_live(60)
         triton.load("m1")
-        variant = {"name": "v1", "model_version": "1", "triton_model": "m1", "role": "stable", "weight_bp": 10000,
-                   "replicas": [triton.http_url], "signature": SIGNATURE}
+        variant = {
+            "name": "v1",
+            "model_version": "1",
+            "triton_model": "m1",
+            "role": "stable",
+            "weight_bp": 10000,
+            "replicas": [triton.http_url],
+            "signature": SIGNATURE,
+        }
         routes = work / "routes.json"
-        routes.write_text(json.dumps({"version": "b1", "endpoints": [
-            {"name": "plain", "auth": {"public": True}, "variants": [variant]},
-            {"name": "experiment", "auth": {"public": True}, "experiment": "exp-bench", "salt": "s", "variants": [variant]},
-        ]}))
+        routes.write_text(
+            json.dumps(
+                {
+                    "version": "b1",
+                    "endpoints": [
+                        {"name": "plain", "auth": {"public": True}, "variants": [variant]},
+                        {
+                            "name": "experiment",
+                            "auth": {"public": True},
+                            "experiment": "exp-bench",
+                            "salt": "s",
+                            "variants": [variant],
+                        },
+                    ],
+                }
+            )
+        )
         port = free_port()
-        gateway = subprocess.Popen([sys.executable, "-m", "gateway", "--routes-file", str(routes), "--port", str(port),
-                                    "--host", "127.0.0.1"], cwd=ROOT, stdout=open(work / "gateway.log", "wb"),
-                                   stderr=subprocess.STDOUT, env={**os.environ, "GATEWAY_EXPOSURE_STREAM_URL": stream_url})
+        gateway = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "--workers",
+                "1",
+                "--routes-file",
+                str(routes),
+                "--port",
+                str(port),
+                "--host",
+                "127.0.0.1",
+            ],
+            cwd=ROOT,
+            stdout=open(work / "gateway.log", "wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "GATEWAY_EXPOSURE_STREAM_URL": stream_url},
+        )
         url = f"http://127.0.0.1:{port}"
         for _ in range(200):
             try:
@@ -92,10 +132,16 @@ def gateway_cost(phase_requests: int, phases: int) -> dict:
         out = {}
         for name, r in results.items():
             lat = np.array(r["lat"]) * 1e6
-            out[name] = {"requests": r["n"], "p50_us": float(np.percentile(lat, 50)), "p99_us": float(np.percentile(lat, 99)),
-                         "gateway_cpu_us_per_request": r["cpu"] / r["n"] * 1e6,
-                         "throughput_rps": r["n"] / (lat.sum() / 1e6)}
-        out["added"] = {k: out["experiment"][k] - out["plain"][k] for k in ("p50_us", "p99_us", "gateway_cpu_us_per_request")}
+            out[name] = {
+                "requests": r["n"],
+                "p50_us": float(np.percentile(lat, 50)),
+                "p99_us": float(np.percentile(lat, 99)),
+                "gateway_cpu_us_per_request": r["cpu"] / r["n"] * 1e6,
+                "throughput_rps": r["n"] / (lat.sum() / 1e6),
+            }
+        out["added"] = {
+            k: out["experiment"][k] - out["plain"][k] for k in ("p50_us", "p99_us", "gateway_cpu_us_per_request")
+        }
         out["capacity_change"] = out["experiment"]["throughput_rps"] / out["plain"]["throughput_rps"] - 1
         out["exposure_stream_length"] = stream_len
         return out
@@ -116,8 +162,15 @@ def exposure_log_cpu(records: int = 20_000) -> dict:
 
     from gateway.exposures import ExposureLog
 
-    body = gzip.compress(json.dumps({"model_name": "m1", "model_version": "1", "outputs": [
-        {"name": "ctr", "datatype": "FP32", "shape": [1, 1], "data": [0.4284308254718781]}]}).encode())
+    body = gzip.compress(
+        json.dumps(
+            {
+                "model_name": "m1",
+                "model_version": "1",
+                "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [1, 1], "data": [0.4284308254718781]}],
+            }
+        ).encode()
+    )
     url = settings.EXPOSURE_STREAM_URL or "redis://127.0.0.1:6379/0"
     out = {}
 
@@ -135,75 +188,34 @@ def exposure_log_cpu(records: int = 20_000) -> dict:
 
     for batch in (5000, 50):
         record_us, flush_us = asyncio.run(run(batch))
-        out[f"batch_{batch}"] = {"record_us": record_us, "flush_us_per_exposure": flush_us, "total_us": record_us + flush_us}
+        out[f"batch_{batch}"] = {
+            "record_us": record_us,
+            "flush_us_per_exposure": flush_us,
+            "total_us": record_us + flush_us,
+        }
     return out
-
-
-def feedback_rate(batches: int, batch_size: int) -> dict:
-    import django
-
-    django.setup()
-    from django.db import connection
-    from django.test.utils import setup_test_environment  # noqa: F401 - only for the test client's hosts
-    from rest_framework.test import APIClient
-
-    from deployments.models import Endpoint
-    from experiments.models import Feedback
-
-    endpoint = Endpoint.objects.filter(stable_artifact__isnull=False).first()
-    created = []
-    if endpoint is None:  # a bare database: a throw-away team, pool, artifact and endpoint, deleted afterwards
-        from tests import factories
-        from tests.make_onnx import write as write_onnx
-
-        work = Path(tempfile.mkdtemp(prefix="bench-fb-"))
-        team = factories.team(f"bench-{int(time.time())}")
-        pool = factories.pool(team)
-        endpoint = factories.endpoint(pool, factories.artifact(team, write_onnx(work / "m.onnx"), work,
-                                                               model_name=f"bench-{team.pk}"))
-        created = [endpoint, pool, team]
-    public = endpoint.public
-    Endpoint.objects.filter(pk=endpoint.pk).update(public=True)
-    client = APIClient()
-    tag = f"bench-{int(time.time())}"
-    try:
-        t0 = time.perf_counter()
-        for b in range(batches):
-            events = [{"event_id": f"{tag}-{b}-{i}", "type": "click", "unit_key": f"u{i}"} for i in range(batch_size)]
-            r = client.post("/api/v1/feedback/", {"endpoint": endpoint.name, "events": events}, format="json",
-                            SERVER_NAME="localhost")
-            assert r.status_code == 202, r.content[:300]
-        seconds = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        r = client.post("/api/v1/feedback/", {"endpoint": endpoint.name, "events": events}, format="json", SERVER_NAME="localhost")
-        dup_seconds = time.perf_counter() - t1
-        assert r.json()["duplicates"] == batch_size
-    finally:
-        Endpoint.objects.filter(pk=endpoint.pk).update(public=public)
-        Feedback.objects.filter(event_id__startswith=tag).delete()
-        for row in created:
-            try:
-                row.delete()
-            except Exception:  # noqa: BLE001 - protected rows (the artifact) stay; they are labelled bench-*
-                pass
-    connection.close()
-    n = batches * batch_size
-    return {"events": n, "batch_size": batch_size, "seconds": seconds, "events_per_s": n / seconds,
-            "duplicate_batch_events_per_s": batch_size / dup_seconds}
 
 
 def time_to_decision(sims: int) -> dict:
     from scipy import stats
 
-    from experiments.online import analysis as A
-    from experiments.online import simulate as S
+    from experiments import analysis as A
+    from experiments import simulate as S
 
     base, mde, alpha, power, m, looks = 0.2, 0.05, 0.05, 0.8, 4.0, 100
     plan = A.plan_sample(baseline=base, mde=mde, alpha=alpha, power=power, exposures_per_unit=m)
     rng = np.random.default_rng(42)
     per_look = int(np.ceil(2 * plan.units_per_arm / looks))
-    arms = S.simulate(rng, sims=sims, looks=looks, units_per_look=per_look, rates={"c": base, "t": base * (1 + mde)},
-                      allocation={"c": 0.5, "t": 0.5}, exposures_per_unit=m, heterogeneity=0)
+    arms = S.simulate(
+        rng,
+        sims=sims,
+        looks=looks,
+        units_per_look=per_look,
+        rates={"c": base, "t": base * (1 + mde)},
+        allocation={"c": 0.5, "t": 0.5},
+        exposures_per_unit=m,
+        heterogeneity=0,
+    )
     lf = A.lift(arms["c"], arms["t"], alpha=alpha, mde=mde)
     first, look = S.first_decision(A.decide(lower=lf["lower"], upper=lf["upper"], mde=mde, srm_flagged=False))
     units = arms["c"]["units"]
@@ -213,8 +225,13 @@ def time_to_decision(sims: int) -> dict:
     z = lf["theta"][:, fixed_look] / np.sqrt(lf["var"][:, fixed_look])
     fixed_ship = z > stats.norm.ppf(1 - alpha / 2)
     return {
-        "true_lift": mde, "alpha": alpha, "power": power, "sims": sims, "looks": looks,
-        "planned_units_per_arm_sequential": plan.units_per_arm, "planned_units_per_arm_fixed": plan.fixed_units_per_arm,
+        "true_lift": mde,
+        "alpha": alpha,
+        "power": power,
+        "sims": sims,
+        "looks": looks,
+        "planned_units_per_arm_sequential": plan.units_per_arm,
+        "planned_units_per_arm_fixed": plan.fixed_units_per_arm,
         "sequential_median_units_to_decision": float(np.median(seq_units)),
         "sequential_mean_units_to_decision": float(np.mean(seq_units)),
         "sequential_shipped": float((first == A.SHIP).mean()),
@@ -231,9 +248,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench experiments")
     parser.add_argument("--phase-requests", type=int, default=500)
     parser.add_argument("--phases", type=int, default=4)
-    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--sims", type=int, default=400)
+    parser.add_argument("--tick-experiments", type=int, default=1000)
     args = parser.parse_args(argv)
     django.setup()
     payload = {}
@@ -241,31 +259,94 @@ def main(argv: list[str]) -> int:
     try:
         payload["gateway"] = gateway_cost(args.phase_requests, args.phases)
         g = payload["gateway"]
-        print_table(["endpoint", "requests", "p50 µs", "p99 µs", "gateway CPU µs/req", "req/s"],
-                    [[k, g[k]["requests"], g[k]["p50_us"], g[k]["p99_us"], g[k]["gateway_cpu_us_per_request"], g[k]["throughput_rps"]]
-                     for k in ("plain", "experiment")]
-                    + [["added", "", g["added"]["p50_us"], g["added"]["p99_us"], g["added"]["gateway_cpu_us_per_request"],
-                        f"{100 * g['capacity_change']:+.1f} %"]])
+        print_table(
+            ["endpoint", "requests", "p50 µs", "p99 µs", "gateway CPU µs/req", "req/s"],
+            [
+                [
+                    k,
+                    g[k]["requests"],
+                    g[k]["p50_us"],
+                    g[k]["p99_us"],
+                    g[k]["gateway_cpu_us_per_request"],
+                    g[k]["throughput_rps"],
+                ]
+                for k in ("plain", "experiment")
+            ]
+            + [
+                [
+                    "added",
+                    "",
+                    g["added"]["p50_us"],
+                    g["added"]["p99_us"],
+                    g["added"]["gateway_cpu_us_per_request"],
+                    f"{100 * g['capacity_change']:+.1f} %",
+                ]
+            ],
+        )
     except Exception as exc:  # noqa: BLE001 - no tritonserver/Redis here: say so, run the rest
         payload["gateway"] = {"skipped": f"{type(exc).__name__}: {exc}"}
         print(f"  skipped: {exc}")
     payload["exposure_log_cpu"] = x = exposure_log_cpu()
-    print_table(["flush batch", "record µs (request path)", "flush µs per exposure", "total µs"],
-                [[k, v["record_us"], v["flush_us_per_exposure"], v["total_us"]] for k, v in x.items()])
-    print("2/3 feedback ingest (POST /api/v1/feedback/, PostgreSQL) ...", flush=True)
-    payload["feedback"] = f = feedback_rate(args.batches, args.batch_size)
+    print_table(
+        ["flush batch", "record µs (request path)", "flush µs per exposure", "total µs"],
+        [[k, v["record_us"], v["flush_us_per_exposure"], v["total_us"]] for k, v in x.items()],
+    )
+    print("2/4 feedback ingest, stream door and API door (PostgreSQL COPY + one attributing INSERT) ...", flush=True)
+    payload["feedback"] = f = experiments_scale.feedback_ingest(args.batches, args.batch_size)
     if "skipped" in f:
         print(f"  skipped: {f['skipped']}")
     else:
-        print_table(["events", "batch", "seconds", "events/s", "duplicate batch events/s"],
-                    [[f["events"], f["batch_size"], f["seconds"], f["events_per_s"], f["duplicate_batch_events_per_s"]]])
-    print("3/3 time to decision, sequential vs fixed horizon (simulated, +5 % true lift) ...", flush=True)
+        print_table(
+            ["door", "events", "batch", "seconds", "events/s", "load avg (1 min) before/after"],
+            [
+                [
+                    door,
+                    f["events"],
+                    f["batch_size"],
+                    f[door]["seconds"],
+                    f[door]["events_per_s"],
+                    f"{f['load_avg_before'][0]:.1f} / {f['load_avg_after'][0]:.1f}",
+                ]
+                for door in ("stream", "api")
+            ],
+        )
+    print("3/4 time to decision, sequential vs fixed horizon (simulated, +5 % true lift) ...", flush=True)
     payload["decision"] = d = time_to_decision(args.sims)
-    print_table(["test", "planned units/arm", "units/arm to decision", "shipped"],
-                [["sequential (mSPRT, peeking every look)", d["planned_units_per_arm_sequential"],
-                  d["sequential_median_units_to_decision"], d["sequential_shipped"]],
-                 ["fixed horizon (one look)", d["planned_units_per_arm_fixed"], d["fixed_units_to_decision"], d["fixed_shipped"]]])
-    payload["notes"] = ("2 shared CPUs: the client, tritonserver, Redis and the gateway share them; figures are noisy. "
-                        "Decision units are medians over simulations.")
+    print_table(
+        ["test", "planned units/arm", "units/arm to decision", "shipped"],
+        [
+            [
+                "sequential (mSPRT, peeking every look)",
+                d["planned_units_per_arm_sequential"],
+                d["sequential_median_units_to_decision"],
+                d["sequential_shipped"],
+            ],
+            [
+                "fixed horizon (one look)",
+                d["planned_units_per_arm_fixed"],
+                d["fixed_units_to_decision"],
+                d["fixed_shipped"],
+            ],
+        ],
+    )
+    print(f"4/4 the analysis tick at {args.tick_experiments} running experiments ...", flush=True)
+    payload["analysis_tick"] = t = experiments_scale.analysis_tick(args.tick_experiments)
+    print_table(
+        ["running experiments", "tick s", "ms per experiment", "analysed", "failed", "load avg (1 min)"],
+        [
+            [
+                t["experiments"] + t["other_running"],
+                t["tick_seconds"],
+                t["ms_per_experiment"],
+                t["tick"]["analysed"],
+                t["tick"]["failed"],
+                t["load_avg"][0],
+            ]
+        ],
+    )
+    payload["notes"] = (
+        "2 shared CPUs: the client, tritonserver, Redis and the gateway share them; figures are noisy. "
+        "Decision units are medians over simulations."
+    )
     print(f"wrote {write_json('experiments', payload)}")
     return 0

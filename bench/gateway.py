@@ -43,16 +43,25 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench import openloop
+from bench import gateway_clients, openloop
 from bench.common import print_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 # Goals (issue 10): capacity at least 0.8 of nginx's; added latency at the same rate no more
 # than nginx adds at p50, and no more than 1.5x what nginx adds at p99.
-GOALS = {"rps_ratio_vs_nginx": ">= 0.8", "added_p50_ms": "<= nginx_added_p50_ms", "added_p99_ms": "<= 1.5 x nginx_added_p99_ms"}
-SIGNATURE = {"max_batch_size": 64, "inputs": [{"name": "dense", "datatype": "FP32", "shape": [-1, 13]},
-                                              {"name": "sparse", "datatype": "INT64", "shape": [-1, 26]}],
-             "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}]}
+GOALS = {
+    "rps_ratio_vs_nginx": ">= 0.8",
+    "added_p50_ms": "<= nginx_added_p50_ms",
+    "added_p99_ms": "<= 1.5 x nginx_added_p99_ms",
+}
+SIGNATURE = {
+    "max_batch_size": 64,
+    "inputs": [
+        {"name": "dense", "datatype": "FP32", "shape": [-1, 13]},
+        {"name": "sparse", "datatype": "INT64", "shape": [-1, 26]},
+    ],
+    "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}],
+}
 STABLE, CANARY = "ctr__v1__onnx", "ctr__v2__onnx"
 
 
@@ -98,7 +107,9 @@ def process_tree(pid: int) -> list[int]:
 def wrk_window(url: str, concurrency: int, seconds: float, lua: Path) -> tuple[float, int]:
     proc = subprocess.run(
         ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "-s", str(lua), url],
-        capture_output=True, text=True, timeout=seconds + 30,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
     )
     out = proc.stdout
     found = re.search(r"Requests/sec:\s+([\d.]+)", out)
@@ -121,7 +132,9 @@ def _agree(windows: list[float]) -> bool:
     return len(last) == 3 and max(last) <= 1.10 * min(last)
 
 
-def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Path, pids: dict, max_windows: int = 8) -> dict:
+def capacities(
+    paths: dict[str, str], levels: list[int], seconds: float, lua: Path, pids: dict, max_windows: int = 8
+) -> dict:
     """Closed-loop sweep. At each concurrency the paths take turns, one window each, so
     a burst of outside load hits all of them alike; a path stops once its last three
     windows agree within 10% (perf_analyzer's stability rule) or after max_windows."""
@@ -149,16 +162,37 @@ def capacities(paths: dict[str, str], levels: list[int], seconds: float, lua: Pa
                 errors[name] += err
         for name in paths:
             last = windows[name][-3:]
-            sweeps[name].append({"concurrency": concurrency, "rps": sum(last) / len(last), "windows": len(windows[name]),
-                                 "stable": _agree(windows[name]), "errors": errors[name]})
-        print(f"  c={concurrency}: " + ", ".join(f"{n} {sweeps[n][-1]['rps']:.0f}/s" for n in paths), file=sys.stderr, flush=True)
+            sweeps[name].append(
+                {
+                    "concurrency": concurrency,
+                    "rps": sum(last) / len(last),
+                    "windows": len(windows[name]),
+                    "stable": _agree(windows[name]),
+                    "errors": errors[name],
+                }
+            )
+        print(
+            f"  c={concurrency}: " + ", ".join(f"{n} {sweeps[n][-1]['rps']:.0f}/s" for n in paths),
+            file=sys.stderr,
+            flush=True,
+        )
     out = {}
     for name, sweep in sweeps.items():
         best = max(sweep, key=lambda s: s["rps"])
-        out[name] = {"max_rps": best["rps"], "at_concurrency": best["concurrency"], "sweep": sweep,
-                     "proxy_cpu_us_per_request": (1e6 * sum(cpu[name]) / served[name]) if name in pids and served[name] else None,
-                     "proxy_user_sys_us_per_request": [1e6 * c / served[name] for c in cpu[name]] if name in pids and served[name] else None,
-                     "proxy_context_switches_per_request": switches[name] / served[name] if name in pids and served[name] else None}
+        out[name] = {
+            "max_rps": best["rps"],
+            "at_concurrency": best["concurrency"],
+            "sweep": sweep,
+            "proxy_cpu_us_per_request": (1e6 * sum(cpu[name]) / served[name])
+            if name in pids and served[name]
+            else None,
+            "proxy_user_sys_us_per_request": [1e6 * c / served[name] for c in cpu[name]]
+            if name in pids and served[name]
+            else None,
+            "proxy_context_switches_per_request": switches[name] / served[name]
+            if name in pids and served[name]
+            else None,
+        }
     return out
 
 
@@ -179,8 +213,12 @@ def paired_ratio(gateway_url: str, nginx_url: str, concurrency: int, seconds: fl
     values = np.asarray(ratios)
     boot = np.random.default_rng(0).choice(values, size=(2000, len(values)), replace=True)
     lo, hi = np.percentile(np.median(boot, axis=1), [2.5, 97.5])
-    return {"median": float(np.median(values)), "ci95": [float(lo), float(hi)], "ratios": [round(r, 4) for r in ratios],
-            "concurrency": concurrency}
+    return {
+        "median": float(np.median(values)),
+        "ci95": [float(lo), float(hi)],
+        "ratios": [round(r, 4) for r in ratios],
+        "concurrency": concurrency,
+    }
 
 
 # --- the system under test ----------------------------------------------------------------
@@ -214,6 +252,18 @@ http {{
             add_header X-Model-Variant $variant always;
             proxy_pass http://triton/v2/models/$variant/infer;
         }}
+        # the rest of Triton's surface as it is (perf_analyzer reads the model's name from its
+        # metadata, which names the internal model through nginx, and calls that name after)
+        location /v2 {{
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass http://triton;
+        }}
+        location ~ ^/v2/models/ctr(/config|/ready|/stats)?$ {{
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass http://triton/v2/models/{stable}$1;
+        }}
     }}
 }}
 """
@@ -226,8 +276,12 @@ def start_nginx(work: Path, triton_port: int, port: int):
     (work / "tmp").mkdir(parents=True, exist_ok=True)
     conf = work / "nginx.conf"
     conf.write_text(NGINX_CONF.format(work=work, triton_port=triton_port, port=port, stable=STABLE, canary=CANARY))
-    proc = subprocess.Popen([binary, "-c", str(conf), "-p", str(work)], stdout=subprocess.DEVNULL,
-                            stderr=open(work / "nginx.out", "wb"), start_new_session=True)
+    proc = subprocess.Popen(
+        [binary, "-c", str(conf), "-p", str(work)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(work / "nginx.out", "wb"),
+        start_new_session=True,
+    )
     if not _wait_http(f"http://127.0.0.1:{port}/v2/models/ctr/infer", proc, post=True):
         proc.kill()
         return None, f"nginx did not start: {(work / 'nginx.out').read_text()[-500:]}"
@@ -243,7 +297,9 @@ def _wait_http(url: str, proc, timeout: float = 20.0, post: bool = False) -> boo
         if proc is not None and proc.poll() is not None:
             return False
         try:
-            req = urllib.request.Request(url, data=b'{"inputs": []}' if post else None, method="POST" if post else "GET")
+            req = urllib.request.Request(
+                url, data=b'{"inputs": []}' if post else None, method="POST" if post else "GET"
+            )
             urllib.request.urlopen(req, timeout=1)
             return True
         except urllib.error.HTTPError:
@@ -268,8 +324,18 @@ IDLE_FRAMES = ("epoll_pwait", "epoll_wait")
 # counts for a part when any frame of its stack matches.
 PARTS = {
     "HTTP parsing (llhttp via httptools, with its callbacks)": (
-        "httptools", "llhttp", "feed_data", "on_header (", "on_headers_complete (", "on_body (", "on_url (",
-        "on_message_begin (", "on_message_complete (", "on_status (", "on_chunk_header ("),
+        "httptools",
+        "llhttp",
+        "feed_data",
+        "on_header (",
+        "on_headers_complete (",
+        "on_body (",
+        "on_url (",
+        "on_message_begin (",
+        "on_message_complete (",
+        "on_status (",
+        "on_chunk_header (",
+    ),
     "request checks (gateway/tensors.py)": ("tensors.py",),
     "keys (gateway/tenants.py)": ("tenants.py",),
     "routing and metrics (routes.py, metrics.py)": ("routes.py", "metrics.py"),
@@ -297,15 +363,55 @@ def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: P
     perf_data = out / "gateway-perf.data"
     procs = []
     if Path(spy).exists():
-        procs.append(("py-spy", subprocess.Popen(
-            [spy, "record", "-p", str(pid), "-d", str(int(seconds) + 1), "-r", "250", "-f", "raw", "-o", str(raw), "--native"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+        procs.append(
+            (
+                "py-spy",
+                subprocess.Popen(
+                    [
+                        spy,
+                        "record",
+                        "-p",
+                        str(pid),
+                        "-d",
+                        str(int(seconds) + 1),
+                        "-r",
+                        "250",
+                        "-f",
+                        "raw",
+                        "-o",
+                        str(raw),
+                        "--native",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                ),
+            )
+        )
     else:
         result["py_spy"] = "not installed (pip install py-spy)"
     if perf:
-        procs.append(("perf", subprocess.Popen(
-            [perf, "record", "-F", "999", "-p", str(pid), "-o", str(perf_data), "--", "sleep", str(int(seconds) + 1)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+        procs.append(
+            (
+                "perf",
+                subprocess.Popen(
+                    [
+                        perf,
+                        "record",
+                        "-F",
+                        "999",
+                        "-p",
+                        str(pid),
+                        "-o",
+                        str(perf_data),
+                        "--",
+                        "sleep",
+                        str(int(seconds) + 1),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                ),
+            )
+        )
     time.sleep(0.5)
     wrk_window(url, concurrency, seconds, lua)
     for name, proc in procs:
@@ -334,19 +440,49 @@ def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: P
             for f in set(_frame(f) for f in frames):
                 inclusive[f] += n
         total = total or 1
-        result.update({
-            "py_spy_samples_busy": total, "py_spy_samples_idle": idle,
-            "parts": {name: round(100 * n / total, 1) for name, n in parts.items()},
-            "self_top": [(f, round(100 * n / total, 1)) for f, n in self_time.most_common(15)],
-            "inclusive_top": [(f, round(100 * n / total, 1)) for f, n in inclusive.most_common(40)
-                              if not f.startswith(("0x", "_run_module_as_main", "_run_code", "<module>", "main ", "run ", "Runner.run",
-                                                   "run_forever", "run_until_complete", "Loop__", "uv_run", "Py_DECREF",
-                                                   "Py_XDECREF", "__libc", "_start", "Py_", "pymain", "run_", "_PyEval"))][:15],
-            "raw": str(_keep(raw)),
-        })
+        result.update(
+            {
+                "py_spy_samples_busy": total,
+                "py_spy_samples_idle": idle,
+                "parts": {name: round(100 * n / total, 1) for name, n in parts.items()},
+                "self_top": [(f, round(100 * n / total, 1)) for f, n in self_time.most_common(15)],
+                "inclusive_top": [
+                    (f, round(100 * n / total, 1))
+                    for f, n in inclusive.most_common(40)
+                    if not f.startswith(
+                        (
+                            "0x",
+                            "_run_module_as_main",
+                            "_run_code",
+                            "<module>",
+                            "main ",
+                            "run ",
+                            "Runner.run",
+                            "run_forever",
+                            "run_until_complete",
+                            "Loop__",
+                            "uv_run",
+                            "Py_DECREF",
+                            "Py_XDECREF",
+                            "__libc",
+                            "_start",
+                            "Py_",
+                            "pymain",
+                            "run_",
+                            "_PyEval",
+                        )
+                    )
+                ][:15],
+                "raw": str(_keep(raw)),
+            }
+        )
     if perf and perf_data.exists():
-        report = subprocess.run([perf, "report", "-i", str(perf_data), "--stdio", "--sort", "dso"],
-                                capture_output=True, text=True, timeout=120).stdout
+        report = subprocess.run(
+            [perf, "report", "-i", str(perf_data), "--stdio", "--sort", "dso"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
         dsos = []
         for line in report.splitlines():
             m = re.match(r"\s+([\d.]+)%\s+(\S+)", line)
@@ -364,7 +500,7 @@ def _frame(frame: str) -> str:
     return f"{m.group(1)} ({Path(m.group(2)).name})"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom; split when next changed
     parser = argparse.ArgumentParser(prog="python -m bench gateway")
     parser.add_argument("--open-loop", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
@@ -373,10 +509,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--body", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="shorter windows and fewer levels")
     parser.add_argument("--profile", action="store_true", help="py-spy the gateway under closed-loop load")
+    parser.add_argument(
+        "--clients-only",
+        action="store_true",
+        help="only perf_analyzer (HTTP, gRPC), the workers and the admission cost (var/bench/gateway-clients.json)",
+    )
     parser.add_argument("--levels", default=None, help="closed-loop concurrency levels, e.g. 1,4,16,32")
     parser.add_argument("--instances", type=int, default=2, help="Triton model instances per model")
     parser.add_argument("--light-rate", type=float, default=200.0, help="the light open-loop rate (req/s)")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved open-loop rounds at the same rate (12; quick 4)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="interleaved open-loop rounds at the same rate (12; quick 4)"
+    )
     args = parser.parse_args(argv)
     if args.open_loop:
         return openloop.open_loop_main(args.open_loop, args.rate, args.duration, args.body, args.warmup)
@@ -388,7 +531,9 @@ def main(argv: list[str]) -> int:
     if not shutil.which("wrk"):
         print("wrk not installed (apt-get install -y wrk): cannot measure capacity", file=sys.stderr)
         return 2
-    levels = [int(x) for x in args.levels.split(",")] if args.levels else ([2, 8, 32] if args.quick else [1, 4, 8, 16, 32])
+    levels = (
+        [int(x) for x in args.levels.split(",")] if args.levels else ([2, 8, 32] if args.quick else [1, 4, 8, 16, 32])
+    )
     window = 1.0 if args.quick else 2.0
     open_duration = 1.5 if args.quick else 2.0
     rounds = args.rounds or (4 if args.quick else 12)
@@ -426,18 +571,62 @@ def main(argv: list[str]) -> int:
             notes.append(why)
             print(f"NOTE: {why}", file=sys.stderr)
 
-        routes = {"version": "bench", "endpoints": [{"name": "ctr", "timeout_ms": 5000, "auth": {"public": True}, "variants": [
-            {"name": "stable", "model_version": "1", "triton_model": STABLE, "role": "stable", "weight_bp": 9000,
-             "replicas": [triton.http_url], "signature": SIGNATURE},
-            {"name": "canary", "model_version": "2", "triton_model": CANARY, "role": "canary", "weight_bp": 1000,
-             "replicas": [triton.http_url], "signature": SIGNATURE},
-        ]}]}
+        routes = {
+            "version": "bench",
+            "endpoints": [
+                {
+                    "name": "ctr",
+                    "timeout_ms": 5000,
+                    "auth": {"public": True},
+                    "variants": [
+                        {
+                            "name": "stable",
+                            "model_version": "1",
+                            "triton_model": STABLE,
+                            "role": "stable",
+                            "weight_bp": 9000,
+                            "replicas": [triton.http_url],
+                            "grpc_replicas": [triton.grpc_url],
+                            "signature": SIGNATURE,
+                        },
+                        {
+                            "name": "canary",
+                            "model_version": "2",
+                            "triton_model": CANARY,
+                            "role": "canary",
+                            "weight_bp": 1000,
+                            "replicas": [triton.http_url],
+                            "grpc_replicas": [triton.grpc_url],
+                            "signature": SIGNATURE,
+                        },
+                    ],
+                }
+            ],
+        }
         (work / "routes.json").write_text(json.dumps(routes))
-        gw_port = free_port()
+        gw_port, gw_grpc_port = free_port(), free_port()
         gateway = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--routes-file", str(work / "routes.json"), "--port", str(gw_port),
-             "--host", "127.0.0.1", "--log-level", "WARNING"],
-            cwd=ROOT, stdout=open(work / "gateway.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "--workers",  # one process, as nginx runs one worker: per-worker figures
+                "1",
+                "--grpc-port",
+                str(gw_grpc_port),
+                "--routes-file",
+                str(work / "routes.json"),
+                "--port",
+                str(gw_port),
+                "--host",
+                "127.0.0.1",
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=ROOT,
+            stdout=open(work / "gateway.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         if not _wait_http(f"http://127.0.0.1:{gw_port}/v2/health/ready", gateway):
             print(f"gateway did not start:\n{(work / 'gateway.log').read_text()[-2000:]}", file=sys.stderr)
@@ -446,6 +635,27 @@ def main(argv: list[str]) -> int:
 
         for url in paths.values():  # warm every path (connections, model instances)
             wrk_window(url, 8, 1, lua)
+
+        def clients_section():
+            return gateway_clients.run_sections(
+                work=work,
+                triton=triton,
+                stable=STABLE,
+                nginx_port=nginx_port if nginx is not None else None,
+                nginx_pids=process_tree(nginx.pid) if nginx is not None else [],
+                gw_port=gw_port,
+                gw_grpc_port=gw_grpc_port,
+                gw_pids=[gateway.pid],
+                routes=routes,
+                lua=lua,
+                free_port=free_port,
+            )
+
+        if args.clients_only:
+            clients = clients_section()
+            gateway_clients.print_sections(clients)
+            print(f"\nwrote {write_json('gateway-clients', clients)}")
+            return 0
 
         load_before = os.getloadavg()
         print(f"closed-loop sweep {levels}, {window:.0f}-s windows ...", file=sys.stderr, flush=True)
@@ -460,14 +670,21 @@ def main(argv: list[str]) -> int:
             # gateway's best level, the median of the per-round ratios with a bootstrap CI.
             level = results["gateway"]["capacity"]["at_concurrency"]
             paired_rounds = 4 if args.quick else 8
-            print(f"paired capacity at c={level}: {paired_rounds} rounds of gateway and nginx windows ...", file=sys.stderr, flush=True)
+            print(
+                f"paired capacity at c={level}: {paired_rounds} rounds of gateway and nginx windows ...",
+                file=sys.stderr,
+                flush=True,
+            )
             paired = paired_ratio(paths["gateway"], paths["nginx"], level, window, lua, paired_rounds)
 
         # Open loop. Same rate for every path (50% of the gateway's capacity) and a light
         # rate, interleaved; then each other path at 50% of its own capacity.
         gw_rate = 0.5 * results["gateway"]["capacity"]["max_rps"]
         same = [("direct@gw-rate", paths["direct"], gw_rate), ("gateway", paths["gateway"], gw_rate)]
-        light = [("direct@light", paths["direct"], args.light_rate), ("gateway@light", paths["gateway"], args.light_rate)]
+        light = [
+            ("direct@light", paths["direct"], args.light_rate),
+            ("gateway@light", paths["gateway"], args.light_rate),
+        ]
         own = [("direct", paths["direct"], 0.5 * results["direct"]["capacity"]["max_rps"])]
         if "nginx" in paths:
             same.append(("nginx@gw-rate", paths["nginx"], gw_rate))
@@ -477,12 +694,24 @@ def main(argv: list[str]) -> int:
         def progress(label):
             return lambda r, n: print(f"  {label}: round {r}/{n}", file=sys.stderr, flush=True)
 
-        print(f"open loop at {gw_rate:.0f} req/s (50% of the gateway's capacity), {rounds} interleaved rounds of "
-              f"{open_duration:g} s per path ...", file=sys.stderr, flush=True)
-        measured = openloop.interleaved_rounds(same, rounds, open_duration, body_path, seed=1, progress=progress("same rate"))
+        print(
+            f"open loop at {gw_rate:.0f} req/s (50% of the gateway's capacity), {rounds} interleaved rounds of "
+            f"{open_duration:g} s per path ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        measured = openloop.interleaved_rounds(
+            same, rounds, open_duration, body_path, seed=1, progress=progress("same rate")
+        )
         light_rounds = max(3, rounds // 2)
-        print(f"open loop at a light {args.light_rate:.0f} req/s, {light_rounds} rounds ...", file=sys.stderr, flush=True)
-        measured.update(openloop.interleaved_rounds(light, light_rounds, open_duration, body_path, seed=2, progress=progress("light")))
+        print(
+            f"open loop at a light {args.light_rate:.0f} req/s, {light_rounds} rounds ...", file=sys.stderr, flush=True
+        )
+        measured.update(
+            openloop.interleaved_rounds(
+                light, light_rounds, open_duration, body_path, seed=2, progress=progress("light")
+            )
+        )
         print("open loop, each other path at 50% of its own capacity, 2 rounds ...", file=sys.stderr, flush=True)
         measured.update(openloop.interleaved_rounds(own, 2, open_duration, body_path, seed=3))
         load_after = os.getloadavg()
@@ -502,26 +731,59 @@ def main(argv: list[str]) -> int:
         rows = []
         for name in paths:
             r = results[name]
-            rows.append([name, r["capacity"]["max_rps"], r["capacity"]["at_concurrency"], r["latency"]["rate"],
-                         r["latency"]["p50_ms"], r["latency"]["p90_ms"], r["latency"]["p99_ms"],
-                         sum(v for k, v in r["latency"]["statuses"].items() if k != "200") + sum(s["errors"] for s in r["capacity"]["sweep"]),
-                         r["capacity"]["proxy_cpu_us_per_request"] if r["capacity"]["proxy_cpu_us_per_request"] is not None else "-"])
+            rows.append(
+                [
+                    name,
+                    r["capacity"]["max_rps"],
+                    r["capacity"]["at_concurrency"],
+                    r["latency"]["rate"],
+                    r["latency"]["p50_ms"],
+                    r["latency"]["p90_ms"],
+                    r["latency"]["p99_ms"],
+                    sum(v for k, v in r["latency"]["statuses"].items() if k != "200")
+                    + sum(s["errors"] for s in r["capacity"]["sweep"]),
+                    r["capacity"]["proxy_cpu_us_per_request"]
+                    if r["capacity"]["proxy_cpu_us_per_request"] is not None
+                    else "-",
+                ]
+            )
         for key in ("direct@gw-rate", "nginx@gw-rate", "direct@light", "nginx@light", "gateway@light"):
             if key not in lat_all:
                 continue
             r = lat_all[key]
-            rows.append([key, float("nan"), "-", r["rate"], r["p50_ms"], r["p90_ms"], r["p99_ms"],
-                         sum(v for k, v in r["statuses"].items() if k != "200"), "-"])
+            rows.append(
+                [
+                    key,
+                    float("nan"),
+                    "-",
+                    r["rate"],
+                    r["p50_ms"],
+                    r["p90_ms"],
+                    r["p99_ms"],
+                    sum(v for k, v in r["statuses"].items() if k != "200"),
+                    "-",
+                ]
+            )
         print()
-        print_table(["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors", "proxy_cpu_us/req"], rows)
-        ratio = (results["gateway"]["capacity"]["max_rps"] / results["nginx"]["capacity"]["max_rps"]) if "nginx" in results else None
+        print_table(
+            ["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors", "proxy_cpu_us/req"], rows
+        )
+        ratio = (
+            (results["gateway"]["capacity"]["max_rps"] / results["nginx"]["capacity"]["max_rps"])
+            if "nginx" in results
+            else None
+        )
         gw50, gw99 = add("gateway", "direct@gw-rate", 0.5), add("gateway", "direct@gw-rate", 0.99)
         light50, light99 = add("gateway@light", "direct@light", 0.5), add("gateway@light", "direct@light", 0.99)
         summary = {
-            "added_p50_ms": gw50["ms"], "added_p50_ms_ci95": gw50["ci95"],
-            "added_p99_ms": gw99["ms"], "added_p99_ms_ci95": gw99["ci95"],
-            "added_p50_ms_light": light50["ms"], "added_p50_ms_light_ci95": light50["ci95"],
-            "added_p99_ms_light": light99["ms"], "added_p99_ms_light_ci95": light99["ci95"],
+            "added_p50_ms": gw50["ms"],
+            "added_p50_ms_ci95": gw50["ci95"],
+            "added_p99_ms": gw99["ms"],
+            "added_p99_ms_ci95": gw99["ci95"],
+            "added_p50_ms_light": light50["ms"],
+            "added_p50_ms_light_ci95": light50["ci95"],
+            "added_p99_ms_light": light99["ms"],
+            "added_p99_ms_light_ci95": light99["ci95"],
             "light_rate": args.light_rate,
             "same_rate": gw_rate,
             "added_p50_ms_vs_direct_at_its_own_50pct": lat_all["gateway"]["p50_ms"] - lat_all["direct"]["p50_ms"],
@@ -529,8 +791,12 @@ def main(argv: list[str]) -> int:
             "max_rps": {name: results[name]["capacity"]["max_rps"] for name in paths},
             "rps_ratio_vs_nginx": ratio,
             "proxy_cpu_us_per_request": {name: results[name]["capacity"]["proxy_cpu_us_per_request"] for name in pids},
-            "proxy_user_sys_us_per_request": {name: results[name]["capacity"]["proxy_user_sys_us_per_request"] for name in pids},
-            "proxy_context_switches_per_request": {name: results[name]["capacity"]["proxy_context_switches_per_request"] for name in pids},
+            "proxy_user_sys_us_per_request": {
+                name: results[name]["capacity"]["proxy_user_sys_us_per_request"] for name in pids
+            },
+            "proxy_context_switches_per_request": {
+                name: results[name]["capacity"]["proxy_context_switches_per_request"] for name in pids
+            },
             "load_average": {"before": list(load_before), "after": list(load_after)},
         }
         goals_met = {}
@@ -541,14 +807,20 @@ def main(argv: list[str]) -> int:
         if "nginx" in results:
             ng50, ng99 = add("nginx@gw-rate", "direct@gw-rate", 0.5), add("nginx@gw-rate", "direct@gw-rate", 0.99)
             nl50, nl99 = add("nginx@light", "direct@light", 0.5), add("nginx@light", "direct@light", 0.99)
-            summary.update({
-                "nginx_added_p50_ms": ng50["ms"], "nginx_added_p50_ms_ci95": ng50["ci95"],
-                "nginx_added_p99_ms": ng99["ms"], "nginx_added_p99_ms_ci95": ng99["ci95"],
-                "nginx_added_p50_ms_light": nl50["ms"], "nginx_added_p50_ms_light_ci95": nl50["ci95"],
-                "nginx_added_p99_ms_light": nl99["ms"], "nginx_added_p99_ms_light_ci95": nl99["ci95"],
-                "nginx_p50_ms_at_its_own_50pct": lat_all["nginx"]["p50_ms"],
-                "nginx_p99_ms_at_its_own_50pct": lat_all["nginx"]["p99_ms"],
-            })
+            summary.update(
+                {
+                    "nginx_added_p50_ms": ng50["ms"],
+                    "nginx_added_p50_ms_ci95": ng50["ci95"],
+                    "nginx_added_p99_ms": ng99["ms"],
+                    "nginx_added_p99_ms_ci95": ng99["ci95"],
+                    "nginx_added_p50_ms_light": nl50["ms"],
+                    "nginx_added_p50_ms_light_ci95": nl50["ci95"],
+                    "nginx_added_p99_ms_light": nl99["ms"],
+                    "nginx_added_p99_ms_light_ci95": nl99["ci95"],
+                    "nginx_p50_ms_at_its_own_50pct": lat_all["nginx"]["p50_ms"],
+                    "nginx_p99_ms_at_its_own_50pct": lat_all["nginx"]["p99_ms"],
+                }
+            )
             goals_met = {
                 "rps_ratio_vs_nginx": ratio >= 0.8,
                 "rps_ratio_vs_nginx_paired": paired["median"] >= 0.8,
@@ -561,8 +833,10 @@ def main(argv: list[str]) -> int:
             return f"{point:+.3f} ms [95% CI {ci[0]:+.3f}, {ci[1]:+.3f}]"
 
         print()
-        print(f"same rate {gw_rate:.0f} req/s (50% of the gateway's capacity), {rounds} interleaved rounds; load average "
-              f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
+        print(
+            f"same rate {gw_rate:.0f} req/s (50% of the gateway's capacity), {rounds} interleaved rounds; load average "
+            f"{load_before[0]:.1f} -> {load_after[0]:.1f}"
+        )
         print(f"  gateway adds p50 {fmt(gw50['ms'], gw50['ci95'])}, p99 {fmt(gw99['ms'], gw99['ci95'])}")
         if "nginx" in results:
             print(f"  nginx   adds p50 {fmt(ng50['ms'], ng50['ci95'])}, p99 {fmt(ng99['ms'], ng99['ci95'])}")
@@ -571,43 +845,71 @@ def main(argv: list[str]) -> int:
         if "nginx" in results:
             print(f"  nginx   adds p50 {fmt(nl50['ms'], nl50['ci95'])}, p99 {fmt(nl99['ms'], nl99['ci95'])}")
         if ratio is not None:
-            print(f"rps_ratio_vs_nginx: {ratio:.3f} from the sweep's best levels (goal >= 0.8) "
-                  f"{'met' if goals_met['rps_ratio_vs_nginx'] else 'MISSED'}; paired windows: {paired['median']:.3f} "
-                  f"[95% CI {paired['ci95'][0]:.3f}, {paired['ci95'][1]:.3f}] {'met' if goals_met['rps_ratio_vs_nginx_paired'] else 'MISSED'}")
-            print(f"added p50 <= nginx's: {'met' if goals_met['added_p50_ms'] else 'MISSED'}; "
-                  f"added p99 <= 1.5 x nginx's: {'met' if goals_met['added_p99_ms'] else 'MISSED'}")
+            print(
+                f"rps_ratio_vs_nginx: {ratio:.3f} from the sweep's best levels (goal >= 0.8) "
+                f"{'met' if goals_met['rps_ratio_vs_nginx'] else 'MISSED'}; paired windows: {paired['median']:.3f} "
+                f"[95% CI {paired['ci95'][0]:.3f}, {paired['ci95'][1]:.3f}] {'met' if goals_met['rps_ratio_vs_nginx_paired'] else 'MISSED'}"
+            )
+            print(
+                f"added p50 <= nginx's: {'met' if goals_met['added_p50_ms'] else 'MISSED'}; "
+                f"added p99 <= 1.5 x nginx's: {'met' if goals_met['added_p99_ms'] else 'MISSED'}"
+            )
         else:
             print("rps_ratio_vs_nginx: n/a (no nginx)")
         for name in pids:
             us = summary["proxy_user_sys_us_per_request"][name]
             cs = summary["proxy_context_switches_per_request"][name]
             if us is not None:
-                print(f"{name}: {us[0]:.1f} us user + {us[1]:.1f} us system CPU and {cs:.2f} context switches per request (closed loop)")
+                print(
+                    f"{name}: {us[0]:.1f} us user + {us[1]:.1f} us system CPU and {cs:.2f} context switches per request (closed loop)"
+                )
         if profile and "self_top" in profile:
             busy, idle = profile["py_spy_samples_busy"], profile["py_spy_samples_idle"]
-            print(f"\ngateway under closed-loop load at c={max(levels)}: py-spy wall-clock samples, "
-                  f"{100 * idle / max(1, busy + idle):.0f}% idle in epoll; shares of the busy ones (self | inclusive):")
+            print(
+                f"\ngateway under closed-loop load at c={max(levels)}: py-spy wall-clock samples, "
+                f"{100 * idle / max(1, busy + idle):.0f}% idle in epoll; shares of the busy ones (self | inclusive):"
+            )
             for (frame, pct), (iframe, ipct) in zip(profile["self_top"], profile["inclusive_top"]):
                 print(f"  {pct:5.1f}%  {frame:55s} | {ipct:5.1f}%  {iframe}")
-            print("parts (inclusive share of busy samples): " + ", ".join(f"{k} {v:.1f}%" for k, v in profile["parts"].items()))
+            print(
+                "parts (inclusive share of busy samples): "
+                + ", ".join(f"{k} {v:.1f}%" for k, v in profile["parts"].items())
+            )
+        clients = clients_section()
+        gateway_clients.print_sections(clients)
         if profile and profile.get("perf_on_cpu_by_library"):
-            print("on-CPU time by library (perf): " + ", ".join(f"{d} {p:.1f}%" for d, p in profile["perf_on_cpu_by_library"]))
-        path = write_json("gateway", {
-            **summary,
-            "goals": GOALS,
-            "paths": results,
-            "direct_at_gateway_rate": direct_same,
-            "at_gateway_rate": {k.split("@")[0]: v for k, v in lat_all.items() if k.endswith("@gw-rate")} | {"gateway": lat_all["gateway"]},
-            "light": {k.split("@")[0]: v for k, v in lat_all.items() if k.endswith("@light")},
-            "profile": profile,
-            "notes": notes + [
-                "2 CPUs shared by the load generator, tritonserver, nginx/gateway and other work on the machine: figures are noisy",
-                "nginx runs 1 worker process, like the single-process gateway",
-                "added latency: pooled quantile minus direct's at the same rate; 95% CI by resampling whole interleaved rounds",
-            ],
-            "setup": {"instances_per_model": args.instances, "levels": levels, "window_s": window, "open_loop_s_per_round": open_duration,
-                      "open_loop_rounds": rounds, "cpus": os.cpu_count()},
-        })
+            print(
+                "on-CPU time by library (perf): "
+                + ", ".join(f"{d} {p:.1f}%" for d, p in profile["perf_on_cpu_by_library"])
+            )
+        path = write_json(
+            "gateway",
+            {
+                **summary,
+                "goals": GOALS,
+                "paths": results,
+                "direct_at_gateway_rate": direct_same,
+                "at_gateway_rate": {k.split("@")[0]: v for k, v in lat_all.items() if k.endswith("@gw-rate")}
+                | {"gateway": lat_all["gateway"]},
+                "light": {k.split("@")[0]: v for k, v in lat_all.items() if k.endswith("@light")},
+                "profile": profile,
+                "clients": clients,
+                "notes": notes
+                + [
+                    "2 CPUs shared by the load generator, tritonserver, nginx/gateway and other work on the machine: figures are noisy",
+                    "nginx runs 1 worker process, like the single-process gateway",
+                    "added latency: pooled quantile minus direct's at the same rate; 95% CI by resampling whole interleaved rounds",
+                ],
+                "setup": {
+                    "instances_per_model": args.instances,
+                    "levels": levels,
+                    "window_s": window,
+                    "open_loop_s_per_round": open_duration,
+                    "open_loop_rounds": rounds,
+                    "cpus": os.cpu_count(),
+                },
+            },
+        )
         print(f"\nwrote {path}")
         return 0
     finally:

@@ -42,8 +42,14 @@ from registry.factory.gpu import checks, serving
 from registry.factory.gpu.measure import best_mode, curve, measure_variant
 from registry.factory.gpu.providers import CPU, CUDA, ProviderMissing, open_session, runtime_line
 
-ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64", "tensor(int64)": "int64",
-              "tensor(int32)": "int32", "tensor(bool)": "bool"}
+ORT_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(bool)": "bool",
+}
 GOALS = {"fp16_auc_delta": 1e-4, "fp16_b1_p50_ms": 0.06, "fp16_b4096_rps": 20e6}
 STARTED = time.monotonic()
 
@@ -59,13 +65,17 @@ def progress(line: str) -> None:
 def _args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("artifacts", nargs="*", help="Triton model directories (or VARIANT=DIR)")
-    parser.add_argument("--reference", action="store_true", help="train the reference ranker here and make its artifacts first")
+    parser.add_argument(
+        "--reference", action="store_true", help="train the reference ranker here and make its artifacts first"
+    )
     parser.add_argument("--rows", type=int, default=200_000, help="--reference: training rows")
     parser.add_argument("--vocab", type=int, default=100_000, help="--reference: hash buckets per table")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--validation", type=Path, help=".npz with one array per input and `label`")
     parser.add_argument("--validation-rows", type=int, default=20_000)
-    parser.add_argument("--reference-onnx", type=Path, help="the CPU fp32 reference graph (default: the onnx-fp32 artifact)")
+    parser.add_argument(
+        "--reference-onnx", type=Path, help="the CPU fp32 reference graph (default: the onnx-fp32 artifact)"
+    )
     parser.add_argument("--batches", default="1,32,512,4096")
     parser.add_argument("--seconds", type=float, default=0.5, help="measuring time per (variant, mode, batch)")
     parser.add_argument("--cpu-threads", type=int, default=os.cpu_count() or 1, help="threads of the CPU rows")
@@ -89,8 +99,10 @@ def artifact_variant(spec: str) -> tuple[str, Path]:
         if variant not in VARIANTS:
             variant = _variant_from_config(directory) or variant
     if variant not in VARIANTS:
-        raise CliError(f"{spec}: cannot tell the variant; name the directory {{model}}__v{{version}}__{{variant}} or pass VARIANT=DIR "
-                       f"(variants: {', '.join(VARIANTS)})")
+        raise CliError(
+            f"{spec}: cannot tell the variant; name the directory {{model}}__v{{version}}__{{variant}} or pass VARIANT=DIR "
+            f"(variants: {', '.join(VARIANTS)})"
+        )
     if not directory.is_dir():
         raise CliError(f"{directory}: not a directory")
     versions = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
@@ -115,8 +127,11 @@ def _variant_from_config(directory: Path) -> str | None:
 
 def signature_of(session) -> dict:
     def spec(arg):
-        return {"name": arg.name, "dtype": ORT_DTYPES.get(arg.type, arg.type),
-                "shape": [d if isinstance(d, int) and d > 0 else -1 for d in arg.shape]}
+        return {
+            "name": arg.name,
+            "dtype": ORT_DTYPES.get(arg.type, arg.type),
+            "shape": [d if isinstance(d, int) and d > 0 else -1 for d in arg.shape],
+        }
 
     return {"inputs": [spec(a) for a in session.get_inputs()], "outputs": [spec(a) for a in session.get_outputs()]}
 
@@ -145,9 +160,17 @@ def build_reference(args, work: Path) -> tuple[dict, Path, Path, dict]:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     config = ReferenceConfig(vocab=args.vocab, emb_dim=16, interaction="dcn", cross_layers=2, mlp=[256, 128])
-    progress(f"training the reference ranker (26 x {args.vocab} x 16, DCN-v2) on {device}: {args.rows} rows x {args.epochs} epochs")
-    result = train(config, rows=args.rows, valid_rows=args.validation_rows, epochs=args.epochs, threads=min(16, os.cpu_count() or 1),
-                   device=device)
+    progress(
+        f"training the reference ranker (26 x {args.vocab} x 16, DCN-v2) on {device}: {args.rows} rows x {args.epochs} epochs"
+    )
+    result = train(
+        config,
+        rows=args.rows,
+        valid_rows=args.validation_rows,
+        epochs=args.epochs,
+        threads=min(16, os.cpu_count() or 1),
+        device=device,
+    )
     progress(f"trained in {result.metrics['train_seconds']:.1f}s, validation AUC {result.metrics['auc']:.4f}")
     valid = result.validation
     validation = work / "validation.npz"
@@ -165,9 +188,19 @@ def build_reference(args, work: Path) -> tuple[dict, Path, Path, dict]:
         recipes.make_variant(target, fused=fused, optimized=optimized, dest=dest)
         variants[target] = dest
         progress(f"factory: {target} {dest.stat().st_size / 1e6:.0f} MB")
-    info = {"model": {"tables": 26, "vocab": args.vocab, "emb_dim": 16, "interaction": "dcn-v2 (2 cross layers)", "mlp": [256, 128, 1]},
-            "train": {"device": device, "rows": args.rows, "epochs": args.epochs, **result.metrics}, "exporter": exporter,
-            "eager_model": result.model.to(device).eval(), "device": device}
+    info = {
+        "model": {
+            "tables": 26,
+            "vocab": args.vocab,
+            "emb_dim": 16,
+            "interaction": "dcn-v2 (2 cross layers)",
+            "mlp": [256, 128, 1],
+        },
+        "train": {"device": device, "rows": args.rows, "epochs": args.epochs, **result.metrics},
+        "exporter": exporter,
+        "eager_model": result.model.to(device).eval(),
+        "device": device,
+    }
     return variants, canonical, validation, info
 
 
@@ -193,19 +226,40 @@ def eager_benchmark(model, device: str, feeds: dict, batches: list[int], seconds
 
 # --- checks ------------------------------------------------------------------------------------
 def host_info() -> dict:
-    info = {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(), "runtime": runtime_line(),
-            "platform": platform.platform()}
+    info = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cpus": os.cpu_count(),
+        "runtime": runtime_line(),
+        "platform": platform.platform(),
+    }
     if shutil.which("nvidia-smi"):
-        query = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=30)
-        info["gpus"] = [line.strip() for line in query.stdout.splitlines() if line.strip()] or [query.stderr.strip()[:200]]
+        query = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        info["gpus"] = [line.strip() for line in query.stdout.splitlines() if line.strip()] or [
+            query.stderr.strip()[:200]
+        ]
     else:
         info["gpus"] = []
     return info
 
 
-def check_numerics(variant: str, path: Path, feeds: dict, reference: np.ndarray, labels, base: dict, *, signature: dict,
-                   work: Path, cpu_threads: int) -> dict:
+def check_numerics(
+    variant: str,
+    path: Path,
+    feeds: dict,
+    reference: np.ndarray,
+    labels,
+    base: dict,
+    *,
+    signature: dict,
+    work: Path,
+    cpu_threads: int,
+) -> dict:
     """The validate stage's comparison, on the provider the variant is served with."""
     tolerance = numerics.tolerance_for(numerics.VARIANT_KIND.get(variant, "lowp"))
     if variant in CPU_VARIANTS:
@@ -215,14 +269,39 @@ def check_numerics(variant: str, path: Path, feeds: dict, reference: np.ndarray,
             return {"status": "rejected", "reason": f"fails to run on {CPU}: {_error(exc)}", "execution_provider": CPU}
         evidence = {"execution_provider": CPU, "providers": [CPU], **numerics.compare(reference, out, labels, base)}
         ok, why, threshold = numerics.judge(evidence, tolerance, classifier=labels is not None)
-        return {"status": "validated" if ok else "rejected", "reason": "" if ok else why, "threshold": threshold, **evidence}
-    check = checks.validate_variant(variant, path, feeds, reference, labels, tolerance=tolerance, signature=signature,
-                                    work_dir=work, base=base, with_cpu_check=False)
+        return {
+            "status": "validated" if ok else "rejected",
+            "reason": "" if ok else why,
+            "threshold": threshold,
+            **evidence,
+        }
+    check = checks.validate_variant(
+        variant,
+        path,
+        feeds,
+        reference,
+        labels,
+        tolerance=tolerance,
+        signature=signature,
+        work_dir=work,
+        base=base,
+        with_cpu_check=False,
+    )
     return {"status": check.status, "reason": check.reason, **check.evidence}
 
 
-def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int], args, signature: dict, work: Path, *,
-                   engines: dict | None = None, on_row=None) -> dict:
+def run_benchmarks(
+    variants: dict,
+    results: dict,
+    feeds: dict,
+    batches: list[int],
+    args,
+    signature: dict,
+    work: Path,
+    *,
+    engines: dict | None = None,
+    on_row=None,
+) -> dict:
     """Fills `engines` {label: measurement or {"skipped": why}}; `on_row()` after each variant."""
     engines = {} if engines is None else engines
     for variant, path in variants.items():
@@ -232,8 +311,18 @@ def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int
             label = f"{variant} (CPU, {args.cpu_threads} threads)"
             progress(f"benchmark {label}")
             try:
-                engines[label] = {"variant": variant, **measure_variant(path, [(CPU, {})], feeds, batches, seconds=args.seconds,
-                                                                           modes=("host-io",), threads=args.cpu_threads)}
+                engines[label] = {
+                    "variant": variant,
+                    **measure_variant(
+                        path,
+                        [(CPU, {})],
+                        feeds,
+                        batches,
+                        seconds=args.seconds,
+                        modes=("host-io",),
+                        threads=args.cpu_threads,
+                    ),
+                }
             except Exception as exc:  # a row, not the end of the run
                 engines[label] = {"variant": variant, "skipped": f"failed: {_error(exc)}"}
             if variant == "onnx-fp32":
@@ -241,8 +330,12 @@ def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int
                 label = "onnx-fp32 CPU graph on CUDA"
                 progress(f"benchmark {label}")
                 try:
-                    engines[label] = {"variant": variant, **measure_variant(path, [(CUDA, {})], feeds, batches, seconds=args.seconds,
-                                                                               modes=("iobinding",))}
+                    engines[label] = {
+                        "variant": variant,
+                        **measure_variant(
+                            path, [(CUDA, {})], feeds, batches, seconds=args.seconds, modes=("iobinding",)
+                        ),
+                    }
                 except ProviderMissing as exc:
                     engines[label] = {"variant": variant, "skipped": exc.reason}
                 except Exception as exc:  # a row, not the end of the run
@@ -254,8 +347,12 @@ def run_benchmarks(variants: dict, results: dict, feeds: dict, batches: list[int
             continue
         progress(f"benchmark {label} on {results[variant]['execution_provider']}")
         try:
-            engines[label] = {"variant": variant, **checks.benchmark_variant(variant, path, feeds, batches, signature=signature,
-                                                                             work_dir=work, seconds=args.seconds)}
+            engines[label] = {
+                "variant": variant,
+                **checks.benchmark_variant(
+                    variant, path, feeds, batches, signature=signature, work_dir=work, seconds=args.seconds
+                ),
+            }
         except ProviderMissing as exc:
             engines[label] = {"variant": variant, "skipped": exc.reason}
         except Exception as exc:  # one variant's failure is a row, not the end of the run
@@ -278,8 +375,17 @@ def print_tables(results: dict, engines: dict, batches: list[int]) -> None:
     print("\nnumerics against the CPU fp32 reference")
     rows = []
     for variant, r in results.items():
-        rows.append([variant, r.get("execution_provider", ""), " > ".join(r.get("providers", [])) or "-", r["status"],
-                     _fmt(r.get("max_abs_error"), ".2e"), _fmt(r.get("auc_delta"), "+.2e"), _fmt(r.get("logloss_delta"), "+.2e")])
+        rows.append(
+            [
+                variant,
+                r.get("execution_provider", ""),
+                " > ".join(r.get("providers", [])) or "-",
+                r["status"],
+                _fmt(r.get("max_abs_error"), ".2e"),
+                _fmt(r.get("auc_delta"), "+.2e"),
+                _fmt(r.get("logloss_delta"), "+.2e"),
+            ]
+        )
     print_table(["variant", "asked for", "providers got", "status", "max abs err", "AUC delta", "logloss delta"], rows)
     print("\nlatency and throughput, single stream (each cell: p50 / p99 ms · rows/s = batch / p50)")
     rows = []
@@ -315,26 +421,49 @@ def goals(results: dict, engines: dict, batches: list[int]) -> list[dict]:
     out = []
     fp16 = results.get("onnx-fp16", {})
     delta = fp16.get("auc_delta")
-    out.append({"goal": f"onnx-fp16 |AUC delta| <= {GOALS['fp16_auc_delta']:g}", "measured": delta,
-                "met": None if delta is None else abs(delta) <= GOALS["fp16_auc_delta"]})
+    out.append(
+        {
+            "goal": f"onnx-fp16 |AUC delta| <= {GOALS['fp16_auc_delta']:g}",
+            "measured": delta,
+            "met": None if delta is None else abs(delta) <= GOALS["fp16_auc_delta"],
+        }
+    )
     engine = engines.get("onnx-fp16", {})
     for mode in dict.fromkeys(m for m in (best_mode(engine), "iobinding") if m):
         per_batch = engine.get("modes", {}).get(mode, {})
         b1, b4096 = per_batch.get("1"), per_batch.get("4096")
-        out.append({"goal": f"onnx-fp16 [{mode}] batch-1 p50 <= {GOALS['fp16_b1_p50_ms']} ms",
-                    "measured": b1 and b1["p50_ms"], "met": None if not b1 else b1["p50_ms"] <= GOALS["fp16_b1_p50_ms"]})
-        out.append({"goal": f"onnx-fp16 [{mode}] batch 4096 >= {GOALS['fp16_b4096_rps'] / 1e6:.0f} M rows/s",
-                    "measured": b4096 and b4096["throughput_p50_rps"],
-                    "met": None if not b4096 else b4096["throughput_p50_rps"] >= GOALS["fp16_b4096_rps"]})
+        out.append(
+            {
+                "goal": f"onnx-fp16 [{mode}] batch-1 p50 <= {GOALS['fp16_b1_p50_ms']} ms",
+                "measured": b1 and b1["p50_ms"],
+                "met": None if not b1 else b1["p50_ms"] <= GOALS["fp16_b1_p50_ms"],
+            }
+        )
+        out.append(
+            {
+                "goal": f"onnx-fp16 [{mode}] batch 4096 >= {GOALS['fp16_b4096_rps'] / 1e6:.0f} M rows/s",
+                "measured": b4096 and b4096["throughput_p50_rps"],
+                "met": None if not b4096 else b4096["throughput_p50_rps"] >= GOALS["fp16_b4096_rps"],
+            }
+        )
     int8 = next((e for e in engines.values() if e.get("variant") == "onnx-int8" and "modes" in e), None)
     for label, engine in engines.items():
         if engine.get("variant") not in GPU_VARIANTS or "modes" not in engine or int8 is None:
             continue
         for mode in dict.fromkeys(m for m in (best_mode(engine), "iobinding") if m):
-            slower = [b for b in batches if str(b) in engine["modes"].get(mode, {}) and
-                      engine["modes"][mode][str(b)]["p50_ms"] > int8["modes"]["host-io"][str(b)]["p50_ms"]]
-            out.append({"goal": f"{label} [{mode}] not slower than CPU int8 at any batch", "measured": f"slower at {slower}" if slower else "never slower",
-                        "met": not slower})
+            slower = [
+                b
+                for b in batches
+                if str(b) in engine["modes"].get(mode, {})
+                and engine["modes"][mode][str(b)]["p50_ms"] > int8["modes"]["host-io"][str(b)]["p50_ms"]
+            ]
+            out.append(
+                {
+                    "goal": f"{label} [{mode}] not slower than CPU int8 at any batch",
+                    "measured": f"slower at {slower}" if slower else "never slower",
+                    "met": not slower,
+                }
+            )
     return out
 
 
@@ -359,7 +488,7 @@ def run(args) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(args, host: dict, work: Path) -> int:
+def _run(args, host: dict, work: Path) -> int:  # noqa: C901 - one pass read top to bottom; split when next changed
     info: dict = {}
     if args.reference:
         variants, reference_graph, validation, info = build_reference(args, work)
@@ -367,7 +496,9 @@ def _run(args, host: dict, work: Path) -> int:
     else:
         variants, eager_model = dict(artifact_variant(spec) for spec in args.artifacts), None
         validation = args.validation
-        reference_graph = args.reference_onnx or next((variants[v] for v in ("onnx-fp32", "onnx-fp32-gpu", "tensorrt") if v in variants), None)
+        reference_graph = args.reference_onnx or next(
+            (variants[v] for v in ("onnx-fp32", "onnx-fp32-gpu", "tensorrt") if v in variants), None
+        )
         if reference_graph is None:
             raise CliError("no CPU fp32 reference: give an onnx-fp32 (or onnx-fp32-gpu) artifact, or --reference-onnx")
     reference_session = open_session(Path(reference_graph), [(CPU, {})], threads=args.cpu_threads)
@@ -382,26 +513,53 @@ def _run(args, host: dict, work: Path) -> int:
     reference = checks.run_rows(reference_session, feeds).astype(np.float64)
     classifier = graphs.is_probability(reference)
     if classifier and labels is None:
-        labels, source = numerics.labels_from_reference(reference), source + " with labels drawn from the reference's probabilities"
+        labels, source = (
+            numerics.labels_from_reference(reference),
+            source + " with labels drawn from the reference's probabilities",
+        )
     labels = labels if classifier else None
     base = numerics.baseline(reference, labels)
-    progress(f"CPU fp32 reference {reference_graph} on {reference.shape[0]} rows ({source})" + (f": AUC {base['auc']:.4f}" if base else ""))
+    progress(
+        f"CPU fp32 reference {reference_graph} on {reference.shape[0]} rows ({source})"
+        + (f": AUC {base['auc']:.4f}" if base else "")
+    )
     if len(next(iter(feeds.values()))) < max(args.batches):
-        feeds = {k: np.concatenate([v] * (max(args.batches) // len(v) + 1))[: max(args.batches)] for k, v in feeds.items()}
+        feeds = {
+            k: np.concatenate([v] * (max(args.batches) // len(v) + 1))[: max(args.batches)] for k, v in feeds.items()
+        }
     results, engines = {}, {}
     # Saved after every step (complete: false until the end): a run cut short keeps what it measured.
-    payload = {"complete": False, "host": host, "batches": args.batches, "seconds": args.seconds, "cpu_threads": args.cpu_threads,
-               "reference": {"graph": str(reference_graph), "rows": int(reference.shape[0]), "inputs": source, **base}, **info,
-               "numerics": results, "benchmarks": engines}
+    payload = {
+        "complete": False,
+        "host": host,
+        "batches": args.batches,
+        "seconds": args.seconds,
+        "cpu_threads": args.cpu_threads,
+        "reference": {"graph": str(reference_graph), "rows": int(reference.shape[0]), "inputs": source, **base},
+        **info,
+        "numerics": results,
+        "benchmarks": engines,
+    }
 
     def save() -> Path:
         return write_json("gpu", json.loads(json.dumps(payload, default=str)))
 
     for variant, path in variants.items():
-        results[variant] = r = check_numerics(variant, path, _rows(feeds, reference.shape[0]), reference, labels, base,
-                                              signature=signature, work=work, cpu_threads=args.cpu_threads)
-        progress(f"numerics {variant}: {r['status']} on {' > '.join(r.get('providers', [])) or r.get('execution_provider')}, "
-                 f"max abs error {_fmt(r.get('max_abs_error'), '.2e')}, AUC delta {_fmt(r.get('auc_delta'), '+.2e')}")
+        results[variant] = r = check_numerics(
+            variant,
+            path,
+            _rows(feeds, reference.shape[0]),
+            reference,
+            labels,
+            base,
+            signature=signature,
+            work=work,
+            cpu_threads=args.cpu_threads,
+        )
+        progress(
+            f"numerics {variant}: {r['status']} on {' > '.join(r.get('providers', [])) or r.get('execution_provider')}, "
+            f"max abs error {_fmt(r.get('max_abs_error'), '.2e')}, AUC delta {_fmt(r.get('auc_delta'), '+.2e')}"
+        )
         save()
     reported: set[str] = set()
 
@@ -409,9 +567,21 @@ def _run(args, host: dict, work: Path) -> int:
         for label, engine in engines.items():
             if label not in reported:
                 reported.add(label)
-                progress(f"  {label}: " + (f"skipped: {engine['skipped']}" if "skipped" in engine else "; ".join(
-                    f"[{mode}] " + ", ".join(f"b{b} {st['p50_ms']:.3f} ms {_rate(st['throughput_p50_rps'])}/s" for b, st in per_batch.items())
-                    for mode, per_batch in engine["modes"].items())))
+                progress(
+                    f"  {label}: "
+                    + (
+                        f"skipped: {engine['skipped']}"
+                        if "skipped" in engine
+                        else "; ".join(
+                            f"[{mode}] "
+                            + ", ".join(
+                                f"b{b} {st['p50_ms']:.3f} ms {_rate(st['throughput_p50_rps'])}/s"
+                                for b, st in per_batch.items()
+                            )
+                            for mode, per_batch in engine["modes"].items()
+                        )
+                    )
+                )
         save()
 
     run_benchmarks(variants, results, feeds, args.batches, args, signature, work, engines=engines, on_row=on_row)
@@ -419,7 +589,10 @@ def _run(args, host: dict, work: Path) -> int:
         label = f"pytorch eager fp32 ({info['device']})"
         progress(f"benchmark {label}")
         try:
-            engines[label] = {"variant": "pytorch", **eager_benchmark(eager_model, info["device"], feeds, args.batches, args.seconds)}
+            engines[label] = {
+                "variant": "pytorch",
+                **eager_benchmark(eager_model, info["device"], feeds, args.batches, args.seconds),
+            }
         except Exception as exc:  # a row, not the end of the run
             engines[label] = {"variant": "pytorch", "skipped": f"failed: {_error(exc)}"}
         on_row()
@@ -434,10 +607,23 @@ def _run(args, host: dict, work: Path) -> int:
     print_tables(results, engines, args.batches)
     print("\nserving plan the factory writes into each GPU variant's config.pbtxt")
     for variant, plan in plans.items():
-        accelerators = "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in params.items())}" for name, params in plan["accelerators"]) or "none"
-        print(f"  {variant}: max_batch_size {plan['max_batch_size']}, preferred {plan['preferred_batch_sizes']} ({plan['basis']}); accelerators: {accelerators}")
+        accelerators = (
+            "; ".join(
+                f"{name}: {', '.join(f'{k}={v}' for k, v in params.items())}" for name, params in plan["accelerators"]
+            )
+            or "none"
+        )
+        print(
+            f"  {variant}: max_batch_size {plan['max_batch_size']}, preferred {plan['preferred_batch_sizes']} ({plan['basis']}); accelerators: {accelerators}"
+        )
     print("\ngoals (issue 16, on an H100)")
-    print_table(["goal", "measured", "met"], [[g["goal"], _fmt_goal(g["measured"]), {True: "yes", False: "NO", None: "not measured"}[g["met"]]] for g in goal_rows])
+    print_table(
+        ["goal", "measured", "met"],
+        [
+            [g["goal"], _fmt_goal(g["measured"]), {True: "yes", False: "NO", None: "not measured"}[g["met"]]]
+            for g in goal_rows
+        ],
+    )
     print(f"wrote {written}")
     return 0
 

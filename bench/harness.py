@@ -17,7 +17,7 @@ import numpy as np
 import requests
 from django.conf import settings
 
-INJECT = '''
+INJECT = """
 
 # --- injected: behave like a bad model version (errors and/or extra latency) ---
 import random as _random
@@ -35,23 +35,46 @@ def _injected_execute(self, requests):
 
 
 TritonPythonModel.execute = _injected_execute
-'''
+"""
 
 
-def package_artifact(team, onnx_path: Path, work: Path, *, model_name: str = "ctr", error_rate: float = 0.0, delay_s: float = 0.0,
-                     write_dir=None):
+def package_artifact(
+    team,
+    onnx_path: Path,
+    work: Path,
+    *,
+    model_name: str = "ctr",
+    error_rate: float = 0.0,
+    delay_s: float = 0.0,
+    write_dir=None,
+):
     """A servable Artifact over a Triton model dir in the artifact factory's layout, whose
     model optionally fails `error_rate` of requests or sleeps `delay_s` per batch.
     `write_dir(parent, name, onnx_path)`: how to write the directory (default: the demo
     model's, tests/deployments/packaging.py)."""
     from registry import storage
-    from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, RegisteredModel, VersionSource
+    from registry.models import (
+        Artifact,
+        ArtifactStatus,
+        Build,
+        BuildStatus,
+        ModelVersion,
+        RegisteredModel,
+        VersionSource,
+    )
     from registry.names import triton_model_name
     from tests.deployments.packaging import write_model_dir
 
-    model = RegisteredModel.objects.filter(name=model_name).first() or RegisteredModel.objects.create(name=model_name, team=team)
-    version = ModelVersion.objects.create(model=model, version=model.versions.count() + 1, source=VersionSource.UPLOAD,
-                                          file_sha256="0" * 64, file_path="x.onnx")
+    model = RegisteredModel.objects.filter(name=model_name).first() or RegisteredModel.objects.create(
+        name=model_name, team=team
+    )
+    version = ModelVersion.objects.create(
+        model=model,
+        version=model.versions.count() + 1,
+        source=VersionSource.UPLOAD,
+        file_sha256="0" * 64,
+        file_path="x.onnx",
+    )
     build = Build.objects.create(version=version, targets=["onnx-fp32"], status=BuildStatus.SUCCEEDED)
     name = triton_model_name(model_name, version.version, "onnx-fp32")
     staged = (write_dir or write_model_dir)(work / "staging", name, onnx_path)
@@ -60,13 +83,22 @@ def package_artifact(team, onnx_path: Path, work: Path, *, model_name: str = "ct
             fh.write(INJECT.replace("{error_rate}", repr(float(error_rate))).replace("{delay_s}", repr(float(delay_s))))
     rel, sha = storage.put_dir(staged)
     shutil.rmtree(work / "staging", ignore_errors=True)
-    return Artifact.objects.create(version=version, build=build, variant="onnx-fp32", status=ArtifactStatus.SERVABLE,
-                                   triton_model_name=name, path=rel, sha256=sha)
+    return Artifact.objects.create(
+        version=version,
+        build=build,
+        variant="onnx-fp32",
+        status=ArtifactStatus.SERVABLE,
+        triton_model_name=name,
+        path=rel,
+        sha256=sha,
+    )
 
 
 def spawn(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
     log = open(log_path, "ab")
-    proc = subprocess.Popen(args, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        args, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     log.close()
     return proc
 
@@ -101,10 +133,28 @@ class Load:
         self.records: list[tuple[float, int, str, float]] = []
         self.stop_event = threading.Event()
         rng = np.random.default_rng(0)
-        self.body = json.dumps({"inputs": [
-            {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": rng.normal(size=13).round(4).tolist()},
-            {"name": "sparse", "shape": [1, 26], "datatype": "INT64", "data": rng.integers(0, 5000, size=26).tolist()},
-        ]}) if body is None else body
+        self.body = (
+            json.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": "dense",
+                            "shape": [1, 13],
+                            "datatype": "FP32",
+                            "data": rng.normal(size=13).round(4).tolist(),
+                        },
+                        {
+                            "name": "sparse",
+                            "shape": [1, 26],
+                            "datatype": "INT64",
+                            "data": rng.integers(0, 5000, size=26).tolist(),
+                        },
+                    ]
+                }
+            )
+            if body is None
+            else body
+        )
 
     @property
     def statuses(self) -> list[int]:
@@ -135,15 +185,23 @@ class Load:
         while not self.stop_event.is_set():
             started = time.monotonic()
             try:
-                response = session.post(self.url, data=self.body, headers={"Content-Type": "application/json"}, timeout=5)
-                self.records.append((time.time(), response.status_code, response.headers.get("X-Model-Variant", ""),
-                                     time.monotonic() - started))
+                response = session.post(
+                    self.url, data=self.body, headers={"Content-Type": "application/json"}, timeout=5
+                )
+                self.records.append(
+                    (
+                        time.time(),
+                        response.status_code,
+                        response.headers.get("X-Model-Variant", ""),
+                        time.monotonic() - started,
+                    )
+                )
             except requests.RequestException:
                 self.records.append((time.time(), 0, "", time.monotonic() - started))
             next_at += self.interval
             time.sleep(max(0.0, next_at - time.monotonic()))
 
-    def start(self) -> "Load":
+    def start(self) -> Load:
         self.workers = [threading.Thread(target=self._run, daemon=True) for _ in range(self.threads)]
         for worker in self.workers:
             worker.start()

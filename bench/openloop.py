@@ -19,7 +19,6 @@ import json
 import random
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -31,51 +30,23 @@ QUANTILES = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99}
 
 # --- the generator (runs as its own process: `python -m bench gateway --open-loop URL`) ---------
 async def _open_loop(url: str, rate: float, duration: float, body: bytes, warmup: float) -> dict:
-    from gateway.upstream import Pool, UpstreamError
+    """One open-loop window of the platform's load generator (gateway/loadgen.py), in the
+    shape this benchmark always wrote: statuses, achieved rate, the generator's lateness and
+    every answered request's latency."""
+    from gateway.loadgen import Generator
 
-    parts = url.split("/", 3)
-    pool = Pool(f"{parts[0]}//{parts[2]}", max_idle=1024)
-    head = f"POST /{parts[3]} HTTP/1.1\r\nContent-Type: application/json\r\n".encode()
-    loop = asyncio.get_running_loop()
-    latencies: list[float] = []
-    statuses: Counter = Counter()
-    lateness: list[float] = []
-    pending = set()
-    rng = random.Random(1)
-
-    clock = time.perf_counter  # uvloop's loop.time() has 1 ms resolution
-
-    async def one(record: bool):
-        sent = clock()
-        try:
-            status, _, _ = await pool.request(head, body)
-        except UpstreamError as exc:
-            status = exc.reason
-        if record:
-            latencies.append(clock() - sent)
-            statuses[status] += 1
-
-    start = clock() + 0.05
-    t = start
-    end = start + warmup + duration
-    while t < end:
-        now = clock()
-        if t > now:
-            await asyncio.sleep(t - now)
-        lateness.append(clock() - t)
-        task = loop.create_task(one(t >= start + warmup))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-        t += rng.expovariate(rate)
-    if pending:
-        await asyncio.wait(pending, timeout=10)
-    pool.close()
-    late = sorted(lateness)
+    generator = Generator(url, [body])
+    try:
+        result = await generator.open_loop(rate, duration, warmup)
+    finally:
+        generator.close()
     return {
-        "rate": rate, "sent": len(latencies), "statuses": {str(k): v for k, v in statuses.items()},
-        "achieved_rps": len(latencies) / duration,
-        "generator_late_p99_ms": late[int(0.99 * len(late))] * 1000 if late else 0.0,
-        "latencies_ms": [round(x * 1000, 4) for x in latencies],
+        "rate": rate,
+        "sent": result["sent"],
+        "statuses": {"200": result["ok"], **result["errors"]} if result["ok"] else dict(result["errors"]),
+        "achieved_rps": result["achieved_rps"],
+        "generator_late_p99_ms": result["late_p99_ms"],
+        "latencies_ms": [round(x * 1000, 4) for x in result["_latencies"]],
     }
 
 
@@ -83,6 +54,7 @@ def open_loop_main(url: str, rate: float, duration: float, body_path: str, warmu
     body = Path(body_path).read_bytes()
     try:
         import uvloop
+
         result = uvloop.run(_open_loop(url, rate, duration, body, warmup))
     except ImportError:
         result = asyncio.run(_open_loop(url, rate, duration, body, warmup))
@@ -92,16 +64,35 @@ def open_loop_main(url: str, rate: float, duration: float, body_path: str, warmu
 
 def run_open_loop(url: str, rate: float, duration: float, body_path: Path, warmup: float = 0.5) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "bench", "gateway", "--open-loop", url, "--rate", str(rate),
-         "--duration", str(duration), "--warmup", str(warmup), "--body", str(body_path)],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=duration + warmup + 60,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "gateway",
+            "--open-loop",
+            url,
+            "--rate",
+            str(rate),
+            "--duration",
+            str(duration),
+            "--warmup",
+            str(warmup),
+            "--body",
+            str(body_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=duration + warmup + 60,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # --- rounds -------------------------------------------------------------------------------------------
-def interleaved_rounds(runs: list[tuple[str, str, float]], rounds: int, duration: float, body_path: Path,
-                       seed: int = 0, progress=None) -> dict:
+def interleaved_rounds(
+    runs: list[tuple[str, str, float]], rounds: int, duration: float, body_path: Path, seed: int = 0, progress=None
+) -> dict:
     """Every run once per round, in a shuffled order; returns per key its latencies per
     round (ms), statuses, rate and the generator's worst lateness."""
     rng = random.Random(seed)
@@ -122,9 +113,14 @@ def interleaved_rounds(runs: list[tuple[str, str, float]], rounds: int, duration
 def summary(measured: dict, duration: float) -> dict:
     """Pooled quantiles of one key of `interleaved_rounds` (the keys the JSON always had)."""
     pooled = np.concatenate(measured["rounds"]) if measured["rounds"] else np.array([])
-    out = {"rate": measured["rate"], "sent": int(pooled.size), "statuses": dict(measured["statuses"]),
-           "generator_late_p99_ms": max(measured["late"], default=0.0), "rounds": len(measured["rounds"]),
-           "seconds_per_round": duration}
+    out = {
+        "rate": measured["rate"],
+        "sent": int(pooled.size),
+        "statuses": dict(measured["statuses"]),
+        "generator_late_p99_ms": max(measured["late"], default=0.0),
+        "rounds": len(measured["rounds"]),
+        "seconds_per_round": duration,
+    }
     for name, q in QUANTILES.items():
         out[name] = float(np.quantile(pooled, q)) if pooled.size else float("nan")
     return out
@@ -140,7 +136,9 @@ def added(path: dict, direct: dict, q: float, resamples: int = 1000, seed: int =
     stats = np.empty(resamples)
     for i in range(resamples):
         idx = rng.integers(0, n, n)
-        stats[i] = np.quantile(np.concatenate([a[j] for j in idx]), q) - np.quantile(np.concatenate([b[j] for j in idx]), q)
+        stats[i] = np.quantile(np.concatenate([a[j] for j in idx]), q) - np.quantile(
+            np.concatenate([b[j] for j in idx]), q
+        )
     lo, hi = np.percentile(stats, [2.5, 97.5])
     per_round = [float(np.quantile(a[j], q) - np.quantile(b[j], q)) for j in range(n)]
     return {"ms": point, "ci95": [float(lo), float(hi)], "per_round_median": float(np.median(per_round)), "rounds": n}

@@ -29,8 +29,14 @@ TRITON_MODEL, ENDPOINT = "ctr-ranker__v12__onnx-int8", "ctr-ranker"
 
 def triton_reply(batch: int) -> bytes:
     scores = [round(0.5 + 0.4 * ((i * 7919) % 1000) / 1000, 6) for i in range(batch)]
-    return json.dumps({"model_name": TRITON_MODEL, "model_version": "1", "outputs": [
-        {"name": "ctr", "datatype": "FP32", "shape": [batch, 1], "data": scores}]}, separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "model_name": TRITON_MODEL,
+            "model_version": "1",
+            "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [batch, 1], "data": scores}],
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def encoded(data: bytes, encoding: str | None) -> bytes:
@@ -74,8 +80,9 @@ def main(argv=None) -> int:
         check = per_call_us(lambda: body.startswith(reply_from), repeats)
         gzip = per_call_us(lambda: encoded(body, "gzip"), repeats)
         rows.append([batch, len(body), rewrite, check, gzip])
-        results.append({"batch": batch, "reply_bytes": len(body), "rewrite_us": rewrite,
-                        "startswith_us": check, "gzip_us": gzip})
+        results.append(
+            {"batch": batch, "reply_bytes": len(body), "rewrite_us": rewrite, "startswith_us": check, "gzip_us": gzip}
+        )
     print("KServe reply rewrite (gateway/replies.py public_reply), median of", repeats, "repeats")
     print_table(["batch", "reply bytes", "rewrite µs", "startswith µs", "gzip it µs"], rows)
     path = write_json("replies", {"repeats": repeats, "results": results})

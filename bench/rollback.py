@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -77,11 +76,18 @@ def _environment(args) -> dict:
     shutil.rmtree(var, ignore_errors=True)
     var.mkdir(parents=True)
     env = {
-        "VAR_DIR": str(var), "ARTIFACT_ROOT": str(var / "artifacts"), "POOLS_DIR": str(var / "pools"),
-        "DATABASE_URL": args.database_url or _fresh_postgres("modelplane_bench_rollback") or f"sqlite:///{var / 'db.sqlite3'}",
+        "VAR_DIR": str(var),
+        "ARTIFACT_ROOT": str(var / "artifacts"),
+        "POOLS_DIR": str(var / "pools"),
+        "DATABASE_URL": args.database_url
+        or _fresh_postgres("modelplane_bench_rollback")
+        or f"sqlite:///{var / 'db.sqlite3'}",
         "CELERY_BROKER_URL": args.broker_url or _local_redis(9) or "filesystem://",
-        "PORT": str(free_port()), "GATEWAY_PORT": str(free_port()), "DJANGO_SETTINGS_MODULE": "config.settings",
-        "PYTHONUNBUFFERED": "1", "MONITORING_PUBLIC_URL": "http://127.0.0.1",
+        "PORT": str(free_port()),
+        "GATEWAY_PORT": str(free_port()),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "PYTHONUNBUFFERED": "1",
+        "MONITORING_PUBLIC_URL": "http://127.0.0.1",
     }
     env["GATEWAY_METRICS_URL"] = f"http://127.0.0.1:{env['GATEWAY_PORT']}/metrics"
     os.environ.update(env)
@@ -94,7 +100,9 @@ def _arguments(argv):
     parser.add_argument("--rates", default="200,20", help="requests/s, comma-separated")
     parser.add_argument("--models", default="demo,twotower")
     parser.add_argument("--cases", default="healthy,slow,errors")
-    parser.add_argument("--steps", default="", help="percent per step, e.g. 5,25,50,100 (default: the suggested plan per rate)")
+    parser.add_argument(
+        "--steps", default="", help="percent per step, e.g. 5,25,50,100 (default: the suggested plan per rate)"
+    )
     parser.add_argument("--no-fair-baseline", action="store_true")
     parser.add_argument("--step-min-seconds", type=float, default=5.0)
     parser.add_argument("--step-deadline-seconds", type=float, default=180.0)
@@ -145,19 +153,49 @@ def main(argv: list[str]) -> int:
     env["GATEWAY_TOKEN"] = Token.objects.create(user=gateway_user).key
     models = {
         "demo": {"onnx": write_onnx(var / "ctr.onnx"), "write_dir": None, "body": None, "model_name": "ctr"},
-        "twotower": {"onnx": twotower.write(var / "twotower.onnx"), "write_dir": twotower.write_model_dir,
-                     "body": twotower.request_body(), "model_name": twotower.NAME},
+        "twotower": {
+            "onnx": twotower.write(var / "twotower.onnx"),
+            "write_dir": twotower.write_model_dir,
+            "body": twotower.request_body(),
+            "model_name": twotower.NAME,
+        },
     }
     models = {name: models[name] for name in args.models.split(",") if name}
     rates = [float(r) for r in args.rates.split(",") if r]
     cases = [c for c in args.cases.split(",") if c]
     python = sys.executable
     procs = {
-        "web": spawn([python, "-m", "gunicorn", "config.wsgi", f"--bind=127.0.0.1:{env['PORT']}", "--workers=2", "--threads=4"], env, var / "web.log"),
-        "worker": spawn([python, "-m", "celery", "-A", "config", "worker", "-Q", "control", "--concurrency=2", "--loglevel=WARNING",
-                         "--without-gossip", "--without-mingle"], env, var / "worker.log"),
-        "beat": spawn([python, "-m", "celery", "-A", "config", "beat", "--loglevel=WARNING", f"--schedule={var / 'beat'}"], env, var / "beat.log"),
-        "pools": spawn([python, "manage.py", "run_pools", "--interval", "0.5", "--stop-replicas-on-exit"], env, var / "pools.log"),
+        "web": spawn(
+            [python, "-m", "gunicorn", "config.wsgi", f"--bind=127.0.0.1:{env['PORT']}", "--workers=2", "--threads=4"],
+            env,
+            var / "web.log",
+        ),
+        "worker": spawn(
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "control",
+                "--concurrency=2",
+                "--loglevel=WARNING",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            env,
+            var / "worker.log",
+        ),
+        "beat": spawn(
+            [python, "-m", "celery", "-A", "config", "beat", "--loglevel=WARNING", f"--schedule={var / 'beat'}"],
+            env,
+            var / "beat.log",
+        ),
+        "pools": spawn(
+            [python, "manage.py", "run_pools", "--interval", "0.5", "--stop-replicas-on-exit"], env, var / "pools.log"
+        ),
     }
     gateway_url = f"http://127.0.0.1:{env['GATEWAY_PORT']}"
     rows: list[dict] = []
@@ -170,48 +208,108 @@ def main(argv: list[str]) -> int:
         pool = pool_services.pool_create(user=user, name="bench", team=team, replicas=1)
         endpoints = {}
         for name, spec in models.items():
-            stable = package_artifact(team, spec["onnx"], var, model_name=spec["model_name"], write_dir=spec["write_dir"])
-            endpoints[name] = endpoint_services.endpoint_create(user=user, name=name, pool=pool, stable_artifact=stable,
-                                                                slo_p99_ms=250, slo_error_rate=0.01, public=True)  # the load has no key
-            wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=120,
-                     what=f"{name} stable READY")
-        procs["gateway"] = spawn([python, "-m", "gateway", f"--port={env['GATEWAY_PORT']}", "--host=127.0.0.1",
-                                  f"--routes-url=http://127.0.0.1:{env['PORT']}/api/v1/gateway/routes"], env, var / "gateway.log")
+            stable = package_artifact(
+                team, spec["onnx"], var, model_name=spec["model_name"], write_dir=spec["write_dir"]
+            )
+            endpoints[name] = endpoint_services.endpoint_create(
+                user=user,
+                name=name,
+                pool=pool,
+                stable_artifact=stable,
+                slo_p99_ms=250,
+                slo_error_rate=0.01,
+                public=True,
+            )  # the load has no key
+            wait_for(
+                lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(),
+                timeout=120,
+                what=f"{name} stable READY",
+            )
+        procs["gateway"] = spawn(
+            [
+                python,
+                "-m",
+                "gateway",
+                f"--port={env['GATEWAY_PORT']}",
+                "--host=127.0.0.1",
+                f"--routes-url=http://127.0.0.1:{env['PORT']}/api/v1/gateway/routes",
+            ],
+            env,
+            var / "gateway.log",
+        )
         for name, spec in models.items():
             body = spec["body"] or Load("").body
-            wait_for(lambda: _serves(requests, f"{gateway_url}/v2/models/{name}/infer", body), timeout=60, what=f"gateway serving {name}")
+            wait_for(
+                lambda: _serves(requests, f"{gateway_url}/v2/models/{name}/infer", body),
+                timeout=60,
+                what=f"gateway serving {name}",
+            )
         for name, spec in models.items():
             for rate in rates:
                 endpoint = endpoints[name]
                 endpoint.refresh_from_db()
-                load = Load(f"{gateway_url}/v2/models/{name}/infer", rate=rate, threads=max(2, int(rate // 40)), body=spec["body"]).start()
+                load = Load(
+                    f"{gateway_url}/v2/models/{name}/infer",
+                    rate=rate,
+                    threads=max(2, int(rate // 40)),
+                    body=spec["body"],
+                ).start()
                 time.sleep(20)  # warm: the first seconds after start-up are not the steady state
                 settled = time.time() - 10
                 latencies = sorted(r[3] for r in load.records if r[1] == 200 and r[0] >= settled)
                 p50 = latencies[len(latencies) // 2]
-                steps = ([int(float(p) * 100) for p in args.steps.split(",")] if args.steps else
-                         suggest_steps(rate, judge_config_for(endpoint), step_deadline_seconds=args.step_deadline_seconds,
-                                       step_min_seconds=args.step_min_seconds, step_min_requests=100,
-                                       baseline=not args.no_fair_baseline))
-                scenarios.append({"model": name, "rate_rps": rate, "stable_p50_ms": round(p50 * 1000, 3), "steps_bp": steps})
-                print(f"bench rollback: {name} at {rate:g} req/s: stable p50 through the gateway {p50 * 1000:.2f} ms; "
-                      f"steps {[s / 100 for s in steps]} %", flush=True)
+                steps = (
+                    [int(float(p) * 100) for p in args.steps.split(",")]
+                    if args.steps
+                    else suggest_steps(
+                        rate,
+                        judge_config_for(endpoint),
+                        step_deadline_seconds=args.step_deadline_seconds,
+                        step_min_seconds=args.step_min_seconds,
+                        step_min_requests=100,
+                        baseline=not args.no_fair_baseline,
+                    )
+                )
+                scenarios.append(
+                    {"model": name, "rate_rps": rate, "stable_p50_ms": round(p50 * 1000, 3), "steps_bp": steps}
+                )
+                print(
+                    f"bench rollback: {name} at {rate:g} req/s: stable p50 through the gateway {p50 * 1000:.2f} ms; "
+                    f"steps {[s / 100 for s in steps]} %",
+                    flush=True,
+                )
                 inject = {"healthy": {}, "slow": {"delay_s": 0.3 * p50}, "errors": {"error_rate": 0.025}}
                 for run in range(args.runs):
                     for case in cases:
-                        candidate = package_artifact(team, spec["onnx"], var, model_name=spec["model_name"], write_dir=spec["write_dir"],
-                                                     **inject[case])
+                        candidate = package_artifact(
+                            team,
+                            spec["onnx"],
+                            var,
+                            model_name=spec["model_name"],
+                            write_dir=spec["write_dir"],
+                            **inject[case],
+                        )
                         rollout = rollout_services.rollout_start(
-                            user=user, endpoint=endpoint, candidate=candidate, steps_bp=steps, step_min_seconds=args.step_min_seconds,
-                            step_min_requests=100, step_deadline_seconds=args.step_deadline_seconds, promote_grace_seconds=2,
+                            user=user,
+                            endpoint=endpoint,
+                            candidate=candidate,
+                            steps_bp=steps,
+                            step_min_seconds=args.step_min_seconds,
+                            step_min_requests=100,
+                            step_deadline_seconds=args.step_deadline_seconds,
+                            promote_grace_seconds=2,
                             fair_baseline=not args.no_fair_baseline,
                         )
                         onset_wall = time.time()
-                        done = wait_for(lambda: (r := Rollout.objects.get(pk=rollout.pk)).state in TERMINAL and r, timeout=900,
-                                        what=f"{case} rollout #{rollout.pk} finished")
+                        done = wait_for(
+                            lambda: (r := Rollout.objects.get(pk=rollout.pk)).state in TERMINAL and r,
+                            timeout=900,
+                            what=f"{case} rollout #{rollout.pk} finished",
+                        )
                         started = done.traffic_started_at
-                        promoted = Event.objects.filter(object_type="deployments.rollout", object_id=str(rollout.pk),
-                                                        to_state=State.PROMOTING).first()
+                        promoted = Event.objects.filter(
+                            object_type="deployments.rollout", object_id=str(rollout.pk), to_state=State.PROMOTING
+                        ).first()
                         if done.traffic_stopped_at and started:
                             acted, outcome = (done.traffic_stopped_at - started).total_seconds(), "rolled back"
                         elif promoted and started:
@@ -219,18 +317,35 @@ def main(argv: list[str]) -> int:
                         else:
                             acted, outcome = None, done.state
                         errors = load.errors_since(onset_wall)
-                        row = {"model": name, "rate": rate, "case": case, "run": run + 1, "rollout": rollout.pk, "outcome": outcome,
-                               "seconds": acted, "client_errors": errors, "client_error_statuses": load.error_statuses_since(onset_wall),
-                               "client_errors_at_s": load.error_times_since(onset_wall)[:50],
-                               "traffic_started_at_s": round(started.timestamp() - onset_wall, 2) if started else None,
-                               "fair_baseline": bool(rollout.baseline_model), "reason": done.reason[:300],
-                               "latency": first_step_latency(done) if case == "healthy" else None}
+                        row = {
+                            "model": name,
+                            "rate": rate,
+                            "case": case,
+                            "run": run + 1,
+                            "rollout": rollout.pk,
+                            "outcome": outcome,
+                            "seconds": acted,
+                            "client_errors": errors,
+                            "client_error_statuses": load.error_statuses_since(onset_wall),
+                            "client_errors_at_s": load.error_times_since(onset_wall)[:50],
+                            "traffic_started_at_s": round(started.timestamp() - onset_wall, 2) if started else None,
+                            "fair_baseline": bool(rollout.baseline_model),
+                            "reason": done.reason[:300],
+                            "latency": first_step_latency(done) if case == "healthy" else None,
+                        }
                         rows.append(row)
                         ratio = row["latency"] or {}
-                        print(f"  {name} {rate:g} req/s run {run + 1} {case:8s} #{rollout.pk}: {outcome} after "
-                              f"{acted if acted is None else round(acted, 1)} s, {errors} client errors"
-                              + (f", p50 cand/baseline {ratio.get('ratio_vs_baseline')} cand/stable {ratio.get('ratio_vs_stable')}"
-                                 if ratio else "") + f" — {done.reason[:100]}", flush=True)
+                        print(
+                            f"  {name} {rate:g} req/s run {run + 1} {case:8s} #{rollout.pk}: {outcome} after "
+                            f"{acted if acted is None else round(acted, 1)} s, {errors} client errors"
+                            + (
+                                f", p50 cand/baseline {ratio.get('ratio_vs_baseline')} cand/stable {ratio.get('ratio_vs_stable')}"
+                                if ratio
+                                else ""
+                            )
+                            + f" — {done.reason[:100]}",
+                            flush=True,
+                        )
                         if done.state == State.SUCCEEDED:
                             endpoint.refresh_from_db()  # the candidate is the new stable
                         time.sleep(3)
@@ -246,13 +361,24 @@ def main(argv: list[str]) -> int:
 
     summary = summarize(rows)
     print_table(HEADERS, table_rows(summary))
-    path = write_json(args.out, {
-        "runs": args.runs, "rates_rps": rates, "models": list(models), "cases": cases, "fair_baseline": not args.no_fair_baseline,
-        "step_min_seconds": args.step_min_seconds, "step_deadline_seconds": args.step_deadline_seconds,
-        "scenarios": scenarios, "summary": summary, "rollouts": rows,
-        "goals": {"aa_false_rollbacks": 0, "rollback_median_s": 10, "rollback_max_s": 15, "client_errors": 0},
-        "database": env["DATABASE_URL"].split("@")[-1], "broker": env["CELERY_BROKER_URL"].split("@")[-1],
-    })
+    path = write_json(
+        args.out,
+        {
+            "runs": args.runs,
+            "rates_rps": rates,
+            "models": list(models),
+            "cases": cases,
+            "fair_baseline": not args.no_fair_baseline,
+            "step_min_seconds": args.step_min_seconds,
+            "step_deadline_seconds": args.step_deadline_seconds,
+            "scenarios": scenarios,
+            "summary": summary,
+            "rollouts": rows,
+            "goals": {"aa_false_rollbacks": 0, "rollback_median_s": 10, "rollback_max_s": 15, "client_errors": 0},
+            "database": env["DATABASE_URL"].split("@")[-1],
+            "broker": env["CELERY_BROKER_URL"].split("@")[-1],
+        },
+    )
     print(f"wrote {path}")
     return 0
 

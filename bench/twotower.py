@@ -41,10 +41,13 @@ def build(seed: int = 11) -> onnx.ModelProto:
         helper.make_node("Sigmoid", ["logit"], ["score"]),
     ]
     graph = helper.make_graph(
-        nodes, "bench_two_tower",
-        inputs=[helper.make_tensor_value_info("user_id", TensorProto.INT64, ["batch", 1]),
-                helper.make_tensor_value_info("item_id", TensorProto.INT64, ["batch", 1]),
-                helper.make_tensor_value_info("user_features", TensorProto.FLOAT, ["batch", FEATURES])],
+        nodes,
+        "bench_two_tower",
+        inputs=[
+            helper.make_tensor_value_info("user_id", TensorProto.INT64, ["batch", 1]),
+            helper.make_tensor_value_info("item_id", TensorProto.INT64, ["batch", 1]),
+            helper.make_tensor_value_info("user_features", TensorProto.FLOAT, ["batch", FEATURES]),
+        ],
         outputs=[helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
         initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
@@ -78,15 +81,27 @@ def write_model_dir(parent: Path, name: str, onnx_path: Path) -> Path:
     directory = parent / name
     (directory / "1").mkdir(parents=True, exist_ok=True)
     (directory / "config.pbtxt").write_text(text_format.MessageToString(config))
-    shutil.copy(Path(settings.BASE_DIR) / "platform" / "triton" / "onnxruntime_adapter" / "model.py", directory / "1" / "model.py")
+    shutil.copy(
+        Path(settings.BASE_DIR) / "platform" / "triton" / "onnxruntime_adapter" / "model.py",
+        directory / "1" / "model.py",
+    )
     shutil.copy(onnx_path, directory / "1" / "model.onnx")
     return directory
 
 
 def request_body(seed: int = 0) -> str:
     rng = np.random.default_rng(seed)
-    return json.dumps({"inputs": [
-        {"name": "user_id", "shape": [1, 1], "datatype": "INT64", "data": [int(rng.integers(0, USERS))]},
-        {"name": "item_id", "shape": [1, 1], "datatype": "INT64", "data": [int(rng.integers(0, ITEMS))]},
-        {"name": "user_features", "shape": [1, FEATURES], "datatype": "FP32", "data": rng.normal(size=FEATURES).round(4).tolist()},
-    ]})
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": "user_id", "shape": [1, 1], "datatype": "INT64", "data": [int(rng.integers(0, USERS))]},
+                {"name": "item_id", "shape": [1, 1], "datatype": "INT64", "data": [int(rng.integers(0, ITEMS))]},
+                {
+                    "name": "user_features",
+                    "shape": [1, FEATURES],
+                    "datatype": "FP32",
+                    "data": rng.normal(size=FEATURES).round(4).tolist(),
+                },
+            ]
+        }
+    )

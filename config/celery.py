@@ -27,10 +27,26 @@ app.autodiscover_tasks()  # each app's tasks.py
 
 # Periodic work (each task processes a bounded batch per tick); apps add their entries here.
 app.conf.beat_schedule = {
-    "platform-heartbeat": {"task": "platform.heartbeat", "schedule": 5.0, "options": {"queue": "control", "expires": 20}},
-    "monitoring-collect": {"task": "monitoring.collect", "schedule": 2.0, "options": {"queue": "control", "expires": 4}},
-    "monitoring-rollup": {"task": "monitoring.rollup", "schedule": 30.0, "options": {"queue": "control", "expires": 60}},
-    "monitoring-retention": {"task": "monitoring.retention", "schedule": 600.0, "options": {"queue": "control", "expires": 600}},
+    "platform-heartbeat": {
+        "task": "platform.heartbeat",
+        "schedule": 5.0,
+        "options": {"queue": "control", "expires": 20},
+    },
+    "monitoring-collect": {
+        "task": "monitoring.collect",
+        "schedule": 2.0,
+        "options": {"queue": "control", "expires": 4},
+    },
+    "monitoring-rollup": {
+        "task": "monitoring.rollup",
+        "schedule": 30.0,
+        "options": {"queue": "control", "expires": 60},
+    },
+    "monitoring-retention": {
+        "task": "monitoring.retention",
+        "schedule": 600.0,
+        "options": {"queue": "control", "expires": 600},
+    },
 }
 # Artifact factory: requeue builds whose worker died (lease expired); BUILD_RECLAIM_INTERVAL_S.
 app.conf.beat_schedule["registry-builds-reclaim"] = {
@@ -40,15 +56,34 @@ app.conf.beat_schedule["registry-builds-reclaim"] = {
 }
 # The closed loop: rollout reconcile and the canary judge tick every second.
 app.conf.beat_schedule["deployments-rollouts-reconcile"] = {
-    "task": "deployments.rollouts_reconcile", "schedule": 1.0, "options": {"queue": "control", "expires": 3},
+    "task": "deployments.rollouts_reconcile",
+    "schedule": 1.0,
+    "options": {"queue": "control", "expires": 3},
+}
+# Releases (build -> tune -> canary): move each active one on when its build or rollout ends.
+app.conf.beat_schedule["deployments-releases-reconcile"] = {
+    "task": "deployments.releases_reconcile",
+    "schedule": 2.0,
+    "options": {"queue": "control", "expires": 5},
 }
 app.conf.beat_schedule["monitoring-canary-tick"] = {
-    "task": "monitoring.canary_tick", "schedule": 1.0, "options": {"queue": "control", "expires": 3},
+    "task": "monitoring.canary_tick",
+    "schedule": 1.0,
+    "options": {"queue": "control", "expires": 3},
 }
 # Online experiments: drain the gateway's exposure/feedback streams; analyse running experiments.
 app.conf.beat_schedule["experiments-ingest"] = {
-    "task": "experiments.ingest", "schedule": 1.0, "options": {"queue": "control", "expires": 3},
+    "task": "experiments.ingest",
+    "schedule": 1.0,
+    "options": {"queue": "control", "expires": 3},
 }
 app.conf.beat_schedule["experiments-analyze"] = {
-    "task": "experiments.analyze", "schedule": 15.0, "options": {"queue": "control", "expires": 30},
+    "task": "experiments.analyze",
+    "schedule": 15.0,
+    "options": {"queue": "control", "expires": 30},
+}
+app.conf.beat_schedule["experiments-retention"] = {
+    "task": "experiments.retention",
+    "schedule": 3600.0,
+    "options": {"queue": "control", "expires": 600},
 }

@@ -98,4 +98,6 @@ def healthz(request):
         except Exception as exc:  # any failure of a dependency is a "down", with its reason
             components[name] = {"state": "down", "error": f"{type(exc).__name__}: {exc}"[:300]}
     healthy = all(c["state"] == "up" for c in components.values())
-    return JsonResponse({"status": "ok" if healthy else "degraded", "components": components}, status=200 if healthy else 503)
+    return JsonResponse(
+        {"status": "ok" if healthy else "degraded", "components": components}, status=200 if healthy else 503
+    )

@@ -14,3 +14,15 @@ class ComponentHeartbeat(models.Model):
 
     def __str__(self):
         return f"{self.name} @ {self.seen_at:%H:%M:%S}"
+
+
+class SchedulerLease(models.Model):
+    """Who may send the periodic tasks now (config/beat.py): one beat holds the lease and
+    renews it every tick; another beat sends nothing until it lapses."""
+
+    name = models.CharField(max_length=64, unique=True)
+    holder = models.CharField(max_length=200)
+    expires_at = models.DateTimeField()
+
+    def __str__(self):
+        return f"{self.name}: {self.holder} until {self.expires_at:%H:%M:%S}"

@@ -75,7 +75,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "config.middleware.RejectNulMiddleware",  # PostgreSQL text cannot hold U+0000
+    "kernel.middleware.RejectNulMiddleware",  # PostgreSQL text cannot hold U+0000
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "registry.parsers.UploadNamesMiddleware",
@@ -182,7 +182,7 @@ MLFLOW_ARTIFACT_ROOT = os.environ.get("MLFLOW_ARTIFACT_ROOT", str(VAR_DIR / "mlr
 HEALTHZ_EXPECT = env_list("HEALTHZ_EXPECT", "")
 HEALTHZ_MAX_AGE_S = int(os.environ.get("HEALTHZ_MAX_AGE_S", "20"))
 # Hosts that user-configured outbound URLs (alert webhooks) may reach even when they
-# resolve to loopback/private/link-local addresses (config/outbound.py); exact names.
+# resolve to loopback/private/link-local addresses (kernel/outbound.py); exact names.
 OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS", "")
 # `make run` restarts a child that dies after 0, 1, 2, 4, ... s, at most this long; the
 # streak resets once the child stayed up SUPERVISOR_STABLE_AFTER_S.
@@ -190,18 +190,29 @@ SUPERVISOR_BACKOFF_MAX_S = float(os.environ.get("SUPERVISOR_BACKOFF_MAX_S", "30"
 SUPERVISOR_STABLE_AFTER_S = float(os.environ.get("SUPERVISOR_STABLE_AFTER_S", "60"))
 
 GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8080"))
+GATEWAY_GRPC_PORT = int(os.environ.get("GATEWAY_GRPC_PORT", "8081"))  # KServe v2 gRPC; 0: none
 # What monitoring's collector scrapes: targets from MONITORING_TARGETS (JSON) and, from
 # deployments, the gateway and each pool replica serving an endpoint.
 MONITORING_TARGET_SOURCES = env_list(
-    "MONITORING_TARGET_SOURCES", "monitoring.targets.targets_from_settings,monitoring.deployment_targets.from_deployments"
+    "MONITORING_TARGET_SOURCES",
+    "monitoring.targets.targets_from_settings,monitoring.deployment_targets.from_deployments",
 )
 PORT = int(os.environ.get("PORT", "8000"))
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-# Redis Streams the gateway writes exposures and feedback to (experiments/online/ingest.py drains them);
+# Redis Streams the gateway writes exposures and feedback to (experiments/services/ingest.py drains them);
 # defaults to the broker when that is Redis. Empty: no exposure log (feedback via the API still works).
-EXPOSURE_STREAM_URL = os.environ.get("EXPOSURE_STREAM_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "")
+EXPOSURE_STREAM_URL = os.environ.get(
+    "EXPOSURE_STREAM_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
+)
+# Online-experiment feedback: events per second one inference key (or member) may send at each
+# door; how long rows are kept (unknown ones, matching no exposure, sooner; ended experiments'
+# rows after their end; dead letters); README "Online experiments".
+FEEDBACK_EVENTS_PER_S_PER_KEY = int(os.environ.get("FEEDBACK_EVENTS_PER_S_PER_KEY", "50000"))
+FEEDBACK_UNKNOWN_RETENTION_DAYS = int(os.environ.get("FEEDBACK_UNKNOWN_RETENTION_DAYS", "7"))
+EXPERIMENT_DATA_RETENTION_DAYS = int(os.environ.get("EXPERIMENT_DATA_RETENTION_DAYS", "90"))
+DEAD_LETTER_RETENTION_DAYS = int(os.environ.get("DEAD_LETTER_RETENTION_DAYS", "30"))
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
@@ -230,17 +241,17 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "config.api.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "kernel.api.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "config.api.StrictFilterBackend",
+        "kernel.api.StrictFilterBackend",
         "rest_framework.filters.OrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "config.schema.AutoSchema",
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "kernel.schema.AutoSchema",
+    "EXCEPTION_HANDLER": "kernel.api.exception_handler",
     # JSON bodies only (anything else is a 415); the version upload adds multipart itself.
-    "DEFAULT_PARSER_CLASSES": ["config.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["kernel.parsers.StrictJSONParser"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "modelplane API",
@@ -257,15 +268,25 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         f"{name}Enum": f"{app}.models.{name}"
         for app, names in {
-            "registry": ["Role", "Task", "VersionSource", "Framework", "VersionStatus", "BuildStatus", "ArtifactStatus"],
+            "registry": [
+                "Role",
+                "Task",
+                "VersionSource",
+                "Framework",
+                "VersionStatus",
+                "BuildStatus",
+                "ArtifactStatus",
+            ],
             "deployments": ["PoolDriver", "DeviceKind", "PoolStatus", "ReplicaStatus", "PoolModelState"],
             "monitoring": ["VerdictOutcome", "Severity", "AlertStatus", "ChannelKind", "DeliveryStatus"],
         }.items()
         for name in names
-    } | {
+    }
+    | {
         "DataKindEnum": "registry.models.DataKind",
         "OnInconclusiveEnum": "deployments.models.rollouts.ON_INCONCLUSIVE_CHOICES",
-        "GuardrailStatusEnum": "experiments.online.results_schema.GUARDRAIL_STATUS",
+        "GuardrailStatusEnum": "experiments.api.results_schema.GUARDRAIL_STATUS",
+        "BuildVariantEnum": "registry.factory.VARIANTS",  # build targets and a release's variant: one set
     },
 }
 
@@ -295,10 +316,20 @@ if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s", "datefmt": "%Y-%m-%d %H:%M:%S"}},
-    "filters": {"housekeeping": {"()": "config.log_filters.QuietHousekeeping"},
-                "kombu_hostname": {"()": "config.log_filters.QuietKombuHostname"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["housekeeping", "kombu_hostname"]}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s", "datefmt": "%Y-%m-%d %H:%M:%S"}
+    },
+    "filters": {
+        "housekeeping": {"()": "config.log_filters.QuietHousekeeping"},
+        "kombu_hostname": {"()": "config.log_filters.QuietKombuHostname"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["housekeeping", "kombu_hostname"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.server": {"level": "WARNING"}},
 }

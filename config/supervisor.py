@@ -61,8 +61,13 @@ class Child:
 
     def status(self, now: float) -> dict:
         state = "up" if self.running else ("restarting" if self.next_start is not None else "stopped")
-        detail = {"state": state, "pid": self.proc.pid if self.running else None, "restarts": self.restarts,
-                  "uptime_s": round(now - self.started_at, 1) if self.running else None, "last_exit": self.last_exit}
+        detail = {
+            "state": state,
+            "pid": self.proc.pid if self.running else None,
+            "restarts": self.restarts,
+            "uptime_s": round(now - self.started_at, 1) if self.running else None,
+            "last_exit": self.last_exit,
+        }
         if self.next_start is not None and not self.running:
             detail["restart_in_s"] = round(max(0.0, self.next_start - now), 1)
         return detail
@@ -71,9 +76,17 @@ class Child:
 class Supervisor:
     """Run `commands` ({name: argv}) until stop(); call step() in a loop (or run())."""
 
-    def __init__(self, commands: dict[str, list[str]], *, env: dict, cwd, log: Callable[[str], None],
-                 backoff_max_s: float = BACKOFF_MAX_S, stable_after_s: float = STABLE_AFTER_S,
-                 on_change: Callable[[dict], None] | None = None):
+    def __init__(
+        self,
+        commands: dict[str, list[str]],
+        *,
+        env: dict,
+        cwd,
+        log: Callable[[str], None],
+        backoff_max_s: float = BACKOFF_MAX_S,
+        stable_after_s: float = STABLE_AFTER_S,
+        on_change: Callable[[dict], None] | None = None,
+    ):
         self.children = {name: Child(name, command) for name, command in commands.items()}
         self.env, self.cwd, self.log = env, cwd, log
         self.backoff_max_s, self.stable_after_s = backoff_max_s, stable_after_s
@@ -91,8 +104,10 @@ class Supervisor:
 
     def status(self) -> dict:
         now = time.monotonic()
-        return {"children": {name: child.status(now) for name, child in self.children.items()},
-                "restarts": sum(child.restarts for child in self.children.values())}
+        return {
+            "children": {name: child.status(now) for name, child in self.children.items()},
+            "restarts": sum(child.restarts for child in self.children.values()),
+        }
 
     @staticmethod
     def _kill_group(pid: int) -> None:
@@ -110,8 +125,10 @@ class Supervisor:
         child.last_exit = {"code": code, "reason": exit_reason(code), "at": _now_iso(), "uptime_s": round(uptime, 1)}
         child.history = (child.history + [child.last_exit])[-5:]
         child.next_start = now + delay
-        self.log(f"{child.name} (pid {child.proc.pid}) exited: {exit_reason(code)} after {uptime:.1f}s up; "
-                 f"restarting in {delay:.0f}s (crash {child.streak} in a row)")
+        self.log(
+            f"{child.name} (pid {child.proc.pid}) exited: {exit_reason(code)} after {uptime:.1f}s up; "
+            f"restarting in {delay:.0f}s (crash {child.streak} in a row)"
+        )
 
     def step(self) -> bool:
         """Reap dead children and start the ones whose backoff is over; True when

@@ -20,7 +20,9 @@ DEMO_QUEUE = "build-cpu"  # it trains a model: build-sized work, never on the co
 DEMO_MAX_STEPS = 200  # ~10 min of build and load polling, then it gives up and says so
 
 
-@shared_task(name="platform.demo_experiment", bind=True, ignore_result=True, acks_late=True, soft_time_limit=240, time_limit=270)
+@shared_task(
+    name="platform.demo_experiment", bind=True, ignore_result=True, acks_late=True, soft_time_limit=240, time_limit=270
+)
 def demo_experiment(self, step: int = 1) -> None:
     """`make run`'s demo experiment (config/demo.py), one step per run: re-sent with a
     countdown while its build or model load is under way; a failure is one ERROR line."""

@@ -5,9 +5,8 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from config.health import healthz
-
 from deployments.api import urls as deployments_api
-from experiments import api_urls as experiments_api
+from experiments.api import urls as experiments_api
 from monitoring import api_urls as monitoring_api
 from registry.api import urls as registry_api
 
@@ -36,5 +35,5 @@ urlpatterns = [
 ]
 
 # JSON {"detail", "code"} for unmatched /api/ paths and server errors there; pages elsewhere.
-handler404 = "config.api.not_found"
-handler500 = "config.api.server_error"
+handler404 = "kernel.api.not_found"
+handler500 = "kernel.api.server_error"

@@ -2,19 +2,30 @@
 
 from django.contrib import admin, messages
 
-from config.errors import PlatformError
 from deployments.models import Endpoint, InferenceKey, PoolModel, PoolReplica, Rollout, ServingPool
 from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as key_services
 from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
+from kernel.errors import PlatformError
 
 
 class PoolReplicaInline(admin.TabularInline):
     model = PoolReplica
     extra = 0
     can_delete = False
-    readonly_fields = ["name", "status", "http_url", "grpc_url", "metrics_url", "pid", "restarts", "last_error", "started_at", "last_seen_at"]
+    readonly_fields = [
+        "name",
+        "status",
+        "http_url",
+        "grpc_url",
+        "metrics_url",
+        "pid",
+        "restarts",
+        "last_error",
+        "started_at",
+        "last_seen_at",
+    ]
     fields = readonly_fields
 
 
@@ -28,10 +39,27 @@ class PoolModelInline(admin.TabularInline):
 
 @admin.register(ServingPool)
 class ServingPoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "team", "driver", "replicas", "device_kind", "status", "cost_per_replica_hour", "updated_at"]
+    list_display = [
+        "name",
+        "team",
+        "driver",
+        "replicas",
+        "device_kind",
+        "status",
+        "cost_per_replica_hour",
+        "updated_at",
+    ]
     list_filter = ["driver", "status", "device_kind", "team"]
     search_fields = ["name"]
-    readonly_fields = ["status", "status_reason", "generation", "model_repository", "created_by", "created_at", "updated_at"]
+    readonly_fields = [
+        "status",
+        "status_reason",
+        "generation",
+        "model_repository",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
     inlines = [PoolReplicaInline, PoolModelInline]
     actions = ["reconcile", "delete_pools"]
 
@@ -58,7 +86,6 @@ class ServingPoolAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{pool.name}: {exc.detail}", messages.ERROR)
 
 
-
 @admin.register(Endpoint)
 class EndpointAdmin(admin.ModelAdmin):
     list_display = ["name", "team", "pool", "public", "stable_artifact", "slo_p99_ms", "slo_error_rate", "updated_at"]
@@ -70,7 +97,9 @@ class EndpointAdmin(admin.ModelAdmin):
         return False  # endpoints are created through the API or the dashboard (the service loads the stable)
 
     def save_model(self, request, obj, form, change):
-        endpoint_services.endpoint_update(user=request.user, endpoint=obj, **{f: getattr(obj, f) for f in endpoint_services.ENDPOINT_FIELDS})
+        endpoint_services.endpoint_update(
+            user=request.user, endpoint=obj, **{f: getattr(obj, f) for f in endpoint_services.ENDPOINT_FIELDS}
+        )
 
 
 def _action(service, label):
@@ -89,13 +118,25 @@ def _action(service, label):
 
 @admin.register(Rollout)
 class RolloutAdmin(admin.ModelAdmin):
-    list_display = ["id", "endpoint", "candidate_artifact", "state", "step_index", "generation", "created_by", "created_at", "finished_at"]
+    list_display = [
+        "id",
+        "endpoint",
+        "candidate_artifact",
+        "state",
+        "step_index",
+        "generation",
+        "created_by",
+        "created_at",
+        "finished_at",
+    ]
     list_filter = ["state", "strategy", "endpoint"]
     search_fields = ["endpoint__name", "reason"]
     readonly_fields = [f.name for f in Rollout._meta.fields]
     actions = [
-        _action(rollout_services.rollout_promote, "promote"), _action(rollout_services.rollout_pause, "pause"),
-        _action(rollout_services.rollout_resume, "resume"), _action(rollout_services.rollout_rollback, "roll back"),
+        _action(rollout_services.rollout_promote, "promote"),
+        _action(rollout_services.rollout_pause, "pause"),
+        _action(rollout_services.rollout_resume, "resume"),
+        _action(rollout_services.rollout_rollback, "roll back"),
     ]
 
     def has_add_permission(self, request):
@@ -110,8 +151,18 @@ class InferenceKeyAdmin(admin.ModelAdmin):
     """Keys are created in the API or the dashboard (the secret is shown once there);
     here they are listed and revoked through the same service."""
 
-    list_display = ["name", "team", "prefix", "all_endpoints", "rate_per_s", "burst", "max_concurrency", "created_by", "created_at",
-                    "revoked_at"]
+    list_display = [
+        "name",
+        "team",
+        "prefix",
+        "all_endpoints",
+        "rate_per_s",
+        "burst",
+        "max_concurrency",
+        "created_by",
+        "created_at",
+        "revoked_at",
+    ]
     list_filter = ["team", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["name", "prefix"]
     readonly_fields = [f.name for f in InferenceKey._meta.fields] + ["endpoints"]

@@ -4,11 +4,11 @@ import re
 
 from django import forms
 
-from config.errors import PlatformError
 from deployments.models import DeviceKind
 from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
 from deployments.selectors.rollouts import candidate_artifacts_for_pool, endpoint_list
 from deployments.services import keys as key_services
+from kernel.errors import PlatformError
 from registry.models import Role
 from registry.selectors.teams import team_list
 
@@ -16,13 +16,23 @@ from registry.selectors.teams import team_list
 class InferenceKeyCreateForm(forms.Form):
     team = forms.ChoiceField()  # checked against the choices in Python: hostile input never reaches a query
     name = forms.CharField(max_length=100, help_text="What the key is for, e.g. ads-ranker-prod.")
-    endpoints = forms.MultipleChoiceField(required=False, widget=forms.SelectMultiple(attrs={"size": 4}),
-                                          help_text="None selected: every endpoint of the team, also later ones.")
-    rate_per_s = forms.FloatField(required=False, initial=key_services.DEFAULT_RATE_PER_S, label="Rate (req/s)",
-                                  help_text="Empty: no rate limit.")
-    burst = forms.FloatField(required=False, initial=2 * key_services.DEFAULT_RATE_PER_S, help_text="Empty: twice the rate.")
-    max_concurrency = forms.IntegerField(required=False, initial=key_services.DEFAULT_MAX_CONCURRENCY, label="Max in flight",
-                                         help_text="Empty: no quota.")
+    endpoints = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.SelectMultiple(attrs={"size": 4}),
+        help_text="None selected: every endpoint of the team, also later ones.",
+    )
+    rate_per_s = forms.FloatField(
+        required=False, initial=key_services.DEFAULT_RATE_PER_S, label="Rate (req/s)", help_text="Empty: no rate limit."
+    )
+    burst = forms.FloatField(
+        required=False, initial=2 * key_services.DEFAULT_RATE_PER_S, help_text="Empty: twice the rate."
+    )
+    max_concurrency = forms.IntegerField(
+        required=False,
+        initial=key_services.DEFAULT_MAX_CONCURRENCY,
+        label="Max in flight",
+        help_text="Empty: no quota.",
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -33,8 +43,13 @@ class InferenceKeyCreateForm(forms.Form):
     def service_arguments(self) -> dict:
         """What inference_key_create takes: an empty limit field is no limit (burst: the default)."""
         data = self.cleaned_data
-        out = {"team": self.teams[data["team"]], "name": data["name"], "endpoints": data["endpoints"] or None,
-               "rate_per_s": data["rate_per_s"], "max_concurrency": data["max_concurrency"]}
+        out = {
+            "team": self.teams[data["team"]],
+            "name": data["name"],
+            "endpoints": data["endpoints"] or None,
+            "rate_per_s": data["rate_per_s"],
+            "max_concurrency": data["max_concurrency"],
+        }
         if data["burst"] is not None:
             out["burst"] = data["burst"]
         return out
@@ -42,7 +57,9 @@ class InferenceKeyCreateForm(forms.Form):
 
 STEPS_EXAMPLE = "5, 25, 50, 100"
 DEFAULT_STEPS = "10, 25, 50, 100"  # the default plan (monitoring/forecast.py: detection time at 200 req/s)
-_SECONDS = forms.NumberInput(attrs={"step": "any", "style": "width:90px;padding:7px 9px;border:1px solid #d0d5dd;border-radius:6px"})
+_SECONDS = forms.NumberInput(
+    attrs={"step": "any", "style": "width:90px;padding:7px 9px;border:1px solid #d0d5dd;border-radius:6px"}
+)
 
 
 class RolloutStartForm(forms.Form):
@@ -50,22 +67,62 @@ class RolloutStartForm(forms.Form):
     artifacts of this endpoint's model, in variants its pool can run (no GPU variant on a
     CPU pool); messages say what to type, and a bound form keeps what was typed."""
 
-    candidate_artifact = forms.ChoiceField(label="Candidate", error_messages={
-        "required": "Choose the candidate artifact.", "invalid_choice": "Choose one of the listed candidates."})
-    steps_pct = forms.CharField(label="Steps %", initial=DEFAULT_STEPS, max_length=200, widget=forms.TextInput(attrs={"style": "min-width:140px"}),
-                                help_text=f"Percent of traffic to the candidate per step, increasing, e.g. {STEPS_EXAMPLE}.",
-                                error_messages={"required": f"Give the steps, e.g. {STEPS_EXAMPLE}."})
-    step_min_seconds = forms.FloatField(label="Min s/step", initial=30, min_value=0, max_value=86_400, widget=_SECONDS, error_messages={
-        "required": "Give the minimum seconds per step, e.g. 30.", "invalid": "Minimum seconds per step must be a number, e.g. 30.",
-        "min_value": "Minimum seconds per step cannot be negative.", "max_value": "Minimum seconds per step: at most a day (86400)."})
-    shadow_seconds = forms.FloatField(label="Shadow s", initial=0, min_value=0, max_value=86_400, required=False, widget=_SECONDS, error_messages={
-        "invalid": "Shadow seconds must be a number, e.g. 0 for no shadow phase.", "min_value": "Shadow seconds cannot be negative.",
-        "max_value": "Shadow seconds: at most a day (86400)."})
+    candidate_artifact = forms.ChoiceField(
+        label="Candidate",
+        error_messages={
+            "required": "Choose the candidate artifact.",
+            "invalid_choice": "Choose one of the listed candidates.",
+        },
+    )
+    steps_pct = forms.CharField(
+        label="Steps %",
+        initial=DEFAULT_STEPS,
+        max_length=200,
+        widget=forms.TextInput(attrs={"style": "min-width:140px"}),
+        help_text=f"Percent of traffic to the candidate per step, increasing, e.g. {STEPS_EXAMPLE}.",
+        error_messages={"required": f"Give the steps, e.g. {STEPS_EXAMPLE}."},
+    )
+    step_min_seconds = forms.FloatField(
+        label="Min s/step",
+        initial=30,
+        min_value=0,
+        max_value=86_400,
+        widget=_SECONDS,
+        error_messages={
+            "required": "Give the minimum seconds per step, e.g. 30.",
+            "invalid": "Minimum seconds per step must be a number, e.g. 30.",
+            "min_value": "Minimum seconds per step cannot be negative.",
+            "max_value": "Minimum seconds per step: at most a day (86400).",
+        },
+    )
+    shadow_seconds = forms.FloatField(
+        label="Shadow s",
+        initial=0,
+        min_value=0,
+        max_value=86_400,
+        required=False,
+        widget=_SECONDS,
+        error_messages={
+            "invalid": "Shadow seconds must be a number, e.g. 0 for no shadow phase.",
+            "min_value": "Shadow seconds cannot be negative.",
+            "max_value": "Shadow seconds: at most a day (86400).",
+        },
+    )
 
-    on_inconclusive = forms.ChoiceField(label="If a step stays inconclusive", choices=ON_INCONCLUSIVE_CHOICES, required=False, error_messages={
-        "invalid_choice": "Choose what to do when a step stays inconclusive: roll back, pause and alert, or promote."})
-    fair_baseline = forms.BooleanField(label="Fair baseline", required=False, initial=True,
-                                       help_text="Judge the candidate against a fresh copy of the stable given the same share of traffic.")
+    on_inconclusive = forms.ChoiceField(
+        label="If a step stays inconclusive",
+        choices=ON_INCONCLUSIVE_CHOICES,
+        required=False,
+        error_messages={
+            "invalid_choice": "Choose what to do when a step stays inconclusive: roll back, pause and alert, or promote."
+        },
+    )
+    fair_baseline = forms.BooleanField(
+        label="Fair baseline",
+        required=False,
+        initial=True,
+        help_text="Judge the candidate against a fresh copy of the stable given the same share of traffic.",
+    )
 
     def __init__(self, *args, user, endpoint, **kwargs):
         super().__init__(*args, **kwargs)
@@ -73,12 +130,20 @@ class RolloutStartForm(forms.Form):
         self.fields["on_inconclusive"].initial = endpoint.on_inconclusive
         self.candidates, self.hidden_for_device = candidate_artifacts_for_pool(user=user, endpoint=endpoint)
         self.fields["candidate_artifact"].choices = [
-            (str(a.pk), f"{a.version.model.name} v{a.version.version} · {a.variant} (#{a.pk})") for a in self.candidates]
+            (str(a.pk), f"{a.version.model.name} v{a.version.version} · {a.variant} (#{a.pk})") for a in self.candidates
+        ]
         model = endpoint.stable_artifact.version.model.name if endpoint.stable_artifact_id else None
         device = DeviceKind(endpoint.pool.device_kind).label
-        hidden = f"; {self.hidden_for_device} GPU variant{'s' if self.hidden_for_device != 1 else ''} hidden" if self.hidden_for_device else ""
+        hidden = (
+            f"; {self.hidden_for_device} GPU variant{'s' if self.hidden_for_device != 1 else ''} hidden"
+            if self.hidden_for_device
+            else ""
+        )
         self.fields["candidate_artifact"].help_text = (
-            f"Servable artifacts of model {model} that pool {endpoint.pool.name} ({device}) can serve{hidden}." if model else "")
+            f"Servable artifacts of model {model} that pool {endpoint.pool.name} ({device}) can serve{hidden}."
+            if model
+            else ""
+        )
 
     def clean_steps_pct(self) -> list[int]:
         """'5, 25, 50, 100' → [500, 2500, 5000, 10000] (basis points), in words people use."""
@@ -88,7 +153,9 @@ class RolloutStartForm(forms.Form):
             steps = [float(p) for p in parts]
         except ValueError:
             bad = next(p for p in parts if not _is_number(p))
-            raise forms.ValidationError(f"{bad!r} is not a number: give percentages separated by commas, e.g. {STEPS_EXAMPLE}.") from None
+            raise forms.ValidationError(
+                f"{bad!r} is not a number: give percentages separated by commas, e.g. {STEPS_EXAMPLE}."
+            ) from None
         if not steps:
             raise forms.ValidationError(f"Give at least one step, e.g. {STEPS_EXAMPLE}.")
         if any(not 0 < s <= 100 for s in steps):
@@ -102,15 +169,22 @@ class RolloutStartForm(forms.Form):
     def service_arguments(self) -> dict:
         data = self.cleaned_data
         candidate = next(a for a in self.candidates if str(a.pk) == data["candidate_artifact"])
-        return {"endpoint": self.endpoint, "candidate": candidate, "steps_bp": data["steps_pct"],
-                "step_min_seconds": data["step_min_seconds"], "shadow_seconds": data["shadow_seconds"] or 0.0,
-                "on_inconclusive": data.get("on_inconclusive") or None,  # none given: the endpoint's policy
-                # a form post without the checkbox's hidden twin (an old page, a script) keeps the default: on
-                "fair_baseline": data["fair_baseline"] if "fair_baseline_present" in self.data else True}
+        return {
+            "endpoint": self.endpoint,
+            "candidate": candidate,
+            "steps_bp": data["steps_pct"],
+            "step_min_seconds": data["step_min_seconds"],
+            "shadow_seconds": data["shadow_seconds"] or 0.0,
+            "on_inconclusive": data.get("on_inconclusive") or None,  # none given: the endpoint's policy
+            # a form post without the checkbox's hidden twin (an old page, a script) keeps the default: on
+            "fair_baseline": data["fair_baseline"] if "fair_baseline_present" in self.data else True,
+        }
 
     def add_service_error(self, exc: PlatformError) -> None:
         """A refusal of the service, on the field it names when the form has one."""
-        field = {"candidate": "candidate_artifact", "steps_bp": "steps_pct"}.get(getattr(exc, "field", None) or "", None)
+        field = {"candidate": "candidate_artifact", "steps_bp": "steps_pct"}.get(
+            getattr(exc, "field", None) or "", None
+        )
         self.add_error(field if field in self.fields else None, exc.detail)
 
 

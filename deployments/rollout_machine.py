@@ -114,7 +114,11 @@ class Plan:
             raise ValueError("blue-green needs a shadow phase (shadow_seconds > 0)")
         if self.on_inconclusive not in set(OnInconclusive):
             raise ValueError("on_inconclusive is rollback, pause or promote")
-        if self.step_min_seconds < 0 or self.step_min_requests < 0 or self.step_deadline_seconds < self.step_min_seconds:
+        if (
+            self.step_min_seconds < 0
+            or self.step_min_requests < 0
+            or self.step_deadline_seconds < self.step_min_seconds
+        ):
             raise ValueError("step minimums must be >= 0 and the deadline >= the minimum time")
 
 
@@ -164,8 +168,16 @@ def after_loaded(plan: Plan) -> Decision:
     return Decision(State.CANARY, 0, f"candidate READY on every replica; canary at {plan.steps_bp[0] / 100:g}%")
 
 
-def on_tick(*, state: str, step_index: int, plan: Plan, step_elapsed_s: float, candidate_requests: int,
-            verdict: str, verdict_reason: str = "") -> Decision:
+def on_tick(
+    *,
+    state: str,
+    step_index: int,
+    plan: Plan,
+    step_elapsed_s: float,
+    candidate_requests: int,
+    verdict: str,
+    verdict_reason: str = "",
+) -> Decision:
     """What a reconcile tick does in shadow or canary given the judge's verdict.
 
     fail → roll back now; pass for the step's minimum time and sample → next step (or

@@ -10,8 +10,8 @@ rollout wins over an overlay (experiments refuse to start while one is in progre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,8 @@ class Overlay:
     name: str  # recorded by the gateway with every exposure (the route table's endpoint.experiment)
     salt: str
     arms: tuple  # ((artifact, weight_bp), ...): the first is the endpoint's stable artifact (role stable)
+    url: str = ""  # the page that shows it (the endpoint page links there)
+    token_key: str = ""  # hex HMAC key of its exposure tokens (route table: exposure_token_key), "" when it takes none
 
 
 _providers: list[Callable] = []

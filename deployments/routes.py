@@ -33,21 +33,30 @@ from registry.names import baseline_triton_name, baseline_variant_name, triton_n
 from registry.selectors.serving import artifact_serving_signature
 
 
-def _ready_urls(pool_id: int, model_name: str, ready_models: dict, replicas: dict) -> list[str]:
+def _ready_urls(pool_id: int, model_name: str, ready_models: dict, replicas: dict) -> list[tuple[str, str]]:
+    """(HTTP base URL, gRPC host:port or "") of each replica that has the model ready, by URL."""
     pool_model = ready_models.get((pool_id, model_name))
     if pool_model is None:
         return []
     return sorted(
-        replica.http_url.rstrip("/") for replica in replicas.get(pool_id, [])
+        (replica.http_url.rstrip("/"), replica.grpc_url or "")
+        for replica in replicas.get(pool_id, [])
         if replica.http_url and pool_model.replica_ready.get(replica.name)
     )
 
 
 def _variant(artifact, role, weight_bp, urls, *, name: str = "", triton_model: str = "") -> dict:
     out = {
-        "name": name or variant_name(artifact), "model_version": str(artifact.version.version),
-        "triton_model": triton_model or triton_name(artifact), "role": role, "weight_bp": int(weight_bp), "replicas": urls,
+        "name": name or variant_name(artifact),
+        "model_version": str(artifact.version.version),
+        "triton_model": triton_model or triton_name(artifact),
+        "role": role,
+        "weight_bp": int(weight_bp),
+        "replicas": [http for http, _ in urls],
     }
+    # gRPC addresses when every listed replica has one (the gateway's gRPC port forwards there)
+    if urls and all(grpc for _, grpc in urls):
+        out["grpc_replicas"] = [grpc for _, grpc in urls]
     signature = artifact_serving_signature(artifact)
     if signature is not None:
         out["signature"] = signature
@@ -73,10 +82,16 @@ def _key(key) -> dict:
 
 
 def _auth(endpoint, team_keys: dict) -> dict:
-    if endpoint.public:
-        return {"public": True}
-    return {"public": False, "keys": [key.gateway_id for key, scope in team_keys.get(endpoint.team_id, ())
-                                      if scope is None or endpoint.pk in scope]}
+    """`public` and the ids of the team's keys scoped to it, public or not: a public
+    endpoint's traffic needs no key, its feedback does (README "Online experiments")."""
+    return {
+        "public": bool(endpoint.public),
+        "keys": [
+            key.gateway_id
+            for key, scope in team_keys.get(endpoint.team_id, ())
+            if scope is None or endpoint.pk in scope
+        ],
+    }
 
 
 def route_table() -> dict:
@@ -103,10 +118,13 @@ def route_table() -> dict:
         stable_urls = _ready_urls(endpoint.pool_id, triton_name(stable), ready_models, replicas)
         rollout = rollouts.get(endpoint.pk)
         entry = {
-            "name": endpoint.name, "sticky_header": endpoint.sticky_header, "timeout_ms": endpoint.timeout_ms,
+            "name": endpoint.name,
+            "sticky_header": endpoint.sticky_header,
+            "timeout_ms": endpoint.timeout_ms,
             # a client deadline below the endpoint's p99 SLO that expires is the client's doing
             "min_timeout_ms": max(1, min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))),
-            "salt": rollout.salt if rollout else "", "shadow_sample_rate": 0.0,
+            "salt": rollout.salt if rollout else "",
+            "shadow_sample_rate": 0.0,
             "auth": _auth(endpoint, team_keys),
         }
         variants = []
@@ -123,12 +141,26 @@ def route_table() -> dict:
                 if split.baseline_bp:  # the fair baseline: the stable artifact's own copy, the candidate's share
                     baseline = rollout.baseline_artifact
                     baseline_urls = _ready_urls(endpoint.pool_id, rollout.baseline_model, ready_models, replicas)
-                    variants.append(_variant(baseline, "baseline", split.baseline_bp, baseline_urls,
-                                             name=baseline_variant_name(baseline), triton_model=baseline_triton_name(baseline)))
+                    variants.append(
+                        _variant(
+                            baseline,
+                            "baseline",
+                            split.baseline_bp,
+                            baseline_urls,
+                            name=baseline_variant_name(baseline),
+                            triton_model=baseline_triton_name(baseline),
+                        )
+                    )
         elif (overlay := overlays.get(endpoint.pk)) is not None and overlay.arms[0][0].pk == stable.pk:
             entry["salt"], entry["experiment"] = overlay.salt, overlay.name
+            if overlay.token_key:
+                entry["exposure_token_key"] = overlay.token_key
             for i, (artifact, weight_bp) in enumerate(overlay.arms):
-                urls = stable_urls if i == 0 else _ready_urls(endpoint.pool_id, triton_name(artifact), ready_models, replicas)
+                urls = (
+                    stable_urls
+                    if i == 0
+                    else _ready_urls(endpoint.pool_id, triton_name(artifact), ready_models, replicas)
+                )
                 variants.append(_variant(artifact, "stable" if i == 0 else "arm", weight_bp, urls))
         else:
             variants.append(_variant(stable, "stable", FULL_BP, stable_urls))

@@ -47,3 +47,15 @@ def rollouts_reconcile(limit: int = 50) -> int:
     for rollout_id in ids:
         rollout_reconcile(rollout_id=rollout_id)
     return len(ids)
+
+
+@shared_task(name="deployments.releases_reconcile", ignore_result=True, expires=10, soft_time_limit=20, time_limit=30)
+def releases_reconcile(limit: int = 20) -> int:
+    """Every ~2 s (beat): one step for a bounded batch of active releases (build → tune → canary)."""
+    from deployments.selectors.releases import releases_to_reconcile
+    from deployments.services.releases import release_reconcile
+
+    ids = releases_to_reconcile(limit=limit)
+    for release_id in ids:
+        release_reconcile(release_id=release_id)
+    return len(ids)

@@ -2,6 +2,7 @@ from django.urls import path, re_path
 
 from deployments.views import keys as key_views
 from deployments.views import pools as views
+from deployments.views import releases as release_views
 from deployments.views import rollouts as rollout_views
 
 app_name = "deployments"
@@ -15,7 +16,13 @@ urlpatterns = [
     path("endpoints/", rollout_views.endpoint_list, name="endpoint-list"),
     path("endpoints/<slug:name>/", rollout_views.endpoint_detail, name="endpoint-detail"),
     path("endpoints/<slug:name>/rollouts/", rollout_views.rollout_start, name="rollout-start"),
-    re_path(r"^rollouts/(?P<pk>[0-9]+)/(?P<action>promote|pause|resume|rollback)/$", rollout_views.rollout_action, name="rollout-action"),
+    # releases: build -> tune -> canary (deployments/views/releases.py)
+    path("endpoints/<slug:name>/release/", release_views.endpoint_release, name="endpoint-release"),
+    re_path(
+        r"^rollouts/(?P<pk>[0-9]+)/(?P<action>promote|pause|resume|rollback)/$",
+        rollout_views.rollout_action,
+        name="rollout-action",
+    ),
     # inference keys and who may call an endpoint (deployments/views/keys.py)
     path("keys/", key_views.key_list, name="key-list"),
     path("keys/<int:pk>/revoke/", key_views.key_revoke, name="key-revoke"),

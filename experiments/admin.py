@@ -2,9 +2,9 @@
 
 from django.contrib import admin, messages
 
-from config.errors import PlatformError
-from experiments.models import Arm, Experiment, Exposure, Feedback
-from experiments.services import experiments as services
+from experiments.models import Arm, DeadLetter, Experiment, Exposure, Feedback
+from experiments.services import online as services
+from kernel.errors import PlatformError
 
 
 class ArmInline(admin.TabularInline):
@@ -20,8 +20,20 @@ class ExperimentAdmin(admin.ModelAdmin):
     list_display = ["name", "endpoint", "state", "decision", "winner", "planned_units_per_arm", "started_at"]
     list_filter = ["state", "decision"]
     search_fields = ["name", "endpoint__name", "hypothesis"]
-    readonly_fields = ["state", "decision", "winner", "evidence", "history", "mlflow_run_id", "rollout_id", "started_at",
-                       "ended_at", "planned_units_per_arm", "salt", "created_by"]
+    readonly_fields = [
+        "state",
+        "decision",
+        "winner",
+        "evidence",
+        "history",
+        "mlflow_run_id",
+        "rollout_id",
+        "started_at",
+        "ended_at",
+        "planned_units_per_arm",
+        "salt",
+        "created_by",
+    ]
     inlines = [ArmInline]
     actions = ["start", "stop"]
 
@@ -61,3 +73,12 @@ class FeedbackAdmin(ReadOnly):
     list_display = ["event_id", "endpoint_name", "kind", "status", "request_id", "unit_key", "time"]
     list_filter = ["status", "kind", "endpoint_name"]
     search_fields = ["event_id", "request_id", "unit_key"]
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(ReadOnly):
+    """Stream entries the ingest quarantined (README "Online experiments"): what and why."""
+
+    list_display = ["created_at", "stream", "endpoint_name", "entry_id", "reason"]
+    list_filter = ["stream", "endpoint_name"]
+    search_fields = ["reason", "entry_id", "endpoint_name"]

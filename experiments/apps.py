@@ -6,6 +6,6 @@ class ExperimentsConfig(AppConfig):
 
     def ready(self):
         from deployments.route_overlays import register_route_overlay
-        from experiments.online.selectors import running_overlays
+        from experiments.selectors.online import running_overlays
 
         register_route_overlay(running_overlays)

@@ -29,8 +29,15 @@ def metric_table(runs: list[dict], names: list[str]) -> list[dict]:
     for name in names:
         values = [run["metrics"].get(name) for run in runs]
         present = [v for v in values if v is not None]
-        lower_is_better = any(word in name.lower() for word in ("loss", "error", "seconds", "time", "latency", "rmse", "mae"))
+        lower_is_better = any(
+            word in name.lower() for word in ("loss", "error", "seconds", "time", "latency", "rmse", "mae")
+        )
         best = (min if lower_is_better else max)(present) if len(present) > 1 else None
-        rows.append({"name": name, "cells": [{"text": rounded(v), "best": v is not None and v == best} for v in values],
-                     "better": "lower" if lower_is_better else "higher"})
+        rows.append(
+            {
+                "name": name,
+                "cells": [{"text": rounded(v), "best": v is not None and v == best} for v in values],
+                "better": "lower" if lower_is_better else "higher",
+            }
+        )
     return rows

@@ -1,7 +1,7 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from experiments import views
-from experiments.online import views as online_views
+from experiments.views import online as online_views
+from experiments.views import training as views
 
 # Training experiments (MLflow) live under /experiments/training/; /experiments/ itself is
 # for online experiments.
@@ -9,6 +9,11 @@ app_name = "experiments"
 urlpatterns = [
     path("", online_views.online_experiment_list, name="online-list"),
     path("<int:experiment_id>/", online_views.online_experiment_detail, name="online-detail"),
+    re_path(
+        r"^(?P<experiment_id>[0-9]+)/(?P<action>ship|stop)/$",
+        online_views.online_experiment_action,
+        name="online-action",
+    ),
     path("training/", views.experiment_list, name="experiment-list"),
     path("training/runs/<str:run_id>/", views.run_detail, name="run-detail"),
     path("training/<str:experiment_id>/", views.experiment_detail, name="experiment-detail"),

@@ -7,14 +7,15 @@ batches must not be tiny at low rates) to a Redis Stream in one round trip
 (XADD … MAXLEN ~ cap, so the stream itself is bounded too: one stream entry carries a whole batch as a JSON array of
 [request_id, experiment, arm, unit_key, unix_time, score], since one XADD per exposure
 costs ~50 µs of gateway CPU each); the control plane drains the
-stream into its store (experiments.online.ingest). When the buffer is full, or the
+stream into its store (experiments.services.ingest). When the buffer is full, or the
 stream cannot be reached long enough to fill it, records are dropped and counted in
 gateway_exposures_dropped_total{reason} — never silently. The prediction score is read
 from small JSON replies in the flusher, not on the request path.
 
-Feedback (POST /v2/feedback) is checked for shape here (clear 4xx), authenticated with the
-endpoint's keys, and relayed as one stream entry per batch; the control plane validates
-it again, de-duplicates by event id and attributes it.
+Feedback (POST /v2/feedback, feedback.py) is checked by the rules both doors share
+(feedback_rules.py), authenticated with a key of the endpoint's team or its exposure tokens,
+and relayed as one stream entry per batch; the control plane validates it again,
+de-duplicates by event id per team and attributes it.
 
 A large deployment replaces the Redis Stream with a Kafka topic (same record fields); the
 gateway side is this one class.
@@ -30,16 +31,46 @@ from collections import deque
 
 from prometheus_client import Counter, Gauge
 
+from .feedback_rules import max_unit_key
+
 EXPOSURE_STREAM = "modelplane:exposures"
 FEEDBACK_STREAM = "modelplane:feedback"
 
 EXPOSURES = Counter("gateway_exposures", "Exposures handed to the exposure stream", ["endpoint"])
-EXPOSURES_DROPPED = Counter("gateway_exposures_dropped", "Exposures dropped (buffer full, no stream, stream error)",
-                            ["reason"])
+EXPOSURES_DROPPED = Counter(
+    "gateway_exposures_dropped", "Exposures dropped (buffer full, no stream, stream error)", ["reason"]
+)
 EXPOSURE_BUFFER = Gauge("gateway_exposure_buffer", "Exposures waiting for the next flush")
 FEEDBACK_EVENTS = Counter("gateway_feedback_events", "Feedback events relayed to the control plane", ["endpoint"])
 
 MAX_SCORE_BODY = 2048  # replies up to this size keep their body for the flusher to read the score from
+FEEDBACK_REFUSED = Counter(
+    "gateway_feedback_refused", "Feedback events refused (503) while the feedback stream's backlog was full"
+)
+MAX_UNIT_KEY = max_unit_key()  # the sticky header's bound (the request path refuses longer ones with a 400)
+# Memory bound per stream (the control plane trims what it acknowledged, so these bound only a
+# backlog the ingest has not read): exposures <= ~1 100 entries (MAXLEN ~ 1 000 plus Redis's
+# trimming slack of one 100-entry node) x 256 KiB = ~275 MiB; feedback <= ~700 entries (the
+# gateway refuses feedback with a 503 once FEEDBACK_BACKLOG entries wait, so MAXLEN ~ 600 is a
+# safety net that never drops feedback silently) x 1 MiB (the body bound of POST /v2/feedback)
+# = ~700 MiB. Typical entries are far smaller (~100 KB per second of exposures at 1k req/s,
+# ~15 KB per 200-event feedback batch).
+MAX_ENTRY_BYTES = 256 * 1024
+EXPOSURE_STREAM_MAXLEN = 1_000
+FEEDBACK_BACKLOG = 500
+FEEDBACK_STREAM_MAXLEN = 600
+
+
+def _chunks(records: list[str], limit: int):
+    chunk, size = [], 0
+    for record in records:
+        if chunk and size + len(record) + 1 > limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(record)
+        size += len(record) + 1
+    if chunk:
+        yield chunk
 
 
 def first_score(body: bytes | None, encoding: str | None = None):
@@ -61,13 +92,22 @@ def first_score(body: bytes | None, encoding: str | None = None):
 
 
 class ExposureLog:
-    def __init__(self, redis_url: str | None, *, capacity: int = 100_000, batch: int = 5_000, interval_s: float = 1.0,
-                 stream_maxlen: int = 2_000_000):
+    def __init__(
+        self,
+        redis_url: str | None,
+        *,
+        capacity: int = 100_000,
+        batch: int = 5_000,
+        interval_s: float = 1.0,
+        stream_maxlen: int = EXPOSURE_STREAM_MAXLEN,
+        feedback_maxlen: int = FEEDBACK_STREAM_MAXLEN,
+    ):
         self.redis_url = redis_url
         self.capacity = capacity
         self.batch = batch
         self.interval_s = interval_s
         self.stream_maxlen = stream_maxlen
+        self.feedback_maxlen = feedback_maxlen
         self.buffer: deque = deque()
         self.client = None
         EXPOSURE_BUFFER.set_function(lambda: len(self.buffer))
@@ -76,8 +116,16 @@ class ExposureLog:
     def enabled(self) -> bool:
         return bool(self.redis_url)
 
-    def record(self, request_id: str, experiment: str, endpoint: str, arm: str, unit_key: str | None, body: bytes | None,
-               encoding: str | None = None) -> None:
+    def record(
+        self,
+        request_id: str,
+        experiment: str,
+        endpoint: str,
+        arm: str,
+        unit_key: str | None,
+        body: bytes | None,
+        encoding: str | None = None,
+    ) -> None:
         """Hot path: O(1), no I/O."""
         if not self.enabled:
             EXPOSURES_DROPPED.labels("no_stream").inc()
@@ -85,8 +133,18 @@ class ExposureLog:
         if len(self.buffer) >= self.capacity:
             EXPOSURES_DROPPED.labels("buffer_full").inc()
             return
-        self.buffer.append((request_id, experiment, endpoint, arm, unit_key or "", time.time(),
-                            body if body is not None and len(body) <= MAX_SCORE_BODY else None, encoding))
+        self.buffer.append(
+            (
+                request_id,
+                experiment,
+                endpoint,
+                arm,
+                (unit_key or "")[:MAX_UNIT_KEY],
+                time.time(),
+                body if body is not None and len(body) <= MAX_SCORE_BODY else None,
+                encoding,
+            )
+        )
 
     async def _connect(self):
         if self.client is None:
@@ -102,14 +160,25 @@ class ExposureLog:
             return 0
         take = [self.buffer.popleft() for _ in range(min(self.batch, len(self.buffer)))]
         try:
-            packed = json.dumps([[rid, experiment, arm, unit, round(t, 6), first_score(body, encoding)]
-                                 for rid, experiment, endpoint, arm, unit, t, body, encoding in take],
-                                separators=(",", ":"))
+            records = [
+                json.dumps(
+                    [rid, experiment, arm, unit, round(t, 6), first_score(body, encoding)], separators=(",", ":")
+                )
+                for rid, experiment, endpoint, arm, unit, t, body, encoding in take
+            ]
             client = await self._connect()
-            await client.xadd(EXPOSURE_STREAM, {"n": len(take), "b": packed}, maxlen=self.stream_maxlen, approximate=True)
+            pipe = client.pipeline(transaction=False)
+            for chunk in _chunks(records, MAX_ENTRY_BYTES):  # entries of at most 256 KiB: the stream's bound holds
+                pipe.xadd(
+                    EXPOSURE_STREAM,
+                    {"n": len(chunk), "b": "[" + ",".join(chunk) + "]"},
+                    maxlen=self.stream_maxlen,
+                    approximate=True,
+                )
+            await pipe.execute()
         except Exception:  # noqa: BLE001 - any stream failure: keep what fits, count the rest
             room = self.capacity - len(self.buffer)
-            keep = take[:max(0, room)]
+            keep = take[: max(0, room)]
             self.buffer.extendleft(reversed(keep))
             if len(take) > len(keep):
                 EXPOSURES_DROPPED.labels("stream_error").inc(len(take) - len(keep))
@@ -128,43 +197,24 @@ class ExposureLog:
             while await self.flush() == self.batch:
                 pass
 
-    async def relay_feedback(self, endpoint: str, events: list, key_id: str | None) -> None:
+    async def relay_feedback(self, endpoint: str, events: list, key_id: str | None) -> bool:
+        """One stream entry per batch; False (nothing queued) while the stream's backlog is at
+        its bound, so the client retries instead of a silent drop by MAXLEN."""
         client = await self._connect()
-        await client.xadd(FEEDBACK_STREAM, {"e": endpoint, "k": key_id or "", "b": json.dumps(events)},
-                          maxlen=self.stream_maxlen, approximate=True)
+        if await client.xlen(FEEDBACK_STREAM) >= min(FEEDBACK_BACKLOG, self.feedback_maxlen):
+            FEEDBACK_REFUSED.inc(len(events))
+            return False
+        await client.xadd(
+            FEEDBACK_STREAM,
+            {"e": endpoint, "k": key_id or "", "b": json.dumps(events, separators=(",", ":"))},
+            maxlen=self.feedback_maxlen,
+            approximate=True,
+        )
         FEEDBACK_EVENTS.labels(endpoint).inc(len(events))
+        return True
 
     async def close(self) -> None:
         while self.buffer and await self.flush():
             pass
         if self.client is not None:
             await self.client.aclose()
-
-
-FEEDBACK_TYPES = ("click", "conversion", "value")
-MAX_FEEDBACK_EVENTS = 10_000
-
-
-def check_feedback(doc) -> tuple[str, list] | str:
-    """(endpoint, events) or the message of a 400. The control plane checks times and
-    idempotency; this rejects what is malformed before it is queued."""
-    if not isinstance(doc, dict):
-        return "give a JSON object {endpoint, events}"
-    endpoint, events = doc.get("endpoint"), doc.get("events")
-    if not isinstance(endpoint, str) or not endpoint:
-        return "endpoint: give the endpoint's name"
-    if not isinstance(events, list) or not events or len(events) > MAX_FEEDBACK_EVENTS:
-        return f"events: give a list of 1..{MAX_FEEDBACK_EVENTS} feedback events"
-    for i, e in enumerate(events):
-        if not isinstance(e, dict):
-            return f"events[{i}]: give an object"
-        if not isinstance(e.get("event_id"), str) or not 0 < len(e["event_id"]) <= 128:
-            return f"events[{i}].event_id: give 1-128 characters (the idempotency key)"
-        if e.get("type") not in FEEDBACK_TYPES:
-            return f"events[{i}].type: {str(e.get('type'))[:40]!r} is not one of {', '.join(FEEDBACK_TYPES)}"
-        if ("request_id" in e) == ("unit_key" in e):
-            return f"events[{i}]: give exactly one of request_id or unit_key"
-        value = e.get("value", 1.0)
-        if e["type"] == "value" and "value" not in e or isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"events[{i}].value: give a number"
-    return endpoint, events

@@ -28,6 +28,10 @@ transfer codings other than `chunked` (501), Expect (417), and the limits:
 So one connection holds at most: a head, a body, one read (256 KiB), max_pipelined small
 request objects and a write buffer; and its work per read is one llhttp pass.
 
+Why this is one long module: the connection protocol (llhttp callbacks, the limits above,
+pipelining, lingering close) is one state machine whose parts read each other's state on
+every callback; uvicorn keeps its httptools protocol in one module for the same reason.
+
 The handler is `async handler(Request) -> (status, headers: dict[str, str], body: bytes)`;
 header values it returns must be safe (the gateway validates what it echoes).
 
@@ -51,13 +55,27 @@ log = logging.getLogger("gateway.http")
 
 REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 MAX_URL = 8192
-LINGER_S = 2.0  # after an error reply, how long what the client still sends is read and dropped (at most a body's worth)
+DRAIN_IDLE_S = 1.0  # on shutdown, a keep-alive connection idle this long is closed at once
+LINGER_S = (
+    2.0  # after an error reply, how long what the client still sends is read and dropped (at most a body's worth)
+)
 # Header fields of which a request may carry only one: a second copy is how framing and
 # authentication confusions start (the first for a proxy, the last for a server).
-SINGLETON_HEADERS = frozenset((
-    "host", "content-length", "transfer-encoding", "content-type", "content-encoding", "expect",
-    "authorization", "x-api-key", "x-request-id", "x-request-timeout-ms", "inference-header-content-length",
-))
+SINGLETON_HEADERS = frozenset(
+    (
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "content-type",
+        "content-encoding",
+        "expect",
+        "authorization",
+        "x-api-key",
+        "x-request-id",
+        "x-request-timeout-ms",
+        "inference-header-content-length",
+    )
+)
 
 
 class Request:
@@ -82,8 +100,12 @@ class Request:
 def encode_response(status: int, headers: dict, body: bytes, close: bool = False) -> bytes:
     head = "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
     return b"HTTP/1.1 %d %s\r\nContent-Length: %d\r\n%s%s\r\n%s" % (
-        status, REASONS.get(status, b"Unknown"), len(body), head.encode("latin-1"),
-        b"Connection: close\r\n" if close else b"", body,
+        status,
+        REASONS.get(status, b"Unknown"),
+        len(body),
+        head.encode("latin-1"),
+        b"Connection: close\r\n" if close else b"",
+        body,
     )
 
 
@@ -102,12 +124,29 @@ class Reject(Exception):
 
 
 class Limits:
-    __slots__ = ("max_body_bytes", "max_header_bytes", "max_headers", "max_chunks", "max_pipelined",
-                 "receive_timeout_s", "idle_timeout_s", "max_connections")
+    __slots__ = (
+        "max_body_bytes",
+        "max_header_bytes",
+        "max_headers",
+        "max_chunks",
+        "max_pipelined",
+        "receive_timeout_s",
+        "idle_timeout_s",
+        "max_connections",
+    )
 
-    def __init__(self, *, max_body_bytes: int = 8 << 20, max_header_bytes: int = 32 << 10, max_headers: int = 100,
-                 max_chunks: int = 4096, max_pipelined: int = 32, receive_timeout_s: float = 15.0,
-                 idle_timeout_s: float = 75.0, max_connections: int = 4096):
+    def __init__(
+        self,
+        *,
+        max_body_bytes: int = 8 << 20,
+        max_header_bytes: int = 32 << 10,
+        max_headers: int = 100,
+        max_chunks: int = 4096,
+        max_pipelined: int = 32,
+        receive_timeout_s: float = 15.0,
+        idle_timeout_s: float = 75.0,
+        max_connections: int = 4096,
+    ):
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
         self.max_headers = max_headers
@@ -120,12 +159,39 @@ class Limits:
 
 class HttpProtocol(asyncio.Protocol):
     __slots__ = (
-        "server", "limits", "transport", "parser", "loop", "queue", "busy", "closed", "lost", "eof", "last",
-        "url", "headers", "body", "body_len", "chunks", "nheaders", "head_bytes", "pending", "progress", "started", "in_head",
-        "reading_paused", "writing_paused", "drain", "failed", "close_after", "closing_since", "paused_since", "lingering",
+        "server",
+        "limits",
+        "transport",
+        "parser",
+        "loop",
+        "queue",
+        "busy",
+        "closed",
+        "lost",
+        "eof",
+        "last",
+        "url",
+        "headers",
+        "body",
+        "body_len",
+        "chunks",
+        "nheaders",
+        "head_bytes",
+        "pending",
+        "progress",
+        "started",
+        "in_head",
+        "reading_paused",
+        "writing_paused",
+        "drain",
+        "failed",
+        "close_after",
+        "closing_since",
+        "paused_since",
+        "lingering",
     )
 
-    def __init__(self, server: "HttpServer"):
+    def __init__(self, server: HttpServer):
         self.server = server
         self.limits = server.limits
         self.loop = server.loop
@@ -247,9 +313,17 @@ class HttpProtocol(asyncio.Protocol):
                     self.pending += len(data)
                     if self.pending > self.limits.max_header_bytes:
                         if self.in_head:
-                            self._fail(431, "header_too_large", f"request line and headers exceed {self.limits.max_header_bytes} bytes")
+                            self._fail(
+                                431,
+                                "header_too_large",
+                                f"request line and headers exceed {self.limits.max_header_bytes} bytes",
+                            )
                         else:
-                            self._fail(400, "bad_http", f"chunk extension or trailer longer than {self.limits.max_header_bytes} bytes")
+                            self._fail(
+                                400,
+                                "bad_http",
+                                f"chunk extension or trailer longer than {self.limits.max_header_bytes} bytes",
+                            )
 
     # --- llhttp callbacks (httptools) -----------------------------------------------------
     def on_message_begin(self):
@@ -346,13 +420,17 @@ class HttpProtocol(asyncio.Protocol):
             body = b""
         elif type(body) is not bytes:
             body = bytes(body)
-        request = Request(parser.get_method().decode("latin-1"), path, query, self.headers, body, parser.should_keep_alive(), self)
+        request = Request(
+            parser.get_method().decode("latin-1"), path, query, self.headers, body, parser.should_keep_alive(), self
+        )
         self.started = 0.0
         self._reset_message()
         if self.busy:
             queue = self.queue
             if len(queue) >= self.limits.max_pipelined:
-                raise Reject(429, "too_many_pipelined", f"more than {self.limits.max_pipelined} pipelined requests waiting")
+                raise Reject(
+                    429, "too_many_pipelined", f"more than {self.limits.max_pipelined} pipelined requests waiting"
+                )
             queue.append(request)
             self._update_reading()
         else:
@@ -425,14 +503,20 @@ class HttpProtocol(asyncio.Protocol):
                 status, headers, body = await handler(request)
             except Exception:
                 log.exception("handler failed on %s %s", request.method, request.path)
-                status, headers, body = 500, {"Content-Type": "application/json", "X-Model-Variant": "none"}, \
-                    b'{"error": "internal gateway error", "code": "internal"}'
+                status, headers, body = (
+                    500,
+                    {"Content-Type": "application/json", "X-Model-Variant": "none"},
+                    b'{"error": "internal gateway error", "code": "internal"}',
+                )
             if self.closed:
                 self.busy = False
                 return
             queue = self.queue
-            close = (not request.keep_alive or self.server.stopping
-                     or (not queue and (self.close_after or (self.eof and self.failed is None))))
+            close = (
+                not request.keep_alive
+                or self.server.stopping
+                or (not queue and (self.close_after or (self.eof and self.failed is None)))
+            )
             self.transport.write(encode_response(status, headers, b"" if request.method == "HEAD" else body, close))
             if close:
                 self.busy = False
@@ -471,7 +555,9 @@ def _target(url: bytes) -> tuple[str, str]:
 
 
 class HttpServer:
-    def __init__(self, handler, *, limits: Limits | None = None, max_body: int | None = None, idle_timeout: float | None = None):
+    def __init__(
+        self, handler, *, limits: Limits | None = None, max_body: int | None = None, idle_timeout: float | None = None
+    ):
         self.handler = handler
         self.limits = limits or Limits()
         if max_body is not None:
@@ -488,9 +574,15 @@ class HttpServer:
     def max_body(self) -> int:
         return self.limits.max_body_bytes
 
-    async def start(self, host: str, port: int, backlog: int = 2048):
+    async def start(self, host: str, port: int, backlog: int = 2048, *, reuse_port: bool = False, sock=None):
+        """Listen on host:port, or on `sock` (a listening socket a supervisor made, gateway/workers.py)."""
         self.loop = asyncio.get_running_loop()
-        self.server = await self.loop.create_server(lambda: HttpProtocol(self), host, port, reuse_address=True, backlog=backlog)
+        if sock is not None:
+            self.server = await self.loop.create_server(lambda: HttpProtocol(self), sock=sock, backlog=backlog)
+        else:
+            self.server = await self.loop.create_server(
+                lambda: HttpProtocol(self), host, port, reuse_address=True, reuse_port=reuse_port, backlog=backlog
+            )
         self.sweeper = self.loop.create_task(self._sweep())
         return self.server
 
@@ -513,7 +605,9 @@ class HttpServer:
                 conn.closed = True
                 conn.transport.abort()
             elif conn.started and now - conn.started > limits.receive_timeout_s:
-                conn._fail(408, "request_timeout", f"the request did not arrive whole within {limits.receive_timeout_s:g} s")
+                conn._fail(
+                    408, "request_timeout", f"the request did not arrive whole within {limits.receive_timeout_s:g} s"
+                )
             elif not conn.busy and not conn.started and now - conn.last > limits.idle_timeout_s:
                 conn._close()
 
@@ -527,16 +621,23 @@ class HttpServer:
                 log.exception("connection sweep failed")
 
     async def close(self, grace: float = 5.0):
-        """Stop accepting, close idle connections, let replies in progress finish (up to
-        `grace` seconds; they go out with Connection: close), then close the rest."""
+        """Stop accepting, let replies in progress finish (up to `grace` seconds; every
+        reply now goes out with Connection: close), then close the rest. A keep-alive
+        connection idle for DRAIN_IDLE_S is closed at once; one its client used within
+        that time stays open until its next request is answered (with Connection: close):
+        closing it under a client that is sending is how a restart fails requests."""
         self.stopping = True
         if self.server is not None:
             self.server.close()
-        for conn in list(self.connections):
-            if not conn.busy and not conn.closed and conn.transport is not None:
-                conn._close()
         deadline = self.loop.time() + grace
-        while any(c.busy for c in self.connections) and self.loop.time() < deadline:
+        while self.connections and self.loop.time() < deadline:
+            now = self.loop.time()
+            for conn in list(self.connections):
+                if not conn.busy and not conn.started and not conn.closed and conn.transport is not None:
+                    if now - conn.last >= DRAIN_IDLE_S or grace == 0:
+                        conn._close()
+            if not any(c.busy or not c.closed for c in self.connections):
+                break
             await asyncio.sleep(0.02)
         if self.sweeper is not None:
             self.sweeper.cancel()

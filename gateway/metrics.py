@@ -9,24 +9,46 @@ from bisect import bisect_left
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.utils import floatToGoString
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString
+
+from .failover import BACKEND, CLIENT, OK  # noqa: F401 - the fault labels; one owner (failover.py), re-exported
 
 disable_created_metrics()  # no *_created series: they double the exposition for nothing
 
 # Sub-millisecond resolution at the bottom (gateway overhead), seconds at the top (deadlines).
 BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075,
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.00075,
+    0.001,
+    0.0015,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 
 RETRIES = Counter("gateway_retries", "Second attempts after a failed first attempt", ["endpoint", "variant"])
 FAILOVERS = Counter(
-    "gateway_failovers", "Requests moved from a canary/arm variant to stable",
+    "gateway_failovers",
+    "Requests moved from a canary/arm variant to stable",
     ["endpoint", "from_variant", "to_variant", "reason"],
 )
 UPSTREAM_ERRORS = Counter(
-    "gateway_upstream_errors", "Failed upstream attempts (connect error, 5xx, timeout)",
+    "gateway_upstream_errors",
+    "Failed upstream attempts (connect error, 5xx, timeout)",
     ["endpoint", "variant", "reason"],
 )
 SHADOW_REQUESTS = Counter(
@@ -48,16 +70,18 @@ ROUTE_STALE = Gauge("gateway_route_table_stale", "1 when the route source cannot
 ROUTE_LOADED_AT = Gauge("gateway_route_table_loaded_timestamp_seconds", "Unix time the current table was installed")
 ROUTE_ENDPOINTS = Gauge("gateway_route_table_endpoints", "Endpoints in the current route table")
 HTTP_REJECTIONS = Counter(
-    "gateway_http_rejections", "Connections answered with an HTTP-level error and closed (malformed HTTP, limits, timeouts)",
+    "gateway_http_rejections",
+    "Connections answered with an HTTP-level error and closed (malformed HTTP, limits, timeouts)",
     ["code"],
 )
 AUTH_REJECTIONS = Counter(
-    "gateway_auth_rejections", "Requests refused by key checks (labels from the route table, never client input)",
+    "gateway_auth_rejections",
+    "Requests refused by key checks (labels from the route table, never client input)",
     ["endpoint", "team", "key", "reason"],
 )
 
 # fault label of gateway_requests_total: who a request's outcome belongs to
-OK, CLIENT, BACKEND = "none", "client", "backend"
+
 # endpoint label of requests to an endpoint the route table lacks: one bucket, never the
 # client's string (bounded cardinality), and not a slug, so never a real endpoint's name
 # (monitoring.collect.GatewayNames.unknown_endpoint reads it)
@@ -112,7 +136,8 @@ class HotPath:
 
     def collect(self):
         requests = CounterMetricFamily(
-            "gateway_requests", "Client requests by endpoint, variant that answered, HTTP status, and whose the outcome is "
+            "gateway_requests",
+            "Client requests by endpoint, variant that answered, HTTP status, and whose the outcome is "
             "(fault: none = served, client = the client's doing, backend = the variant's failure)",
             labels=["endpoint", "variant", "status", "fault"],
         )
@@ -120,18 +145,23 @@ class HotPath:
             requests.add_metric([endpoint, variant, str(status), fault], count)
         yield requests
         yield self._histogram(
-            "gateway_request_duration_seconds", "Client request latency inside the gateway (arrival to reply), "
-            "requests whose outcome was the client's left out", self.latency
+            "gateway_request_duration_seconds",
+            "Client request latency inside the gateway (arrival to reply), "
+            "requests whose outcome was the client's left out",
+            self.latency,
         )
         tenants = CounterMetricFamily(
-            "gateway_tenant_requests", "Requests of authenticated keys by team, key id, endpoint and HTTP status",
+            "gateway_tenant_requests",
+            "Requests of authenticated keys by team, key id, endpoint and HTTP status",
             labels=["team", "key", "endpoint", "status"],
         )
         for (team, key, endpoint, status), count in list(self.tenant_requests.items()):
             tenants.add_metric([team, key, endpoint, str(status)], count)
         yield tenants
         yield self._histogram(
-            "gateway_tenant_request_duration_seconds", "Latency of authenticated keys' requests", self.tenant_latency,
+            "gateway_tenant_request_duration_seconds",
+            "Latency of authenticated keys' requests",
+            self.tenant_latency,
             labels=("team", "key"),
         )
         yield self._histogram(
@@ -142,7 +172,9 @@ class HotPath:
             in_flight.add_metric([endpoint], count)
         yield in_flight
 
-    def _histogram(self, name: str, documentation: str, table: dict, labels=("endpoint", "variant")) -> HistogramMetricFamily:
+    def _histogram(
+        self, name: str, documentation: str, table: dict, labels=("endpoint", "variant")
+    ) -> HistogramMetricFamily:
         family = HistogramMetricFamily(name, documentation, labels=list(labels))
         for (first, second), slots in list(table.items()):
             buckets, total = [], 0

@@ -17,8 +17,8 @@ from pathlib import Path
 import jsonschema
 
 from .replies import reply_prefixes
-from .tensors import Signature
 from .tenants import EndpointAuth, Key, compile_auth, compile_keys
+from .tensors import Signature
 from .upstream import Pool
 
 SCHEMA_PATH = Path(__file__).with_name("route_table.schema.json")
@@ -46,7 +46,18 @@ class ReplicaState:
     bad canary) does not eject the stable model that shares its server.
     """
 
-    __slots__ = ("base", "model", "outstanding", "failures", "broken", "refused", "open_until", "cooldown", "pool", "ready_line")
+    __slots__ = (
+        "base",
+        "model",
+        "outstanding",
+        "failures",
+        "broken",
+        "refused",
+        "open_until",
+        "cooldown",
+        "pool",
+        "ready_line",
+    )
 
     def __init__(self, base: str, model: str, pool: Pool):
         self.base = base
@@ -69,7 +80,7 @@ class Variant:
     role: str
     weight_bp: int
     attempt_timeout_s: float | None
-    replicas: list  # [(ReplicaState, infer request line, metadata request line)]
+    replicas: list  # [(ReplicaState, infer request line, metadata request line, gRPC host:port or "")]
     signature: Signature | None = None  # what requests must look like (None: only the shape/data checks)
     _rr: int = 0
     # replies.py: Triton's reply prefix naming this variant's model, and the endpoint's
@@ -127,9 +138,14 @@ class Endpoint:
     # stable scores as candidate ones): the busiest other live variant's weight / the stable's.
     stable_score_rate: float = 0.0
     experiment: str = ""  # online experiment served by this split: each served reply is an exposure
+    # registry version -> the live variant serving it (the stable first): versioned paths
+    versions: dict[str, Variant] = field(default_factory=dict)
+    exposure_token_key: bytes = b""  # the experiment signs exposure tokens with it (empty: it takes none)
 
     def __post_init__(self):
         self.sticky_key = self.sticky_header.lower()
+        for variant in [self.stable, *self.live]:
+            self.versions.setdefault(variant.model_version, variant)
         others = [v.weight_bp for v in self.live if v is not self.stable]
         if others and self.stable.weight_bp > 0:
             self.stable_score_rate = min(1.0, max(others) / self.stable.weight_bp)
@@ -183,7 +199,7 @@ class RouteTable:
         return {(e[0].base, e[0].model) for ep in self.endpoints.values() for v in ep.variants for e in v.replicas}
 
 
-def validate(document) -> None:
+def validate(document) -> None:  # noqa: C901 - one pass read top to bottom; split when next changed
     """Raise RouteTableError naming the first problem (schema, then semantic rules)."""
     errors = sorted(_validator().iter_errors(document), key=lambda e: list(e.absolute_path))
     if errors:
@@ -209,8 +225,15 @@ def validate(document) -> None:
         if unknown:
             raise RouteTableError(f"{where}: auth names keys that the table does not define: {unknown[:5]}")
         if ep.get("min_timeout_ms", 0) > ep.get("timeout_ms", 1000):
-            raise RouteTableError(f"{where}: min_timeout_ms {ep['min_timeout_ms']} is above timeout_ms {ep.get('timeout_ms', 1000)}")
+            raise RouteTableError(
+                f"{where}: min_timeout_ms {ep['min_timeout_ms']} is above timeout_ms {ep.get('timeout_ms', 1000)}"
+            )
         for v in ep["variants"]:
+            if "grpc_replicas" in v and len(v["grpc_replicas"]) != len(v["replicas"]):
+                raise RouteTableError(
+                    f"{where} variant {v['name']!r}: grpc_replicas needs one entry per replica "
+                    f"({len(v['grpc_replicas'])} for {len(v['replicas'])})"
+                )
             signature = v.get("signature")
             if signature is not None:
                 _validate_signature(signature, f"{where} variant {v['name']!r}")
@@ -235,8 +258,10 @@ def _validate_signature(signature: dict, where: str) -> None:
     if signature.get("max_batch_size", 0) > 0:
         for t in signature["inputs"]:
             if not t["shape"] or t["shape"][0] != -1:
-                raise RouteTableError(f"{where}: input {t['name']!r} of a batching model (max_batch_size > 0) needs -1 as its "
-                                      f"first (batch) dimension, got {t['shape']}")
+                raise RouteTableError(
+                    f"{where}: input {t['name']!r} of a batching model (max_batch_size > 0) needs -1 as its "
+                    f"first (batch) dimension, got {t['shape']}"
+                )
 
 
 def compile_table(document, states: dict, pools: dict | None = None, keys: dict | None = None) -> RouteTable:
@@ -253,7 +278,8 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
         variants = []
         for v in ep["variants"]:
             replicas = []
-            for base in v["replicas"]:
+            grpc_targets = v.get("grpc_replicas") or [""] * len(v["replicas"])
+            for base, grpc_target in zip(v["replicas"], grpc_targets):
                 base = base.rstrip("/")
                 model = v["triton_model"]
                 state = states.get((base, model))
@@ -267,6 +293,7 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
                         state,
                         f"POST /v2/models/{model}/infer HTTP/1.1\r\n".encode(),
                         f"GET /v2/models/{model} HTTP/1.1\r\n".encode(),
+                        grpc_target,  # this variant's gRPC address of the replica ("": none)
                     )
                 )
             attempt = v.get("attempt_timeout_ms")
@@ -290,7 +317,9 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
                     signature=signature,
                 )
             )
-            variants[-1].reply_from, variants[-1].reply_to = reply_prefixes(ep["name"], v["triton_model"], v["model_version"])
+            variants[-1].reply_from, variants[-1].reply_to = reply_prefixes(
+                ep["name"], v["triton_model"], v["model_version"]
+            )
         endpoints[ep["name"]] = Endpoint(
             name=ep["name"],
             sticky_header=ep.get("sticky_header", "X-User-Id"),
@@ -304,6 +333,11 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
             auth=compile_auth(ep.get("auth")),
             min_timeout_s=ep.get("min_timeout_ms", timeout_ms) / 1000.0,
             experiment=ep.get("experiment", ""),
+            exposure_token_key=bytes.fromhex(ep.get("exposure_token_key", "")),
         )
-    return RouteTable(version=document["version"], endpoints=endpoints, raw=document,
-                      keys=compile_keys(document.get("keys", ()), keys))
+    return RouteTable(
+        version=document["version"],
+        endpoints=endpoints,
+        raw=document,
+        keys=compile_keys(document.get("keys", ()), keys),
+    )

@@ -28,8 +28,10 @@ MAX_VALUES = 256  # per reply: a batch reply of thousands of rows is sampled, no
 MAX_INFLATED = 1 << 20  # bytes of a compressed reply inflated at most
 
 PREDICTION_SCORE = Histogram(
-    "gateway_prediction_score", "Sampled prediction scores (first output of JSON replies), per variant",
-    ["endpoint", "variant"], buckets=SCORE_BUCKETS,
+    "gateway_prediction_score",
+    "Sampled prediction scores (first output of JSON replies), per variant",
+    ["endpoint", "variant"],
+    buckets=SCORE_BUCKETS,
 )
 
 
@@ -37,18 +39,25 @@ class ScoreSampler:
     def __init__(self, rate: float | None = None, candidate_rate: float | None = None):
         self.rate = float(os.environ.get("GATEWAY_SCORE_SAMPLE_RATE", "0.05")) if rate is None else rate
         self.candidate_rate = (
-            float(os.environ.get("GATEWAY_CANDIDATE_SCORE_SAMPLE_RATE", "1.0")) if candidate_rate is None else candidate_rate
+            float(os.environ.get("GATEWAY_CANDIDATE_SCORE_SAMPLE_RATE", "1.0"))
+            if candidate_rate is None
+            else candidate_rate
         )
 
-    def maybe_observe(self, endpoint: str, variant: str, headers: dict, body: bytes, *, candidate: bool = False,
-                      at_least: float = 0.0) -> int:
-        """Observe the scores of a reply (upstream headers with lower-case names) with
-        probability `rate`; returns how many. Gzip/deflate replies (clients that send
-        Accept-Encoding get them from Triton) are inflated, only when sampled."""
+    def sampled(self, *, candidate: bool = False, at_least: float = 0.0) -> bool:
+        """Whether this reply's scores are observed (the draw at the variant's rate)."""
         rate = self.candidate_rate if candidate else self.rate
         if at_least > rate and rate > 0.0:
             rate = at_least
-        if rate <= 0.0 or random.random() >= rate or not body:
+        return rate > 0.0 and random.random() < rate
+
+    def maybe_observe(
+        self, endpoint: str, variant: str, headers: dict, body: bytes, *, candidate: bool = False, at_least: float = 0.0
+    ) -> int:
+        """Observe the scores of a reply (upstream headers with lower-case names) with
+        probability `rate`; returns how many. Gzip/deflate replies (clients that send
+        Accept-Encoding get them from Triton) are inflated, only when sampled."""
+        if not body or not self.sampled(candidate=candidate, at_least=at_least):
             return 0
         content_type = headers.get("content-type")
         if content_type and "json" not in content_type:
@@ -68,6 +77,11 @@ class ScoreSampler:
             values = outputs[0].get("data") or []
         except (ValueError, AttributeError, IndexError, TypeError):
             return 0
+        return self.observe_values(endpoint, variant, values)
+
+    @staticmethod
+    def observe_values(endpoint: str, variant: str, values) -> int:
+        """Observe up to MAX_VALUES scores in [0, 1] (the rest of the first output is not read)."""
         histogram = PREDICTION_SCORE.labels(endpoint, variant)
         observed = 0
         for value in values[:MAX_VALUES]:

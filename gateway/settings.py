@@ -19,6 +19,10 @@ class Settings:
     routes_file: Path | None = None
     token: str | None = None
     metrics_token: str | None = None
+    # /metrics and /status list every team's endpoints, internal model names, Triton
+    # addresses and per-key traffic: they need GATEWAY_METRICS_TOKEN unless an operator
+    # opens them on purpose (GATEWAY_METRICS_OPEN=1, e.g. a gateway bound to loopback).
+    metrics_open: bool = False
     poll_interval_s: float = 0.3
     stale_after_s: float = 3.0
     max_body_bytes: int = 8 * 1024 * 1024
@@ -35,10 +39,21 @@ class Settings:
     shadow_workers: int = 16
     idle_timeout_s: float = 75.0
     shutdown_grace_s: float = 5.0
-    exposure_stream_url: str | None = None  # Redis URL of the exposure/feedback streams; None: exposures are counted as dropped
+    workers: int = 1  # processes serving the port (gateway/workers.py); each enforces 1/N of what is split
+    http_socket: object = None  # a listening socket handed over by the supervisor (gateway/workers.py)
+    run_dir: str | None = None  # the supervisor's run directory: workers' metrics sockets (aggregate.py)
+    worker_row: int = 0
+    replicas: int = 1  # gateway replicas behind one address: each enforces 1/R of every key's limits
+    grpc_port: int = 8081  # KServe v2 gRPC (gateway/grpc/); 0: no gRPC port
+    grpc_max_streams: int = 128  # concurrent streams (RPCs) per HTTP/2 connection
+    grpc_max_rpcs: int = 4096  # RPCs in progress in one worker; more: RESOURCE_EXHAUSTED
+    exposure_stream_url: str | None = (
+        None  # Redis URL of the exposure/feedback streams; None: exposures are counted as dropped
+    )
+    feedback_events_per_s: float = 50_000.0  # per key (or per experiment for token-only batches), per process
 
     @classmethod
-    def from_env(cls, **overrides) -> "Settings":
+    def from_env(cls, **overrides) -> Settings:
         env = os.environ
 
         def number(name: str, default, kind=int, scale=1.0):
@@ -60,6 +75,7 @@ class Settings:
             routes_file=Path(env["GATEWAY_ROUTES_FILE"]) if env.get("GATEWAY_ROUTES_FILE") else None,
             token=env.get("GATEWAY_TOKEN") or None,
             metrics_token=env.get("GATEWAY_METRICS_TOKEN") or None,
+            metrics_open=env.get("GATEWAY_METRICS_OPEN", "").lower() in ("1", "true", "yes"),
             poll_interval_s=number("GATEWAY_POLL_INTERVAL_MS", cls.poll_interval_s, float, 1000.0),
             stale_after_s=number("GATEWAY_STALE_AFTER_MS", cls.stale_after_s, float, 1000.0),
             max_body_bytes=number("GATEWAY_MAX_BODY_BYTES", cls.max_body_bytes),
@@ -76,13 +92,29 @@ class Settings:
             idle_timeout_s=number("GATEWAY_IDLE_TIMEOUT_S", cls.idle_timeout_s, float),
             shutdown_grace_s=number("GATEWAY_SHUTDOWN_GRACE_S", cls.shutdown_grace_s, float),
             exposure_stream_url=env.get("GATEWAY_EXPOSURE_STREAM_URL") or None,
+            workers=number("GATEWAY_WORKERS", cls.workers),
+            replicas=number("GATEWAY_REPLICAS", cls.replicas),
+            grpc_port=0 if env.get("GATEWAY_GRPC_PORT") == "0" else number("GATEWAY_GRPC_PORT", cls.grpc_port),
+            grpc_max_streams=number("GATEWAY_GRPC_MAX_STREAMS", cls.grpc_max_streams),
+            grpc_max_rpcs=number("GATEWAY_GRPC_MAX_RPCS", cls.grpc_max_rpcs),
+            feedback_events_per_s=number("GATEWAY_FEEDBACK_EVENTS_PER_S", cls.feedback_events_per_s, float),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if not values["metrics_token"] and not values["metrics_open"]:
+            raise ValueError(
+                "GATEWAY_METRICS_TOKEN is not set: /metrics and /status need a token (they show every team's "
+                "endpoints and traffic); set it, or GATEWAY_METRICS_OPEN=1 to serve them to anyone"
+            )
         return cls(**values)
 
     def limits(self) -> Limits:
         return Limits(
-            max_body_bytes=self.max_body_bytes, max_header_bytes=self.max_header_bytes, max_headers=self.max_headers,
-            max_chunks=self.max_chunks, max_pipelined=self.max_pipelined, receive_timeout_s=self.receive_timeout_s,
-            idle_timeout_s=self.idle_timeout_s, max_connections=self.max_connections,
+            max_body_bytes=self.max_body_bytes,
+            max_header_bytes=self.max_header_bytes,
+            max_headers=self.max_headers,
+            max_chunks=self.max_chunks,
+            max_pipelined=self.max_pipelined,
+            receive_timeout_s=self.receive_timeout_s,
+            idle_timeout_s=self.idle_timeout_s,
+            max_connections=self.max_connections,
         )

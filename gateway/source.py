@@ -68,7 +68,9 @@ class RouteSource:
     def _fail(self, result: str, message: str) -> None:
         metrics.ROUTE_FETCHES.labels(result).inc()
         if message != self.status.last_error or not self.status.failing:
-            kept = f"keeping the last good table, version {self.status.version}" if self.status.version else "no table yet"
+            kept = (
+                f"keeping the last good table, version {self.status.version}" if self.status.version else "no table yet"
+            )
             log.warning("route table %s: %s (%s)", result, message, kept)
         self.status.failing = True
         self.status.last_error = message
@@ -126,7 +128,7 @@ class HttpRouteSource(RouteSource):
                     self.bad_etag = None
                 else:
                     self.bad_etag = resp.headers.get("ETag")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self._fail("error", f"GET {self.url} failed: {type(exc).__name__}: {exc}")
 
     async def run(self) -> None:

@@ -17,6 +17,10 @@ whose hash nobody can invert). Outcomes, each a JSON error:
   over the key's rate (token bucket)        429 rate_limited, Retry-After
   over the key's concurrency quota          429 concurrency_limit, Retry-After
 
+Limits are held in total across the workers of one host (gateway/sharedlimits.py, when
+`share_limits` gave a store) and split across gateway replicas: with GATEWAY_REPLICAS=R
+each replica enforces 1/R of a key's rate, burst and concurrency (`set_replicas`).
+
 An endpoint with `auth.public` true needs no key (credentials sent anyway are ignored).
 An endpoint whose entry has no `auth` block is not public and has no keys: every call
 is refused (the control plane must say "public" explicitly).
@@ -31,6 +35,20 @@ from .tensors import Problem
 
 MAX_KEY_LENGTH = 512
 PUBLIC = None  # authenticate() result for a public endpoint
+
+_shared = None  # gateway/sharedlimits.SharedLimits when several workers serve one host
+_replica_share = 1.0  # 1 / GATEWAY_REPLICAS: this gateway replica's part of every key's limits
+
+
+def share_limits(store) -> None:
+    """Count every key's rate and requests in flight in `store` (shared by the host's workers)."""
+    global _shared
+    _shared = store
+
+
+def set_replicas(replicas: int) -> None:
+    global _replica_share
+    _replica_share = 1.0 / max(1, replicas)
 
 
 class Key:
@@ -49,9 +67,12 @@ class Key:
     def update(self, doc: dict) -> None:
         self.prefix = doc.get("prefix", "")
         self.team = doc["team"]
-        self.rate_per_s = float(doc["rate_per_s"]) if doc.get("rate_per_s") else None
-        self.burst = float(doc.get("burst") or max(1.0, self.rate_per_s or 1.0))
-        self.max_concurrency = doc.get("max_concurrency") or None
+        share = _replica_share
+        rate = float(doc["rate_per_s"]) if doc.get("rate_per_s") else None
+        self.rate_per_s = rate * share if rate else None
+        self.burst = max(1.0, float(doc.get("burst") or max(1.0, rate or 1.0)) * share)
+        concurrency = doc.get("max_concurrency") or None
+        self.max_concurrency = max(1, math.ceil(concurrency * share)) if concurrency else None
         if self.tokens is None or self.tokens > self.burst:
             self.tokens = self.burst
 
@@ -119,8 +140,15 @@ def authenticate(headers: dict, auth: EndpointAuth, keys: dict[str, Key], endpoi
         return PUBLIC, None
     token = presented_key(headers)
     if token is None:
-        return None, (Problem(401, "missing_key", f"endpoint {endpoint!r} needs an inference key: "
-                                                  "send Authorization: Bearer <key> or X-API-Key"), "missing_key", 0.0)
+        return None, (
+            Problem(
+                401,
+                "missing_key",
+                f"endpoint {endpoint!r} needs an inference key: send Authorization: Bearer <key> or X-API-Key",
+            ),
+            "missing_key",
+            0.0,
+        )
     if type(token) is Problem:
         return None, (token, "invalid_key", 0.0)
     key = None
@@ -130,21 +158,56 @@ def authenticate(headers: dict, auth: EndpointAuth, keys: dict[str, Key], endpoi
         return None, (Problem(401, "invalid_key", "unknown or revoked inference key"), "invalid_key", 0.0)
     shown = key.prefix or key.id
     if key.id not in auth.allowed:
-        return key, (Problem(403, "forbidden", f"key {shown}… (team {key.team}) may not call endpoint {endpoint!r}"),
-                     "forbidden", 0.0)
+        return key, (
+            Problem(403, "forbidden", f"key {shown}… (team {key.team}) may not call endpoint {endpoint!r}"),
+            "forbidden",
+            0.0,
+        )
+    if _shared is not None:
+        slot = _shared.slot(key.id)
+        if slot >= 0:  # else the shared table is full: this worker's own counters
+            refusal = _shared.admit(slot, now, key.rate_per_s, key.burst, key.max_concurrency)
+            if refusal is None:
+                key.in_flight += 1  # this worker's part, for `release`
+                return key, None
+            if refusal[0] == "concurrency_limit":
+                return key, _over_concurrency(key, int(refusal[1]), shown)
+            return key, _over_rate(key, refusal[1], shown)
     if key.max_concurrency is not None and key.in_flight >= key.max_concurrency:
-        return key, (Problem(429, "concurrency_limit", f"key {shown}… already has {key.in_flight} requests in flight "
-                                                       f"(its quota is {key.max_concurrency})"), "concurrency_limit", 1.0)
+        return key, _over_concurrency(key, key.in_flight, shown)
     wait = key.take(now)
     if wait:
-        return key, (Problem(429, "rate_limited", f"key {shown}… is over its rate of {key.rate_per_s:g} requests/s"),
-                     "rate_limited", wait)
+        return key, _over_rate(key, wait, shown)
     key.in_flight += 1
     return key, None
 
 
+def _over_concurrency(key: Key, in_flight: int, shown: str):
+    return (
+        Problem(
+            429,
+            "concurrency_limit",
+            f"key {shown}… already has {in_flight} requests in flight (its quota is {key.max_concurrency})",
+        ),
+        "concurrency_limit",
+        1.0,
+    )
+
+
+def _over_rate(key: Key, wait: float, shown: str):
+    return (
+        Problem(429, "rate_limited", f"key {shown}… is over its rate of {key.rate_per_s:g} requests/s"),
+        "rate_limited",
+        wait,
+    )
+
+
 def release(key: Key) -> None:
     key.in_flight -= 1
+    if _shared is not None:
+        slot = _shared.slots.get(key.id, -1)
+        if slot >= 0:
+            _shared.release(slot)
 
 
 def retry_after(seconds: float) -> str:

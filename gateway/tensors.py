@@ -28,8 +28,20 @@ except ImportError:  # pragma: no cover - orjson is a declared dependency
 
 # Bytes per element of each KServe v2 datatype; BYTES elements are length-prefixed (4 + n).
 DATATYPE_SIZE = {
-    "BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8,
-    "FP16": 2, "FP32": 4, "FP64": 8, "BF16": 2, "BYTES": 0,
+    "BOOL": 1,
+    "UINT8": 1,
+    "UINT16": 2,
+    "UINT32": 4,
+    "UINT64": 8,
+    "INT8": 1,
+    "INT16": 2,
+    "INT32": 4,
+    "INT64": 8,
+    "FP16": 2,
+    "FP32": 4,
+    "FP64": 8,
+    "BF16": 2,
+    "BYTES": 0,
 }
 IHCL = "Inference-Header-Content-Length"
 MAX_RANK = 32
@@ -92,7 +104,9 @@ def inflate(body: bytes, encoding: str, limit: int):
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "deflate"):
-        return Problem(415, "unsupported_encoding", f"Content-Encoding {encoding[:40]!r} is not supported (gzip, deflate)")
+        return Problem(
+            415, "unsupported_encoding", f"Content-Encoding {encoding[:40]!r} is not supported (gzip, deflate)"
+        )
     inflater = zlib.decompressobj(47 if encoding == "gzip" else 15)
     try:
         data = inflater.decompress(body, limit + 1)
@@ -103,7 +117,7 @@ def inflate(body: bytes, encoding: str, limit: int):
     return data
 
 
-def parse_request(body, ihcl: str | None):
+def parse_request(body, ihcl: str | None):  # noqa: C901 - one pass read top to bottom; split when next changed
     """A Parsed request, or the Problem with it (model-independent checks)."""
     size = len(body)
     header = body
@@ -143,16 +157,20 @@ def parse_request(body, ihcl: str | None):
         seen.add(name)
         datatype = item.get("datatype")
         if datatype not in sizes:
-            return _bad(f"input {_label(name)}: datatype {str(datatype)[:20]!r} is not a KServe v2 datatype "
-                        f"({', '.join(sizes)})")
+            return _bad(
+                f"input {_label(name)}: datatype {str(datatype)[:20]!r} is not a KServe v2 datatype "
+                f"({', '.join(sizes)})"
+            )
         shape = item.get("shape")
         if type(shape) is not list or len(shape) > MAX_RANK:
             return _bad(f"input {_label(name)}: 'shape' must be a list of at most {MAX_RANK} non-negative integers")
         elements = 1
         for dim in shape:
             if type(dim) is not int or dim < 0:
-                return _bad(f"input {_label(name)}: shape {str(shape)[:80]} has {str(dim)[:20]!r}; "
-                            "dimensions are non-negative integers")
+                return _bad(
+                    f"input {_label(name)}: shape {str(shape)[:80]} has {str(dim)[:20]!r}; "
+                    "dimensions are non-negative integers"
+                )
             elements *= dim
         data = item.get("data")
         parameters = item.get("parameters")
@@ -169,26 +187,38 @@ def parse_request(body, ihcl: str | None):
             element_size = sizes[datatype]
             if element_size:
                 if binary_size != elements * element_size:
-                    return _bad(f"input {_label(name)}: shape {shape} of {datatype} is {elements * element_size} bytes "
-                                f"but binary_data_size is {binary_size}")
+                    return _bad(
+                        f"input {_label(name)}: shape {shape} of {datatype} is {elements * element_size} bytes "
+                        f"but binary_data_size is {binary_size}"
+                    )
             elif binary_size < 4 * elements:
-                return _bad(f"input {_label(name)}: {elements} BYTES elements need at least {4 * elements} bytes "
-                            f"but binary_data_size is {binary_size}")
+                return _bad(
+                    f"input {_label(name)}: {elements} BYTES elements need at least {4 * elements} bytes "
+                    f"but binary_data_size is {binary_size}"
+                )
             binary_total += binary_size
         elif type(data) is list:
             count = len(data)
             if count and type(data[0]) is list:
                 # rows: the common [batch, features] case by C-level maps over the rows,
                 # anything deeper by _leaves (one len per inner list, never per element)
-                if len(shape) == 2 and set(map(type, data)) == _LIST and set(map(len, data)) == {shape[1]} \
-                        and (not shape[1] or type(data[0][0]) is not list):
+                if (
+                    len(shape) == 2
+                    and set(map(type, data)) == _LIST
+                    and set(map(len, data)) == {shape[1]}
+                    and (not shape[1] or type(data[0][0]) is not list)
+                ):
                     count *= shape[1]
                 else:
                     count = _leaves(data, max(len(shape), 1))
             if count != elements:
                 if count < 0:
-                    return _bad(f"input {_label(name)}: 'data' is nested deeper than its shape {shape} or mixes lists and values")
-                return _bad(f"input {_label(name)}: shape {str(shape)[:80]} declares {elements} elements but 'data' has {count}")
+                    return _bad(
+                        f"input {_label(name)}: 'data' is nested deeper than its shape {shape} or mixes lists and values"
+                    )
+                return _bad(
+                    f"input {_label(name)}: shape {str(shape)[:80]} declares {elements} elements but 'data' has {count}"
+                )
         elif data is None:
             return _bad(f"input {_label(name)} has no 'data' (nor binary_data_size)")
         else:
@@ -196,10 +226,13 @@ def parse_request(body, ihcl: str | None):
         inputs.append((name, datatype, shape))
     if binary_total != binary_bytes:
         if ihcl is None or not binary_bytes and binary_total:
-            return _bad(f"binary_data_size given ({binary_total} bytes) without binary data after the JSON header; "
-                        f"send {IHCL}")
-        return _bad(f"the binary tensors' binary_data_size add up to {binary_total} bytes but {binary_bytes} bytes "
-                    f"follow the {IHCL} header")
+            return _bad(
+                f"binary_data_size given ({binary_total} bytes) without binary data after the JSON header; send {IHCL}"
+            )
+        return _bad(
+            f"the binary tensors' binary_data_size add up to {binary_total} bytes but {binary_bytes} bytes "
+            f"follow the {IHCL} header"
+        )
     outputs = []
     raw_outputs = document.get("outputs")
     if raw_outputs is not None:
@@ -229,21 +262,29 @@ class Signature:
         self.inputs = {spec.name: spec for spec in inputs}
         start = 1 if max_batch_size > 0 else 0
         # per input: (datatype, rank, ((axis, size) of each fixed dimension past the batch))
-        self.fixed = {spec.name: (spec.datatype, len(spec.shape),
-                                  tuple((axis, size) for axis, size in enumerate(spec.shape) if axis >= start and size != -1))
-                      for spec in inputs}
+        self.fixed = {
+            spec.name: (
+                spec.datatype,
+                len(spec.shape),
+                tuple((axis, size) for axis, size in enumerate(spec.shape) if axis >= start and size != -1),
+            )
+            for spec in inputs
+        }
         self.required = [spec.name for spec in inputs if not spec.optional]
         self.outputs = frozenset(outputs) if outputs else None
         self.max_batch_size = max_batch_size
         self.names = ", ".join(spec.name for spec in inputs)
 
     @classmethod
-    def from_document(cls, document: dict) -> "Signature":
-        inputs = [InputSpec(i["name"], i["datatype"], tuple(i["shape"]), bool(i.get("optional", False))) for i in document["inputs"]]
+    def from_document(cls, document: dict) -> Signature:
+        inputs = [
+            InputSpec(i["name"], i["datatype"], tuple(i["shape"]), bool(i.get("optional", False)))
+            for i in document["inputs"]
+        ]
         outputs = [o["name"] for o in document.get("outputs", ())] or None
         return cls(inputs, outputs, int(document.get("max_batch_size", 0)))
 
-    def check(self, parsed: Parsed):
+    def check(self, parsed: Parsed):  # noqa: C901 - one pass read top to bottom; split when next changed
         """None when the request fits this signature, else the Problem."""
         fixed = self.fixed
         batch = None
@@ -256,28 +297,38 @@ class Signature:
             if datatype != want_type:
                 return _bad(f"input {_label(name)}: datatype {datatype} but the model takes {want_type}")
             if len(shape) != rank:
-                return _bad(f"input {_label(name)}: shape {shape} has rank {len(shape)} but the model takes "
-                            f"{list(self.inputs[name].shape)}")
+                return _bad(
+                    f"input {_label(name)}: shape {shape} has rank {len(shape)} but the model takes "
+                    f"{list(self.inputs[name].shape)}"
+                )
             if max_batch > 0:
                 n = shape[0]
                 if n < 1 or n > max_batch:
-                    return _bad(f"input {_label(name)}: batch size {n} is outside 1..{max_batch} (the model's max_batch_size)")
+                    return _bad(
+                        f"input {_label(name)}: batch size {n} is outside 1..{max_batch} (the model's max_batch_size)"
+                    )
                 if batch is None:
                     batch = n
                 elif n != batch:
                     return _bad(f"input {_label(name)}: batch size {n} differs from the other inputs' {batch}")
             for axis, size in dims:
                 if shape[axis] != size:
-                    return _bad(f"input {_label(name)}: shape {shape} does not match the model's "
-                                f"{list(self.inputs[name].shape)} (dimension {axis})")
+                    return _bad(
+                        f"input {_label(name)}: shape {shape} does not match the model's "
+                        f"{list(self.inputs[name].shape)} (dimension {axis})"
+                    )
         # every given name is known and unique by now: all are there when the counts match
         if len(parsed.inputs) != len(fixed):
             given = {i[0] for i in parsed.inputs}
             missing = [name for name in self.required if name not in given]
             if missing:
-                return _bad(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(missing)}: the model needs {self.names}")
+                return _bad(
+                    f"missing input{'s' if len(missing) > 1 else ''} {', '.join(missing)}: the model needs {self.names}"
+                )
         if parsed.outputs and self.outputs is not None:
             for name in parsed.outputs:
                 if name not in self.outputs:
-                    return _bad(f"unknown output {_label(name)}: the model's outputs are {', '.join(sorted(self.outputs))}")
+                    return _bad(
+                        f"unknown output {_label(name)}: the model's outputs are {', '.join(sorted(self.outputs))}"
+                    )
         return None

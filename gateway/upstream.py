@@ -30,7 +30,18 @@ class UpstreamError(Exception):
 
 
 class _Conn(asyncio.Protocol):
-    __slots__ = ("transport", "parser", "waiter", "status", "headers", "body", "head_bytes", "closed", "keep_alive", "framed")
+    __slots__ = (
+        "transport",
+        "parser",
+        "waiter",
+        "status",
+        "headers",
+        "body",
+        "head_bytes",
+        "closed",
+        "keep_alive",
+        "framed",
+    )
 
     def __init__(self):
         self.transport = None
@@ -95,8 +106,11 @@ class _Conn(asyncio.Protocol):
     def on_headers_complete(self):
         self.status = self.parser.get_status_code()
         headers = self.headers
-        if "content-length" not in headers and "transfer-encoding" not in headers and not (
-                self.status in (204, 304) or 100 <= self.status < 200):
+        if (
+            "content-length" not in headers
+            and "transfer-encoding" not in headers
+            and not (self.status in (204, 304) or 100 <= self.status < 200)
+        ):
             self.framed = False
             self.keep_alive = False
 

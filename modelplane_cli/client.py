@@ -25,8 +25,14 @@ def _detail_of(response: requests.Response) -> tuple[str, str | None, dict]:
     if isinstance(body, dict) and "error" in body:  # KServe-shaped errors
         return str(body["error"]), None, {}
     kind = response.headers.get("Content-Type", "").split(";")[0] or "no content type"
-    return (f"HTTP {response.status_code} {response.reason or ''} from {response.url} ({kind}, not the API's JSON error; "
-            "is --url the modelplane server?)").replace("  ", " "), None, {}
+    return (
+        (
+            f"HTTP {response.status_code} {response.reason or ''} from {response.url} ({kind}, not the API's JSON error; "
+            "is --url the modelplane server?)"
+        ).replace("  ", " "),
+        None,
+        {},
+    )
 
 
 class Api:
@@ -39,8 +45,16 @@ class Api:
         if token:
             self.session.headers["Authorization"] = f"Token {token}"
         # Reads only: a POST is never sent twice behind the user's back.
-        retry = Retry(total=retries, connect=retries, read=retries, status=retries, backoff_factor=0.5,
-                      status_forcelist=(502, 503, 504), allowed_methods=frozenset({"GET"}), raise_on_status=False)
+        retry = Retry(
+            total=retries,
+            connect=retries,
+            read=retries,
+            status=retries,
+            backoff_factor=0.5,
+            status_forcelist=(502, 503, 504),
+            allowed_methods=frozenset({"GET"}),
+            raise_on_status=False,
+        )
         adapter = HTTPAdapter(max_retries=retry)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
@@ -53,8 +67,15 @@ class Api:
             raise CliError(exits.AUTH, "no token: run `modelplane login` or set MODELPLANE_TOKEN.")
         url = self.url(path)
         try:
-            response = self.session.request(method, url, params=_clean(params), json=json, data=data, headers=headers,
-                                            timeout=(min(10.0, self.timeout), self.timeout))
+            response = self.session.request(
+                method,
+                url,
+                params=_clean(params),
+                json=json,
+                data=data,
+                headers=headers,
+                timeout=(min(10.0, self.timeout), self.timeout),
+            )
         except requests.exceptions.Timeout:
             raise CliError(exits.NETWORK, f"no answer from {url} within {self.timeout:g}s") from None
         except requests.exceptions.RetryError as exc:
@@ -80,8 +101,11 @@ class Api:
         try:
             return response.json()
         except ValueError:
-            raise CliError(exits.ERROR, f"{response.url} answered {status} with {response.headers.get('Content-Type', 'no content type')}, "
-                                        "not JSON: is --url the modelplane server?") from None
+            raise CliError(
+                exits.ERROR,
+                f"{response.url} answered {status} with {response.headers.get('Content-Type', 'no content type')}, "
+                "not JSON: is --url the modelplane server?",
+            ) from None
 
     def get(self, path: str, **params):
         return self.request("GET", path, params=params)
@@ -113,13 +137,19 @@ def _reason(exc: Exception) -> str:
     """The innermost reason of a requests/urllib3 error, without the object reprs."""
     reason = exc
     while True:
-        inner = getattr(reason, "reason", None) or (reason.args[0] if getattr(reason, "args", None) and isinstance(reason.args[0], Exception) else None)
+        inner = getattr(reason, "reason", None) or (
+            reason.args[0] if getattr(reason, "args", None) and isinstance(reason.args[0], Exception) else None
+        )
         if inner is None or inner is reason:
             break
         reason = inner
     text = str(reason)
     if "Connection refused" in text:
         return "connection refused"
-    if "Name or service not known" in text or "nodename nor servname" in text or "Temporary failure in name resolution" in text:
+    if (
+        "Name or service not known" in text
+        or "nodename nor servname" in text
+        or "Temporary failure in name resolution" in text
+    ):
         return "unknown host"
     return text.split("): ")[-1] if "): " in text else text

@@ -74,8 +74,11 @@ def write_file(data: dict) -> Path:
         os.chmod(folder, 0o700)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".config-", suffix=".json")  # mkstemp creates it 0600
     except OSError as exc:
-        raise CliError(exits.ERROR, f"cannot write the login to {folder}: {exc.strerror} (set XDG_CONFIG_HOME, "
-                                    "or use MODELPLANE_URL / MODELPLANE_TOKEN instead)") from None
+        raise CliError(
+            exits.ERROR,
+            f"cannot write the login to {folder}: {exc.strerror} (set XDG_CONFIG_HOME, "
+            "or use MODELPLANE_URL / MODELPLANE_TOKEN instead)",
+        ) from None
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2)
@@ -110,7 +113,13 @@ def resolve(*, url: str | None, token: str | None) -> tuple[Settings, list[str]]
         else:
             chosen[key] = ("", "")
     if not chosen["url"][0]:
-        raise CliError(exits.AUTH, "no server configured: run `modelplane login --url URL --token TOKEN` or set MODELPLANE_URL.")
-    settings = Settings(url=normalize_url(chosen["url"][0]), token=chosen["token"][0].strip(),
-                        url_from=chosen["url"][1], token_from=chosen["token"][1])
+        raise CliError(
+            exits.AUTH, "no server configured: run `modelplane login --url URL --token TOKEN` or set MODELPLANE_URL."
+        )
+    settings = Settings(
+        url=normalize_url(chosen["url"][0]),
+        token=chosen["token"][0].strip(),
+        url_from=chosen["url"][1],
+        token_from=chosen["token"][1],
+    )
     return settings, warnings

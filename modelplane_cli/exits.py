@@ -33,8 +33,15 @@ TABLE = [
 class CliError(Exception):
     """An error the CLI reports and exits with: `message` for people, `code` for machines."""
 
-    def __init__(self, exit_code: int, message: str, *, api_code: str | None = None, status: int | None = None,
-                 errors: dict | None = None):
+    def __init__(
+        self,
+        exit_code: int,
+        message: str,
+        *,
+        api_code: str | None = None,
+        status: int | None = None,
+        errors: dict | None = None,
+    ):
         super().__init__(message)
         self.exit_code = exit_code
         self.message = message

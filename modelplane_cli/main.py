@@ -44,8 +44,13 @@ class Root(click.Group):
 @click.version_option(__version__, prog_name="modelplane")
 @click.option("--url", envvar=None, help="Server base URL (else MODELPLANE_URL, else the stored login).")
 @click.option("--token", envvar=None, help="API token (else MODELPLANE_TOKEN, else the stored login).")
-@click.option("--http-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-              help="Seconds to wait for each HTTP answer.")
+@click.option(
+    "--http-timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for each HTTP answer.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine output: the API's JSON on stdout.")
 @click.option("--field", metavar="PATH", help="Print one field of the JSON result (e.g. id, artifacts.0.id).")
 @click.pass_context
@@ -59,9 +64,16 @@ def cli(ctx, url, token, http_timeout, as_json, field):
     ctx.obj = State(url=url, token=token, http_timeout=http_timeout, as_json=as_json, field=field)
 
 
-from modelplane_cli.commands import auth, builds, deploy, models, rollouts  # noqa: E402  (they use State)
+from modelplane_cli.commands import auth, builds, deploy, models, releases, rollouts  # noqa: E402  (they use State)
 
-for group in (*auth.COMMANDS, *models.COMMANDS, *builds.COMMANDS, *deploy.COMMANDS, *rollouts.COMMANDS):
+for group in (
+    *auth.COMMANDS,
+    *models.COMMANDS,
+    *builds.COMMANDS,
+    *deploy.COMMANDS,
+    *rollouts.COMMANDS,
+    *releases.COMMANDS,
+):
     cli.add_command(group)
 
 

@@ -53,7 +53,9 @@ def table(rows: list[dict], columns: list[tuple[str, str]], *, empty: str = "(no
     """A plain aligned table; `columns` are (header, key) with dotted keys into nested dicts."""
     if not rows:
         return empty
-    body = [[when(_dig(row, key)) if key.endswith("_at") else cell(_dig(row, key)) for _, key in columns] for row in rows]
+    body = [
+        [when(_dig(row, key)) if key.endswith("_at") else cell(_dig(row, key)) for _, key in columns] for row in rows
+    ]
     headers = [header for header, _ in columns]
     widths = [max(len(headers[i]), *(len(r[i]) for r in body)) for i in range(len(columns))]
     lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths)).rstrip()]

@@ -13,7 +13,9 @@ from modelplane_cli.output import Output
 class State:
     """What every command shares: the global options, the API client, the output."""
 
-    def __init__(self, *, url: str | None, token: str | None, http_timeout: float, as_json: bool, field: str | None = None):
+    def __init__(
+        self, *, url: str | None, token: str | None, http_timeout: float, as_json: bool, field: str | None = None
+    ):
         self.url, self.token, self.http_timeout, self.as_json, self.field = url, token, http_timeout, as_json, field
         self._api = None
         self._out = None
@@ -44,7 +46,19 @@ def json_option(command):
         if value:
             setattr(ctx.find_object(State), param.name, value)
 
-    command = click.option("--field", "field", metavar="PATH", expose_value=False, callback=remember,
-                           help="Print one field of the JSON result (e.g. id, artifacts.0.id).")(command)
-    return click.option("--json", "as_json", is_flag=True, expose_value=False, callback=remember,
-                        help="Print the API's JSON on stdout (progress goes to stderr).")(command)
+    command = click.option(
+        "--field",
+        "field",
+        metavar="PATH",
+        expose_value=False,
+        callback=remember,
+        help="Print one field of the JSON result (e.g. id, artifacts.0.id).",
+    )(command)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help="Print the API's JSON on stdout (progress goes to stderr).",
+    )(command)

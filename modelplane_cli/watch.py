@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import click
 
@@ -33,8 +33,11 @@ class Clock:
 
     def tick(self) -> None:
         if self.deadline and time.monotonic() >= self.deadline:
-            raise CliError(exits.TIMEOUT, f"gave up waiting for {self.what} after {self.timeout:g}s (it goes on; "
-                                          "run the same wait/watch command again to follow it)")
+            raise CliError(
+                exits.TIMEOUT,
+                f"gave up waiting for {self.what} after {self.timeout:g}s (it goes on; "
+                "run the same wait/watch command again to follow it)",
+            )
         time.sleep(self.interval)
 
     def elapsed(self) -> float:
@@ -42,7 +45,9 @@ class Clock:
 
 
 # --- builds --------------------------------------------------------------------------------
-def wait_build(api: Api, out: Output, build_id: int, *, interval: float = 1.0, timeout: float | None = None) -> tuple[dict, int]:
+def wait_build(
+    api: Api, out: Output, build_id: int, *, interval: float = 1.0, timeout: float | None = None
+) -> tuple[dict, int]:
     """Poll a build until it ends; one line per stage that ends. Returns (build, exit code)."""
     pace = Clock(interval=interval, timeout=timeout, what=f"build {build_id}")
     printed, last_status = set(), None
@@ -95,7 +100,7 @@ def step_text(step_index, steps_bp: list) -> str:
 
 
 def state_text(label: str, steps_bp: list) -> str:
-    """"canary[1]" → "canary step 2/4 (25%)" (events count steps from 0, people from 1)."""
+    """ "canary[1]" → "canary step 2/4 (25%)" (events count steps from 0, people from 1)."""
     match = _LABEL.match(label or "")
     if match:
         return f"{match['state']} {step_text(int(match['step']), steps_bp)}"
@@ -115,7 +120,11 @@ def event_line(event: dict, steps_bp: list) -> str:
 
 
 def verdict_key(verdict: dict) -> tuple:
-    return verdict.get("step"), verdict.get("outcome"), tuple((c.get("name"), c.get("outcome")) for c in verdict.get("checks") or [])
+    return (
+        verdict.get("step"),
+        verdict.get("outcome"),
+        tuple((c.get("name"), c.get("outcome")) for c in verdict.get("checks") or []),
+    )
 
 
 def verdict_line(verdict: dict, steps_bp: list) -> str:
@@ -123,8 +132,10 @@ def verdict_line(verdict: dict, steps_bp: list) -> str:
     checks = " ".join(f"{c.get('name')}={_short(c.get('outcome'))}" for c in verdict.get("checks") or [])
     step = step_text(verdict.get("step"), steps_bp) or "shadow"
     reason = "" if outcome == "pass" else f"  {verdict.get('reason') or ''}"
-    return (f"{clock(verdict.get('created_at'))}  judge {click.style(outcome, fg=OUTCOME_COLOURS.get(outcome))}"
-            f"  {step}  {checks}{reason}").rstrip()
+    return (
+        f"{clock(verdict.get('created_at'))}  judge {click.style(outcome, fg=OUTCOME_COLOURS.get(outcome))}"
+        f"  {step}  {checks}{reason}"
+    ).rstrip()
 
 
 def _short(outcome) -> str:
@@ -136,11 +147,14 @@ def status_line(rollout: dict, last_verdict: dict | None) -> str:
     steps = rollout.get("steps_bp") or []
     state = rollout.get("state")
     index = rollout.get("step_index")
-    parts = [f"rollout #{rollout.get('id')} {state}" + (f" step {index + 1}/{len(steps)}" if state == "canary" and steps else "")]
+    parts = [
+        f"rollout #{rollout.get('id')} {state}"
+        + (f" step {index + 1}/{len(steps)}" if state == "canary" and steps else "")
+    ]
     parts.append(f"candidate {(rollout.get('traffic') or {}).get('candidate_bp', 0) / 100:g}%")
     started = parse_time(rollout.get("step_started_at"))
     if started and state in ("canary", "shadow"):
-        in_step = max(0.0, (datetime.now(timezone.utc) - started).total_seconds())
+        in_step = max(0.0, (datetime.now(UTC) - started).total_seconds())
         parts.append(f"step timer {in_step:.0f}s/{rollout.get('step_min_seconds', 0):g}s")
     if last_verdict:
         parts.append(f"judge {last_verdict.get('outcome')}")
@@ -148,8 +162,15 @@ def status_line(rollout: dict, last_verdict: dict | None) -> str:
     return " · ".join(parts)
 
 
-def watch_rollout(api: Api, out: Output, rollout_id: int, *, interval: float = 1.0, timeout: float | None = None,
-                  through_pause: bool = False) -> tuple[dict, int]:
+def watch_rollout(
+    api: Api,
+    out: Output,
+    rollout_id: int,
+    *,
+    interval: float = 1.0,
+    timeout: float | None = None,
+    through_pause: bool = False,
+) -> tuple[dict, int]:
     """Follow a rollout: each transition and each change of the judge's verdict (outcome or
     a check's outcome) is one line; returns (rollout, exit code) once it ends or pauses."""
     pace = Clock(interval=interval, timeout=timeout, what=f"rollout {rollout_id}")
@@ -159,11 +180,15 @@ def watch_rollout(api: Api, out: Output, rollout_id: int, *, interval: float = 1
         rollout = api.get(f"rollouts/{rollout_id}/")  # first, so the events read next include its state
         steps = rollout.get("steps_bp") or []
         if not headed:
-            out.event(f"rollout #{rollout_id} on {rollout.get('endpoint')}: candidate {rollout.get('candidate_variant')} "
-                      f"(artifact {rollout.get('candidate_artifact')}) vs stable {rollout.get('baseline_variant')}, "
-                      f"{rollout.get('strategy')} steps {'/'.join(f'{s / 100:g}' for s in steps)}%")
+            out.event(
+                f"rollout #{rollout_id} on {rollout.get('endpoint')}: candidate {rollout.get('candidate_variant')} "
+                f"(artifact {rollout.get('candidate_artifact')}) vs stable {rollout.get('baseline_variant')}, "
+                f"{rollout.get('strategy')} steps {'/'.join(f'{s / 100:g}' for s in steps)}%"
+            )
             headed = True
-        events = api.get("events/", object_type="deployments.rollout", object_id=rollout_id, ordering="-time", page_size=100)
+        events = api.get(
+            "events/", object_type="deployments.rollout", object_id=rollout_id, ordering="-time", page_size=100
+        )
         verdicts = api.get("verdicts/", rollout=rollout_id, page_size=50)
         lines = []
         for event in (events or {}).get("results", []):
@@ -177,15 +202,19 @@ def watch_rollout(api: Api, out: Output, rollout_id: int, *, interval: float = 1
             if verdict_key(verdict) != last_key:  # one line per change, not one per second
                 last_key = verdict_key(verdict)
                 lines.append((verdict.get("created_at") or "", 1, verdict["id"], verdict_line(verdict, steps)))
-        for *_, line in sorted(lines, key=lambda item: (parse_time(item[0]) or datetime.min.replace(tzinfo=timezone.utc), item[1], item[2])):
+        for *_, line in sorted(
+            lines, key=lambda item: (parse_time(item[0]) or datetime.min.replace(tzinfo=UTC), item[1], item[2])
+        ):
             out.event(line)
         state = rollout.get("state")
         if state in ROLLOUT_DONE:
             out.event(f"rollout #{rollout_id} {state}: {rollout.get('reason') or ''}".rstrip())
             return rollout, ROLLOUT_DONE[state]
         if state == "paused" and not through_pause:
-            out.event(f"rollout #{rollout_id} paused: {rollout.get('reason') or ''} — it waits for a person: "
-                      f"modelplane rollout resume {rollout_id} --generation {rollout.get('generation')}")
+            out.event(
+                f"rollout #{rollout_id} paused: {rollout.get('reason') or ''} — it waits for a person: "
+                f"modelplane rollout resume {rollout_id} --generation {rollout.get('generation')}"
+            )
             return rollout, exits.PAUSED
         out.status(status_line(rollout, last_verdict))
         pace.tick()

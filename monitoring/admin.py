@@ -2,9 +2,17 @@
 
 from django.contrib import admin, messages
 
-from config.admin import ReadOnlyAdmin
-from config.errors import PlatformError
-from monitoring.models import Alert, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState, Verdict
+from kernel.admin import ReadOnlyAdmin
+from kernel.errors import PlatformError
+from monitoring.models import (
+    Alert,
+    MetricRollup,
+    MetricSample,
+    NotificationChannel,
+    NotificationDelivery,
+    ScrapeState,
+    Verdict,
+)
 from monitoring.services.alerts import alert_acknowledge, alert_resolve
 
 

@@ -1,7 +1,7 @@
 """REST API v1 for monitoring: metrics (time series), verdicts, alerts, channels."""
 
 import re
-from datetime import timedelta, timezone as dt_timezone
+from datetime import UTC, timedelta
 
 from django.contrib.auth.models import Group
 from django.utils import timezone
@@ -12,10 +12,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import created, to_utc
-from config.errors import InvalidInput
-from config.serializers import QuerySerializer, StrictCharField, StrictModelSerializer, StrictRegexField
-from config.viewsets import TeamScopedViewSet
+from kernel.api import created, to_utc
+from kernel.errors import InvalidInput
+from kernel.serializers import QuerySerializer, StrictCharField, StrictModelSerializer, StrictRegexField
+from kernel.viewsets import TeamScopedViewSet
 from monitoring import selectors
 from monitoring.models import Alert, AlertStatus, NotificationChannel, NotificationDelivery, Verdict, VerdictOutcome
 from monitoring.services.alerts import alert_acknowledge, alert_resolve
@@ -41,9 +41,11 @@ def parse_since(value: str, *, field: str = "since"):
         return timezone.now() - delta
     parsed = parse_datetime(value.replace(" ", "+")) if value else None
     if parsed is None:
-        raise InvalidInput(f"{field}: give an ISO 8601 time or a duration like 15m, 2h, 1d (got {value!r}).", field=field)
+        raise InvalidInput(
+            f"{field}: give an ISO 8601 time or a duration like 15m, 2h, 1d (got {value!r}).", field=field
+        )
     if timezone.is_naive(parsed):
-        parsed = timezone.make_aware(parsed, dt_timezone.utc)
+        parsed = timezone.make_aware(parsed, UTC)
     utc = to_utc(parsed)
     if utc is None:
         raise InvalidInput(f"{field}: {value!r} is out of range in UTC.", field=field)
@@ -67,8 +69,12 @@ class SeriesSerializer(serializers.Serializer):
 class MetricsQuerySerializer(QuerySerializer):
     endpoint = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, help_text="Endpoint name.")
     variant = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False)
-    metric = StrictCharField(required=False, help_text="One metric or a comma-separated list, e.g. request_rate,latency_p99_ms.")
-    since = StrictCharField(required=False, default="15m", help_text="ISO 8601 time or duration back from now (15m, 2h, 1d).")
+    metric = StrictCharField(
+        required=False, help_text="One metric or a comma-separated list, e.g. request_rate,latency_p99_ms."
+    )
+    since = StrictCharField(
+        required=False, default="15m", help_text="ISO 8601 time or duration back from now (15m, 2h, 1d)."
+    )
     until = StrictCharField(required=False)
     resolution = serializers.ChoiceField(choices=["auto", "raw", "1m"], default="auto")
 
@@ -83,11 +89,15 @@ class MetricsQuerySerializer(QuerySerializer):
 
 
 class MetricsView(APIView):
-    """/api/v1/metrics/ — time series from the platform's store (samples of your teams)."""
+    """/api/v1/metrics/ — your teams' series from the judge's source (store; Prometheus: 503 if down)."""
 
     @extend_schema(
         parameters=[MetricsQuerySerializer],
-        responses={200: inline_serializer("MetricsResponse", {"since": serializers.DateTimeField(), "series": SeriesSerializer(many=True)})},
+        responses={
+            200: inline_serializer(
+                "MetricsResponse", {"since": serializers.DateTimeField(), "series": SeriesSerializer(many=True)}
+            )
+        },
         summary="Time series per endpoint x variant x metric",
     )
     def get(self, request):
@@ -99,8 +109,13 @@ class MetricsView(APIView):
         if until and until <= since:
             raise InvalidInput("until: must be after since.", field="until")
         series = selectors.metric_series(
-            user=request.user, endpoint=data.get("endpoint"), variant=data.get("variant"), metrics=data["metrics"],
-            since=since, until=until, resolution=data["resolution"],
+            user=request.user,
+            endpoint=data.get("endpoint"),
+            variant=data.get("variant"),
+            metrics=data["metrics"],
+            since=since,
+            until=until,
+            resolution=data["resolution"],
         )
         return Response({"since": since, "series": SeriesSerializer(series, many=True).data})
 
@@ -109,7 +124,9 @@ class ScoreSamplesSerializer(serializers.Serializer):
     endpoint = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$")
     variant = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$")
     scores = serializers.ListField(child=serializers.FloatField(), min_length=1, max_length=100_000)
-    team = serializers.SlugRelatedField(slug_field="name", queryset=Group.objects.all(), required=False, allow_null=True)
+    team = serializers.SlugRelatedField(
+        slug_field="name", queryset=Group.objects.all(), required=False, allow_null=True
+    )
 
 
 class ScoreSamplesView(APIView):
@@ -118,16 +135,21 @@ class ScoreSamplesView(APIView):
 
     permission_classes = [permissions.IsAdminUser]
 
-    @extend_schema(request=ScoreSamplesSerializer,
-                   responses={201: inline_serializer("ScoreBins", {"bins": serializers.ListField(child=serializers.IntegerField())})},
-                   summary="Record sampled prediction scores (binned) for drift/PSI")
+    @extend_schema(
+        request=ScoreSamplesSerializer,
+        responses={
+            201: inline_serializer("ScoreBins", {"bins": serializers.ListField(child=serializers.IntegerField())})
+        },
+        summary="Record sampled prediction scores (binned) for drift/PSI",
+    )
     def post(self, request):
         payload = ScoreSamplesSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         team = data.get("team")
-        bins = score_samples_record(endpoint=data["endpoint"], variant=data["variant"], scores=data["scores"],
-                                             team_id=team.pk if team else None)
+        bins = score_samples_record(
+            endpoint=data["endpoint"], variant=data["variant"], scores=data["scores"], team_id=team.pk if team else None
+        )
         return created({"bins": bins})
 
 
@@ -135,14 +157,32 @@ class ScoreSamplesView(APIView):
 class VerdictSerializer(StrictModelSerializer):
     class Meta:
         model = Verdict
-        fields = ["id", "rollout_id", "endpoint", "step", "stable_variant", "candidate_variant", "outcome", "reason",
-                  "checks", "window_start", "window_end", "created_at"]
+        fields = [
+            "id",
+            "rollout_id",
+            "endpoint",
+            "step",
+            "stable_variant",
+            "candidate_variant",
+            "outcome",
+            "reason",
+            "checks",
+            "window_start",
+            "window_end",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Canary verdicts with their evidence", parameters=[
-        OpenApiParameter("rollout", int), OpenApiParameter("endpoint", str), OpenApiParameter("outcome", str, enum=VerdictOutcome.values)]),
+    list=extend_schema(
+        summary="Canary verdicts with their evidence",
+        parameters=[
+            OpenApiParameter("rollout", int),
+            OpenApiParameter("endpoint", str),
+            OpenApiParameter("outcome", str, enum=VerdictOutcome.values),
+        ],
+    ),
     retrieve=extend_schema(summary="One verdict"),
 )
 class VerdictViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
@@ -170,7 +210,18 @@ class VerdictViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
 class DeliverySerializer(StrictModelSerializer):
     class Meta:
         model = NotificationDelivery
-        fields = ["id", "notify_round", "kind", "target", "attempt", "status", "response_code", "error", "duration_ms", "created_at"]
+        fields = [
+            "id",
+            "notify_round",
+            "kind",
+            "target",
+            "attempt",
+            "status",
+            "response_code",
+            "error",
+            "duration_ms",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -181,8 +232,25 @@ class AlertSerializer(StrictModelSerializer):
 
     class Meta:
         model = Alert
-        fields = ["id", "severity", "kind", "endpoint", "rollout_id", "team", "reason", "evidence", "links", "status",
-                  "occurrences", "first_seen", "last_seen", "acknowledged_by", "acknowledged_at", "resolved_at", "deliveries"]
+        fields = [
+            "id",
+            "severity",
+            "kind",
+            "endpoint",
+            "rollout_id",
+            "team",
+            "reason",
+            "evidence",
+            "links",
+            "status",
+            "occurrences",
+            "first_seen",
+            "last_seen",
+            "acknowledged_by",
+            "acknowledged_at",
+            "resolved_at",
+            "deliveries",
+        ]
         read_only_fields = fields
 
 
@@ -191,8 +259,14 @@ class NoteSerializer(serializers.Serializer):
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Alerts of your teams", parameters=[
-        OpenApiParameter("status", str, enum=AlertStatus.values), OpenApiParameter("endpoint", str), OpenApiParameter("rollout", int)]),
+    list=extend_schema(
+        summary="Alerts of your teams",
+        parameters=[
+            OpenApiParameter("status", str, enum=AlertStatus.values),
+            OpenApiParameter("endpoint", str),
+            OpenApiParameter("rollout", int),
+        ],
+    ),
     retrieve=extend_schema(summary="One alert with its notification attempts"),
 )
 class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
@@ -208,8 +282,9 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedV
         rollout = params.get("rollout")
         if rollout and not rollout.isdigit():
             raise InvalidInput("rollout: must be an integer id.", field="rollout")
-        return selectors.alert_list(user=user, status=status, endpoint=params.get("endpoint"),
-                                    rollout_id=int(rollout) if rollout else None).prefetch_related("deliveries")
+        return selectors.alert_list(
+            user=user, status=status, endpoint=params.get("endpoint"), rollout_id=int(rollout) if rollout else None
+        ).prefetch_related("deliveries")
 
     @extend_schema(request=NoteSerializer, responses={200: AlertSerializer}, summary="Acknowledge an open alert")
     @action(detail=True, methods=["post"])
@@ -261,8 +336,14 @@ class ChannelViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.Dest
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        channel = channel_create(user=request.user, team=data["team"], kind=data["kind"], target=data["target"],
-                                          min_severity=data.get("min_severity", "warning"), enabled=data.get("enabled", True))
+        channel = channel_create(
+            user=request.user,
+            team=data["team"],
+            kind=data["kind"],
+            target=data["target"],
+            min_severity=data.get("min_severity", "warning"),
+            enabled=data.get("enabled", True),
+        )
         return created(self.get_serializer(channel).data)
 
     def perform_destroy(self, instance):

@@ -10,7 +10,12 @@ from datetime import datetime, timedelta
 from deployments.selectors.rollouts import endpoint_list
 
 # The one time range every panel of a page uses (the selector at the top of the page).
-TIME_RANGES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24)}
+TIME_RANGES = {
+    "15m": timedelta(minutes=15),
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(hours=24),
+}
 DEFAULT_RANGE = "1h"
 
 

@@ -20,8 +20,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from monitoring.exposition import samples as exposition_samples
 from monitoring.statistics import SCORE_BINS, histogram_quantile
 
 SEP = "|"
@@ -76,6 +75,7 @@ TRITON_COUNTERS = {
     "nv_inference_compute_output_duration_us": "compute_output_us",
 }
 TRITON_GAUGES = {"nv_inference_pending_request_count": "pending"}
+TRITON_FAMILIES = (*TRITON_COUNTERS, *TRITON_GAUGES)
 
 
 @dataclass
@@ -96,9 +96,13 @@ class Totals:
     upstream_buckets: dict = field(default_factory=lambda: defaultdict(float))
     score_buckets: dict = field(default_factory=lambda: defaultdict(float))  # le -> count of sampled scores
 
-    def add(self, other: "Totals") -> None:
-        for target, source in ((self.values, other.values), (self.latency_buckets, other.latency_buckets),
-                               (self.upstream_buckets, other.upstream_buckets), (self.score_buckets, other.score_buckets)):
+    def add(self, other: Totals) -> None:
+        for target, source in (
+            (self.values, other.values),
+            (self.latency_buckets, other.latency_buckets),
+            (self.upstream_buckets, other.upstream_buckets),
+            (self.score_buckets, other.score_buckets),
+        ):
             for key, value in source.items():
                 target[key] += value
 
@@ -111,22 +115,6 @@ def _split(key: str) -> list[str]:
     return key.split(SEP)
 
 
-def _families(text: str, names: tuple[str, ...] | None = None):
-    """Parse with prometheus_client; with `names`, only the lines of those families reach
-    the (slow, pure-Python) parser: a cheap prefix filter first."""
-    if names:
-        keep = []
-        for line in text.splitlines():
-            if line.startswith("#"):
-                parts = line.split(None, 3)
-                if len(parts) >= 3 and parts[2].startswith(names):
-                    keep.append(line)
-            elif line.startswith(names) and not line.split("{", 1)[0].split(" ", 1)[0].endswith("_created"):
-                keep.append(line)
-        text = "\n".join(keep) + "\n"
-    return text_string_to_metric_families(text)
-
-
 def _le(value: str) -> float:
     return math.inf if value in ("+Inf", "Inf", "inf") else float(value)
 
@@ -136,13 +124,44 @@ def _le_text(le: float) -> str:
 
 
 # --- gateway ----------------------------------------------------------------------------------
+def gateway_families(names: GatewayNames = GatewayNames()) -> tuple[str, ...]:
+    """The gateway's metric families the collector reads (prefix filter; the Prometheus
+    source asks for the same)."""
+    return tuple(
+        names.name(n).removesuffix("_total")
+        for n in (
+            names.requests,
+            names.latency,
+            names.upstream,
+            names.retries,
+            names.failovers,
+            names.upstream_errors,
+            names.shadow_dropped,
+            names.in_flight,
+            names.shadow_requests,
+            names.shadow_latency,
+            names.prediction_score,
+        )
+    )
+
+
 def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[str, float]:
     """Flatten one scrape of the gateway into cumulative values (JSON-serialisable)."""
+    return gateway_snapshot_samples(exposition_samples(text, gateway_families(names)), names)
+
+
+def gateway_snapshot_samples(samples, names: GatewayNames = GatewayNames()) -> dict[str, float]:  # noqa: C901 - one pass read top to bottom (was gateway_snapshot's)
+    """The same from (sample name, labels, value) triples: a scrape's samples, or one
+    instant of a gateway's series read back from Prometheus (monitoring/sources/prometheus.py)."""
     ep_l, var_l = names.endpoint_label, names.variant_label
     # A shadow variant only ever gets shadow copies: its replies are its requests and its
     # latency, so shadow series land on the same keys and the judge can compare it too.
-    histograms = {names.name(names.latency): "lat", names.name(names.upstream): "up", names.name(names.shadow_latency): "lat",
-                  names.name(names.prediction_score): "score"}
+    histograms = {
+        names.name(names.latency): "lat",
+        names.name(names.upstream): "up",
+        names.name(names.shadow_latency): "lat",
+        names.name(names.prediction_score): "score",
+    }
     shadow_requests = names.name(names.shadow_requests)
     request_counters = {names.name(names.requests), shadow_requests}
     simple = {
@@ -151,35 +170,30 @@ def gateway_snapshot(text: str, names: GatewayNames = GatewayNames()) -> dict[st
         names.name(names.shadow_dropped): "shadow_dropped",
     }
     out: dict[str, float] = defaultdict(float)
-    wanted = tuple(names.name(n).removesuffix("_total") for n in (
-        names.requests, names.latency, names.upstream, names.retries, names.failovers, names.upstream_errors,
-        names.shadow_dropped, names.in_flight, names.shadow_requests, names.shadow_latency, names.prediction_score))
-    for family in _families(text, wanted):
-        for sample in family.samples:
-            labels, name = sample.labels, sample.name
-            if name in request_counters:
-                status = labels.get(names.status_label, "")
-                if labels.get(names.fault_label) == names.client_fault:
-                    # The client's doing (4xx, a deadline below the endpoint's floor, a
-                    # disconnect): kept apart, neither a request nor an error of the variant.
-                    out[_key("client_faults", labels.get(ep_l, ""), labels.get(var_l, ""))] += sample.value
-                    continue
-                if name == shadow_requests and (status in ("unavailable", "incompatible") or status.startswith("4")):
-                    # A shadow copy is a request the primary served: no ready shadow replica,
-                    # or the shadow's model refusing it, is the shadow's failure.
-                    status = "error"
-                out[_key("req", labels.get(ep_l, ""), labels.get(var_l, ""), status)] += sample.value
-            elif name.endswith("_bucket") and name[: -len("_bucket")] in histograms:
-                kind = histograms[name[: -len("_bucket")]]
-                out[_key(kind, labels.get(ep_l, ""), labels.get(var_l, ""), _le_text(_le(labels["le"])))] += sample.value
-            elif name.endswith("_sum") and name[: -len("_sum")] in histograms:
-                out[_key(histograms[name[: -len("_sum")]] + "_sum", labels.get(ep_l, ""), labels.get(var_l, ""))] += sample.value
-            elif name in simple:
-                out[_key(simple[name], labels.get(ep_l, ""), labels.get(var_l, ""))] += sample.value
-            elif name == names.name(names.failovers):
-                out[_key("failovers", labels.get(ep_l, ""), labels.get(names.from_variant_label, ""))] += sample.value
-            elif name == names.name(names.in_flight):
-                out[_key("in_flight", labels.get(ep_l, ""), labels.get(var_l, ALL_VARIANTS))] += sample.value
+    for name, labels, value in samples:
+        if name in request_counters:
+            status = labels.get(names.status_label, "")
+            if labels.get(names.fault_label) == names.client_fault:
+                # The client's doing (4xx, a deadline below the endpoint's floor, a
+                # disconnect): kept apart, neither a request nor an error of the variant.
+                out[_key("client_faults", labels.get(ep_l, ""), labels.get(var_l, ""))] += value
+                continue
+            if name == shadow_requests and (status in ("unavailable", "incompatible") or status.startswith("4")):
+                # A shadow copy is a request the primary served: no ready shadow replica,
+                # or the shadow's model refusing it, is the shadow's failure.
+                status = "error"
+            out[_key("req", labels.get(ep_l, ""), labels.get(var_l, ""), status)] += value
+        elif name.endswith("_bucket") and name[: -len("_bucket")] in histograms:
+            kind = histograms[name[: -len("_bucket")]]
+            out[_key(kind, labels.get(ep_l, ""), labels.get(var_l, ""), _le_text(_le(labels["le"])))] += value
+        elif name.endswith("_sum") and name[: -len("_sum")] in histograms:
+            out[_key(histograms[name[: -len("_sum")]] + "_sum", labels.get(ep_l, ""), labels.get(var_l, ""))] += value
+        elif name in simple:
+            out[_key(simple[name], labels.get(ep_l, ""), labels.get(var_l, ""))] += value
+        elif name == names.name(names.failovers):
+            out[_key("failovers", labels.get(ep_l, ""), labels.get(names.from_variant_label, ""))] += value
+        elif name == names.name(names.in_flight):
+            out[_key("in_flight", labels.get(ep_l, ""), labels.get(var_l, ALL_VARIANTS))] += value
     return dict(out)
 
 
@@ -202,11 +216,16 @@ def _decumulate(cumulative: dict[float, float]) -> dict[float, float]:
     for le in bounds:
         counts.append(max(cumulative[le] - below, 0.0))
         below = max(below, cumulative[le])
-    return {le: count for i, (le, count) in enumerate(zip(bounds, counts))
-            if count or (i + 1 < len(counts) and counts[i + 1])}
+    return {
+        le: count
+        for i, (le, count) in enumerate(zip(bounds, counts))
+        if count or (i + 1 < len(counts) and counts[i + 1])
+    }
 
 
-def gateway_deltas(prev: dict, cur: dict, *, seconds: float, names: GatewayNames = GatewayNames()) -> dict[tuple[str, str], Totals]:
+def gateway_deltas(  # noqa: C901 - one pass read top to bottom; split when next changed
+    prev: dict, cur: dict, *, seconds: float, names: GatewayNames = GatewayNames()
+) -> dict[tuple[str, str], Totals]:
     """Interval totals per (endpoint, variant) from two successive gateway snapshots."""
     result: dict[tuple[str, str], Totals] = defaultdict(Totals)
     cumulative: dict[tuple[str, str, str], dict[float, float]] = defaultdict(dict)
@@ -262,19 +281,28 @@ def gateway_deltas(prev: dict, cur: dict, *, seconds: float, names: GatewayNames
 # --- Triton -------------------------------------------------------------------------------------
 def triton_snapshot(text: str) -> dict[str, float]:
     """Flatten Triton's /metrics per (model, version): the counters the collector diffs."""
+    return triton_snapshot_samples(exposition_samples(text, TRITON_FAMILIES))
+
+
+def triton_snapshot_samples(samples) -> dict[str, float]:
+    """The same from (sample name, labels, value) triples: a scrape's samples, or one
+    instant of a replica's series read back from Prometheus (monitoring/sources/prometheus.py)."""
     out: dict[str, float] = defaultdict(float)
-    for family in _families(text, (*TRITON_COUNTERS, *TRITON_GAUGES)):
-        for sample in family.samples:
-            # The parser names counter samples "<family>_total"; Triton's own text has no suffix.
-            field_name = TRITON_COUNTERS.get(sample.name.removesuffix("_total")) or TRITON_GAUGES.get(sample.name)
-            if field_name is None:
-                continue
-            out[_key(field_name, sample.labels.get("model", ""), sample.labels.get("version", ""))] += sample.value
+    for name, labels, value in samples:
+        # names as written (Triton's counters have no "_total"; a re-exporter may add it)
+        field_name = TRITON_COUNTERS.get(name.removesuffix("_total")) or TRITON_GAUGES.get(name)
+        if field_name is None:
+            continue
+        out[_key(field_name, labels.get("model", ""), labels.get("version", ""))] += value
     return dict(out)
 
 
 def triton_deltas(
-    prev: dict, cur: dict, *, seconds: float, models: dict[str, TritonModelMap] | None = None,
+    prev: dict,
+    cur: dict,
+    *,
+    seconds: float,
+    models: dict[str, TritonModelMap] | None = None,
     cost_per_replica_hour: float = 0.0,
 ) -> dict[tuple[str, str], Totals]:
     """Interval totals per (endpoint, variant) of one Triton replica.
@@ -290,7 +318,9 @@ def triton_deltas(
             per_model[(model, version)][field_name] += cur[key]
         else:
             per_model[(model, version)][field_name] += _counter_delta(prev, cur, key)
-    compute = {mv: v["compute_input_us"] + v["compute_infer_us"] + v["compute_output_us"] for mv, v in per_model.items()}
+    compute = {
+        mv: v["compute_input_us"] + v["compute_infer_us"] + v["compute_output_us"] for mv, v in per_model.items()
+    }
     total_compute = sum(compute.values())
     result: dict[tuple[str, str], Totals] = defaultdict(Totals)
     for (model, version), values in per_model.items():
@@ -331,7 +361,7 @@ def parse_bucket_metric(metric: str) -> tuple[str, float]:
     return prefix, _le(le)
 
 
-def derive(totals: Totals) -> dict[str, float]:
+def derive(totals: Totals) -> dict[str, float]:  # noqa: C901 - one pass read top to bottom; split when next changed
     """The stored metrics of one endpoint x variant for one tick."""
     v, out = totals.values, {}
     if "requests" in v:

@@ -30,7 +30,9 @@ def _instances(artifact) -> int:
 
 
 def _model_map(endpoint_name: str, artifact, variant: str = "") -> TritonModelMap:
-    return TritonModelMap(endpoint=endpoint_name, variant=variant or variant_name(artifact), instances=_instances(artifact))
+    return TritonModelMap(
+        endpoint=endpoint_name, variant=variant or variant_name(artifact), instances=_instances(artifact)
+    )
 
 
 def gateway_metrics_url() -> str:
@@ -45,21 +47,29 @@ def from_deployments() -> list[ScrapeTarget]:
     models_by_pool: dict[int, dict[str, TritonModelMap]] = {}
     for endpoint in endpoints:
         models_by_pool.setdefault(endpoint.pool_id, {})[triton_name(endpoint.stable_artifact)] = _model_map(
-            endpoint.name, endpoint.stable_artifact)
+            endpoint.name, endpoint.stable_artifact
+        )
     by_id = {e.pk: e for e in endpoints}
     for endpoint_id, rollout in active_rollouts(endpoints=endpoints).items():
         endpoint = by_id[endpoint_id]
         models_by_pool.setdefault(endpoint.pool_id, {})[triton_name(rollout.candidate_artifact)] = _model_map(
-            endpoint.name, rollout.candidate_artifact)
+            endpoint.name, rollout.candidate_artifact
+        )
         if rollout.baseline_model:  # the fair baseline's copy of the stable, under its own name
             models_by_pool[endpoint.pool_id][rollout.baseline_model] = _model_map(
-                endpoint.name, rollout.baseline_artifact, baseline_variant_name(rollout.baseline_artifact))
+                endpoint.name, rollout.baseline_artifact, baseline_variant_name(rollout.baseline_artifact)
+            )
     targets = [ScrapeTarget(kind="gateway", url=gateway_metrics_url(), endpoint_teams=teams)]
     for replica in ready_replicas(pool_ids=models_by_pool):
         if not replica.metrics_url:
             continue
-        targets.append(ScrapeTarget(
-            kind="triton", url=replica.metrics_url, models=models_by_pool[replica.pool_id],
-            cost_per_replica_hour=float(replica.pool.cost_per_replica_hour), endpoint_teams=teams,
-        ))
+        targets.append(
+            ScrapeTarget(
+                kind="triton",
+                url=replica.metrics_url,
+                models=models_by_pool[replica.pool_id],
+                cost_per_replica_hour=float(replica.pool.cost_per_replica_hour),
+                endpoint_teams=teams,
+            )
+        )
     return targets

@@ -33,7 +33,7 @@ class ArmWindow:
     def errors(self) -> float:
         return float(sum(e for _, e in self.ticks))
 
-    def plus(self, other: "ArmWindow") -> "ArmWindow":
+    def plus(self, other: ArmWindow) -> ArmWindow:
         """Both arms as one (ticks aligned, counts added): e.g. stable and baseline, which
         serve the same artifact, as the error-rate control."""
         if len(self.ticks) != len(other.ticks):
@@ -42,8 +42,11 @@ class ArmWindow:
         buckets = dict(self.latency_buckets)
         for le, n in other.latency_buckets.items():
             buckets[le] = buckets.get(le, 0.0) + n
-        bins = [a + b for a, b in zip(self.score_bins, other.score_bins)] if self.score_bins and other.score_bins else (
-            list(self.score_bins or other.score_bins))
+        bins = (
+            [a + b for a, b in zip(self.score_bins, other.score_bins)]
+            if self.score_bins and other.score_bins
+            else (list(self.score_bins or other.score_bins))
+        )
         return ArmWindow(ticks=ticks, latency_buckets=buckets, score_bins=bins)
 
 

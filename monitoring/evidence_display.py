@@ -8,8 +8,17 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 FIRST_COLUMNS = ("name", "check", "outcome")
-OUTCOMES = {"pass": "ok", "passed": "ok", "ok": "ok", "fail": "failed", "failed": "failed", "inconclusive": "warning",
-            "waiting": "queued", "rollback": "failed", "promote": "ok"}
+OUTCOMES = {
+    "pass": "ok",
+    "passed": "ok",
+    "ok": "ok",
+    "fail": "failed",
+    "failed": "failed",
+    "inconclusive": "warning",
+    "waiting": "queued",
+    "rollback": "failed",
+    "promote": "ok",
+}
 MAX_DEPTH = 4
 
 
@@ -44,7 +53,9 @@ def scalar(value) -> SafeString:
 def progress(value) -> str | None:
     """A judge check's progress toward a verdict ({"have", "need", "unit"}, the contract
     with the judge): "312 of 500 requests", or None when `value` is not one."""
-    if not (isinstance(value, dict) and set(value) == {"have", "need", "unit"} and isinstance(value["have"], (int, float))):
+    if not (
+        isinstance(value, dict) and set(value) == {"have", "need", "unit"} and isinstance(value["have"], (int, float))
+    ):
         return None
     have = number(float(value["have"]))
     if isinstance(value["need"], (int, float)):
@@ -80,15 +91,23 @@ def render(value, depth: int = 0) -> SafeString:
     if isinstance(value, dict):
         if not value:
             return mark_safe('<span class="muted">none</span>')
-        items = format_html_join("", "<dt>{}</dt><dd>{}</dd>", ((label(k), render(v, depth + 1)) for k, v in value.items()))
+        items = format_html_join(
+            "", "<dt>{}</dt><dd>{}</dd>", ((label(k), render(v, depth + 1)) for k, v in value.items())
+        )
         return format_html('<dl class="props evidence">{}</dl>', items)
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(item, dict) for item in value):
             columns = _columns(value)
             head = format_html_join("", "<th>{}</th>", ((label(c),) for c in columns))
-            body = format_html_join("", "<tr>{}</tr>", (
-                (format_html_join("", "<td>{}</td>", ((inline(row.get(c)),) for c in columns)),) for row in value))
-            return format_html('<div class="scroll-x"><table class="evidence"><thead><tr>{}</tr></thead><tbody>{}</tbody></table></div>',
-                               head, body)
+            body = format_html_join(
+                "",
+                "<tr>{}</tr>",
+                ((format_html_join("", "<td>{}</td>", ((inline(row.get(c)),) for c in columns)),) for row in value),
+            )
+            return format_html(
+                '<div class="scroll-x"><table class="evidence"><thead><tr>{}</tr></thead><tbody>{}</tbody></table></div>',
+                head,
+                body,
+            )
         return inline(value, depth)
     return scalar(value)

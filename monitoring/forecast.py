@@ -34,14 +34,26 @@ def _time(need: float, have: float, rate: float) -> float | None:
     return None if rate <= 0 else (need - have) / rate
 
 
-def forecast(rate_rps: float | None, steps_bp, config: JudgeConfig, *, step_min_seconds: float = 30.0,
-             step_min_requests: int = 200, step_deadline_seconds: float = 600.0, baseline: bool = True,
-             stable_score_rate: float = 0.05) -> dict:
+def forecast(
+    rate_rps: float | None,
+    steps_bp,
+    config: JudgeConfig,
+    *,
+    step_min_seconds: float = 30.0,
+    step_min_requests: int = 200,
+    step_deadline_seconds: float = 600.0,
+    baseline: bool = True,
+    stable_score_rate: float = 0.05,
+) -> dict:
     """Per step: shares, the candidate's requests/s, each check's need and expected
     seconds, the step's ETA and whether it fits its deadline; plus the total and warnings."""
     if not rate_rps or rate_rps <= 0:
-        return {"rate_rps": rate_rps, "steps": [], "total_seconds": None,
-                "warnings": ["no traffic observed on this endpoint: no check can conclude until requests arrive"]}
+        return {
+            "rate_rps": rate_rps,
+            "steps": [],
+            "total_seconds": None,
+            "warnings": ["no traffic observed on this endpoint: no check can conclude until requests arrive"],
+        }
     steps, warnings, elapsed = [], [], 0.0
     have = {"requests": 0.0, "scores_candidate": 0.0, "scores_control": 0.0}
     for index, weight in enumerate(steps_bp):
@@ -49,31 +61,64 @@ def forecast(rate_rps: float | None, steps_bp, config: JudgeConfig, *, step_min_
         stable_bp = FULL_BP - weight - base_bp
         c_rps = rate_rps * weight / FULL_BP
         control_rps = rate_rps * (base_bp if base_bp else stable_bp) / FULL_BP
-        control_score_rps = control_rps if base_bp else control_rps * max(stable_score_rate, min(1.0, weight / max(stable_bp, 1)))
+        control_score_rps = (
+            control_rps if base_bp else control_rps * max(stable_score_rate, min(1.0, weight / max(stable_bp, 1)))
+        )
         checks = {
             "error_rate": (config.min_requests, _time(config.min_requests, have["requests"], c_rps), "requests"),
-            "guardrails": (config.min_guardrail_requests, _time(config.min_guardrail_requests, have["requests"], c_rps), "requests"),
-            "psi": (config.min_score_samples, max(_time(config.min_score_samples, have["scores_candidate"], c_rps) or 0.0,
-                                                  _time(config.min_score_samples, have["scores_control"], control_score_rps) or 0.0)
-                    if control_score_rps > 0 else None, "scores"),
-            "step_minimum": (step_min_requests, max(step_min_seconds, _time(step_min_requests, 0, c_rps) or 0.0), "requests"),
+            "guardrails": (
+                config.min_guardrail_requests,
+                _time(config.min_guardrail_requests, have["requests"], c_rps),
+                "requests",
+            ),
+            "psi": (
+                config.min_score_samples,
+                max(
+                    _time(config.min_score_samples, have["scores_candidate"], c_rps) or 0.0,
+                    _time(config.min_score_samples, have["scores_control"], control_score_rps) or 0.0,
+                )
+                if control_score_rps > 0
+                else None,
+                "scores",
+            ),
+            "step_minimum": (
+                step_min_requests,
+                max(step_min_seconds, _time(step_min_requests, 0, c_rps) or 0.0),
+                "requests",
+            ),
         }
         if control_rps > 0:
-            checks["latency"] = (config.min_latency_samples, _time(config.min_latency_samples, 0, min(c_rps, control_rps)), "requests")
+            checks["latency"] = (
+                config.min_latency_samples,
+                _time(config.min_latency_samples, 0, min(c_rps, control_rps)),
+                "requests",
+            )
         required = [t for name, (_, t, _) in checks.items() if name != "psi"]  # psi waits only where scores flow
         eta = None if any(t is None for t in required) else max([*required, checks["psi"][1] or 0.0])
         fits = eta is not None and eta <= step_deadline_seconds
-        steps.append({
-            "step": index + 1, "candidate_bp": weight, "baseline_bp": base_bp, "stable_bp": stable_bp,
-            "candidate_rps": round(c_rps, 3),
-            "checks": {name: {"need": need, "unit": unit, "eta_seconds": None if t is None else round(t, 1)}
-                       for name, (need, t, unit) in checks.items()},
-            "eta_seconds": None if eta is None else round(eta, 1), "fits_deadline": fits,
-        })
+        steps.append(
+            {
+                "step": index + 1,
+                "candidate_bp": weight,
+                "baseline_bp": base_bp,
+                "stable_bp": stable_bp,
+                "candidate_rps": round(c_rps, 3),
+                "checks": {
+                    name: {"need": need, "unit": unit, "eta_seconds": None if t is None else round(t, 1)}
+                    for name, (need, t, unit) in checks.items()
+                },
+                "eta_seconds": None if eta is None else round(eta, 1),
+                "fits_deadline": fits,
+            }
+        )
         if not fits:
-            slowest = max(((n, t) for n, (_, t, _) in checks.items() if t is not None), key=lambda x: x[1], default=("", 0))
-            warnings.append(f"step {index + 1} ({weight / 100:g} %): the candidate gets {c_rps:.2g} req/s, so "
-                            f"{slowest[0]} needs ~{slowest[1]:.0f} s, beyond the {step_deadline_seconds:g} s deadline")
+            slowest = max(
+                ((n, t) for n, (_, t, _) in checks.items() if t is not None), key=lambda x: x[1], default=("", 0)
+            )
+            warnings.append(
+                f"step {index + 1} ({weight / 100:g} %): the candidate gets {c_rps:.2g} req/s, so "
+                f"{slowest[0]} needs ~{slowest[1]:.0f} s, beyond the {step_deadline_seconds:g} s deadline"
+            )
         step_s = min(eta if eta is not None else step_deadline_seconds, step_deadline_seconds)
         elapsed += step_s
         have["requests"] += c_rps * step_s
@@ -83,8 +128,15 @@ def forecast(rate_rps: float | None, steps_bp, config: JudgeConfig, *, step_min_
     return {"rate_rps": round(rate_rps, 3), "steps": steps, "total_seconds": total, "warnings": warnings}
 
 
-def suggest_steps(rate_rps: float | None, config: JudgeConfig, *, step_deadline_seconds: float = 600.0,
-                  step_min_seconds: float = 30.0, step_min_requests: int = 200, baseline: bool = True) -> list[int]:
+def suggest_steps(
+    rate_rps: float | None,
+    config: JudgeConfig,
+    *,
+    step_deadline_seconds: float = 600.0,
+    step_min_seconds: float = 30.0,
+    step_min_requests: int = 200,
+    baseline: bool = True,
+) -> list[int]:
     """The plan for this traffic: the smallest first share from LADDER at which the
     candidate gets DETECT_RPS and the step concludes within half its deadline, then the
     larger ladder shares and 100 %."""
@@ -92,8 +144,15 @@ def suggest_steps(rate_rps: float | None, config: JudgeConfig, *, step_deadline_
         return [*LADDER[2:], FULL_BP]
     first = LADDER[-1]
     for share in LADDER:
-        plan = forecast(rate_rps, [share], config, step_min_seconds=step_min_seconds, step_min_requests=step_min_requests,
-                        step_deadline_seconds=step_deadline_seconds, baseline=baseline)
+        plan = forecast(
+            rate_rps,
+            [share],
+            config,
+            step_min_seconds=step_min_seconds,
+            step_min_requests=step_min_requests,
+            step_deadline_seconds=step_deadline_seconds,
+            baseline=baseline,
+        )
         eta = plan["steps"][0]["eta_seconds"]
         if rate_rps * share / FULL_BP >= DETECT_RPS and eta is not None and eta <= step_deadline_seconds / 2:
             first = share

@@ -11,10 +11,10 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import InvalidInput
-from config.serializers import QuerySerializer, StrictCharField
 from deployments.rollout_machine import FULL_BP
 from deployments.selectors.rollouts import endpoint_get
+from kernel.errors import InvalidInput
+from kernel.serializers import QuerySerializer, StrictCharField
 from monitoring import selectors
 from monitoring.forecast import forecast, suggest_steps
 from monitoring.services.canary import judge_config_for
@@ -22,10 +22,17 @@ from monitoring.services.canary import judge_config_for
 
 class ForecastQuerySerializer(QuerySerializer):
     endpoint = StrictCharField(help_text="The endpoint's name.")
-    steps_bp = StrictCharField(required=False, help_text="Comma-separated weights in basis points, e.g. 1000,2500,10000; "
-                                                  "default: the steps suggested for the observed traffic.")
-    rate_rps = serializers.FloatField(required=False, min_value=0.001, max_value=1e7,
-                                      help_text="Assume this traffic instead of the observed one (requests/s).")
+    steps_bp = StrictCharField(
+        required=False,
+        help_text="Comma-separated weights in basis points, e.g. 1000,2500,10000; "
+        "default: the steps suggested for the observed traffic.",
+    )
+    rate_rps = serializers.FloatField(
+        required=False,
+        min_value=0.001,
+        max_value=1e7,
+        help_text="Assume this traffic instead of the observed one (requests/s).",
+    )
     step_min_seconds = serializers.FloatField(required=False, min_value=0, default=30.0)
     step_min_requests = serializers.IntegerField(required=False, min_value=0, default=200)
     step_deadline_seconds = serializers.FloatField(required=False, min_value=1, default=600.0)
@@ -35,31 +42,55 @@ class ForecastQuerySerializer(QuerySerializer):
         try:
             steps = [int(part) for part in value.split(",") if part.strip()]
         except ValueError:
-            raise serializers.ValidationError("give comma-separated whole numbers of basis points, e.g. 1000,2500,10000.") from None
+            raise serializers.ValidationError(
+                "give comma-separated whole numbers of basis points, e.g. 1000,2500,10000."
+            ) from None
         if not steps or any(not 0 < s <= FULL_BP for s in steps) or steps != sorted(set(steps)):
             raise serializers.ValidationError("steps must be strictly increasing weights in (0, 10000].")
         return steps
 
 
-def endpoint_forecast(*, user, name: str, steps_bp=None, rate_rps=None, step_min_seconds=30.0, step_min_requests=200,
-                      step_deadline_seconds=600.0, fair_baseline=True) -> dict:
+def endpoint_forecast(
+    *,
+    user,
+    name: str,
+    steps_bp=None,
+    rate_rps=None,
+    step_min_seconds=30.0,
+    step_min_requests=200,
+    step_deadline_seconds=600.0,
+    fair_baseline=True,
+) -> dict:
     endpoint = endpoint_get(user=user, name=name)  # another team's endpoint: 404
     observed = selectors.endpoint_request_rate(endpoint=endpoint.name)
     rate = rate_rps or observed
     config = judge_config_for(endpoint)
-    plan = dict(step_min_seconds=step_min_seconds, step_min_requests=step_min_requests, step_deadline_seconds=step_deadline_seconds,
-                baseline=fair_baseline)
+    plan = dict(
+        step_min_seconds=step_min_seconds,
+        step_min_requests=step_min_requests,
+        step_deadline_seconds=step_deadline_seconds,
+        baseline=fair_baseline,
+    )
     suggested = suggest_steps(rate, config, **plan)
     steps = steps_bp or suggested
-    return {"endpoint": endpoint.name, "observed_rate_rps": None if observed is None else round(observed, 3),
-            "suggested_steps_bp": suggested, "steps_bp": steps, **forecast(rate, steps, config, **plan)}
+    return {
+        "endpoint": endpoint.name,
+        "observed_rate_rps": None if observed is None else round(observed, 3),
+        "suggested_steps_bp": suggested,
+        "steps_bp": steps,
+        **forecast(rate, steps, config, **plan),
+    }
 
 
 class RolloutForecastView(APIView):
-    schema_error_codes = ("404",)  # an endpoint that is not yours (or does not exist)
+    schema_error_codes = ("404", "503")  # an endpoint that is not yours (or does not exist); Prometheus down
 
-    @extend_schema(parameters=[ForecastQuerySerializer], responses=OpenApiTypes.OBJECT, summary="Expected time to a verdict for each step of a rollout plan, "
-                                                                 "at the endpoint's traffic (before starting it)")
+    @extend_schema(
+        parameters=[ForecastQuerySerializer],
+        responses=OpenApiTypes.OBJECT,
+        summary="Expected time to a verdict for each step of a rollout plan, "
+        "at the endpoint's traffic (before starting it)",
+    )
     def get(self, request):
         query = ForecastQuerySerializer(data=request.query_params)
         if not query.is_valid():

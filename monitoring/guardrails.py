@@ -21,7 +21,9 @@ from monitoring.statistics import histogram_quantile, psi
 PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
 
 
-def sustained(name: str, breaching: bool, config: JudgeConfig, previous: dict | None, now_s: float | None) -> tuple[bool, dict]:
+def sustained(
+    name: str, breaching: bool, config: JudgeConfig, previous: dict | None, now_s: float | None
+) -> tuple[bool, dict]:
     """(fail now?, evidence) for a guardrail that breached (or not) at this look.
 
     Without a clock (`now_s` None: a one-off evaluation) a breach fails at once."""
@@ -36,12 +38,24 @@ def sustained(name: str, breaching: bool, config: JudgeConfig, previous: dict | 
         count, since = 1, now_s
     held = now_s - since
     fail = count >= config.guardrail_failure_limit and held >= config.guardrail_sustain_s
-    return fail, {"breaches": count, "breach_since": since, "breach_held_s": round(held, 2),
-                  "failure_limit": config.guardrail_failure_limit, "sustain_s": config.guardrail_sustain_s}
+    return fail, {
+        "breaches": count,
+        "breach_since": since,
+        "breach_held_s": round(held, 2),
+        "failure_limit": config.guardrail_failure_limit,
+        "sustain_s": config.guardrail_sustain_s,
+    }
 
 
-def check_guardrails(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, *, previous: dict | None = None,
-                     now_s: float | None = None, seconds: float | None = None) -> list[dict]:
+def check_guardrails(
+    stable: ArmWindow,
+    candidate: ArmWindow,
+    config: JudgeConfig,
+    *,
+    previous: dict | None = None,
+    now_s: float | None = None,
+    seconds: float | None = None,
+) -> list[dict]:
     """`stable`: the control (the baseline copy when the rollout has one); `previous`:
     the rollout's last checks by name; `seconds`: how long the window ran (for ETAs)."""
     checks = []
@@ -56,23 +70,47 @@ def check_guardrails(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfi
         else:
             fail, memory = sustained("p99_slo", p99_ms > config.slo_p99_ms, config, previous, now_s)
             outcome = FAIL if fail else (INCONCLUSIVE if memory["breaches"] else PASS)
-        checks.append(make_check("p99_slo", "guardrail", outcome, samples={"candidate": latency_n}, statistic=p99_ms,
-                                 threshold=config.slo_p99_ms, min_samples=config.min_guardrail_requests, **memory,
-                                 **progress(latency_n, config.min_guardrail_requests, "requests", seconds)))
+        checks.append(
+            make_check(
+                "p99_slo",
+                "guardrail",
+                outcome,
+                samples={"candidate": latency_n},
+                statistic=p99_ms,
+                threshold=config.slo_p99_ms,
+                min_samples=config.min_guardrail_requests,
+                **memory,
+                **progress(latency_n, config.min_guardrail_requests, "requests", seconds),
+            )
+        )
     if config.slo_error_rate is not None:
         errors = int(round(candidate.errors))
         rate = candidate.errors / n_c if n_c else None
-        p_value = float(stats.binomtest(errors, int(round(n_c)), config.slo_error_rate, alternative="greater").pvalue) if n_c >= 1 else None
+        p_value = (
+            float(stats.binomtest(errors, int(round(n_c)), config.slo_error_rate, alternative="greater").pvalue)
+            if n_c >= 1
+            else None
+        )
         if not enough:
             outcome = INCONCLUSIVE
         elif p_value is not None and p_value < config.guardrail_alpha:
             outcome = FAIL
         else:
             outcome = PASS
-        checks.append(make_check("error_slo", "guardrail", outcome, samples={"candidate": n_c}, statistic=rate,
-                                 p_value=p_value, threshold=config.slo_error_rate, alpha=config.guardrail_alpha,
-                                 min_samples=config.min_guardrail_requests,
-                                 **progress(n_c, config.min_guardrail_requests, "requests", seconds)))
+        checks.append(
+            make_check(
+                "error_slo",
+                "guardrail",
+                outcome,
+                samples={"candidate": n_c},
+                statistic=rate,
+                p_value=p_value,
+                threshold=config.slo_error_rate,
+                alpha=config.guardrail_alpha,
+                min_samples=config.min_guardrail_requests,
+                **progress(n_c, config.min_guardrail_requests, "requests", seconds),
+            )
+        )
     if candidate.score_bins and stable.score_bins:
         n_sc, n_cc = sum(stable.score_bins), sum(candidate.score_bins)
         value = psi(stable.score_bins, candidate.score_bins) if n_sc > 0 and n_cc > 0 else None
@@ -81,7 +119,17 @@ def check_guardrails(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfi
         else:
             fail, memory = sustained("psi", value > config.psi_threshold, config, previous, now_s)
             outcome = FAIL if fail else (INCONCLUSIVE if memory["breaches"] else PASS)
-        checks.append(make_check("psi", "guardrail", outcome, samples={"stable": n_sc, "candidate": n_cc},
-                                 statistic=value, threshold=config.psi_threshold, min_samples=config.min_score_samples,
-                                 **memory, **progress(min(n_sc, n_cc), config.min_score_samples, "scores", seconds)))
+        checks.append(
+            make_check(
+                "psi",
+                "guardrail",
+                outcome,
+                samples={"stable": n_sc, "candidate": n_cc},
+                statistic=value,
+                threshold=config.psi_threshold,
+                min_samples=config.min_score_samples,
+                **memory,
+                **progress(min(n_sc, n_cc), config.min_score_samples, "scores", seconds),
+            )
+        )
     return checks

@@ -47,6 +47,8 @@ statistical comparisons
                  under A/A the truth is 10 % away from the null boundary.
   * latency_tail a quantile test: the share of candidate requests above stable's
                  p95 x (1 + margin) against 5 % (one-sided binomial test).
+
+Why this is one long module: the judge's checks, their configuration and how each verdict is described are one piece of statistics read together.
 """
 
 from __future__ import annotations
@@ -118,7 +120,9 @@ def error_e_path(stable_ticks, candidate_ticks, odds_ratios=JudgeConfig.odds_rat
     return np.mean(np.exp(np.minimum(np.asarray(paths), 700)), axis=0)
 
 
-def check_error_rate(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None) -> dict:
+def check_error_rate(
+    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None
+) -> dict:
     e_value = error_e_value(stable.ticks, candidate.ticks, config.odds_ratios)
     threshold = 1.0 / config.alpha
     n_s, n_c = stable.requests, candidate.requests
@@ -132,10 +136,18 @@ def check_error_rate(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfi
     else:
         outcome = INCONCLUSIVE
     return _check(
-        "error_rate", "test", outcome, test="mixture e-process (conditional binomial LR, Ville)",
-        samples={"stable": n_s, "candidate": n_c}, errors={"stable": stable.errors, "candidate": candidate.errors},
-        rates={"stable": rate_s, "candidate": rate_c}, statistic=difference, e_value=e_value,
-        threshold=threshold, min_samples=config.min_requests, margin=config.error_margin,
+        "error_rate",
+        "test",
+        outcome,
+        test="mixture e-process (conditional binomial LR, Ville)",
+        samples={"stable": n_s, "candidate": n_c},
+        errors={"stable": stable.errors, "candidate": candidate.errors},
+        rates={"stable": rate_s, "candidate": rate_c},
+        statistic=difference,
+        e_value=e_value,
+        threshold=threshold,
+        min_samples=config.min_requests,
+        margin=config.error_margin,
         **progress(n_c, config.min_requests, "requests", seconds),
     )
 
@@ -162,11 +174,15 @@ def reconstruct(buckets: dict[float, float], max_points: int | None = None) -> n
 
 
 def _quantiles_ms(buckets: dict[float, float]) -> dict:
-    return {name: (None if (v := histogram_quantile(q, buckets)) is None else v * 1000)
-            for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+    return {
+        name: (None if (v := histogram_quantile(q, buckets)) is None else v * 1000)
+        for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+    }
 
 
-def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None) -> list[dict]:
+def check_latency(
+    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None
+) -> list[dict]:
     s = reconstruct(stable.latency_buckets, config.max_latency_points)
     c = reconstruct(candidate.latency_buckets, config.max_latency_points)
     n_s_true, n_c_true = sum(stable.latency_buckets.values()), sum(candidate.latency_buckets.values())
@@ -177,10 +193,29 @@ def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, 
     pace = progress(have, config.min_latency_samples, "requests", seconds)
     if len(s) < 2 or len(c) < 2:
         return [
-            _check("latency", "test", INCONCLUSIVE, test="Mann-Whitney U vs stable x (1+margin)", samples=samples,
-                   quantiles_ms=quantiles, statistic=None, p_value=None, threshold=config.latency_alpha, **pace),
-            _check("latency_tail", "test", INCONCLUSIVE, test="binomial test on share above stable p95 x (1+margin)",
-                   samples=samples, statistic=None, p_value=None, threshold=config.latency_alpha, **pace),
+            _check(
+                "latency",
+                "test",
+                INCONCLUSIVE,
+                test="Mann-Whitney U vs stable x (1+margin)",
+                samples=samples,
+                quantiles_ms=quantiles,
+                statistic=None,
+                p_value=None,
+                threshold=config.latency_alpha,
+                **pace,
+            ),
+            _check(
+                "latency_tail",
+                "test",
+                INCONCLUSIVE,
+                test="binomial test on share above stable p95 x (1+margin)",
+                samples=samples,
+                statistic=None,
+                p_value=None,
+                threshold=config.latency_alpha,
+                **pace,
+            ),
         ]
     bound = s * (1 + config.latency_margin)
     slower = stats.mannwhitneyu(c, bound, alternative="greater")
@@ -195,32 +230,63 @@ def check_latency(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, 
     else:
         outcome = INCONCLUSIVE
     shift = _check(
-        "latency", "test", outcome, test="Mann-Whitney U vs stable x (1+margin)", samples=samples,
-        quantiles_ms=quantiles, statistic=float(slower.statistic), effect=effect,
-        p_value=float(slower.pvalue), p_value_noninferior=float(faster.pvalue),
-        threshold=config.latency_alpha, margin=config.latency_margin, min_samples=config.min_latency_samples,
-        min_fail_samples=config.min_latency_fail_samples, **pace,
+        "latency",
+        "test",
+        outcome,
+        test="Mann-Whitney U vs stable x (1+margin)",
+        samples=samples,
+        quantiles_ms=quantiles,
+        statistic=float(slower.statistic),
+        effect=effect,
+        p_value=float(slower.pvalue),
+        p_value_noninferior=float(faster.pvalue),
+        threshold=config.latency_alpha,
+        margin=config.latency_margin,
+        min_samples=config.min_latency_samples,
+        min_fail_samples=config.min_latency_fail_samples,
+        **pace,
     )
 
     stable_p95 = histogram_quantile(0.95, stable.latency_buckets)
     limit = stable_p95 * (1 + config.latency_margin)
     above = int(np.sum(c > limit))
     tail = stats.binomtest(above, len(c), 0.05, alternative="greater")
-    tail_outcome = (FAIL if may_fail else INCONCLUSIVE) if tail.pvalue < config.latency_alpha else (
-        PASS if have >= config.min_latency_samples else INCONCLUSIVE)
+    tail_outcome = (
+        (FAIL if may_fail else INCONCLUSIVE)
+        if tail.pvalue < config.latency_alpha
+        else (PASS if have >= config.min_latency_samples else INCONCLUSIVE)
+    )
     tail_check = _check(
-        "latency_tail", "test", tail_outcome, test="binomial test on share above stable p95 x (1+margin)",
-        samples=samples, statistic=above / len(c), limit_ms=limit * 1000, p_value=float(tail.pvalue),
-        threshold=config.latency_alpha, expected_share=0.05, **pace,
+        "latency_tail",
+        "test",
+        tail_outcome,
+        test="binomial test on share above stable p95 x (1+margin)",
+        samples=samples,
+        statistic=above / len(c),
+        limit_ms=limit * 1000,
+        p_value=float(tail.pvalue),
+        threshold=config.latency_alpha,
+        expected_share=0.05,
+        **pace,
     )
     return [shift, tail_check]
 
 
 # --- the verdict ---------------------------------------------------------------------------------
-def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = None, *,
-          latency: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True,
-          error_control: ArmWindow | None = None, previous: dict | None = None, now_s: float | None = None,
-          seconds: float | None = None, step_seconds: float | None = None, control: str = "stable") -> Decision:
+def judge(
+    stable: ArmWindow,
+    candidate: ArmWindow,
+    config: JudgeConfig | None = None,
+    *,
+    latency: tuple[ArmWindow, ArmWindow] | None = None,
+    compare_latency: bool = True,
+    error_control: ArmWindow | None = None,
+    previous: dict | None = None,
+    now_s: float | None = None,
+    seconds: float | None = None,
+    step_seconds: float | None = None,
+    control: str = "stable",
+) -> Decision:
     """Fail if any check fails; pass if every check passes (or is skipped); otherwise
     inconclusive.
 
@@ -241,14 +307,26 @@ def judge(stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig | None = 
         for check in latency_checks:
             check["window"] = "step" if latency else "rollout"
     else:
-        latency_checks = [_check(name, "test", SKIPPED, window="none",
-                                 why="no stable traffic beside the candidate to compare with; the p99 SLO guardrail applies")
-                          for name in ("latency", "latency_tail")]
-    checks = [*check_guardrails(error_control or stable, candidate, config, previous=previous, now_s=now_s, seconds=seconds),
-              check_error_rate(error_control or stable, candidate, config, seconds), *latency_checks]
+        latency_checks = [
+            _check(
+                name,
+                "test",
+                SKIPPED,
+                window="none",
+                why="no stable traffic beside the candidate to compare with; the p99 SLO guardrail applies",
+            )
+            for name in ("latency", "latency_tail")
+        ]
+    checks = [
+        *check_guardrails(error_control or stable, candidate, config, previous=previous, now_s=now_s, seconds=seconds),
+        check_error_rate(error_control or stable, candidate, config, seconds),
+        *latency_checks,
+    ]
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:
-        return Decision(FAIL, "; ".join(_describe(c, control, pooled=error_control is not None) for c in failed), checks)
+        return Decision(
+            FAIL, "; ".join(_describe(c, control, pooled=error_control is not None) for c in failed), checks
+        )
     waiting = [c for c in checks if c["outcome"] == INCONCLUSIVE]
     if waiting:
         return Decision(INCONCLUSIVE, "waiting for evidence: " + ", ".join(_waiting(c) for c in waiting), checks)
@@ -272,18 +350,28 @@ def _describe(check: dict, control: str = "stable", pooled: bool = False) -> str
     name = check["name"]
     if name == "error_rate":
         rates = check["rates"]
-        return (f"candidate error rate {rates['candidate']:.2%} vs {'stable+baseline' if pooled else control} "
-                f"{rates['stable']:.2%} "
-                f"(e-value {check['e_value']:.3g} >= {check['threshold']:.3g})")
+        return (
+            f"candidate error rate {rates['candidate']:.2%} vs {'stable+baseline' if pooled else control} "
+            f"{rates['stable']:.2%} "
+            f"(e-value {check['e_value']:.3g} >= {check['threshold']:.3g})"
+        )
     if name == "latency":
         q = check["quantiles_ms"]
-        return (f"candidate slower than {control} +{check['margin']:.0%}: p50 {q['candidate']['p50']:.2f} ms vs "
-                f"{q['stable']['p50']:.2f} ms (Mann-Whitney p={check['p_value']:.2g} < {check['threshold']})")
+        return (
+            f"candidate slower than {control} +{check['margin']:.0%}: p50 {q['candidate']['p50']:.2f} ms vs "
+            f"{q['stable']['p50']:.2f} ms (Mann-Whitney p={check['p_value']:.2g} < {check['threshold']})"
+        )
     if name == "latency_tail":
-        return (f"{check['statistic']:.1%} of candidate requests above {check['limit_ms']:.2f} ms "
-                f"(p={check['p_value']:.2g} < {check['threshold']})")
+        return (
+            f"{check['statistic']:.1%} of candidate requests above {check['limit_ms']:.2f} ms "
+            f"(p={check['p_value']:.2g} < {check['threshold']})"
+        )
     if name == "p99_slo":
-        held = f" for {check['breach_held_s']:.0f} s ({check['breaches']} looks)" if check.get("breach_held_s") is not None else ""
+        held = (
+            f" for {check['breach_held_s']:.0f} s ({check['breaches']} looks)"
+            if check.get("breach_held_s") is not None
+            else ""
+        )
         return f"candidate p99 {check['statistic']:.2f} ms over the SLO {check['threshold']} ms{held}"
     if name == "error_slo":
         return f"candidate error rate {check['statistic']:.2%} over the SLO {check['threshold']:.2%}"

@@ -49,7 +49,9 @@ class MetricRollup(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["endpoint", "variant", "metric", "minute"], name="rollup_series_minute_uniq")
+            models.UniqueConstraint(
+                fields=["endpoint", "variant", "metric", "minute"], name="rollup_series_minute_uniq"
+            )
         ]
         indexes = [models.Index(fields=["minute"], name="rollup_minute_idx")]
 
@@ -146,7 +148,9 @@ class Alert(models.Model):
     notify_round = models.PositiveIntegerField(default=1)
     first_seen = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField()
-    acknowledged_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
 
@@ -167,7 +171,9 @@ class NotificationChannel(models.Model):
     """Where a team's alerts go (the dashboard banner needs no channel). A channel with
     no team receives every team's alerts."""
 
-    team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.CASCADE, related_name="notification_channels")
+    team = models.ForeignKey(
+        Group, null=True, blank=True, on_delete=models.CASCADE, related_name="notification_channels"
+    )
     kind = models.CharField(max_length=16, choices=ChannelKind.choices)
     target = models.CharField(max_length=500, help_text="Webhook URL or e-mail address.")
     min_severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.WARNING)
@@ -186,7 +192,7 @@ class NotificationChannel(models.Model):
         refuses the same in monitoring.services.notifications.channel_create)."""
         from django.core.exceptions import ValidationError
 
-        from config.outbound import OutboundRefused, Unresolvable, vet_url
+        from kernel.outbound import OutboundRefused, Unresolvable, vet_url
 
         if self.kind == ChannelKind.WEBHOOK:
             try:

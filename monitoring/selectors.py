@@ -1,129 +1,71 @@
-"""Reads shared by the API, the dashboard and the canary judge: one time-series store."""
+"""Reads shared by the API, the dashboard and the canary judge: the time series through the
+judge's metric source (monitoring/sources), verdicts, alerts and channels."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
-from config.errors import NotFound
+from kernel.errors import NotFound
 from monitoring import conf
-from monitoring.collect import UNKNOWN_ENDPOINT, parse_bucket_metric
 from monitoring.judge import ArmWindow
-from monitoring.models import Alert, AlertStatus, MetricRollup, MetricSample, NotificationChannel, NotificationDelivery, Verdict
+from monitoring.models import Alert, AlertStatus, MetricSample, NotificationChannel, NotificationDelivery, Verdict
+from monitoring.sources import MetricSource, metric_source
+from monitoring.sources.store import sample_list
 from monitoring.statistics import SCORE_BINS
+from monitoring.windows import TICK_METRICS, arms_from_rows
 from registry.selectors.teams import team_scoped
-
-MAX_POINTS = 2000  # per series; past this the 1-minute roll-ups answer
 
 
 # --- time series ---------------------------------------------------------------------------------
-def sample_list(*, user, endpoint: str | None = None, variant: str | None = None, metrics=None,
-                since: datetime | None = None, until: datetime | None = None) -> QuerySet:
-    qs = team_scoped(MetricSample.objects.all(), user)
-    if endpoint:
-        qs = qs.filter(endpoint=endpoint)
-    if variant:
-        qs = qs.filter(variant=variant)
-    if metrics:
-        qs = qs.filter(metric__in=list(metrics))
-    if since:
-        qs = qs.filter(time__gte=since)
-    if until:
-        qs = qs.filter(time__lte=until)
-    return qs
-
-
-def rollup_list(*, user, endpoint=None, variant=None, metrics=None, since=None, until=None) -> QuerySet:
-    qs = team_scoped(MetricRollup.objects.all(), user)
-    if endpoint:
-        qs = qs.filter(endpoint=endpoint)
-    if variant:
-        qs = qs.filter(variant=variant)
-    if metrics:
-        qs = qs.filter(metric__in=list(metrics))
-    if since:
-        qs = qs.filter(minute__gte=since.replace(second=0, microsecond=0))
-    if until:
-        qs = qs.filter(minute__lte=until)
-    return qs
-
-
-def metric_series(*, user, endpoint: str | None = None, variant: str | None = None, metrics=None,
-                  since: datetime, until: datetime | None = None, resolution: str = "auto") -> list[dict]:
+# The dashboards' and the API's reads go to the metric source the judge reads (monitoring/
+# sources: the built-in store by default, Prometheus when PROMETHEUS_URL is set), so what
+# people see and what the judge decides come from the same series. `source` picks one.
+def metric_series(
+    *,
+    user,
+    endpoint: str | None = None,
+    variant: str | None = None,
+    metrics=None,
+    since: datetime,
+    until: datetime | None = None,
+    resolution: str = "auto",
+    source: MetricSource | None = None,
+) -> list[dict]:
     """Series of (time, value) points per endpoint x variant x metric, oldest first.
 
-    `resolution`: "raw" (every sample), "1m" (roll-up means) or "auto": raw when the
+    `resolution`: "raw" (every tick), "1m" (one point a minute) or "auto": raw when the
     window lies inside raw retention and has at most MAX_POINTS per series.
     """
-    now = timezone.now()
-    raw_from = now - timedelta(hours=conf.get("MONITORING_RAW_RETENTION_HOURS"))
-    filters = dict(endpoint=endpoint, variant=variant, metrics=metrics, since=since, until=until)
-    if resolution == "auto":
-        resolution = "raw"
-        if since < raw_from:
-            resolution = "1m"
-        else:
-            busiest = (sample_list(user=user, **filters).values("endpoint", "variant", "metric")
-                       .annotate(n=Count("id")).order_by("-n").values_list("n", flat=True).first())
-            if busiest and busiest > MAX_POINTS:
-                resolution = "1m"
-    grouped: dict[tuple, list] = defaultdict(list)
-    if resolution == "raw":
-        rows = (sample_list(user=user, **filters).order_by("endpoint", "variant", "metric", "time")
-                .values_list("endpoint", "variant", "metric", "time", "value"))
-        for ep, var, metric, time, value in rows:
-            grouped[(ep, var, metric)].append((time, value))
-    else:
-        rows = (rollup_list(user=user, **filters).order_by("endpoint", "variant", "metric", "minute")
-                .values_list("endpoint", "variant", "metric", "minute", "total", "count"))
-        for ep, var, metric, minute, total, count in rows:
-            grouped[(ep, var, metric)].append((minute, total / count if count else 0.0))
-    return [
-        {"endpoint": ep, "variant": var, "metric": metric, "resolution": resolution,
-         "points": [{"time": t, "value": v} for t, v in points[-MAX_POINTS:]]}
-        for (ep, var, metric), points in grouped.items()
-    ]
+    return (source or metric_source()).metric_series(
+        user=user, endpoint=endpoint, variant=variant, metrics=metrics, since=since, until=until, resolution=resolution
+    )
 
 
-def series_index(*, user, since: datetime) -> list[dict]:
+def series_index(*, user, since: datetime, source: MetricSource | None = None) -> list[dict]:
     """Endpoints with the variants that reported samples since `since`. Only real
     endpoints: requests to endpoints that do not exist are one bucket (unknown_traffic)."""
-    rows = (sample_list(user=user, since=since, metrics=["request_rate", "triton_inference_rate"])
-            .exclude(endpoint=UNKNOWN_ENDPOINT).values("endpoint", "variant").annotate(last=Max("time")).order_by("endpoint", "variant"))
-    endpoints: dict[str, dict] = {}
-    for row in rows:
-        entry = endpoints.setdefault(row["endpoint"], {"endpoint": row["endpoint"], "variants": [], "last": row["last"]})
-        entry["variants"].append(row["variant"])
-        entry["last"] = max(entry["last"], row["last"])
-    return list(endpoints.values())
+    return (source or metric_source()).series_index(user=user, since=since)
 
 
-def unknown_traffic(*, user, since: datetime) -> dict | None:
+def unknown_traffic(*, user, since: datetime, source: MetricSource | None = None) -> dict | None:
     """Requests to endpoints that do not exist, as one bucket: their mean rate and total
     count over the window (staff only: such requests belong to no team); None if none."""
-    # a 404 is the client's fault (client_faults); a 503 before any route table, requests
-    qs = sample_list(user=user, endpoint=UNKNOWN_ENDPOINT, metrics=["requests", "client_faults"], since=since)
-    total = qs.order_by().aggregate(n=Sum("value"))["n"]
-    if not total:
-        return None
-    seconds = max((timezone.now() - since).total_seconds(), 1.0)
-    return {"requests": int(total), "rate": total / seconds}
+    return (source or metric_source()).unknown_traffic(user=user, since=since)
 
 
-def latest_values(*, user, endpoint: str, since: datetime, metrics) -> dict[str, dict[str, float]]:
+def latest_values(
+    *, user, endpoint: str, since: datetime, metrics, source: MetricSource | None = None
+) -> dict[str, dict[str, float]]:
     """{variant: {metric: latest value}} over the window (the dashboard's summary row)."""
-    qs = sample_list(user=user, endpoint=endpoint, metrics=metrics, since=since).order_by("variant", "metric", "-time")
-    out: dict[str, dict[str, float]] = defaultdict(dict)
-    for variant, metric, value in qs.values_list("variant", "metric", "value"):
-        out[variant].setdefault(metric, value)
-    return dict(out)
+    return (source or metric_source()).latest_values(user=user, endpoint=endpoint, since=since, metrics=metrics)
 
 
-def judge_window(*, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime,
-                 until: datetime | None = None) -> tuple[ArmWindow, ArmWindow]:
+def judge_window(
+    *, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime, until: datetime | None = None
+) -> tuple[ArmWindow, ArmWindow]:
     """Both arms over [since, until] from the store: per-tick (requests, errors) aligned by
     scrape time, summed latency bucket counts and prediction-score bins. Internal (the
     judge acts for the platform), so not user-scoped."""
@@ -131,37 +73,34 @@ def judge_window(*, endpoint: str, stable_variant: str, candidate_variant: str, 
     return arms[stable_variant], arms[candidate_variant]
 
 
-def judge_arms(*, endpoint: str, variants: list[str], since: datetime, until: datetime | None = None) -> dict[str, ArmWindow]:
-    """Any number of arms over [since, until], ticks aligned by scrape time (see judge_window)."""
+def judge_arms(
+    *, endpoint: str, variants: list[str], since: datetime, until: datetime | None = None
+) -> dict[str, ArmWindow]:
+    """Any number of arms over [since, until] from the store, ticks aligned by scrape time
+    (see judge_window); monitoring/windows.py turns the rows into windows."""
     variants = list(dict.fromkeys(variants))
     base = MetricSample.objects.filter(endpoint=endpoint, variant__in=variants, time__gte=since)
     if until:
         base = base.filter(time__lte=until)
-    per_tick: dict[datetime, dict[str, list[float]]] = defaultdict(lambda: {v: [0.0, 0.0] for v in variants})
-    for variant, metric, time, value in base.filter(metric__in=["requests", "errors"]).values_list("variant", "metric", "time", "value"):
-        per_tick[time][variant][0 if metric == "requests" else 1] += value
-    times = sorted(per_tick)
-    arms = {v: ArmWindow(ticks=[tuple(per_tick[t][v]) for t in times]) for v in variants}
-    buckets = (base.filter(metric__startswith="latency_bucket:").values("variant", "metric").annotate(n=Sum("value")))
-    for row in buckets:
-        _, le = parse_bucket_metric(row["metric"])
-        arms[row["variant"]].latency_buckets[le] = arms[row["variant"]].latency_buckets.get(le, 0.0) + row["n"]
-    scores = base.filter(metric__startswith="score_bin:").values("variant", "metric").annotate(n=Sum("value"))
-    for variant in variants:
-        arms[variant].score_bins = []
-    for row in scores:
-        arm = arms[row["variant"]]
-        if not arm.score_bins:
-            arm.score_bins = [0.0] * SCORE_BINS
-        index = int(row["metric"].split(":", 1)[1])
-        if 0 <= index < SCORE_BINS:
-            arm.score_bins[index] += row["n"]
-    return arms
+    ticks = base.filter(metric__in=TICK_METRICS).values_list("variant", "metric", "time", "value")
+    # histograms are summed over the window by the database (their time does not matter)
+    histograms = (
+        base.filter(Q(metric__startswith="latency_bucket:") | Q(metric__startswith="score_bin:"))
+        .values("variant", "metric")
+        .annotate(n=Sum("value"))
+        .values_list("variant", "metric", "n")
+    )
+    rows = [*ticks, *((variant, metric, None, n) for variant, metric, n in histograms)]
+    return arms_from_rows(rows, variants)
 
 
 def score_distribution(*, user, endpoint: str, variant: str, since: datetime) -> list[float]:
-    rows = (sample_list(user=user, endpoint=endpoint, variant=variant, since=since)
-            .filter(metric__startswith="score_bin:").values("metric").annotate(n=Sum("value")))
+    rows = (
+        sample_list(user=user, endpoint=endpoint, variant=variant, since=since)
+        .filter(metric__startswith="score_bin:")
+        .values("metric")
+        .annotate(n=Sum("value"))
+    )
     bins = [0.0] * SCORE_BINS
     for row in rows:
         index = int(row["metric"].split(":", 1)[1])
@@ -181,7 +120,9 @@ def verdict_list(*, user, rollout_id: int | None = None, endpoint: str | None = 
 
 
 # --- alerts --------------------------------------------------------------------------------------------
-def alert_list(*, user, status: str | None = None, endpoint: str | None = None, rollout_id: int | None = None) -> QuerySet:
+def alert_list(
+    *, user, status: str | None = None, endpoint: str | None = None, rollout_id: int | None = None
+) -> QuerySet:
     qs = team_scoped(Alert.objects.select_related("team", "acknowledged_by"), user)
     if status:
         qs = qs.filter(status=status)
@@ -230,17 +171,11 @@ def channels_for_alert(alert: Alert) -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
-
-
-def endpoint_request_rate(*, endpoint: str, window_s: float = 300.0, now: datetime | None = None) -> float | None:
-    """Requests/s the endpoint served (every variant) over the last `window_s` seconds of
-    stored scrapes; None when nothing was stored (internal: the forecast's input)."""
-    now = now or timezone.now()
-    rows = MetricSample.objects.filter(endpoint=endpoint, metric="requests", time__gt=now - timedelta(seconds=window_s), time__lte=now)
-    stats = rows.aggregate(total=Sum("value"), first=Min("time"), last=Max("time"), ticks=Count("time", distinct=True))
-    if not stats["total"] or not stats["ticks"]:
-        return None
-    span = (stats["last"] - stats["first"]).total_seconds()
-    # each stored tick covers the scrape interval before it: n ticks span n intervals
-    interval = span / (stats["ticks"] - 1) if stats["ticks"] > 1 else 2.0
-    return float(stats["total"]) / max(span + interval, 1e-9)
+def endpoint_request_rate(
+    *, endpoint: str, window_s: float = 300.0, now: datetime | None = None, source: MetricSource | None = None
+) -> float | None:
+    """Requests/s the endpoint served (every variant) over the last `window_s` seconds;
+    None when nothing was seen (internal: the forecast's input)."""
+    return (source or metric_source()).endpoint_request_rate(
+        endpoint=endpoint, window_s=window_s, now=now or timezone.now()
+    )

@@ -36,7 +36,7 @@ class ScrapeTarget:
         return f"{self.kind}:{self.url}"[:255]
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ScrapeTarget":
+    def from_dict(cls, data: dict) -> ScrapeTarget:
         kind = data.get("kind")
         if kind not in KINDS:
             raise ValueError(f"scrape target kind must be one of {KINDS}, got {kind!r}")
@@ -46,7 +46,9 @@ class ScrapeTarget:
         if data.get("models") is not None:
             models = {name: TritonModelMap(**spec) for name, spec in data["models"].items()}
         return cls(
-            kind=kind, url=data["url"], models=models,
+            kind=kind,
+            url=data["url"],
+            models=models,
             cost_per_replica_hour=float(data.get("cost_per_replica_hour", 0.0)),
             endpoint_teams={str(k): int(v) for k, v in (data.get("endpoint_teams") or {}).items()},
             metric_prefix=str(data.get("metric_prefix", "")),

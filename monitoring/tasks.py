@@ -36,8 +36,14 @@ def retention() -> dict:
 
 
 @shared_task(
-    name="monitoring.deliver_notification", bind=True, ignore_result=True, acks_late=True,
-    reject_on_worker_lost=True, max_retries=None, soft_time_limit=30, time_limit=40,
+    name="monitoring.deliver_notification",
+    bind=True,
+    ignore_result=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,
+    soft_time_limit=30,
+    time_limit=40,
 )
 def deliver_notification(self, alert_id: int, kind: str, target: str, notify_round: int) -> str:
     """Deliver one alert round to one channel; a failed attempt is recorded and retried

@@ -26,8 +26,12 @@ from monitoring import conf
 from monitoring.deployment_targets import gateway_metrics_url
 from monitoring.services.collector import fetch_metrics
 
-FAMILIES = ("gateway_tenant_requests", "gateway_tenant_request_duration_seconds", "gateway_auth_rejections",
-            "process_start_time_seconds")
+FAMILIES = (
+    "gateway_tenant_requests",
+    "gateway_tenant_request_duration_seconds",
+    "gateway_auth_rejections",
+    "process_start_time_seconds",
+)
 CACHE_SECONDS = 3.0
 _cache: dict = {"at": 0.0, "url": None, "value": None}
 _lock = threading.Lock()
@@ -40,8 +44,15 @@ def _status_class(status: str) -> str:
 def key_traffic_from_text(text: str) -> dict:
     """{"keys": {key id: {"requests": {"2xx": n, …}, "total": n, "mean_ms": x|None,
     "rejections": {reason: n}}}, "anonymous": {endpoint: {reason: n}}, "since": unix time|None}."""
-    keys: dict[str, dict] = defaultdict(lambda: {"requests": defaultdict(float), "total": 0.0, "latency_sum": 0.0,
-                                                 "latency_count": 0.0, "rejections": defaultdict(float)})
+    keys: dict[str, dict] = defaultdict(
+        lambda: {
+            "requests": defaultdict(float),
+            "total": 0.0,
+            "latency_sum": 0.0,
+            "latency_count": 0.0,
+            "rejections": defaultdict(float),
+        }
+    )
     anonymous: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     since = None
     # only these families' samples reach the (slow, pure-Python) parser; untyped is enough
@@ -67,8 +78,12 @@ def key_traffic_from_text(text: str) -> dict:
     out = {}
     for key_id, entry in keys.items():
         count = entry["latency_count"]
-        out[key_id] = {"requests": dict(entry["requests"]), "total": entry["total"], "rejections": dict(entry["rejections"]),
-                       "mean_ms": entry["latency_sum"] / count * 1000 if count else None}
+        out[key_id] = {
+            "requests": dict(entry["requests"]),
+            "total": entry["total"],
+            "rejections": dict(entry["rejections"]),
+            "mean_ms": entry["latency_sum"] / count * 1000 if count else None,
+        }
     return {"keys": out, "anonymous": {e: dict(r) for e, r in anonymous.items()}, "since": since}
 
 
@@ -79,7 +94,9 @@ def key_traffic() -> dict:
         if _cache["url"] == url and time.monotonic() - _cache["at"] < CACHE_SECONDS:
             return _cache["value"]
     try:
-        text = fetch_metrics(url, min(1.0, conf.get("MONITORING_SCRAPE_TIMEOUT_S")), os.environ.get("GATEWAY_METRICS_TOKEN"))
+        text = fetch_metrics(
+            url, min(1.0, conf.get("MONITORING_SCRAPE_TIMEOUT_S")), os.environ.get("GATEWAY_METRICS_TOKEN")
+        )
         value = key_traffic_from_text(text)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         value = {"error": f"the gateway's metrics ({url}) could not be read: {type(exc).__name__}: {exc}"[:300]}

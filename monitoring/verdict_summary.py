@@ -41,7 +41,9 @@ def detail(check: dict) -> str:
         parts.append(f"e={check['e_value']:.2f}")
     if isinstance(check.get("threshold"), (int, float)):
         parts.append(f"threshold {_number(check['threshold'], 3)}")
-    if isinstance(check.get("breaches"), int) and check["breaches"] > 0:  # a sustained guardrail: how close to its limit
+    if (
+        isinstance(check.get("breaches"), int) and check["breaches"] > 0
+    ):  # a sustained guardrail: how close to its limit
         parts.append(f"breach {check['breaches']} of {check.get('failure_limit', '?')}")
     if isinstance(check.get("samples"), (int, float)):
         parts.append(f"{int(check['samples'])} samples")
@@ -86,11 +88,55 @@ def summarize(verdicts: list, *, trend_length: int = TREND_LENGTH) -> list[Check
             row = rows.get(name)
             if row is None:
                 text, fraction = progress_text(check)
-                row = rows[name] = CheckRow(name=name, kind=check.get("kind", ""), outcome=check.get("outcome", ""),
-                                            detail=detail(check), progress=text, progress_fraction=fraction)
+                row = rows[name] = CheckRow(
+                    name=name,
+                    kind=check.get("kind", ""),
+                    outcome=check.get("outcome", ""),
+                    detail=detail(check),
+                    progress=text,
+                    progress_fraction=fraction,
+                )
             if len(row.trend) < trend_length:
                 outcome = check.get("outcome", "")
                 row.trend.append({"outcome": outcome, "symbol": SYMBOLS.get(outcome, "?"), "at": verdict.created_at})
     for row in rows.values():
         row.trend.reverse()
     return list(rows.values())
+
+
+def canary_measured(verdicts) -> dict | None:
+    """What a canary measured, from its verdicts (newest first): the latest verdict whose
+    latency check has quantiles of both arms gives p50/p99 of the candidate and its control
+    (the fair baseline when the rollout had one, else the stable) and their ratios; the
+    latest error-rate check gives both arms' error rates. None before any such verdict."""
+    for verdict in verdicts:
+        checks = {c.get("name"): c for c in verdict.checks or [] if isinstance(c, dict)}
+        quantiles = (checks.get("latency") or {}).get("quantiles_ms") or {}
+        candidate, control = quantiles.get("candidate") or {}, quantiles.get("stable") or {}
+        if candidate.get("p50") is None or control.get("p50") is None:
+            continue
+        rates = (checks.get("error_rate") or {}).get("rates") or {}
+        samples = (checks.get("latency") or {}).get("samples") or {}
+
+        def ratio(key, candidate=candidate, control=control):
+            a, b = candidate.get(key), control.get(key)
+            return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0 else None
+
+        return {
+            "at": verdict.created_at,
+            "step": verdict.step,
+            "candidate_variant": verdict.candidate_variant,
+            "control_variant": verdict.stable_variant,
+            "candidate_p50_ms": candidate.get("p50"),
+            "candidate_p99_ms": candidate.get("p99"),
+            "control_p50_ms": control.get("p50"),
+            "control_p99_ms": control.get("p99"),
+            "p50_ratio": ratio("p50"),
+            "p99_ratio": ratio("p99"),
+            "candidate_requests": samples.get("candidate"),
+            "control_requests": samples.get("stable"),
+            "candidate_error_rate": rates.get("candidate"),
+            "control_error_rate": rates.get("stable"),
+            "outcome": verdict.outcome,
+        }
+    return None

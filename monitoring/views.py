@@ -9,14 +9,24 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from config.errors import PlatformError
-from config.redirects import redirect_next
+from kernel.errors import PlatformError
+from kernel.redirects import redirect_next
 from monitoring import charts, selectors
 from monitoring.models import AlertStatus
 from monitoring.services import alerts as services
+from monitoring.sources import metric_source
+from monitoring.sources.prometheus import PrometheusError
 from registry.selectors.events import event_list
 
-SUMMARY_METRICS = ["request_rate", "error_rate", "latency_p50_ms", "latency_p99_ms", "queue_ms", "utilization", "cost_per_1k_inferences"]
+SUMMARY_METRICS = [
+    "request_rate",
+    "error_rate",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "queue_ms",
+    "utilization",
+    "cost_per_1k_inferences",
+]
 
 
 @login_required
@@ -26,19 +36,33 @@ def overview(request):
     time_range = charts.time_range(request.GET.get("range"))
     now = timezone.now()
     since = charts.range_start(time_range, now)
-    endpoints = selectors.series_index(user=request.user, since=since)
-    for entry in endpoints:
-        entry["summary"] = selectors.latest_values(user=request.user, endpoint=entry["endpoint"], since=since, metrics=SUMMARY_METRICS)
-        for values in entry["summary"].values():
-            for name in ("error_rate", "utilization"):
-                if name in values:
-                    values[f"{name}_pct"] = values[name] * 100
+    source = metric_source()  # the judge's: the store, or Prometheus with PROMETHEUS_URL
+    try:
+        endpoints = selectors.series_index(user=request.user, since=since, source=source)
+        for entry in endpoints:
+            entry["summary"] = selectors.latest_values(
+                user=request.user, endpoint=entry["endpoint"], since=since, metrics=SUMMARY_METRICS, source=source
+            )
+            for values in entry["summary"].values():
+                for name in ("error_rate", "utilization"):
+                    if name in values:
+                        values[f"{name}_pct"] = values[name] * 100
+        unknown, source_error = selectors.unknown_traffic(user=request.user, since=since, source=source), ""
+    except PrometheusError as exc:
+        endpoints, unknown, source_error = [], None, exc.detail
     context = {
-        "endpoints": endpoints, "range": time_range, "ranges": list(charts.TIME_RANGES), "now": now,
-        "unknown": selectors.unknown_traffic(user=request.user, since=since),
-        "chart_config": {**charts.chart_config(user=request.user, endpoints=[e["endpoint"] for e in endpoints]),
-                         "range_seconds": charts.TIME_RANGES[time_range].total_seconds(),
-                         "metrics_url": reverse("api:metrics")},
+        "endpoints": endpoints,
+        "range": time_range,
+        "ranges": list(charts.TIME_RANGES),
+        "now": now,
+        "source": source.name,
+        "source_error": source_error,
+        "unknown": unknown,
+        "chart_config": {
+            **charts.chart_config(user=request.user, endpoints=[e["endpoint"] for e in endpoints]),
+            "range_seconds": charts.TIME_RANGES[time_range].total_seconds(),
+            "metrics_url": reverse("api:metrics"),
+        },
     }
     if request.htmx:
         return render(request, "monitoring/overview.html#summary", context)
@@ -76,11 +100,20 @@ def _alert_action(request, pk, service, done: str):
         alert = service(user=request.user, alert=alert, note=request.POST.get("note", ""))
     except PlatformError as exc:
         if request.htmx:
-            return render(request, "monitoring/alert_list.html#alert-row", {"alert": alert, "error": exc.detail}, status=exc.status)
+            return render(
+                request,
+                "monitoring/alert_list.html#alert-row",
+                {"alert": alert, "error": exc.detail},
+                status=exc.status,
+            )
         messages.error(request, exc.detail)
     else:
         if request.htmx:
-            return render(request, "monitoring/alert_list.html#alert-row", {"alert": selectors.alert_get(user=request.user, alert_id=pk)})
+            return render(
+                request,
+                "monitoring/alert_list.html#alert-row",
+                {"alert": selectors.alert_get(user=request.user, alert_id=pk)},
+            )
         messages.success(request, f"Alert {alert.pk} {done}.")
     return redirect_next(request, "monitoring:alert-list")
 

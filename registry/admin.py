@@ -3,8 +3,8 @@ actions call the same services as the API."""
 
 from django.contrib import admin, messages
 
-from config.admin import ReadOnlyAdmin
-from config.errors import PlatformError
+from kernel.admin import ReadOnlyAdmin
+from kernel.errors import PlatformError
 from registry.models import Artifact, Build, Event, ModelVersion, RegisteredModel, TeamMembership
 from registry.services import catalog as services
 

@@ -21,11 +21,20 @@ from pathlib import Path
 
 import numpy as np
 
-from config.errors import InvalidInput
+from kernel.errors import InvalidInput
 
 FORMATS = ("npz", "parquet", "jsonl")
-_NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int64": np.int64, "int32": np.int32,
-       "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
+_NP = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int16,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "bool": np.bool_,
+}
 
 
 def _bad(message: str, code: str = "data_invalid") -> InvalidInput:
@@ -40,7 +49,9 @@ def sniff(path: Path) -> str:
     if head[:4] == b"PAR1":
         return "parquet"
     if head[:1] == b"\x80":
-        raise _bad("the file is a Python pickle; pickles are never loaded (send NPZ, Parquet or JSON lines)", "data_format")
+        raise _bad(
+            "the file is a Python pickle; pickles are never loaded (send NPZ, Parquet or JSON lines)", "data_format"
+        )
     if head.lstrip()[:1] == b"{":
         return "jsonl"
     raise _bad("not NPZ, Parquet or JSON lines (one JSON object per line)", "data_format")
@@ -51,7 +62,9 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except ValueError as exc:  # object arrays need pickle: refused
-        raise _bad(f"the NPZ holds an array that needs pickle to load ({exc}); save plain numeric arrays", "data_format") from None
+        raise _bad(
+            f"the NPZ holds an array that needs pickle to load ({exc}); save plain numeric arrays", "data_format"
+        ) from None
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise _bad(f"the NPZ does not read (truncated or not .npz): {exc}", "data_format") from None
 
@@ -74,7 +87,11 @@ def _read_parquet(path: Path) -> dict[str, np.ndarray]:
     out = {}
     for name in table.column_names:
         column = table.column(name)
-        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type):
+        if (
+            pa.types.is_list(column.type)
+            or pa.types.is_large_list(column.type)
+            or pa.types.is_fixed_size_list(column.type)
+        ):
             out[name] = _column(column.to_pylist(), name)
         else:
             out[name] = column.to_numpy()
@@ -90,7 +107,9 @@ def _read_jsonl(path: Path) -> dict[str, np.ndarray]:
             try:
                 row = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise _bad(f"line {number} is not JSON: {exc.msg if hasattr(exc, 'msg') else exc}", "data_format") from None
+                raise _bad(
+                    f"line {number} is not JSON: {exc.msg if hasattr(exc, 'msg') else exc}", "data_format"
+                ) from None
             if not isinstance(row, dict):
                 raise _bad(f"line {number} is not a JSON object keyed by input name", "data_format")
             rows.append(row)
@@ -112,32 +131,51 @@ def _cast(name: str, array: np.ndarray, dtype: str) -> np.ndarray:
     want = np.dtype(_NP.get(dtype, np.float32))
     have = array.dtype
     if have.kind in "OUSV":
-        raise _bad(f"input {name!r} is {dtype} in the model; the data holds {have.kind in 'US' and 'strings' or 'objects'}", "data_dtype")
+        raise _bad(
+            f"input {name!r} is {dtype} in the model; the data holds {have.kind in 'US' and 'strings' or 'objects'}",
+            "data_dtype",
+        )
     if want.kind in "iu" and have.kind == "f":
-        raise _bad(f"input {name!r} is {dtype} in the model; the data holds {have.name} (floats for an integer input)", "data_dtype")
+        raise _bad(
+            f"input {name!r} is {dtype} in the model; the data holds {have.name} (floats for an integer input)",
+            "data_dtype",
+        )
     if want.kind == "b" and have.kind != "b":
         raise _bad(f"input {name!r} is bool in the model; the data holds {have.name}", "data_dtype")
     if want.kind in "iu" and have.kind in "iu" and array.size:
         info = np.iinfo(want)
         if array.min() < info.min or array.max() > info.max:
-            raise _bad(f"input {name!r} is {dtype} in the model; values in [{array.min()}, {array.max()}] do not fit", "data_dtype")
+            raise _bad(
+                f"input {name!r} is {dtype} in the model; values in [{array.min()}, {array.max()}] do not fit",
+                "data_dtype",
+            )
     return np.ascontiguousarray(array.astype(want, copy=False))
 
 
-def check(arrays: dict[str, np.ndarray], signature: dict, *, label: str | None, max_rows: int) -> dict[str, np.ndarray]:
+def check(arrays: dict[str, np.ndarray], signature: dict, *, label: str | None, max_rows: int) -> dict[str, np.ndarray]:  # noqa: C901 - one pass read top to bottom; split when next changed
     """Inputs named and shaped as the signature says, one row count, a finite numeric label
     when `label` is given. Returns the arrays to store (label under "label")."""
     specs = {s["name"]: s for s in signature.get("inputs") or []}
     if not specs:
-        raise InvalidInput("version: it has no input signature yet; data cannot be checked against it", code="signature_missing", field="version")
+        raise InvalidInput(
+            "version: it has no input signature yet; data cannot be checked against it",
+            code="signature_missing",
+            field="version",
+        )
     missing = [n for n in specs if n not in arrays]
     if missing:
         raise _bad(f"missing input(s) {missing}; the model takes {sorted(specs)}", "data_names")
     if label is not None and label not in arrays:
-        raise _bad(f"no label {label!r} (a column/array of 0/1 or numeric targets); found {sorted(arrays)}", "data_label")
+        raise _bad(
+            f"no label {label!r} (a column/array of 0/1 or numeric targets); found {sorted(arrays)}", "data_label"
+        )
     extra = sorted(set(arrays) - set(specs) - ({label} if label else set()))
     if extra:
-        raise _bad(f"unknown name(s) {extra}: the model's inputs are {sorted(specs)}" + (f" and the label is {label!r}" if label else ""), "data_names")
+        raise _bad(
+            f"unknown name(s) {extra}: the model's inputs are {sorted(specs)}"
+            + (f" and the label is {label!r}" if label else ""),
+            "data_names",
+        )
     out, rows = {}, None
     for name, spec in specs.items():
         array = arrays[name]
@@ -147,10 +185,15 @@ def check(arrays: dict[str, np.ndarray], signature: dict, *, label: str | None, 
         if dims and array.ndim == len(dims) - 1 and dims[-1] == 1:  # one value per row for a [batch, 1] input
             array = array.reshape(*array.shape, 1)
         if dims and array.ndim != len(dims):
-            raise _bad(f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (-1: any size)", "data_shape")
+            raise _bad(
+                f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (-1: any size)", "data_shape"
+            )
         for axis, (have, want) in enumerate(zip(array.shape, dims)):
             if axis > 0 and want not in (-1, None) and have != want:
-                raise _bad(f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (dimension {axis} is {have}, not {want})", "data_shape")
+                raise _bad(
+                    f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (dimension {axis} is {have}, not {want})",
+                    "data_shape",
+                )
         if rows is None:
             rows = array.shape[0]
         elif array.shape[0] != rows:
@@ -163,10 +206,15 @@ def check(arrays: dict[str, np.ndarray], signature: dict, *, label: str | None, 
     if label is not None:
         values = arrays[label]
         if values.dtype.kind not in "biuf":
-            raise _bad(f"label {label!r} holds {values.dtype.name}; labels are numbers (0/1 for a classifier)", "data_label")
+            raise _bad(
+                f"label {label!r} holds {values.dtype.name}; labels are numbers (0/1 for a classifier)", "data_label"
+            )
         values = values.reshape(values.shape[0], -1) if values.ndim > 1 else values
         if values.shape[0] != rows or (values.ndim == 2 and values.shape[1] != 1):
-            raise _bad(f"label {label!r} has shape {list(values.shape)}; one value per row ({rows} rows) is needed", "data_label")
+            raise _bad(
+                f"label {label!r} has shape {list(values.shape)}; one value per row ({rows} rows) is needed",
+                "data_label",
+            )
         values = values.reshape(-1).astype(np.float64)
         if not np.all(np.isfinite(values)):
             raise _bad(f"label {label!r} has NaN/Inf values", "data_label")

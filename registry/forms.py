@@ -17,7 +17,9 @@ class ModelCreateForm(forms.Form):
 
 class VersionCreateForm(forms.Form):
     file = forms.FileField(required=False, help_text="An ONNX model file.")
-    source_uri = forms.CharField(required=False, max_length=1024, help_text="…or an MLflow model URI (runs:/… or models:/…).")
+    source_uri = forms.CharField(
+        required=False, max_length=1024, help_text="…or an MLflow model URI (runs:/… or models:/…)."
+    )
 
     def clean(self):
         data = super().clean()

@@ -162,6 +162,9 @@ class Build(models.Model):
 
     version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="builds")
     targets = models.JSONField(default=list)
+    # The tune request ({"slo_p99_ms", "variants", "budget_s", …}; registry/factory/tune/request.py),
+    # {} when the build asked for none; a build with one runs the `tune` stage after package.
+    tune = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=BuildStatus.choices, default=BuildStatus.QUEUED)
     progress = models.PositiveSmallIntegerField(default=0)
     # [{"name", "status", "started_at", "duration_s", "log"}] in pipeline order.
@@ -228,7 +231,9 @@ class Event(models.Model):
     """Audit trail: every state change, written in the same transaction as the change."""
 
     time = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # Scopes who may read the event; null for platform-wide events (staff only).
     team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     object_type = models.CharField(max_length=64)  # "registry.modelversion"

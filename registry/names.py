@@ -9,6 +9,9 @@
   Triton and `{variant name}-baseline` in labels (Kayenta's fair baseline).
 - TensorRT cache directory: where GPU variants' configs keep TensorRT engines and timing
   caches, and where the Kubernetes driver mounts a volume on GPU pools.
+- Tuned variant: the tune stage's config of a variant, `{variant}-tuned` (`onnx-int8-tuned`):
+  the same graph as its base variant with the config.pbtxt the search found. A hyphen, not
+  a "+": Triton names, route tables and metric labels allow [A-Za-z0-9_.-] only.
 - Reserved model names: words a model may not be called because its page
   (`/models/{name}/`) would be another page's URL (`/models/new/` is the registration
   form). tests/registry/test_names.py checks every literal segment of the registry's
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from registry.factory import CPU_VARIANTS
+from registry.factory import CPU_VARIANTS, VARIANTS
 
 if TYPE_CHECKING:
     from registry.models import Artifact
@@ -28,18 +31,49 @@ TENSORRT_CACHE_DIR = "/var/cache/modelplane/tensorrt"
 
 # The registry's own URL words, plus the ones pages commonly grow into, so adding such a
 # page later never strands a model that already has the name.
-RESERVED_MODEL_NAMES = frozenset({
-    "new", "edit", "delete", "create", "builds", "versions", "artifacts", "runs", "compare",
-    "search", "import", "export", "api", "admin", "static", "settings",
-})
+RESERVED_MODEL_NAMES = frozenset(
+    {
+        "new",
+        "edit",
+        "delete",
+        "create",
+        "builds",
+        "versions",
+        "artifacts",
+        "runs",
+        "compare",
+        "search",
+        "import",
+        "export",
+        "api",
+        "admin",
+        "static",
+        "settings",
+    }
+)
 
 
 def reserved_name_problem(name: str) -> str | None:
     """A human sentence saying why `name` cannot be a model's name, or None when it can."""
     if name in RESERVED_MODEL_NAMES:
-        return (f"name: {name!r} is a reserved word (it is part of the site's addresses, e.g. /models/{name}/); "
-                "choose another name, e.g. {name}-model.").replace("{name}", name)
+        return (
+            f"name: {name!r} is a reserved word (it is part of the site's addresses, e.g. /models/{name}/); "
+            "choose another name, e.g. {name}-model."
+        ).replace("{name}", name)
     return None
+
+
+BUILT_VARIANTS = VARIANTS  # what a build may target (registry/factory/__init__.py)
+TUNED_SUFFIX = "-tuned"
+
+
+def tuned_variant(base: str) -> str:
+    return f"{base}{TUNED_SUFFIX}"
+
+
+def base_variant(variant: str) -> str:
+    """The variant whose graph a variant serves: `onnx-int8` for `onnx-int8-tuned`."""
+    return variant[: -len(TUNED_SUFFIX)] if variant.endswith(TUNED_SUFFIX) else variant
 
 
 def triton_model_name(model: str, version: int, variant: str) -> str:
@@ -48,7 +82,9 @@ def triton_model_name(model: str, version: int, variant: str) -> str:
 
 def triton_name(artifact: Artifact) -> str:
     """The Triton model name of a stored artifact (the one it was packaged under)."""
-    return artifact.triton_model_name or triton_model_name(artifact.version.model.name, artifact.version.version, artifact.variant)
+    return artifact.triton_model_name or triton_model_name(
+        artifact.version.model.name, artifact.version.version, artifact.variant
+    )
 
 
 def variant_name(artifact: Artifact) -> str:
@@ -71,5 +107,6 @@ def baseline_variant_name(artifact: Artifact) -> str:
 
 
 def needs_gpu(variant: str) -> bool:
-    """Whether a replica needs a GPU to serve the variant (every variant but the CPU ones)."""
-    return variant not in CPU_VARIANTS
+    """Whether a replica needs a GPU to serve the variant (every variant but the CPU ones
+    and their tuned configs)."""
+    return base_variant(variant) not in CPU_VARIANTS

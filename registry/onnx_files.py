@@ -11,7 +11,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper
 
-from config.errors import InvalidInput
+from kernel.errors import InvalidInput
 
 PICKLE_PROTOCOLS = {2, 3, 4, 5}
 

@@ -22,7 +22,9 @@ class StrictMultiPartParser(parsers.MultiPartParser):
         meta = request.META.copy()
         meta["CONTENT_TYPE"] = media_type
         try:
-            parser = _StrictDjangoParser(meta, stream, request.upload_handlers, parser_context.get("encoding") or "utf-8")
+            parser = _StrictDjangoParser(
+                meta, stream, request.upload_handlers, parser_context.get("encoding") or "utf-8"
+            )
             data, files = parser.parse()
             return parsers.DataAndFiles(data, files)
         except MultiPartParserError as exc:
@@ -59,8 +61,12 @@ class UploadNamesMiddleware:
         request.upload_raw_names = {}
 
         def parse_file_upload(meta, post_data):
-            request.upload_handlers = ImmutableList(request.upload_handlers, warning="You cannot alter upload handlers after the upload has been processed.")
-            parser = _RecordingDjangoParser(meta, post_data, request.upload_handlers, request.encoding, refused=request.upload_raw_names)
+            request.upload_handlers = ImmutableList(
+                request.upload_handlers, warning="You cannot alter upload handlers after the upload has been processed."
+            )
+            parser = _RecordingDjangoParser(
+                meta, post_data, request.upload_handlers, request.encoding, refused=request.upload_raw_names
+            )
             return parser.parse()
 
         request.parse_file_upload = parse_file_upload

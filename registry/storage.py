@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from config.errors import InvalidInput
+from kernel.errors import InvalidInput
 from registry.names import triton_name
 
 CHUNK = 1 << 20
@@ -116,7 +116,9 @@ def artifact_model_dir(artifact) -> Path:
     """The Triton model directory of an artifact: its stored path itself, or the
     `{triton name}/` directory inside it."""
     if not artifact.path:
-        raise InvalidInput(f"artifact: artifact {artifact.pk} has no stored files.", code="artifact_missing_files", field="artifact")
+        raise InvalidInput(
+            f"artifact: artifact {artifact.pk} has no stored files.", code="artifact_missing_files", field="artifact"
+        )
     try:
         base = absolute(artifact.path)
     except ValueError as exc:
@@ -125,5 +127,7 @@ def artifact_model_dir(artifact) -> Path:
         if (candidate / "config.pbtxt").is_file():
             return candidate
     raise InvalidInput(
-        f"artifact: {artifact.path} holds no Triton model directory (config.pbtxt).", code="artifact_missing_files", field="artifact"
+        f"artifact: {artifact.path} holds no Triton model directory (config.pbtxt).",
+        code="artifact_missing_files",
+        field="artifact",
     )

@@ -15,6 +15,9 @@ MISSING = {s for s in os.environ.get("MODELPLANE_MISSING_SERVICES", "").split(",
 
 
 def pytest_configure(config):
+    # Gateways the tests start serve /metrics without a token unless a test gives one
+    # (gateway/settings.py refuses to start otherwise; tests of the closed default unset this).
+    os.environ.setdefault("GATEWAY_METRICS_OPEN", "1")
     if IN_CI:
         engine = settings.DATABASES["default"]["ENGINE"]
         if "postgresql" not in engine or settings.CELERY_BROKER_URL.startswith("filesystem://"):
@@ -160,13 +163,17 @@ def wait_for_line(path: Path, needle: str, *, timeout: float, proc=None) -> None
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited ({proc.returncode}) before {needle!r}:\n{text[-3000:]}")
         time.sleep(0.1)
-    raise TimeoutError(f"{needle!r} not seen in {path} after {timeout}s:\n{(path.read_text(errors='replace') if path.exists() else '')[-3000:]}")
+    raise TimeoutError(
+        f"{needle!r} not seen in {path} after {timeout}s:\n{(path.read_text(errors='replace') if path.exists() else '')[-3000:]}"
+    )
 
 
 class CeleryWorker:
     """A real `celery worker` child process on the configured broker."""
 
-    def __init__(self, env: dict, log_path: Path, queues: str = "control,build-cpu,build-gpu", extra: list[str] | None = None):
+    def __init__(
+        self, env: dict, log_path: Path, queues: str = "control,build-cpu,build-gpu", extra: list[str] | None = None
+    ):
         self.env, self.log_path, self.queues, self.extra = env, log_path, queues, extra or []
         self.proc = None
 
@@ -176,9 +183,25 @@ class CeleryWorker:
 
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queues, "--concurrency=1",
-             "--loglevel=INFO", "--without-gossip", "--without-mingle", *self.extra],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                self.queues,
+                "--concurrency=1",
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+                *self.extra,
+            ],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         log.close()
         wait_for_line(self.log_path, "ready.", timeout=timeout, proc=self.proc)
@@ -247,9 +270,17 @@ def browser_page(monkeypatch):
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"],
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-quic",
+            ],
         )
         yield browser.new_page(viewport={"width": 1280, "height": 900})
         browser.close()

@@ -13,7 +13,17 @@ from django.contrib.auth.models import Group
 from deployments.models import Endpoint, PoolReplica, PoolStatus, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
 from registry import storage
-from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, RegisteredModel, Role, TeamMembership, VersionSource
+from registry.models import (
+    Artifact,
+    ArtifactStatus,
+    Build,
+    BuildStatus,
+    ModelVersion,
+    RegisteredModel,
+    Role,
+    TeamMembership,
+    VersionSource,
+)
 from registry.names import triton_model_name
 from tests.deployments.packaging import write_model_dir
 
@@ -40,12 +50,18 @@ def registered_model(t: Group, name: str | None = None, **fields) -> RegisteredM
     return RegisteredModel.objects.create(name=name or f"model-{next(_seq)}", team=t, **fields)
 
 
-def artifact(team, onnx_path, tmp_path, *, model_name="ctr", status=ArtifactStatus.SERVABLE, variant="onnx-fp32", broken=False) -> Artifact:
+def artifact(
+    team, onnx_path, tmp_path, *, model_name="ctr", status=ArtifactStatus.SERVABLE, variant="onnx-fp32", broken=False
+) -> Artifact:
     """An Artifact row over a packaged model directory stored like the factory stores it
     (registry.storage.put_dir: Artifact.path is the content-addressed directory)."""
     model = RegisteredModel.objects.filter(name=model_name).first() or registered_model(team, name=model_name)
     version = ModelVersion.objects.create(
-        model=model, version=model.versions.count() + 1, source=VersionSource.UPLOAD, file_sha256="0" * 64, file_path="x.onnx"
+        model=model,
+        version=model.versions.count() + 1,
+        source=VersionSource.UPLOAD,
+        file_sha256="0" * 64,
+        file_path="x.onnx",
     )
     build = Build.objects.create(version=version, targets=[variant], status=BuildStatus.SUCCEEDED)
     name = triton_model_name(model.name, version.version, variant)
@@ -59,12 +75,12 @@ def artifact(team, onnx_path, tmp_path, *, model_name="ctr", status=ArtifactStat
 
 def pool(t: Group, name: str | None = None, *, ready_replicas: int = 0, **fields) -> ServingPool:
     """A local pool row (no processes: a driver is never asked) with `ready_replicas`
-    READY replica rows r0, r1, … on ports 18000, 18001, …"""
+    READY replica rows r0, r1, … on HTTP ports 18000, 18001, … (gRPC 19000, 19001, …)"""
     fields.setdefault("replicas", max(ready_replicas, 1))
     fields.setdefault("status", PoolStatus.READY if ready_replicas else PoolStatus.PENDING)
     row = ServingPool.objects.create(name=name or f"pool-{next(_seq)}", team=t, **fields)
     for index in range(ready_replicas):
-        replica(row, f"r{index}", http_url=f"http://127.0.0.1:{18000 + index}")
+        replica(row, f"r{index}", http_url=f"http://127.0.0.1:{18000 + index}", grpc_url=f"127.0.0.1:{19000 + index}")
     return row
 
 
@@ -74,9 +90,13 @@ def replica(p: ServingPool, name: str = "r0", *, status: str = ReplicaStatus.REA
 
 def endpoint(p: ServingPool, stable: Artifact | None = None, name: str | None = None, **fields) -> Endpoint:
     """An endpoint row of the pool's team (the stable is not loaded: no task runs)."""
-    return Endpoint.objects.create(name=name or f"endpoint-{next(_seq)}", team=p.team, pool=p, stable_artifact=stable, **fields)
+    return Endpoint.objects.create(
+        name=name or f"endpoint-{next(_seq)}", team=p.team, pool=p, stable_artifact=stable, **fields
+    )
 
 
 def rollout(e: Endpoint, candidate: Artifact, *, state: str = State.PENDING, **fields) -> Rollout:
     """A rollout row of `candidate` against the endpoint's stable, in `state`."""
-    return Rollout.objects.create(endpoint=e, candidate_artifact=candidate, baseline_artifact=e.stable_artifact, state=state, **fields)
+    return Rollout.objects.create(
+        endpoint=e, candidate_artifact=candidate, baseline_artifact=e.stable_artifact, state=state, **fields
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = ("config", "registry", "deployments", "monitoring", "experiments")
+APPS = ("kernel", "config", "registry", "deployments", "monitoring", "experiments", "gateway")
 MAX_LINES = 350
 LONG_MODULE_REASON = "Why this is one long module:"
 
@@ -44,9 +44,15 @@ def test_no_private_names_or_tables_of_another_app(app, path):
             if node.module == f"{owner}.models" or node.module.startswith(f"{owner}.models."):
                 foreign_models.add(alias.asname or alias.name)
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr in ("objects", "_default_manager")
-                and isinstance(node.value, ast.Name) and node.value.id in foreign_models):
-            problems.append(f"line {node.lineno}: queries another app's table ({node.value.id}.{node.attr}); use its selectors")
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("objects", "_default_manager")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in foreign_models
+        ):
+            problems.append(
+                f"line {node.lineno}: queries another app's table ({node.value.id}.{node.attr}); use its selectors"
+            )
     assert not problems, "\n".join(problems)
 
 
@@ -63,7 +69,9 @@ def test_long_modules_say_why(app, path):
 def test_the_rules_catch_what_they_name(tmp_path):
     """The checks above find a private import, a foreign query and a long module."""
     bad = tmp_path / "bad.py"
-    bad.write_text("from registry.models import Artifact\nfrom registry.selectors.teams import _hidden\nArtifact.objects.all()\n")
+    bad.write_text(
+        "from registry.models import Artifact\nfrom registry.selectors.teams import _hidden\nArtifact.objects.all()\n"
+    )
     with pytest.raises(AssertionError, match="private name") as failure:
         test_no_private_names_or_tables_of_another_app("deployments", bad)
     assert "queries another app's table" in str(failure.value)

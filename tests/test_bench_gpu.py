@@ -16,7 +16,10 @@ from registry.factory import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNATURE = {
-    "inputs": [{"name": "dense", "dtype": "float32", "shape": [-1, 13]}, {"name": "sparse", "dtype": "int64", "shape": [-1, 26]}],
+    "inputs": [
+        {"name": "dense", "dtype": "float32", "shape": [-1, 13]},
+        {"name": "sparse", "dtype": "int64", "shape": [-1, 26]},
+    ],
     "outputs": [{"name": "ctr", "dtype": "float32", "shape": [-1, 1]}],
 }
 # Runs the CLI as `python -m bench gpu` does, then fails if a package in $FORBID got imported.
@@ -30,12 +33,20 @@ NO_DJANGO = (
 )
 
 
-def _cli(*args, bench_dir: Path, timeout: int = 240, forbid: str = "django,config,tritonclient") -> subprocess.CompletedProcess:
+def _cli(
+    *args, bench_dir: Path, timeout: int = 240, forbid: str = "django,config,tritonclient"
+) -> subprocess.CompletedProcess:
     """GPU hosts have neither Django nor tritonclient; a directory not named after its
     variant may use tritonclient where it is installed (forbid="django,config")."""
     env = {"PATH": "/usr/bin:/bin", "BENCH_DIR": str(bench_dir), "HOME": str(bench_dir), "FORBID": forbid}
-    return subprocess.run([sys.executable, "-c", NO_DJANGO, "gpu", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", NO_DJANGO, "gpu", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +69,21 @@ def artifact_dirs(onnx_path, tmp_path_factory) -> dict:
 def test_bench_gpu_measures_the_cpu_rows_and_skips_each_gpu_row_with_the_reason(artifact_dirs, tmp_path):
     variants = [artifact_dirs[v] for v in ("onnx-fp32", "onnx-int8", "onnx-fp32-gpu", "onnx-fp16")]
     renamed = f"tensorrt={artifact_dirs['tensorrt']}"  # a directory not named after its variant
-    proc = _cli(*variants, renamed, "--reference-onnx", artifact_dirs["canonical"], "--batches", "1,8", "--seconds", "0.01",
-                "--validation-rows", "512", "--cpu-threads", "1", bench_dir=tmp_path)
+    proc = _cli(
+        *variants,
+        renamed,
+        "--reference-onnx",
+        artifact_dirs["canonical"],
+        "--batches",
+        "1,8",
+        "--seconds",
+        "0.01",
+        "--validation-rows",
+        "512",
+        "--cpu-threads",
+        "1",
+        bench_dir=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "numerics against the CPU fp32 reference" in out and "latency and throughput" in out
@@ -70,13 +94,20 @@ def test_bench_gpu_measures_the_cpu_rows_and_skips_each_gpu_row_with_the_reason(
     assert result["complete"] is True
     numerics = result["numerics"]
     assert numerics["onnx-fp32"]["status"] == "validated" and numerics["onnx-fp32"]["max_abs_error"] <= 1e-5
-    assert numerics["onnx-int8"]["status"] == "validated" and numerics["onnx-int8"]["max_abs_error"] > 0  # really quantized
+    assert (
+        numerics["onnx-int8"]["status"] == "validated" and numerics["onnx-int8"]["max_abs_error"] > 0
+    )  # really quantized
     for variant in ("onnx-fp32-gpu", "onnx-fp16", "tensorrt"):
-        assert numerics[variant]["status"] == "skipped" and "the CPU build has no GPU providers" in numerics[variant]["reason"]
+        assert (
+            numerics[variant]["status"] == "skipped"
+            and "the CPU build has no GPU providers" in numerics[variant]["reason"]
+        )
         assert "skipped" in result["benchmarks"][variant]
         assert result["serving_plans"][variant]["basis"].startswith("default (no GPU measurement)")
     cpu_rows = result["benchmarks"]["onnx-int8 (CPU, 1 threads)"]["modes"]["host-io"]
-    assert set(cpu_rows) == {"1", "8"} and all(row["p50_ms"] > 0 and row["throughput_p50_rps"] > 0 for row in cpu_rows.values())
+    assert set(cpu_rows) == {"1", "8"} and all(
+        row["p50_ms"] > 0 and row["throughput_p50_rps"] > 0 for row in cpu_rows.values()
+    )
     assert result["reference"]["rows"] == 512 and result["host"]["runtime"].startswith("onnxruntime")
     assert [g["met"] for g in result["goals"]] == [None, None, None]  # no GPU: not measured, never "met"
 
@@ -100,8 +131,23 @@ def test_bench_gpu_reference_makes_the_factorys_artifacts_and_checks_them(tmp_pa
     """The mode the GPU host runs (`--reference`), at toy scale on the CPU: trains the
     reference ranker with torch, exports it, runs the factory's graph steps, checks all five
     variants and benchmarks what this machine can run."""
-    proc = _cli("--reference", "--rows", "3000", "--vocab", "500", "--validation-rows", "1000", "--batches", "1,32",
-                "--seconds", "0.01", "--cpu-threads", "1", bench_dir=tmp_path, timeout=600)
+    proc = _cli(
+        "--reference",
+        "--rows",
+        "3000",
+        "--vocab",
+        "500",
+        "--validation-rows",
+        "1000",
+        "--batches",
+        "1,32",
+        "--seconds",
+        "0.01",
+        "--cpu-threads",
+        "1",
+        bench_dir=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "gpu.json").read_text())
     assert result["train"]["device"] == "cpu" and result["exporter"] in ("torchscript", "dynamo")

@@ -16,18 +16,36 @@ from tests import factories
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 WIDTH = 390
-PAGES = ["/models/", "/models/ctr-narrow/", "/models/builds/", "/deployments/", "/deployments/endpoints/",
-         "/deployments/keys/", "/monitoring/", "/monitoring/alerts/", "/no-such-page/"]
+PAGES = [
+    "/models/",
+    "/models/ctr-narrow/",
+    "/models/builds/",
+    "/deployments/",
+    "/deployments/endpoints/",
+    "/deployments/keys/",
+    "/monitoring/",
+    "/monitoring/alerts/",
+    "/no-such-page/",
+]
 
 
 def test_narrow_screen_has_no_horizontal_overflow(live_server, browser_page, alice, team_a):
     factories.registered_model(team_a, name="ctr-narrow", description="a model with a long description " * 4)
     now = timezone.now()
-    samples_store(rows=[("ctr", "stable", "request_rate", 120.0), ("ctr", "stable", "latency_p99_ms", 4.2)],
-                  at=now - timedelta(seconds=5), team_ids={"ctr": team_a.pk})
-    alert_raise(kind="rollout_rolled_back", severity="critical", endpoint="ctr", rollout_id=9, team=team_a,
-                reason="ctr: canary rolled back — candidate error rate 6.9% vs stable 1.0%",
-                evidence={"checks": [{"name": "error_rate", "outcome": "fail", "candidate": 0.069, "stable": 0.01}]})
+    samples_store(
+        rows=[("ctr", "stable", "request_rate", 120.0), ("ctr", "stable", "latency_p99_ms", 4.2)],
+        at=now - timedelta(seconds=5),
+        team_ids={"ctr": team_a.pk},
+    )
+    alert_raise(
+        kind="rollout_rolled_back",
+        severity="critical",
+        endpoint="ctr",
+        rollout_id=9,
+        team=team_a,
+        reason="ctr: canary rolled back — candidate error rate 6.9% vs stable 1.0%",
+        evidence={"checks": [{"name": "error_rate", "outcome": "fail", "candidate": 0.069, "stable": 0.01}]},
+    )
     page = browser_page
     page.set_viewport_size({"width": WIDTH, "height": 800})
     page.goto(f"{live_server.url}/login/")

@@ -73,7 +73,10 @@ def test_published_ports_match_settings_defaults():
 def test_the_gateway_is_published_on_loopback_unless_asked():
     """Issue 10: compose published the gateway on all interfaces."""
     ports = COMPOSE["services"]["gateway"]["ports"]
-    assert ports == ["${GATEWAY_PUBLISH_ADDR:-127.0.0.1}:8080:8080"]
+    assert ports == [
+        "${GATEWAY_PUBLISH_ADDR:-127.0.0.1}:8080:8080",
+        "${GATEWAY_PUBLISH_ADDR:-127.0.0.1}:8081:8081",  # KServe v2 gRPC (issue 24)
+    ]
     assert "GATEWAY_METRICS_TOKEN" in COMPOSE["services"]["gateway"]["environment"]
     assert "GATEWAY_METRICS_TOKEN" in COMPOSE["services"]["worker"]["environment"]  # the collector sends it
 
@@ -103,7 +106,7 @@ def test_health_checks_probe_what_the_service_serves(name):
     if "manage.py" in test:
         from django.core.management import get_commands
 
-        args = test[test.index("manage.py") + 1:]
+        args = test[test.index("manage.py") + 1 :]
         assert args[0] in get_commands() and args[1] == name
     elif "celery" in text:
         assert "inspect ping" in text

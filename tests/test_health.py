@@ -61,8 +61,24 @@ def test_healthz_asks_the_gateway_over_http_and_a_hung_gateway_reads_as_down(cli
     routes = tmp_path / "routes.json"
     routes.write_text(json.dumps({"version": "h1", "endpoints": []}))
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--routes-file", str(routes), "--port", str(port), "--host", "127.0.0.1"],
-                            cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--workers",
+            "1",
+            "--routes-file",
+            str(routes),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+        ],
+        cwd=settings.BASE_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20
@@ -92,15 +108,24 @@ def test_healthz_asks_the_gateway_over_http_and_a_hung_gateway_reads_as_down(cli
     # a gateway that answers but is not ready (its control plane never sent a table): down
     port = free_port()
     env = {**os.environ, "GATEWAY_ROUTES_URL": f"http://127.0.0.1:{free_port()}/api/v1/gateway/routes"}
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port), "--host", "127.0.0.1"], env=env,
-                            cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--workers", "1", "--port", str(port), "--host", "127.0.0.1"],
+        env=env,
+        cwd=settings.BASE_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         settings.HEALTHZ_EXPECT = [f"gateway=http://127.0.0.1:{port}"]
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and "HTTP 503" not in client.get("/healthz").json()["components"]["gateway"].get("error", ""):
+        while time.monotonic() < deadline and "HTTP 503" not in client.get("/healthz").json()["components"][
+            "gateway"
+        ].get("error", ""):
             time.sleep(0.1)
         assert client.get("/healthz").json()["components"]["gateway"] == {
-            "state": "down", "error": f"RuntimeError: GET http://127.0.0.1:{port}/v2/health/ready answered HTTP 503"}
+            "state": "down",
+            "error": f"RuntimeError: GET http://127.0.0.1:{port}/v2/health/ready answered HTTP 503",
+        }
     finally:
         proc.terminate()
         proc.wait(10)

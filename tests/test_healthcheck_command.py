@@ -19,5 +19,7 @@ def test_a_fresh_heartbeat_is_healthy(capsys):
 
 def test_a_stale_or_missing_heartbeat_fails_naming_why():
     heartbeat_record(name="beat", detail={}, at=timezone.now() - timedelta(minutes=10))
-    with pytest.raises(CommandError, match=r"beat: RuntimeError: last heartbeat \d+s ago; pools: RuntimeError: no heartbeat yet"):
+    with pytest.raises(
+        CommandError, match=r"beat: RuntimeError: last heartbeat \d+s ago; pools: RuntimeError: no heartbeat yet"
+    ):
         call_command("healthcheck", "beat", "pools")

@@ -28,7 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def console():
     """Django's LOGGING with its console handler writing to a buffer; restored after."""
     stream = io.StringIO()
-    config = {**settings.LOGGING, "handlers": {"console": {**settings.LOGGING["handlers"]["console"], "stream": stream}}}
+    config = {
+        **settings.LOGGING,
+        "handlers": {"console": {**settings.LOGGING["handlers"]["console"], "stream": stream}},
+    }
     root = logging.getLogger()
     level, handlers = root.level, root.handlers[:]
     dictConfig(config)
@@ -38,20 +41,27 @@ def console():
 
 
 def _emit_celery_noise():
-    logging.getLogger("celery.beat").info("Scheduler: Sending due task %s (%s)", "monitoring-canary-tick", "monitoring.canary_tick")
+    logging.getLogger("celery.beat").info(
+        "Scheduler: Sending due task %s (%s)", "monitoring-canary-tick", "monitoring.canary_tick"
+    )
     context = {"id": "c0ffee", "name": "monitoring.canary_tick", "args": "()", "kwargs": "{}", "eta": None}
     logging.getLogger("celery.worker.strategy").info(LOG_RECEIVED, context)
     logging.getLogger("celery.app.trace").info(LOG_SUCCESS, {**context, "return_value": "0", "runtime": 0.003})
-    logging.getLogger("celery.worker.request").info("Discarding revoked task: %s[%s]", "monitoring.canary_tick", "c0ffee")
+    logging.getLogger("celery.worker.request").info(
+        "Discarding revoked task: %s[%s]", "monitoring.canary_tick", "c0ffee"
+    )
 
 
 def test_periodic_task_lines_are_dropped_and_events_and_errors_kept(console):
     _emit_celery_noise()
     logging.getLogger("modelplane.events").info("rollout 3 (demo-ctr): transition step_1 -> step_2")
-    logging.getLogger("celery.app.trace").error("Task %s[%s] raised unexpected: %r", "monitoring.canary_tick", "c0ffee", ValueError("x"))
+    logging.getLogger("celery.app.trace").error(
+        "Task %s[%s] raised unexpected: %r", "monitoring.canary_tick", "c0ffee", ValueError("x")
+    )
     logging.getLogger("celery.beat").warning("beat: schedule file unreadable")
-    logging.getLogger("django.request").error("Service Unavailable: %s", "/healthz", extra={
-        "status_code": 503, "request": SimpleNamespace(path="/healthz")})  # /healthz answering "not up yet"
+    logging.getLogger("django.request").error(
+        "Service Unavailable: %s", "/healthz", extra={"status_code": 503, "request": SimpleNamespace(path="/healthz")}
+    )  # /healthz answering "not up yet"
     lines = console.getvalue().splitlines()
     assert len(lines) == 3, lines
     assert "transition step_1 -> step_2" in lines[0] and "raised unexpected" in lines[1] and "unreadable" in lines[2]
@@ -67,7 +77,13 @@ def test_log_level_debug_shows_housekeeping_as_debug(console):
 def _access(logger, path: str, status: str = "200 OK", method: str = "GET", headers=()):
     req = SimpleNamespace(method=method, path=path, query="", uri=path, version=(1, 1), headers=list(headers))
     resp = SimpleNamespace(status=status, status_code=int(status.split()[0]), response_length=0, sent=0, headers=[])
-    environ = {"REMOTE_ADDR": "127.0.0.1", "RAW_URI": path, "SERVER_PROTOCOL": "HTTP/1.1", "REQUEST_METHOD": method, "PATH_INFO": path}
+    environ = {
+        "REMOTE_ADDR": "127.0.0.1",
+        "RAW_URI": path,
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+    }
     logger.access(resp, req, environ, timedelta(milliseconds=3))
 
 
@@ -93,7 +109,9 @@ def test_gunicorn_access_log_leaves_out_polling():
 
 def test_bad_log_level_is_refused_by_name(tmp_path):
     env = {**os.environ, "LOG_LEVEL": "LOUD", "VAR_DIR": str(tmp_path / "var")}
-    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode != 0 and "LOG_LEVEL='LOUD'" in result.stderr and "DEBUG, INFO" in result.stderr
 
 

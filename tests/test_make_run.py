@@ -32,12 +32,22 @@ def _demo_curl(gateway_port: int) -> str:
 
 def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
     port, gateway_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}
+    }
     env.update(VAR_DIR=str(tmp_path / "var"), GATEWAY_PORT=str(gateway_port), PYTHONUNBUFFERED="1")
     log_path = tmp_path / "run.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "manage.py", "run_platform", f"--port={port}"], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_platform", f"--port={port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 180
         health = None
@@ -51,7 +61,15 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
                 pass
             time.sleep(0.5)
         assert health is not None and health.status_code == 200, log_path.read_text()[-4000:]
-        assert set(health.json()["components"]) == {"database", "broker", "supervisor", "worker", "beat", "pools", "gateway"}
+        assert set(health.json()["components"]) == {
+            "database",
+            "broker",
+            "supervisor",
+            "worker",
+            "beat",
+            "pools",
+            "gateway",
+        }
         output = log_path.read_text()
         password = re.search(r"login: admin / (\S+)", output).group(1)
         assert (tmp_path / "var" / "admin_password").read_text().strip() == password
@@ -59,18 +77,25 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
         session = requests.Session()
         login_page = session.get(f"http://127.0.0.1:{port}/login/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.text).group(1)
-        page = session.post(f"http://127.0.0.1:{port}/login/", data={"username": "admin", "password": password, "csrfmiddlewaretoken": token},
-                            headers={"Referer": f"http://127.0.0.1:{port}/login/"})
+        page = session.post(
+            f"http://127.0.0.1:{port}/login/",
+            data={"username": "admin", "password": password, "csrfmiddlewaretoken": token},
+            headers={"Referer": f"http://127.0.0.1:{port}/login/"},
+        )
         assert page.status_code == 200 and "demo-ctr" in page.text
 
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            result = subprocess.run(["bash", "-c", _demo_curl(gateway_port)], capture_output=True, text=True, timeout=10)
+            result = subprocess.run(
+                ["bash", "-c", _demo_curl(gateway_port)], capture_output=True, text=True, timeout=10
+            )
             if result.stdout.startswith("HTTP/1.1 200"):
                 break
             time.sleep(1)
         # v1 answers; once the demo experiment runs, a request without X-User-Id may get its v2 arm
-        assert re.search(r"X-Model-Variant: v[12]-onnx-fp32", result.stdout) and '"name":"ctr"' in result.stdout, result.stdout[-2000:]
+        assert re.search(r"X-Model-Variant: v[12]-onnx-fp32", result.stdout) and '"name":"ctr"' in result.stdout, (
+            result.stdout[-2000:]
+        )
 
         # the demo experiment: queued by the seed, prepared by the worker once everything is up
         assert "seed: demo experiment v2-vs-v1 queued" in log_path.read_text()

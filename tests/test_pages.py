@@ -11,15 +11,22 @@ pytestmark = pytest.mark.django_db
 
 
 def _active(html: str) -> list[str]:
-    nav = html[html.index("<nav>"):html.index("</nav>")]
+    nav = html[html.index("<nav>") : html.index("</nav>")]
     return re.findall(r'class="active">([^<]+)</a>', nav)
 
 
-@pytest.mark.parametrize(("path", "section"), [
-    ("/models/", "Models"), ("/models/builds/", "Builds"), ("/deployments/", "Deployments"),
-    ("/deployments/endpoints/", "Deployments"), ("/deployments/keys/", "Keys"),
-    ("/monitoring/", "Monitoring"), ("/monitoring/alerts/", "Alerts"),
-])
+@pytest.mark.parametrize(
+    ("path", "section"),
+    [
+        ("/models/", "Models"),
+        ("/models/builds/", "Builds"),
+        ("/deployments/", "Deployments"),
+        ("/deployments/endpoints/", "Deployments"),
+        ("/deployments/keys/", "Keys"),
+        ("/monitoring/", "Monitoring"),
+        ("/monitoring/alerts/", "Alerts"),
+    ],
+)
 def test_exactly_one_nav_item_is_highlighted(alice, path, section):
     client = Client()
     client.force_login(alice)

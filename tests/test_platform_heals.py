@@ -71,16 +71,27 @@ def _wait_for(predicate, timeout: float, what: str, log_path: Path):
 
 def test_killed_children_come_back_and_inference_never_notices(tmp_path):
     port, gateway_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}
+    }
     env.update(VAR_DIR=str(tmp_path / "var"), GATEWAY_PORT=str(gateway_port), PYTHONUNBUFFERED="1")
     log_path = tmp_path / "run.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "manage.py", "run_platform", f"--port={port}"], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_platform", f"--port={port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     infer_url = f"http://127.0.0.1:{gateway_port}/v2/models/demo-ctr/infer"
     body = _demo_body()
     load = Load(infer_url, body)
     try:
+
         def healthy():
             assert proc.poll() is None, log_path.read_text()[-4000:]
             try:
@@ -104,8 +115,12 @@ def test_killed_children_come_back_and_inference_never_notices(tmp_path):
             before = _wait_for(lambda name=name: _supervised(port, name), 30, f"{name} on /healthz", log_path)
             assert before["state"] == "up" and before["restarts"] == 0
             os.kill(before["pid"], signal.SIGKILL)
-            after = _wait_for(lambda name=name: (s := _supervised(port, name)) and s["restarts"] == 1 and s["state"] == "up" and s,
-                              60, f"{name} restarted", log_path)
+            after = _wait_for(
+                lambda name=name: (s := _supervised(port, name)) and s["restarts"] == 1 and s["state"] == "up" and s,
+                60,
+                f"{name} restarted",
+                log_path,
+            )
             assert after["pid"] != before["pid"]
             assert after["last_exit"]["reason"] == "killed by SIGKILL" and after["last_exit"]["code"] == -9
             time.sleep(2)  # inference load goes on while the restarted child settles
@@ -128,8 +143,10 @@ def test_killed_children_come_back_and_inference_never_notices(tmp_path):
                 session = requests.Session()
             time.sleep(0.01)
         back_after = time.monotonic() - killed_at
-        print(f"gateway serving again {back_after:.2f}s after SIGKILL; {len(load.results)} requests, 0 failed "
-              "through worker, beat and web kills")
+        print(
+            f"gateway serving again {back_after:.2f}s after SIGKILL; {len(load.results)} requests, 0 failed "
+            "through worker, beat and web kills"
+        )
         assert back_after < GATEWAY_BACK_WITHIN_S, f"gateway back only after {back_after:.2f}s"
         assert _supervised(port, "gateway")["restarts"] == 1
         _wait_for(healthy, 90, "/healthz 200 after all restarts", log_path)

@@ -27,8 +27,14 @@ def test_readme_curl_examples(live_server, subprocess_env, tmp_path):
     team = team_create(user=admin, name="demo")
     TeamMembership.objects.create(user=admin, team=team, role=Role.ADMIN)
     script = re.sub(r"^BASE=.*$", f"BASE={live_server.url}", readme_api_block(), count=1, flags=re.M)
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=subprocess_env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=ROOT,
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     version = ModelVersion.objects.get(model__name="ctr-ranker")
     assert version.metrics == {"auc": 0.74} and version.signature["inputs"][0]["name"] == "dense"

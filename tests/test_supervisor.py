@@ -92,18 +92,23 @@ def test_the_streak_resets_after_a_stable_run(make_supervisor):
 
 def test_orphans_of_a_dead_child_are_killed_before_the_restart(make_supervisor, tmp_path):
     pidfile = tmp_path / "grandchild.pid"
-    parent = [sys.executable, "-c",
-              "import subprocess, sys, time\n"
-              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-              f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
-              "time.sleep(120)"]
+    parent = [
+        sys.executable,
+        "-c",
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(120)",
+    ]
     sup = make_supervisor({"web": parent})
     assert _wait(lambda: pidfile.exists() and pidfile.read_text())
     grandchild = int(pidfile.read_text())
     pidfile.unlink()
     os.kill(sup.children["web"].proc.pid, signal.SIGKILL)
     assert _wait(lambda: sup.children["web"].restarts == 1, step=sup.step)
-    assert _wait(lambda: not os.path.exists(f"/proc/{grandchild}") or open(f"/proc/{grandchild}/stat").read().split()[2] == "Z")
+    assert _wait(
+        lambda: not os.path.exists(f"/proc/{grandchild}") or open(f"/proc/{grandchild}/stat").read().split()[2] == "Z"
+    )
 
 
 def test_stop_ends_every_child_and_restarts_nothing(make_supervisor):

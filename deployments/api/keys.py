@@ -10,28 +10,45 @@ from rest_framework import mixins, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from config.api import created
-from config.serializers import StrictCharField, StrictModelSerializer
-from config.viewsets import TeamScopedViewSet
 from deployments.models import InferenceKey
 from deployments.selectors import keys as selectors
 from deployments.services import keys as services
+from kernel.api import created
+from kernel.serializers import StrictCharField, StrictModelSerializer
+from kernel.viewsets import TeamScopedViewSet
 from registry.selectors.teams import team_list
 
 
 class InferenceKeySerializer(StrictModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    gateway_id = StrictCharField(read_only=True, help_text="The key's id in the route table and in the gateway's "
-                                                           "metric labels (key=\"k17\").")
-    endpoints = serializers.SerializerMethodField(help_text='"all" (every endpoint of the team, also later ones) or the names.')
+    gateway_id = StrictCharField(
+        read_only=True, help_text="The key's id in the route table and in the gateway's metric labels (key=\"k17\")."
+    )
+    endpoints = serializers.SerializerMethodField(
+        help_text='"all" (every endpoint of the team, also later ones) or the names.'
+    )
     active = serializers.BooleanField(read_only=True)
     created_by = serializers.StringRelatedField()
     revoked_by = serializers.StringRelatedField()
 
     class Meta:
         model = InferenceKey
-        fields = ["id", "gateway_id", "name", "team", "prefix", "endpoints", "rate_per_s", "burst", "max_concurrency",
-                  "active", "created_by", "created_at", "revoked_at", "revoked_by"]
+        fields = [
+            "id",
+            "gateway_id",
+            "name",
+            "team",
+            "prefix",
+            "endpoints",
+            "rate_per_s",
+            "burst",
+            "max_concurrency",
+            "active",
+            "created_by",
+            "created_at",
+            "revoked_at",
+            "revoked_by",
+        ]
         read_only_fields = fields
 
     def get_endpoints(self, key) -> list[str] | str:
@@ -39,8 +56,11 @@ class InferenceKeySerializer(StrictModelSerializer):
 
 
 class InferenceKeyCreatedSerializer(InferenceKeySerializer):
-    secret = StrictCharField(read_only=True, help_text="The key itself: shown this once, never stored. Send it as "
-                                                       "Authorization: Bearer <secret> (or X-API-Key).")
+    secret = StrictCharField(
+        read_only=True,
+        help_text="The key itself: shown this once, never stored. Send it as "
+        "Authorization: Bearer <secret> (or X-API-Key).",
+    )
 
     class Meta(InferenceKeySerializer.Meta):
         fields = [*InferenceKeySerializer.Meta.fields, "secret"]
@@ -51,13 +71,23 @@ class InferenceKeyCreateSerializer(serializers.Serializer):
     # a CharField (not SlugRelatedField): its checks (NUL, length) run before any query
     team = StrictCharField(max_length=150, help_text="Name of one of your teams.")
     name = StrictCharField(max_length=100)
-    endpoints = serializers.ListField(child=StrictCharField(max_length=64), required=False, max_length=services.MAX_SCOPED_ENDPOINTS,
-                                      help_text="Names of the team's endpoints it may call; leave out for all of them (also later ones).")
-    rate_per_s = serializers.FloatField(required=False, allow_null=True,
-                                        help_text=f"Requests per second (token bucket; default {services.DEFAULT_RATE_PER_S:g}; null: no limit).")
+    endpoints = serializers.ListField(
+        child=StrictCharField(max_length=64),
+        required=False,
+        max_length=services.MAX_SCOPED_ENDPOINTS,
+        help_text="Names of the team's endpoints it may call; leave out for all of them (also later ones).",
+    )
+    rate_per_s = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text=f"Requests per second (token bucket; default {services.DEFAULT_RATE_PER_S:g}; null: no limit).",
+    )
     burst = serializers.FloatField(required=False, allow_null=True, help_text="Bucket size (default twice the rate).")
-    max_concurrency = serializers.IntegerField(required=False, allow_null=True,
-                                               help_text=f"Requests in flight at once (default {services.DEFAULT_MAX_CONCURRENCY}; null: no limit).")
+    max_concurrency = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text=f"Requests in flight at once (default {services.DEFAULT_MAX_CONCURRENCY}; null: no limit).",
+    )
 
     def validate_team(self, value: str) -> Group:
         # teams the user is not a member of "do not exist"; a member without the role gets a 403 from the service
@@ -84,8 +114,11 @@ class InferenceKeyFilter(filters.FilterSet):
 @extend_schema_view(
     list=extend_schema(summary="Inference keys of your teams (display prefix only, never the secret)"),
     retrieve=extend_schema(summary="One inference key (display prefix only)"),
-    create=extend_schema(request=InferenceKeyCreateSerializer, responses={201: InferenceKeyCreatedSerializer},
-                         summary="Create an inference key; the response carries the secret, shown once"),
+    create=extend_schema(
+        request=InferenceKeyCreateSerializer,
+        responses={201: InferenceKeyCreatedSerializer},
+        summary="Create an inference key; the response carries the secret, shown once",
+    ),
 )
 class InferenceKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, TeamScopedViewSet):
     serializer_class = InferenceKeySerializer
@@ -108,11 +141,16 @@ class InferenceKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixi
         response["Cache-Control"] = "no-store"  # the secret must not sit in a cache
         return response
 
-    @extend_schema(request=RevokeSerializer, responses=InferenceKeySerializer,
-                   summary="Revoke: the gateway refuses the key (401) within its poll interval; revoking twice changes nothing")
+    @extend_schema(
+        request=RevokeSerializer,
+        responses=InferenceKeySerializer,
+        summary="Revoke: the gateway refuses the key (401) within its poll interval; revoking twice changes nothing",
+    )
     @action(detail=True, methods=["post"])
     def revoke(self, request, pk=None):
         payload = RevokeSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        key = services.inference_key_revoke(user=request.user, key=self.get_object(), reason=payload.validated_data["reason"])
+        key = services.inference_key_revoke(
+            user=request.user, key=self.get_object(), reason=payload.validated_data["reason"]
+        )
         return Response(InferenceKeySerializer(selectors.inference_key_get(user=request.user, key_id=key.pk)).data)

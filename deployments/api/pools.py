@@ -2,20 +2,28 @@
 
 Serving pools: /api/v1/pools/ (CRUD by name) and the actions scale, load, unload
 (POST /api/v1/pools/{name}/{action}/), plus the log tail of a replica.
+
+Why this is one long module: every pool request's serializer (create, update, scale, load, unload) and the viewset that documents them read together; to be split with the api package (issue 23).
 """
 
 from django.contrib.auth.models import Group
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_view, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from config.serializers import StrictCharField, StrictModelSerializer
-from config.viewsets import TeamScopedViewSet
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolReplica, PoolStatus, ServingPool
 from deployments.selectors import pools as selectors
 from deployments.services import pools as services
+from kernel.serializers import StrictCharField, StrictModelSerializer
+from kernel.viewsets import TeamScopedViewSet
 from registry.models import Role
 from registry.selectors.teams import team_list
 
@@ -24,7 +32,18 @@ from registry.selectors.teams import team_list
 class PoolReplicaSerializer(StrictModelSerializer):
     class Meta:
         model = PoolReplica
-        fields = ["name", "status", "http_url", "grpc_url", "metrics_url", "pid", "restarts", "last_error", "started_at", "last_seen_at"]
+        fields = [
+            "name",
+            "status",
+            "http_url",
+            "grpc_url",
+            "metrics_url",
+            "pid",
+            "restarts",
+            "last_error",
+            "started_at",
+            "last_seen_at",
+        ]
         read_only_fields = fields
 
 
@@ -32,11 +51,23 @@ class PoolModelSerializer(StrictModelSerializer):
     pool = StrictCharField(source="pool.name", read_only=True)
     artifact = serializers.IntegerField(source="artifact_id", read_only=True)
     variant = StrictCharField(source="artifact.variant", read_only=True)
-    replica_ready = serializers.DictField(child=serializers.BooleanField(), read_only=True, help_text="Readiness per replica at the last check.")
+    replica_ready = serializers.DictField(
+        child=serializers.BooleanField(), read_only=True, help_text="Readiness per replica at the last check."
+    )
 
     class Meta:
         model = PoolModel
-        fields = ["pool", "triton_model_name", "artifact", "variant", "state", "error", "replica_ready", "loaded_at", "updated_at"]
+        fields = [
+            "pool",
+            "triton_model_name",
+            "artifact",
+            "variant",
+            "state",
+            "error",
+            "replica_ready",
+            "loaded_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
@@ -50,19 +81,45 @@ class PoolSerializer(StrictModelSerializer):
     class Meta:
         model = ServingPool
         fields = [
-            "name", "url", "team", "driver", "replicas", "ready_replicas", "model_count", "device_kind", "gpus_per_replica",
-            "resources", "model_repository", "namespace", "image", "min_replicas", "max_replicas", "max_queue_size",
-            "queue_timeout_ms", "cost_per_replica_hour", "status", "status_reason", "generation", "created_by",
-            "created_at", "updated_at",
+            "name",
+            "url",
+            "team",
+            "driver",
+            "replicas",
+            "ready_replicas",
+            "model_count",
+            "device_kind",
+            "gpus_per_replica",
+            "resources",
+            "model_repository",
+            "namespace",
+            "image",
+            "min_replicas",
+            "max_replicas",
+            "autoscale_metric",
+            "autoscale_target",
+            "repository_secret",
+            "max_queue_size",
+            "queue_timeout_ms",
+            "cost_per_replica_hour",
+            "status",
+            "status_reason",
+            "generation",
+            "created_by",
+            "created_at",
+            "updated_at",
         ]
         read_only_fields = fields
 
 
 class PoolLiveSerializer(serializers.Serializer):
     readiness = serializers.DictField(
-        child=serializers.DictField(child=serializers.BooleanField()), help_text="{model: {replica: READY?}} asked from Triton now."
+        child=serializers.DictField(child=serializers.BooleanField()),
+        help_text="{model: {replica: READY?}} asked from Triton now.",
     )
-    statistics = serializers.DictField(help_text="Triton statistics: {models: {name: {success, failure, queue_us_avg, compute_us_avg, pending, ...}}, replicas: {...}}")
+    statistics = serializers.DictField(
+        help_text="Triton statistics: {models: {name: {success, failure, queue_us_avg, compute_us_avg, pending, ...}}, replicas: {...}}"
+    )
     error = StrictCharField(help_text="Why the driver could not answer, if it could not.")
 
 
@@ -88,15 +145,43 @@ class PoolCreateSerializer(serializers.Serializer):
     replicas = serializers.IntegerField(default=1)
     device_kind = serializers.ChoiceField(choices=DeviceKind.choices, default=DeviceKind.CPU)
     gpus_per_replica = serializers.IntegerField(required=False)
-    resources = serializers.JSONField(required=False, help_text='Requests per replica, e.g. {"cpu": "2", "memory": "4Gi"}.')
-    model_repository = StrictCharField(required=False, allow_blank=True, help_text="Kubernetes: s3://, gs://, as:// or pvc://CLAIM[/SUBPATH]. Local: leave empty.")
+    resources = serializers.JSONField(
+        required=False, help_text='Requests per replica, e.g. {"cpu": "2", "memory": "4Gi"}.'
+    )
+    model_repository = StrictCharField(
+        required=False,
+        allow_blank=True,
+        help_text="Kubernetes: s3://, gs://, as:// or pvc://CLAIM[/SUBPATH]. Local: leave empty.",
+    )
     namespace = StrictCharField(required=False, max_length=63)
     image = StrictCharField(required=False, max_length=255)
     min_replicas = serializers.IntegerField(required=False)
     max_replicas = serializers.IntegerField(required=False)
-    max_queue_size = serializers.IntegerField(required=False, help_text="Waiting requests per model before Triton rejects.")
-    queue_timeout_ms = serializers.IntegerField(required=False)
+    max_queue_size = serializers.IntegerField(
+        required=False,
+        help_text="Waiting requests per model before Triton rejects; 0 (default) with queue_timeout_ms 0: no Triton "
+        "queue policy, which costs a 500 ms stall in Triton 2.51 (deployments/POOLS.md).",
+    )
+    queue_timeout_ms = serializers.IntegerField(required=False, help_text="0 (default): no queue timeout.")
     cost_per_replica_hour = serializers.DecimalField(max_digits=10, decimal_places=4, required=False)
+    autoscale_metric = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=24,
+        help_text="Kubernetes: what the HPA scales on between min and max replicas: cpu (utilization %), "
+        "queue_time (Triton's queue ms per request) or pending_requests (per pod). Default: cpu for CPU pools, "
+        "queue_time for GPU pools.",
+    )
+    autoscale_target = serializers.FloatField(
+        required=False, help_text="The HPA's target for autoscale_metric (default 70 %, 20 ms or 8 requests)."
+    )
+    repository_secret = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=253,
+        help_text="Kubernetes: a Secret in the pool's namespace whose keys become Triton's environment "
+        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ... for s3://).",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -114,6 +199,24 @@ class PoolUpdateSerializer(serializers.Serializer):
     image = StrictCharField(required=False)
     min_replicas = serializers.IntegerField(required=False)
     max_replicas = serializers.IntegerField(required=False)
+    autoscale_metric = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=24,
+        help_text="Kubernetes: what the HPA scales on between min and max replicas: cpu (utilization %), "
+        "queue_time (Triton's queue ms per request) or pending_requests (per pod). Default: cpu for CPU pools, "
+        "queue_time for GPU pools.",
+    )
+    autoscale_target = serializers.FloatField(
+        required=False, help_text="The HPA's target for autoscale_metric (default 70 %, 20 ms or 8 requests)."
+    )
+    repository_secret = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=253,
+        help_text="Kubernetes: a Secret in the pool's namespace whose keys become Triton's environment "
+        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ... for s3://).",
+    )
 
 
 class ScaleSerializer(serializers.Serializer):
@@ -143,14 +246,24 @@ class PoolFilter(filters.FilterSet):
 @extend_schema_view(
     list=extend_schema(summary="List serving pools of your teams"),
     retrieve=extend_schema(summary="A pool with its replicas, models, readiness per model and Triton statistics"),
-    create=extend_schema(request=PoolCreateSerializer, responses={201: PoolSerializer}, summary="Create a serving pool"),
-    partial_update=extend_schema(request=PoolUpdateSerializer, responses={200: PoolSerializer}, summary="Change cost, queue limits, resources, image, autoscaling bounds"),
+    create=extend_schema(
+        request=PoolCreateSerializer, responses={201: PoolSerializer}, summary="Create a serving pool"
+    ),
+    partial_update=extend_schema(
+        request=PoolUpdateSerializer,
+        responses={200: PoolSerializer},
+        summary="Change cost, queue limits, resources, image, autoscaling bounds",
+    ),
     update=extend_schema(request=PoolUpdateSerializer, responses={200: PoolSerializer}),
     destroy=extend_schema(responses={202: PoolSerializer}, summary="Stop the pool's replicas and delete it"),
 )
 class PoolViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
-    mixins.DestroyModelMixin, TeamScopedViewSet,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    TeamScopedViewSet,
 ):
     lookup_field = "name"
     lookup_value_regex = r"[a-z0-9][a-z0-9-]*"
@@ -172,7 +285,9 @@ class PoolViewSet(
         return selectors.pool_get(user=self.request.user, name=self.kwargs["name"])
 
     def _fresh(self, pool: ServingPool) -> dict:
-        return PoolSerializer(selectors.pool_list(user=self.request.user).get(pk=pool.pk), context=self.get_serializer_context()).data
+        return PoolSerializer(
+            selectors.pool_list(user=self.request.user).get(pk=pool.pk), context=self.get_serializer_context()
+        ).data
 
     def create(self, request, *args, **kwargs):
         payload = PoolCreateSerializer(data=request.data, context=self.get_serializer_context())
@@ -191,7 +306,9 @@ class PoolViewSet(
         pool = services.pool_delete(user=request.user, pool=self._pool())
         return Response(self._fresh(pool), status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=ScaleSerializer, responses={202: PoolSerializer}, summary="Set the desired number of replicas")
+    @extend_schema(
+        request=ScaleSerializer, responses={202: PoolSerializer}, summary="Set the desired number of replicas"
+    )
     @action(detail=True, methods=["post"])
     def scale(self, request, name=None):
         payload = ScaleSerializer(data=request.data)
@@ -199,7 +316,11 @@ class PoolViewSet(
         pool = services.pool_scale(user=request.user, pool=self._pool(), replicas=payload.validated_data["replicas"])
         return Response(self._fresh(pool), status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=LoadSerializer, responses={202: PoolModelSerializer}, summary="Load a servable artifact on every replica (READY when all say so)")
+    @extend_schema(
+        request=LoadSerializer,
+        responses={202: PoolModelSerializer},
+        summary="Load a servable artifact on every replica (READY when all say so)",
+    )
     @action(detail=True, methods=["post"])
     def load(self, request, name=None):
         pool = self._pool()
@@ -209,7 +330,11 @@ class PoolViewSet(
         pool_model = services.pool_load_request(user=request.user, pool=pool, artifact=artifact)
         return Response(PoolModelSerializer(pool_model).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=UnloadSerializer, responses={202: PoolModelSerializer}, summary="Drain, then unload a model from every replica")
+    @extend_schema(
+        request=UnloadSerializer,
+        responses={202: PoolModelSerializer},
+        summary="Drain, then unload a model from every replica",
+    )
     @action(detail=True, methods=["post"])
     def unload(self, request, name=None):
         pool = self._pool()
@@ -217,7 +342,11 @@ class PoolViewSet(
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         pool_model = services.pool_unload_request(
-            user=request.user, pool=pool, model_name=data["model"], drain_timeout_s=data["drain_timeout_s"], force=data["force"]
+            user=request.user,
+            pool=pool,
+            model_name=data["model"],
+            drain_timeout_s=data["drain_timeout_s"],
+            force=data["force"],
         )
         return Response(PoolModelSerializer(pool_model).data, status=status.HTTP_202_ACCEPTED)
 
@@ -234,4 +363,6 @@ class PoolViewSet(
             lines = max(1, min(1000, int(request.query_params.get("lines", 100))))
         except ValueError:
             lines = 100
-        return Response({"replica": replica, "log": selectors.replica_log_tail(pool=pool, replica=replica, lines=lines)})
+        return Response(
+            {"replica": replica, "log": selectors.replica_log_tail(pool=pool, replica=replica, lines=lines)}
+        )

@@ -11,10 +11,6 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import created
-from config.errors import InvalidInput, NotFound
-from config.serializers import StrictCharField, StrictModelSerializer, StrictRegexField, StrictSlugField
-from config.viewsets import TeamScopedViewSet
 from deployments.models import Endpoint, Rollout
 from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
 from deployments.rollout_machine import FULL_BP, Strategy
@@ -23,6 +19,10 @@ from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
+from kernel.api import created
+from kernel.errors import InvalidInput, NotFound
+from kernel.serializers import StrictCharField, StrictModelSerializer, StrictRegexField, StrictSlugField
+from kernel.viewsets import TeamScopedViewSet
 from registry.names import baseline_variant_name, variant_name
 
 
@@ -35,9 +35,24 @@ class EndpointSerializer(StrictModelSerializer):
 
     class Meta:
         model = Endpoint
-        fields = ["name", "url", "team", "pool", "stable_artifact", "stable_variant", "slo_p99_ms", "slo_error_rate",
-                  "psi_threshold", "latency_margin", "on_inconclusive", "sticky_header", "timeout_ms", "public", "created_at",
-                  "updated_at"]
+        fields = [
+            "name",
+            "url",
+            "team",
+            "pool",
+            "stable_artifact",
+            "stable_variant",
+            "slo_p99_ms",
+            "slo_error_rate",
+            "psi_threshold",
+            "latency_margin",
+            "on_inconclusive",
+            "sticky_header",
+            "timeout_ms",
+            "public",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
     def get_stable_variant(self, endpoint) -> str | None:
@@ -50,13 +65,17 @@ class EndpointUpdateSerializer(serializers.Serializer):
     psi_threshold = serializers.FloatField(required=False)
     latency_margin = serializers.FloatField(required=False)
     on_inconclusive = serializers.ChoiceField(
-        choices=ON_INCONCLUSIVE_CHOICES, required=False,
+        choices=ON_INCONCLUSIVE_CHOICES,
+        required=False,
         help_text="When a rollout step's deadline passes without a conclusive verdict: rollback, pause (and alert; the "
-                  "default) or promote (go on unless a check failed). A rollout may override it.")
+        "default) or promote (go on unless a check failed). A rollout may override it.",
+    )
     sticky_header = StrictRegexField(r"^[A-Za-z0-9-]{1,100}$", required=False)
     timeout_ms = serializers.IntegerField(required=False)
-    public = serializers.BooleanField(required=False, help_text="Callable without an inference key (default false: "
-                                                                "only the team's keys scoped to it).")
+    public = serializers.BooleanField(
+        required=False,
+        help_text="Callable without an inference key (default false: only the team's keys scoped to it).",
+    )
 
 
 class EndpointCreateSerializer(EndpointUpdateSerializer):
@@ -78,12 +97,35 @@ class RolloutSerializer(StrictModelSerializer):
     class Meta:
         model = Rollout
         fields = [
-            "id", "endpoint", "candidate_artifact", "candidate_variant", "baseline_artifact", "baseline_variant", "fair_baseline",
+            "id",
+            "endpoint",
+            "candidate_artifact",
+            "candidate_variant",
+            "baseline_artifact",
+            "baseline_variant",
+            "fair_baseline",
             "strategy",
-            "steps_bp", "shadow_seconds", "shadow_sample_rate", "step_min_seconds", "step_min_requests",
-            "step_deadline_seconds", "on_inconclusive", "promote_grace_seconds", "state", "step_index", "paused_from",
-            "generation", "reason", "traffic", "state_entered_at", "step_started_at", "traffic_started_at",
-            "traffic_stopped_at", "created_by", "created_at", "finished_at",
+            "steps_bp",
+            "shadow_seconds",
+            "shadow_sample_rate",
+            "step_min_seconds",
+            "step_min_requests",
+            "step_deadline_seconds",
+            "on_inconclusive",
+            "promote_grace_seconds",
+            "state",
+            "step_index",
+            "paused_from",
+            "generation",
+            "reason",
+            "traffic",
+            "state_entered_at",
+            "step_started_at",
+            "traffic_started_at",
+            "traffic_stopped_at",
+            "created_by",
+            "created_at",
+            "finished_at",
         ]
         read_only_fields = fields
 
@@ -101,8 +143,12 @@ class RolloutSerializer(StrictModelSerializer):
 
     def get_traffic(self, rollout) -> dict:
         split = rollout.split
-        return {"stable_bp": split.stable_bp, "candidate_bp": split.candidate_bp, "baseline_bp": split.baseline_bp,
-                "candidate_role": split.candidate_role}
+        return {
+            "stable_bp": split.stable_bp,
+            "candidate_bp": split.candidate_bp,
+            "baseline_bp": split.baseline_bp,
+            "candidate_role": split.candidate_role,
+        }
 
 
 class RolloutCreateSerializer(serializers.Serializer):
@@ -114,35 +160,53 @@ class RolloutCreateSerializer(serializers.Serializer):
     step_min_seconds = serializers.FloatField(min_value=0, default=30.0)
     step_min_requests = serializers.IntegerField(min_value=0, default=200)
     step_deadline_seconds = serializers.FloatField(min_value=0, default=600.0)
-    on_inconclusive = serializers.ChoiceField(choices=ON_INCONCLUSIVE_CHOICES, required=False,
-                                              help_text="rollback, pause or promote; default: the endpoint's policy.")
+    on_inconclusive = serializers.ChoiceField(
+        choices=ON_INCONCLUSIVE_CHOICES,
+        required=False,
+        help_text="rollback, pause or promote; default: the endpoint's policy.",
+    )
     promote_grace_seconds = serializers.FloatField(min_value=0, default=30.0)
     fair_baseline = serializers.BooleanField(
-        default=True, help_text="Load a fresh copy of the stable with the candidate's share and judge the candidate "
-                                "against it (canary strategy; default true).")
+        default=True,
+        help_text="Load a fresh copy of the stable with the candidate's share and judge the candidate "
+        "against it (canary strategy; default true).",
+    )
 
 
 class RolloutActionSerializer(serializers.Serializer):
     reason = StrictCharField(required=False, allow_blank=True, default="")
-    generation = serializers.IntegerField(required=False, help_text="The generation you saw; 409 if it changed meanwhile.")
+    generation = serializers.IntegerField(
+        required=False, help_text="The generation you saw; 409 if it changed meanwhile."
+    )
 
 
 def _artifact(user, artifact_id: int, field: str):
     try:
         return pool_selectors.artifact_get(user=user, artifact_id=artifact_id)
     except NotFound:  # an artifact the user may not see is reported like a missing one
-        raise InvalidInput(f"{field}: no artifact with id {artifact_id}.", code="artifact_not_found", field=field) from None
+        raise InvalidInput(
+            f"{field}: no artifact with id {artifact_id}.", code="artifact_not_found", field=field
+        ) from None
 
 
 @extend_schema_view(
     list=extend_schema(summary="Endpoints of your teams"),
     retrieve=extend_schema(summary="One endpoint"),
-    create=extend_schema(request=EndpointCreateSerializer, responses={201: EndpointSerializer}, summary="Create an endpoint on a pool"),
-    partial_update=extend_schema(request=EndpointUpdateSerializer, summary="Change SLOs, sticky header, timeout, public"),
+    create=extend_schema(
+        request=EndpointCreateSerializer, responses={201: EndpointSerializer}, summary="Create an endpoint on a pool"
+    ),
+    partial_update=extend_schema(
+        request=EndpointUpdateSerializer, summary="Change SLOs, sticky header, timeout, public"
+    ),
     update=extend_schema(request=EndpointUpdateSerializer),
 )
-class EndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
-                      TeamScopedViewSet):
+class EndpointViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    TeamScopedViewSet,
+):
     serializer_class = EndpointSerializer
     lookup_field = "name"
     lookup_value_regex = r"[a-z0-9][a-z0-9_-]*"
@@ -158,9 +222,17 @@ class EndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
         try:
             pool = pool_selectors.pool_get(user=request.user, name=data.pop("pool"))
         except NotFound:
-            raise InvalidInput(f"pool: no serving pool named {request.data.get('pool')!r}.", code="pool_not_found", field="pool") from None
-        stable = _artifact(request.user, data.pop("stable_artifact"), "stable_artifact") if "stable_artifact" in data else None
-        endpoint = endpoint_services.endpoint_create(user=request.user, name=data.pop("name"), pool=pool, stable_artifact=stable, **data)
+            raise InvalidInput(
+                f"pool: no serving pool named {request.data.get('pool')!r}.", code="pool_not_found", field="pool"
+            ) from None
+        stable = (
+            _artifact(request.user, data.pop("stable_artifact"), "stable_artifact")
+            if "stable_artifact" in data
+            else None
+        )
+        endpoint = endpoint_services.endpoint_create(
+            user=request.user, name=data.pop("name"), pool=pool, stable_artifact=stable, **data
+        )
         return created(EndpointSerializer(endpoint, context=self.get_serializer_context()).data)
 
     def update(self, request, *args, **kwargs):
@@ -171,8 +243,12 @@ class EndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
         return Response(EndpointSerializer(endpoint, context=self.get_serializer_context()).data)
 
     @extend_schema(methods=["GET"], responses=RolloutSerializer(many=True), summary="List this endpoint's rollouts")
-    @extend_schema(methods=["POST"], request=RolloutCreateSerializer, responses={201: RolloutSerializer},
-                   summary="Start a rollout on this endpoint")
+    @extend_schema(
+        methods=["POST"],
+        request=RolloutCreateSerializer,
+        responses={201: RolloutSerializer},
+        summary="Start a rollout on this endpoint",
+    )
     @action(detail=True, methods=["get", "post"])
     def rollouts(self, request, name=None):
         endpoint = self.get_object()
@@ -200,16 +276,26 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
     def _act(self, request, service):
         payload = RolloutActionSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        rollout = service(user=request.user, rollout=self.get_object(), reason=payload.validated_data["reason"],
-                          expected_generation=payload.validated_data.get("generation"))
+        rollout = service(
+            user=request.user,
+            rollout=self.get_object(),
+            reason=payload.validated_data["reason"],
+            expected_generation=payload.validated_data.get("generation"),
+        )
         return Response(RolloutSerializer(rollout).data)
 
-    @extend_schema(request=RolloutActionSerializer, responses=RolloutSerializer, summary="Promote now (skip remaining steps)")
+    @extend_schema(
+        request=RolloutActionSerializer, responses=RolloutSerializer, summary="Promote now (skip remaining steps)"
+    )
     @action(detail=True, methods=["post"])
     def promote(self, request, pk=None):
         return self._act(request, services.rollout_promote)
 
-    @extend_schema(request=RolloutActionSerializer, responses=RolloutSerializer, summary="Pause (hold the split, stop the step timer)")
+    @extend_schema(
+        request=RolloutActionSerializer,
+        responses=RolloutSerializer,
+        summary="Pause (hold the split, stop the step timer)",
+    )
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
         return self._act(request, services.rollout_pause)

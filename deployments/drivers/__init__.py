@@ -14,7 +14,17 @@ from deployments.drivers.base import (
     ReplicaInfo,
 )
 
-__all__ = ["DriverError", "DrainTimeout", "LoadFailed", "ModelDir", "NoReadyReplica", "PoolDriver", "PoolSpec", "ReplicaInfo", "driver_for"]
+__all__ = [
+    "DriverError",
+    "DrainTimeout",
+    "LoadFailed",
+    "ModelDir",
+    "NoReadyReplica",
+    "PoolDriver",
+    "PoolSpec",
+    "ReplicaInfo",
+    "driver_for",
+]
 
 
 def driver_for(pool) -> PoolDriver:

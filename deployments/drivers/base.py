@@ -9,12 +9,12 @@ idempotent: `ensure` twice starts nothing new, `load` of a READY model loads not
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deployments.drivers.triton import TritonError, TritonHTTP
+from kernel.triton import TritonError, TritonHTTP
 
 PENDING_METRIC = "nv_inference_pending_request_count"
 
@@ -68,17 +68,31 @@ class PoolSpec:
     image: str = "nvcr.io/nvidia/tritonserver:24.10-py3"
     min_replicas: int = 1
     max_replicas: int = 4
-    max_queue_size: int = 256
-    queue_timeout_ms: int = 1000
+    max_queue_size: int = 0
+    queue_timeout_ms: int = 0
+    autoscale_metric: str = ""  # "" = the device's default (deployments/pool_fields.py)
+    autoscale_target: float = 0.0
+    repository_secret: str = ""
 
     @classmethod
-    def from_pool(cls, pool) -> "PoolSpec":
+    def from_pool(cls, pool) -> PoolSpec:
         return cls(
-            name=pool.name, replicas=pool.replicas, model_repository=pool.model_repository,
-            team=pool.team.name if pool.team_id else "", device_kind=pool.device_kind,
-            gpus_per_replica=pool.gpus_per_replica, resources=dict(pool.resources or {}),
-            namespace=pool.namespace, image=pool.image, min_replicas=pool.min_replicas,
-            max_replicas=pool.max_replicas, max_queue_size=pool.max_queue_size, queue_timeout_ms=pool.queue_timeout_ms,
+            name=pool.name,
+            replicas=pool.replicas,
+            model_repository=pool.model_repository,
+            team=pool.team.name if pool.team_id else "",
+            device_kind=pool.device_kind,
+            gpus_per_replica=pool.gpus_per_replica,
+            resources=dict(pool.resources or {}),
+            namespace=pool.namespace,
+            image=pool.image,
+            min_replicas=pool.min_replicas,
+            max_replicas=pool.max_replicas,
+            max_queue_size=pool.max_queue_size,
+            queue_timeout_ms=pool.queue_timeout_ms,
+            autoscale_metric=pool.autoscale_metric,
+            autoscale_target=pool.autoscale_target,
+            repository_secret=pool.repository_secret,
         )
 
 
@@ -94,13 +108,16 @@ class ReplicaInfo:
     restarts: int = 0
     started_at: float | None = None  # epoch seconds
     error: str = ""
+    admin_key: str = ""  # Triton's model-repository key (Kubernetes pools restrict load/unload to it)
 
     @property
     def ready(self) -> bool:
         return self.status == "ready"
 
     def triton(self, timeout: float = 5.0) -> TritonHTTP:
-        return TritonHTTP(self.http_url, self.metrics_url, timeout=timeout, grpc_url=self.grpc_url)
+        return TritonHTTP(
+            self.http_url, self.metrics_url, timeout=timeout, grpc_url=self.grpc_url, admin_key=self.admin_key
+        )
 
 
 @dataclass(frozen=True)
@@ -274,7 +291,9 @@ class PoolDriver:
                     "inference_count": entry.get("inference_count", 0),
                     "execution_count": entry.get("execution_count", 0),
                     "queue_ns": infer.get("queue", {}).get("ns", 0),
-                    "compute_ns": sum(infer.get(k, {}).get("ns", 0) for k in ("compute_input", "compute_infer", "compute_output")),
+                    "compute_ns": sum(
+                        infer.get(k, {}).get("ns", 0) for k in ("compute_input", "compute_infer", "compute_output")
+                    ),
                     "pending": sum(v for (m, _), v in pending.items() if m == entry["name"]),
                 }
                 rows[entry["name"]] = row

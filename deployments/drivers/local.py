@@ -24,9 +24,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from deployments import tritonserver
 from deployments.drivers.base import DriverError, ModelDir, PoolDriver, PoolSpec, ReplicaInfo
-from deployments.drivers.triton import TritonHTTP
+from kernel import tritonserver
+from kernel.triton import TritonHTTP
 
 START_GRACE_S = 60.0  # a process that is not live this long after start is killed and restarted
 STABLE_AFTER_S = 60.0  # up this long: the crash streak (and so the backoff) resets
@@ -83,7 +83,9 @@ class LocalDriver(PoolDriver):
         base = self.root / "replicas"
         if not base.exists():
             return []
-        return sorted((p.name for p in base.iterdir() if p.is_dir() and p.name.startswith("r")), key=lambda n: int(n[1:]))
+        return sorted(
+            (p.name for p in base.iterdir() if p.is_dir() and p.name.startswith("r")), key=lambda n: int(n[1:])
+        )
 
     @contextmanager
     def models_locked(self):
@@ -186,7 +188,9 @@ class LocalDriver(PoolDriver):
         process = tritonserver.TritonProcess(
             model_repository=self.repository,
             work_dir=directory,
-            http_port=ports[0], grpc_port=ports[1], metrics_port=ports[2],
+            http_port=ports[0],
+            grpc_port=ports[1],
+            metrics_port=ports[2],
             extra_args=["--model-load-thread-count=2"],
         )
         try:
@@ -242,8 +246,10 @@ class LocalDriver(PoolDriver):
                     self._kill(state.get("pid"), state)
                     state["last_error"] = f"process {state['pid']} not live {START_GRACE_S:.0f}s after start; killed"
                     status = "dead"
-                elif status == "dead" and state.get("pid") and not state.get("last_error", "").startswith(
-                    (f"process {state['pid']} ", "tritonserver exited")
+                elif (
+                    status == "dead"
+                    and state.get("pid")
+                    and not state.get("last_error", "").startswith((f"process {state['pid']} ", "tritonserver exited"))
                 ):
                     state["last_error"] = f"process {state['pid']} exited"
                 if status == "dead":

@@ -6,99 +6,205 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('registry', '0001_initial'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("registry", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ServingPool',
+            name="ServingPool",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(help_text="Lower-case letters, digits and '-'.", max_length=48, unique=True)),
-                ('driver', models.CharField(choices=[('local', 'Local tritonserver processes'), ('kubernetes', 'Kubernetes Deployment')], default='local', max_length=16)),
-                ('replicas', models.PositiveSmallIntegerField(default=1, help_text='Desired number of replicas.')),
-                ('device_kind', models.CharField(choices=[('cpu', 'CPU'), ('nvidia-t4', 'NVIDIA T4'), ('nvidia-l4', 'NVIDIA L4'), ('nvidia-a10', 'NVIDIA A10'), ('nvidia-a100', 'NVIDIA A100'), ('nvidia-h100', 'NVIDIA H100')], default='cpu', max_length=16)),
-                ('gpus_per_replica', models.PositiveSmallIntegerField(default=0)),
-                ('resources', models.JSONField(blank=True, default=dict)),
-                ('model_repository', models.CharField(blank=True, max_length=512)),
-                ('namespace', models.CharField(default='modelplane', max_length=63)),
-                ('image', models.CharField(default='nvcr.io/nvidia/tritonserver:24.10-py3', max_length=255)),
-                ('min_replicas', models.PositiveSmallIntegerField(default=1)),
-                ('max_replicas', models.PositiveSmallIntegerField(default=4)),
-                ('max_queue_size', models.PositiveIntegerField(default=256)),
-                ('queue_timeout_ms', models.PositiveIntegerField(default=1000)),
-                ('cost_per_replica_hour', models.DecimalField(decimal_places=4, default=0, max_digits=10)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('ready', 'Ready'), ('degraded', 'Degraded'), ('failed', 'Failed'), ('deleting', 'Deleting')], default='pending', max_length=16)),
-                ('status_reason', models.TextField(blank=True)),
-                ('generation', models.PositiveIntegerField(default=1)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='serving_pools', to='auth.group')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(help_text="Lower-case letters, digits and '-'.", max_length=48, unique=True)),
+                (
+                    "driver",
+                    models.CharField(
+                        choices=[("local", "Local tritonserver processes"), ("kubernetes", "Kubernetes Deployment")],
+                        default="local",
+                        max_length=16,
+                    ),
+                ),
+                ("replicas", models.PositiveSmallIntegerField(default=1, help_text="Desired number of replicas.")),
+                (
+                    "device_kind",
+                    models.CharField(
+                        choices=[
+                            ("cpu", "CPU"),
+                            ("nvidia-t4", "NVIDIA T4"),
+                            ("nvidia-l4", "NVIDIA L4"),
+                            ("nvidia-a10", "NVIDIA A10"),
+                            ("nvidia-a100", "NVIDIA A100"),
+                            ("nvidia-h100", "NVIDIA H100"),
+                        ],
+                        default="cpu",
+                        max_length=16,
+                    ),
+                ),
+                ("gpus_per_replica", models.PositiveSmallIntegerField(default=0)),
+                ("resources", models.JSONField(blank=True, default=dict)),
+                ("model_repository", models.CharField(blank=True, max_length=512)),
+                ("namespace", models.CharField(default="modelplane", max_length=63)),
+                ("image", models.CharField(default="nvcr.io/nvidia/tritonserver:24.10-py3", max_length=255)),
+                ("min_replicas", models.PositiveSmallIntegerField(default=1)),
+                ("max_replicas", models.PositiveSmallIntegerField(default=4)),
+                ("max_queue_size", models.PositiveIntegerField(default=256)),
+                ("queue_timeout_ms", models.PositiveIntegerField(default=1000)),
+                ("cost_per_replica_hour", models.DecimalField(decimal_places=4, default=0, max_digits=10)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("ready", "Ready"),
+                            ("degraded", "Degraded"),
+                            ("failed", "Failed"),
+                            ("deleting", "Deleting"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("status_reason", models.TextField(blank=True)),
+                ("generation", models.PositiveIntegerField(default=1)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="serving_pools", to="auth.group"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='PoolReplica',
+            name="PoolReplica",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=128)),
-                ('status', models.CharField(choices=[('starting', 'Starting'), ('ready', 'Ready'), ('down', 'Down'), ('failed', 'Failed'), ('stopped', 'Stopped')], default='starting', max_length=16)),
-                ('http_url', models.CharField(blank=True, max_length=255)),
-                ('grpc_url', models.CharField(blank=True, max_length=255)),
-                ('metrics_url', models.CharField(blank=True, max_length=255)),
-                ('pid', models.PositiveIntegerField(blank=True, null=True)),
-                ('log_path', models.CharField(blank=True, max_length=512)),
-                ('restarts', models.PositiveIntegerField(default=0)),
-                ('last_error', models.TextField(blank=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('last_seen_at', models.DateTimeField(blank=True, null=True)),
-                ('pool', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='replica_set', to='deployments.servingpool')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=128)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("starting", "Starting"),
+                            ("ready", "Ready"),
+                            ("down", "Down"),
+                            ("failed", "Failed"),
+                            ("stopped", "Stopped"),
+                        ],
+                        default="starting",
+                        max_length=16,
+                    ),
+                ),
+                ("http_url", models.CharField(blank=True, max_length=255)),
+                ("grpc_url", models.CharField(blank=True, max_length=255)),
+                ("metrics_url", models.CharField(blank=True, max_length=255)),
+                ("pid", models.PositiveIntegerField(blank=True, null=True)),
+                ("log_path", models.CharField(blank=True, max_length=512)),
+                ("restarts", models.PositiveIntegerField(default=0)),
+                ("last_error", models.TextField(blank=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("last_seen_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "pool",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="replica_set",
+                        to="deployments.servingpool",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['pool', 'name'],
+                "ordering": ["pool", "name"],
             },
         ),
         migrations.CreateModel(
-            name='PoolModel',
+            name="PoolModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('triton_model_name', models.CharField(max_length=200)),
-                ('state', models.CharField(choices=[('loading', 'Loading'), ('ready', 'Ready'), ('failed', 'Failed'), ('draining', 'Draining'), ('unloaded', 'Unloaded')], default='loading', max_length=16)),
-                ('error', models.TextField(blank=True)),
-                ('replica_ready', models.JSONField(blank=True, default=dict)),
-                ('loaded_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('artifact', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='pool_models', to='registry.artifact')),
-                ('requested_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('pool', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='models', to='deployments.servingpool')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("triton_model_name", models.CharField(max_length=200)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("loading", "Loading"),
+                            ("ready", "Ready"),
+                            ("failed", "Failed"),
+                            ("draining", "Draining"),
+                            ("unloaded", "Unloaded"),
+                        ],
+                        default="loading",
+                        max_length=16,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("replica_ready", models.JSONField(blank=True, default=dict)),
+                ("loaded_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "artifact",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="pool_models", to="registry.artifact"
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "pool",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="models", to="deployments.servingpool"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['pool', 'triton_model_name'],
+                "ordering": ["pool", "triton_model_name"],
             },
         ),
         migrations.AddConstraint(
-            model_name='servingpool',
-            constraint=models.CheckConstraint(condition=models.Q(('min_replicas__lte', models.F('max_replicas'))), name='pool_min_le_max'),
+            model_name="servingpool",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("min_replicas__lte", models.F("max_replicas"))), name="pool_min_le_max"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='servingpool',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('device_kind', 'cpu'), ('gpus_per_replica', 0)), models.Q(models.Q(('device_kind', 'cpu'), _negated=True), ('gpus_per_replica__gte', 1)), _connector='OR'), name='pool_gpu_matches_device'),
+            model_name="servingpool",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("device_kind", "cpu"), ("gpus_per_replica", 0)),
+                    models.Q(models.Q(("device_kind", "cpu"), _negated=True), ("gpus_per_replica__gte", 1)),
+                    _connector="OR",
+                ),
+                name="pool_gpu_matches_device",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='poolreplica',
-            constraint=models.UniqueConstraint(fields=('pool', 'name'), name='uniq_pool_replica'),
+            model_name="poolreplica",
+            constraint=models.UniqueConstraint(fields=("pool", "name"), name="uniq_pool_replica"),
         ),
         migrations.AddConstraint(
-            model_name='poolmodel',
-            constraint=models.UniqueConstraint(fields=('pool', 'triton_model_name'), name='uniq_pool_model'),
+            model_name="poolmodel",
+            constraint=models.UniqueConstraint(fields=("pool", "triton_model_name"), name="uniq_pool_model"),
         ),
     ]

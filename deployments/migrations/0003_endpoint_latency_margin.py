@@ -5,30 +5,38 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('deployments', '0002_endpoints_rollouts'),
-        ('registry', '0001_initial'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("deployments", "0002_endpoints_rollouts"),
+        ("registry", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='rollout',
-            name='one_active_rollout_per_endpoint',
+            model_name="rollout",
+            name="one_active_rollout_per_endpoint",
         ),
         migrations.AddField(
-            model_name='endpoint',
-            name='latency_margin',
+            model_name="endpoint",
+            name="latency_margin",
             field=models.FloatField(default=0.2, help_text="Candidate latency may exceed stable's by this fraction."),
         ),
         migrations.AddConstraint(
-            model_name='endpoint',
-            constraint=models.CheckConstraint(condition=models.Q(('latency_margin__gte', 0), ('latency_margin__lte', 5)), name='endpoint_latency_margin_0_5'),
+            model_name="endpoint",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("latency_margin__gte", 0), ("latency_margin__lte", 5)),
+                name="endpoint_latency_margin_0_5",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rollout',
-            constraint=models.UniqueConstraint(condition=models.Q(('state__in', ['canary', 'loading', 'paused', 'pending', 'promoting', 'rolling_back', 'shadow'])), fields=('endpoint',), name='one_active_rollout_per_endpoint'),
+            model_name="rollout",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(
+                    ("state__in", ["canary", "loading", "paused", "pending", "promoting", "rolling_back", "shadow"])
+                ),
+                fields=("endpoint",),
+                name="one_active_rollout_per_endpoint",
+            ),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0003_endpoint_latency_margin'),
+        ("deployments", "0003_endpoint_latency_margin"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='poolreplica',
-            name='retiring_since',
+            model_name="poolreplica",
+            name="retiring_since",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

@@ -6,10 +6,9 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('deployments', '0004_replica_retiring_since'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("deployments", "0004_replica_retiring_since"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -19,36 +18,124 @@ class Migration(migrations.Migration):
         # closes one by setting public=false once its callers have keys. New endpoints
         # are closed by default.
         migrations.AddField(
-            model_name='endpoint',
-            name='public',
-            field=models.BooleanField(default=True, help_text='Callable without an inference key.'),
+            model_name="endpoint",
+            name="public",
+            field=models.BooleanField(default=True, help_text="Callable without an inference key."),
         ),
         migrations.AlterField(
-            model_name='endpoint',
-            name='public',
-            field=models.BooleanField(default=False, help_text='Callable without an inference key.'),
+            model_name="endpoint",
+            name="public",
+            field=models.BooleanField(default=False, help_text="Callable without an inference key."),
         ),
         migrations.CreateModel(
-            name='InferenceKey',
+            name="InferenceKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text="What the key is for, e.g. 'ads-ranker-prod'.", max_length=100)),
-                ('prefix', models.CharField(help_text="The secret's first characters, shown to tell keys apart.", max_length=16)),
-                ('sha256', models.CharField(help_text="Hex SHA-256 of the secret's UTF-8 bytes.", max_length=64, unique=True)),
-                ('all_endpoints', models.BooleanField(default=True, help_text='Scoped to every endpoint of the team, also later ones.')),
-                ('rate_per_s', models.FloatField(blank=True, default=100.0, help_text='Sustained requests per second (token bucket).', null=True)),
-                ('burst', models.FloatField(blank=True, default=200.0, help_text='Requests allowed at once above the rate.', null=True)),
-                ('max_concurrency', models.PositiveIntegerField(blank=True, default=64, help_text='Requests in flight at once.', null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('endpoints', models.ManyToManyField(blank=True, help_text='The endpoints it may call when not all_endpoints.', related_name='inference_keys', to='deployments.endpoint')),
-                ('revoked_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='inference_keys', to='auth.group')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(help_text="What the key is for, e.g. 'ads-ranker-prod'.", max_length=100)),
+                (
+                    "prefix",
+                    models.CharField(
+                        help_text="The secret's first characters, shown to tell keys apart.", max_length=16
+                    ),
+                ),
+                (
+                    "sha256",
+                    models.CharField(help_text="Hex SHA-256 of the secret's UTF-8 bytes.", max_length=64, unique=True),
+                ),
+                (
+                    "all_endpoints",
+                    models.BooleanField(
+                        default=True, help_text="Scoped to every endpoint of the team, also later ones."
+                    ),
+                ),
+                (
+                    "rate_per_s",
+                    models.FloatField(
+                        blank=True, default=100.0, help_text="Sustained requests per second (token bucket).", null=True
+                    ),
+                ),
+                (
+                    "burst",
+                    models.FloatField(
+                        blank=True, default=200.0, help_text="Requests allowed at once above the rate.", null=True
+                    ),
+                ),
+                (
+                    "max_concurrency",
+                    models.PositiveIntegerField(
+                        blank=True, default=64, help_text="Requests in flight at once.", null=True
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "endpoints",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="The endpoints it may call when not all_endpoints.",
+                        related_name="inference_keys",
+                        to="deployments.endpoint",
+                    ),
+                ),
+                (
+                    "revoked_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="inference_keys", to="auth.group"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['team__name', '-created_at'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('revoked_at__isnull', True)), fields=('team', 'name'), name='uniq_active_key_name_per_team'), models.CheckConstraint(condition=models.Q(('rate_per_s__isnull', True), models.Q(('rate_per_s__gt', 0), ('rate_per_s__lte', 1000000)), _connector='OR'), name='key_rate_positive'), models.CheckConstraint(condition=models.Q(('burst__isnull', True), models.Q(('burst__gte', 1), ('burst__lte', 1000000)), _connector='OR'), name='key_burst_ge_1'), models.CheckConstraint(condition=models.Q(('max_concurrency__isnull', True), models.Q(('max_concurrency__gte', 1), ('max_concurrency__lte', 1000000)), _connector='OR'), name='key_concurrency_ge_1')],
+                "ordering": ["team__name", "-created_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("revoked_at__isnull", True)),
+                        fields=("team", "name"),
+                        name="uniq_active_key_name_per_team",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("rate_per_s__isnull", True),
+                            models.Q(("rate_per_s__gt", 0), ("rate_per_s__lte", 1000000)),
+                            _connector="OR",
+                        ),
+                        name="key_rate_positive",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("burst__isnull", True),
+                            models.Q(("burst__gte", 1), ("burst__lte", 1000000)),
+                            _connector="OR",
+                        ),
+                        name="key_burst_ge_1",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("max_concurrency__isnull", True),
+                            models.Q(("max_concurrency__gte", 1), ("max_concurrency__lte", 1000000)),
+                            _connector="OR",
+                        ),
+                        name="key_concurrency_ge_1",
+                    ),
+                ],
             },
         ),
     ]

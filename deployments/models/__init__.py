@@ -1,5 +1,6 @@
 """Deployments data (app label "deployments"): serving pools in pools.py, endpoints and
-rollouts in rollouts.py, inference keys in keys.py. Data and invariants only; writes go
+rollouts in rollouts.py, inference keys in keys.py, releases (build → tune → canary) in
+releases.py. Data and invariants only; writes go
 through deployments.services."""
 
 from deployments.models.keys import InferenceKey
@@ -13,9 +14,21 @@ from deployments.models.pools import (
     ReplicaStatus,
     ServingPool,
 )
+from deployments.models.releases import Release, ReleaseState
 from deployments.models.rollouts import Endpoint, Rollout
 
 __all__ = [
-    "DeviceKind", "Endpoint", "InferenceKey", "PoolDriver", "PoolModel", "PoolModelState", "PoolReplica", "PoolStatus",
-    "ReplicaStatus", "Rollout", "ServingPool",
+    "DeviceKind",
+    "Endpoint",
+    "InferenceKey",
+    "PoolDriver",
+    "PoolModel",
+    "PoolModelState",
+    "PoolReplica",
+    "PoolStatus",
+    "Release",
+    "ReleaseState",
+    "ReplicaStatus",
+    "Rollout",
+    "ServingPool",
 ]

@@ -22,27 +22,49 @@ class InferenceKey(models.Model):
     name = models.CharField(max_length=100, help_text="What the key is for, e.g. 'ads-ranker-prod'.")
     prefix = models.CharField(max_length=16, help_text="The secret's first characters, shown to tell keys apart.")
     sha256 = models.CharField(max_length=64, unique=True, help_text="Hex SHA-256 of the secret's UTF-8 bytes.")
-    all_endpoints = models.BooleanField(default=True, help_text="Scoped to every endpoint of the team, also later ones.")
-    endpoints = models.ManyToManyField("deployments.Endpoint", blank=True, related_name="inference_keys",
-                                       help_text="The endpoints it may call when not all_endpoints.")
+    all_endpoints = models.BooleanField(
+        default=True, help_text="Scoped to every endpoint of the team, also later ones."
+    )
+    endpoints = models.ManyToManyField(
+        "deployments.Endpoint",
+        blank=True,
+        related_name="inference_keys",
+        help_text="The endpoints it may call when not all_endpoints.",
+    )
     # Limits the gateway enforces per key (null: none).
-    rate_per_s = models.FloatField(null=True, blank=True, default=100.0, help_text="Sustained requests per second (token bucket).")
-    burst = models.FloatField(null=True, blank=True, default=200.0, help_text="Requests allowed at once above the rate.")
-    max_concurrency = models.PositiveIntegerField(null=True, blank=True, default=64, help_text="Requests in flight at once.")
+    rate_per_s = models.FloatField(
+        null=True, blank=True, default=100.0, help_text="Sustained requests per second (token bucket)."
+    )
+    burst = models.FloatField(
+        null=True, blank=True, default=200.0, help_text="Requests allowed at once above the rate."
+    )
+    max_concurrency = models.PositiveIntegerField(
+        null=True, blank=True, default=64, help_text="Requests in flight at once."
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["team__name", "-created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["team", "name"], condition=Q(revoked_at__isnull=True), name="uniq_active_key_name_per_team"),
-            models.CheckConstraint(condition=Q(rate_per_s__isnull=True) | Q(rate_per_s__gt=0, rate_per_s__lte=1_000_000),
-                                   name="key_rate_positive"),
-            models.CheckConstraint(condition=Q(burst__isnull=True) | Q(burst__gte=1, burst__lte=1_000_000), name="key_burst_ge_1"),
-            models.CheckConstraint(condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gte=1, max_concurrency__lte=1_000_000),
-                                   name="key_concurrency_ge_1"),
+            models.UniqueConstraint(
+                fields=["team", "name"], condition=Q(revoked_at__isnull=True), name="uniq_active_key_name_per_team"
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_per_s__isnull=True) | Q(rate_per_s__gt=0, rate_per_s__lte=1_000_000),
+                name="key_rate_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(burst__isnull=True) | Q(burst__gte=1, burst__lte=1_000_000), name="key_burst_ge_1"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gte=1, max_concurrency__lte=1_000_000),
+                name="key_concurrency_ge_1",
+            ),
         ]
 
     def __str__(self):

@@ -54,10 +54,19 @@ class ServingPool(models.Model):
     image = models.CharField(max_length=255, default="nvcr.io/nvidia/tritonserver:24.10-py3")
     min_replicas = models.PositiveSmallIntegerField(default=1)
     max_replicas = models.PositiveSmallIntegerField(default=4)
+    # What the HPA scales on when max_replicas > min_replicas (deployments/pool_fields.py):
+    # "cpu" (utilization %), "queue_time" (Triton's queue ms per request), "pending_requests" (per pod).
+    autoscale_metric = models.CharField(max_length=24, blank=True)
+    autoscale_target = models.FloatField(default=0)
+    # A Secret in the pool's namespace whose keys become Triton's environment: the object
+    # store's standard variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ...).
+    repository_secret = models.CharField(max_length=253, blank=True)
     # Queue policy every loaded model gets (config override at load): a hung model rejects
-    # instead of queueing without bound.
-    max_queue_size = models.PositiveIntegerField(default=256)
-    queue_timeout_ms = models.PositiveIntegerField(default=1000)
+    # instead of queueing without bound. 0 and 0 (the default): no policy, because any policy
+    # costs Triton 2.51's dynamic batcher its prefetching and with it a 500 ms stall
+    # (deployments/POOLS.md, "The 500 ms stall").
+    max_queue_size = models.PositiveIntegerField(default=0)
+    queue_timeout_ms = models.PositiveIntegerField(default=0)
     cost_per_replica_hour = models.DecimalField(max_digits=10, decimal_places=4, default=0)
     status = models.CharField(max_length=16, choices=PoolStatus.choices, default=PoolStatus.PENDING)
     status_reason = models.TextField(blank=True)
@@ -72,7 +81,8 @@ class ServingPool(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(min_replicas__lte=models.F("max_replicas")), name="pool_min_le_max"),
             models.CheckConstraint(
-                condition=Q(device_kind="cpu", gpus_per_replica=0) | (~Q(device_kind="cpu") & Q(gpus_per_replica__gte=1)),
+                condition=Q(device_kind="cpu", gpus_per_replica=0)
+                | (~Q(device_kind="cpu") & Q(gpus_per_replica__gte=1)),
                 name="pool_gpu_matches_device",
             ),
         ]
@@ -149,4 +159,3 @@ class PoolModel(models.Model):
     def wanted(self) -> bool:
         """Should the replicas serve it (reloaded after a restart)?"""
         return self.state in {PoolModelState.LOADING, PoolModelState.READY, PoolModelState.DRAINING}
-

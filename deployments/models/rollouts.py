@@ -12,11 +12,24 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 
-from deployments.rollout_machine import ACTIVE, DEFAULT_ON_INCONCLUSIVE, FULL_BP, OnInconclusive, Plan, Split, State, Strategy, split_for
-
-ON_INCONCLUSIVE_CHOICES = [(OnInconclusive.ROLLBACK.value, "roll back"), (OnInconclusive.PAUSE.value, "pause and alert"),
-                           (OnInconclusive.PROMOTE.value, "go on (promote) unless a check failed")]
+from deployments.rollout_machine import (
+    ACTIVE,
+    DEFAULT_ON_INCONCLUSIVE,
+    FULL_BP,
+    OnInconclusive,
+    Plan,
+    Split,
+    State,
+    Strategy,
+    split_for,
+)
 from registry.models import Artifact
+
+ON_INCONCLUSIVE_CHOICES = [
+    (OnInconclusive.ROLLBACK.value, "roll back"),
+    (OnInconclusive.PAUSE.value, "pause and alert"),
+    (OnInconclusive.PROMOTE.value, "go on (promote) unless a check failed"),
+]
 
 
 def _salt() -> str:
@@ -40,8 +53,12 @@ class Endpoint(models.Model):
     # it. Public: anyone who reaches the gateway may call it (e.g. the seeded demo).
     public = models.BooleanField(default=False, help_text="Callable without an inference key.")
     on_inconclusive = models.CharField(
-        max_length=16, default=DEFAULT_ON_INCONCLUSIVE, db_default=DEFAULT_ON_INCONCLUSIVE, choices=ON_INCONCLUSIVE_CHOICES,
-        help_text="What a rollout step does when its deadline passes without a conclusive verdict (a rollout may override it).")
+        max_length=16,
+        default=DEFAULT_ON_INCONCLUSIVE,
+        db_default=DEFAULT_ON_INCONCLUSIVE,
+        choices=ON_INCONCLUSIVE_CHOICES,
+        help_text="What a rollout step does when its deadline passes without a conclusive verdict (a rollout may override it).",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -50,9 +67,13 @@ class Endpoint(models.Model):
         ordering = ["name"]
         permissions = [("read_routes", "Can read the gateway route table")]
         constraints = [
-            models.CheckConstraint(condition=Q(slo_error_rate__gte=0, slo_error_rate__lte=1), name="endpoint_slo_error_rate_0_1"),
+            models.CheckConstraint(
+                condition=Q(slo_error_rate__gte=0, slo_error_rate__lte=1), name="endpoint_slo_error_rate_0_1"
+            ),
             models.CheckConstraint(condition=Q(slo_p99_ms__gt=0), name="endpoint_slo_p99_positive"),
-            models.CheckConstraint(condition=Q(latency_margin__gte=0, latency_margin__lte=5), name="endpoint_latency_margin_0_5"),
+            models.CheckConstraint(
+                condition=Q(latency_margin__gte=0, latency_margin__lte=5), name="endpoint_latency_margin_0_5"
+            ),
         ]
 
     def __str__(self):
@@ -65,7 +86,9 @@ class Rollout(models.Model):
     # The stable when the rollout started (what it rolls back to).
     baseline_artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
     strategy = models.CharField(max_length=16, choices=[(s.value, s.value) for s in Strategy], default=Strategy.CANARY)
-    steps_bp = models.JSONField(default=list, help_text="Canary weights in basis points, e.g. [500, 2500, 5000, 10000].")
+    steps_bp = models.JSONField(
+        default=list, help_text="Canary weights in basis points, e.g. [500, 2500, 5000, 10000]."
+    )
     shadow_seconds = models.FloatField(default=0.0)
     shadow_sample_rate = models.FloatField(default=1.0)
     step_min_seconds = models.FloatField(default=30.0)
@@ -75,14 +98,18 @@ class Rollout(models.Model):
     # The fair baseline's Triton name (a fresh copy of the stable artifact with the
     # candidate's share, judged against it); "" when the rollout runs without one.
     baseline_model = models.CharField(max_length=200, blank=True, default="", db_default="")
-    promote_grace_seconds = models.FloatField(default=30.0, help_text="Promotion holds this long before the old stable is unloaded.")
+    promote_grace_seconds = models.FloatField(
+        default=30.0, help_text="Promotion holds this long before the old stable is unloaded."
+    )
     load_timeout_seconds = models.FloatField(default=300.0)
 
     state = models.CharField(max_length=16, choices=[(s.value, s.value) for s in State], default=State.PENDING)
     step_index = models.PositiveSmallIntegerField(default=0)
     paused_from = models.CharField(max_length=16, blank=True)
     paused_step_elapsed_s = models.FloatField(null=True, blank=True)
-    generation = models.PositiveIntegerField(default=1, help_text="Bumped by every transition; fences concurrent writers.")
+    generation = models.PositiveIntegerField(
+        default=1, help_text="Bumped by every transition; fences concurrent writers."
+    )
     salt = models.CharField(max_length=32, default=_salt, help_text="Sticky A/B assignment salt.")
     reason = models.TextField(blank=True)
 
@@ -99,9 +126,13 @@ class Rollout(models.Model):
         constraints = [
             # At most one rollout in flight per endpoint.
             models.UniqueConstraint(
-                fields=["endpoint"], condition=Q(state__in=sorted(s.value for s in ACTIVE)), name="one_active_rollout_per_endpoint"
+                fields=["endpoint"],
+                condition=Q(state__in=sorted(s.value for s in ACTIVE)),
+                name="one_active_rollout_per_endpoint",
             ),
-            models.CheckConstraint(condition=Q(shadow_sample_rate__gte=0, shadow_sample_rate__lte=1), name="rollout_shadow_rate_0_1"),
+            models.CheckConstraint(
+                condition=Q(shadow_sample_rate__gte=0, shadow_sample_rate__lte=1), name="rollout_shadow_rate_0_1"
+            ),
         ]
 
     def __str__(self):
@@ -115,8 +146,12 @@ class Rollout(models.Model):
     @property
     def plan(self) -> Plan:
         return Plan(
-            strategy=Strategy(self.strategy), steps_bp=tuple(self.steps_bp) or (FULL_BP,), shadow_seconds=self.shadow_seconds,
-            step_min_seconds=self.step_min_seconds, step_min_requests=self.step_min_requests,
-            step_deadline_seconds=self.step_deadline_seconds, on_inconclusive=self.on_inconclusive,
+            strategy=Strategy(self.strategy),
+            steps_bp=tuple(self.steps_bp) or (FULL_BP,),
+            shadow_seconds=self.shadow_seconds,
+            step_min_seconds=self.step_min_seconds,
+            step_min_requests=self.step_min_requests,
+            step_deadline_seconds=self.step_deadline_seconds,
+            on_inconclusive=self.on_inconclusive,
             baseline=bool(self.baseline_model),
         )

@@ -1,17 +1,20 @@
 """Reads of inference keys: team-scoped lists for people (prefixes only: the secret is
 never stored), and the active keys with their scopes for the gateway's route table."""
 
+import hashlib
+
 from django.db.models import Prefetch, QuerySet
 
-from config.errors import NotFound
 from deployments.models import Endpoint, InferenceKey
+from kernel.errors import NotFound
 from registry.selectors.teams import team_scoped
 
 
 def inference_key_list(*, user, team: str | None = None, active: bool | None = None) -> QuerySet:
     """Keys of the user's teams (any role reads them), newest first per team."""
     qs = InferenceKey.objects.select_related("team", "created_by", "revoked_by").prefetch_related(
-        Prefetch("endpoints", queryset=Endpoint.objects.only("id", "name").order_by("name")))
+        Prefetch("endpoints", queryset=Endpoint.objects.only("id", "name").order_by("name"))
+    )
     qs = team_scoped(qs, user, "team_id")
     if team:
         qs = qs.filter(team__name=team)
@@ -43,3 +46,19 @@ def active_inference_keys() -> list[tuple[InferenceKey, frozenset[int] | None]]:
         for key_id, endpoint_id in through.values_list("inferencekey_id", "endpoint_id"):
             scopes[key_id].add(endpoint_id)
     return [(k, None if k.all_endpoints else frozenset(scopes[k.pk])) for k in keys]
+
+
+def inference_key_for_endpoint(*, secret: str, endpoint) -> InferenceKey | None:
+    """The active key whose secret this is, when it may call `endpoint` (a key of its team,
+    scoped to it); else None. The one key check outside the gateway (feedback to the API).
+    Looked up by the secret's SHA-256 (unique, indexed): keys are random high-entropy
+    tokens, so a lookup's timing tells nothing about a key nobody can invert."""
+    if not secret or len(secret) > 512:
+        return None
+    digest = hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+    key = InferenceKey.objects.filter(sha256=digest, revoked_at__isnull=True).first()
+    if key is None or key.team_id != endpoint.team_id:
+        return None
+    if not key.all_endpoints and not key.endpoints.filter(pk=endpoint.pk).exists():
+        return None
+    return key

@@ -2,10 +2,10 @@
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from config.errors import NotFound
 from deployments.drivers import driver_for
 from deployments.drivers.base import DriverError
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, ServingPool
+from kernel.errors import NotFound
 from registry.models import Artifact
 from registry.selectors.builds import artifact_get as registry_artifact_get
 from registry.selectors.teams import team_scoped
@@ -89,4 +89,8 @@ def replica_log_tail(*, pool: ServingPool, replica: str, lines: int = 60) -> str
 
 def ready_replicas(*, pool_ids) -> list[PoolReplica]:
     """READY replicas of these pools, by pool and name (not user-scoped: for the platform)."""
-    return list(PoolReplica.objects.filter(pool_id__in=pool_ids, status=ReplicaStatus.READY).select_related("pool").order_by("pool_id", "name"))
+    return list(
+        PoolReplica.objects.filter(pool_id__in=pool_ids, status=ReplicaStatus.READY)
+        .select_related("pool")
+        .order_by("pool_id", "name")
+    )

@@ -18,8 +18,13 @@ from registry.names import variant_name
 from registry.selectors.events import event_list
 
 TABLE_ROWS = 20
-_BADGE = {State.SUCCEEDED: "succeeded", State.ROLLED_BACK: "failed", State.FAILED: "failed", State.ROLLING_BACK: "failed",
-          State.PAUSED: "warning"}
+_BADGE = {
+    State.SUCCEEDED: "succeeded",
+    State.ROLLED_BACK: "failed",
+    State.FAILED: "failed",
+    State.ROLLING_BACK: "failed",
+    State.PAUSED: "warning",
+}
 
 
 @dataclass(frozen=True)
@@ -99,11 +104,19 @@ def rollout_status(rollout, *, now: datetime | None = None) -> RolloutStatus:
     state = State(rollout.state)
     stepping = state == State.CANARY or (state == State.PAUSED and rollout.paused_from == State.CANARY)
     return RolloutStatus(
-        rollout=rollout, state=state.value, label=step_label(rollout), badge=_BADGE.get(state, "running"),
-        active=state in ACTIVE, step_number=rollout.step_index + 1 if stepping else None,
-        step_count=len(rollout.plan.steps_bp), stable_pct=split.stable_bp / 100, candidate_pct=split.candidate_bp / 100,
-        candidate_role=split.candidate_role or "", steps_pct=[s / 100 for s in rollout.plan.steps_bp],
-        timer=_timer(rollout, now), candidate_variant=variant_name(rollout.candidate_artifact),
+        rollout=rollout,
+        state=state.value,
+        label=step_label(rollout),
+        badge=_BADGE.get(state, "running"),
+        active=state in ACTIVE,
+        step_number=rollout.step_index + 1 if stepping else None,
+        step_count=len(rollout.plan.steps_bp),
+        stable_pct=split.stable_bp / 100,
+        candidate_pct=split.candidate_bp / 100,
+        candidate_role=split.candidate_role or "",
+        steps_pct=[s / 100 for s in rollout.plan.steps_bp],
+        timer=_timer(rollout, now),
+        candidate_variant=variant_name(rollout.candidate_artifact),
         baseline_variant=variant_name(rollout.baseline_artifact),
     )
 
@@ -127,7 +140,10 @@ def endpoint_page(*, user, endpoint, rollout_id: int | None = None, now: datetim
         current = rollout_status(rollout, now=now)
     active = next((statuses[r.pk] for r in rollouts if r.state in ACTIVE), None)
     return {
-        "endpoint": endpoint, "rollout": rollout, "status": current,
+        "endpoint": endpoint,
+        "rollout": rollout,
+        "status": current,
         "active_status": active,  # the header names the rollout in flight even when another is selected
-        "table": [statuses[r.pk] for r in rollouts], "now": now,
+        "table": [statuses[r.pk] for r in rollouts],
+        "now": now,
     }

@@ -3,16 +3,18 @@ reconcile task and monitoring's canary judge; user-facing lists are team-scoped.
 
 from django.db.models import QuerySet
 
-from config.errors import NotFound
 from deployments.models import DeviceKind, Endpoint, Rollout
 from deployments.rollout_machine import ACTIVE, State
-from registry.selectors.builds import servable_artifacts
+from kernel.errors import NotFound
 from registry.names import needs_gpu
+from registry.selectors.builds import servable_artifacts
 from registry.selectors.teams import team_scoped
 
 
 def endpoint_list(*, user) -> QuerySet:
-    return team_scoped(Endpoint.objects.select_related("team", "pool", "stable_artifact__version__model"), user, "team_id")
+    return team_scoped(
+        Endpoint.objects.select_related("team", "pool", "stable_artifact__version__model"), user, "team_id"
+    )
 
 
 def endpoint_get(*, user, name: str):
@@ -24,7 +26,11 @@ def endpoint_get(*, user, name: str):
 
 def rollout_list(*, user, endpoint=None) -> QuerySet:
     qs = Rollout.objects.select_related(
-        "endpoint", "endpoint__team", "candidate_artifact__version__model", "baseline_artifact__version__model", "created_by"
+        "endpoint",
+        "endpoint__team",
+        "candidate_artifact__version__model",
+        "baseline_artifact__version__model",
+        "created_by",
     )
     qs = team_scoped(qs, user, "endpoint__team_id")
     if endpoint is not None:
@@ -41,20 +47,30 @@ def rollout_get(*, user, rollout_id: int):
 
 def rollouts_to_reconcile(*, limit: int = 50) -> list[int]:
     """Active rollouts, oldest first (a bounded batch per tick)."""
-    return list(Rollout.objects.filter(state__in=[s.value for s in ACTIVE]).order_by("state_entered_at").values_list("pk", flat=True)[:limit])
+    return list(
+        Rollout.objects.filter(state__in=[s.value for s in ACTIVE])
+        .order_by("state_entered_at")
+        .values_list("pk", flat=True)[:limit]
+    )
 
 
 def rollouts_to_judge(*, limit: int = 50) -> list:
     """Rollouts whose candidate gets traffic now (shadow, canary, promoting), for the judge."""
     return list(
-        Rollout.objects.filter(state__in=[State.SHADOW, State.CANARY, State.PROMOTING], traffic_started_at__isnull=False)
-        .select_related("endpoint", "endpoint__team", "candidate_artifact__version__model", "baseline_artifact__version__model")
+        Rollout.objects.filter(
+            state__in=[State.SHADOW, State.CANARY, State.PROMOTING], traffic_started_at__isnull=False
+        )
+        .select_related(
+            "endpoint", "endpoint__team", "candidate_artifact__version__model", "baseline_artifact__version__model"
+        )
         .order_by("state_entered_at")[:limit]
     )
 
 
 def rollouts_failed_since(*, since) -> list:
-    return list(Rollout.objects.filter(state=State.FAILED, finished_at__gte=since).select_related("endpoint", "endpoint__team"))
+    return list(
+        Rollout.objects.filter(state=State.FAILED, finished_at__gte=since).select_related("endpoint", "endpoint__team")
+    )
 
 
 def candidate_artifacts(*, user, endpoint) -> QuerySet:
@@ -71,7 +87,9 @@ def candidate_artifacts_for_pool(*, user, endpoint) -> tuple[list, int]:
     because the pool has no GPU."""
     if not endpoint.stable_artifact_id:
         return [], 0
-    qs = servable_artifacts(user=user, team_id=endpoint.team_id).filter(version__model_id=endpoint.stable_artifact.version.model_id)
+    qs = servable_artifacts(user=user, team_id=endpoint.team_id).filter(
+        version__model_id=endpoint.stable_artifact.version.model_id
+    )
     artifacts = list(qs.exclude(pk=endpoint.stable_artifact_id).select_related("version__model")[:200])
     if DeviceKind.is_gpu(endpoint.pool.device_kind):
         return artifacts, 0
@@ -84,13 +102,25 @@ def serving_endpoints() -> list:
     the route table and the metrics collector act for the platform)."""
     return list(
         Endpoint.objects.filter(stable_artifact__isnull=False)
-        .select_related("pool", "stable_artifact__version__model").order_by("name")
+        .select_related("pool", "stable_artifact__version__model")
+        .order_by("name")
     )
 
 
 def active_rollouts(*, endpoints) -> dict:
     """{endpoint id: its active rollout} for `endpoints`, with both artifacts."""
     return {
-        r.endpoint_id: r for r in Rollout.objects.filter(endpoint__in=endpoints, state__in=[s.value for s in ACTIVE])
-        .select_related("candidate_artifact__version__model", "baseline_artifact__version__model")
+        r.endpoint_id: r
+        for r in Rollout.objects.filter(endpoint__in=endpoints, state__in=[s.value for s in ACTIVE]).select_related(
+            "candidate_artifact__version__model", "baseline_artifact__version__model"
+        )
+    }
+
+
+def rollout_outcomes(*, rollout_ids) -> dict[int, tuple[str, str]]:
+    """{rollout id: (state, reason)}: not user-scoped, for a service acting for the platform
+    (an experiment's ship follows its rollout to the end)."""
+    return {
+        pk: (state, reason)
+        for pk, state, reason in Rollout.objects.filter(pk__in=list(rollout_ids)).values_list("pk", "state", "reason")
     }

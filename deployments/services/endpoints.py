@@ -7,26 +7,40 @@ import re
 
 from django.db import transaction
 
-from config.errors import Conflict, InvalidInput
 from deployments.lock_objects import endpoint_for_update
 from deployments.models import Endpoint, ServingPool
 from deployments.rollout_machine import OnInconclusive
 from deployments.services import pools as pool_services
+from kernel.errors import Conflict, InvalidInput
 from registry.models import Artifact, ArtifactStatus, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
 # The endpoint API's URL pattern (deployments/api/rollouts.py) and the gateway's path segment.
 ENDPOINT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-ENDPOINT_FIELDS = ("slo_p99_ms", "slo_error_rate", "psi_threshold", "latency_margin", "sticky_header", "timeout_ms", "public",
-                   "on_inconclusive")
+ENDPOINT_FIELDS = (
+    "slo_p99_ms",
+    "slo_error_rate",
+    "psi_threshold",
+    "latency_margin",
+    "sticky_header",
+    "timeout_ms",
+    "public",
+    "on_inconclusive",
+)
 
 
 def require_servable(artifact: Artifact, team, field: str) -> None:
     if artifact.status != ArtifactStatus.SERVABLE:
-        raise InvalidInput(f"{field}: artifact {artifact.pk} is {artifact.status}, not servable.", code="artifact_not_servable", field=field)
+        raise InvalidInput(
+            f"{field}: artifact {artifact.pk} is {artifact.status}, not servable.",
+            code="artifact_not_servable",
+            field=field,
+        )
     if artifact.version.model.team_id != team.pk:
-        raise InvalidInput(f"{field}: artifact {artifact.pk} belongs to another team.", code="artifact_other_team", field=field)
+        raise InvalidInput(
+            f"{field}: artifact {artifact.pk} belongs to another team.", code="artifact_other_team", field=field
+        )
 
 
 def _endpoint_values(changes: dict) -> dict:
@@ -44,30 +58,44 @@ def _endpoint_values(changes: dict) -> dict:
         if key == "timeout_ms" and not 1 <= int(value) <= 600_000:
             raise InvalidInput("timeout_ms: give 1..600000.", field=key)
         if key == "on_inconclusive" and value not in set(OnInconclusive):
-            raise InvalidInput(f"on_inconclusive: {value!r} is not a policy; give rollback, pause or promote.", field=key)
+            raise InvalidInput(
+                f"on_inconclusive: {value!r} is not a policy; give rollback, pause or promote.", field=key
+            )
         if key == "public" and not isinstance(value, bool):
             raise InvalidInput("public: give true or false.", field=key)
         values[key] = value
     return values
 
 
-def endpoint_create(*, user, name: str, pool: ServingPool, stable_artifact: Artifact | None = None, **settings_) -> Endpoint:
+def endpoint_create(
+    *, user, name: str, pool: ServingPool, stable_artifact: Artifact | None = None, **settings_
+) -> Endpoint:
     """Create an endpoint on `pool` (the endpoint's team is the pool's); with a stable
     artifact, ask the pool to load it (traffic flows once it is READY everywhere). It is
     closed (only the team's inference keys) unless created with public=True."""
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
     if not ENDPOINT_NAME_RE.match(name or ""):
-        raise InvalidInput("name: use 1-64 lowercase letters, digits, - and _, starting with a letter or digit "
-                           "(it is part of the endpoint's URLs, e.g. /v2/models/{name}/infer).", field="name")
+        raise InvalidInput(
+            "name: use 1-64 lowercase letters, digits, - and _, starting with a letter or digit "
+            "(it is part of the endpoint's URLs, e.g. /v2/models/{name}/infer).",
+            field="name",
+        )
     values = _endpoint_values(settings_)
     if stable_artifact is not None:
         require_servable(stable_artifact, pool.team, "stable_artifact")
     with transaction.atomic():
         if Endpoint.objects.filter(name=name).exists():
             raise Conflict(f"name: an endpoint named {name!r} already exists.", code="name_taken", field="name")
-        endpoint = Endpoint.objects.create(name=name, team=pool.team, pool=pool, stable_artifact=stable_artifact, created_by=user, **values)
-        event_record(actor=user, obj=endpoint, action="created", to_state="serving" if stable_artifact else "empty",
-                     data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None)})
+        endpoint = Endpoint.objects.create(
+            name=name, team=pool.team, pool=pool, stable_artifact=stable_artifact, created_by=user, **values
+        )
+        event_record(
+            actor=user,
+            obj=endpoint,
+            action="created",
+            to_state="serving" if stable_artifact else "empty",
+            data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None)},
+        )
         if stable_artifact is not None:
             pool_services.pool_load_request(user=user, pool=pool, artifact=stable_artifact)
     return endpoint
@@ -88,6 +116,11 @@ def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
         locked.save()
         event_record(actor=user, obj=locked, action="updated", data={k: str(v) for k, v in values.items()})
         if "public" in values and before["public"] != values["public"]:  # who may call it: its own line in the trail
-            event_record(actor=user, obj=locked, action="access_changed", from_state="public" if before["public"] else "keys only",
-                         to_state="public" if values["public"] else "keys only")
+            event_record(
+                actor=user,
+                obj=locked,
+                action="access_changed",
+                from_state="public" if before["public"] else "keys only",
+                to_state="public" if values["public"] else "keys only",
+            )
     return locked

@@ -15,10 +15,10 @@ import secrets
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from config.errors import Conflict, InvalidInput
 from deployments.lock_objects import inference_key_for_update
 from deployments.models import Endpoint, InferenceKey
 from deployments.models.keys import DISPLAY_PREFIX_LENGTH, SECRET_PREFIX
+from kernel.errors import Conflict, InvalidInput
 from registry.models import Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
@@ -61,7 +61,9 @@ def _limit(value, field: str, *, low: float, integer: bool = False):
         raise InvalidInput(f"{field}: {value!r} is not a number.", field=field) from None
     if not math.isfinite(number) or number < low or number > MAX_LIMIT or number <= 0:
         bound = f"more than 0 and at most {MAX_LIMIT}" if low == 0 else f"{low:g}..{MAX_LIMIT}"
-        raise InvalidInput(f"{field}: {value!r} is out of range; give {bound}, or null for no limit.", code=f"bad_{field}", field=field)
+        raise InvalidInput(
+            f"{field}: {value!r} is out of range; give {bound}, or null for no limit.", code=f"bad_{field}", field=field
+        )
     if integer:
         if number != int(number):
             raise InvalidInput(f"{field}: give a whole number.", field=field)
@@ -76,8 +78,12 @@ def _limits(rate_per_s, burst, max_concurrency) -> dict:
     burst = _limit(burst, "burst", low=1)
     if burst is not None and rate is None:
         raise InvalidInput("burst: a burst needs a rate_per_s (without a rate there is no bucket).", field="burst")
-    concurrency = _limit(DEFAULT_MAX_CONCURRENCY if max_concurrency is DEFAULT else max_concurrency, "max_concurrency",
-                         low=1, integer=True)
+    concurrency = _limit(
+        DEFAULT_MAX_CONCURRENCY if max_concurrency is DEFAULT else max_concurrency,
+        "max_concurrency",
+        low=1,
+        integer=True,
+    )
     return {"rate_per_s": rate, "burst": burst, "max_concurrency": concurrency}
 
 
@@ -86,27 +92,34 @@ def _scope(team, endpoint_names) -> list[Endpoint] | None:
     if endpoint_names is None:
         return None
     if isinstance(endpoint_names, str) or not isinstance(endpoint_names, (list, tuple, set)):
-        raise InvalidInput("endpoints: give a list of endpoint names, or leave it out for all of the team's endpoints.",
-                           field="endpoints")
+        raise InvalidInput(
+            "endpoints: give a list of endpoint names, or leave it out for all of the team's endpoints.",
+            field="endpoints",
+        )
     names = sorted({str(n) for n in endpoint_names})
     if any("\x00" in n or len(n) > 64 for n in names):
         raise InvalidInput("endpoints: not an endpoint name.", code="endpoint_not_found", field="endpoints")
     if not names:
-        raise InvalidInput("endpoints: give at least one endpoint, or leave it out for all of the team's endpoints.",
-                           field="endpoints")
+        raise InvalidInput(
+            "endpoints: give at least one endpoint, or leave it out for all of the team's endpoints.", field="endpoints"
+        )
     if len(names) > MAX_SCOPED_ENDPOINTS:
         raise InvalidInput(f"endpoints: at most {MAX_SCOPED_ENDPOINTS}.", field="endpoints")
     found = {e.name: e for e in Endpoint.objects.filter(team=team, name__in=names)}
     missing = [n for n in names if n not in found]
     if missing:
         # another team's endpoint reads like a missing one: its existence is not ours to tell
-        raise InvalidInput(f"endpoints: team {team.name!r} has no endpoint named {missing[0][:100]!r}.",
-                           code="endpoint_not_found", field="endpoints")
+        raise InvalidInput(
+            f"endpoints: team {team.name!r} has no endpoint named {missing[0][:100]!r}.",
+            code="endpoint_not_found",
+            field="endpoints",
+        )
     return [found[n] for n in names]
 
 
-def inference_key_create(*, user, team, name: str, endpoints=None, rate_per_s=DEFAULT, burst=DEFAULT,
-                         max_concurrency=DEFAULT) -> tuple[InferenceKey, str]:
+def inference_key_create(
+    *, user, team, name: str, endpoints=None, rate_per_s=DEFAULT, burst=DEFAULT, max_concurrency=DEFAULT
+) -> tuple[InferenceKey, str]:
     """Create a key of `team` scoped to the named `endpoints` (None: all of the team's,
     also later ones) with its limits (None: no limit). Returns (key, secret): the secret
     exists only in this return value; the database keeps its SHA-256 and display prefix."""
@@ -118,15 +131,33 @@ def inference_key_create(*, user, team, name: str, endpoints=None, rate_per_s=DE
         with transaction.atomic():
             scope = _scope(team, endpoints)
             if InferenceKey.objects.filter(team=team, name=name, revoked_at__isnull=True).exists():
-                raise Conflict(f"name: team {team.name!r} already has an active key named {name!r}.", code="name_taken", field="name")
-            key = InferenceKey.objects.create(team=team, name=name, prefix=secret[:DISPLAY_PREFIX_LENGTH], sha256=secret_hash(secret),
-                                              all_endpoints=scope is None, created_by=user, **limits)
+                raise Conflict(
+                    f"name: team {team.name!r} already has an active key named {name!r}.",
+                    code="name_taken",
+                    field="name",
+                )
+            key = InferenceKey.objects.create(
+                team=team,
+                name=name,
+                prefix=secret[:DISPLAY_PREFIX_LENGTH],
+                sha256=secret_hash(secret),
+                all_endpoints=scope is None,
+                created_by=user,
+                **limits,
+            )
             if scope:
                 key.endpoints.set(scope)
-            event_record(actor=user, obj=key, action="created", to_state="active", data={
-                "prefix": key.prefix, "endpoints": "all" if scope is None else [e.name for e in scope], **limits})
+            event_record(
+                actor=user,
+                obj=key,
+                action="created",
+                to_state="active",
+                data={"prefix": key.prefix, "endpoints": "all" if scope is None else [e.name for e in scope], **limits},
+            )
     except IntegrityError:  # a concurrent create with the same name won the race
-        raise Conflict(f"name: team {team.name!r} already has an active key named {name!r}.", code="name_taken", field="name") from None
+        raise Conflict(
+            f"name: team {team.name!r} already has an active key named {name!r}.", code="name_taken", field="name"
+        ) from None
     return key, secret
 
 
@@ -143,6 +174,13 @@ def inference_key_revoke(*, user, key: InferenceKey, reason: str = "") -> Infere
             return locked
         locked.revoked_at, locked.revoked_by = timezone.now(), user
         locked.save(update_fields=["revoked_at", "revoked_by"])
-        event_record(actor=user, obj=locked, action="revoked", from_state="active", to_state="revoked", reason=reason,
-                     data={"prefix": locked.prefix})
+        event_record(
+            actor=user,
+            obj=locked,
+            action="revoked",
+            from_state="active",
+            to_state="revoked",
+            reason=reason,
+            data={"prefix": locked.prefix},
+        )
     return locked

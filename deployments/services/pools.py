@@ -4,33 +4,46 @@ pool_create, pool_update, pool_scale, pool_delete, pool_load_request and
 pool_unload_request check the user's role, validate, record the wanted state with its
 audit Event in one transaction, and send a Celery task after commit that does the driver
 work (reconcile.py). Nothing is half-written: a bad request changes nothing.
+
+Why this is one long module: every write to a pool and its loads validates through the same field checks; to be split with the services package (issue 23).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 
-from config.errors import Conflict, InvalidInput, NotFound
 from deployments.lock_objects import pool_for_update
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolModelState, PoolStatus, ServingPool
+from deployments.pool_fields import DNS1123_LABEL, pool_fields_check
 from deployments.services.reconcile import model_dir_for
 from deployments.tasks import pool_model_load_task, pool_model_unload_task, pool_reconcile_task, pool_teardown_task
-from deployments.tritonserver import TritonNotAvailable, find_binary
+from kernel.errors import Conflict, InvalidInput, NotFound
+from kernel.tritonserver import TritonNotAvailable, find_binary
 from registry.models import Artifact, ArtifactStatus, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
-POOL_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$")  # a DNS label: also a Kubernetes name
 MAX_REPLICAS = 64
 LOCAL_MAX_REPLICAS = 8  # processes on one machine
 REPOSITORY_SCHEMES = ("s3://", "gs://", "as://", "pvc://")
-UPDATABLE_FIELDS = ("cost_per_replica_hour", "max_queue_size", "queue_timeout_ms", "resources", "image", "min_replicas", "max_replicas")
+UPDATABLE_FIELDS = (
+    "cost_per_replica_hour",
+    "max_queue_size",
+    "queue_timeout_ms",
+    "resources",
+    "image",
+    "min_replicas",
+    "max_replicas",
+    "autoscale_metric",
+    "autoscale_target",
+    "repository_secret",
+)
+KUBERNETES_ONLY = ("autoscale_metric", "autoscale_target", "repository_secret")
 
 
 def pools_root() -> Path:
@@ -56,25 +69,30 @@ def _int_field(value, field: str, *, low: int, high: int) -> int:
     return number
 
 
-def _check_resources(resources) -> dict:
-    if resources in (None, ""):
-        return {}
-    if not isinstance(resources, dict) or not all(isinstance(k, str) and isinstance(v, str | int) for k, v in resources.items()):
-        raise InvalidInput('resources: give an object of Kubernetes quantities, e.g. {"cpu": "2", "memory": "4Gi"}.', field="resources")
-    unknown = set(resources) - {"cpu", "memory", "ephemeral-storage"}
-    if unknown:
-        raise InvalidInput(f"resources: unknown keys {sorted(unknown)}; use cpu, memory, ephemeral-storage.", field="resources")
-    return {k: str(v) for k, v in resources.items()}
-
-
 def _check_cost(value) -> Decimal:
     try:
         cost = Decimal(str(value))
     except (InvalidOperation, ValueError):
-        raise InvalidInput(f"cost_per_replica_hour: {value!r} is not a number.", field="cost_per_replica_hour") from None
+        raise InvalidInput(
+            f"cost_per_replica_hour: {value!r} is not a number.", field="cost_per_replica_hour"
+        ) from None
     if cost < 0 or not cost.is_finite():
         raise InvalidInput("cost_per_replica_hour: must be 0 or more.", field="cost_per_replica_hour")
     return cost
+
+
+def _default_bounds(*, replicas: int, min_replicas, max_replicas, limit: int, cpu_autoscaled: bool) -> tuple:
+    """Autoscaling bounds not given: from 1 up to 4 (or the count asked for); a pool that
+    would scale on CPU without a CPU request keeps its size (asked for explicitly: a 400)."""
+    min_given = min_replicas is not None
+    min_replicas = _int_field(1 if min_replicas is None else min_replicas, "min_replicas", low=1, high=limit)
+    if max_replicas is None:
+        max_replicas = max(replicas, min_replicas, 4)
+        if cpu_autoscaled:
+            max_replicas = max(replicas, min_replicas)
+            if not min_given:
+                min_replicas = max_replicas
+    return min_replicas, max_replicas
 
 
 def pool_create(
@@ -92,48 +110,97 @@ def pool_create(
     image: str = "",
     min_replicas: int | None = None,
     max_replicas: int | None = None,
-    max_queue_size: int = 256,
-    queue_timeout_ms: int = 1000,
+    max_queue_size: int = 0,
+    queue_timeout_ms: int = 0,
     cost_per_replica_hour=0,
+    autoscale_metric: str = "",
+    autoscale_target: float | None = None,
+    repository_secret: str = "",
 ) -> ServingPool:
     """Record a new pool and start its replicas (a task after commit).
 
-    Guarantees: the name is a free DNS label; a local pool runs on CPU with the
-    tritonserver binary present; a Kubernetes pool has a remote model repository."""
-    if not POOL_NAME_RE.match(name or ""):
-        raise InvalidInput("name: use 1-48 lower-case letters, digits or '-', starting and ending with a letter or digit.", field="name")
+    Guarantees: the name is a free DNS label; every field passes the one validator
+    (deployments/pool_fields.py: quantities, names, replica bounds, autoscaling); a local
+    pool runs on CPU with the tritonserver binary present; a Kubernetes pool has a remote
+    model repository."""
+    if not isinstance(name, str) or len(name) > 48 or not DNS1123_LABEL.match(name):
+        raise InvalidInput(
+            "name: use 1-48 lower-case letters, digits or '-', starting and ending with a letter or digit.",
+            field="name",
+        )
     if driver not in PoolDriver.values:
         raise InvalidInput(f"driver: unknown driver {driver!r}; one of {', '.join(PoolDriver.values)}.", field="driver")
     if device_kind not in DeviceKind.values:
-        raise InvalidInput(f"device_kind: unknown device {device_kind!r}; one of {', '.join(DeviceKind.values)}.", field="device_kind")
+        raise InvalidInput(
+            f"device_kind: unknown device {device_kind!r}; one of {', '.join(DeviceKind.values)}.", field="device_kind"
+        )
     require_role(user=user, team=team, role=Role.DEPLOYER)
-    limit = LOCAL_MAX_REPLICAS if driver == PoolDriver.LOCAL else MAX_REPLICAS
+    kubernetes = driver == PoolDriver.KUBERNETES
+    limit = MAX_REPLICAS if kubernetes else LOCAL_MAX_REPLICAS
     replicas = _int_field(replicas, "replicas", low=0, high=limit)
     gpu = DeviceKind.is_gpu(device_kind)
-    gpus = _int_field(gpus_per_replica if gpus_per_replica is not None else (1 if gpu else 0), "gpus_per_replica", low=0, high=16)
+    gpus = _int_field(
+        gpus_per_replica if gpus_per_replica is not None else (1 if gpu else 0), "gpus_per_replica", low=0, high=16
+    )
     if gpu and gpus == 0:
-        raise InvalidInput(f"gpus_per_replica: a {device_kind} pool needs at least 1 GPU per replica.", field="gpus_per_replica")
+        raise InvalidInput(
+            f"gpus_per_replica: a {device_kind} pool needs at least 1 GPU per replica.", field="gpus_per_replica"
+        )
     if not gpu and gpus:
-        raise InvalidInput("gpus_per_replica: a cpu pool has no GPUs; set device_kind to a GPU type.", field="gpus_per_replica")
-    min_r = _int_field(min_replicas if min_replicas is not None else min(replicas, 1) or 1, "min_replicas", low=1, high=limit)
-    max_r = _int_field(max_replicas if max_replicas is not None else max(replicas, min_r, 4), "max_replicas", low=1, high=limit)
-    if min_r > max_r:
-        raise InvalidInput(f"min_replicas: {min_r} is above max_replicas {max_r}.", field="min_replicas")
-    queue = _int_field(max_queue_size, "max_queue_size", low=1, high=1_000_000)
-    queue_ms = _int_field(queue_timeout_ms, "queue_timeout_ms", low=1, high=600_000)
+        raise InvalidInput(
+            "gpus_per_replica: a cpu pool has no GPUs; set device_kind to a GPU type.", field="gpus_per_replica"
+        )
+    min_replicas, max_replicas = _default_bounds(
+        replicas=replicas,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        limit=limit,
+        cpu_autoscaled=kubernetes
+        and (autoscale_metric or ("cpu" if device_kind == DeviceKind.CPU else "")) == "cpu"
+        and not (isinstance(resources, dict) and "cpu" in resources),
+    )
+    fields = pool_fields_check(
+        {
+            "replicas": replicas,
+            "min_replicas": min_replicas,
+            "max_replicas": max_replicas,
+            "resources": resources,
+            "namespace": namespace or "modelplane",
+            "image": image or ServingPool._meta.get_field("image").default,
+            "autoscale_metric": autoscale_metric,
+            "autoscale_target": autoscale_target,
+            "repository_secret": repository_secret,
+        },
+        kubernetes=kubernetes,
+        device_kind=device_kind,
+        limit=limit,
+    )
+    queue = _int_field(max_queue_size, "max_queue_size", low=0, high=1_000_000)
+    queue_ms = _int_field(queue_timeout_ms, "queue_timeout_ms", low=0, high=600_000)
     cost = _check_cost(cost_per_replica_hour)
-    resources = _check_resources(resources)
     if driver == PoolDriver.LOCAL:
         if gpu:
-            raise InvalidInput("device_kind: local pools run on this machine's CPU; use the kubernetes driver for GPUs.", code="gpu_not_local", field="device_kind")
+            raise InvalidInput(
+                "device_kind: local pools run on this machine's CPU; use the kubernetes driver for GPUs.",
+                code="gpu_not_local",
+                field="device_kind",
+            )
         if model_repository:
-            raise InvalidInput("model_repository: a local pool keeps its repository under VAR_DIR; leave it empty.", field="model_repository")
+            raise InvalidInput(
+                "model_repository: a local pool keeps its repository under VAR_DIR; leave it empty.",
+                field="model_repository",
+            )
+        if fields["repository_secret"]:
+            raise InvalidInput(
+                "repository_secret: a local pool reads its repository from this machine; leave it empty.",
+                field="repository_secret",
+            )
         try:
             find_binary()
         except TritonNotAvailable as exc:
             raise InvalidInput(f"driver: {exc}", code="triton_unavailable", field="driver") from None
         model_repository = str(pools_root() / name / "models")
-    elif not model_repository.startswith(REPOSITORY_SCHEMES):
+    elif not isinstance(model_repository, str) or not model_repository.startswith(REPOSITORY_SCHEMES):
         raise InvalidInput(
             f"model_repository: give an object-store URL or a volume claim ({', '.join(REPOSITORY_SCHEMES)}).",
             field="model_repository",
@@ -142,12 +209,29 @@ def pool_create(
         if ServingPool.objects.filter(name=name).exists():
             raise Conflict(f"name: a serving pool named {name!r} already exists.", code="name_taken", field="name")
         pool = ServingPool.objects.create(
-            name=name, team=team, driver=driver, replicas=replicas, device_kind=device_kind, gpus_per_replica=gpus,
-            resources=resources, model_repository=model_repository, namespace=namespace or "modelplane",
-            image=image or ServingPool._meta.get_field("image").default, min_replicas=min_r, max_replicas=max_r,
-            max_queue_size=queue, queue_timeout_ms=queue_ms, cost_per_replica_hour=cost, created_by=user,
+            name=name,
+            team=team,
+            driver=driver,
+            replicas=fields["replicas"],
+            device_kind=device_kind,
+            gpus_per_replica=gpus,
+            resources=fields["resources"],
+            model_repository=model_repository,
+            namespace=fields["namespace"],
+            image=fields["image"],
+            min_replicas=fields["min_replicas"],
+            max_replicas=fields["max_replicas"],
+            autoscale_metric=fields["autoscale_metric"],
+            autoscale_target=fields["autoscale_target"],
+            repository_secret=fields["repository_secret"],
+            max_queue_size=queue,
+            queue_timeout_ms=queue_ms,
+            cost_per_replica_hour=cost,
+            created_by=user,
         )
-        event_record(actor=user, obj=pool, action="created", to_state=pool.status, data={"driver": driver, "replicas": replicas})
+        event_record(
+            actor=user, obj=pool, action="created", to_state=pool.status, data={"driver": driver, "replicas": replicas}
+        )
         _after_commit(pool_reconcile_task, pool.pk)
     return pool
 
@@ -158,23 +242,37 @@ def pool_update(*, user, pool: ServingPool, **changes) -> ServingPool:
     unknown = set(changes) - set(UPDATABLE_FIELDS)
     if unknown:
         raise InvalidInput(f"{sorted(unknown)[0]}: cannot be changed here.", field=sorted(unknown)[0])
-    limit = LOCAL_MAX_REPLICAS if pool.driver == PoolDriver.LOCAL else MAX_REPLICAS
+    kubernetes = pool.driver == PoolDriver.KUBERNETES
+    if not kubernetes and set(changes) & set(KUBERNETES_ONLY):
+        key = sorted(set(changes) & set(KUBERNETES_ONLY))[0]
+        raise InvalidInput(f"{key}: only Kubernetes pools have it.", field=key)
+    limit = MAX_REPLICAS if kubernetes else LOCAL_MAX_REPLICAS
     clean = {}
     for key, value in changes.items():
         if key == "cost_per_replica_hour":
             clean[key] = _check_cost(value)
-        elif key == "resources":
-            clean[key] = _check_resources(value)
         elif key == "image":
-            clean[key] = str(value or "").strip() or pool.image
+            clean[key] = value if value not in (None, "") else pool.image
         elif key == "max_queue_size":
-            clean[key] = _int_field(value, key, low=1, high=1_000_000)
+            clean[key] = _int_field(value, key, low=0, high=1_000_000)
         elif key == "queue_timeout_ms":
-            clean[key] = _int_field(value, key, low=1, high=600_000)
+            clean[key] = _int_field(value, key, low=0, high=600_000)
         else:
-            clean[key] = _int_field(value, key, low=1, high=limit)
-    if clean.get("min_replicas", pool.min_replicas) > clean.get("max_replicas", pool.max_replicas):
-        raise InvalidInput("min_replicas: above max_replicas.", field="min_replicas")
+            clean[key] = value
+    # The whole pool as it would be, through the one validator (bounds are checked together).
+    merged = {
+        key: getattr(pool, key)
+        for key in ("replicas", "min_replicas", "max_replicas", "resources", "autoscale_metric", "autoscale_target")
+    }
+    if "autoscale_metric" in clean and "autoscale_target" not in clean:
+        merged["autoscale_target"] = None  # a new metric starts from its own default target
+    merged.update(
+        {k: v for k, v in clean.items() if k not in ("cost_per_replica_hour", "max_queue_size", "queue_timeout_ms")}
+    )
+    checked = pool_fields_check(merged, kubernetes=kubernetes, device_kind=pool.device_kind, limit=limit)
+    clean.update({k: checked[k] for k in clean if k in checked})
+    if "autoscale_metric" in clean:
+        clean["autoscale_target"] = checked["autoscale_target"]
     with transaction.atomic():
         locked = pool_for_update(pool.pk)
         changed = sorted(k for k, v in clean.items() if getattr(locked, k) != v)
@@ -184,22 +282,43 @@ def pool_update(*, user, pool: ServingPool, **changes) -> ServingPool:
             setattr(locked, key, clean[key])
         locked.generation += 1
         locked.save(update_fields=[*changed, "generation", "updated_at"])
-        event_record(actor=user, obj=locked, action="updated", data={"fields": changed, "generation": locked.generation})
+        event_record(
+            actor=user, obj=locked, action="updated", data={"fields": changed, "generation": locked.generation}
+        )
         _after_commit(pool_reconcile_task, locked.pk)
     return locked
 
 
 def pool_scale(*, user, pool: ServingPool, replicas) -> ServingPool:
-    """Set the desired replica count (0 allowed: keeps the pool, stops its servers)."""
+    """Set the desired replica count (0 allowed: keeps the pool, stops its servers).
+
+    A Kubernetes pool that autoscales (max_replicas above min_replicas) leaves its count
+    to its HorizontalPodAutoscaler: it may be stopped (0) and started again (a count inside
+    its bounds, the HPA's starting point), but a running one is a 409 naming the bounds."""
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
-    limit = LOCAL_MAX_REPLICAS if pool.driver == PoolDriver.LOCAL else MAX_REPLICAS
+    kubernetes = pool.driver == PoolDriver.KUBERNETES
+    limit = MAX_REPLICAS if kubernetes else LOCAL_MAX_REPLICAS
     replicas = _int_field(replicas, "replicas", low=0, high=limit)
+    pool_fields_check(
+        {"replicas": replicas, "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas},
+        kubernetes=kubernetes,
+        device_kind=pool.device_kind,
+        limit=limit,
+    )
     with transaction.atomic():
         locked = pool_for_update(pool.pk)
         if locked.status == PoolStatus.DELETING:
             raise Conflict(f"Pool {locked.name!r} is being deleted.", code="pool_deleting")
         if locked.replicas == replicas:
             return locked
+        if kubernetes and locked.replicas and replicas and locked.max_replicas > locked.min_replicas:
+            raise Conflict(
+                f"replicas: pool {locked.name!r} autoscales between {locked.min_replicas} and {locked.max_replicas} "
+                "replicas (its HorizontalPodAutoscaler owns the count); change min_replicas/max_replicas, "
+                "or scale to 0 to stop it.",
+                code="pool_autoscaled",
+                field="replicas",
+            )
         old = locked.replicas
         locked.replicas = replicas
         locked.generation += 1
@@ -217,12 +336,16 @@ def pool_delete(*, user, pool: ServingPool) -> ServingPool:
         endpoints = getattr(locked, "endpoints", None)  # deployments.Endpoint.pool (PROTECT)
         if endpoints is not None and endpoints.exists():
             names = ", ".join(sorted(endpoints.values_list("name", flat=True))[:5])
-            raise Conflict(f"Pool {locked.name!r} serves endpoints ({names}); move or delete them first.", code="pool_in_use")
+            raise Conflict(
+                f"Pool {locked.name!r} serves endpoints ({names}); move or delete them first.", code="pool_in_use"
+            )
         if locked.status != PoolStatus.DELETING:
             old = locked.status
             locked.status = PoolStatus.DELETING
             locked.save(update_fields=["status", "updated_at"])
-            event_record(actor=user, obj=locked, action="delete_requested", from_state=old, to_state=PoolStatus.DELETING)
+            event_record(
+                actor=user, obj=locked, action="delete_requested", from_state=old, to_state=PoolStatus.DELETING
+            )
         _after_commit(pool_teardown_task, locked.pk)
     return locked
 
@@ -250,12 +373,16 @@ def pool_load_request(*, user, pool: ServingPool, artifact: Artifact, model_name
         if locked.replicas == 0:
             raise Conflict(f"Pool {locked.name!r} has 0 replicas; scale it up before loading.", code="no_replicas")
         pool_model, created = PoolModel.objects.select_for_update().get_or_create(
-            pool=locked, triton_model_name=model_dir.name,
+            pool=locked,
+            triton_model_name=model_dir.name,
             defaults={"artifact": artifact, "requested_by": user, "state": PoolModelState.LOADING},
         )
         if not created:
             if pool_model.state == PoolModelState.DRAINING:
-                raise Conflict(f"{model_dir.name} is draining on {locked.name}; load it again after the unload.", code="model_draining")
+                raise Conflict(
+                    f"{model_dir.name} is draining on {locked.name}; load it again after the unload.",
+                    code="model_draining",
+                )
             if pool_model.state == PoolModelState.READY:
                 return pool_model
             old = pool_model.state
@@ -265,14 +392,21 @@ def pool_load_request(*, user, pool: ServingPool, artifact: Artifact, model_name
         else:
             old = ""
         event_record(
-            actor=user, obj=locked, action="model_load_requested", from_state=old, to_state=PoolModelState.LOADING,
-            reason=model_dir.name, data={"model": model_dir.name, "artifact": artifact.pk},
+            actor=user,
+            obj=locked,
+            action="model_load_requested",
+            from_state=old,
+            to_state=PoolModelState.LOADING,
+            reason=model_dir.name,
+            data={"model": model_dir.name, "artifact": artifact.pk},
         )
         _after_commit(pool_model_load_task, pool_model.pk)
     return pool_model
 
 
-def pool_unload_request(*, user, pool: ServingPool, model_name: str, drain_timeout_s: float = 30.0, force: bool = False) -> PoolModel:
+def pool_unload_request(
+    *, user, pool: ServingPool, model_name: str, drain_timeout_s: float = 30.0, force: bool = False
+) -> PoolModel:
     """Stop serving `model_name`: mark it DRAINING (the gateway stops routing to it), then
     a task waits for in-flight requests to finish and unloads it from every replica."""
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
@@ -293,8 +427,13 @@ def pool_unload_request(*, user, pool: ServingPool, model_name: str, drain_timeo
         pool_model.state = PoolModelState.DRAINING
         pool_model.save(update_fields=["state", "updated_at"])
         event_record(
-            actor=user, obj=locked, action="model_drain_started", from_state=old, to_state=PoolModelState.DRAINING,
-            reason=model_name, data={"model": model_name, "drain_timeout_s": drain_timeout_s, "force": bool(force)},
+            actor=user,
+            obj=locked,
+            action="model_drain_started",
+            from_state=old,
+            to_state=PoolModelState.DRAINING,
+            reason=model_name,
+            data={"model": model_name, "drain_timeout_s": drain_timeout_s, "force": bool(force)},
         )
         _after_commit(pool_model_unload_task, pool_model.pk, drain_timeout_s=drain_timeout_s, force=bool(force))
     return pool_model

@@ -2,22 +2,31 @@
 pool_teardown, run by the Celery tasks the pool requests send (pools.py) and by the
 `run_pools` supervisor. Idempotent: the rows say what remains. No row lock is held while
 a driver talks to processes or pods.
+
+Why this is one long module: a pool's reconcile and its replicas' sync read as one loop; to be split with the services package (issue 23).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime
 
 from django.db import transaction
 from django.utils import timezone
 
-from config.errors import InvalidInput
 from deployments.drivers import DrainTimeout, DriverError, LoadFailed, ModelDir, NoReadyReplica, driver_for
-from deployments.drivers.triton import TritonError
 from deployments.lock_objects import pool_for_update, pool_model_for_update
-from deployments.models import PoolDriver, PoolModel, PoolModelState, PoolReplica, PoolStatus, ReplicaStatus, ServingPool
+from deployments.models import (
+    PoolDriver,
+    PoolModel,
+    PoolModelState,
+    PoolReplica,
+    PoolStatus,
+    ReplicaStatus,
+    ServingPool,
+)
+from kernel.errors import InvalidInput
+from kernel.triton import TritonError
 from registry import storage, triton_config
 from registry.models import Artifact
 from registry.names import triton_name
@@ -36,7 +45,10 @@ def model_dir_for(pool: ServingPool, artifact: Artifact, name: str = "") -> Mode
     path = storage.artifact_model_dir(artifact)
     try:
         config = triton_config.override_json(
-            (path / "config.pbtxt").read_text(), name=name, max_queue_size=pool.max_queue_size, queue_timeout_ms=pool.queue_timeout_ms
+            (path / "config.pbtxt").read_text(),
+            name=name,
+            max_queue_size=pool.max_queue_size,
+            queue_timeout_ms=pool.queue_timeout_ms,
         )
     except triton_config.ConfigError as exc:
         raise InvalidInput(f"artifact: {exc}", code="artifact_bad_config", field="artifact") from None
@@ -47,7 +59,9 @@ def pool_model_load(*, pool_model_id: int) -> PoolModel:
     """Load a LOADING model on every replica; READY or FAILED with Triton's message. While
     the pool has no ready replica (it is still starting: an endpoint created with its pool)
     the model stays LOADING with the note WAITING, and pool_reconcile loads it once one is."""
-    pool_model = PoolModel.objects.select_related("pool", "pool__team", "artifact", "artifact__version__model").get(pk=pool_model_id)
+    pool_model = PoolModel.objects.select_related("pool", "pool__team", "artifact", "artifact__version__model").get(
+        pk=pool_model_id
+    )
     if pool_model.state != PoolModelState.LOADING:
         return pool_model
     pool = pool_model.pool
@@ -57,7 +71,9 @@ def pool_model_load(*, pool_model_id: int) -> PoolModel:
         ready = driver_for(pool).load(model_dir)
     except NoReadyReplica:
         if pool_model.error != WAITING:
-            PoolModel.objects.filter(pk=pool_model.pk, state=PoolModelState.LOADING).update(error=WAITING, updated_at=timezone.now())
+            PoolModel.objects.filter(pk=pool_model.pk, state=PoolModelState.LOADING).update(
+                error=WAITING, updated_at=timezone.now()
+            )
             pool_model.error = WAITING
         return pool_model
     except LoadFailed as exc:
@@ -73,21 +89,32 @@ def pool_model_load(*, pool_model_id: int) -> PoolModel:
         if error:
             locked.state, locked.error = PoolModelState.FAILED, error[:20000]
             event_record(
-                actor=locked.requested_by, obj=locked.pool, action="model_load_failed", from_state=PoolModelState.LOADING,
-                to_state=PoolModelState.FAILED, reason=error[:2000], data={"model": locked.triton_model_name},
+                actor=locked.requested_by,
+                obj=locked.pool,
+                action="model_load_failed",
+                from_state=PoolModelState.LOADING,
+                to_state=PoolModelState.FAILED,
+                reason=error[:2000],
+                data={"model": locked.triton_model_name},
             )
         else:
             locked.state, locked.error, locked.loaded_at = PoolModelState.READY, "", timezone.now()
             event_record(
-                actor=locked.requested_by, obj=locked.pool, action="model_loaded", from_state=PoolModelState.LOADING,
-                to_state=PoolModelState.READY, reason=f"{locked.triton_model_name} READY on {', '.join(sorted(ready))}",
+                actor=locked.requested_by,
+                obj=locked.pool,
+                action="model_loaded",
+                from_state=PoolModelState.LOADING,
+                to_state=PoolModelState.READY,
+                reason=f"{locked.triton_model_name} READY on {', '.join(sorted(ready))}",
                 data={"model": locked.triton_model_name, "replicas": ready},
             )
         locked.save()
     return locked
 
 
-def pool_model_unload(*, pool_model_id: int, drain_timeout_s: float = 30.0, force: bool = False, quiet_s: float = 1.0) -> PoolModel:
+def pool_model_unload(
+    *, pool_model_id: int, drain_timeout_s: float = 30.0, force: bool = False, quiet_s: float = 1.0
+) -> PoolModel:
     """Drain and unload a DRAINING model. On a drain timeout without `force` the model
     goes back to READY (still loaded everywhere) with the reason."""
     pool_model = PoolModel.objects.select_related("pool", "pool__team").get(pk=pool_model_id)
@@ -96,7 +123,9 @@ def pool_model_unload(*, pool_model_id: int, drain_timeout_s: float = 30.0, forc
     driver = driver_for(pool_model.pool)
     report, error = {}, ""
     try:
-        report = driver.unload(pool_model.triton_model_name, drain_timeout=drain_timeout_s, quiet_s=quiet_s, force=force)
+        report = driver.unload(
+            pool_model.triton_model_name, drain_timeout=drain_timeout_s, quiet_s=quiet_s, force=force
+        )
     except DrainTimeout as exc:
         error = str(exc)
     except DriverError as exc:
@@ -108,14 +137,24 @@ def pool_model_unload(*, pool_model_id: int, drain_timeout_s: float = 30.0, forc
         if error:
             locked.state, locked.error = PoolModelState.READY, f"unload failed: {error}"
             event_record(
-                actor=None, obj=locked.pool, action="model_unload_failed", from_state=PoolModelState.DRAINING,
-                to_state=PoolModelState.READY, reason=error, data={"model": locked.triton_model_name},
+                actor=None,
+                obj=locked.pool,
+                action="model_unload_failed",
+                from_state=PoolModelState.DRAINING,
+                to_state=PoolModelState.READY,
+                reason=error,
+                data={"model": locked.triton_model_name},
             )
         else:
             locked.state, locked.error, locked.replica_ready = PoolModelState.UNLOADED, "", {}
             event_record(
-                actor=None, obj=locked.pool, action="model_unloaded", from_state=PoolModelState.DRAINING,
-                to_state=PoolModelState.UNLOADED, reason=f"{locked.triton_model_name} drained in {report.get('waited_s', 0)}s", data={"model": locked.triton_model_name, "drain": report},
+                actor=None,
+                obj=locked.pool,
+                action="model_unloaded",
+                from_state=PoolModelState.DRAINING,
+                to_state=PoolModelState.UNLOADED,
+                reason=f"{locked.triton_model_name} drained in {report.get('waited_s', 0)}s",
+                data={"model": locked.triton_model_name, "drain": report},
             )
         locked.save()
     return locked
@@ -132,7 +171,7 @@ def _pool_status(pool: ServingPool, replicas) -> tuple[str, str]:
     return PoolStatus.DEGRADED, f"{ready}/{pool.replicas} replicas ready"
 
 
-def pool_reconcile(*, pool_id: int) -> ServingPool | None:
+def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one pass read top to bottom; split when next changed
     """Bring a pool's replicas to the desired count (restarting crashed ones with backoff),
     load what it should serve on replicas that lack it, and record what the driver saw."""
     pool = ServingPool.objects.select_related("team").filter(pk=pool_id).first()
@@ -147,7 +186,9 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
     except DriverError as exc:
         return _pool_failed(pool, str(exc))
     with driver.models_locked():  # read READY inside the lock: an unload holding it has marked DRAINING already
-        wanted = list(PoolModel.objects.filter(pool=pool, state=PoolModelState.READY).select_related("artifact__version__model"))
+        wanted = list(
+            PoolModel.objects.filter(pool=pool, state=PoolModelState.READY).select_related("artifact__version__model")
+        )
         reloaded, reload_errors, readiness = [], {}, {pm.pk: {} for pm in wanted}
         for replica in replicas:
             if not replica.ready or replica.name in retiring:
@@ -165,7 +206,9 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
                     reload_errors[(replica.name, name)] = getattr(exc, "message", None) or str(exc)
                     readiness[pool_model.pk][replica.name] = False
     if any(r.ready and r.name not in retiring for r in replicas):  # loads that waited for a replica
-        for pk in PoolModel.objects.filter(pool=pool, state=PoolModelState.LOADING, error=WAITING).values_list("pk", flat=True):
+        for pk in PoolModel.objects.filter(pool=pool, state=PoolModelState.LOADING, error=WAITING).values_list(
+            "pk", flat=True
+        ):
             pool_model_load(pool_model_id=pk)
     with transaction.atomic():
         locked = pool_for_update(pool.pk)
@@ -173,20 +216,36 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:
             return locked
         _sync_replicas(locked, replicas, retiring)
         for replica, name in reloaded:
-            event_record(actor=None, obj=locked, action="model_reloaded", to_state="ready", reason=f"{name} on {replica}",
-                         data={"model": name, "replica": replica})
+            event_record(
+                actor=None,
+                obj=locked,
+                action="model_reloaded",
+                to_state="ready",
+                reason=f"{name} on {replica}",
+                data={"model": name, "replica": replica},
+            )
         for (replica, name), message in reload_errors.items():
-            event_record(actor=None, obj=locked, action="model_reload_failed", reason=message[:2000], data={"model": name, "replica": replica})
+            event_record(
+                actor=None,
+                obj=locked,
+                action="model_reload_failed",
+                reason=message[:2000],
+                data={"model": name, "replica": replica},
+            )
         for pool_model in wanted:
             if pool_model.replica_ready != readiness[pool_model.pk]:
-                PoolModel.objects.filter(pk=pool_model.pk).update(replica_ready=readiness[pool_model.pk], updated_at=timezone.now())
+                PoolModel.objects.filter(pk=pool_model.pk).update(
+                    replica_ready=readiness[pool_model.pk], updated_at=timezone.now()
+                )
         status, reason = _pool_status(locked, [r for r in replicas if r.name not in retiring])
         if (status, reason) != (locked.status, locked.status_reason):
             old = locked.status
             locked.status, locked.status_reason = status, reason
             locked.save(update_fields=["status", "status_reason", "updated_at"])
             if old != status:
-                event_record(actor=None, obj=locked, action="status_changed", from_state=old, to_state=status, reason=reason)
+                event_record(
+                    actor=None, obj=locked, action="status_changed", from_state=old, to_state=status, reason=reason
+                )
     return locked
 
 
@@ -197,7 +256,14 @@ def _pool_failed(pool: ServingPool, reason: str) -> ServingPool:
             old = locked.status
             locked.status, locked.status_reason = PoolStatus.FAILED, reason
             locked.save(update_fields=["status", "status_reason", "updated_at"])
-            event_record(actor=None, obj=locked, action="status_changed", from_state=old, to_state=PoolStatus.FAILED, reason=reason)
+            event_record(
+                actor=None,
+                obj=locked,
+                action="status_changed",
+                from_state=old,
+                to_state=PoolStatus.FAILED,
+                reason=reason,
+            )
     return locked
 
 
@@ -220,9 +286,15 @@ def _retiring_replicas(pool: ServingPool) -> set[str]:
                     continue  # down anyway: nothing to drain
                 row.retiring_since, row.status = now, ReplicaStatus.STOPPED
                 row.save(update_fields=["retiring_since", "status"])
-                event_record(actor=None, obj=pool, action="replica_retiring", from_state=ReplicaStatus.READY,
-                             to_state=ReplicaStatus.STOPPED, reason=f"{row.name}: scaled down to {pool.replicas}",
-                             data={"replica": row.name, "stop_after_s": RETIRE_AFTER_S})
+                event_record(
+                    actor=None,
+                    obj=pool,
+                    action="replica_retiring",
+                    from_state=ReplicaStatus.READY,
+                    to_state=ReplicaStatus.STOPPED,
+                    reason=f"{row.name}: scaled down to {pool.replicas}",
+                    data={"replica": row.name, "stop_after_s": RETIRE_AFTER_S},
+                )
             if (now - row.retiring_since).total_seconds() < RETIRE_AFTER_S:
                 names.add(row.name)
     return names
@@ -234,20 +306,40 @@ def _sync_replicas(pool: ServingPool, replicas, retiring: set[str] = frozenset()
     existing = {r.name: r for r in PoolReplica.objects.filter(pool=pool)}
     for info in replicas:
         row = existing.pop(info.name, None)
-        started = datetime.fromtimestamp(info.started_at, tz=dt_timezone.utc) if info.started_at else None
+        started = datetime.fromtimestamp(info.started_at, tz=UTC) if info.started_at else None
         fields = {
-            "status": ReplicaStatus.STOPPED if info.name in retiring else info.status, "http_url": info.http_url, "grpc_url": info.grpc_url, "metrics_url": info.metrics_url,
-            "pid": info.pid, "log_path": info.log_path, "restarts": info.restarts, "last_error": info.error[:5000], "started_at": started,
+            "status": ReplicaStatus.STOPPED if info.name in retiring else info.status,
+            "http_url": info.http_url,
+            "grpc_url": info.grpc_url,
+            "metrics_url": info.metrics_url,
+            "pid": info.pid,
+            "log_path": info.log_path,
+            "restarts": info.restarts,
+            "last_error": info.error[:5000],
+            "started_at": started,
         }
         if row is None:
             PoolReplica.objects.create(pool=pool, name=info.name, last_seen_at=now if info.ready else None, **fields)
             continue
         if row.status == ReplicaStatus.READY and info.status != ReplicaStatus.READY:
-            event_record(actor=None, obj=pool, action="replica_down", from_state=row.status, to_state=info.status,
-                         reason=info.error, data={"replica": info.name})
+            event_record(
+                actor=None,
+                obj=pool,
+                action="replica_down",
+                from_state=row.status,
+                to_state=info.status,
+                reason=info.error,
+                data={"replica": info.name},
+            )
         if info.restarts > row.restarts:
-            event_record(actor=None, obj=pool, action="replica_restarted", to_state=info.status,
-                         reason=info.error, data={"replica": info.name, "restarts": info.restarts, "pid": info.pid})
+            event_record(
+                actor=None,
+                obj=pool,
+                action="replica_restarted",
+                to_state=info.status,
+                reason=info.error,
+                data={"replica": info.name, "restarts": info.restarts, "pid": info.pid},
+            )
         changed = [k for k, v in fields.items() if getattr(row, k) != v]
         stale = info.ready and (row.last_seen_at is None or (now - row.last_seen_at).total_seconds() > 10)
         if changed or stale:

@@ -12,6 +12,8 @@ Two drivers move a rollout:
   decision for shadow / canary / promoting.
 Manual controls (promote, pause, resume, rollback) are services too; the API, the
 dashboard and the admin call them.
+
+Why this is one long module: the rollout's writes (start, reconcile, verdicts, manual controls) share its transition helper; ruff's 120-column format took it past the limit and it is to be split into a package (issue 23).
 """
 
 from __future__ import annotations
@@ -21,16 +23,27 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from config.errors import Conflict, InvalidInput
 from deployments.lock_objects import endpoint_for_update, rollout_for_update
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
-    ACTIVE, DEFAULT_STEPS_BP, FULL_BP, TERMINAL, Decision, IllegalTransition, Plan, State, Strategy, Verdict, after_loaded,
-    check_transition, on_tick,
+    ACTIVE,
+    DEFAULT_STEPS_BP,
+    FULL_BP,
+    TERMINAL,
+    Decision,
+    IllegalTransition,
+    Plan,
+    State,
+    Strategy,
+    Verdict,
+    after_loaded,
+    check_transition,
+    on_tick,
 )
 from deployments.route_overlays import route_overlays
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
+from kernel.errors import Conflict, InvalidInput
 from registry.models import Artifact, Role
 from registry.names import baseline_triton_name, triton_name
 from registry.services.events import event_record
@@ -38,10 +51,20 @@ from registry.services.teams import require_role
 
 
 def rollout_start(
-    *, user, endpoint: Endpoint, candidate: Artifact, strategy: str = Strategy.CANARY, steps_bp=None,
-    shadow_seconds: float = 0.0, shadow_sample_rate: float = 1.0, step_min_seconds: float = 30.0,
-    step_min_requests: int = 200, step_deadline_seconds: float = 600.0, on_inconclusive: str | None = None,
-    promote_grace_seconds: float = 30.0, fair_baseline: bool = True,
+    *,
+    user,
+    endpoint: Endpoint,
+    candidate: Artifact,
+    strategy: str = Strategy.CANARY,
+    steps_bp=None,
+    shadow_seconds: float = 0.0,
+    shadow_sample_rate: float = 1.0,
+    step_min_seconds: float = 30.0,
+    step_min_requests: int = 200,
+    step_deadline_seconds: float = 600.0,
+    on_inconclusive: str | None = None,
+    promote_grace_seconds: float = 30.0,
+    fair_baseline: bool = True,
 ) -> Rollout:
     """Start bringing `candidate` into `endpoint`: it is loaded into the endpoint's pool and
     gets traffic only once READY on every replica. One rollout per endpoint at a time.
@@ -55,22 +78,37 @@ def rollout_start(
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
     require_servable(candidate, endpoint.team, "candidate")
     if endpoint.stable_artifact_id is None:
-        raise InvalidInput("endpoint: it has no stable artifact to compare against; create it with one.", code="no_stable", field="endpoint")
+        raise InvalidInput(
+            "endpoint: it has no stable artifact to compare against; create it with one.",
+            code="no_stable",
+            field="endpoint",
+        )
     if candidate.pk == endpoint.stable_artifact_id:
-        raise InvalidInput("candidate: it is already the stable artifact of this endpoint.", code="already_stable", field="candidate")
+        raise InvalidInput(
+            "candidate: it is already the stable artifact of this endpoint.", code="already_stable", field="candidate"
+        )
     overlay = route_overlays([endpoint]).get(endpoint.pk)
     if overlay is not None:
-        raise Conflict(f"Endpoint {endpoint.name!r} is running experiment {overlay.name}; stop it or let it decide first.",
-                       code="experiment_running")
+        raise Conflict(
+            f"Endpoint {endpoint.name!r} is running experiment {overlay.name}; stop it or let it decide first.",
+            code="experiment_running",
+        )
     if strategy == Strategy.BLUE_GREEN:
         steps_bp = [FULL_BP]
     steps = tuple(int(s) for s in (steps_bp or DEFAULT_STEPS_BP))
     on_inconclusive = on_inconclusive or endpoint.on_inconclusive
     baseline = bool(fair_baseline) and Strategy(strategy) == Strategy.CANARY and any(s < FULL_BP for s in steps)
     try:
-        plan = Plan(strategy=Strategy(strategy), steps_bp=steps, shadow_seconds=float(shadow_seconds),
-                    step_min_seconds=float(step_min_seconds), step_min_requests=int(step_min_requests),
-                    step_deadline_seconds=float(step_deadline_seconds), on_inconclusive=on_inconclusive, baseline=baseline)
+        plan = Plan(
+            strategy=Strategy(strategy),
+            steps_bp=steps,
+            shadow_seconds=float(shadow_seconds),
+            step_min_seconds=float(step_min_seconds),
+            step_min_requests=int(step_min_requests),
+            step_deadline_seconds=float(step_deadline_seconds),
+            on_inconclusive=on_inconclusive,
+            baseline=baseline,
+        )
     except ValueError as exc:
         raise InvalidInput(f"plan: {exc}", code="bad_plan", field="steps_bp") from None
     if not 0 <= float(shadow_sample_rate) <= 1:
@@ -79,22 +117,44 @@ def rollout_start(
     try:
         with transaction.atomic():
             rollout = Rollout.objects.create(
-                endpoint=endpoint, candidate_artifact=candidate, baseline_artifact=endpoint.stable_artifact,
-                strategy=plan.strategy, steps_bp=list(plan.steps_bp), shadow_seconds=plan.shadow_seconds,
-                shadow_sample_rate=shadow_sample_rate, step_min_seconds=plan.step_min_seconds,
-                step_min_requests=plan.step_min_requests, step_deadline_seconds=plan.step_deadline_seconds,
-                on_inconclusive=plan.on_inconclusive, promote_grace_seconds=float(promote_grace_seconds),
+                endpoint=endpoint,
+                candidate_artifact=candidate,
+                baseline_artifact=endpoint.stable_artifact,
+                strategy=plan.strategy,
+                steps_bp=list(plan.steps_bp),
+                shadow_seconds=plan.shadow_seconds,
+                shadow_sample_rate=shadow_sample_rate,
+                step_min_seconds=plan.step_min_seconds,
+                step_min_requests=plan.step_min_requests,
+                step_deadline_seconds=plan.step_deadline_seconds,
+                on_inconclusive=plan.on_inconclusive,
+                promote_grace_seconds=float(promote_grace_seconds),
                 baseline_model=baseline_triton_name(endpoint.stable_artifact) if baseline else "",
-                state=State.PENDING, state_entered_at=now, created_by=user,
+                state=State.PENDING,
+                state_entered_at=now,
+                created_by=user,
             )
-            event_record(actor=user, obj=rollout, team=endpoint.team, action="created", to_state=State.PENDING,
-                         data={"candidate": candidate.pk, "baseline": endpoint.stable_artifact_id, "steps_bp": list(plan.steps_bp),
-                               "fair_baseline": rollout.baseline_model, "on_inconclusive": plan.on_inconclusive})
+            event_record(
+                actor=user,
+                obj=rollout,
+                team=endpoint.team,
+                action="created",
+                to_state=State.PENDING,
+                data={
+                    "candidate": candidate.pk,
+                    "baseline": endpoint.stable_artifact_id,
+                    "steps_bp": list(plan.steps_bp),
+                    "fair_baseline": rollout.baseline_model,
+                    "on_inconclusive": plan.on_inconclusive,
+                },
+            )
             pool_services.pool_load_request(user=user, pool=endpoint.pool, artifact=candidate)
             _request_baseline(rollout, user)
             _transition(rollout, State.LOADING, actor=user, reason="candidate load requested", now=now)
     except IntegrityError:
-        raise Conflict(f"Endpoint {endpoint.name!r} already has a rollout in progress.", code="rollout_in_progress") from None
+        raise Conflict(
+            f"Endpoint {endpoint.name!r} already has a rollout in progress.", code="rollout_in_progress"
+        ) from None
     return rollout
 
 
@@ -102,17 +162,34 @@ def _step_label(state: str, step_index: int) -> str:
     return f"{state}[{step_index}]" if state == State.CANARY else state
 
 
-def _transition(rollout: Rollout, to_state: State, *, actor, reason: str, now: datetime, step_index: int | None = None,
-                data: dict | None = None) -> Rollout:
+def _transition(
+    rollout: Rollout,
+    to_state: State,
+    *,
+    actor,
+    reason: str,
+    now: datetime,
+    step_index: int | None = None,
+    data: dict | None = None,
+) -> Rollout:
     """Move a locked rollout; the caller holds the row lock inside its transaction."""
     old_state, old_step = rollout.state, rollout.step_index
     new_step = old_step if step_index is None else step_index
     check_transition(old_state, to_state)
     if to_state == State.PAUSED:
         rollout.paused_from = old_state
-        rollout.paused_step_elapsed_s = (now - rollout.step_started_at).total_seconds() if rollout.step_started_at else 0.0
-    elif old_state == State.PAUSED and to_state in (State.SHADOW, State.CANARY) and to_state == rollout.paused_from and new_step == old_step:
-        rollout.step_started_at = now - timedelta(seconds=rollout.paused_step_elapsed_s or 0.0)  # the step timer resumes
+        rollout.paused_step_elapsed_s = (
+            (now - rollout.step_started_at).total_seconds() if rollout.step_started_at else 0.0
+        )
+    elif (
+        old_state == State.PAUSED
+        and to_state in (State.SHADOW, State.CANARY)
+        and to_state == rollout.paused_from
+        and new_step == old_step
+    ):
+        rollout.step_started_at = now - timedelta(
+            seconds=rollout.paused_step_elapsed_s or 0.0
+        )  # the step timer resumes
         rollout.paused_from, rollout.paused_step_elapsed_s = "", None
     elif to_state in (State.SHADOW, State.CANARY) and (to_state != old_state or new_step != old_step):
         rollout.step_started_at = now
@@ -127,15 +204,22 @@ def _transition(rollout: Rollout, to_state: State, *, actor, reason: str, now: d
     rollout.reason = reason[:4000]
     rollout.save()
     event_record(
-        actor=actor, obj=rollout, team=rollout.endpoint.team, action="transition",
-        from_state=_step_label(old_state, old_step), to_state=_step_label(to_state, new_step), reason=reason,
+        actor=actor,
+        obj=rollout,
+        team=rollout.endpoint.team,
+        action="transition",
+        from_state=_step_label(old_state, old_step),
+        to_state=_step_label(to_state, new_step),
+        reason=reason,
         data={"generation": rollout.generation, **(data or {})},
     )
     return rollout
 
 
 def _pool_model(rollout: Rollout, artifact: Artifact, name: str = "") -> PoolModel | None:
-    return PoolModel.objects.filter(pool_id=rollout.endpoint.pool_id, triton_model_name=name or triton_name(artifact)).first()
+    return PoolModel.objects.filter(
+        pool_id=rollout.endpoint.pool_id, triton_model_name=name or triton_name(artifact)
+    ).first()
 
 
 def _request_baseline(rollout: Rollout, user) -> None:
@@ -144,15 +228,27 @@ def _request_baseline(rollout: Rollout, user) -> None:
     if not rollout.baseline_model:
         return
     pool_model = _pool_model(rollout, rollout.baseline_artifact, rollout.baseline_model)
-    if pool_model is not None and pool_model.state in (PoolModelState.READY, PoolModelState.LOADING, PoolModelState.DRAINING):
+    if pool_model is not None and pool_model.state in (
+        PoolModelState.READY,
+        PoolModelState.LOADING,
+        PoolModelState.DRAINING,
+    ):
         return
-    pool_services.pool_load_request(user=user, pool=rollout.endpoint.pool, artifact=rollout.baseline_artifact,
-                                    model_name=rollout.baseline_model)
+    pool_services.pool_load_request(
+        user=user, pool=rollout.endpoint.pool, artifact=rollout.baseline_artifact, model_name=rollout.baseline_model
+    )
 
 
 def _baseline_used_elsewhere(rollout: Rollout) -> bool:
-    return Rollout.objects.filter(endpoint__pool_id=rollout.endpoint.pool_id, baseline_model=rollout.baseline_model,
-                                  state__in=[s.value for s in ACTIVE]).exclude(pk=rollout.pk).exists()
+    return (
+        Rollout.objects.filter(
+            endpoint__pool_id=rollout.endpoint.pool_id,
+            baseline_model=rollout.baseline_model,
+            state__in=[s.value for s in ACTIVE],
+        )
+        .exclude(pk=rollout.pk)
+        .exists()
+    )
 
 
 def _unload_baseline(rollout: Rollout) -> None:
@@ -160,18 +256,31 @@ def _unload_baseline(rollout: Rollout) -> None:
     if not rollout.baseline_model or _baseline_used_elsewhere(rollout):
         return
     pool_model = _pool_model(rollout, rollout.baseline_artifact, rollout.baseline_model)
-    if pool_model is not None and pool_model.state in (PoolModelState.READY, PoolModelState.LOADING, PoolModelState.FAILED):
-        pool_services.pool_unload_request(user=rollout.created_by, pool=rollout.endpoint.pool,
-                                          model_name=pool_model.triton_model_name, drain_timeout_s=30.0, force=True)
+    if pool_model is not None and pool_model.state in (
+        PoolModelState.READY,
+        PoolModelState.LOADING,
+        PoolModelState.FAILED,
+    ):
+        pool_services.pool_unload_request(
+            user=rollout.created_by,
+            pool=rollout.endpoint.pool,
+            model_name=pool_model.triton_model_name,
+            drain_timeout_s=30.0,
+            force=True,
+        )
 
 
 def _still_used(artifact: Artifact, pool_id: int, excluding_rollout: int) -> bool:
     """Is the artifact served by an endpoint on this pool or wanted by another rollout?"""
     if Endpoint.objects.filter(pool_id=pool_id, stable_artifact=artifact).exists():
         return True
-    return Rollout.objects.filter(endpoint__pool_id=pool_id, candidate_artifact=artifact, state__in=[s.value for s in ACTIVE]).exclude(
-        pk=excluding_rollout
-    ).exists()
+    return (
+        Rollout.objects.filter(
+            endpoint__pool_id=pool_id, candidate_artifact=artifact, state__in=[s.value for s in ACTIVE]
+        )
+        .exclude(pk=excluding_rollout)
+        .exists()
+    )
 
 
 def _unload(rollout: Rollout, artifact: Artifact) -> str:
@@ -180,9 +289,15 @@ def _unload(rollout: Rollout, artifact: Artifact) -> str:
     pool_model = _pool_model(rollout, artifact)
     if pool_model is None:
         return ""
-    if pool_model.state in (PoolModelState.READY, PoolModelState.LOADING) and not _still_used(artifact, rollout.endpoint.pool_id, rollout.pk):
+    if pool_model.state in (PoolModelState.READY, PoolModelState.LOADING) and not _still_used(
+        artifact, rollout.endpoint.pool_id, rollout.pk
+    ):
         pool_model = pool_services.pool_unload_request(
-            user=rollout.created_by, pool=rollout.endpoint.pool, model_name=pool_model.triton_model_name, drain_timeout_s=30.0, force=True
+            user=rollout.created_by,
+            pool=rollout.endpoint.pool,
+            model_name=pool_model.triton_model_name,
+            drain_timeout_s=30.0,
+            force=True,
         )
     return pool_model.state
 
@@ -204,7 +319,9 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
             if pool_state in ("", PoolModelState.UNLOADED, PoolModelState.FAILED) or _still_used(
                 locked.candidate_artifact, locked.endpoint.pool_id, locked.pk
             ):
-                return _transition(locked, State.ROLLED_BACK, actor=None, reason=locked.reason or "rolled back", now=now)
+                return _transition(
+                    locked, State.ROLLED_BACK, actor=None, reason=locked.reason or "rolled back", now=now
+                )
             return locked
         if state == State.PROMOTING:
             held = (now - locked.state_entered_at).total_seconds() if locked.state_entered_at else 0.0
@@ -214,11 +331,22 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
             old_stable = endpoint.stable_artifact
             endpoint.stable_artifact = locked.candidate_artifact
             endpoint.save(update_fields=["stable_artifact", "updated_at"])
-            event_record(actor=None, obj=endpoint, action="stable_changed", from_state=str(getattr(old_stable, "pk", "")),
-                         to_state=str(locked.candidate_artifact_id), reason=f"rollout #{locked.pk} promoted")
+            event_record(
+                actor=None,
+                obj=endpoint,
+                action="stable_changed",
+                from_state=str(getattr(old_stable, "pk", "")),
+                to_state=str(locked.candidate_artifact_id),
+                reason=f"rollout #{locked.pk} promoted",
+            )
             locked.endpoint = endpoint
-            rollout = _transition(locked, State.SUCCEEDED, actor=None, now=now,
-                                  reason=f"promotion held for {locked.promote_grace_seconds:g}s; old stable unloaded")
+            rollout = _transition(
+                locked,
+                State.SUCCEEDED,
+                actor=None,
+                now=now,
+                reason=f"promotion held for {locked.promote_grace_seconds:g}s; old stable unloaded",
+            )
             _unload_baseline(rollout)
             if old_stable is not None and old_stable.pk != locked.candidate_artifact_id:
                 _unload(rollout, old_stable)
@@ -227,8 +355,12 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
 
 
 def _ready_everywhere(pool_model: PoolModel | None) -> bool:
-    return (pool_model is not None and pool_model.state == PoolModelState.READY and bool(pool_model.replica_ready)
-            and all(pool_model.replica_ready.values()))
+    return (
+        pool_model is not None
+        and pool_model.state == PoolModelState.READY
+        and bool(pool_model.replica_ready)
+        and all(pool_model.replica_ready.values())
+    )
 
 
 def _baseline_ready(locked: Rollout, now: datetime) -> bool:
@@ -239,10 +371,19 @@ def _baseline_ready(locked: Rollout, now: datetime) -> bool:
     if _ready_everywhere(pool_model):
         return True
     waited = (now - locked.created_at).total_seconds()
-    if (pool_model is not None and pool_model.state == PoolModelState.FAILED) or waited > locked.load_timeout_seconds / 2:
-        why = pool_model.error[:1500] if pool_model is not None and pool_model.error else f"not READY after {waited:.0f}s"
-        event_record(actor=None, obj=locked, team=locked.endpoint.team, action="baseline_unavailable",
-                     reason=f"baseline copy {locked.baseline_model} could not be loaded ({why}); judging against the stable")
+    if (
+        pool_model is not None and pool_model.state == PoolModelState.FAILED
+    ) or waited > locked.load_timeout_seconds / 2:
+        why = (
+            pool_model.error[:1500] if pool_model is not None and pool_model.error else f"not READY after {waited:.0f}s"
+        )
+        event_record(
+            actor=None,
+            obj=locked,
+            team=locked.endpoint.team,
+            action="baseline_unavailable",
+            reason=f"baseline copy {locked.baseline_model} could not be loaded ({why}); judging against the stable",
+        )
         _unload_baseline(locked)
         locked.baseline_model = ""
         locked.save(update_fields=["baseline_model"])
@@ -256,26 +397,46 @@ def _baseline_ready(locked: Rollout, now: datetime) -> bool:
 
 def _reconcile_loading(locked: Rollout, now: datetime) -> Rollout:
     if locked.state == State.PENDING:
-        pool_services.pool_load_request(user=locked.created_by, pool=locked.endpoint.pool, artifact=locked.candidate_artifact)
+        pool_services.pool_load_request(
+            user=locked.created_by, pool=locked.endpoint.pool, artifact=locked.candidate_artifact
+        )
         return _transition(locked, State.LOADING, actor=None, reason="candidate load requested", now=now)
     pool_model = _pool_model(locked, locked.candidate_artifact)
     if pool_model is not None and pool_model.state == PoolModelState.FAILED:
         _unload_baseline(locked)
-        return _transition(locked, State.FAILED, actor=None, now=now, reason=f"candidate failed to load: {pool_model.error[:1500]}")
+        return _transition(
+            locked, State.FAILED, actor=None, now=now, reason=f"candidate failed to load: {pool_model.error[:1500]}"
+        )
     if _ready_everywhere(pool_model) and _baseline_ready(locked, now):
         decision = after_loaded(locked.plan)
-        reason = decision.reason + (f" beside a fresh baseline copy of the stable ({locked.baseline_model})" if locked.baseline_model else "")
-        return _transition(locked, decision.to_state, actor=None, now=now, reason=reason, step_index=decision.step_index)
+        reason = decision.reason + (
+            f" beside a fresh baseline copy of the stable ({locked.baseline_model})" if locked.baseline_model else ""
+        )
+        return _transition(
+            locked, decision.to_state, actor=None, now=now, reason=reason, step_index=decision.step_index
+        )
     waited = (now - locked.created_at).total_seconds()
     if waited > locked.load_timeout_seconds:
         _unload_baseline(locked)
-        return _transition(locked, State.FAILED, actor=None, now=now,
-                           reason=f"candidate not READY on every replica after {locked.load_timeout_seconds:g}s")
+        return _transition(
+            locked,
+            State.FAILED,
+            actor=None,
+            now=now,
+            reason=f"candidate not READY on every replica after {locked.load_timeout_seconds:g}s",
+        )
     return locked
 
 
-def rollout_apply_verdict(*, rollout_id: int, outcome: str, reason: str, step_requests: int, now: datetime | None = None,
-                          verdict_id: int | None = None) -> tuple[Rollout | None, Decision | None]:
+def rollout_apply_verdict(
+    *,
+    rollout_id: int,
+    outcome: str,
+    reason: str,
+    step_requests: int,
+    now: datetime | None = None,
+    verdict_id: int | None = None,
+) -> tuple[Rollout | None, Decision | None]:
     """Apply the canary judge's verdict to a rollout in shadow, canary or promoting.
 
     fail → rolling_back now (the candidate's weight is 0 in the next route table);
@@ -292,16 +453,32 @@ def rollout_apply_verdict(*, rollout_id: int, outcome: str, reason: str, step_re
             decision = Decision(State.ROLLING_BACK, locked.step_index, f"judge during promotion: {reason}")
         else:
             elapsed = (now - locked.step_started_at).total_seconds() if locked.step_started_at else 0.0
-            decision = on_tick(state=locked.state, step_index=locked.step_index, plan=locked.plan, step_elapsed_s=elapsed,
-                               candidate_requests=step_requests, verdict=outcome, verdict_reason=reason)
+            decision = on_tick(
+                state=locked.state,
+                step_index=locked.step_index,
+                plan=locked.plan,
+                step_elapsed_s=elapsed,
+                candidate_requests=step_requests,
+                verdict=outcome,
+                verdict_reason=reason,
+            )
         if decision.to_state is None:
             return locked, decision
-        _transition(locked, decision.to_state, actor=None, now=now, reason=decision.reason, step_index=decision.step_index,
-                    data={"verdict": verdict_id, "outcome": outcome})
+        _transition(
+            locked,
+            decision.to_state,
+            actor=None,
+            now=now,
+            reason=decision.reason,
+            step_index=decision.step_index,
+            data={"verdict": verdict_id, "outcome": outcome},
+        )
         return locked, decision
 
 
-def _manual(*, user, rollout: Rollout, to_state: State | None, reason: str, expected_generation: int | None = None) -> Rollout:
+def _manual(
+    *, user, rollout: Rollout, to_state: State | None, reason: str, expected_generation: int | None = None
+) -> Rollout:
     """A person's transition; `to_state=None` resumes the phase a paused rollout paused in."""
     require_role(user=user, team=rollout.endpoint.team, role=Role.DEPLOYER)
     with transaction.atomic():
@@ -323,23 +500,43 @@ def _manual(*, user, rollout: Rollout, to_state: State | None, reason: str, expe
 
 def rollout_promote(*, user, rollout: Rollout, reason: str = "", expected_generation: int | None = None) -> Rollout:
     """Skip the remaining steps: 100 % to the candidate, then the grace period."""
-    return _manual(user=user, rollout=rollout, to_state=State.PROMOTING, reason=reason or f"promoted by {user}",
-                   expected_generation=expected_generation)
+    return _manual(
+        user=user,
+        rollout=rollout,
+        to_state=State.PROMOTING,
+        reason=reason or f"promoted by {user}",
+        expected_generation=expected_generation,
+    )
 
 
 def rollout_pause(*, user, rollout: Rollout, reason: str = "", expected_generation: int | None = None) -> Rollout:
     """Hold the current split; the step timer stops until resume."""
-    return _manual(user=user, rollout=rollout, to_state=State.PAUSED, reason=reason or f"paused by {user}",
-                   expected_generation=expected_generation)
+    return _manual(
+        user=user,
+        rollout=rollout,
+        to_state=State.PAUSED,
+        reason=reason or f"paused by {user}",
+        expected_generation=expected_generation,
+    )
 
 
 def rollout_resume(*, user, rollout: Rollout, reason: str = "", expected_generation: int | None = None) -> Rollout:
     """Back to the phase and step it paused in, with the step timer where it stopped."""
-    return _manual(user=user, rollout=rollout, to_state=None, reason=reason or f"resumed by {user}",
-                   expected_generation=expected_generation)
+    return _manual(
+        user=user,
+        rollout=rollout,
+        to_state=None,
+        reason=reason or f"resumed by {user}",
+        expected_generation=expected_generation,
+    )
 
 
 def rollout_rollback(*, user, rollout: Rollout, reason: str = "", expected_generation: int | None = None) -> Rollout:
     """Candidate weight to 0 at once (next route table), then drain and unload it."""
-    return _manual(user=user, rollout=rollout, to_state=State.ROLLING_BACK, reason=reason or f"rolled back by {user}",
-                   expected_generation=expected_generation)
+    return _manual(
+        user=user,
+        rollout=rollout,
+        to_state=State.ROLLING_BACK,
+        reason=reason or f"rolled back by {user}",
+        expected_generation=expected_generation,
+    )

@@ -8,12 +8,12 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from config.errors import PlatformError
 from deployments.forms import InferenceKeyCreateForm
 from deployments.selectors import keys as selectors
 from deployments.selectors.rollouts import endpoint_get
 from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as services
+from kernel.errors import PlatformError
 
 
 def _page(request, form, *, created=None, secret=None, status=200):
@@ -53,7 +53,9 @@ def key_revoke(request, pk):
     except PlatformError as exc:
         messages.error(request, exc.detail)
     else:
-        messages.success(request, f"Key {key.name} ({key.prefix}…) revoked: the gateway refuses it from its next poll (~0.3 s).")
+        messages.success(
+            request, f"Key {key.name} ({key.prefix}…) revoked: the gateway refuses it from its next poll (~0.3 s)."
+        )
     return redirect("deployments:key-list")
 
 
@@ -71,5 +73,8 @@ def endpoint_access(request, name):
     except PlatformError as exc:
         messages.error(request, exc.detail)
     else:
-        messages.success(request, f"{name} is now {'public: anyone who reaches the gateway may call it' if public == 'true' else 'closed: only its team’s inference keys may call it'}.")
+        messages.success(
+            request,
+            f"{name} is now {'public: anyone who reaches the gateway may call it' if public == 'true' else 'closed: only its team’s inference keys may call it'}.",
+        )
     return redirect("deployments:endpoint-detail", name=name)

@@ -11,9 +11,9 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from config.errors import NotFound, PlatformError
 from deployments.selectors import pools as selectors
 from deployments.services import pools as services
+from kernel.errors import NotFound, PlatformError
 from registry.selectors.builds import servable_artifacts
 from registry.selectors.events import event_list
 
@@ -42,21 +42,27 @@ def pool_detail(request, name):
         raise
     if partial == "log":
         replica = request.GET.get("replica", "")
-        context = {"pool": pool, "replica": replica, "log": selectors.replica_log_tail(pool=pool, replica=replica, lines=80)}
+        context = {
+            "pool": pool,
+            "replica": replica,
+            "log": selectors.replica_log_tail(pool=pool, replica=replica, lines=80),
+        }
         return render(request, "deployments/pool_detail.html#replica-log", context)
     live = selectors.pool_live(pool=pool)
     stats = live["statistics"]["models"]
     model_rows = [
         # readiness asked from Triton now when the driver answers, else the last recorded one
-        {"model": m, "stats": stats.get(m.triton_model_name), "ready_on": live["readiness"].get(m.triton_model_name) or m.replica_ready}
+        {
+            "model": m,
+            "stats": stats.get(m.triton_model_name),
+            "ready_on": live["readiness"].get(m.triton_model_name) or m.replica_ready,
+        }
         for m in pool.models.all()
     ]
     context = {"pool": pool, "live": live, "model_rows": model_rows}
     if partial == "live":
         return render(request, "deployments/pool_detail.html#pool-live", context)
-    context["events"] = event_list(
-        user=request.user, object_type="deployments.servingpool", object_id=pool.pk
-    )[:30]
+    context["events"] = event_list(user=request.user, object_type="deployments.servingpool", object_id=pool.pk)[:30]
     context["artifacts"] = servable_artifacts(user=request.user)[:100]
     return render(request, "deployments/pool_detail.html", context)
 
@@ -98,7 +104,9 @@ def pool_load(request, name):
 def pool_unload(request, name):
     def do(pool):
         model = request.POST.get("model", "")
-        services.pool_unload_request(user=request.user, pool=pool, model_name=model, drain_timeout_s=request.POST.get("drain_timeout_s", 30))
+        services.pool_unload_request(
+            user=request.user, pool=pool, model_name=model, drain_timeout_s=request.POST.get("drain_timeout_s", 30)
+        )
         return f"Draining {model}; it unloads when traffic has stopped."
 
     return _act(request, name, do)

@@ -9,26 +9,40 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
-from config.errors import PlatformError
 from deployments.forms import RolloutStartForm
 from deployments.rollout_machine import ACTIVE
+from deployments.route_overlays import route_overlays
 from deployments.selectors import rollouts as selectors
 from deployments.selectors.rollout_page import endpoint_page, rollout_events, rollout_status, step_label
 from deployments.services import rollouts as services
+from kernel.errors import PlatformError
 
 ACTIONS = {
-    "promote": (services.rollout_promote, "Promote now: 100 % of traffic to the candidate, skipping the remaining steps."),
+    "promote": (
+        services.rollout_promote,
+        "Promote now: 100 % of traffic to the candidate, skipping the remaining steps.",
+    ),
     "pause": (services.rollout_pause, "Pause: hold the current split and stop the step timer."),
     "resume": (services.rollout_resume, "Resume where it paused, with the step timer where it stopped."),
-    "rollback": (services.rollout_rollback, "Roll back now: the candidate's weight goes to 0 at once, then it is unloaded."),
+    "rollback": (
+        services.rollout_rollback,
+        "Roll back now: the candidate's weight goes to 0 at once, then it is unloaded.",
+    ),
 }
 
 
 @login_required
 def endpoint_list(request):
     endpoints = selectors.endpoint_list(user=request.user)
-    active = {r.endpoint_id: rollout_status(r) for r in selectors.rollout_list(user=request.user).filter(state__in=[s.value for s in ACTIVE])}
-    return render(request, "deployments/endpoint_list.html", {"rows": [{"endpoint": e, "status": active.get(e.pk)} for e in endpoints]})
+    active = {
+        r.endpoint_id: rollout_status(r)
+        for r in selectors.rollout_list(user=request.user).filter(state__in=[s.value for s in ACTIVE])
+    }
+    return render(
+        request,
+        "deployments/endpoint_list.html",
+        {"rows": [{"endpoint": e, "status": active.get(e.pk)} for e in endpoints]},
+    )
 
 
 def _page(request, endpoint, *, form=None, status: int = 200):
@@ -37,10 +51,15 @@ def _page(request, endpoint, *, form=None, status: int = 200):
     state = endpoint_page(user=request.user, endpoint=endpoint, rollout_id=rollout_id)
     rollout = state["rollout"]
     active = state["active_status"] is not None
-    if form is None and not active:
+    # A running experiment holds the endpoint: rollout_start would refuse, so the form waits too.
+    experiment = route_overlays([endpoint]).get(endpoint.pk) if not active else None
+    if form is None and not active and experiment is None:
         form = RolloutStartForm(user=request.user, endpoint=endpoint)
     context = {
-        **state, "form": form if not active else None, "refresh": bool(request.htmx),
+        **state,
+        "experiment": _experiment_split(experiment),
+        "form": form if not active and (experiment is None or (form is not None and form.is_bound)) else None,
+        "refresh": bool(request.htmx),
         "events": rollout_events(user=request.user, rollout=rollout) if rollout else [],
         "chart_since": (rollout.created_at - timedelta(minutes=1)).isoformat() if rollout else "",
     }
@@ -50,6 +69,19 @@ def _page(request, endpoint, *, form=None, status: int = 200):
             response.status_code = 286  # htmx: stop polling, the rollout is over (this last swap shows its end)
         return response
     return render(request, "deployments/endpoint_detail.html", context, status=status)
+
+
+def _experiment_split(overlay) -> dict | None:
+    if overlay is None:
+        return None
+    return {
+        "name": overlay.name,
+        "url": overlay.url,
+        "arms": [
+            {"label": f"{a.version.model.name} v{a.version.version} {a.variant}", "pct": bp / 100, "control": i == 0}
+            for i, (a, bp) in enumerate(overlay.arms)
+        ],
+    }
 
 
 @login_required
@@ -84,11 +116,18 @@ def rollout_action(request, pk, action):
     rollout = selectors.rollout_get(user=request.user, rollout_id=pk)
     service, description = ACTIONS[action]
     if request.method == "GET":
-        return render(request, "deployments/rollout_confirm.html", {"rollout": rollout, "action": action, "description": description,
-                                                                  "label": step_label(rollout)})
+        return render(
+            request,
+            "deployments/rollout_confirm.html",
+            {"rollout": rollout, "action": action, "description": description, "label": step_label(rollout)},
+        )
     try:
-        service(user=request.user, rollout=rollout, reason=request.POST.get("reason", ""),
-                expected_generation=request.POST.get("generation") or None)
+        service(
+            user=request.user,
+            rollout=rollout,
+            reason=request.POST.get("reason", ""),
+            expected_generation=request.POST.get("generation") or None,
+        )
     except PlatformError as exc:
         messages.error(request, exc.detail)
     else:

@@ -4,15 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('experiments', '0001_online_experiments'),
+        ("experiments", "0001_online_experiments"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='experiment',
-            name='guardrail_psi',
-            field=models.BooleanField(default=True, help_text="Judge the arms' prediction-score PSI against the control as a guardrail (the endpoint's threshold). Off when the candidate is meant to predict differently, e.g. a control with random weights: PSI is then shown, never failed."),
+            model_name="experiment",
+            name="guardrail_psi",
+            field=models.BooleanField(
+                default=True,
+                help_text="Judge the arms' prediction-score PSI against the control as a guardrail (the endpoint's threshold). Off when the candidate is meant to predict differently, e.g. a control with random weights: PSI is then shown, never failed.",
+            ),
         ),
     ]

@@ -1,3 +1,10 @@
 from experiments.models.online import (  # noqa: F401
-    Arm, Experiment, ExperimentState, Exposure, Feedback, FeedbackKind, FeedbackStatus,
+    Arm,
+    DeadLetter,
+    Experiment,
+    ExperimentState,
+    Exposure,
+    Feedback,
+    FeedbackKind,
+    FeedbackStatus,
 )

@@ -1,7 +1,7 @@
 """Online experiments: the experiment and its arms, the exposure log and feedback events.
 
 Exposures and feedback are the embedded store (PostgreSQL, written in batches with COPY-
-sized bulk inserts; see experiments/online/store.py for the interface a large user swaps
+sized bulk inserts; see experiments/store.py for the interface a large user swaps
 for Kafka + ClickHouse). Feedback carries its outcome (attributed / late / unknown) so
 nothing is dropped silently and the page can show every count.
 """
@@ -19,10 +19,15 @@ def _salt() -> str:
     return secrets.token_hex(8)
 
 
+def _token_key() -> str:
+    return secrets.token_hex(32)
+
+
 class ExperimentState(models.TextChoices):
     DRAFT = "draft"
     RUNNING = "running"
     DECIDED = "decided"
+    SHIPPING = "shipping"  # the winner's rollout runs; shipped once it succeeded
     SHIPPED = "shipped"
     STOPPED = "stopped"
 
@@ -31,8 +36,11 @@ class Experiment(models.Model):
     endpoint = models.ForeignKey("deployments.Endpoint", on_delete=models.CASCADE, related_name="+")
     name = models.SlugField(max_length=64)
     hypothesis = models.TextField(blank=True)
-    unit_header = models.CharField(max_length=100, default="X-User-Id",
-                                   help_text="The unit of randomisation: the sticky header the gateway hashes.")
+    unit_header = models.CharField(
+        max_length=100,
+        default="X-User-Id",
+        help_text="The unit of randomisation: the sticky header the gateway hashes.",
+    )
     salt = models.CharField(max_length=32, default=_salt)
     primary_metric = models.CharField(max_length=32, default="ctr")
     secondary_metrics = models.JSONField(default=list, blank=True)
@@ -44,9 +52,17 @@ class Experiment(models.Model):
     srm_alpha = models.FloatField(default=0.001)
     attribution_window_s = models.PositiveIntegerField(default=3600)
     guardrail_psi = models.BooleanField(
-        default=True, help_text="Judge the arms' prediction-score PSI against the control as a guardrail (the endpoint's "
-                                "threshold). Off when the candidate is meant to predict differently, e.g. a control with "
-                                "random weights: PSI is then shown, never failed.")
+        default=True,
+        help_text="Judge the arms' prediction-score PSI against the control as a guardrail (the endpoint's "
+        "threshold). Off when the candidate is meant to predict differently, e.g. a control with "
+        "random weights: PSI is then shown, never failed.",
+    )
+    feedback_tokens = models.BooleanField(
+        default=False,
+        help_text="Accept feedback that cites a signed exposure token (the gateway's X-Exposure-Token reply "
+        "header) without an inference key. Off: feedback needs a key of the endpoint's team, public endpoint or not.",
+    )
+    token_key = models.CharField(max_length=64, default=_token_key, editable=False)
     planned_units_per_arm = models.PositiveIntegerField(default=0)
     state = models.CharField(max_length=16, choices=ExperimentState.choices, default=ExperimentState.DRAFT)
     decision = models.CharField(max_length=16, blank=True)
@@ -55,6 +71,8 @@ class Experiment(models.Model):
     history = models.JSONField(default=list, blank=True, help_text="Lift and band per analysis tick (the chart).")
     mlflow_run_id = models.CharField(max_length=64, blank=True)
     rollout_id = models.PositiveIntegerField(null=True, blank=True)
+    analyzed_at = models.DateTimeField(null=True, blank=True, help_text="The last analysis tick that finished.")
+    analysis_error = models.TextField(blank=True, help_text="Why the last analysis tick failed (empty: it did not).")
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -63,7 +81,9 @@ class Experiment(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["endpoint"], condition=Q(state="running"), name="one_running_experiment_per_endpoint"),
+            models.UniqueConstraint(
+                fields=["endpoint"], condition=Q(state="running"), name="one_running_experiment_per_endpoint"
+            ),
             models.CheckConstraint(condition=Q(alpha__gt=0, alpha__lt=1), name="experiment_alpha_0_1"),
             models.CheckConstraint(condition=Q(power__gt=0, power__lt=1), name="experiment_power_0_1"),
         ]
@@ -94,16 +114,22 @@ class Arm(models.Model):
 class Exposure(models.Model):
     """One request served in an experiment (written by the exposure ingest, batched)."""
 
-    request_id = models.CharField(max_length=64, unique=True)
-    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+")
+    request_id = models.CharField(max_length=128)  # unique per experiment: one tenant's ids never meet another's
+    # indexed by the (experiment, request_id) constraint, which leads with it
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+", db_index=False)
     arm = models.ForeignKey(Arm, on_delete=models.CASCADE, related_name="+")
     unit_key = models.CharField(max_length=200)
     time = models.DateTimeField()
     score = models.FloatField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["experiment", "arm", "unit_key"], name="exposure_unit_idx"),
-                   models.Index(fields=["experiment", "unit_key", "-time"], name="exposure_unit_time_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "request_id"], name="exposure_request_per_experiment")
+        ]
+        indexes = [
+            models.Index(fields=["experiment", "arm", "unit_key"], name="exposure_unit_idx"),
+            models.Index(fields=["experiment", "unit_key", "-time"], name="exposure_unit_time_idx"),
+        ]
 
 
 class FeedbackKind(models.TextChoices):
@@ -119,20 +145,59 @@ class FeedbackStatus(models.TextChoices):
 
 
 class Feedback(models.Model):
-    event_id = models.CharField(max_length=128, unique=True, help_text="Idempotency: a retried event is stored once.")
-    team = models.ForeignKey("auth.Group", on_delete=models.CASCADE, related_name="+")
-    endpoint_name = models.CharField(max_length=64, help_text="Where the batch was sent (unknown events are counted here).")
+    event_id = models.CharField(max_length=128, help_text="Idempotency per team: a retried event is stored once.")
+    # Feedback is an append-only log written at 20k+ rows/s: its references are checked by the
+    # statement that attributes it (it joins the exposure's experiment and arm; the team is the
+    # endpoint's), not by a trigger per row (db_constraint=False halves the insert's cost; the ORM
+    # still cascades deletes). No index of its own for team: (team, event_id) leads with it.
+    team = models.ForeignKey(
+        "auth.Group", on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
+    endpoint_name = models.CharField(
+        max_length=64, help_text="Where the batch was sent (unknown events are counted here)."
+    )
     kind = models.CharField(max_length=16, choices=FeedbackKind.choices)
     value = models.FloatField(default=1.0)
-    request_id = models.CharField(max_length=64, blank=True)
+    request_id = models.CharField(max_length=128, blank=True)
     unit_key = models.CharField(max_length=200, blank=True)
     time = models.DateTimeField()
     received_at = models.DateTimeField(auto_now_add=True)
     status = models.CharField(max_length=16, choices=FeedbackStatus.choices)
-    experiment = models.ForeignKey(Experiment, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    arm = models.ForeignKey(Arm, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    experiment = models.ForeignKey(  # indexed by feedback_arm_idx, which leads with it
+        Experiment,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
+    arm = models.ForeignKey(Arm, null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_constraint=False)
     exposure_unit = models.CharField(max_length=200, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["experiment", "arm", "status"], name="feedback_arm_idx"),
-                   models.Index(fields=["endpoint_name", "status", "time"], name="feedback_endpoint_idx")]
+        constraints = [models.UniqueConstraint(fields=["team", "event_id"], name="feedback_event_per_team")]
+        indexes = [
+            models.Index(fields=["received_at"], name="feedback_received_idx"),  # retention
+            models.Index(fields=["experiment", "arm", "status"], name="feedback_arm_idx"),
+            models.Index(fields=["endpoint_name", "status", "time"], name="feedback_endpoint_idx"),
+        ]
+
+
+class DeadLetter(models.Model):
+    """A stream message the ingest could not handle: kept with its reason instead of
+    blocking the stream (the entry is acknowledged), counted and alerted."""
+
+    stream = models.CharField(max_length=64)
+    entry_id = models.CharField(max_length=64)
+    reason = models.CharField(max_length=500)
+    payload = models.TextField(blank=True, help_text="The entry's first 4 KiB, to see what it was.")
+    endpoint_name = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["created_at"], name="deadletter_created_idx")]
+
+    def __str__(self):
+        return f"{self.stream} {self.entry_id}: {self.reason[:60]}"

@@ -17,8 +17,12 @@ def export_onnx(model, path: Path, *, opset: int = 17) -> str:
 
     model = model.cpu().eval()
     example = (torch.randn(4, N_DENSE), torch.randint(0, 1 << 40, (4, N_SPARSE)))
-    kwargs = dict(input_names=["dense", "sparse"], output_names=["ctr"],
-                  dynamic_axes={n: {0: "batch"} for n in ("dense", "sparse", "ctr")}, opset_version=opset)
+    kwargs = dict(
+        input_names=["dense", "sparse"],
+        output_names=["ctr"],
+        dynamic_axes={n: {0: "batch"} for n in ("dense", "sparse", "ctr")},
+        opset_version=opset,
+    )
     try:
         torch.onnx.export(model, example, str(path), dynamo=False, **kwargs)
         return "torchscript"
@@ -26,5 +30,7 @@ def export_onnx(model, path: Path, *, opset: int = 17) -> str:
         try:
             torch.onnx.export(model, example, str(path), dynamo=True, **kwargs)
         except Exception as exc:
-            raise RuntimeError(f"torch.onnx.export failed: TorchScript exporter: {first}; dynamo exporter: {exc}") from exc
+            raise RuntimeError(
+                f"torch.onnx.export failed: TorchScript exporter: {first}; dynamo exporter: {exc}"
+            ) from exc
         return "dynamo"

@@ -35,11 +35,15 @@ class ReferenceCTR(nn.Module):
         if config.interaction not in ("dcn", "deepfm"):
             raise ValueError(f"interaction must be dcn or deepfm, not {config.interaction!r}")
         self.vocab = config.vocab
-        self.tables = nn.ModuleList(nn.Embedding(config.vocab, config.emb_dim, sparse=config.sparse_grad) for _ in range(N_SPARSE))
+        self.tables = nn.ModuleList(
+            nn.Embedding(config.vocab, config.emb_dim, sparse=config.sparse_grad) for _ in range(N_SPARSE)
+        )
         for table in self.tables:
             nn.init.normal_(table.weight, 0, 0.01)
         width = N_DENSE + N_SPARSE * config.emb_dim
-        self.cross = nn.ModuleList(nn.Linear(width, width) for _ in range(config.cross_layers if config.interaction == "dcn" else 0))
+        self.cross = nn.ModuleList(
+            nn.Linear(width, width) for _ in range(config.cross_layers if config.interaction == "dcn" else 0)
+        )
         layers, previous = [], width
         for size in config.mlp:
             layers += [nn.Linear(previous, size), nn.ReLU()]

@@ -27,15 +27,25 @@ def predict(model: ReferenceCTR, log: ClickLog, batch: int = 4096) -> np.ndarray
     out = []
     with torch.inference_mode():
         for start in range(0, len(log), batch):
-            dense = torch.from_numpy(log.dense[start:start + batch]).to(device)
-            sparse = torch.from_numpy(log.sparse[start:start + batch]).to(device)
+            dense = torch.from_numpy(log.dense[start : start + batch]).to(device)
+            sparse = torch.from_numpy(log.sparse[start : start + batch]).to(device)
             out.append(model(dense, sparse).cpu().numpy())
     return np.concatenate(out).reshape(-1)
 
 
-def train(config: ReferenceConfig | None = None, *, rows: int = 200_000, valid_rows: int = 20_000, epochs: int = 2,
-          batch_size: int = 1024, lr: float = 3e-3, seed: int = 0, signal_seed: int = 1234, threads: int = 2,
-          device: str = "cpu") -> TrainResult:
+def train(
+    config: ReferenceConfig | None = None,
+    *,
+    rows: int = 200_000,
+    valid_rows: int = 20_000,
+    epochs: int = 2,
+    batch_size: int = 1024,
+    lr: float = 3e-3,
+    seed: int = 0,
+    signal_seed: int = 1234,
+    threads: int = 2,
+    device: str = "cpu",
+) -> TrainResult:
     """Train on `device` ("cuda" where a GPU is); the returned model stays there."""
     config = config or ReferenceConfig()
     torch.manual_seed(seed)
@@ -46,7 +56,11 @@ def train(config: ReferenceConfig | None = None, *, rows: int = 200_000, valid_r
     model = ReferenceCTR(config).to(device)
     optimizers = [torch.optim.Adam(model.dense_parameters(), lr=lr)]
     table_params = list(model.tables.parameters())
-    optimizers.append(torch.optim.SparseAdam(table_params, lr=lr * 3) if config.sparse_grad else torch.optim.Adam(table_params, lr=lr * 3))
+    optimizers.append(
+        torch.optim.SparseAdam(table_params, lr=lr * 3)
+        if config.sparse_grad
+        else torch.optim.Adam(table_params, lr=lr * 3)
+    )
     loss_fn = torch.nn.BCELoss()
     dense, sparse, label = (torch.from_numpy(a).to(device) for a in (data.dense, data.sparse, data.label))
     rng = np.random.default_rng(seed)
@@ -54,7 +68,7 @@ def train(config: ReferenceConfig | None = None, *, rows: int = 200_000, valid_r
         model.train()
         order = torch.from_numpy(rng.permutation(rows)).to(device)
         for start in range(0, rows, batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             for opt in optimizers:
                 opt.zero_grad()
             loss = loss_fn(model(dense[idx], sparse[idx]).reshape(-1), label[idx])
@@ -63,9 +77,21 @@ def train(config: ReferenceConfig | None = None, *, rows: int = 200_000, valid_r
                 opt.step()
     model.eval()
     scores = predict(model, valid)
-    metrics = {"auc": auc(valid.label, scores), "logloss": logloss(valid.label, scores), "train_seconds": time.monotonic() - started}
-    params = {**config.as_dict(), "rows": rows, "valid_rows": valid_rows, "epochs": epochs, "batch_size": batch_size, "lr": lr,
-              "seed": seed, "signal_seed": signal_seed}
+    metrics = {
+        "auc": auc(valid.label, scores),
+        "logloss": logloss(valid.label, scores),
+        "train_seconds": time.monotonic() - started,
+    }
+    params = {
+        **config.as_dict(),
+        "rows": rows,
+        "valid_rows": valid_rows,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "signal_seed": signal_seed,
+    }
     return TrainResult(model=model, metrics=metrics, params=params, validation=valid)
 
 
@@ -76,20 +102,30 @@ def signature():
     from experiments.reference.data import N_DENSE, N_SPARSE
 
     return ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, N_DENSE), "dense"), TensorSpec(np.dtype(np.int64), (-1, N_SPARSE), "sparse")]),
+        inputs=Schema(
+            [
+                TensorSpec(np.dtype(np.float32), (-1, N_DENSE), "dense"),
+                TensorSpec(np.dtype(np.int64), (-1, N_SPARSE), "sparse"),
+            ]
+        ),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 1), "ctr")]),
     )
 
 
 def log_to_mlflow(
-    result: TrainResult, *, experiment: str = "reference-ctr", run_name: str = "", tags: dict | None = None, team: str = ""
+    result: TrainResult,
+    *,
+    experiment: str = "reference-ctr",
+    run_name: str = "",
+    tags: dict | None = None,
+    team: str = "",
 ) -> str:
     """Log params, metrics and the model (pytorch flavor, tensor signature); returns the model URI.
-    With `team`, the experiment and the run carry the team tag (config.mlflow.TEAM_TAG)."""
+    With `team`, the experiment and the run carry the team tag (kernel.mlflow.TEAM_TAG)."""
     import mlflow
     import mlflow.pytorch
 
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     mlflow_config.configure()
     run_tags = {**(tags or {}), **({mlflow_config.TEAM_TAG: team} if team else {})}

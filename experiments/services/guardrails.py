@@ -26,8 +26,15 @@ def experiment_guardrails(*, experiment, arms, now) -> dict[str, dict]:
     if experiment.started_at is None:
         return {name: dict(PENDING) for name in candidates}
     previous = (experiment.evidence or {}).get("guardrails") or {}
-    return arm_guardrails_judge(endpoint=experiment.endpoint, control=control.name, candidates=candidates,
-                                since=experiment.started_at, until=now, previous=previous, psi=experiment.guardrail_psi)
+    return arm_guardrails_judge(
+        endpoint=experiment.endpoint,
+        control=control.name,
+        candidates=candidates,
+        since=experiment.started_at,
+        until=now,
+        previous=previous,
+        psi=experiment.guardrail_psi,
+    )
 
 
 def stored_guardrails(experiment) -> dict[str, dict]:
@@ -38,20 +45,20 @@ def stored_guardrails(experiment) -> dict[str, dict]:
 
 def failing(guardrails: dict[str, dict]) -> dict[str, dict]:
     """The arms whose guardrails fail, with the failing checks only."""
-    return {name: {"reason": g["reason"], "checks": [c for c in g["checks"] if c.get("outcome") == "fail"]}
-            for name, g in guardrails.items() if g["status"] == "fail"}
-
-
-def harm_reason(failed: dict[str, dict]) -> str:
-    """`stopped for harm: guardrail failed on v2-onnx-fp32 (error_rate: candidate error rate …)`."""
-    parts = [f"{name} ({', '.join(c['name'] for c in f['checks'])}: {f['reason']})" for name, f in failed.items()]
-    return "stopped for harm: guardrail failed on " + "; ".join(parts)
+    return {
+        name: {"reason": g["reason"], "checks": [c for c in g["checks"] if c.get("outcome") == "fail"]}
+        for name, g in guardrails.items()
+        if g["status"] == "fail"
+    }
 
 
 def raise_harm_alert(*, experiment, failed: dict[str, dict], reason: str) -> bool:
     return arm_guardrail_alert(
-        endpoint=experiment.endpoint, reason=f"{experiment.endpoint.name}: experiment {experiment.public_id} {reason}"[:4000],
+        endpoint=experiment.endpoint,
+        reason=f"{experiment.endpoint.name}: experiment {experiment.public_id} {reason}"[:4000],
         evidence={"experiment": experiment.public_id, "failed": failed},
-        paths={"experiment": reverse("experiments:online-detail", args=[experiment.pk]),
-               "api": f"/api/v1/experiments/{experiment.public_id}/results/"},
+        paths={
+            "experiment": reverse("experiments:online-detail", args=[experiment.pk]),
+            "api": f"/api/v1/experiments/{experiment.public_id}/results/",
+        },
     )

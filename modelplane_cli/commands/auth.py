@@ -14,8 +14,16 @@ from modelplane_cli.state import json_option, pass_state
 
 
 @click.command()
-@click.option("--url", "login_url", help="Server base URL, e.g. http://127.0.0.1:8000 (default: the global --url or MODELPLANE_URL).")
-@click.option("--token", "login_token", help="API token (manage.py drf_create_token USER). Without it: read from stdin, or asked for.")
+@click.option(
+    "--url",
+    "login_url",
+    help="Server base URL, e.g. http://127.0.0.1:8000 (default: the global --url or MODELPLANE_URL).",
+)
+@click.option(
+    "--token",
+    "login_token",
+    help="API token (manage.py drf_create_token USER). Without it: read from stdin, or asked for.",
+)
 @json_option
 @pass_state
 def login(state, login_url, login_token):
@@ -36,8 +44,10 @@ def login(state, login_url, login_token):
         state.out.note(f"warning: {url} is plain HTTP; the token travels in clear text (use https://)")
     state.out.result(
         {"url": url, "config": str(path), "teams": teams},
-        lambda data: f"Logged in to {url} (saved in {path}).\n"
-                     + (table(teams, [("team", "name"), ("role", "role")]) if teams else "You belong to no team yet."),
+        lambda data: (
+            f"Logged in to {url} (saved in {path}).\n"
+            + (table(teams, [("team", "name"), ("role", "role")]) if teams else "You belong to no team yet.")
+        ),
     )
 
 
@@ -59,8 +69,7 @@ def logout(state):
     stored, _ = config.read_file()
     had = bool(stored.pop("token", None))
     path = config.write_file(stored) if stored or config.config_path().exists() else config.config_path()
-    state.out.result({"logged_out": had, "config": str(path)},
-                     "Token removed." if had else "No stored token.")
+    state.out.result({"logged_out": had, "config": str(path)}, "Token removed." if had else "No stored token.")
 
 
 @click.command()
@@ -71,8 +80,13 @@ def whoami(state):
     settings, _ = config.resolve(url=state.url, token=state.token)
     teams = state.api.page("teams/", everything=True)["results"]
     data = {"url": settings.url, "url_from": settings.url_from, "token_from": settings.token_from, "teams": teams}
-    state.out.result(data, lambda d: f"server: {d['url']} (from {d['url_from']})\ntoken:  from {d['token_from']}\n"
-                                     + table(teams, [("team", "name"), ("role", "role")], empty="You belong to no team yet."))
+    state.out.result(
+        data,
+        lambda d: (
+            f"server: {d['url']} (from {d['url_from']})\ntoken:  from {d['token_from']}\n"
+            + table(teams, [("team", "name"), ("role", "role")], empty="You belong to no team yet.")
+        ),
+    )
 
 
 COMMANDS = [login, logout, whoami]

@@ -8,10 +8,25 @@ from modelplane_cli.commands.common import list_options, segment, show_page
 from modelplane_cli.output import fields, table, when
 from modelplane_cli.state import json_option, pass_state
 
-POOL_COLUMNS = [("name", "name"), ("team", "team"), ("driver", "driver"), ("device", "device_kind"), ("replicas", "replicas"),
-                ("ready", "ready_replicas"), ("models", "model_count"), ("status", "status")]
-ENDPOINT_COLUMNS = [("name", "name"), ("team", "team"), ("pool", "pool"), ("stable", "stable_variant"),
-                    ("artifact", "stable_artifact"), ("slo p99 ms", "slo_p99_ms"), ("slo errors", "slo_error_rate")]
+POOL_COLUMNS = [
+    ("name", "name"),
+    ("team", "team"),
+    ("driver", "driver"),
+    ("device", "device_kind"),
+    ("replicas", "replicas"),
+    ("ready", "ready_replicas"),
+    ("models", "model_count"),
+    ("status", "status"),
+]
+ENDPOINT_COLUMNS = [
+    ("name", "name"),
+    ("team", "team"),
+    ("pool", "pool"),
+    ("stable", "stable_variant"),
+    ("artifact", "stable_artifact"),
+    ("slo p99 ms", "slo_p99_ms"),
+    ("slo errors", "slo_error_rate"),
+]
 
 
 @click.group()
@@ -25,7 +40,12 @@ def pool():
 @pass_state
 def pool_list(state, page, page_size, everything):
     """Pools of your teams."""
-    show_page(state, state.api.page("pools/", everything=everything, page=page, page_size=page_size), POOL_COLUMNS, empty="No pools.")
+    show_page(
+        state,
+        state.api.page("pools/", everything=everything, page=page, page_size=page_size),
+        POOL_COLUMNS,
+        empty="No pools.",
+    )
 
 
 @pool.command("get")
@@ -37,11 +57,25 @@ def pool_get(state, name):
     body = state.api.get(f"pools/{segment(name)}/")
 
     def human(p):
-        text = fields([(label, p.get(key)) for label, key in POOL_COLUMNS] + [("status reason", p.get("status_reason"))])
-        text += "\n\n" + table(p.get("replica_set") or [], [("replica", "name"), ("status", "status"), ("http", "http_url"),
-                                                            ("restarts", "restarts"), ("last error", "last_error")], empty="No replicas.")
-        text += "\n\n" + table(p.get("models") or [], [("model", "triton_model_name"), ("artifact", "artifact"), ("state", "state"),
-                                                       ("error", "error")], empty="No models loaded.")
+        text = fields(
+            [(label, p.get(key)) for label, key in POOL_COLUMNS] + [("status reason", p.get("status_reason"))]
+        )
+        text += "\n\n" + table(
+            p.get("replica_set") or [],
+            [
+                ("replica", "name"),
+                ("status", "status"),
+                ("http", "http_url"),
+                ("restarts", "restarts"),
+                ("last error", "last_error"),
+            ],
+            empty="No replicas.",
+        )
+        text += "\n\n" + table(
+            p.get("models") or [],
+            [("model", "triton_model_name"), ("artifact", "artifact"), ("state", "state"), ("error", "error")],
+            empty="No models loaded.",
+        )
         return text
 
     state.out.result(body, human)
@@ -58,8 +92,12 @@ def endpoint():
 @pass_state
 def endpoint_list(state, page, page_size, everything):
     """Endpoints of your teams."""
-    show_page(state, state.api.page("endpoints/", everything=everything, page=page, page_size=page_size), ENDPOINT_COLUMNS,
-              empty="No endpoints.")
+    show_page(
+        state,
+        state.api.page("endpoints/", everything=everything, page=page, page_size=page_size),
+        ENDPOINT_COLUMNS,
+        empty="No endpoints.",
+    )
 
 
 @endpoint.command("get")
@@ -74,7 +112,12 @@ def endpoint_get(state, name):
 @endpoint.command("create")
 @click.argument("name")
 @click.option("--pool", "pool_name", required=True, help="A serving pool of your team.")
-@click.option("--stable-artifact", type=int, required=True, help="Id of the servable artifact to serve (`modelplane artifact list VERSION_ID`).")
+@click.option(
+    "--stable-artifact",
+    type=int,
+    required=True,
+    help="Id of the servable artifact to serve (`modelplane artifact list VERSION_ID`).",
+)
 @click.option("--slo-p99-ms", type=float, help="p99 latency objective in ms (the judge's guardrail).")
 @click.option("--slo-error-rate", type=float, help="Error-rate objective, a fraction (0.01 = 1 %).")
 @click.option("--psi-threshold", type=float, help="Prediction-drift limit (PSI).")
@@ -92,12 +135,21 @@ def endpoint_create(state, name, pool_name, stable_artifact, **options):
 
 
 def _endpoint_text(e: dict) -> str:
-    return fields([("name", e.get("name")), ("team", e.get("team")), ("pool", e.get("pool")),
-                   ("stable", f"{e.get('stable_variant')} (artifact {e.get('stable_artifact')})"),
-                   ("slo p99 ms", e.get("slo_p99_ms")), ("slo error rate", e.get("slo_error_rate")),
-                   ("psi threshold", e.get("psi_threshold")), ("latency margin", e.get("latency_margin")),
-                   ("sticky header", e.get("sticky_header")), ("timeout ms", e.get("timeout_ms")),
-                   ("created", when(e.get("created_at")))])
+    return fields(
+        [
+            ("name", e.get("name")),
+            ("team", e.get("team")),
+            ("pool", e.get("pool")),
+            ("stable", f"{e.get('stable_variant')} (artifact {e.get('stable_artifact')})"),
+            ("slo p99 ms", e.get("slo_p99_ms")),
+            ("slo error rate", e.get("slo_error_rate")),
+            ("psi threshold", e.get("psi_threshold")),
+            ("latency margin", e.get("latency_margin")),
+            ("sticky header", e.get("sticky_header")),
+            ("timeout ms", e.get("timeout_ms")),
+            ("created", when(e.get("created_at"))),
+        ]
+    )
 
 
 COMMANDS = [pool, endpoint]

@@ -12,10 +12,24 @@ from modelplane_cli.commands.common import key_values, list_options, segment, sh
 from modelplane_cli.output import bar, fields, when
 from modelplane_cli.state import json_option, pass_state
 
-MODEL_COLUMNS = [("name", "name"), ("team", "team"), ("task", "task"), ("versions", "version_count"),
-                 ("latest", "latest_version"), ("updated", "updated_at")]
-VERSION_COLUMNS = [("id", "id"), ("model", "model"), ("version", "version"), ("status", "status"), ("source", "source"),
-                   ("framework", "framework"), ("metrics", "metrics"), ("created", "created_at")]
+MODEL_COLUMNS = [
+    ("name", "name"),
+    ("team", "team"),
+    ("task", "task"),
+    ("versions", "version_count"),
+    ("latest", "latest_version"),
+    ("updated", "updated_at"),
+]
+VERSION_COLUMNS = [
+    ("id", "id"),
+    ("model", "model"),
+    ("version", "version"),
+    ("status", "status"),
+    ("source", "source"),
+    ("framework", "framework"),
+    ("metrics", "metrics"),
+    ("created", "created_at"),
+]
 
 
 # --- models --------------------------------------------------------------------------------
@@ -33,8 +47,14 @@ def model():
 @pass_state
 def model_list(state, name, team, task, page, page_size, everything):
     """Models of your teams."""
-    show_page(state, state.api.page("models/", everything=everything, name=name, team=team, task=task, page=page,
-                                    page_size=page_size), MODEL_COLUMNS, empty="No models.")
+    show_page(
+        state,
+        state.api.page(
+            "models/", everything=everything, name=name, team=team, task=task, page=page, page_size=page_size
+        ),
+        MODEL_COLUMNS,
+        empty="No models.",
+    )
 
 
 @model.command("get")
@@ -44,10 +64,22 @@ def model_list(state, name, team, task, page, page_size, everything):
 def model_get(state, name):
     """One model."""
     body = state.api.get(f"models/{segment(name)}/")
-    state.out.result(body, lambda m: fields([("name", m.get("name")), ("team", m.get("team")), ("task", m.get("task")),
-                                            ("description", m.get("description")), ("versions", m.get("version_count")),
-                                            ("latest version", m.get("latest_version")), ("created by", m.get("created_by")),
-                                            ("created", when(m.get("created_at"))), ("updated", when(m.get("updated_at")))]))
+    state.out.result(
+        body,
+        lambda m: fields(
+            [
+                ("name", m.get("name")),
+                ("team", m.get("team")),
+                ("task", m.get("task")),
+                ("description", m.get("description")),
+                ("versions", m.get("version_count")),
+                ("latest version", m.get("latest_version")),
+                ("created by", m.get("created_by")),
+                ("created", when(m.get("created_at"))),
+                ("updated", when(m.get("updated_at"))),
+            ]
+        ),
+    )
 
 
 @model.command("create")
@@ -82,8 +114,18 @@ def version():
 @pass_state
 def version_list(state, model_name, status, page, page_size, everything):
     """Versions of a model, newest first."""
-    show_page(state, state.api.page(f"models/{segment(model_name)}/versions/", everything=everything, status=status,
-                                    page=page, page_size=page_size), VERSION_COLUMNS, empty="No versions.")
+    show_page(
+        state,
+        state.api.page(
+            f"models/{segment(model_name)}/versions/",
+            everything=everything,
+            status=status,
+            page=page,
+            page_size=page_size,
+        ),
+        VERSION_COLUMNS,
+        empty="No versions.",
+    )
 
 
 @version.command("get")
@@ -98,7 +140,9 @@ def version_get(state, version_id):
 @version.command("upload")
 @click.argument("model_name")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
-@click.option("--metric", "metrics", multiple=True, metavar="KEY=NUMBER", help="A training metric, e.g. auc=0.74 (repeatable).")
+@click.option(
+    "--metric", "metrics", multiple=True, metavar="KEY=NUMBER", help="A training metric, e.g. auc=0.74 (repeatable)."
+)
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="A tag (repeatable).")
 @json_option
 @pass_state
@@ -122,15 +166,24 @@ def version_upload(state, model_name, file, metrics, tags):
         def progress(monitor):
             fraction = monitor.bytes_read / max(1, encoder.len)
             out.status(f"uploading {file.name} {bar(fraction)} {size(monitor.bytes_read)} of {size(encoder.len)}")
-            if not out.tty and fraction >= marks["next"] and file_size >= 8 * 1024 * 1024:  # big files: a line per quarter
+            if (
+                not out.tty and fraction >= marks["next"] and file_size >= 8 * 1024 * 1024
+            ):  # big files: a line per quarter
                 out.event(f"uploading {file.name}: {fraction * 100:.0f}% of {size(file_size)}")
                 marks["next"] += 0.25
 
         monitor = MultipartEncoderMonitor(encoder, progress)
-        created = api.request("POST", f"models/{segment(model_name)}/versions/", data=monitor,
-                              headers={"Content-Type": monitor.content_type})
+        created = api.request(
+            "POST",
+            f"models/{segment(model_name)}/versions/",
+            data=monitor,
+            headers={"Content-Type": monitor.content_type},
+        )
     out.clear_status()
-    out.result(created, lambda v: f"Uploaded {file.name} as {v['model']} version {v['version']} (id {v['id']}).\n" + _version_text(v))
+    out.result(
+        created,
+        lambda v: f"Uploaded {file.name} as {v['model']} version {v['version']} (id {v['id']}).\n" + _version_text(v),
+    )
 
 
 @version.command("link")
@@ -148,17 +201,30 @@ def version_link(state, model_name, source_uri, metrics, tags):
     if tags:
         body["tags"] = key_values(tags, "--tag", numbers=False)
     created = state.api.post(f"models/{segment(model_name)}/versions/", body)
-    state.out.result(created, lambda v: f"Linked {source_uri} as {v['model']} version {v['version']} (id {v['id']}).\n" + _version_text(v))
+    state.out.result(
+        created,
+        lambda v: f"Linked {source_uri} as {v['model']} version {v['version']} (id {v['id']}).\n" + _version_text(v),
+    )
 
 
 def _version_text(v: dict) -> str:
     signature = v.get("signature") or {}
     tensors = [f"{t.get('name')} {t.get('dtype')} {t.get('shape')}" for t in signature.get("inputs", [])]
     outputs = [f"{t.get('name')} {t.get('dtype')} {t.get('shape')}" for t in signature.get("outputs", [])]
-    return fields([("id", v.get("id")), ("model", v.get("model")), ("version", v.get("version")), ("status", v.get("status")),
-                   ("source", v.get("source_uri") or v.get("original_filename") or v.get("source")),
-                   ("framework", v.get("framework")), ("inputs", "; ".join(tensors)), ("outputs", "; ".join(outputs)),
-                   ("metrics", v.get("metrics")), ("created", when(v.get("created_at")))])
+    return fields(
+        [
+            ("id", v.get("id")),
+            ("model", v.get("model")),
+            ("version", v.get("version")),
+            ("status", v.get("status")),
+            ("source", v.get("source_uri") or v.get("original_filename") or v.get("source")),
+            ("framework", v.get("framework")),
+            ("inputs", "; ".join(tensors)),
+            ("outputs", "; ".join(outputs)),
+            ("metrics", v.get("metrics")),
+            ("created", when(v.get("created_at"))),
+        ]
+    )
 
 
 COMMANDS = [model, version]

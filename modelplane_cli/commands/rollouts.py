@@ -14,17 +14,27 @@ from modelplane_cli.output import fields, when
 from modelplane_cli.state import json_option, pass_state
 from modelplane_cli.watch import step_text, verdict_line, watch_rollout
 
-ROLLOUT_COLUMNS = [("id", "id"), ("endpoint", "endpoint"), ("candidate", "candidate_variant"), ("stable", "baseline_variant"),
-                   ("state", "state"), ("step", "step"), ("candidate %", "candidate_pct"), ("generation", "generation"),
-                   ("created", "created_at")]
+ROLLOUT_COLUMNS = [
+    ("id", "id"),
+    ("endpoint", "endpoint"),
+    ("candidate", "candidate_variant"),
+    ("stable", "baseline_variant"),
+    ("state", "state"),
+    ("step", "step"),
+    ("candidate %", "candidate_pct"),
+    ("generation", "generation"),
+    ("created", "created_at"),
+]
 
 
 def parse_steps(text: str) -> list[int]:
-    """"5,25,50,100" (percent of traffic to the candidate) → basis points [500, 2500, 5000, 10000]."""
+    """ "5,25,50,100" (percent of traffic to the candidate) → basis points [500, 2500, 5000, 10000]."""
     try:
         percents = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise CliError(exits.USAGE, f"--steps: give percentages separated by commas, e.g. 5,25,50,100 (got {text!r}).") from None
+        raise CliError(
+            exits.USAGE, f"--steps: give percentages separated by commas, e.g. 5,25,50,100 (got {text!r})."
+        ) from None
     if not percents or any(not 0 < p <= 100 for p in percents):
         raise CliError(exits.USAGE, f"--steps: each step is a percentage above 0 and at most 100 (got {text!r}).")
     points = [round(p * 100) for p in percents]
@@ -37,7 +47,9 @@ def follow(state, rollout: dict, *, watch: bool, interval: float, timeout: float
     if not watch:
         state.out.result(rollout, _rollout_text)
         return
-    final, code = watch_rollout(state.api, state.out, rollout["id"], interval=interval, timeout=timeout, through_pause=through_pause)
+    final, code = watch_rollout(
+        state.api, state.out, rollout["id"], interval=interval, timeout=timeout, through_pause=through_pause
+    )
     state.out.result(final, None)  # people saw it line by line; --json gets the final rollout
     if code:
         click.get_current_context().exit(code)
@@ -45,8 +57,11 @@ def follow(state, rollout: dict, *, watch: bool, interval: float, timeout: float
 
 def watch_options(command):
     command = wait_options(command)
-    return click.option("--through-pause", is_flag=True,
-                        help="Keep watching while paused (default: stop with exit 13, it waits for a person).")(command)
+    return click.option(
+        "--through-pause",
+        is_flag=True,
+        help="Keep watching while paused (default: stop with exit 13, it waits for a person).",
+    )(command)
 
 
 @click.group()
@@ -58,16 +73,37 @@ def rollout():
 @click.argument("endpoint_name")
 @click.option("--candidate", type=int, required=True, help="Id of the servable artifact to bring in.")
 @click.option("--strategy", type=click.Choice(["canary", "blue-green"]), default=None, help="Default canary.")
-@click.option("--steps", default=None, help="Candidate traffic per step in percent, e.g. 5,25,50,100 (default: the server's, 10,25,50,100).")
-@click.option("--shadow-seconds", type=click.FloatRange(min=0), help="Shadow phase before the canary (blue-green needs it).")
+@click.option(
+    "--steps",
+    default=None,
+    help="Candidate traffic per step in percent, e.g. 5,25,50,100 (default: the server's, 10,25,50,100).",
+)
+@click.option(
+    "--shadow-seconds", type=click.FloatRange(min=0), help="Shadow phase before the canary (blue-green needs it)."
+)
 @click.option("--shadow-sample-rate", type=click.FloatRange(0, 1), help="Share of requests copied to the shadow.")
 @click.option("--step-min-seconds", type=click.FloatRange(min=0), help="Least time in each step (default 30).")
-@click.option("--step-min-requests", type=click.IntRange(min=0), help="Least candidate requests in each step (default 200).")
-@click.option("--step-deadline-seconds", type=click.FloatRange(min=0), help="A step without a conclusive verdict by then (default 600)…")
-@click.option("--on-inconclusive", type=click.Choice(["rollback", "pause", "promote"]),
-              help="…is rolled back, paused (the endpoint's default unless set) or goes on unless a check failed (promote).")
-@click.option("--promote-grace-seconds", type=click.FloatRange(min=0), help="Hold at 100 % before the old stable goes (default 30).")
-@click.option("--watch", is_flag=True, help="Then watch it to the end (exit 0 succeeded, 11 rolled back, 12 failed, 13 paused).")
+@click.option(
+    "--step-min-requests", type=click.IntRange(min=0), help="Least candidate requests in each step (default 200)."
+)
+@click.option(
+    "--step-deadline-seconds",
+    type=click.FloatRange(min=0),
+    help="A step without a conclusive verdict by then (default 600)…",
+)
+@click.option(
+    "--on-inconclusive",
+    type=click.Choice(["rollback", "pause", "promote"]),
+    help="…is rolled back, paused (the endpoint's default unless set) or goes on unless a check failed (promote).",
+)
+@click.option(
+    "--promote-grace-seconds",
+    type=click.FloatRange(min=0),
+    help="Hold at 100 % before the old stable goes (default 30).",
+)
+@click.option(
+    "--watch", is_flag=True, help="Then watch it to the end (exit 0 succeeded, 11 rolled back, 12 failed, 13 paused)."
+)
 @watch_options
 @json_option
 @pass_state
@@ -98,7 +134,11 @@ def rollout_watch(state, rollout_id, interval, timeout, through_pause):
 
 @rollout.command("list")
 @click.option("--endpoint", "endpoint_name", help="Rollouts of this endpoint.")
-@click.option("--state", "state_filter", help="pending, loading, shadow, canary, paused, promoting, succeeded, rolling_back, rolled_back, failed")
+@click.option(
+    "--state",
+    "state_filter",
+    help="pending, loading, shadow, canary, paused, promoting, succeeded, rolling_back, rolled_back, failed",
+)
 @list_options
 @json_option
 @pass_state
@@ -112,7 +152,9 @@ def rollout_list(state, endpoint_name, state_filter, page, page_size, everything
     else:
         body = state.api.page(path, everything=everything, state=state_filter, page=page, page_size=page_size)
     for row in body["results"]:
-        row.setdefault("step", step_text(row.get("step_index"), row.get("steps_bp") or []) if row.get("state") == "canary" else "")
+        row.setdefault(
+            "step", step_text(row.get("step_index"), row.get("steps_bp") or []) if row.get("state") == "canary" else ""
+        )
         row.setdefault("candidate_pct", (row.get("traffic") or {}).get("candidate_bp", 0) / 100)
     show_page(state, body, ROLLOUT_COLUMNS, empty="No rollouts.")
 
@@ -137,8 +179,12 @@ def rollout_get(state, rollout_id):
 def _action(name: str, past: str, help_text: str):
     @rollout.command(name, help=help_text)
     @click.argument("rollout_id", type=int)
-    @click.option("--generation", type=int, default=None,
-                  help="The generation you saw (`rollout get`): the API answers 409 (exit 4) if the rollout moved since.")
+    @click.option(
+        "--generation",
+        type=int,
+        default=None,
+        help="The generation you saw (`rollout get`): the API answers 409 (exit 4) if the rollout moved since.",
+    )
     @click.option("--reason", default="", help="Recorded in the audit trail.")
     @json_option
     @pass_state
@@ -162,16 +208,27 @@ _action("rollback", "rolled back", "Roll back now: the candidate's weight goes t
 def _rollout_text(r: dict) -> str:
     traffic = r.get("traffic") or {}
     steps = r.get("steps_bp") or []
-    return fields([
-        ("rollout", r.get("id")), ("endpoint", r.get("endpoint")),
-        ("candidate", f"{r.get('candidate_variant')} (artifact {r.get('candidate_artifact')})"),
-        ("stable", f"{r.get('baseline_variant')} (artifact {r.get('baseline_artifact')})"),
-        ("strategy", f"{r.get('strategy')}, steps {'/'.join(f'{s / 100:g}' for s in steps)}%"),
-        ("state", f"{r.get('state')} {step_text(r.get('step_index'), steps) if r.get('state') == 'canary' else ''}".rstrip()),
-        ("traffic", f"candidate {traffic.get('candidate_bp', 0) / 100:g}% / stable {traffic.get('stable_bp', 0) / 100:g}%"),
-        ("generation", r.get("generation")), ("reason", r.get("reason")),
-        ("created", f"{when(r.get('created_at'))} by {r.get('created_by')}"), ("finished", when(r.get("finished_at"))),
-    ])
+    return fields(
+        [
+            ("rollout", r.get("id")),
+            ("endpoint", r.get("endpoint")),
+            ("candidate", f"{r.get('candidate_variant')} (artifact {r.get('candidate_artifact')})"),
+            ("stable", f"{r.get('baseline_variant')} (artifact {r.get('baseline_artifact')})"),
+            ("strategy", f"{r.get('strategy')}, steps {'/'.join(f'{s / 100:g}' for s in steps)}%"),
+            (
+                "state",
+                f"{r.get('state')} {step_text(r.get('step_index'), steps) if r.get('state') == 'canary' else ''}".rstrip(),
+            ),
+            (
+                "traffic",
+                f"candidate {traffic.get('candidate_bp', 0) / 100:g}% / stable {traffic.get('stable_bp', 0) / 100:g}%",
+            ),
+            ("generation", r.get("generation")),
+            ("reason", r.get("reason")),
+            ("created", f"{when(r.get('created_at'))} by {r.get('created_by')}"),
+            ("finished", when(r.get("finished_at"))),
+        ]
+    )
 
 
 COMMANDS = [rollout]

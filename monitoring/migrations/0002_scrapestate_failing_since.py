@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('monitoring', '0001_initial'),
+        ("monitoring", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='scrapestate',
-            name='failing_since',
+            model_name="scrapestate",
+            name="failing_since",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

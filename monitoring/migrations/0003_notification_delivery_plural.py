@@ -4,14 +4,13 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('monitoring', '0002_scrapestate_failing_since'),
+        ("monitoring", "0002_scrapestate_failing_since"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='notificationdelivery',
-            options={'ordering': ['-created_at', '-id'], 'verbose_name_plural': 'notification deliveries'},
+            name="notificationdelivery",
+            options={"ordering": ["-created_at", "-id"], "verbose_name_plural": "notification deliveries"},
         ),
     ]

@@ -4,11 +4,9 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('monitoring', '0003_delivery_errors_without_bodies'),
-        ('monitoring', '0003_notification_delivery_plural'),
+        ("monitoring", "0003_delivery_errors_without_bodies"),
+        ("monitoring", "0003_notification_delivery_plural"),
     ]
 
-    operations = [
-    ]
+    operations = []

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from config.errors import Conflict, Forbidden, InvalidInput
+from kernel.errors import Conflict, Forbidden, InvalidInput
 from monitoring import conf, lock_objects, selectors
 from monitoring.models import Alert, AlertStatus, Severity
 from monitoring.tasks import deliver_notification
@@ -27,8 +27,16 @@ def alert_dedupe_key(*, kind: str, rollout_id: int | None, endpoint: str) -> str
 
 
 def alert_raise(
-    *, kind: str, reason: str, severity: str = Severity.WARNING, endpoint: str = "", rollout_id: int | None = None,
-    team=None, evidence: dict | None = None, links: dict | None = None, user=None,
+    *,
+    kind: str,
+    reason: str,
+    severity: str = Severity.WARNING,
+    endpoint: str = "",
+    rollout_id: int | None = None,
+    team=None,
+    evidence: dict | None = None,
+    links: dict | None = None,
+    user=None,
 ) -> tuple[Alert, bool]:
     """Raise an alert, deduplicated per rollout (or endpoint) and kind.
 
@@ -47,8 +55,16 @@ def alert_raise(
             try:
                 with transaction.atomic():
                     alert = Alert.objects.create(
-                        team=team, severity=severity, kind=kind, endpoint=endpoint, rollout_id=rollout_id,
-                        reason=reason, evidence=evidence or {}, links=links or {}, dedupe_key=key, last_seen=now,
+                        team=team,
+                        severity=severity,
+                        kind=kind,
+                        endpoint=endpoint,
+                        rollout_id=rollout_id,
+                        reason=reason,
+                        evidence=evidence or {},
+                        links=links or {},
+                        dedupe_key=key,
+                        last_seen=now,
                     )
             except IntegrityError:  # a concurrent raise created it first: count the occurrence instead
                 alert = lock_objects.alert_by_key_for_update(key)
@@ -57,8 +73,15 @@ def alert_raise(
             else:
                 alert.links = {**_default_links(alert), **alert.links}
                 alert.save(update_fields=["links"])
-                event_record(actor=user, obj=alert, team=team, action="alert_raised", to_state=AlertStatus.OPEN, reason=reason,
-                             data={"kind": kind, "severity": severity, "rollout_id": rollout_id})
+                event_record(
+                    actor=user,
+                    obj=alert,
+                    team=team,
+                    action="alert_raised",
+                    to_state=AlertStatus.OPEN,
+                    reason=reason,
+                    data={"kind": kind, "severity": severity, "rollout_id": rollout_id},
+                )
                 _queue_notifications(alert)
                 return alert, True
         alert.occurrences += 1
@@ -70,8 +93,15 @@ def alert_raise(
             alert.status, alert.reason, alert.severity = AlertStatus.OPEN, reason, severity
             alert.notify_round += 1
             alert.acknowledged_by = alert.acknowledged_at = alert.resolved_at = None
-            event_record(actor=user, obj=alert, team=alert.team, action="alert_reopened", from_state=from_state,
-                         to_state=AlertStatus.OPEN, reason=reason)
+            event_record(
+                actor=user,
+                obj=alert,
+                team=alert.team,
+                action="alert_reopened",
+                from_state=from_state,
+                to_state=AlertStatus.OPEN,
+                reason=reason,
+            )
         alert.save()
         if notify:
             _queue_notifications(alert)
@@ -115,8 +145,15 @@ def alert_acknowledge(*, user, alert: Alert, note: str = "") -> Alert:
             raise Conflict(f"The alert is {alert.status}; only open alerts can be acknowledged.", code="alert_not_open")
         alert.status, alert.acknowledged_by, alert.acknowledged_at = AlertStatus.ACKNOWLEDGED, user, timezone.now()
         alert.save(update_fields=["status", "acknowledged_by", "acknowledged_at"])
-        event_record(actor=user, obj=alert, team=alert.team, action="alert_acknowledged", from_state=AlertStatus.OPEN,
-                     to_state=AlertStatus.ACKNOWLEDGED, reason=note)
+        event_record(
+            actor=user,
+            obj=alert,
+            team=alert.team,
+            action="alert_acknowledged",
+            from_state=AlertStatus.OPEN,
+            to_state=AlertStatus.ACKNOWLEDGED,
+            reason=note,
+        )
     return alert
 
 
@@ -129,6 +166,13 @@ def alert_resolve(*, user, alert: Alert, note: str = "") -> Alert:
         from_state = alert.status
         alert.status, alert.resolved_at = AlertStatus.RESOLVED, timezone.now()
         alert.save(update_fields=["status", "resolved_at"])
-        event_record(actor=user, obj=alert, team=alert.team, action="alert_resolved", from_state=from_state,
-                     to_state=AlertStatus.RESOLVED, reason=note)
+        event_record(
+            actor=user,
+            obj=alert,
+            team=alert.team,
+            action="alert_resolved",
+            from_state=from_state,
+            to_state=AlertStatus.RESOLVED,
+            reason=note,
+        )
     return alert

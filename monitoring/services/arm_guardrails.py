@@ -18,11 +18,12 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from monitoring import conf, selectors
+from monitoring import conf
 from monitoring.evidence import ArmWindow, make_check
 from monitoring.judge import FAIL, INCONCLUSIVE, PASS, SKIPPED, JudgeConfig, judge
 from monitoring.models import Severity
 from monitoring.services.alerts import alert_raise
+from monitoring.sources import MetricSource, metric_source
 from monitoring.statistics import psi as psi_index
 
 STATUS = {PASS: "pass", FAIL: "fail", INCONCLUSIVE: "pending"}
@@ -31,14 +32,26 @@ STATUS = {PASS: "pass", FAIL: "fail", INCONCLUSIVE: "pending"}
 def arm_config(endpoint) -> JudgeConfig:
     """The endpoint's SLOs, PSI threshold and latency margin, as its rollouts' judge uses."""
     return JudgeConfig(
-        alpha=conf.get("MONITORING_JUDGE_ALPHA"), slo_p99_ms=endpoint.slo_p99_ms, slo_error_rate=endpoint.slo_error_rate,
-        psi_threshold=endpoint.psi_threshold, latency_margin=endpoint.latency_margin,
+        alpha=conf.get("MONITORING_JUDGE_ALPHA"),
+        slo_p99_ms=endpoint.slo_p99_ms,
+        slo_error_rate=endpoint.slo_error_rate,
+        psi_threshold=endpoint.psi_threshold,
+        latency_margin=endpoint.latency_margin,
     )
 
 
-def arm_guardrails_judge(*, endpoint, control: str, candidates: list[str], since: datetime, until: datetime | None = None,
-                         previous: dict[str, dict] | None = None, config: JudgeConfig | None = None,
-                         psi: bool = True) -> dict[str, dict]:
+def arm_guardrails_judge(
+    *,
+    endpoint,
+    control: str,
+    candidates: list[str],
+    since: datetime,
+    until: datetime | None = None,
+    previous: dict[str, dict] | None = None,
+    config: JudgeConfig | None = None,
+    psi: bool = True,
+    source: MetricSource | None = None,
+) -> dict[str, dict]:
     """Judge each candidate arm against `control` (variant names) over [since, until].
 
     Returns {arm: {"status": "pass" | "fail" | "pending", "reason", "checks", "judged_at"}}:
@@ -49,7 +62,8 @@ def arm_guardrails_judge(*, endpoint, control: str, candidates: list[str], since
     shown (outcome `skipped`) but is no guardrail."""
     until = until or timezone.now()
     config = config or arm_config(endpoint)
-    arms = selectors.judge_arms(endpoint=endpoint.name, variants=[control, *candidates], since=since, until=until)
+    source = source or metric_source()  # the store, or Prometheus with PROMETHEUS_URL (monitoring/sources/)
+    arms = source.judge_arms(endpoint=endpoint.name, variants=[control, *candidates], since=since, until=until)
     seconds = max((until - since).total_seconds(), 0.0)
     out = {}
     control_arm = arms[control]
@@ -57,24 +71,41 @@ def arm_guardrails_judge(*, endpoint, control: str, candidates: list[str], since
         control_arm = ArmWindow(ticks=control_arm.ticks, latency_buckets=control_arm.latency_buckets)
     for name in candidates:
         before = ((previous or {}).get(name) or {}).get("checks") or []
-        decision = judge(control_arm, arms[name], config, previous={c["name"]: c for c in before},
-                         now_s=until.timestamp(), seconds=seconds, control="control")
+        decision = judge(
+            control_arm,
+            arms[name],
+            config,
+            previous={c["name"]: c for c in before},
+            now_s=until.timestamp(),
+            seconds=seconds,
+            control="control",
+        )
         for check in decision.checks:
             if check.get("window") == "rollout":
                 check["window"] = "experiment"  # the latency tests' window: the whole experiment
         if not psi:
             decision.checks.append(_psi_shown(arms[control], arms[name], config))
-        out[name] = {"status": STATUS[decision.outcome], "reason": decision.reason, "checks": decision.checks,
-                     "judged_at": until.isoformat()}
+        out[name] = {
+            "status": STATUS[decision.outcome],
+            "reason": decision.reason,
+            "checks": decision.checks,
+            "judged_at": until.isoformat(),
+        }
     return out
 
 
 def _psi_shown(control: ArmWindow, candidate: ArmWindow, config: JudgeConfig) -> dict:
     have = min(sum(control.score_bins), sum(candidate.score_bins)) if control.score_bins and candidate.score_bins else 0
     value = psi_index(control.score_bins, candidate.score_bins) if have > 0 else None
-    return make_check("psi", "guardrail", SKIPPED, statistic=value, threshold=config.psi_threshold,
-                      samples={"stable": sum(control.score_bins), "candidate": sum(candidate.score_bins)},
-                      why="PSI is not a guardrail of this experiment (guardrail_psi off): shown, never failed")
+    return make_check(
+        "psi",
+        "guardrail",
+        SKIPPED,
+        statistic=value,
+        threshold=config.psi_threshold,
+        samples={"stable": sum(control.score_bins), "candidate": sum(candidate.score_bins)},
+        why="PSI is not a guardrail of this experiment (guardrail_psi off): shown, never failed",
+    )
 
 
 def arm_guardrail_alert(*, endpoint, reason: str, evidence: dict, paths: dict[str, str] | None = None) -> bool:
@@ -82,7 +113,13 @@ def arm_guardrail_alert(*, endpoint, reason: str, evidence: dict, paths: dict[st
     rollout's rollback raises one; deduplicated per endpoint while open. `paths`: links
     (name -> path on this site) made absolute. Returns whether it was notified."""
     base = conf.public_url()
-    _, notified = alert_raise(kind="experiment_guardrail_failed", severity=Severity.CRITICAL, reason=reason,
-                              endpoint=endpoint.name, team=endpoint.team, evidence=evidence,
-                              links={name: f"{base}{path}" for name, path in (paths or {}).items()})
+    _, notified = alert_raise(
+        kind="experiment_guardrail_failed",
+        severity=Severity.CRITICAL,
+        reason=reason,
+        endpoint=endpoint.name,
+        team=endpoint.team,
+        evidence=evidence,
+        links={name: f"{base}{path}" for name, path in (paths or {}).items()},
+    )
     return notified

@@ -14,22 +14,35 @@ from datetime import datetime, timedelta
 from django.urls import reverse
 from django.utils import timezone
 
-from config.errors import InvalidInput
 from deployments.rollout_machine import State
 from deployments.selectors import rollouts as rollout_selectors
 from deployments.services.rollouts import rollout_apply_verdict
-from monitoring import conf, selectors
+from kernel.errors import InvalidInput
+from monitoring import conf
 from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
 from monitoring.models import Alert, Severity, Verdict, VerdictOutcome
 from monitoring.services.alerts import alert_dedupe_key, alert_raise
+from monitoring.sources import MetricSource, metric_source
 from registry.names import baseline_variant_name, variant_name
 
 
 def judge_tick(
-    *, rollout_id: int, endpoint: str, stable_variant: str, candidate_variant: str, since: datetime,
-    until: datetime | None = None, step: int | None = None, config: JudgeConfig | None = None, team=None,
-    latency_window: tuple[ArmWindow, ArmWindow] | None = None, compare_latency: bool = True,
-    error_control_variants: list[str] | None = None, previous: dict | None = None, step_seconds: float | None = None,
+    *,
+    rollout_id: int,
+    endpoint: str,
+    stable_variant: str,
+    candidate_variant: str,
+    since: datetime,
+    until: datetime | None = None,
+    step: int | None = None,
+    config: JudgeConfig | None = None,
+    team=None,
+    latency_window: tuple[ArmWindow, ArmWindow] | None = None,
+    compare_latency: bool = True,
+    error_control_variants: list[str] | None = None,
+    previous: dict | None = None,
+    step_seconds: float | None = None,
+    source: MetricSource | None = None,
 ) -> Verdict:
     """Judge candidate vs control (`stable_variant`: the stable, or the rollout's baseline
     copy) over the anchored window [since, until] from the store and store the verdict with
@@ -39,29 +52,51 @@ def judge_tick(
     comparisons use instead; `compare_latency=False` skips them (nothing beside the
     candidate). `error_control_variants`: the variants pooled as the error-rate control
     (stable and baseline); `previous`: the last verdict's checks by name (guardrail breach
-    counts); see monitoring/judge.py."""
+    counts); see monitoring/judge.py. `source`: where the series come from (default: the
+    store, or Prometheus when PROMETHEUS_URL is set; monitoring/sources/)."""
     if stable_variant == candidate_variant:
         raise InvalidInput("stable and candidate must be different variants.", field="candidate_variant")
     until = until or timezone.now()
-    config = config or JudgeConfig(alpha=conf.get("MONITORING_JUDGE_ALPHA"), psi_threshold=conf.get("MONITORING_PSI_THRESHOLD"))
+    config = config or JudgeConfig(
+        alpha=conf.get("MONITORING_JUDGE_ALPHA"), psi_threshold=conf.get("MONITORING_PSI_THRESHOLD")
+    )
     pooled = [v for v in (error_control_variants or []) if v != candidate_variant]
     if pooled == [stable_variant]:
         pooled = []  # the control itself
-    arms = selectors.judge_arms(endpoint=endpoint, variants=[stable_variant, candidate_variant, *pooled], since=since, until=until)
+    arms = (source or metric_source()).judge_arms(
+        endpoint=endpoint, variants=[stable_variant, candidate_variant, *pooled], since=since, until=until
+    )
     stable, candidate = arms[stable_variant], arms[candidate_variant]
     error_control = None
     if pooled:
         error_control = arms[pooled[0]]
         for variant in pooled[1:]:
             error_control = error_control.plus(arms[variant])
-    decision: Decision = judge(stable, candidate, config, latency=latency_window, compare_latency=compare_latency,
-                               error_control=error_control, previous=previous, now_s=until.timestamp(),
-                               seconds=(until - since).total_seconds(), step_seconds=step_seconds,
-                               control="baseline" if stable_variant.endswith("-baseline") else "stable")
+    decision: Decision = judge(
+        stable,
+        candidate,
+        config,
+        latency=latency_window,
+        compare_latency=compare_latency,
+        error_control=error_control,
+        previous=previous,
+        now_s=until.timestamp(),
+        seconds=(until - since).total_seconds(),
+        step_seconds=step_seconds,
+        control="baseline" if stable_variant.endswith("-baseline") else "stable",
+    )
     return Verdict.objects.create(
-        rollout_id=rollout_id, endpoint=endpoint, step=step, stable_variant=stable_variant,
-        candidate_variant=candidate_variant, outcome=decision.outcome, reason=decision.reason[:4000],
-        checks=decision.checks, window_start=since, window_end=until, team=team,
+        rollout_id=rollout_id,
+        endpoint=endpoint,
+        step=step,
+        stable_variant=stable_variant,
+        candidate_variant=candidate_variant,
+        outcome=decision.outcome,
+        reason=decision.reason[:4000],
+        checks=decision.checks,
+        window_start=since,
+        window_end=until,
+        team=team,
     )
 
 
@@ -82,41 +117,61 @@ def control_variants(rollout) -> tuple[str, list[str]]:
 
 def _links(rollout) -> dict:
     base = conf.public_url()
-    return {"rollout": f"{base}{reverse('deployments:endpoint-detail', args=[rollout.endpoint.name])}?rollout={rollout.pk}",
-            "api": f"{base}/api/v1/rollouts/{rollout.pk}/"}
+    return {
+        "rollout": f"{base}{reverse('deployments:endpoint-detail', args=[rollout.endpoint.name])}?rollout={rollout.pk}",
+        "api": f"{base}/api/v1/rollouts/{rollout.pk}/",
+    }
 
 
 def judge_config_for(endpoint) -> JudgeConfig:
     return JudgeConfig(
-        alpha=conf.get("MONITORING_JUDGE_ALPHA"), slo_p99_ms=endpoint.slo_p99_ms, slo_error_rate=endpoint.slo_error_rate,
-        psi_threshold=endpoint.psi_threshold, latency_margin=endpoint.latency_margin,
+        alpha=conf.get("MONITORING_JUDGE_ALPHA"),
+        slo_p99_ms=endpoint.slo_p99_ms,
+        slo_error_rate=endpoint.slo_error_rate,
+        psi_threshold=endpoint.psi_threshold,
+        latency_margin=endpoint.latency_margin,
     )
 
 
-def judge_rollout(rollout, *, now=None) -> dict:
+def judge_rollout(rollout, *, now=None, source: MetricSource | None = None) -> dict:
     """Judge one rollout now and apply the verdict; returns what happened."""
     now = now or timezone.now()
+    source = source or metric_source()
     stable, pooled = control_variants(rollout)
     candidate = variant_name(rollout.candidate_artifact)
     step_window = None  # (control, candidate) since the current step began: its sample, and its latency
     if rollout.step_started_at:
-        step_window = selectors.judge_window(
-            endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate, since=rollout.step_started_at, until=now
+        arms = source.judge_arms(
+            endpoint=rollout.endpoint.name, variants=[stable, candidate], since=rollout.step_started_at, until=now
         )
+        step_window = (arms[stable], arms[candidate])
     last = Verdict.objects.filter(rollout_id=rollout.pk).order_by("-created_at", "-pk").only("checks").first()
     split = rollout.split
     verdict = judge_tick(
-        rollout_id=rollout.pk, endpoint=rollout.endpoint.name, stable_variant=stable, candidate_variant=candidate,
-        since=rollout.traffic_started_at, until=now, step=rollout.step_index, config=judge_config_for(rollout.endpoint),
+        rollout_id=rollout.pk,
+        endpoint=rollout.endpoint.name,
+        stable_variant=stable,
+        candidate_variant=candidate,
+        since=rollout.traffic_started_at,
+        until=now,
+        step=rollout.step_index,
+        config=judge_config_for(rollout.endpoint),
         team=rollout.endpoint.team,
         # latency within the step (a constant split), and only while a control serves beside the candidate
-        latency_window=step_window, compare_latency=split.stable_bp > 0 or split.baseline_bp > 0,
-        error_control_variants=pooled, previous={c["name"]: c for c in (last.checks if last else [])},
+        latency_window=step_window,
+        compare_latency=split.stable_bp > 0 or split.baseline_bp > 0,
+        error_control_variants=pooled,
+        previous={c["name"]: c for c in (last.checks if last else [])},
         step_seconds=(now - rollout.step_started_at).total_seconds() if rollout.step_started_at else None,
+        source=source,
     )
     step_requests = int(step_window[1].requests) if step_window and verdict.outcome == VerdictOutcome.PASS else 0
     updated, decision = rollout_apply_verdict(
-        rollout_id=rollout.pk, outcome=verdict.outcome, reason=verdict.reason, step_requests=step_requests, now=now,
+        rollout_id=rollout.pk,
+        outcome=verdict.outcome,
+        reason=verdict.reason,
+        step_requests=step_requests,
+        now=now,
         verdict_id=verdict.pk,
     )
     if decision is not None and decision.to_state in (State.ROLLING_BACK, State.PAUSED):
@@ -125,9 +180,17 @@ def judge_rollout(rollout, *, now=None) -> dict:
             kind="rollout_rolled_back" if rolled_back else "rollout_paused",
             severity=Severity.CRITICAL if rolled_back else Severity.WARNING,
             reason=f"{rollout.endpoint.name}: {candidate} {'rolled back' if rolled_back else 'paused'} — {decision.reason}",
-            endpoint=rollout.endpoint.name, rollout_id=rollout.pk, team=rollout.endpoint.team,
-            evidence={"verdict_id": verdict.pk, "outcome": verdict.outcome, "checks": verdict.checks,
-                      "stable": stable, "candidate": candidate, "step_index": rollout.step_index},
+            endpoint=rollout.endpoint.name,
+            rollout_id=rollout.pk,
+            team=rollout.endpoint.team,
+            evidence={
+                "verdict_id": verdict.pk,
+                "outcome": verdict.outcome,
+                "checks": verdict.checks,
+                "stable": stable,
+                "candidate": candidate,
+                "step_index": rollout.step_index,
+            },
             links=_links(rollout),
         )
     return {"rollout": rollout.pk, "verdict": verdict.outcome, "to_state": getattr(decision, "to_state", None)}
@@ -135,10 +198,20 @@ def judge_rollout(rollout, *, now=None) -> dict:
 
 def canary_tick(*, limit: int = 50, now=None) -> list[dict]:
     now = now or timezone.now()
-    results = [judge_rollout(rollout, now=now) for rollout in rollout_selectors.rollouts_to_judge(limit=limit)]
+    source = metric_source()
+    results = [
+        judge_rollout(rollout, now=now, source=source) for rollout in rollout_selectors.rollouts_to_judge(limit=limit)
+    ]
     for rollout in rollout_selectors.rollouts_failed_since(since=now - timedelta(minutes=10)):
         key = alert_dedupe_key(kind="rollout_failed", rollout_id=rollout.pk, endpoint=rollout.endpoint.name)
         if not Alert.objects.filter(dedupe_key=key).exists():
-            alert_raise(kind="rollout_failed", severity=Severity.CRITICAL, reason=f"{rollout.endpoint.name}: {rollout.reason}",
-                        endpoint=rollout.endpoint.name, rollout_id=rollout.pk, team=rollout.endpoint.team, links=_links(rollout))
+            alert_raise(
+                kind="rollout_failed",
+                severity=Severity.CRITICAL,
+                reason=f"{rollout.endpoint.name}: {rollout.reason}",
+                endpoint=rollout.endpoint.name,
+                rollout_id=rollout.pk,
+                team=rollout.endpoint.team,
+                links=_links(rollout),
+            )
     return results

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 
-from config.errors import Conflict, Forbidden, InvalidInput
-from config.outbound import OutboundRefused, Unresolvable, post_json, vet_url
+from kernel.errors import Conflict, Forbidden, InvalidInput
+from kernel.outbound import OutboundRefused, Unresolvable, post_json, vet_url
 from monitoring import conf
 from monitoring.models import Alert, ChannelKind, DeliveryStatus, NotificationDelivery, Severity
 from registry.models import Role
@@ -30,16 +30,24 @@ def alert_payload(alert: Alert) -> dict:
     return {
         "text": text,
         "alert": {
-            "id": alert.pk, "severity": alert.severity, "kind": alert.kind, "endpoint": alert.endpoint,
-            "rollout_id": alert.rollout_id, "reason": alert.reason, "status": alert.status,
-            "evidence": alert.evidence, "links": alert.links, "occurrences": alert.occurrences,
-            "first_seen": alert.first_seen.isoformat(), "last_seen": alert.last_seen.isoformat(),
+            "id": alert.pk,
+            "severity": alert.severity,
+            "kind": alert.kind,
+            "endpoint": alert.endpoint,
+            "rollout_id": alert.rollout_id,
+            "reason": alert.reason,
+            "status": alert.status,
+            "evidence": alert.evidence,
+            "links": alert.links,
+            "occurrences": alert.occurrences,
+            "first_seen": alert.first_seen.isoformat(),
+            "last_seen": alert.last_seen.isoformat(),
         },
     }
 
 
 def _send_webhook(url: str, payload: dict) -> int:
-    """POST through config.outbound: the URL is vetted again (it may resolve elsewhere
+    """POST through kernel.outbound: the URL is vetted again (it may resolve elsewhere
     now), the vetted address is the one connected to, no redirect is followed and the
     response body is never read nor kept (a delivery row is no port scanner)."""
     body = json.dumps(payload, default=str).encode()
@@ -60,7 +68,14 @@ def _send_webhook(url: str, payload: dict) -> int:
 
 def _send_email(address: str, alert: Alert, payload: dict) -> int:
     subject = f"[modelplane {alert.severity}] {alert.endpoint or 'platform'}: {alert.kind}"
-    lines = [payload["text"], "", f"Reason: {alert.reason}", "", "Evidence:", json.dumps(alert.evidence, indent=2, default=str)]
+    lines = [
+        payload["text"],
+        "",
+        f"Reason: {alert.reason}",
+        "",
+        "Evidence:",
+        json.dumps(alert.evidence, indent=2, default=str),
+    ]
     lines += ["", *[f"{k}: {v}" for k, v in alert.links.items()]]
     try:
         send_mail(subject, "\n".join(lines), settings.DEFAULT_FROM_EMAIL, [address], fail_silently=False)
@@ -108,8 +123,15 @@ def notification_deliver(*, alert_id: int, kind: str, target: str, notify_round:
         code, error = exc.code, str(exc)[:2000]
         status = DeliveryStatus.GAVE_UP if attempt >= max_attempts or exc.final else DeliveryStatus.FAILED
     NotificationDelivery.objects.create(
-        alert=alert, notify_round=notify_round, kind=kind, target=target, attempt=attempt, status=status,
-        response_code=code, error=error, duration_ms=(_time.monotonic() - started) * 1000,
+        alert=alert,
+        notify_round=notify_round,
+        kind=kind,
+        target=target,
+        attempt=attempt,
+        status=status,
+        response_code=code,
+        error=error,
+        duration_ms=(_time.monotonic() - started) * 1000,
     )
     if status == DeliveryStatus.FAILED:
         return "retry", notify_backoff(attempt)
@@ -145,8 +167,12 @@ def channel_create(*, user, team, kind: str, target: str, min_severity: str = Se
     with transaction.atomic():
         if NotificationChannel.objects.filter(team=team, kind=kind, target=target).exists():
             raise Conflict(f"Team {team.name!r} already has this {kind} channel.", code="channel_exists")
-        channel = NotificationChannel.objects.create(team=team, kind=kind, target=target, min_severity=min_severity, enabled=enabled)
-        event_record(actor=user, obj=channel, team=team, action="channel_created", data={"kind": kind, "target": target})
+        channel = NotificationChannel.objects.create(
+            team=team, kind=kind, target=target, min_severity=min_severity, enabled=enabled
+        )
+        event_record(
+            actor=user, obj=channel, team=team, action="channel_created", data={"kind": kind, "target": target}
+        )
     return channel
 
 
@@ -157,6 +183,11 @@ def channel_delete(*, user, channel) -> None:
     else:
         require_role(user=user, team=channel.team, role=Role.ADMIN)
     with transaction.atomic():
-        event_record(actor=user, obj=channel, team=channel.team, action="channel_deleted",
-                     data={"kind": channel.kind, "target": channel.target})
+        event_record(
+            actor=user,
+            obj=channel,
+            team=channel.team,
+            action="channel_deleted",
+            data={"kind": channel.kind, "target": channel.target},
+        )
         channel.delete()

@@ -10,24 +10,35 @@ from django.db.models import Count, Max, Min, Sum
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from config.errors import InvalidInput
+from kernel.errors import InvalidInput
 from monitoring import conf
 from monitoring.models import MetricRollup, MetricSample, ScrapeState, Verdict
 from monitoring.statistics import score_bins
 
 
-def samples_store(*, rows: list[tuple[str, str, str, float]], at: datetime, team_ids: dict[str, int] | None = None) -> int:
+def samples_store(
+    *, rows: list[tuple[str, str, str, float]], at: datetime, team_ids: dict[str, int] | None = None
+) -> int:
     """Append (endpoint, variant, metric, value) rows at time `at`; returns how many."""
     team_ids = team_ids or {}
     objs = [
-        MetricSample(endpoint=ep[:64], variant=var[:64], metric=metric[:64], time=at, value=float(value), team_id=team_ids.get(ep))
+        MetricSample(
+            endpoint=ep[:64],
+            variant=var[:64],
+            metric=metric[:64],
+            time=at,
+            value=float(value),
+            team_id=team_ids.get(ep),
+        )
         for ep, var, metric, value in rows
     ]
     MetricSample.objects.bulk_create(objs, batch_size=1000)
     return len(objs)
 
 
-def score_samples_record(*, endpoint: str, variant: str, scores, team_id: int | None = None, at: datetime | None = None) -> list[int]:
+def score_samples_record(
+    *, endpoint: str, variant: str, scores, team_id: int | None = None, at: datetime | None = None
+) -> list[int]:
     """Store the bin counts of a sampled copy of a variant's prediction scores."""
     if not endpoint or not variant:
         raise InvalidInput("endpoint and variant are required.", field="endpoint" if not endpoint else "variant")
@@ -53,16 +64,29 @@ def rollups_refresh(*, now: datetime | None = None, minutes_back: int = 3) -> in
         MetricSample.objects.filter(time__gte=start, time__lt=end)
         .annotate(minute=TruncMinute("time"))
         .values("endpoint", "variant", "metric", "minute")
-        .annotate(count=Count("id"), total=Sum("value"), minimum=Min("value"), maximum=Max("value"), team=Max("team_id"))
+        .annotate(
+            count=Count("id"), total=Sum("value"), minimum=Min("value"), maximum=Max("value"), team=Max("team_id")
+        )
     )
     objs = [
-        MetricRollup(endpoint=r["endpoint"], variant=r["variant"], metric=r["metric"], minute=r["minute"],
-                     count=r["count"], total=r["total"], minimum=r["minimum"], maximum=r["maximum"], team_id=r["team"])
+        MetricRollup(
+            endpoint=r["endpoint"],
+            variant=r["variant"],
+            metric=r["metric"],
+            minute=r["minute"],
+            count=r["count"],
+            total=r["total"],
+            minimum=r["minimum"],
+            maximum=r["maximum"],
+            team_id=r["team"],
+        )
         for r in rows
     ]
     if objs:
         MetricRollup.objects.bulk_create(
-            objs, batch_size=1000, update_conflicts=True,
+            objs,
+            batch_size=1000,
+            update_conflicts=True,
             unique_fields=["endpoint", "variant", "metric", "minute"],
             update_fields=["count", "total", "minimum", "maximum", "team"],
         )

@@ -2,14 +2,15 @@
 page, the judge's verdicts on an endpoint's page and the traffic per inference key on
 the keys page (deployments imports nothing from monitoring; its templates load these tags)."""
 
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 
 from django import template
 
 from deployments.selectors.rollouts import endpoint_list
 from monitoring import selectors
+from monitoring.sources.prometheus import PrometheusError
 from monitoring.tenants import key_traffic
-from monitoring.verdict_summary import TREND_LENGTH, summarize
+from monitoring.verdict_summary import TREND_LENGTH, canary_measured, summarize
 
 register = template.Library()
 
@@ -31,8 +32,24 @@ def rollout_verdicts(context, rollout, ticks: int = TREND_LENGTH):
     per check (latest outcome, trend over the last `ticks` verdicts, progress)."""
     verdicts = list(selectors.verdict_list(user=context["request"].user, rollout_id=rollout.pk)[:ticks])
     latest = verdicts[0] if verdicts else None
-    return {"latest": latest, "rows": summarize(verdicts, trend_length=ticks), "ticks": len(verdicts),
-            "step_count": len(rollout.plan.steps_bp), "latest_step": latest.step + 1 if latest and latest.step is not None else None}
+    return {
+        "latest": latest,
+        "rows": summarize(verdicts, trend_length=ticks),
+        "ticks": len(verdicts),
+        "step_count": len(rollout.plan.steps_bp),
+        "latest_step": latest.step + 1 if latest and latest.step is not None else None,
+    }
+
+
+@register.inclusion_tag("monitoring/_release_measured.html", takes_context=True)
+def release_measured(context, release, prediction=None):
+    """What the canary of a release measured (its candidate against the control, from the
+    judge's verdicts), shown on the endpoint page beside what the tune predicted."""
+    measured = None
+    if release is not None and release.rollout_id:
+        verdicts = selectors.verdict_list(user=context["request"].user, rollout_id=release.rollout_id)[:50]
+        measured = canary_measured(verdicts)
+    return {"measured": measured, "prediction": prediction, "release": release}
 
 
 @register.inclusion_tag("monitoring/_key_traffic.html", takes_context=True)
@@ -47,11 +64,18 @@ def inference_key_traffic(context, keys):
         entry = traffic["keys"].get(key.gateway_id)
         if entry:
             by_class = entry["requests"]
-            rows.append({"key": key, **entry, "ok": by_class.get("2xx", 0), "client": by_class.get("4xx", 0),
-                         "server": by_class.get("5xx", 0)})
+            rows.append(
+                {
+                    "key": key,
+                    **entry,
+                    "ok": by_class.get("2xx", 0),
+                    "client": by_class.get("4xx", 0),
+                    "server": by_class.get("5xx", 0),
+                }
+            )
     names = set(endpoint_list(user=context["request"].user).values_list("name", flat=True))
     anonymous = sorted((name, reasons) for name, reasons in traffic["anonymous"].items() if name in names)
-    since = datetime.fromtimestamp(traffic["since"], tz=dt_timezone.utc) if traffic["since"] else None
+    since = datetime.fromtimestamp(traffic["since"], tz=UTC) if traffic["since"] else None
     return {"rows": rows, "anonymous": anonymous, "since": since}
 
 
@@ -69,7 +93,10 @@ def rollout_forecast(context, endpoint):
     step's expected time to a verdict with a warning where it cannot conclude in time."""
     from monitoring.forecast_api import endpoint_forecast
 
-    plan = endpoint_forecast(user=context["request"].user, name=endpoint.name)
+    try:
+        plan = endpoint_forecast(user=context["request"].user, name=endpoint.name)
+    except PrometheusError as exc:  # the page still renders; the forecast says why it is missing
+        return {"forecast": None, "source_error": exc.detail}
     plan["suggested_pct"] = ",".join(f"{s / 100:g}" for s in plan["suggested_steps_bp"])
     return {"forecast": plan}
 
@@ -79,5 +106,8 @@ def suggested_steps_pct(context, endpoint) -> str:
     """The steps (in percent, "10,25,50,100") that fit the endpoint's traffic: the start form's default."""
     from monitoring.forecast_api import endpoint_forecast
 
-    steps = endpoint_forecast(user=context["request"].user, name=endpoint.name)["suggested_steps_bp"]
+    try:
+        steps = endpoint_forecast(user=context["request"].user, name=endpoint.name)["suggested_steps_bp"]
+    except PrometheusError:
+        return ""
     return ",".join(f"{s / 100:g}" for s in steps)

@@ -7,14 +7,20 @@ import tempfile
 from django.http import FileResponse
 from django.urls import include, path
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from config.serializers import StrictCharField, StrictModelSerializer
-from config.viewsets import TeamScopedViewSet
+from kernel.serializers import StrictCharField, StrictModelSerializer
+from kernel.viewsets import TeamScopedViewSet
 from registry import storage
 from registry.factory import VARIANTS
 from registry.models import Artifact, Build
@@ -33,8 +39,24 @@ class ArtifactSerializer(StrictModelSerializer):
     class Meta:
         model = Artifact
         fields = [
-            "id", "url", "download_url", "model", "version", "version_number", "build", "variant", "status", "status_reason",
-            "triton_model_name", "path", "sha256", "size_bytes", "auc_delta", "validation", "benchmark", "created_at",
+            "id",
+            "url",
+            "download_url",
+            "model",
+            "version",
+            "version_number",
+            "build",
+            "variant",
+            "status",
+            "status_reason",
+            "triton_model_name",
+            "path",
+            "sha256",
+            "size_bytes",
+            "auc_delta",
+            "validation",
+            "benchmark",
+            "created_at",
         ]
         read_only_fields = fields
 
@@ -50,6 +72,31 @@ class StageSerializer(serializers.Serializer):
     log = StrictCharField(allow_blank=True)
 
 
+class TuneRequestSerializer(serializers.Serializer):
+    """The tune request's shape, for the schema (registry/factory/tune/request.py checks it)."""
+
+    slo_p99_ms = serializers.FloatField(help_text="The latency SLO to tune for: p99 in ms (0.1-60000).")
+    variants = serializers.ListField(
+        child=serializers.ChoiceField(choices=VARIANTS),
+        required=False,
+        help_text="Variants to tune (of the build's targets); default onnx-int8, else onnx-fp32.",
+    )
+    budget_s = serializers.FloatField(required=False, help_text="Wall time of the search (5-1200 s; default 120).")
+    max_trials = serializers.IntegerField(required=False, help_text="Configs measured per variant at most (2-200).")
+    search_space = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField()),
+        required=False,
+        help_text="Narrow dimensions: instances, intra_op_threads, preferred_batch_size, max_queue_delay_us.",
+    )
+    max_queue_size = serializers.IntegerField(required=False, help_text="The serving pool's queue limit (0: none).")
+    queue_timeout_ms = serializers.IntegerField(required=False, help_text="The serving pool's queue timeout (0: none).")
+
+
+@extend_schema_field(TuneRequestSerializer)
+class TuneRequestField(serializers.JSONField):
+    pass
+
+
 class BuildSerializer(StrictModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="api:build-detail")
     model = StrictCharField(source="version.model.name", read_only=True)
@@ -62,9 +109,26 @@ class BuildSerializer(StrictModelSerializer):
     class Meta:
         model = Build
         fields = [
-            "id", "url", "model", "version", "version_number", "targets", "status", "progress", "stages", "error",
-            "attempt", "max_attempts", "idempotency_key", "log_tail", "artifacts", "created_by", "created_at",
-            "started_at", "finished_at",
+            "id",
+            "url",
+            "model",
+            "version",
+            "version_number",
+            "targets",
+            "tune",
+            "status",
+            "progress",
+            "stages",
+            "error",
+            "attempt",
+            "max_attempts",
+            "idempotency_key",
+            "log_tail",
+            "artifacts",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
         ]
         read_only_fields = fields
 
@@ -74,8 +138,15 @@ class BuildSerializer(StrictModelSerializer):
 
 class BuildCreateSerializer(serializers.Serializer):
     targets = serializers.ListField(
-        child=serializers.ChoiceField(choices=VARIANTS), required=False, allow_empty=False,
+        child=serializers.ChoiceField(choices=VARIANTS),
+        required=False,
+        allow_empty=False,
         help_text="Variants to build; default onnx-fp32 and onnx-int8 (CPU pools).",
+    )
+    tune = TuneRequestField(
+        required=False,
+        help_text="Also tune: search each asked variant's serving config on a real tritonserver under this "
+        "latency SLO and publish the best as `{variant}-tuned` (a seventh build stage).",
     )
 
 
@@ -84,7 +155,10 @@ class BuildCancelSerializer(serializers.Serializer):
 
 
 IDEMPOTENCY = OpenApiParameter(
-    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
     description="A second POST with the same key for the same version returns the same build (200).",
 )
 
@@ -109,8 +183,12 @@ class VersionBuildViewSet(mixins.ListModelMixin, TeamScopedViewSet):
         return _builds(build_selectors.build_list(user=user, version=self.get_version()))
 
     @extend_schema(
-        request=BuildCreateSerializer, parameters=[IDEMPOTENCY],
-        responses={201: BuildSerializer, 200: OpenApiResponse(BuildSerializer, description="Same Idempotency-Key: the existing build")},
+        request=BuildCreateSerializer,
+        parameters=[IDEMPOTENCY],
+        responses={
+            201: BuildSerializer,
+            200: OpenApiResponse(BuildSerializer, description="Same Idempotency-Key: the existing build"),
+        },
         summary="Start a build of a version (Celery, queue build-cpu or build-gpu)",
     )
     def create(self, request, *args, **kwargs):
@@ -118,15 +196,23 @@ class VersionBuildViewSet(mixins.ListModelMixin, TeamScopedViewSet):
         payload = BuildCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         build, created = build_services.build_start(
-            user=request.user, version=version, targets=payload.validated_data.get("targets"),
+            user=request.user,
+            version=version,
+            targets=payload.validated_data.get("targets"),
             idempotency_key=request.headers.get("Idempotency-Key", ""),
+            tune=payload.validated_data.get("tune"),
         )
         build = _builds(Build.objects.filter(pk=build.pk)).get()
-        return Response(BuildSerializer(build, context=self.get_serializer_context()).data,
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            BuildSerializer(build, context=self.get_serializer_context()).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
 
 
-@extend_schema_view(list=extend_schema(summary="Builds of your teams"), retrieve=extend_schema(summary="A build: status, stages, progress, log tail"))
+@extend_schema_view(
+    list=extend_schema(summary="Builds of your teams"),
+    retrieve=extend_schema(summary="A build: status, stages, progress, log tail"),
+)
 class BuildViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
     """/api/v1/builds/ and /api/v1/builds/{id}/"""
 
@@ -138,12 +224,16 @@ class BuildViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedV
     def scoped_queryset(self, user):
         return _builds(build_selectors.build_list(user=user))
 
-    @extend_schema(request=BuildCancelSerializer, responses={200: BuildSerializer}, summary="Cancel a queued or running build")
+    @extend_schema(
+        request=BuildCancelSerializer, responses={200: BuildSerializer}, summary="Cancel a queued or running build"
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         payload = BuildCancelSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        build = build_services.build_cancel(user=request.user, build=self.get_object(), reason=payload.validated_data.get("reason", ""))
+        build = build_services.build_cancel(
+            user=request.user, build=self.get_object(), reason=payload.validated_data.get("reason", "")
+        )
         return Response(self.get_serializer(self.get_queryset().get(pk=build.pk)).data)
 
 
@@ -169,22 +259,32 @@ class ArtifactViewSet(mixins.RetrieveModelMixin, TeamScopedViewSet):
     def scoped_queryset(self, user):
         return build_selectors.artifact_list(user=user)
 
-    @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY}, summary="Download the packaged Triton model directory (.tar.gz)")
+    @extend_schema(
+        responses={(200, "application/gzip"): OpenApiTypes.BINARY},
+        summary="Download the packaged Triton model directory (.tar.gz)",
+    )
     @action(detail=True, methods=["get"])
     def download(self, request, pk=None):
-        from config.errors import NotFound
+        from kernel.errors import NotFound
 
         artifact = self.get_object()
         if not artifact.path:
-            raise NotFound(f"Artifact {artifact.pk} ({artifact.variant}, {artifact.status}) has no packaged files.", code="artifact_not_packaged")
+            raise NotFound(
+                f"Artifact {artifact.pk} ({artifact.variant}, {artifact.status}) has no packaged files.",
+                code="artifact_not_packaged",
+            )
         directory = storage.absolute(artifact.path)
         if not directory.is_dir():
-            raise NotFound(f"The files of artifact {artifact.pk} are missing from the store.", code="artifact_files_missing")
+            raise NotFound(
+                f"The files of artifact {artifact.pk} are missing from the store.", code="artifact_files_missing"
+            )
         spool = tempfile.TemporaryFile()
         with tarfile.open(fileobj=spool, mode="w:gz") as tar:
             tar.add(directory, arcname=artifact.triton_model_name)
         spool.seek(0)
-        return FileResponse(spool, as_attachment=True, filename=f"{artifact.triton_model_name}.tar.gz", content_type="application/gzip")
+        return FileResponse(
+            spool, as_attachment=True, filename=f"{artifact.triton_model_name}.tar.gz", content_type="application/gzip"
+        )
 
 
 router = SimpleRouter()
@@ -192,7 +292,15 @@ router.register("builds", BuildViewSet, basename="build")
 router.register("artifacts", ArtifactViewSet, basename="artifact")
 
 urlpatterns = [
-    path("versions/<int:version_id>/builds/", VersionBuildViewSet.as_view({"get": "list", "post": "create"}), name="version-builds"),
-    path("versions/<int:version_id>/artifacts/", VersionArtifactViewSet.as_view({"get": "list"}), name="version-artifacts"),
+    path(
+        "versions/<int:version_id>/builds/",
+        VersionBuildViewSet.as_view({"get": "list", "post": "create"}),
+        name="version-builds",
+    ),
+    path(
+        "versions/<int:version_id>/artifacts/",
+        VersionArtifactViewSet.as_view({"get": "list"}),
+        name="version-artifacts",
+    ),
     path("", include(router.urls)),
 ]

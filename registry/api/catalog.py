@@ -1,4 +1,7 @@
-"""REST API v1 for the registry: thin views that validate, call a service, serialize."""
+"""REST API v1 for the registry: thin views that validate, call a service, serialize.
+
+Why this is one long module: the catalog's serializers and viewsets (models, versions, events, teams) share their filters and upload checks; to be split into an api package (issue 23).
+"""
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -9,11 +12,11 @@ from rest_framework import mixins, parsers, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from config.api import UTCDateTimeFilter, created
-from config.errors import PlatformError, TooLarge
-from config.parsers import StrictJSONParser
-from config.serializers import StrictCharField, StrictModelSerializer
-from config.viewsets import TeamScopedViewSet
+from kernel.api import UTCDateTimeFilter, created
+from kernel.errors import PlatformError, TooLarge
+from kernel.parsers import StrictJSONParser
+from kernel.serializers import StrictCharField, StrictModelSerializer
+from kernel.viewsets import TeamScopedViewSet
 from registry import storage
 from registry.models import DataKind, Event, ModelVersion, RegisteredModel, Role, Task, VersionData
 from registry.parsers import StrictMultiPartParser
@@ -47,7 +50,17 @@ class ModelSerializer(StrictModelSerializer):
 
     class Meta:
         model = RegisteredModel
-        fields = ["name", "description", "task", "team", "version_count", "latest_version", "created_by", "created_at", "updated_at"]
+        fields = [
+            "name",
+            "description",
+            "task",
+            "team",
+            "version_count",
+            "latest_version",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["created_by", "created_at", "updated_at"]
 
     def __init__(self, *args, **kwargs):
@@ -72,8 +85,22 @@ class VersionSerializer(StrictModelSerializer):
     class Meta:
         model = ModelVersion
         fields = [
-            "id", "url", "model", "version", "status", "source", "source_uri", "framework", "file_sha256",
-            "file_size", "original_filename", "signature", "metrics", "tags", "created_by", "created_at",
+            "id",
+            "url",
+            "model",
+            "version",
+            "status",
+            "source",
+            "source_uri",
+            "framework",
+            "file_sha256",
+            "file_size",
+            "original_filename",
+            "signature",
+            "metrics",
+            "tags",
+            "created_by",
+            "created_at",
         ]
         read_only_fields = fields
 
@@ -81,15 +108,23 @@ class VersionSerializer(StrictModelSerializer):
 class VersionCreateSerializer(serializers.Serializer):
     file = serializers.FileField(required=False, help_text="An ONNX model file (multipart).")
     source_uri = StrictCharField(required=False, help_text="An MLflow model URI: runs:/… or models:/…")
-    metrics = serializers.JSONField(required=False, help_text="Training metrics, e.g. {\"auc\": 0.78}.")
+    metrics = serializers.JSONField(required=False, help_text='Training metrics, e.g. {"auc": 0.78}.')
     tags = serializers.JSONField(required=False)
-    validation_data = serializers.FileField(required=False, help_text="A labelled validation set (NPZ, Parquet or JSON lines); see /versions/{id}/data/.")
-    input_example = serializers.FileField(required=False, help_text="An input example (NPZ, Parquet or JSON lines keyed by input name).")
-    label = StrictCharField(required=False, max_length=128, help_text='The label column/array name in validation_data (default "label").')
+    validation_data = serializers.FileField(
+        required=False, help_text="A labelled validation set (NPZ, Parquet or JSON lines); see /versions/{id}/data/."
+    )
+    input_example = serializers.FileField(
+        required=False, help_text="An input example (NPZ, Parquet or JSON lines keyed by input name)."
+    )
+    label = StrictCharField(
+        required=False, max_length=128, help_text='The label column/array name in validation_data (default "label").'
+    )
 
     def validate(self, attrs):
         if bool(attrs.get("file")) == bool(attrs.get("source_uri")):
-            raise serializers.ValidationError({"file": "Give exactly one of file (multipart ONNX upload) or source_uri."})
+            raise serializers.ValidationError(
+                {"file": "Give exactly one of file (multipart ONNX upload) or source_uri."}
+            )
         for key in ("metrics", "tags"):
             if key in attrs and not isinstance(attrs[key], dict):
                 raise serializers.ValidationError({key: "Must be a JSON object."})
@@ -102,7 +137,20 @@ class EventSerializer(StrictModelSerializer):
 
     class Meta:
         model = Event
-        fields = ["id", "time", "actor", "team", "object_type", "object_id", "object_repr", "action", "from_state", "to_state", "reason", "data"]
+        fields = [
+            "id",
+            "time",
+            "actor",
+            "team",
+            "object_type",
+            "object_id",
+            "object_repr",
+            "action",
+            "from_state",
+            "to_state",
+            "reason",
+            "data",
+        ]
         read_only_fields = fields
 
 
@@ -147,7 +195,10 @@ def _check_request_size(request) -> None:
     except ValueError:
         length = 0
     if length > settings.MAX_UPLOAD_MB * 1024 * 1024 + 64 * 1024:
-        raise TooLarge(f"file: the request is {length} bytes, over the {settings.MAX_UPLOAD_MB} MB limit (MAX_UPLOAD_MB).", field="file")
+        raise TooLarge(
+            f"file: the request is {length} bytes, over the {settings.MAX_UPLOAD_MB} MB limit (MAX_UPLOAD_MB).",
+            field="file",
+        )
 
 
 @extend_schema_view(
@@ -159,8 +210,12 @@ def _check_request_size(request) -> None:
     destroy=extend_schema(summary="Delete a model that has no versions (409 otherwise)"),
 )
 class ModelViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
-    mixins.DestroyModelMixin, TeamScopedViewSet,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    TeamScopedViewSet,
 ):
     serializer_class = ModelSerializer
     lookup_field = "name"
@@ -176,8 +231,11 @@ class ModelViewSet(
     def perform_create(self, serializer):
         data = serializer.validated_data
         serializer.instance = services.model_create(
-            user=self.request.user, name=data["name"], team=data["team"],
-            description=data.get("description", ""), task=data.get("task", Task.CTR),
+            user=self.request.user,
+            name=data["name"],
+            team=data["team"],
+            description=data.get("description", ""),
+            task=data.get("task", Task.CTR),
         )
 
     def create(self, request, *args, **kwargs):
@@ -235,20 +293,31 @@ class ModelVersionViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, TeamSc
                 if data.get("file"):
                     upload = data["file"]
                     version = services.version_create_from_upload(
-                        user=request.user, model=model, filename=upload.name, chunks=upload.chunks(), size=upload.size,
-                        metrics=data.get("metrics"), tags=data.get("tags"),
+                        user=request.user,
+                        model=model,
+                        filename=upload.name,
+                        chunks=upload.chunks(),
+                        size=upload.size,
+                        metrics=data.get("metrics"),
+                        tags=data.get("tags"),
                     )
                     stored.append(version.file_path)
                 else:
                     version = services.version_create_from_mlflow(
-                        user=request.user, model=model, source_uri=data["source_uri"], metrics=data.get("metrics"), tags=data.get("tags")
+                        user=request.user,
+                        model=model,
+                        source_uri=data["source_uri"],
+                        metrics=data.get("metrics"),
+                        tags=data.get("tags"),
                     )
                 for field, kind in (("validation_data", DataKind.VALIDATION), ("input_example", DataKind.EXAMPLE)):
                     if data.get(field):
                         stored.append(_attach(request, version, field, kind, data[field], data.get("label")).path)
         except PlatformError:
             for rel in stored:  # files stored a moment ago that belong to nothing now
-                referenced = ModelVersion.objects.filter(file_path=rel).exists() or VersionData.objects.filter(path=rel).exists()
+                referenced = (
+                    ModelVersion.objects.filter(file_path=rel).exists() or VersionData.objects.filter(path=rel).exists()
+                )
                 storage.delete_if_unreferenced(rel, referenced)
             raise
         return created(VersionSerializer(version, context=self.get_serializer_context()).data)
@@ -256,8 +325,15 @@ class ModelVersionViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, TeamSc
 
 def _attach(request, version, field: str, kind: str, upload, label: str | None) -> VersionData:
     try:
-        return version_data.version_data_attach(user=request.user, version=version, kind=kind, filename=upload.name,
-                                         chunks=upload.chunks(), size=upload.size, label=label)
+        return version_data.version_data_attach(
+            user=request.user,
+            version=version,
+            kind=kind,
+            filename=upload.name,
+            chunks=upload.chunks(),
+            size=upload.size,
+            label=label,
+        )
     except PlatformError as exc:  # name the form field the file came in
         exc.field, exc.detail = field, exc.detail.replace("file:", f"{field}:", 1)
         exc.args = (exc.detail,)
@@ -278,7 +354,9 @@ class VersionViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, TeamScope
     @extend_schema(request=None, responses={200: VersionSerializer}, summary="Archive a version")
     @action(detail=True, methods=["post"])
     def archive(self, request, pk=None):
-        version = services.version_archive(user=request.user, version=self.get_object(), reason=str(request.data.get("reason", "")))
+        version = services.version_archive(
+            user=request.user, version=self.get_object(), reason=str(request.data.get("reason", ""))
+        )
         return Response(self.get_serializer(version).data)
 
 

@@ -25,6 +25,11 @@ Packaged Triton model directory (a stable contract; serving pools load it as is)
         1/model.py                            <- CPU variants only: a copy of
                                                  platform/triton/onnxruntime_adapter/model.py
 
+A build asked to tune (Build.tune: the latency SLO, variants, a time budget) runs a
+seventh stage, `tune` (registry/factory/tune/): it searches each asked variant's serving
+config on a scratch tritonserver and packages the best one within the SLO as the servable
+variant `{variant}-tuned` (same graph, its own config.pbtxt, the search in its evidence).
+
 CPU variants use `backend: "python"` with parameters `onnx_file` (model.onnx),
 `intra_op_threads` and `inter_op_threads`; GPU variants use `platform: "onnxruntime_onnx"`
 with a KIND_GPU instance group (one instance on each GPU of the replica), batching and
@@ -41,6 +46,29 @@ DEFAULT_TARGETS = list(CPU_VARIANTS)
 STAGES = ("canonicalize", "optimize", "variants", "validate", "benchmark", "package")
 # Share of the progress bar each stage fills (sums to 100).
 STAGE_WEIGHTS = {"canonicalize": 15, "optimize": 10, "variants": 15, "validate": 20, "benchmark": 25, "package": 15}
+# A build that asks for a tune (Build.tune) runs one more stage after package: it takes
+# longer than all the others together, so it fills most of that build's bar.
+TUNE_STAGE = "tune"
+TUNE_WEIGHT = 150
+
+
+def stages_for(tune: bool) -> tuple[str, ...]:
+    return STAGES + ((TUNE_STAGE,) if tune else ())
+
+
+def stage_rows(tune: dict | None) -> list[dict]:
+    """A build's stage records as it starts: every stage pending."""
+    return [
+        {"name": s, "status": "pending", "started_at": None, "duration_s": None, "log": ""}
+        for s in stages_for(bool(tune))
+    ]
+
+
+def stage_weight(stage: str, tune: bool) -> float:
+    """A stage's share of the progress bar (0-100) in a build with or without a tune."""
+    weights = {**STAGE_WEIGHTS, TUNE_STAGE: TUNE_WEIGHT}
+    total = sum(weights[s] for s in stages_for(tune))
+    return 100.0 * weights[stage] / total
 
 
 def queue_for(targets: list[str]) -> str:

@@ -80,10 +80,12 @@ class BoxedStages:
             return BoxFailed(cpu_reason(self.cpu_s), "cpu_limit")
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         if code in (-signal.SIGABRT, -signal.SIGKILL, -signal.SIGSEGV):
-            return BoxFailed(f"the build process died ({how}), most likely because {memory_reason(self.memory_mb)}", "memory_limit")
+            return BoxFailed(
+                f"the build process died ({how}), most likely because {memory_reason(self.memory_mb)}", "memory_limit"
+            )
         return BoxFailed(f"the build process died ({how})", "build_process_died")
 
-    def _receive(self, log) -> tuple:
+    def _receive(self, log, progress=None) -> tuple:
         while True:
             try:
                 ready = self.conn.poll(0.5)
@@ -100,15 +102,19 @@ class BoxedStages:
             if message[0] == "log":
                 log(message[1])
                 continue
+            if message[0] == "progress":
+                if progress is not None:
+                    progress(message[1])
+                continue
             if message[0] == "ready":  # the spare's warm-up is done
                 continue
             return message
 
-    def run(self, stage: str, log) -> None:
-        """Run `stage` in the child; its log lines go to `log` as they come. Raises
-        BoxFailed when the stage (or the child) failed."""
+    def run(self, stage: str, log, progress=None) -> None:
+        """Run `stage` in the child; its log lines go to `log` and its progress (0-1) to
+        `progress` as they come. Raises BoxFailed when the stage (or the child) failed."""
         self.conn.send(("stage", stage))
-        message = self._receive(log)
+        message = self._receive(log, progress)
         if message[0] == "failed":
             raise BoxFailed(message[1], message[2])
         if message[0] == "error":  # a bug, not the model: the runner reports an internal error
@@ -144,8 +150,12 @@ _spare_lock = threading.Lock()
 
 def _spawn() -> tuple[subprocess.Popen, Connection]:
     parent, child = Pipe()
-    proc = subprocess.Popen([sys.executable, "-m", "registry.factory.box", str(child.fileno())],
-                            pass_fds=[child.fileno()], env=dict(os.environ), close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "registry.factory.box", str(child.fileno())],
+        pass_fds=[child.fileno()],
+        env=dict(os.environ),
+        close_fds=True,
+    )
     child.close()
     return proc, parent
 
@@ -224,20 +234,39 @@ def _rehearse() -> None:
     from registry.factory import STAGES, stages
 
     work = Path(tempfile.mkdtemp(prefix="build-warmup-"))
-    quick = {"BUILD_BENCH_SECONDS": 0.001, "BUILD_BENCH_BATCHES": "1", "BUILD_VALIDATION_ROWS": 64, "BUILD_BENCH_MAX_ITERS": 5}
+    quick = {
+        "BUILD_BENCH_SECONDS": 0.001,
+        "BUILD_BENCH_BATCHES": "1",
+        "BUILD_VALIDATION_ROWS": 64,
+        "BUILD_BENCH_MAX_ITERS": 5,
+    }
     try:
         weights = numpy_helper.from_array(np.array([[0.1], [-0.2], [0.3], [0.05]], dtype=np.float32), "w")
-        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["z"]), helper.make_node("Sigmoid", ["z"], ["y"])], "warmup",
-                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])], initializer=[weights])
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["z"]), helper.make_node("Sigmoid", ["z"], ["y"])],
+            "warmup",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])],
+            initializer=[weights],
+        )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         model.ir_version = 8
         onnx.save(model, str(work / "warmup.onnx"))
         for name, value in quick.items():
             setattr(settings, name, value)
-        ctx = stages.BuildContext(work_dir=work, model_name="warmup", version=1, task="ctr", source="upload", framework="onnx",
-                                  source_path=work / "warmup.onnx", source_uri="", expected_signature={},
-                                  targets=["onnx-fp32", "onnx-int8"], log=lambda line: None)
+        ctx = stages.BuildContext(
+            work_dir=work,
+            model_name="warmup",
+            version=1,
+            task="ctr",
+            source="upload",
+            framework="onnx",
+            source_path=work / "warmup.onnx",
+            source_uri="",
+            expected_signature={},
+            targets=["onnx-fp32", "onnx-int8"],
+            log=lambda line: None,
+        )
         for name in STAGES:
             stages.STAGE_FUNCTIONS[name](ctx)
     except Exception:  # a rehearsal that fails costs the next build its warm-up, nothing else
@@ -268,9 +297,15 @@ def _child(fd: int) -> None:
     from registry.factory import stages
     from registry.factory.graphs import GraphError
 
-    ctx = stages.BuildContext(**ctx_kwargs, log=lambda line: conn.send(("log", f"{time.strftime('%H:%M:%S')} {line}")))
+    ctx = stages.BuildContext(
+        **ctx_kwargs,
+        log=lambda line: conn.send(("log", f"{time.strftime('%H:%M:%S')} {line}")),
+        progress=lambda share: conn.send(("progress", float(share))),
+    )
     memory = memory_reason(int(limits["memory_mb"]))
-    ctx.log(f"build process pid {os.getpid()} (limits: {limits['memory_mb']} MiB {limits['memory_resource']}, {limits['cpu_s']} s CPU)")
+    ctx.log(
+        f"build process pid {os.getpid()} (limits: {limits['memory_mb']} MiB {limits['memory_resource']}, {limits['cpu_s']} s CPU)"
+    )
     while True:
         message = conn.recv()
         if message[0] == "exit":  # everything was sent: skip the interpreter's slow teardown
@@ -284,12 +319,21 @@ def _child(fd: int) -> None:
         except MemoryError:
             reply = ("failed", memory, "memory_limit")
         except (stages.StageError, GraphError) as exc:
-            failed_for_memory = (_looks_like_allocation_failure(str(exc)) or isinstance(exc.__cause__, MemoryError)
-                                 or _looks_like_allocation_failure(str(exc.__cause__ or "")))
-            reply = ("failed", memory, "memory_limit") if failed_for_memory else ("failed", str(exc), getattr(exc, "code", "build_failed"))
+            failed_for_memory = (
+                _looks_like_allocation_failure(str(exc))
+                or isinstance(exc.__cause__, MemoryError)
+                or _looks_like_allocation_failure(str(exc.__cause__ or ""))
+            )
+            reply = (
+                ("failed", memory, "memory_limit")
+                if failed_for_memory
+                else ("failed", str(exc), getattr(exc, "code", "build_failed"))
+            )
         except Exception as exc:  # ONNX Runtime and onnx raise their own types for a failed allocation
             text = f"{type(exc).__name__}: {exc}"
-            reply = ("failed", memory, "memory_limit") if _looks_like_allocation_failure(text) else ("error", text[:500])
+            reply = (
+                ("failed", memory, "memory_limit") if _looks_like_allocation_failure(text) else ("error", text[:500])
+            )
         conn.send(reply)
 
 

@@ -1,10 +1,9 @@
 """Build settings: Django settings win, else the environment, else these defaults
-(config.conf.setting). Read at call time so tests can shorten leases (settings fixture
+(kernel.conf.setting). Read at call time so tests can shorten leases (settings fixture
 in-process, environment for worker processes).
 """
 
-from config.conf import setting
-
+from kernel.conf import setting
 from registry.factory import numerics
 
 DEFAULTS = {
@@ -28,6 +27,15 @@ DEFAULTS = {
     "BUILD_LOWP_MAX_AUC_LOSS": numerics.LOWP_MAX_AUC_LOSS,
     "BUILD_INT_INPUT_HIGH": 1_000_000,  # synthetic integer inputs are drawn from [0, this) at most
     "BUILD_DYNAMIC_DIM_SIZE": 4,  # synthetic inputs: the size of a dynamic non-batch dimension
+    # The tune stage (builds that ask for it; registry/factory/tune/): defaults of a request
+    # and how long each measuring window lasts.
+    "TUNE_BUDGET_S": 120.0,  # wall time of the search per build, over its variants
+    "TUNE_MAX_TRIALS": 24,  # configs measured per variant at most (the default config included)
+    "TUNE_WINDOW_S": 0.8,  # one closed-loop window of the concurrency sweep
+    "TUNE_OPEN_WINDOW_S": 1.2,  # one open-loop window of the rate search
+    "TUNE_OPEN_WINDOWS": 4,  # open-loop windows per trial at most
+    "TUNE_LEVELS": "1,2,4,8,16,32,64",  # concurrency levels of the sweep
+    "TUNE_BODIES": 64,  # distinct single-row request bodies the load cycles over
     # Each build's stages run in one child process with these limits (registry/factory/box.py).
     "BUILD_MEMORY_LIMIT_MB": 4096,
     "BUILD_CPU_LIMIT_S": 600,
@@ -48,7 +56,9 @@ def bench_batches(name: str = "BUILD_BENCH_BATCHES") -> list[int]:
 def tolerance(variant: str) -> numerics.Tolerance:
     """The tolerance `variant` is validated against, with this deployment's settings."""
     return numerics.tolerance_for(
-        numerics.VARIANT_KIND.get(variant, "lowp"), fp32_max_abs=float(get("BUILD_FP32_MAX_ABS")),
-        fp16_max_abs=float(get("BUILD_FP16_MAX_ABS")), fp16_max_auc_loss=float(get("BUILD_FP16_MAX_AUC_LOSS")),
+        numerics.VARIANT_KIND.get(variant, "lowp"),
+        fp32_max_abs=float(get("BUILD_FP32_MAX_ABS")),
+        fp16_max_abs=float(get("BUILD_FP16_MAX_ABS")),
+        fp16_max_auc_loss=float(get("BUILD_FP16_MAX_AUC_LOSS")),
         lowp_max_auc_loss=float(get("BUILD_LOWP_MAX_AUC_LOSS")),
     )

@@ -26,7 +26,9 @@ def load(path: Path) -> onnx.ModelProto:
     try:
         model = onnx.load(str(path))
     except (DecodeError, RuntimeError, ValueError, OSError) as exc:
-        raise GraphError(f"the ONNX file does not parse (truncated or corrupt): {str(exc)[:300]}", "corrupt_onnx") from exc
+        raise GraphError(
+            f"the ONNX file does not parse (truncated or corrupt): {str(exc)[:300]}", "corrupt_onnx"
+        ) from exc
     if not model.graph.node or not model.graph.output:
         raise GraphError("the ONNX file has no graph (no nodes or outputs)", "corrupt_onnx")
     return model
@@ -61,7 +63,9 @@ def pin_opset(model: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto, str]
     try:
         converted = onnx.version_converter.convert_version(model, opset)
     except Exception as exc:  # the converter raises plain RuntimeErrors with C++ text
-        raise GraphError(f"cannot convert from opset {current} to the pinned opset {opset}: {str(exc)[:300]}", "opset_conversion") from exc
+        raise GraphError(
+            f"cannot convert from opset {current} to the pinned opset {opset}: {str(exc)[:300]}", "opset_conversion"
+        ) from exc
     return converted, f"opset {current} -> {opset}"
 
 
@@ -94,7 +98,11 @@ def session(path_or_bytes, *, threads: int = 1, level: str = "all", optimized_ou
         return ort.InferenceSession(source, options, providers=providers or ["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own exception types for graph problems
         text = str(exc)
-        code = "unsupported_op" if ("implementation" in text or "not a registered function/op" in text or "No Op registered" in text) else "ort_refused"
+        code = (
+            "unsupported_op"
+            if ("implementation" in text or "not a registered function/op" in text or "No Op registered" in text)
+            else "ort_refused"
+        )
         raise GraphError(f"ONNX Runtime cannot load the graph: {text.strip().splitlines()[0][:400]}", code) from exc
 
 
@@ -116,7 +124,7 @@ def _const_value(model: onnx.ModelProto, name: str, producers: dict) -> np.ndarr
     return None
 
 
-def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tuple[onnx.ModelProto, int]:
+def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tuple[onnx.ModelProto, int]:  # noqa: C901 - one pass read top to bottom; split when next changed
     """Fuse per-feature embedding lookups into one Gather over a concatenated table.
 
     Pattern (what torch.onnx.export emits for `stack([emb_i(ids[:, i]) ...], dim=1)`):
@@ -152,7 +160,12 @@ def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tu
             if axes is None or axes.reshape(-1).tolist() != [1]:
                 break
             lookup = producers.get(unsq.input[0])
-            if lookup is None or lookup.op_type != "Gather" or lookup.input[0] not in inits or len(consumers.get(lookup.output[0], [])) != 1:
+            if (
+                lookup is None
+                or lookup.op_type != "Gather"
+                or lookup.input[0] not in inits
+                or len(consumers.get(lookup.output[0], [])) != 1
+            ):
                 break
             if any(a.name == "axis" and helper.get_attribute_value(a) != 0 for a in lookup.attribute):
                 break
@@ -180,10 +193,18 @@ def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tu
             numpy_helper.from_array(np.array([c[3] for c in chain], dtype=np.int64), f"{prefix}_cols"),
         ]
         nodes = [
-            helper.make_node("Gather", [ids_name, f"{prefix}_cols"], [f"{prefix}_ids"], axis=1, name=f"{prefix}_select"),
-            helper.make_node("Cast", [f"{prefix}_ids"], [f"{prefix}_ids64"], to=onnx.TensorProto.INT64, name=f"{prefix}_cast"),
-            helper.make_node("Add", [f"{prefix}_ids64", f"{prefix}_offsets"], [f"{prefix}_rows"], name=f"{prefix}_offset"),
-            helper.make_node("Gather", [f"{prefix}_table", f"{prefix}_rows"], [concat.output[0]], axis=0, name=f"{prefix}_gather"),
+            helper.make_node(
+                "Gather", [ids_name, f"{prefix}_cols"], [f"{prefix}_ids"], axis=1, name=f"{prefix}_select"
+            ),
+            helper.make_node(
+                "Cast", [f"{prefix}_ids"], [f"{prefix}_ids64"], to=onnx.TensorProto.INT64, name=f"{prefix}_cast"
+            ),
+            helper.make_node(
+                "Add", [f"{prefix}_ids64", f"{prefix}_offsets"], [f"{prefix}_rows"], name=f"{prefix}_offset"
+            ),
+            helper.make_node(
+                "Gather", [f"{prefix}_table", f"{prefix}_rows"], [concat.output[0]], axis=0, name=f"{prefix}_gather"
+            ),
         ]
         removed = {id(concat)}
         for unsq, lookup, column, _ in chain:
@@ -222,19 +243,30 @@ def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tu
     return out, fused_total
 
 
-_NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
+_NP = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "bool": np.bool_,
+}
 
 
 def numpy_dtype(name: str):
     return _NP.get(name, np.float32)
 
 
-def seeded_inputs(signature: dict, rows: int, *, seed: int = 20240611, int_high: int = 1_000_000) -> dict[str, np.ndarray]:
+def seeded_inputs(
+    signature: dict, rows: int, *, seed: int = 20240611, int_high: int = 1_000_000
+) -> dict[str, np.ndarray]:
     """Seeded sample inputs from a signature: floats ~ N(0, 1), integers ~ U[0, int_high)."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for spec in signature["inputs"]:
-        shape = [rows if (i == 0 and d in (-1, None)) else (d if d and d > 0 else 1) for i, d in enumerate(spec["shape"])]
+        shape = [
+            rows if (i == 0 and d in (-1, None)) else (d if d and d > 0 else 1) for i, d in enumerate(spec["shape"])
+        ]
         dtype = _NP.get(spec["dtype"], np.float32)
         if np.issubdtype(dtype, np.integer):
             feeds[spec["name"]] = rng.integers(0, int_high, size=shape, dtype=dtype)
@@ -251,4 +283,9 @@ def slice_rows(feeds: dict[str, np.ndarray], start: int, stop: int) -> dict[str,
 
 def is_probability(values: np.ndarray) -> bool:
     finite = values[np.isfinite(values)]
-    return finite.size > 0 and float(finite.min()) >= 0.0 and float(finite.max()) <= 1.0 and values.reshape(values.shape[0], -1).shape[1] == 1
+    return (
+        finite.size > 0
+        and float(finite.min()) >= 0.0
+        and float(finite.max()) <= 1.0
+        and values.reshape(values.shape[0], -1).shape[1] == 1
+    )

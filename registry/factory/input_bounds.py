@@ -40,22 +40,70 @@ from onnx import helper, numpy_helper
 
 INF = math.inf
 FLOAT_CLIP = 3.0
-INT_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
-             onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
+INT_TYPES = {
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.UINT64,
+}
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 # Ops whose first input's values pass to every output unchanged (other inputs are shapes/axes).
-COPY_OPS = {"Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Slice", "Expand", "Tile", "Split",
-            "ReduceMax", "ReduceMin", "Dropout"}
+COPY_OPS = {
+    "Identity",
+    "Reshape",
+    "Unsqueeze",
+    "Squeeze",
+    "Flatten",
+    "Transpose",
+    "Slice",
+    "Expand",
+    "Tile",
+    "Split",
+    "ReduceMax",
+    "ReduceMin",
+    "Dropout",
+}
 GATHER_OPS = {"Gather": 0, "GatherElements": 0, "GatherND": 0}  # op -> index of the data input
 SCATTER_OPS = {"ScatterElements", "ScatterND", "Scatter"}
 # Operands that are shapes, counts or positions: a tracked value there cannot be bounded safely.
 SHAPE_OPERANDS = {
-    "Reshape": {1}, "Expand": {1}, "Tile": {1}, "Range": {0, 1, 2}, "ConstantOfShape": {0}, "OneHot": {1},
-    "TopK": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2}, "Resize": {1, 2, 3}, "Upsample": {1}, "Unsqueeze": {1},
-    "Squeeze": {1}, "Split": {1}, "ReduceSum": {1}, "ReduceMax": {1}, "ReduceMin": {1}, "ReduceMean": {1},
+    "Reshape": {1},
+    "Expand": {1},
+    "Tile": {1},
+    "Range": {0, 1, 2},
+    "ConstantOfShape": {0},
+    "OneHot": {1},
+    "TopK": {1},
+    "Slice": {1, 2, 3, 4},
+    "Pad": {1, 2},
+    "Resize": {1, 2, 3},
+    "Upsample": {1},
+    "Unsqueeze": {1},
+    "Squeeze": {1},
+    "Split": {1},
+    "ReduceSum": {1},
+    "ReduceMax": {1},
+    "ReduceMin": {1},
+    "ReduceMean": {1},
 }
 # Value-free or value-ending consumers of integers: their outputs carry no index risk.
-SINK_OPS = {"Shape", "Size", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "IsNaN", "IsInf", "OneHot"}
+SINK_OPS = {
+    "Shape",
+    "Size",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "Not",
+    "IsNaN",
+    "IsInf",
+    "OneHot",
+}
 
 
 class InputsUnbounded(Exception):
@@ -178,14 +226,14 @@ def _table_size(node, g: _Graph, data_name: str, indices_name: str) -> int | Non
     if node.op_type == "GatherND":
         depth = (g.shapes.get(indices_name) or [None])[-1]
         batch_dims = _attr(node, "batch_dims", 0)
-        dims = shape[batch_dims: batch_dims + depth] if depth else shape[batch_dims:]
+        dims = shape[batch_dims : batch_dims + depth] if depth else shape[batch_dims:]
         return None if not dims or any(d is None for d in dims) else int(min(dims))
     axis = _attr(node, "axis", 0)
     axis = axis + rank if axis < 0 else axis
     return shape[axis] if 0 <= axis < rank else None
 
 
-def _propagate(g: _Graph, ranges: dict[str, Interval]) -> tuple[list[tuple], list[tuple]]:
+def _propagate(g: _Graph, ranges: dict[str, Interval]) -> tuple[list[tuple], list[tuple]]:  # noqa: C901 - one pass read top to bottom; split when next changed
     """Forward pass. Returns (index sites [(node, N, interval)], shape hazards [(node, interval)])."""
     env: dict[str, Interval] = dict(ranges)
     sites, hazards = [], []
@@ -241,12 +289,16 @@ def _propagate(g: _Graph, ranges: dict[str, Interval]) -> tuple[list[tuple], lis
             out = Interval(-ins[0].hi, -ins[0].lo, sources, ins[0].lost)
         elif op == "Abs":
             a = ins[0]
-            out = Interval(0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi)), max(abs(a.lo), abs(a.hi)), sources, a.lost)
+            out = Interval(
+                0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi)), max(abs(a.lo), abs(a.hi)), sources, a.lost
+            )
         elif op == "Clip":
             a = ins[0]
             lo = ins[1].hi if len(ins) > 1 and ins[1] is not None and not ins[1].sources else -INF
             hi = ins[2].lo if len(ins) > 2 and ins[2] is not None and not ins[2].sources else INF
-            out = Interval(max(a.lo, lo), min(a.hi, hi), sources, a.lost if max(a.lo, lo) == -INF or min(a.hi, hi) == INF else "")
+            out = Interval(
+                max(a.lo, lo), min(a.hi, hi), sources, a.lost if max(a.lo, lo) == -INF or min(a.hi, hi) == INF else ""
+            )
         elif op in SINK_OPS or op in SCATTER_OPS:
             out = None
         else:
@@ -263,7 +315,7 @@ def _captured(node) -> set[str]:
     """Names a node's subgraphs (If/Loop/Scan bodies) read, recursively."""
     names = set()
     for attr in node.attribute:
-        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
             for inner in sub.node:
                 names.update(inner.input)
                 names |= _captured(inner)
@@ -285,8 +337,11 @@ def _violations(sites, hazards, name: str) -> list[str]:
     for node, pos, iv in hazards:
         if name in iv.sources:
             where = f"{node.op_type} {node.name or node.output[0]!r}"
-            found.append(f"it is read inside a subgraph of {where}, which the analysis does not follow" if pos == "a subgraph"
-                         else f"it is used as operand {pos} (a shape, count or position) of {where}")
+            found.append(
+                f"it is read inside a subgraph of {where}, which the analysis does not follow"
+                if pos == "a subgraph"
+                else f"it is used as operand {pos} (a shape, count or position) of {where}"
+            )
     return found
 
 
@@ -299,18 +354,25 @@ def _initial(g: _Graph, name: str, high: int) -> Interval:
     return Interval(0, 1, frozenset({name}))  # bool
 
 
-def plan_inputs(model: onnx.ModelProto, *, int_high: int = 1_000_000) -> dict[str, InputPlan]:
+def plan_inputs(model: onnx.ModelProto, *, int_high: int = 1_000_000) -> dict[str, InputPlan]:  # noqa: C901 - one pass read top to bottom; split when next changed
     """A synthesis plan per graph input; raises InputsUnbounded when an input cannot be bounded."""
     g = _Graph(model)
     plans: dict[str, InputPlan] = {}
     for vi in g.inputs:
         elem = vi.type.tensor_type.elem_type
         if not vi.type.HasField("tensor_type"):
-            raise InputsUnbounded(f"input {vi.name!r} is not a tensor (a sequence or map); synthetic data cannot be made for it", vi.name)
+            raise InputsUnbounded(
+                f"input {vi.name!r} is not a tensor (a sequence or map); synthetic data cannot be made for it", vi.name
+            )
         if elem == onnx.TensorProto.STRING:
-            raise InputsUnbounded(f"input {vi.name!r} is a string tensor; synthetic strings would not mean anything to the model", vi.name)
+            raise InputsUnbounded(
+                f"input {vi.name!r} is a string tensor; synthetic strings would not mean anything to the model", vi.name
+            )
         if elem not in INT_TYPES | FLOAT_TYPES | {onnx.TensorProto.BOOL}:
-            raise InputsUnbounded(f"input {vi.name!r} has element type {onnx.TensorProto.DataType.Name(elem)}, which cannot be synthesized", vi.name)
+            raise InputsUnbounded(
+                f"input {vi.name!r} has element type {onnx.TensorProto.DataType.Name(elem)}, which cannot be synthesized",
+                vi.name,
+            )
         dtype = helper.tensor_dtype_to_np_dtype(elem).name
         kind = "integer" if elem in INT_TYPES else ("float" if elem in FLOAT_TYPES else "bool")
         plans[vi.name] = InputPlan(vi.name, dtype, [d if d else -1 for d in g.shapes.get(vi.name, [])], kind)
@@ -333,8 +395,14 @@ def plan_inputs(model: onnx.ModelProto, *, int_high: int = 1_000_000) -> dict[st
 
         good, sites, hazards = ok(1)
         if not good:
-            raise InputsUnbounded(f"input {p.name!r}: {_violations(sites, hazards, p.name)[0]} even when it is 0", p.name)
-        reached = [f"{n.op_type} {n.name or n.output[0]!r} (table of {size} rows)" for n, size, iv in sites if p.name in iv.sources]
+            raise InputsUnbounded(
+                f"input {p.name!r}: {_violations(sites, hazards, p.name)[0]} even when it is 0", p.name
+            )
+        reached = [
+            f"{n.op_type} {n.name or n.output[0]!r} (table of {size} rows)"
+            for n, size, iv in sites
+            if p.name in iv.sources
+        ]
         if ok(top)[0]:
             p.high = top
         else:
@@ -362,7 +430,9 @@ def concrete_shape(shape: list, rows: int, dynamic_size: int = 4) -> list[int]:
     return [rows if i == 0 and d in (-1, None) else (d if d and d > 0 else dynamic_size) for i, d in enumerate(shape)]
 
 
-def synthesize(plans: dict[str, InputPlan], rows: int, *, seed: int = 20240611, dynamic_size: int = 4) -> dict[str, np.ndarray]:
+def synthesize(
+    plans: dict[str, InputPlan], rows: int, *, seed: int = 20240611, dynamic_size: int = 4
+) -> dict[str, np.ndarray]:
     """Seeded inputs following `plans`: `rows` rows (the first dimension when it is dynamic)."""
     rng = np.random.default_rng(seed)
     feeds = {}

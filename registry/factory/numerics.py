@@ -30,7 +30,13 @@ LOWP_MAX_REL = 0.05  # non-classifiers: 5 % relative error
 
 
 # The tolerance kind each variant is held to; unknown variants are low precision.
-VARIANT_KIND = {"onnx-fp32": "exact", "onnx-fp32-gpu": "exact", "onnx-fp16": "fp16", "tensorrt": "fp16", "onnx-int8": "lowp"}
+VARIANT_KIND = {
+    "onnx-fp32": "exact",
+    "onnx-fp32-gpu": "exact",
+    "onnx-fp16": "fp16",
+    "tensorrt": "fp16",
+    "onnx-int8": "lowp",
+}
 
 
 @dataclass(frozen=True)
@@ -43,8 +49,14 @@ class Tolerance:
     max_rel: float = LOWP_MAX_REL
 
 
-def tolerance_for(kind: str, *, fp32_max_abs: float = FP32_MAX_ABS, fp16_max_abs: float = FP16_MAX_ABS,
-                  fp16_max_auc_loss: float = FP16_MAX_AUC_LOSS, lowp_max_auc_loss: float = LOWP_MAX_AUC_LOSS) -> Tolerance:
+def tolerance_for(
+    kind: str,
+    *,
+    fp32_max_abs: float = FP32_MAX_ABS,
+    fp16_max_abs: float = FP16_MAX_ABS,
+    fp16_max_auc_loss: float = FP16_MAX_AUC_LOSS,
+    lowp_max_auc_loss: float = LOWP_MAX_AUC_LOSS,
+) -> Tolerance:
     if kind == "exact":
         return Tolerance("exact", max_abs=fp32_max_abs)
     if kind == "fp16":
@@ -98,7 +110,13 @@ def compare(reference: np.ndarray, out: np.ndarray, labels: np.ndarray | None = 
     reference = np.asarray(reference, dtype=np.float64)
     out = np.asarray(out, dtype=np.float64).reshape(reference.shape)
     nan_count = int(np.size(out) - np.isfinite(out).sum())
-    evidence = {"values": int(out.size), "nan_count": nan_count, "max_abs_error": None, "max_rel_error": None, "mean_abs_error": None}
+    evidence = {
+        "values": int(out.size),
+        "nan_count": nan_count,
+        "max_abs_error": None,
+        "max_rel_error": None,
+        "mean_abs_error": None,
+    }
     if nan_count < out.size:
         diff = np.abs(out - reference)
         evidence.update(
@@ -109,7 +127,9 @@ def compare(reference: np.ndarray, out: np.ndarray, labels: np.ndarray | None = 
     if labels is not None and nan_count == 0:
         base = base if base is not None else baseline(reference, labels)
         score_auc, loss = auc(labels, out.reshape(-1)), logloss(labels, out.reshape(-1))
-        evidence.update(auc=score_auc, logloss=loss, auc_delta=score_auc - base["auc"], logloss_delta=loss - base["logloss"])
+        evidence.update(
+            auc=score_auc, logloss=loss, auc_delta=score_auc - base["auc"], logloss_delta=loss - base["logloss"]
+        )
     return evidence
 
 
@@ -117,7 +137,11 @@ def judge(evidence: dict, tolerance: Tolerance, *, classifier: bool) -> tuple[bo
     """(passed, why not, threshold) for one compared variant."""
     if evidence["nan_count"]:
         return False, f"the variant outputs NaN/Inf on {evidence['nan_count']} of {evidence['values']} values", {}
-    max_abs, auc_delta, max_rel = evidence.get("max_abs_error"), evidence.get("auc_delta"), evidence.get("max_rel_error")
+    max_abs, auc_delta, max_rel = (
+        evidence.get("max_abs_error"),
+        evidence.get("auc_delta"),
+        evidence.get("max_rel_error"),
+    )
     if tolerance.kind == "exact":
         ok = max_abs is not None and max_abs <= tolerance.max_abs
         return ok, f"max abs error {max_abs} > {tolerance.max_abs}", {"max_abs_error": tolerance.max_abs}

@@ -53,7 +53,10 @@ def others(reference: dict, out: dict, primary_name: str, kind: str, fp32_max_ab
             continue
         got = out.get(name)
         if got is None or got.shape != ref.shape:
-            failure = failure or f"output {name!r} has shape {None if got is None else list(got.shape)}, the original {list(ref.shape)}"
+            failure = (
+                failure
+                or f"output {name!r} has shape {None if got is None else list(got.shape)}, the original {list(ref.shape)}"
+            )
             continue
         if ref.dtype.kind in "iub":
             equal = float(np.mean(got == ref)) if ref.size else 1.0

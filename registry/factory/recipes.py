@@ -26,8 +26,17 @@ class VariantNotApplicable(VariantRefused):
 # Low-precision variants rewrite float weights; ai.onnx.ml operators (tree ensembles, scalers,
 # encoders) keep theirs in attributes, which no quantizer or fp16 converter here touches.
 LOW_PRECISION = ("onnx-int8", "onnx-fp16", "tensorrt")
-QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "DequantizeLinear",
-                 "QuantizeLinear", "QGemm", "ConvInteger", "QLinearConv"}
+QUANTIZED_OPS = {
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
+    "DynamicQuantizeMatMul",
+    "QLinearMatMul",
+    "DequantizeLinear",
+    "QuantizeLinear",
+    "QGemm",
+    "ConvInteger",
+    "QLinearConv",
+}
 
 
 def _ml_ops(path: Path) -> list[str]:
@@ -59,33 +68,45 @@ def optimized_graphs(canonical: Path, work_dir: Path) -> tuple[Path, Path, list[
     fused, count = graphs.fuse_embedding_gathers(model)
     fused_path = work_dir / "fused.onnx"
     onnx.save(fused, str(fused_path))
-    notes = [f"fused {count} embedding lookups into one gather over a concatenated table" if count else "no per-feature embedding lookups to fuse"]
+    notes = [
+        f"fused {count} embedding lookups into one gather over a concatenated table"
+        if count
+        else "no per-feature embedding lookups to fuse"
+    ]
     # Extended level: operator fusions (Gemm+activation, …); not the hardware-specific
     # layout transforms of level "all", so the saved graph is portable across CPUs. Its
     # fused nodes are CPU kernels: GPU variants never start from it.
     optimized_path = work_dir / "optimized.onnx"
     optimized = graphs.ort_offline(fused_path, optimized_path, "extended")
-    notes.append(f"ONNX Runtime offline optimization (extended, CPU): {len(fused.graph.node)} -> {len(optimized.graph.node)} nodes")
+    notes.append(
+        f"ONNX Runtime offline optimization (extended, CPU): {len(fused.graph.node)} -> {len(optimized.graph.node)} nodes"
+    )
     return fused_path, optimized_path, notes
 
 
 def make_variant(target: str, *, fused: Path, optimized: Path, dest: Path) -> None:
     """Write `target`'s graph to `dest`; VariantRefused says why it cannot be made."""
     if target in LOW_PRECISION and (ml_ops := _ml_ops(fused)):
-        raise VariantNotApplicable(f"{target} does not apply to ai.onnx.ml operators ({', '.join(ml_ops)}): their weights are "
-                                   "attributes no quantizer or fp16 converter rewrites; serve onnx-fp32")
+        raise VariantNotApplicable(
+            f"{target} does not apply to ai.onnx.ml operators ({', '.join(ml_ops)}): their weights are "
+            "attributes no quantizer or fp16 converter rewrites; serve onnx-fp32"
+        )
     if target == "onnx-fp32":
         shutil.copyfile(optimized, dest)
     elif target == "onnx-int8":
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         try:
-            quantize_dynamic(str(fused), str(dest), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"])
+            quantize_dynamic(
+                str(fused), str(dest), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm", "Gather"]
+            )
         except Exception as exc:  # the quantizer raises plain exceptions on graphs it cannot handle
             raise VariantRefused(f"INT8 quantization failed: {str(exc).splitlines()[0][:300]}") from exc
         if not any(n.op_type in QUANTIZED_OPS for n in onnx.load(str(dest)).graph.node):
             dest.unlink(missing_ok=True)
-            raise VariantNotApplicable("INT8 quantization does not apply: the graph has no MatMul, Gemm or Gather weights to quantize")
+            raise VariantNotApplicable(
+                "INT8 quantization does not apply: the graph has no MatMul, Gemm or Gather weights to quantize"
+            )
     elif target in ("onnx-fp32-gpu", "tensorrt"):
         # tensorrt: Triton's TensorRT accelerator builds FP16 engines from this fp32 graph on the GPU.
         try:

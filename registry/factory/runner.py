@@ -20,7 +20,7 @@ from pathlib import Path
 from django.db import connection
 
 from registry import storage
-from registry.factory import GPU_VARIANTS, STAGES, box, conf, numerics, stages
+from registry.factory import GPU_VARIANTS, box, conf, numerics, stages, stages_for
 from registry.models import ArtifactStatus, Build, VersionData
 from registry.services import builds as build_services
 
@@ -82,6 +82,7 @@ def _context(build: Build, work_dir: Path) -> dict:
         targets=list(build.targets),
         validation_set=paths.get("validation"),
         input_example=paths.get("example"),
+        tune=build.tune or None,
     )
 
 
@@ -96,9 +97,13 @@ def _settings_snapshot() -> dict:
 
 
 def _box(build: Build, work_dir: Path) -> box.BoxedStages:
-    return box.BoxedStages(_context(build, work_dir), settings_snapshot=_settings_snapshot(),
-                           memory_mb=int(conf.get("BUILD_MEMORY_LIMIT_MB")), cpu_s=int(conf.get("BUILD_CPU_LIMIT_S")),
-                           gpu=any(target in GPU_VARIANTS for target in build.targets))
+    return box.BoxedStages(
+        _context(build, work_dir),
+        settings_snapshot=_settings_snapshot(),
+        memory_mb=int(conf.get("BUILD_MEMORY_LIMIT_MB")),
+        cpu_s=int(conf.get("BUILD_CPU_LIMIT_S")),
+        gpu=any(target in GPU_VARIANTS for target in build.targets),
+    )
 
 
 def _artifact_rows(variants: dict[str, stages.VariantResult]) -> list[dict]:
@@ -122,6 +127,47 @@ def _artifact_rows(variants: dict[str, stages.VariantResult]) -> list[dict]:
     return rows
 
 
+class _StageLog:
+    """A running stage's log lines and progress: kept in the worker, written to the Build
+    row when the stage ends, and (at most every PROGRESS_EVERY_S) while a long stage reports
+    progress, so the build page shows the tune's trials as they are measured."""
+
+    PROGRESS_EVERY_S = 1.0
+
+    def __init__(self, build_id: int, owner: str):
+        self.build_id, self.owner = build_id, owner
+        self.stage, self.lines, self.written, self.last = "", [], 0, 0.0
+
+    def start(self, stage: str) -> None:
+        self.stage, self.lines, self.written, self.last = stage, [], 0, 0.0
+
+    def append(self, line: str) -> None:
+        self.lines.append(line)
+
+    def rest(self) -> str:
+        """The lines not written yet (and marks them written)."""
+        fresh = self.lines[self.written :]
+        self.written = len(self.lines)
+        return "\n".join(fresh) + "\n" if fresh else ""
+
+    def progress(self, share: float) -> None:
+        now = time.monotonic()
+        if now - self.last < self.PROGRESS_EVERY_S:
+            return
+        self.last = now
+        try:
+            build_services.build_stage_update(
+                build_id=self.build_id,
+                owner=self.owner,
+                stage=self.stage,
+                status="running",
+                log=self.rest(),
+                share=share,
+            )
+        except build_services.LeaseLost:  # the stage loop notices through the heartbeat
+            pass
+
+
 def run(build_id: int, *, owner: str) -> str:
     """Run one attempt of build `build_id` as `owner`; returns what happened."""
     build = build_services.build_claim(build_id=build_id, owner=owner)
@@ -131,34 +177,61 @@ def run(build_id: int, *, owner: str) -> str:
     heartbeat.start()
     work_dir = storage.tmp_dir() / f"build-{build_id}-a{build.attempt}-{uuid.uuid4().hex[:8]}"
     work_dir.mkdir(parents=True)
-    sink: list[str] = []
-    current = STAGES[0]
+    sink = _StageLog(build_id, owner)
+    plan = stages_for(bool(build.tune))
+    current = plan[0]
     boxed = None
     try:
         boxed = _box(build, work_dir)
-        for current in STAGES:
+        for current in plan:
             if heartbeat.lost.is_set():
                 raise build_services.LeaseLost(f"lost the lease of build #{build_id}")
             build_services.build_stage_update(build_id=build_id, owner=owner, stage=current, status="running")
             started = time.monotonic()
-            sink.clear()
+            sink.start(current)
             try:
-                boxed.run(current, sink.append)
+                boxed.run(current, sink.append, progress=sink.progress)
             except box.BoxFailed as exc:
                 sink.append(f"FAILED: {exc}")
                 build_services.build_stage_update(
-                    build_id=build_id, owner=owner, stage=current, status="failed", log="\n".join(sink) + "\n",
+                    build_id=build_id,
+                    owner=owner,
+                    stage=current,
+                    status="failed",
+                    log=sink.rest(),
                     duration_s=time.monotonic() - started,
                 )
-                build_services.build_fail(build_id=build_id, owner=owner, reason=f"{current}: {exc}", code=getattr(exc, "code", "build_failed"))
-                log.info("build #%s (%s v%s): stage %s failed: %s", build_id, build.version.model.name, build.version.version, current, exc)
+                build_services.build_fail(
+                    build_id=build_id,
+                    owner=owner,
+                    reason=f"{current}: {exc}",
+                    code=getattr(exc, "code", "build_failed"),
+                )
+                log.info(
+                    "build #%s (%s v%s): stage %s failed: %s",
+                    build_id,
+                    build.version.model.name,
+                    build.version.version,
+                    current,
+                    exc,
+                )
                 return "failed"
             build_services.build_stage_update(
-                build_id=build_id, owner=owner, stage=current, status="succeeded", log="\n".join(sink) + "\n",
+                build_id=build_id,
+                owner=owner,
+                stage=current,
+                status="succeeded",
+                log=sink.rest(),
                 duration_s=time.monotonic() - started,
             )
-            log.info("build #%s (%s v%s): stage %s done in %.1f s", build_id, build.version.model.name,
-                     build.version.version, current, time.monotonic() - started)
+            log.info(
+                "build #%s (%s v%s): stage %s done in %.1f s",
+                build_id,
+                build.version.model.name,
+                build.version.version,
+                current,
+                time.monotonic() - started,
+            )
         rows = _artifact_rows(boxed.variants())
         build_services.build_publish(build_id=build_id, owner=owner, artifacts=rows)
         return "published"
@@ -169,11 +242,20 @@ def run(build_id: int, *, owner: str) -> str:
         # Soft time limit or a bug: fail with the reason rather than retry forever.
         from celery.exceptions import SoftTimeLimitExceeded
 
-        reason = "time limit exceeded" if isinstance(exc, SoftTimeLimitExceeded) else f"internal error: {type(exc).__name__}: {str(exc)[:300]}"
+        reason = (
+            "time limit exceeded"
+            if isinstance(exc, SoftTimeLimitExceeded)
+            else f"internal error: {type(exc).__name__}: {str(exc)[:300]}"
+        )
         log.exception("build %s failed in %s", build_id, current)
         try:
-            build_services.build_stage_update(build_id=build_id, owner=owner, stage=current, status="failed", log="\n".join(sink + [reason]) + "\n")
-            build_services.build_fail(build_id=build_id, owner=owner, reason=f"{current}: {reason}", code="internal_error")
+            sink.append(reason)
+            build_services.build_stage_update(
+                build_id=build_id, owner=owner, stage=current, status="failed", log=sink.rest()
+            )
+            build_services.build_fail(
+                build_id=build_id, owner=owner, reason=f"{current}: {reason}", code="internal_error"
+            )
         except build_services.LeaseLost:
             pass
         return "failed"

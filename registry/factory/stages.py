@@ -1,4 +1,4 @@
-"""The six build stages. Each takes the BuildContext, does its work in ctx.work_dir,
+"""The six build stages (and the tune, registry/factory/tune/, for builds that ask). Each takes the BuildContext, does its work in ctx.work_dir,
 appends log lines with ctx.log(...) and raises StageError to fail the build.
 
 Nothing here touches the database: registry/factory/runner.py records progress and
@@ -13,21 +13,21 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnx
 
 from registry import names, triton_config
 from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, input_bounds, numerics, outputs, recipes
-from registry.sizes import human_size
 from registry.factory.gpu import checks as gpu_checks
 from registry.factory.gpu import measure as gpu_measure
 from registry.factory.gpu import serving as gpu_serving
 from registry.factory.gpu.providers import ProviderMissing
 from registry.factory.timing import measure
+from registry.sizes import human_size
 
 ADAPTER = Path(__file__).resolve().parents[2] / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
 
@@ -76,11 +76,13 @@ class BuildContext:
     eager_benchmark: dict = field(default_factory=dict)
     mlflow_dataset: Path | None = None  # a validation dataset file logged to the MLflow run
     input_plans: dict | None = None  # synthetic-input plans, derived once from the canonical graph
+    tune: dict | None = None  # the build's tune request (Build.tune), None when it asked for none
+    progress: Callable[[float], None] = lambda share: None  # how far the running stage is (0-1)
 
 
 # --- 1. canonicalize ---------------------------------------------------------------------------
 def _source_from_mlflow(ctx: BuildContext) -> onnx.ModelProto:
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     mlflow_config.configure()
     import mlflow
@@ -89,7 +91,10 @@ def _source_from_mlflow(ctx: BuildContext) -> onnx.ModelProto:
     try:
         info = mlflow.models.get_model_info(ctx.source_uri)
     except (MlflowException, OSError, ValueError) as exc:
-        raise StageError(f"MLflow model URI {ctx.source_uri!r} does not resolve: {str(exc).splitlines()[0][:300]}", "source_unresolvable") from exc
+        raise StageError(
+            f"MLflow model URI {ctx.source_uri!r} does not resolve: {str(exc).splitlines()[0][:300]}",
+            "source_unresolvable",
+        ) from exc
     flavors = set(info.flavors)
     ctx.log(f"MLflow model {ctx.source_uri} (run {info.run_id}) flavors: {', '.join(sorted(flavors))}")
     if info.run_id and not ctx.validation_set:
@@ -103,7 +108,9 @@ def _source_from_mlflow(ctx: BuildContext) -> onnx.ModelProto:
         return graphs.load(candidates[0])
     if "pytorch" in flavors:
         if info.saved_input_example_info and not (ctx.validation_set or ctx.input_example):
-            _mlflow_example(ctx, Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow"))))
+            _mlflow_example(
+                ctx, Path(mlflow.artifacts.download_artifacts(ctx.source_uri, dst_path=str(ctx.work_dir / "mlflow")))
+            )
         return _export_pytorch(ctx, info)
     raise StageError(f"MLflow model flavors {sorted(flavors)}: only onnx and pytorch are built", "unsupported_flavor")
 
@@ -129,11 +136,13 @@ def _mlflow_validation_dataset(ctx: BuildContext, run_id: str) -> Path | None:
             uri = str(json.loads(item.dataset.source or "{}").get("uri", ""))
         except (ValueError, AttributeError):
             uri = ""
-        relative = uri[len(root):] if uri.startswith(root) else ""
+        relative = uri[len(root) :] if uri.startswith(root) else ""
         if not relative or posixpath.normpath(relative).startswith("..") or "/../" in f"/{relative}/":
             ctx.log(f"MLflow dataset {item.dataset.name!r} ({context}) is not one of the run's artifacts; not read")
             continue
-        local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=relative, dst_path=str(ctx.work_dir / "mlflow-data"))
+        local = mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=relative, dst_path=str(ctx.work_dir / "mlflow-data")
+        )
         ctx.log(f"MLflow dataset {item.dataset.name!r} ({context}) found in the run's artifacts: {relative}")
         return Path(local)
     return None
@@ -142,7 +151,7 @@ def _mlflow_validation_dataset(ctx: BuildContext, run_id: str) -> Path | None:
 def _use_mlflow_dataset(ctx: BuildContext) -> None:
     """Check the run's validation dataset against the signature and validate on it (a
     label column: `label`, else the one column that is no input)."""
-    from config.errors import PlatformError
+    from kernel.errors import PlatformError
     from registry import data_files
 
     try:
@@ -150,14 +159,19 @@ def _use_mlflow_dataset(ctx: BuildContext) -> None:
         inputs = {s["name"] for s in ctx.signature["inputs"]}
         extra = [k for k in arrays if k not in inputs]
         label = "label" if "label" in arrays else (extra[0] if len(extra) == 1 else None)
-        checked = data_files.check(arrays, ctx.signature, label=label, max_rows=int(conf.setting("VERSION_DATA_MAX_ROWS", 1_000_000)))
+        checked = data_files.check(
+            arrays, ctx.signature, label=label, max_rows=int(conf.setting("VERSION_DATA_MAX_ROWS", 1_000_000))
+        )
     except PlatformError as exc:
         ctx.log(f"the MLflow validation dataset does not fit the model ({exc.detail}); not using it")
         return
     path = ctx.work_dir / "mlflow_validation.npz"
     np.savez(path, **checked)
     ctx.validation_set = path
-    ctx.log(f"validating on the MLflow run's dataset: {len(next(iter(checked.values())))} rows" + (f", label {label!r}" if label else ", no label"))
+    ctx.log(
+        f"validating on the MLflow run's dataset: {len(next(iter(checked.values())))} rows"
+        + (f", label {label!r}" if label else ", no label")
+    )
 
 
 def _mlflow_example(ctx: BuildContext, local: Path) -> None:
@@ -169,7 +183,10 @@ def _mlflow_example(ctx: BuildContext, local: Path) -> None:
 
     try:
         meta = Model.load(str(local))
-        if not meta.saved_input_example_info or meta.saved_input_example_info.get("type") not in ("ndarray", "json_object"):
+        if not meta.saved_input_example_info or meta.saved_input_example_info.get("type") not in (
+            "ndarray",
+            "json_object",
+        ):
             return
         example = meta.load_input_example(str(local))
     except Exception as exc:  # an unreadable example is not the build's failure: say so and go on
@@ -191,11 +208,18 @@ def _export_pytorch(ctx: BuildContext, info) -> onnx.ModelProto:
     signature = ctx.expected_signature if ctx.expected_signature.get("inputs") else {}
     if not signature and info.signature is not None:
         signature = {
-            "inputs": [{"name": s.name, "dtype": str(s.type), "shape": list(s.shape)} for s in info.signature.inputs.inputs],
-            "outputs": [{"name": s.name, "dtype": str(s.type), "shape": list(s.shape)} for s in info.signature.outputs.inputs],
+            "inputs": [
+                {"name": s.name, "dtype": str(s.type), "shape": list(s.shape)} for s in info.signature.inputs.inputs
+            ],
+            "outputs": [
+                {"name": s.name, "dtype": str(s.type), "shape": list(s.shape)} for s in info.signature.outputs.inputs
+            ],
         }
     if not signature.get("inputs") or not signature.get("outputs"):
-        raise StageError("the PyTorch model has no tensor signature in MLflow; log it with one so it can be exported", "signature_missing")
+        raise StageError(
+            "the PyTorch model has no tensor signature in MLflow; log it with one so it can be exported",
+            "signature_missing",
+        )
     module = mlflow.pytorch.load_model(ctx.source_uri, map_location="cpu").eval()
     ctx.torch_model = module
     # Ids 0 only: any embedding table has a row 0 (the graph is not there yet to bound them).
@@ -207,8 +231,13 @@ def _export_pytorch(ctx: BuildContext, info) -> onnx.ModelProto:
     started = time.monotonic()
     try:
         torch.onnx.export(
-            module, args, str(out_path), input_names=names_in, output_names=names_out,
-            dynamic_axes={n: {0: "batch"} for n in names_in + names_out}, opset_version=conf.get("BUILD_OPSET"),
+            module,
+            args,
+            str(out_path),
+            input_names=names_in,
+            output_names=names_out,
+            dynamic_axes={n: {0: "batch"} for n in names_in + names_out},
+            opset_version=conf.get("BUILD_OPSET"),
             dynamo=False,
         )
     except Exception as exc:  # exporter errors come in many types
@@ -224,7 +253,9 @@ def canonicalize(ctx: BuildContext) -> None:
         model = graphs.load(ctx.source_path)
     else:
         model = _source_from_mlflow(ctx)
-    ctx.log(f"source graph: {len(model.graph.node)} nodes, opset {graphs.default_opset(model)}, producer {model.producer_name!r}")
+    ctx.log(
+        f"source graph: {len(model.graph.node)} nodes, opset {graphs.default_opset(model)}, producer {model.producer_name!r}"
+    )
     ctx.canonical, folded, notes = recipes.canonical_graph(model, ctx.work_dir, opset=conf.get("BUILD_OPSET"))
     for note in notes:
         ctx.log(note)
@@ -232,7 +263,10 @@ def canonicalize(ctx: BuildContext) -> None:
     _check_signature(ctx)
     if ctx.mlflow_dataset is not None and not ctx.validation_set:
         _use_mlflow_dataset(ctx)
-    ctx.log("signature: " + ", ".join(f"{s['name']}:{s['dtype']}{s['shape']}" for s in ctx.signature["inputs"] + ctx.signature["outputs"]))
+    ctx.log(
+        "signature: "
+        + ", ".join(f"{s['name']}:{s['dtype']}{s['shape']}" for s in ctx.signature["inputs"] + ctx.signature["outputs"])
+    )
     if ctx.torch_model is not None:
         _check_export_fidelity(ctx)
 
@@ -252,7 +286,8 @@ def _check_signature(ctx: BuildContext) -> None:
         have = {s["name"]: s for s in ctx.signature[side]}
         if set(want) != set(have):
             raise StageError(
-                f"signature mismatch: the version declares {side} {sorted(want)} but the graph has {sorted(have)}", "signature_mismatch"
+                f"signature mismatch: the version declares {side} {sorted(want)} but the graph has {sorted(have)}",
+                "signature_mismatch",
             )
         for name, spec in want.items():
             if spec.get("dtype") and spec["dtype"] != have[name]["dtype"]:
@@ -273,7 +308,9 @@ def _check_export_fidelity(ctx: BuildContext) -> None:
     err = float(np.max(np.abs(eager.reshape(exported.shape) - exported)))
     ctx.log(f"export fidelity vs PyTorch eager on 256 seeded rows: max abs error {err:.2e}")
     if not np.isfinite(err) or err > 1e-4:
-        raise StageError(f"the exported graph disagrees with PyTorch eager (max abs error {err:.3g})", "export_mismatch")
+        raise StageError(
+            f"the exported graph disagrees with PyTorch eager (max abs error {err:.3g})", "export_mismatch"
+        )
 
 
 # --- 2. optimize -------------------------------------------------------------------------------
@@ -307,20 +344,32 @@ def variants(ctx: BuildContext) -> None:
 
 
 # --- 4. validate -------------------------------------------------------------------------------
-ATTACH_DATA = ("attach an input example or a labelled validation set to the version "
-               "(POST /api/v1/versions/{id}/data/) and build again")
+ATTACH_DATA = (
+    "attach an input example or a labelled validation set to the version "
+    "(POST /api/v1/versions/{id}/data/) and build again"
+)
 
 
 def synthetic_inputs(ctx: BuildContext, rows: int, *, seed: int = 20240611) -> dict:
     """Inputs the model can take, derived from the canonical graph (registry/factory/input_bounds.py)."""
     if ctx.input_plans is None:
         try:
-            ctx.input_plans = input_bounds.plan_inputs(onnx.load(str(ctx.canonical)), int_high=int(conf.get("BUILD_INT_INPUT_HIGH")))
+            ctx.input_plans = input_bounds.plan_inputs(
+                onnx.load(str(ctx.canonical)), int_high=int(conf.get("BUILD_INT_INPUT_HIGH"))
+            )
         except input_bounds.InputsUnbounded as exc:
-            raise StageError(f"no data is attached and safe synthetic inputs cannot be derived from the graph: {exc}; "
-                             + ATTACH_DATA.format(id=ctx.version_id or "…"), "inputs_unbounded") from exc
-        ctx.log("no data attached: synthetic inputs derived from the graph: " + "; ".join(p.describe() for p in ctx.input_plans.values()))
-    return input_bounds.synthesize(ctx.input_plans, rows, seed=seed, dynamic_size=int(conf.get("BUILD_DYNAMIC_DIM_SIZE")))
+            raise StageError(
+                f"no data is attached and safe synthetic inputs cannot be derived from the graph: {exc}; "
+                + ATTACH_DATA.format(id=ctx.version_id or "…"),
+                "inputs_unbounded",
+            ) from exc
+        ctx.log(
+            "no data attached: synthetic inputs derived from the graph: "
+            + "; ".join(p.describe() for p in ctx.input_plans.values())
+        )
+    return input_bounds.synthesize(
+        ctx.input_plans, rows, seed=seed, dynamic_size=int(conf.get("BUILD_DYNAMIC_DIM_SIZE"))
+    )
 
 
 def _load_npz(path: Path | None) -> dict | None:
@@ -334,7 +383,10 @@ def _tile(arrays: dict, rows: int) -> dict:
     """`rows` rows from the data, repeated when it has fewer."""
     have = len(next(iter(arrays.values())))
     reps = -(-rows // have)
-    return {k: np.ascontiguousarray(np.concatenate([v] * reps)[:rows]) if reps > 1 else np.ascontiguousarray(v[:rows]) for k, v in arrays.items()}
+    return {
+        k: np.ascontiguousarray(np.concatenate([v] * reps)[:rows]) if reps > 1 else np.ascontiguousarray(v[:rows])
+        for k, v in arrays.items()
+    }
 
 
 def _data_or_synthetic(ctx: BuildContext, rows: int, *, seed: int = 20240611) -> tuple[dict, np.ndarray | None, str]:
@@ -375,13 +427,15 @@ def _run(path: Path, feeds: dict, providers=None) -> np.ndarray:
 def _log_check(ctx: BuildContext, name: str, result: VariantResult) -> None:
     evidence = result.validation
     if result.status == "validated":
-        ctx.log(f"{name}: passed on {evidence.get('execution_provider', 'CPUExecutionProvider')} (max abs error {evidence['max_abs_error']:.2e}"
-                + (f", AUC delta {evidence['auc_delta']:+.6f})" if "auc_delta" in evidence else ")"))
+        ctx.log(
+            f"{name}: passed on {evidence.get('execution_provider', 'CPUExecutionProvider')} (max abs error {evidence['max_abs_error']:.2e}"
+            + (f", AUC delta {evidence['auc_delta']:+.6f})" if "auc_delta" in evidence else ")")
+        )
     else:
         ctx.log(f"{name}: {result.status} ({result.reason})")
 
 
-def validate(ctx: BuildContext) -> None:
+def validate(ctx: BuildContext) -> None:  # noqa: C901 - one pass read top to bottom; split when next changed
     feeds, labels, data_source = _validation_feeds(ctx)
     synthetic = data_source == "synthetic"
     label_source = "synthetic inputs derived from the graph" if synthetic else f"the version's {data_source}"
@@ -391,9 +445,15 @@ def validate(ctx: BuildContext) -> None:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         ctx.log(f"ONNX Runtime: {first}")
         if synthetic:
-            raise StageError("the original graph does not run on synthetic inputs derived from the graph; " + ATTACH_DATA.format(id=ctx.version_id or "…"),
-                             "original_failed") from exc
-        raise StageError(f"the original graph does not run on {label_source}: check the data matches what the model takes", "original_failed") from exc
+            raise StageError(
+                "the original graph does not run on synthetic inputs derived from the graph; "
+                + ATTACH_DATA.format(id=ctx.version_id or "…"),
+                "original_failed",
+            ) from exc
+        raise StageError(
+            f"the original graph does not run on {label_source}: check the data matches what the model takes",
+            "original_failed",
+        ) from exc
     primary, reference = outputs.primary(ctx.signature, reference_all)
     reference = reference.astype(np.float64)
     if len(reference_all) > 1:
@@ -401,18 +461,27 @@ def validate(ctx: BuildContext) -> None:
     for name, value in reference_all.items():  # the primary output is checked below (constant outputs too)
         problem = numerics.degenerate(value, classifier=False) if name != primary and value.dtype.kind == "f" else None
         if problem and "NaN" in problem:
-            raise StageError(f"output {name!r}: {problem} on {label_source}"
-                             + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""), "degenerate_outputs")
+            raise StageError(
+                f"output {name!r}: {problem} on {label_source}"
+                + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""),
+                "degenerate_outputs",
+            )
     classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
     problem = numerics.degenerate(reference, classifier=classifier)
     if problem:  # NaN/Inf or a constant output: a failed validation with the reason, never an internal error
-        raise StageError(f"{problem} on {reference.shape[0]} rows of {label_source}"
-                         + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""), "degenerate_outputs")
+        raise StageError(
+            f"{problem} on {reference.shape[0]} rows of {label_source}"
+            + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""),
+            "degenerate_outputs",
+        )
     true_labels = classifier and labels is not None and np.unique(labels).size > 1  # AUC needs both classes
     skipped = {}
     if not true_labels:
-        why = ("no labelled validation set is attached" if labels is None else "the attached labels have one class only") \
-            if classifier else "the model's output is not a probability for a classification task"
+        why = (
+            ("no labelled validation set is attached" if labels is None else "the attached labels have one class only")
+            if classifier
+            else "the model's output is not a probability for a classification task"
+        )
         skipped = {"auc": why, "logloss": why}
         ctx.log(f"quality checks skipped: AUC and logloss of the model ({why})")
         labels = None
@@ -422,23 +491,38 @@ def validate(ctx: BuildContext) -> None:
         labels = numerics.labels_from_reference(reference)
         label_source += "; variants compared on labels drawn from the original's probabilities (ranking agreement)"
     if labels is not None and np.unique(labels).size < 2:  # AUC needs both classes: judge by errors instead
-        ctx.log(f"the labels of {label_source} have one class only: AUC is undefined, variants are judged by their errors")
+        ctx.log(
+            f"the labels of {label_source} have one class only: AUC is undefined, variants are judged by their errors"
+        )
         labels, classifier = None, False
     ctx.log(f"validating on {reference.shape[0]} rows ({label_source})")
     base = numerics.baseline(reference, labels)
     for name, result in ctx.variants.items():
         if result.status != "pending":
             continue
-        common = {"rows": int(reference.shape[0]), "inputs": "synthetic inputs derived from the graph" if synthetic else data_source,
-                  "primary_output": primary, "data": data_source, "quality_checks_skipped": skipped,
-                  **({f"original_{k}": v for k, v in base.items()} if true_labels else {})}
+        common = {
+            "rows": int(reference.shape[0]),
+            "inputs": "synthetic inputs derived from the graph" if synthetic else data_source,
+            "primary_output": primary,
+            "data": data_source,
+            "quality_checks_skipped": skipped,
+            **({f"original_{k}": v for k, v in base.items()} if true_labels else {}),
+        }
         if synthetic:
             common["synthetic_inputs"] = [p.describe() for p in ctx.input_plans.values()]
         if name in GPU_VARIANTS:
             # On the provider its Triton config names; skipped with the reason where it cannot be had.
             check = gpu_checks.validate_variant(
-                name, result.onnx_path, feeds, reference, labels if classifier else None, tolerance=conf.tolerance(name),
-                signature=ctx.signature, work_dir=ctx.work_dir, base=base, with_cpu_check=name != "tensorrt",
+                name,
+                result.onnx_path,
+                feeds,
+                reference,
+                labels if classifier else None,
+                tolerance=conf.tolerance(name),
+                signature=ctx.signature,
+                work_dir=ctx.work_dir,
+                base=base,
+                with_cpu_check=name != "tensorrt",
             )
             result.status, result.reason, result.validation = check.status, check.reason, {**common, **check.evidence}
             _log_check(ctx, name, result)
@@ -454,8 +538,9 @@ def validate(ctx: BuildContext) -> None:
         evidence = {**common, **numerics.compare(reference, out, labels, base)}
         ok, why, threshold = numerics.judge(evidence, conf.tolerance(name), classifier=classifier)
         if len(reference_all) > 1:
-            rest_ok, rest_why, evidence["outputs"] = outputs.others(reference_all, out_all, primary, conf.tolerance(name).kind,
-                                                                    float(conf.get("BUILD_FP32_MAX_ABS")))
+            rest_ok, rest_why, evidence["outputs"] = outputs.others(
+                reference_all, out_all, primary, conf.tolerance(name).kind, float(conf.get("BUILD_FP32_MAX_ABS"))
+            )
             ok, why = (ok and rest_ok), (why if not ok else rest_why)
         evidence.update(threshold=threshold, passed=bool(ok))
         result.validation = evidence
@@ -468,15 +553,25 @@ def _benchmark_gpu(ctx: BuildContext, name: str, result: VariantResult) -> None:
     batches = conf.bench_batches("BUILD_GPU_BENCH_BATCHES")
     feeds = _data_or_synthetic(ctx, max(batches), seed=3)[0]
     try:
-        bench = gpu_checks.benchmark_variant(name, result.onnx_path, feeds, batches, signature=ctx.signature, work_dir=ctx.work_dir,
-                                             seconds=float(conf.get("BUILD_BENCH_SECONDS")))
+        bench = gpu_checks.benchmark_variant(
+            name,
+            result.onnx_path,
+            feeds,
+            batches,
+            signature=ctx.signature,
+            work_dir=ctx.work_dir,
+            seconds=float(conf.get("BUILD_BENCH_SECONDS")),
+        )
     except ProviderMissing as exc:  # validated on the GPU a moment ago: say so rather than fall back
         result.benchmark = {"skipped": f"not benchmarked: {exc.reason}"}
         ctx.log(f"{name}: benchmark skipped ({exc.reason})")
         return
     result.benchmark = bench
     for mode, per_batch in bench["modes"].items():
-        ctx.log(f"{name} [{mode}]: " + ", ".join(f"b{b} p50 {s['p50_ms']:.3f} ms {s['throughput_p50_rps']:,.0f}/s" for b, s in per_batch.items()))
+        ctx.log(
+            f"{name} [{mode}]: "
+            + ", ".join(f"b{b} p50 {s['p50_ms']:.3f} ms {s['throughput_p50_rps']:,.0f}/s" for b, s in per_batch.items())
+        )
     for mode, note in bench["notes"].items():
         ctx.log(f"{name} [{mode}]: {note}")
 
@@ -486,7 +581,10 @@ def benchmark(ctx: BuildContext) -> None:
     batches = conf.bench_batches()
     seconds, max_iters = float(conf.get("BUILD_BENCH_SECONDS")), int(conf.get("BUILD_BENCH_MAX_ITERS"))
     feeds, _, data_source = _data_or_synthetic(ctx, max(batches), seed=3)
-    ctx.log("benchmark inputs: " + ("synthetic inputs derived from the graph" if data_source == "synthetic" else f"the version's {data_source}"))
+    ctx.log(
+        "benchmark inputs: "
+        + ("synthetic inputs derived from the graph" if data_source == "synthetic" else f"the version's {data_source}")
+    )
     if ctx.torch_model is not None:
         import torch
 
@@ -515,15 +613,28 @@ def benchmark(ctx: BuildContext) -> None:
         per_batch = {}
         for batch in batches:
             part = graphs.slice_rows(feeds, 0, batch)
-            per_batch[str(batch)] = measure(lambda part=part: sess.run(out_names, part), batch, seconds=seconds, max_iters=max_iters)
-        bench = {"threads": threads, "batches": per_batch, "runtime": "onnxruntime CPUExecutionProvider", "data": data_source}
+            per_batch[str(batch)] = measure(
+                lambda part=part: sess.run(out_names, part), batch, seconds=seconds, max_iters=max_iters
+            )
+        bench = {
+            "threads": threads,
+            "batches": per_batch,
+            "runtime": "onnxruntime CPUExecutionProvider",
+            "data": data_source,
+        }
         if ctx.eager_benchmark:
             bench["eager"] = ctx.eager_benchmark
             bench["speedup_vs_eager"] = {
                 b: per_batch[b]["throughput_rps"] / ctx.eager_benchmark[b]["throughput_rps"] for b in per_batch
             }
         result.benchmark = bench
-        ctx.log(f"{name}: " + ", ".join(f"b{b} p50 {per_batch[str(b)]['p50_ms']:.3f} ms {per_batch[str(b)]['throughput_rps']:.0f}/s" for b in batches))
+        ctx.log(
+            f"{name}: "
+            + ", ".join(
+                f"b{b} p50 {per_batch[str(b)]['p50_ms']:.3f} ms {per_batch[str(b)]['throughput_rps']:.0f}/s"
+                for b in batches
+            )
+        )
 
 
 # --- 6. package --------------------------------------------------------------------------------
@@ -543,10 +654,16 @@ def package(ctx: BuildContext) -> None:
         else:
             # Batching and accelerators from this variant's measured GPU curve (a stated default without one).
             plan = gpu_serving.plan(name, ctx.signature, curve=gpu_measure.curve(result.benchmark))
-            ctx.log(f"{name}: max batch {plan['max_batch_size']}, preferred {plan['preferred_batch_sizes']} ({plan['basis']})")
+            ctx.log(
+                f"{name}: max batch {plan['max_batch_size']}, preferred {plan['preferred_batch_sizes']} ({plan['basis']})"
+            )
         config = triton_config.build_config(
-            name=model_name, signature=ctx.signature, variant=name, max_batch_size=int(conf.get("BUILD_MAX_BATCH_SIZE")),
-            cpu_threads=int(conf.get("BUILD_BENCH_THREADS")), gpu_plan=plan,
+            name=model_name,
+            signature=ctx.signature,
+            variant=name,
+            max_batch_size=int(conf.get("BUILD_MAX_BATCH_SIZE")),
+            cpu_threads=int(conf.get("BUILD_BENCH_THREADS")),
+            gpu_plan=plan,
         )
         text = triton_config.to_text(config)
         if triton_config.parse(text) != config:
@@ -559,6 +676,12 @@ def package(ctx: BuildContext) -> None:
         ctx.log(f"{name}: packaged {model_name} ({human_size(result.size_bytes)})")
 
 
+def tune(ctx: BuildContext) -> None:
+    from registry.factory.tune.stage import tune as tune_stage
+
+    tune_stage(ctx)
+
+
 STAGE_FUNCTIONS = {
     "canonicalize": canonicalize,
     "optimize": optimize,
@@ -566,4 +689,5 @@ STAGE_FUNCTIONS = {
     "validate": validate,
     "benchmark": benchmark,
     "package": package,
+    "tune": tune,
 }

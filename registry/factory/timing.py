@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 
-def measure(call: Callable[[], object], batch: int, *, seconds: float, max_iters: int, raw: bool = False, warmup: int = 3):
+def measure(
+    call: Callable[[], object], batch: int, *, seconds: float, max_iters: int, raw: bool = False, warmup: int = 3
+):
     """Latency p50/p99 (ms) and throughput (rows/s) of `call` in this thread (raw=True:
     the latencies in ms). `throughput_rps` is batch x calls / time spent in them;
     `throughput_p50_rps` is batch / p50 (robust to other processes' interference)."""

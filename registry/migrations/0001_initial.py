@@ -6,159 +6,328 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ("auth", "0012_alter_user_first_name_max_length"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ModelVersion',
+            name="ModelVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField()),
-                ('source', models.CharField(choices=[('upload', 'Uploaded ONNX file'), ('mlflow', 'MLflow model URI')], max_length=16)),
-                ('source_uri', models.CharField(blank=True, help_text='MLflow model URI when source=mlflow.', max_length=1024)),
-                ('framework', models.CharField(choices=[('onnx', 'ONNX'), ('pytorch', 'PyTorch')], default='onnx', max_length=16)),
-                ('file_path', models.CharField(blank=True, max_length=512)),
-                ('file_sha256', models.CharField(blank=True, max_length=64)),
-                ('file_size', models.BigIntegerField(blank=True, null=True)),
-                ('original_filename', models.CharField(blank=True, max_length=255)),
-                ('signature', models.JSONField(blank=True, default=dict)),
-                ('metrics', models.JSONField(blank=True, default=dict, help_text="Training metrics, e.g. {'auc': 0.78}.")),
-                ('tags', models.JSONField(blank=True, default=dict)),
-                ('status', models.CharField(choices=[('registered', 'Registered'), ('building', 'Building'), ('ready', 'Ready'), ('failed', 'Failed'), ('archived', 'Archived')], default='registered', max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("version", models.PositiveIntegerField()),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("upload", "Uploaded ONNX file"), ("mlflow", "MLflow model URI")], max_length=16
+                    ),
+                ),
+                (
+                    "source_uri",
+                    models.CharField(blank=True, help_text="MLflow model URI when source=mlflow.", max_length=1024),
+                ),
+                (
+                    "framework",
+                    models.CharField(choices=[("onnx", "ONNX"), ("pytorch", "PyTorch")], default="onnx", max_length=16),
+                ),
+                ("file_path", models.CharField(blank=True, max_length=512)),
+                ("file_sha256", models.CharField(blank=True, max_length=64)),
+                ("file_size", models.BigIntegerField(blank=True, null=True)),
+                ("original_filename", models.CharField(blank=True, max_length=255)),
+                ("signature", models.JSONField(blank=True, default=dict)),
+                (
+                    "metrics",
+                    models.JSONField(blank=True, default=dict, help_text="Training metrics, e.g. {'auc': 0.78}."),
+                ),
+                ("tags", models.JSONField(blank=True, default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("registered", "Registered"),
+                            ("building", "Building"),
+                            ("ready", "Ready"),
+                            ("failed", "Failed"),
+                            ("archived", "Archived"),
+                        ],
+                        default="registered",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['model__name', '-version'],
+                "ordering": ["model__name", "-version"],
             },
         ),
         migrations.CreateModel(
-            name='Build',
+            name="Build",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('targets', models.JSONField(default=list)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
-                ('progress', models.PositiveSmallIntegerField(default=0)),
-                ('stages', models.JSONField(blank=True, default=list)),
-                ('error', models.TextField(blank=True)),
-                ('attempt', models.PositiveSmallIntegerField(default=0)),
-                ('max_attempts', models.PositiveSmallIntegerField(default=3)),
-                ('lease_owner', models.CharField(blank=True, max_length=128)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('idempotency_key', models.CharField(blank=True, max_length=128)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='builds', to='registry.modelversion')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("targets", models.JSONField(default=list)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("progress", models.PositiveSmallIntegerField(default=0)),
+                ("stages", models.JSONField(blank=True, default=list)),
+                ("error", models.TextField(blank=True)),
+                ("attempt", models.PositiveSmallIntegerField(default=0)),
+                ("max_attempts", models.PositiveSmallIntegerField(default=3)),
+                ("lease_owner", models.CharField(blank=True, max_length=128)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("idempotency_key", models.CharField(blank=True, max_length=128)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="builds", to="registry.modelversion"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Artifact',
+            name="Artifact",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('variant', models.CharField(help_text='onnx-fp32, onnx-int8, onnx-fp16, tensorrt, …', max_length=32)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('servable', 'Servable'), ('rejected', 'Rejected'), ('skipped', 'Skipped')], default='pending', max_length=16)),
-                ('status_reason', models.TextField(blank=True)),
-                ('triton_model_name', models.CharField(blank=True, max_length=200)),
-                ('path', models.CharField(blank=True, max_length=512)),
-                ('sha256', models.CharField(blank=True, max_length=64)),
-                ('size_bytes', models.BigIntegerField(blank=True, null=True)),
-                ('validation', models.JSONField(blank=True, default=dict)),
-                ('benchmark', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('build', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='registry.build')),
-                ('version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='registry.modelversion')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("variant", models.CharField(help_text="onnx-fp32, onnx-int8, onnx-fp16, tensorrt, …", max_length=32)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("servable", "Servable"),
+                            ("rejected", "Rejected"),
+                            ("skipped", "Skipped"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("status_reason", models.TextField(blank=True)),
+                ("triton_model_name", models.CharField(blank=True, max_length=200)),
+                ("path", models.CharField(blank=True, max_length=512)),
+                ("sha256", models.CharField(blank=True, max_length=64)),
+                ("size_bytes", models.BigIntegerField(blank=True, null=True)),
+                ("validation", models.JSONField(blank=True, default=dict)),
+                ("benchmark", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "build",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="artifacts", to="registry.build"
+                    ),
+                ),
+                (
+                    "version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="artifacts",
+                        to="registry.modelversion",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['version', 'variant'],
+                "ordering": ["version", "variant"],
             },
         ),
         migrations.CreateModel(
-            name='RegisteredModel',
+            name="RegisteredModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(help_text='Lower-case letters, digits, - and _.', max_length=64, unique=True)),
-                ('description', models.TextField(blank=True)),
-                ('task', models.CharField(choices=[('ctr', 'Click-through rate'), ('ranking', 'Ranking'), ('classification', 'Classification'), ('regression', 'Regression'), ('embedding', 'Embedding'), ('other', 'Other')], default='ctr', max_length=32)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='models', to='auth.group')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.SlugField(help_text="Lower-case letters, digits, - and _.", max_length=64, unique=True),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "task",
+                    models.CharField(
+                        choices=[
+                            ("ctr", "Click-through rate"),
+                            ("ranking", "Ranking"),
+                            ("classification", "Classification"),
+                            ("regression", "Regression"),
+                            ("embedding", "Embedding"),
+                            ("other", "Other"),
+                        ],
+                        default="ctr",
+                        max_length=32,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="models", to="auth.group"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.AddField(
-            model_name='modelversion',
-            name='model',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='registry.registeredmodel'),
+            model_name="modelversion",
+            name="model",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="versions", to="registry.registeredmodel"
+            ),
         ),
         migrations.CreateModel(
-            name='TeamMembership',
+            name="TeamMembership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('viewer', 'Viewer'), ('developer', 'Developer'), ('deployer', 'Deployer'), ('admin', 'Admin')], default='viewer', max_length=16)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='auth.group')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("viewer", "Viewer"),
+                            ("developer", "Developer"),
+                            ("deployer", "Deployer"),
+                            ("admin", "Admin"),
+                        ],
+                        default="viewer",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="memberships", to="auth.group"
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['team__name', 'user__username'],
+                "ordering": ["team__name", "user__username"],
             },
         ),
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('time', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('object_type', models.CharField(max_length=64)),
-                ('object_id', models.CharField(max_length=64)),
-                ('object_repr', models.CharField(max_length=200)),
-                ('action', models.CharField(max_length=64)),
-                ('from_state', models.CharField(blank=True, max_length=64)),
-                ('to_state', models.CharField(blank=True, max_length=64)),
-                ('reason', models.TextField(blank=True)),
-                ('data', models.JSONField(blank=True, default=dict)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='auth.group')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("time", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("object_type", models.CharField(max_length=64)),
+                ("object_id", models.CharField(max_length=64)),
+                ("object_repr", models.CharField(max_length=200)),
+                ("action", models.CharField(max_length=64)),
+                ("from_state", models.CharField(blank=True, max_length=64)),
+                ("to_state", models.CharField(blank=True, max_length=64)),
+                ("reason", models.TextField(blank=True)),
+                ("data", models.JSONField(blank=True, default=dict)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="auth.group",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-time', '-id'],
-                'indexes': [models.Index(fields=['object_type', 'object_id', '-time'], name='event_object_idx')],
+                "ordering": ["-time", "-id"],
+                "indexes": [models.Index(fields=["object_type", "object_id", "-time"], name="event_object_idx")],
             },
         ),
         migrations.AddConstraint(
-            model_name='build',
-            constraint=models.UniqueConstraint(condition=models.Q(('idempotency_key', ''), _negated=True), fields=('version', 'idempotency_key'), name='uniq_build_idempotency_key'),
+            model_name="build",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("idempotency_key", ""), _negated=True),
+                fields=("version", "idempotency_key"),
+                name="uniq_build_idempotency_key",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='build',
-            constraint=models.CheckConstraint(condition=models.Q(('progress__lte', 100)), name='build_progress_le_100'),
+            model_name="build",
+            constraint=models.CheckConstraint(condition=models.Q(("progress__lte", 100)), name="build_progress_le_100"),
         ),
         migrations.AddConstraint(
-            model_name='artifact',
-            constraint=models.UniqueConstraint(fields=('build', 'variant'), name='uniq_build_variant'),
+            model_name="artifact",
+            constraint=models.UniqueConstraint(fields=("build", "variant"), name="uniq_build_variant"),
         ),
         migrations.AddConstraint(
-            model_name='modelversion',
-            constraint=models.UniqueConstraint(fields=('model', 'version'), name='uniq_model_version'),
+            model_name="modelversion",
+            constraint=models.UniqueConstraint(fields=("model", "version"), name="uniq_model_version"),
         ),
         migrations.AddConstraint(
-            model_name='modelversion',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('source', 'upload'), models.Q(('file_sha256', ''), _negated=True)), models.Q(('source', 'mlflow'), models.Q(('source_uri', ''), _negated=True)), _connector='OR'), name='version_has_source'),
+            model_name="modelversion",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("source", "upload"), models.Q(("file_sha256", ""), _negated=True)),
+                    models.Q(("source", "mlflow"), models.Q(("source_uri", ""), _negated=True)),
+                    _connector="OR",
+                ),
+                name="version_has_source",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='teammembership',
-            constraint=models.UniqueConstraint(fields=('user', 'team'), name='uniq_membership'),
+            model_name="teammembership",
+            constraint=models.UniqueConstraint(fields=("user", "team"), name="uniq_membership"),
         ),
     ]

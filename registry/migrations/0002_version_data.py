@@ -6,33 +6,55 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('registry', '0001_initial'),
+        ("registry", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='VersionData',
+            name="VersionData",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('example', 'Input example'), ('validation', 'Labelled validation set')], max_length=16)),
-                ('path', models.CharField(max_length=512)),
-                ('sha256', models.CharField(max_length=64)),
-                ('size_bytes', models.BigIntegerField()),
-                ('format', models.CharField(help_text='What was sent: npz, parquet, jsonl or mlflow.', max_length=16)),
-                ('original_filename', models.CharField(blank=True, max_length=255)),
-                ('rows', models.PositiveIntegerField()),
-                ('label', models.CharField(blank=True, help_text='The label column/array name in what was sent.', max_length=128)),
-                ('summary', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='data', to='registry.modelversion')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("example", "Input example"), ("validation", "Labelled validation set")], max_length=16
+                    ),
+                ),
+                ("path", models.CharField(max_length=512)),
+                ("sha256", models.CharField(max_length=64)),
+                ("size_bytes", models.BigIntegerField()),
+                ("format", models.CharField(help_text="What was sent: npz, parquet, jsonl or mlflow.", max_length=16)),
+                ("original_filename", models.CharField(blank=True, max_length=255)),
+                ("rows", models.PositiveIntegerField()),
+                (
+                    "label",
+                    models.CharField(
+                        blank=True, help_text="The label column/array name in what was sent.", max_length=128
+                    ),
+                ),
+                ("summary", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="data", to="registry.modelversion"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['version', 'kind'],
-                'constraints': [models.UniqueConstraint(fields=('version', 'kind'), name='uniq_version_data_kind')],
+                "ordering": ["version", "kind"],
+                "constraints": [models.UniqueConstraint(fields=("version", "kind"), name="uniq_version_data_kind")],
             },
         ),
     ]

@@ -2,7 +2,7 @@
 
 from django.db.models import QuerySet
 
-from config.errors import NotFound
+from kernel.errors import NotFound
 from registry.factory import conf
 from registry.models import Artifact, ArtifactStatus, Build, ModelVersion
 from registry.selectors.teams import team_scoped
@@ -38,6 +38,12 @@ def artifact_list(*, user, version: ModelVersion | None = None, build: Build | N
     return qs.order_by("-build_id", "variant")
 
 
+def build_artifacts(build: Build) -> list[Artifact]:
+    """A build's artifacts (not user-scoped: for services acting for the platform, e.g. a
+    release moving from its build to its canary)."""
+    return list(Artifact.objects.filter(build=build).select_related("version__model", "build").order_by("variant"))
+
+
 def artifact_get(*, user, artifact_id: int) -> Artifact:
     artifact = artifact_list(user=user).filter(pk=artifact_id).first()
     if artifact is None:
@@ -65,20 +71,29 @@ def latest_artifacts(*, user, version: ModelVersion) -> list[Artifact]:
 
 def latency_series(artifacts) -> dict:
     """Chart data: p50 latency (ms) by batch size per benchmarked variant (+ PyTorch eager)."""
-    batches = sorted({int(b) for a in artifacts for b in (a.benchmark or {}).get("batches", {})}) or conf.bench_batches()
+    batches = (
+        sorted({int(b) for a in artifacts for b in (a.benchmark or {}).get("batches", {})}) or conf.bench_batches()
+    )
     series = []
     eager = None
     for artifact in artifacts:
         per_batch = (artifact.benchmark or {}).get("batches")
         if not per_batch:
             continue
-        series.append({
-            "label": artifact.variant,
-            "p50_ms": [per_batch.get(str(b), {}).get("p50_ms") for b in batches],
-            "p99_ms": [per_batch.get(str(b), {}).get("p99_ms") for b in batches],
-        })
+        series.append(
+            {
+                "label": artifact.variant,
+                "p50_ms": [per_batch.get(str(b), {}).get("p50_ms") for b in batches],
+                "p99_ms": [per_batch.get(str(b), {}).get("p99_ms") for b in batches],
+            }
+        )
         eager = eager or artifact.benchmark.get("eager")
     if eager:
-        series.append({"label": "pytorch-eager", "p50_ms": [eager.get(str(b), {}).get("p50_ms") for b in batches],
-                       "p99_ms": [eager.get(str(b), {}).get("p99_ms") for b in batches]})
+        series.append(
+            {
+                "label": "pytorch-eager",
+                "p50_ms": [eager.get(str(b), {}).get("p50_ms") for b in batches],
+                "p99_ms": [eager.get(str(b), {}).get("p99_ms") for b in batches],
+            }
+        )
     return {"batch_sizes": batches, "series": series}

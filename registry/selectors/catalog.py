@@ -2,7 +2,7 @@
 
 from django.db.models import Count, Max, Q, QuerySet
 
-from config.errors import NotFound
+from kernel.errors import NotFound
 from registry.models import ModelVersion, RegisteredModel
 from registry.selectors.teams import team_scoped
 
@@ -46,11 +46,14 @@ def version_run_id(version: ModelVersion) -> str:
     sources alike), else read from a runs:/<run_id>/… URI; "" for uploads."""
     run_id = (version.tags or {}).get("mlflow_run_id", "")
     if not run_id and version.source_uri.startswith("runs:/"):
-        run_id = version.source_uri[len("runs:/"):].split("/", 1)[0]
+        run_id = version.source_uri[len("runs:/") :].split("/", 1)[0]
     return run_id if run_id.isalnum() else ""
 
 
 def versions_from_run(*, user, run_id: str) -> QuerySet:
     """Versions the user may see that were registered from the MLflow run `run_id`."""
-    return version_list(user=user).filter(
-        Q(tags__mlflow_run_id=run_id) | Q(source_uri__startswith=f"runs:/{run_id}/")).order_by("model__name", "version")
+    return (
+        version_list(user=user)
+        .filter(Q(tags__mlflow_run_id=run_id) | Q(source_uri__startswith=f"runs:/{run_id}/"))
+        .order_by("model__name", "version")
+    )

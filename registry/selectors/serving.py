@@ -5,16 +5,32 @@ falling back to the version's stored signature when the files cannot be read."""
 
 from __future__ import annotations
 
-from config.errors import InvalidInput
+from kernel.errors import InvalidInput
 from registry import storage, triton_config
 from registry.models import Artifact
 
 # numpy dtype names (registry signatures) -> KServe v2 datatypes
-_NUMPY_DATATYPES = {"bool": "BOOL", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64",
-                    "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64", "float16": "FP16",
-                    "float32": "FP32", "float64": "FP64", "object": "BYTES", "str": "BYTES", "string": "BYTES"}
+_NUMPY_DATATYPES = {
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "float32": "FP32",
+    "float64": "FP64",
+    "object": "BYTES",
+    "str": "BYTES",
+    "string": "BYTES",
+}
 
-_CONFIG_SIGNATURES: dict[tuple, dict | None] = {}  # (artifact pk, sha256): artifacts are content-addressed, never edited
+_CONFIG_SIGNATURES: dict[
+    tuple, dict | None
+] = {}  # (artifact pk, sha256): artifacts are content-addressed, never edited
 
 
 def _config_signature(artifact: Artifact) -> dict | None:
@@ -42,7 +58,9 @@ def _version_signature(artifact: Artifact) -> dict | None:
             shape = t.get("shape")
             if datatype is None or not t.get("name") or not isinstance(shape, list):
                 return None
-            out.append({"name": t["name"], "datatype": datatype, "shape": [int(d) if d and d > 0 else -1 for d in shape]})
+            out.append(
+                {"name": t["name"], "datatype": datatype, "shape": [int(d) if d and d > 0 else -1 for d in shape]}
+            )
         return out
 
     inputs = tensors(raw.get("inputs"))

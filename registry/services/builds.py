@@ -13,8 +13,9 @@ import datetime as dt
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from config.errors import Conflict, InvalidInput, scrub_paths
-from registry.factory import DEFAULT_TARGETS, STAGE_WEIGHTS, STAGES, VARIANTS, conf, queue_for
+from kernel.errors import Conflict, InvalidInput, scrub_paths
+from registry.factory import DEFAULT_TARGETS, VARIANTS, conf, queue_for, stage_rows, stage_weight
+from registry.factory.tune import request as tune_request
 from registry.lock_objects import build_for_update
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, Role, VersionStatus
 from registry.services.catalog import version_set_status
@@ -34,7 +35,16 @@ def _team(build: Build):
 def _set_status(build: Build, status: str, *, actor=None, reason: str = "", data: dict | None = None) -> None:
     old = build.status
     build.status = status
-    event_record(actor=actor, obj=build, team=_team(build), action="status_changed", from_state=old, to_state=status, reason=reason, data=data)
+    event_record(
+        actor=actor,
+        obj=build,
+        team=_team(build),
+        action="status_changed",
+        from_state=old,
+        to_state=status,
+        reason=reason,
+        data=data,
+    )
 
 
 def _settle_version(version: ModelVersion, *, reason: str, otherwise: str = VersionStatus.FAILED) -> None:
@@ -53,19 +63,30 @@ def _clean_targets(targets) -> list[str]:
         raise InvalidInput("targets: give a list of variant names.", field="targets")
     unknown = [t for t in targets if t not in VARIANTS]
     if unknown:
-        raise InvalidInput(f"targets: unknown target(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}.", code="unknown_target", field="targets")
+        raise InvalidInput(
+            f"targets: unknown target(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}.",
+            code="unknown_target",
+            field="targets",
+        )
     return list(dict.fromkeys(targets))
 
 
-def build_start(*, user, version: ModelVersion, targets=None, idempotency_key: str = "") -> tuple[Build, bool]:
+def build_start(
+    *, user, version: ModelVersion, targets=None, idempotency_key: str = "", tune=None
+) -> tuple[Build, bool]:
     """Queue a build of `version`; returns (build, created).
 
     Guarantees: the same non-empty Idempotency-Key for a version returns the same build
-    (409 when it names other targets); the task is sent only after the row commits,
-    to build-gpu when a GPU target is asked for, else build-cpu.
+    (409 when it names other targets or another tune); the task is sent only after the row
+    commits, to build-gpu when a GPU target is asked for, else build-cpu. `tune` (checked
+    by registry/factory/tune/request.py, 400 naming the field) adds the tune stage.
     """
     require_role(user=user, team=version.model.team, role=Role.DEVELOPER)
     targets = _clean_targets(targets)
+    try:
+        tune = tune_request.clean(tune, targets=targets)
+    except tune_request.TuneRequestError as exc:
+        raise InvalidInput(str(exc), code="invalid_tune", field=exc.field) from None
     idempotency_key = (idempotency_key or "").strip()
     if len(idempotency_key) > 128:
         raise InvalidInput("Idempotency-Key: at most 128 characters.", field="Idempotency-Key")
@@ -73,10 +94,13 @@ def build_start(*, user, version: ModelVersion, targets=None, idempotency_key: s
         raise Conflict(f"{version} is archived; builds need an active version.", code="version_archived")
 
     def existing() -> Build | None:
-        build = Build.objects.filter(version=version, idempotency_key=idempotency_key).first() if idempotency_key else None
-        if build is not None and build.targets != targets:
+        build = (
+            Build.objects.filter(version=version, idempotency_key=idempotency_key).first() if idempotency_key else None
+        )
+        if build is not None and (build.targets != targets or build.tune != tune):
+            tune_text = f" and tune {build.tune}" if build.tune else ""
             raise Conflict(
-                f"Idempotency-Key {idempotency_key!r} was used for build #{build.pk} with targets {build.targets}.",
+                f"Idempotency-Key {idempotency_key!r} was used for build #{build.pk} with targets {build.targets}{tune_text}.",
                 code="idempotency_key_reused",
             )
         return build
@@ -86,13 +110,23 @@ def build_start(*, user, version: ModelVersion, targets=None, idempotency_key: s
     try:
         with transaction.atomic():
             build = Build.objects.create(
-                version=version, targets=targets, idempotency_key=idempotency_key, created_by=user,
+                version=version,
+                targets=targets,
+                tune=tune,
+                idempotency_key=idempotency_key,
+                created_by=user,
                 lease_expires_at=_redispatch_at(),
                 max_attempts=int(conf.get("BUILD_MAX_ATTEMPTS")),
-                stages=[{"name": s, "status": "pending", "started_at": None, "duration_s": None, "log": ""} for s in STAGES],
+                stages=stage_rows(tune),
             )
-            event_record(actor=user, obj=build, team=version.model.team, action="created", to_state=BuildStatus.QUEUED,
-                         data={"targets": targets, "queue": queue_for(targets)})
+            event_record(
+                actor=user,
+                obj=build,
+                team=version.model.team,
+                action="created",
+                to_state=BuildStatus.QUEUED,
+                data={"targets": targets, "queue": queue_for(targets), **({"tune": tune} if tune else {})},
+            )
             transaction.on_commit(lambda: dispatch(build.pk, targets))
     except IntegrityError:  # a concurrent request with the same key won the race
         build = existing()
@@ -138,7 +172,12 @@ def build_claim(*, build_id: int, owner: str) -> Build | None:
             return None
         if build.status in BuildStatus.terminal():
             return None
-        if build.status == BuildStatus.RUNNING and build.lease_expires_at and build.lease_expires_at > now and build.lease_owner != owner:
+        if (
+            build.status == BuildStatus.RUNNING
+            and build.lease_expires_at
+            and build.lease_expires_at > now
+            and build.lease_owner != owner
+        ):
             return None
         if build.attempt >= build.max_attempts:
             build.error = f"gave up after {build.attempt} attempt(s): the worker was lost or timed out each time"
@@ -153,13 +192,19 @@ def build_claim(*, build_id: int, owner: str) -> Build | None:
         build.lease_expires_at = now + dt.timedelta(seconds=float(conf.get("BUILD_LEASE_SECONDS")))
         build.started_at = build.started_at or now
         build.progress = 0
-        note = f"attempt {build.attempt} of {build.max_attempts}" + (" (the previous attempt's worker was lost)" if previous else "")
-        build.stages = [{"name": s, "status": "pending", "started_at": None, "duration_s": None, "log": ""} for s in STAGES]
+        note = f"attempt {build.attempt} of {build.max_attempts}" + (
+            " (the previous attempt's worker was lost)" if previous else ""
+        )
+        build.stages = stage_rows(build.tune)
         build.stages[0]["log"] = note + "\n"
         _set_status(build, BuildStatus.RUNNING, reason=note, data={"owner": owner, "attempt": build.attempt})
-        build.save(update_fields=["attempt", "lease_owner", "lease_expires_at", "started_at", "progress", "stages", "status"])
+        build.save(
+            update_fields=["attempt", "lease_owner", "lease_expires_at", "started_at", "progress", "stages", "status"]
+        )
         if build.version.status not in (VersionStatus.BUILDING, VersionStatus.ARCHIVED):
-            version_set_status(user=None, version=build.version, status=VersionStatus.BUILDING, reason=f"build #{build.pk} running")
+            version_set_status(
+                user=None, version=build.version, status=VersionStatus.BUILDING, reason=f"build #{build.pk} running"
+            )
     return build
 
 
@@ -174,24 +219,41 @@ def build_heartbeat(*, build_id: int, owner: str) -> bool:
     """Extend the lease; False when this worker no longer holds it."""
     expires = timezone.now() + dt.timedelta(seconds=float(conf.get("BUILD_LEASE_SECONDS")))
     return bool(
-        Build.objects.filter(pk=build_id, status=BuildStatus.RUNNING, lease_owner=owner).update(lease_expires_at=expires)
+        Build.objects.filter(pk=build_id, status=BuildStatus.RUNNING, lease_owner=owner).update(
+            lease_expires_at=expires
+        )
     )
 
 
-def build_stage_update(*, build_id: int, owner: str, stage: str, status: str, log: str = "", duration_s: float | None = None) -> None:
+def build_stage_update(
+    *,
+    build_id: int,
+    owner: str,
+    stage: str,
+    status: str,
+    log: str = "",
+    duration_s: float | None = None,
+    share: float | None = None,
+) -> None:
+    """Record a stage's status (and log lines, appended); `share` (0-1) is how far a running
+    stage is, for the progress bar of a long one (the tune)."""
     with transaction.atomic():
         build = _fenced(build_id, owner)
         stages = build.stages
         entry = next(s for s in stages if s["name"] == stage)
-        if status == "running":
+        if status == "running" and not entry.get("started_at"):
             entry["started_at"] = timezone.now().isoformat()
         entry["status"] = status
         if log:
             entry["log"] = (entry.get("log") or "") + scrub_paths(log)
         if duration_s is not None:
             entry["duration_s"] = round(duration_s, 3)
+        tuned = bool(build.tune)
+        done = sum(stage_weight(s["name"], tuned) for s in stages if s["status"] in ("succeeded", "skipped"))
+        if status == "running" and share is not None:
+            done += stage_weight(stage, tuned) * max(0.0, min(1.0, float(share)))
         build.stages = stages
-        build.progress = min(100, sum(STAGE_WEIGHTS[s["name"]] for s in stages if s["status"] in ("succeeded", "skipped")))
+        build.progress = min(100, int(done + 1e-6))
         build.lease_expires_at = timezone.now() + dt.timedelta(seconds=float(conf.get("BUILD_LEASE_SECONDS")))
         build.save(update_fields=["stages", "progress", "lease_expires_at"])
 
@@ -218,14 +280,24 @@ def build_publish(*, build_id: int, owner: str, artifacts: list[dict], summary: 
     with transaction.atomic():
         build = _fenced(build_id, owner)
         for item in artifacts:
-            Artifact.objects.update_or_create(build=build, variant=item["variant"], defaults={**item, "version": build.version})
+            Artifact.objects.update_or_create(
+                build=build, variant=item["variant"], defaults={**item, "version": build.version}
+            )
         build.finished_at, build.lease_owner, build.lease_expires_at, build.progress = timezone.now(), "", None, 100
         servable = [a["variant"] for a in artifacts if a["status"] == ArtifactStatus.SERVABLE]
-        build.error = "" if servable else "no variant passed validation: " + "; ".join(
-            f"{a['variant']}: {a['status_reason']}" for a in artifacts if a["status_reason"]
+        build.error = (
+            ""
+            if servable
+            else "no variant passed validation: "
+            + "; ".join(f"{a['variant']}: {a['status_reason']}" for a in artifacts if a["status_reason"])
         )
         status = BuildStatus.SUCCEEDED if servable else BuildStatus.FAILED
-        _set_status(build, status, reason=f"servable: {', '.join(servable) or 'none'}", data={"artifacts": {a["variant"]: a["status"] for a in artifacts}, **(summary or {})})
+        _set_status(
+            build,
+            status,
+            reason=f"servable: {', '.join(servable) or 'none'}",
+            data={"artifacts": {a["variant"]: a["status"] for a in artifacts}, **(summary or {})},
+        )
         build.save(update_fields=["status", "finished_at", "lease_owner", "lease_expires_at", "progress", "error"])
         _settle_version(build.version, reason=f"build #{build.pk} {status}")
     return build
@@ -242,12 +314,17 @@ def builds_reclaim(*, limit: int | None = None) -> list[int]:
     requeued = []
     ids = list(
         Build.objects.filter(status__in=[BuildStatus.RUNNING, BuildStatus.QUEUED], lease_expires_at__lt=now)
-        .order_by("lease_expires_at").values_list("pk", flat=True)[:limit]
+        .order_by("lease_expires_at")
+        .values_list("pk", flat=True)[:limit]
     )
     for build_id in ids:
         with transaction.atomic():
             build = build_for_update(build_id)
-            if build.status not in (BuildStatus.RUNNING, BuildStatus.QUEUED) or not build.lease_expires_at or build.lease_expires_at >= now:
+            if (
+                build.status not in (BuildStatus.RUNNING, BuildStatus.QUEUED)
+                or not build.lease_expires_at
+                or build.lease_expires_at >= now
+            ):
                 continue
             if build.status == BuildStatus.RUNNING:
                 lost = build.lease_owner
@@ -255,8 +332,15 @@ def builds_reclaim(*, limit: int | None = None) -> list[int]:
                 reason = f"lease of {lost or 'a worker'} expired at attempt {build.attempt}; requeued"
                 _set_status(build, BuildStatus.QUEUED, reason=reason, data={"lost_owner": lost})
             else:
-                event_record(actor=None, obj=build, team=_team(build), action="redispatched", from_state=build.status,
-                             to_state=build.status, reason="queued and unclaimed too long; sent again")
+                event_record(
+                    actor=None,
+                    obj=build,
+                    team=_team(build),
+                    action="redispatched",
+                    from_state=build.status,
+                    to_state=build.status,
+                    reason="queued and unclaimed too long; sent again",
+                )
             build.lease_expires_at = _redispatch_at()
             build.save(update_fields=["status", "lease_owner", "lease_expires_at"])
             transaction.on_commit(lambda b=build: dispatch(b.pk, b.targets))

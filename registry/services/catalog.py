@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import Max
 
-from config.errors import Conflict, InvalidInput, NotFound, TooLarge
+from kernel.errors import Conflict, InvalidInput, NotFound, TooLarge
 from registry import names, onnx_files, storage
 from registry.lock_objects import model_for_update, version_for_update
 from registry.models import Framework, ModelVersion, RegisteredModel, Role, Task, VersionSource, VersionStatus
@@ -47,7 +47,9 @@ def model_create(*, user, name: str, team: Group, description: str = "", task: s
     return model
 
 
-def model_update(*, user, model: RegisteredModel, description: str | None = None, task: str | None = None) -> RegisteredModel:
+def model_update(
+    *, user, model: RegisteredModel, description: str | None = None, task: str | None = None
+) -> RegisteredModel:
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
     changes = {}
     if description is not None and description != model.description:
@@ -98,7 +100,14 @@ def _check_filename(name: str) -> str:
 
 
 def version_create_from_upload(
-    *, user, model: RegisteredModel, filename: str, chunks, size: int | None = None, metrics: dict | None = None, tags: dict | None = None
+    *,
+    user,
+    model: RegisteredModel,
+    filename: str,
+    chunks,
+    size: int | None = None,
+    metrics: dict | None = None,
+    tags: dict | None = None,
 ) -> ModelVersion:
     """Register an uploaded ONNX file as the next version of `model`.
 
@@ -109,7 +118,9 @@ def version_create_from_upload(
     _check_filename(filename)
     limit = settings.MAX_UPLOAD_MB * 1024 * 1024
     if size is not None and size > limit:
-        raise TooLarge(f"file: {size} bytes is over the {settings.MAX_UPLOAD_MB} MB limit (MAX_UPLOAD_MB).", field="file")
+        raise TooLarge(
+            f"file: {size} bytes is over the {settings.MAX_UPLOAD_MB} MB limit (MAX_UPLOAD_MB).", field="file"
+        )
     try:
         tmp_path, sha, size = storage.stream_to_tmp(chunks, limit_bytes=limit)
     except OverflowError:
@@ -135,7 +146,11 @@ def version_create_from_upload(
                 created_by=user,
             )
             event_record(
-                actor=user, obj=version, team=locked.team, action="created", to_state=version.status,
+                actor=user,
+                obj=version,
+                team=locked.team,
+                action="created",
+                to_state=version.status,
                 data={"source": "upload", "sha256": sha, "size": size},
             )
         return version
@@ -148,7 +163,7 @@ def version_create_from_upload(
 
 def _mlflow_describe(source_uri: str) -> dict:
     """Resolve an MLflow model URI: flavor, signature and the run's metrics."""
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     mlflow_config.configure()
     import mlflow
@@ -182,7 +197,13 @@ def _mlflow_describe(source_uri: str) -> dict:
             out = []
             for spec in json.loads(raw or "[]"):
                 tensor = spec.get("tensor-spec", {})
-                out.append({"name": spec.get("name", ""), "dtype": tensor.get("dtype", spec.get("type", "")), "shape": tensor.get("shape", [])})
+                out.append(
+                    {
+                        "name": spec.get("name", ""),
+                        "dtype": tensor.get("dtype", spec.get("type", "")),
+                        "shape": tensor.get("shape", []),
+                    }
+                )
             return out
 
         signature = {"inputs": specs(sig.get("inputs")), "outputs": specs(sig.get("outputs"))}
@@ -198,7 +219,7 @@ def _mlflow_describe(source_uri: str) -> dict:
 def _require_team_source(source_uri: str, team: Group) -> None:
     """A run or registered model of another team, one with no team, and one that does not
     exist all answer the same 404: the caller learns nothing about other teams' runs."""
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     if mlflow_config.source_team(source_uri) != team.name:
         raise NotFound(
@@ -208,13 +229,17 @@ def _require_team_source(source_uri: str, team: Group) -> None:
         )
 
 
-def version_create_from_mlflow(*, user, model: RegisteredModel, source_uri: str, metrics: dict | None = None, tags: dict | None = None) -> ModelVersion:
+def version_create_from_mlflow(
+    *, user, model: RegisteredModel, source_uri: str, metrics: dict | None = None, tags: dict | None = None
+) -> ModelVersion:
     """Register an MLflow model (runs:/ or models:/ URI, onnx or pytorch flavor) as a version."""
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
     source_uri = (source_uri or "").strip()
     if not source_uri.startswith(MLFLOW_SCHEMES):
         raise InvalidInput(
-            "source_uri: give an MLflow model URI starting with runs:/ or models:/.", code="bad_source_uri", field="source_uri"
+            "source_uri: give an MLflow model URI starting with runs:/ or models:/.",
+            code="bad_source_uri",
+            field="source_uri",
         )
     _require_team_source(source_uri, model.team)
     described = _mlflow_describe(source_uri)
@@ -232,7 +257,11 @@ def version_create_from_mlflow(*, user, model: RegisteredModel, source_uri: str,
             created_by=user,
         )
         event_record(
-            actor=user, obj=version, team=locked.team, action="created", to_state=version.status,
+            actor=user,
+            obj=version,
+            team=locked.team,
+            action="created",
+            to_state=version.status,
             data={"source": "mlflow", "source_uri": source_uri},
         )
     return version
@@ -248,7 +277,15 @@ def version_set_status(*, user, version: ModelVersion, status: str, reason: str 
             return locked
         locked.status = status
         locked.save(update_fields=["status"])
-        event_record(actor=user, obj=locked, team=locked.model.team, action="status_changed", from_state=old, to_state=status, reason=reason)
+        event_record(
+            actor=user,
+            obj=locked,
+            team=locked.model.team,
+            action="status_changed",
+            from_state=old,
+            to_state=status,
+            reason=reason,
+        )
     return locked
 
 

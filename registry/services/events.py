@@ -48,7 +48,9 @@ def event_line(event: Event) -> str:
     subject = event.object_repr if event.object_repr.startswith(kind) else f"{kind} {event.object_repr}"
     text = f"{subject}: {event.action.replace('_', ' ')}"
     if event.from_state or event.to_state:
-        text += f" {event.from_state or '-'} -> {event.to_state or '-'}" if event.from_state else f" -> {event.to_state}"
+        text += (
+            f" {event.from_state or '-'} -> {event.to_state or '-'}" if event.from_state else f" -> {event.to_state}"
+        )
     if event.reason:
         text += f": {event.reason[:300]}"
     return text

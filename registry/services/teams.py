@@ -3,7 +3,7 @@
 from django.contrib.auth.models import Group
 from django.db import transaction
 
-from config.errors import Forbidden, InvalidInput
+from kernel.errors import Forbidden, InvalidInput
 from registry.models import Role, TeamMembership
 from registry.selectors.teams import user_role_in
 from registry.services.events import event_record

@@ -12,7 +12,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
-from config.errors import InvalidInput, TooLarge
+from kernel.errors import InvalidInput, TooLarge
 from registry import data_files, storage
 from registry.lock_objects import version_for_update
 from registry.models import DataKind, ModelVersion, Role, VersionData
@@ -23,12 +23,18 @@ DEFAULT_LABEL = "label"
 
 
 def _limits() -> tuple[int, int]:
-    return int(getattr(settings, "VERSION_DATA_MAX_MB", 256)), int(getattr(settings, "VERSION_DATA_MAX_ROWS", 1_000_000))
+    return int(getattr(settings, "VERSION_DATA_MAX_MB", 256)), int(
+        getattr(settings, "VERSION_DATA_MAX_ROWS", 1_000_000)
+    )
 
 
 def _check_filename(name: str) -> str:
     if not name or any(part in name for part in ("/", "\\", "\x00")) or name.startswith(".."):
-        raise InvalidInput(f"file: the file name {name!r} has path parts; send a bare name such as data.parquet.", code="bad_filename", field="file")
+        raise InvalidInput(
+            f"file: the file name {name!r} has path parts; send a bare name such as data.parquet.",
+            code="bad_filename",
+            field="file",
+        )
     return name
 
 
@@ -38,7 +44,9 @@ def _store(arrays: dict) -> tuple[str, str, int]:
     return storage.put_file(tmp_path, sha, ".npz"), sha, size
 
 
-def _replace(*, user, version: ModelVersion, kind: str, arrays: dict, fmt: str, filename: str, label: str) -> VersionData:
+def _replace(
+    *, user, version: ModelVersion, kind: str, arrays: dict, fmt: str, filename: str, label: str
+) -> VersionData:
     rel, sha, size = _store(arrays)
     previous = ""
     try:
@@ -46,16 +54,30 @@ def _replace(*, user, version: ModelVersion, kind: str, arrays: dict, fmt: str, 
             locked = version_for_update(version.pk)
             row = VersionData.objects.filter(version=locked, kind=kind).first()
             previous = row.path if row else ""
-            fields = dict(path=rel, sha256=sha, size_bytes=size, format=fmt, original_filename=filename, rows=int(len(arrays["label"] if "label" in arrays else next(iter(arrays.values())))),
-                          label=label if "label" in arrays else "", summary=data_files.summary(arrays), created_by=user)
+            fields = dict(
+                path=rel,
+                sha256=sha,
+                size_bytes=size,
+                format=fmt,
+                original_filename=filename,
+                rows=int(len(arrays["label"] if "label" in arrays else next(iter(arrays.values())))),
+                label=label if "label" in arrays else "",
+                summary=data_files.summary(arrays),
+                created_by=user,
+            )
             if row is None:
                 row = VersionData.objects.create(version=locked, kind=kind, **fields)
             else:
                 for key, value in fields.items():
                     setattr(row, key, value)
                 row.save()
-            event_record(actor=user, obj=locked, team=locked.model.team, action="data_attached",
-                         data={"kind": kind, "format": fmt, "rows": row.rows, "sha256": sha, "label": row.label})
+            event_record(
+                actor=user,
+                obj=locked,
+                team=locked.model.team,
+                action="data_attached",
+                data={"kind": kind, "format": fmt, "rows": row.rows, "sha256": sha, "label": row.label},
+            )
     except BaseException:
         storage.delete_if_unreferenced(rel, VersionData.objects.filter(path=rel).exists())
         raise
@@ -64,15 +86,18 @@ def _replace(*, user, version: ModelVersion, kind: str, arrays: dict, fmt: str, 
     return row
 
 
-def version_data_attach(*, user, version: ModelVersion, kind: str, filename: str, chunks, size: int | None = None,
-                        label: str | None = None) -> VersionData:
+def version_data_attach(
+    *, user, version: ModelVersion, kind: str, filename: str, chunks, size: int | None = None, label: str | None = None
+) -> VersionData:
     """Check and store `kind` data for `version`, replacing what it had of that kind.
 
     A validation set needs labels (`label`, default "label"); an input example may carry
     them (used when present)."""
     require_role(user=user, team=version.model.team, role=Role.DEVELOPER)
     if kind not in DataKind.values:
-        raise InvalidInput(f"kind: {kind!r} is not one of {', '.join(DataKind.values)}.", code="invalid_choice", field="kind")
+        raise InvalidInput(
+            f"kind: {kind!r} is not one of {', '.join(DataKind.values)}.", code="invalid_choice", field="kind"
+        )
     _check_filename(filename)
     max_mb, max_rows = _limits()
     limit = max_mb * 1024 * 1024
@@ -90,13 +115,19 @@ def version_data_attach(*, user, version: ModelVersion, kind: str, filename: str
     if kind == DataKind.EXAMPLE and label_name not in arrays:
         label_name = None
     checked = data_files.check(arrays, version.signature or {}, label=label_name, max_rows=max_rows)
-    return _replace(user=user, version=version, kind=kind, arrays=checked, fmt=fmt, filename=filename, label=label_name or "")
+    return _replace(
+        user=user, version=version, kind=kind, arrays=checked, fmt=fmt, filename=filename, label=label_name or ""
+    )
 
 
-def version_data_from_arrays(*, user, version: ModelVersion, kind: str, arrays: dict, source: str, label: str | None = None) -> VersionData:
+def version_data_from_arrays(
+    *, user, version: ModelVersion, kind: str, arrays: dict, source: str, label: str | None = None
+) -> VersionData:
     """Attach data that came from elsewhere (an MLflow input example), with the same checks."""
     _, max_rows = _limits()
-    checked = data_files.check(arrays, version.signature or {}, label=label if label in arrays else None, max_rows=max_rows)
+    checked = data_files.check(
+        arrays, version.signature or {}, label=label if label in arrays else None, max_rows=max_rows
+    )
     return _replace(user=user, version=version, kind=kind, arrays=checked, fmt=source, filename="", label=label or "")
 
 

@@ -9,10 +9,11 @@ from django.urls import path
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from config.errors import PlatformError
+from kernel.errors import PlatformError
 from registry.factory import DEFAULT_TARGETS
 from registry.models import BuildStatus
 from registry.selectors import builds as build_selectors
+from registry.selectors import tuning
 from registry.selectors.catalog import version_get
 from registry.services import builds as build_services
 
@@ -27,7 +28,9 @@ def build_list(request):
     if status in BuildStatus.values:
         builds = builds.filter(status=status)
     page = Paginator(builds.order_by("-created_at"), 50).get_page(request.GET.get("page"))
-    return render(request, "registry/build_list.html", {"page": page, "status": status, "statuses": BuildStatus.choices})
+    return render(
+        request, "registry/build_list.html", {"page": page, "status": status, "statuses": BuildStatus.choices}
+    )
 
 
 @login_required
@@ -36,7 +39,13 @@ def build_detail(request, pk):
     build = build_selectors.build_get(user=request.user, build_id=pk)
     artifacts = build_selectors.artifact_list(user=request.user, build=build)
     done = build.status in BuildStatus.terminal()
-    context = {"build": build, "artifacts": artifacts, "done": done, "log_tail": build_selectors.build_log_tail(build)}
+    context = {
+        "build": build,
+        "artifacts": artifacts,
+        "done": done,
+        "log_tail": build_selectors.build_log_tail(build),
+        "tune_reports": tuning.tune_reports(artifacts),
+    }
     if request.htmx:
         response = render(request, "registry/build_detail.html#build-live", context)
         if done:

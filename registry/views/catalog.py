@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
-from config.errors import PlatformError
+from kernel.errors import PlatformError
 from registry.forms import ModelCreateForm, VersionCreateForm
 from registry.selectors import catalog as selectors
 from registry.selectors.events import event_list
@@ -88,5 +88,8 @@ def version_create(request, name):
 def version_detail(request, pk):
     version = selectors.version_get(user=request.user, version_id=pk)
     events = event_list(user=request.user, object_type="registry.modelversion", object_id=version.pk)[:20]
-    return render(request, "registry/version_detail.html", {"version": version, "events": events,
-                                                             "run_id": selectors.version_run_id(version)})
+    return render(
+        request,
+        "registry/version_detail.html",
+        {"version": version, "events": events, "run_id": selectors.version_run_id(version)},
+    )

@@ -36,15 +36,28 @@ def cli_env(home: Path, **extra) -> dict:
 
 def run_cli(*args, env: dict, stdin: str | None = None, timeout: float = 60) -> Run:
     """`modelplane ARGS…` (the console script's own entry: python -m modelplane_cli)."""
-    proc = subprocess.run([sys.executable, "-m", "modelplane_cli", *map(str, args)], cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelplane_cli", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
 def popen_cli(*args, env: dict, log: Path) -> subprocess.Popen:
     handle = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "modelplane_cli", *map(str, args)], cwd=ROOT, env=env,
-                            stdout=handle, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "modelplane_cli", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     handle.close()
     return proc
 

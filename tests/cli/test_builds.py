@@ -40,7 +40,10 @@ def test_build_wait_success_and_failure(celery_worker, subprocess_env, cli_as, a
     assert "onnx-int8" in done.out and "servable" in done.out  # the summary's artifact table
 
     as_json = cli("build", "get", build_id, "--json")
-    assert as_json.json()["status"] == "succeeded" and {a["variant"] for a in as_json.json()["artifacts"]} == {"onnx-fp32", "onnx-int8"}
+    assert as_json.json()["status"] == "succeeded" and {a["variant"] for a in as_json.json()["artifacts"]} == {
+        "onnx-fp32",
+        "onnx-int8",
+    }
     listed = cli("build", "list", "--version", version_id)
     assert listed.code == 0 and "succeeded" in listed.out, listed
 

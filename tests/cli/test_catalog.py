@@ -24,11 +24,15 @@ def test_login_checks_the_token_and_stores_it_0600(live_server, alice, team_a, c
     config = cli_home / ".config" / "modelplane" / "config.json"
     assert not config.exists()  # a refused token is never stored
 
-    elsewhere = run_cli("login", "--url", live_server.url + "/not-the-api", "--token", token, env=env)  # an HTML 404 page
+    elsewhere = run_cli(
+        "login", "--url", live_server.url + "/not-the-api", "--token", token, env=env
+    )  # an HTML 404 page
     assert elsewhere.code == exits.API and "is --url the modelplane server?" in elsewhere.err, elsewhere
     assert not config.exists()
 
-    done = run_cli("login", "--url", live_server.url + "/api/v1/", env=env, stdin=token + "\n")  # token on stdin, URL normalized
+    done = run_cli(
+        "login", "--url", live_server.url + "/api/v1/", env=env, stdin=token + "\n"
+    )  # token on stdin, URL normalized
     assert done.code == 0, done
     assert "team-a" in done.out and "developer" in done.out
     assert stat.S_IMODE(config.stat().st_mode) == 0o600 and stat.S_IMODE(config.parent.stat().st_mode) == 0o700
@@ -119,7 +123,7 @@ def test_link_an_mlflow_run(cli_as, alice, team_a, settings, tmp_path, onnx_path
     import mlflow
     import onnx
 
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")

@@ -41,7 +41,9 @@ def test_readme_cli_example(live_server, subprocess_env, celery_worker, tmp_path
     env = {k: v for k, v in subprocess_env.items() if not k.startswith("MODELPLANE_")}
     env.update(HOME=str(tmp_path / "home"), PATH=f"{shims}:{env['PATH']}")
     script = re.sub(r"^BASE=.*$", f"BASE={live_server.url}", readme_cli_block(), count=1, flags=re.M)
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     version = ModelVersion.objects.get(model__name="ctr-cli")

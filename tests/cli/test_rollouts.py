@@ -43,8 +43,20 @@ def setup(cli_as, deployer, team_a, artifact_factory):
     pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
     stable, *candidates = (artifact_factory(team_a) for _ in range(4))
     cli = cli_as(deployer)
-    created = cli("endpoint", "create", "ctr", "--pool", "cpu-pool", "--stable-artifact", stable.pk, "--slo-p99-ms", "200",
-                  "--slo-error-rate", "0.05", "--json")
+    created = cli(
+        "endpoint",
+        "create",
+        "ctr",
+        "--pool",
+        "cpu-pool",
+        "--stable-artifact",
+        stable.pk,
+        "--slo-p99-ms",
+        "200",
+        "--slo-error-rate",
+        "0.05",
+        "--json",
+    )
     assert created.code == 0, created
     assert created.json()["stable_artifact"] == stable.pk and created.json()["pool"] == "cpu-pool"
     _pool_model_state(stable, PoolModelState.READY)
@@ -55,7 +67,9 @@ def test_endpoint_pool_and_artifact_commands(setup, cli_as, alice):
     cli, pool, stable, (candidate, *_) = setup
     listed = cli("endpoint", "list")
     assert listed.code == 0 and "ctr" in listed.out and "cpu-pool" in listed.out, listed
-    assert cli("endpoint", "get", "ctr", "--field", "stable_variant").out.strip() == f"v{stable.version.version}-onnx-fp32"
+    assert (
+        cli("endpoint", "get", "ctr", "--field", "stable_variant").out.strip() == f"v{stable.version.version}-onnx-fp32"
+    )
     pools = cli("pool", "list", "--json")
     assert pools.code == 0 and [p["name"] for p in pools.json()["results"]] == ["cpu-pool"], pools
     detail = cli("pool", "get", "cpu-pool")
@@ -81,8 +95,9 @@ def test_endpoint_pool_and_artifact_commands(setup, cli_as, alice):
 
 def test_watch_a_rollout_the_judge_rolls_back(setup, tmp_path):
     cli, pool, stable, (candidate, *_) = setup
-    started = cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--steps", "5,100", "--step-min-seconds", "5",
-                  "--json")
+    started = cli(
+        "rollout", "start", "ctr", "--candidate", candidate.pk, "--steps", "5,100", "--step-min-seconds", "5", "--json"
+    )
     assert started.code == 0, started
     rollout_id = started.json()["id"]
     assert started.json()["state"] == "loading" and started.json()["steps_bp"] == [500, 10000]
@@ -130,8 +145,22 @@ def test_watch_a_rollout_the_judge_rolls_back(setup, tmp_path):
 def test_pause_resume_promote_with_generations(setup, tmp_path):
     cli, pool, stable, (candidate, stuck, _) = setup
     log = tmp_path / "start-watch.log"
-    watch = popen_cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--steps", "50,100", "--promote-grace-seconds", "0",
-                      "--watch", "--interval", "0.3", env=cli.env, log=log)
+    watch = popen_cli(
+        "rollout",
+        "start",
+        "ctr",
+        "--candidate",
+        candidate.pk,
+        "--steps",
+        "50,100",
+        "--promote-grace-seconds",
+        "0",
+        "--watch",
+        "--interval",
+        "0.3",
+        env=cli.env,
+        log=log,
+    )
     try:
         text = _wait_log(log, "Started rollout #", watch)
         rollout_id = int(text.split("Started rollout #")[1].split()[0])
@@ -141,11 +170,17 @@ def test_pause_resume_promote_with_generations(setup, tmp_path):
         _wait_log(log, "→ canary step 1/2 (50%)", watch)
 
         seen = cli("rollout", "get", rollout_id, "--json").json()
-        assert seen["state"] == "canary" and seen["traffic"] == {"stable_bp": 0, "candidate_bp": 5000, "baseline_bp": 5000,
-                                                                  "candidate_role": "canary"}
+        assert seen["state"] == "canary" and seen["traffic"] == {
+            "stable_bp": 0,
+            "candidate_bp": 5000,
+            "baseline_bp": 5000,
+            "candidate_role": "canary",
+        }
         stale = cli("rollout", "pause", rollout_id, "--generation", seen["generation"] - 1)
         assert stale.code == exits.API and "stale_generation" in stale.err and "HTTP 409" in stale.err, stale
-        paused = cli("rollout", "pause", rollout_id, "--generation", seen["generation"], "--reason", "looking at a dashboard")
+        paused = cli(
+            "rollout", "pause", rollout_id, "--generation", seen["generation"], "--reason", "looking at a dashboard"
+        )
         assert paused.code == 0 and "now paused" in paused.out, paused
         assert watch.wait(30) == exits.PAUSED  # the watch stops: a person has to act
     finally:
@@ -185,8 +220,21 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     from tests.cli.conftest import ROOT
 
     cli, pool, stable, (candidate, *_) = setup
-    rollout_id = int(cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--steps", "5,100", "--step-min-seconds", "5",
-                         "--field", "id").out)
+    rollout_id = int(
+        cli(
+            "rollout",
+            "start",
+            "ctr",
+            "--candidate",
+            candidate.pk,
+            "--steps",
+            "5,100",
+            "--step-min-seconds",
+            "5",
+            "--field",
+            "id",
+        ).out
+    )
     _pool_model_state(candidate, PoolModelState.READY)
     _pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
     rollout = rollout_services.rollout_reconcile(rollout_id=rollout_id)
@@ -194,8 +242,25 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     canary.judge_rollout(Rollout.objects.get(pk=rollout_id), now=rollout.traffic_started_at + timedelta(seconds=3))
 
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "modelplane_cli", "rollout", "watch", str(rollout_id), "--timeout", "2",
-                             "--interval", "0.3"], cwd=ROOT, env=cli.env, stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "modelplane_cli",
+            "rollout",
+            "watch",
+            str(rollout_id),
+            "--timeout",
+            "2",
+            "--interval",
+            "0.3",
+        ],
+        cwd=ROOT,
+        env=cli.env,
+        stdout=follower,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(follower)
     chunks = []
     while True:
@@ -210,8 +275,10 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     assert proc.wait(30) == exits.TIMEOUT
     screen = b"".join(chunks).decode()
     assert "\r\x1b[2K" in screen  # the status line is redrawn in place
-    assert re.search(rf"\r\x1b\[2Krollout #{rollout_id} canary step 1/2 · candidate 5% · step timer \ds/5s · judge inconclusive · gen 3",
-                     screen), screen
+    assert re.search(
+        rf"\r\x1b\[2Krollout #{rollout_id} canary step 1/2 · candidate 5% · step timer \ds/5s · judge inconclusive · gen 3",
+        screen,
+    ), screen
     assert "judge \x1b[33minconclusive\x1b[0m" in screen  # coloured on a terminal
 
 

@@ -37,7 +37,11 @@ def test_config_is_private_and_the_environment_overrides_it(home, monkeypatch):
     monkeypatch.setenv("MODELPLANE_URL", "https://env.example/api/v1/")
     monkeypatch.setenv("MODELPLANE_TOKEN", "env-token")
     settings, _ = config.resolve(url=None, token=None)
-    assert (settings.url, settings.token, settings.token_from) == ("https://env.example", "env-token", "MODELPLANE_TOKEN")
+    assert (settings.url, settings.token, settings.token_from) == (
+        "https://env.example",
+        "env-token",
+        "MODELPLANE_TOKEN",
+    )
     settings, _ = config.resolve(url="http://flag:1", token="flag-token")
     assert (settings.url, settings.token, settings.url_from) == ("http://flag:1", "flag-token", "--url")
     path.chmod(0o644)
@@ -94,11 +98,20 @@ def test_progress_redraws_on_a_terminal_and_prints_lines_elsewhere(monkeypatch, 
 def test_rollout_lines_count_steps_from_one():
     assert state_text("canary[0]", [500, 2500, 10000]) == "canary step 1/3 (5%)"
     assert state_text("rolling_back", [500]) == "rolling_back"
-    line = verdict_line({"created_at": "2026-11-23T10:00:00Z", "outcome": "inconclusive", "step": 1, "reason": "waiting for evidence: latency",
-                         "checks": [{"name": "latency", "outcome": "inconclusive"}, {"name": "error_rate", "outcome": "pass"}]},
-                        [500, 2500, 10000])
+    line = verdict_line(
+        {
+            "created_at": "2026-11-23T10:00:00Z",
+            "outcome": "inconclusive",
+            "step": 1,
+            "reason": "waiting for evidence: latency",
+            "checks": [{"name": "latency", "outcome": "inconclusive"}, {"name": "error_rate", "outcome": "pass"}],
+        },
+        [500, 2500, 10000],
+    )
     line = click.unstyle(line)  # the outcome is coloured (click strips colours when not a terminal)
-    assert re.search(r"judge inconclusive  step 2/3 \(25%\)  latency=wait error_rate=pass  waiting for evidence: latency$", line), line
+    assert re.search(
+        r"judge inconclusive  step 2/3 \(25%\)  latency=wait error_rate=pass  waiting for evidence: latency$", line
+    ), line
 
 
 def test_exit_codes_are_the_ones_the_readme_documents():
@@ -110,9 +123,11 @@ def test_exit_codes_are_the_ones_the_readme_documents():
 
 
 def test_the_cli_imports_no_django():
-    probe = ("import sys, modelplane_cli.main; "
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'rest_framework', 'celery', 'config', "
-             "'registry', 'deployments', 'monitoring', 'experiments', 'gateway', 'numpy'}))")
+    probe = (
+        "import sys, modelplane_cli.main; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'rest_framework', 'celery', 'config', "
+        "'registry', 'deployments', 'monitoring', 'experiments', 'gateway', 'numpy'}))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr
 
@@ -127,8 +142,23 @@ def test_the_wheel_installs_the_cli_and_nothing_else(tmp_path):
         shutil.copy(ROOT / name, source / name)
     for name in ("modelplane_cli", "registry", "config", "platform"):  # apps present: they must not be picked up
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"),
-                             str(source)], capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("modelplane-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()

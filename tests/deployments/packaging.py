@@ -7,10 +7,9 @@
 import shutil
 from pathlib import Path
 
+from django.conf import settings
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
-
-from django.conf import settings
 
 ADAPTER = Path(settings.BASE_DIR) / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
 

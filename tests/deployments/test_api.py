@@ -22,7 +22,9 @@ def test_create_pool_records_it_with_its_repository_and_an_event(deployer_api, p
     assert body["status"] == PoolStatus.PENDING
     assert body["model_repository"] == str(pools_dir.resolve() / "cpu-a" / "models")
     pool = ServingPool.objects.get(name="cpu-a")
-    assert Event.objects.filter(object_type="deployments.servingpool", object_id=str(pool.pk), action="created").exists()
+    assert Event.objects.filter(
+        object_type="deployments.servingpool", object_id=str(pool.pk), action="created"
+    ).exists()
 
 
 def test_duplicate_name_is_409_and_changes_nothing(deployer_api):
@@ -143,7 +145,13 @@ def test_unload_of_an_unknown_model_is_404(deployer_api):
 
 
 def test_kubernetes_pool_and_gpu_defaults(deployer_api):
-    response = create(deployer_api, name="gpu-a", driver="kubernetes", device_kind="nvidia-a100", model_repository="s3://bucket/models")
+    response = create(
+        deployer_api,
+        name="gpu-a",
+        driver="kubernetes",
+        device_kind="nvidia-a100",
+        model_repository="s3://bucket/models",
+    )
     assert response.status_code == 201, response.json()
     assert response.json()["gpus_per_replica"] == 1
 
@@ -160,5 +168,11 @@ def test_list_query_count_is_pinned(deployer_api, deployer, team_a, django_asser
 
 def test_pools_are_in_the_openapi_schema(deployer_api):
     schema = deployer_api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
-    for path in ("/api/v1/pools/", "/api/v1/pools/{name}/", "/api/v1/pools/{name}/scale/", "/api/v1/pools/{name}/load/", "/api/v1/pools/{name}/unload/"):
+    for path in (
+        "/api/v1/pools/",
+        "/api/v1/pools/{name}/",
+        "/api/v1/pools/{name}/scale/",
+        "/api/v1/pools/{name}/load/",
+        "/api/v1/pools/{name}/unload/",
+    ):
         assert path in schema["paths"], path

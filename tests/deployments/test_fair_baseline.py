@@ -51,8 +51,14 @@ def candidate(artifact_factory, team_a):
 
 
 def start(deployer, endpoint, candidate, **plan):
-    plan = {"steps_bp": [500, 5000, 10000], "step_min_seconds": 10, "step_min_requests": 50, "step_deadline_seconds": 60,
-            "promote_grace_seconds": 5, **plan}
+    plan = {
+        "steps_bp": [500, 5000, 10000],
+        "step_min_seconds": 10,
+        "step_min_requests": 50,
+        "step_deadline_seconds": 60,
+        "promote_grace_seconds": 5,
+        **plan,
+    }
     return services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, **plan)
 
 
@@ -65,7 +71,12 @@ def test_split_gives_the_baseline_the_candidates_share():
     plan = Plan(steps_bp=(500, 2500, 5000, 7500, FULL_BP), baseline=True)
     shares = [split_for(State.CANARY, i, plan) for i in range(5)]
     assert [(s.stable_bp, s.baseline_bp, s.candidate_bp) for s in shares] == [
-        (9000, 500, 500), (5000, 2500, 2500), (0, 5000, 5000), (0, 2500, 7500), (0, 0, 10000)]
+        (9000, 500, 500),
+        (5000, 2500, 2500),
+        (0, 5000, 5000),
+        (0, 2500, 7500),
+        (0, 0, 10000),
+    ]
     assert all(s.stable_bp + s.baseline_bp + s.candidate_bp == FULL_BP for s in shares)
     assert split_for(State.CANARY, 0, Plan(steps_bp=(500, FULL_BP))).baseline_bp == 0  # without: as before
     assert split_for(State.PROMOTING, 0, plan).baseline_bp == 0 and baseline_share(FULL_BP) == 0
@@ -94,10 +105,18 @@ def test_baseline_copy_is_loaded_waited_for_and_routed_beside_the_candidate(depl
     assert baseline.attempt_timeout_s == compiled.timeout_s / 2 and compiled.stable.name == variant_name(stable)
     assert compiled.stable_score_rate == pytest.approx(500 / 9000)  # stable scores sampled as often as the candidate's
     # the step at 50 %: the stable keeps none, baseline and candidate half each
-    rollout, _ = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=60,
-                                                now=rollout.step_started_at + timedelta(seconds=11))
+    rollout, _ = services.rollout_apply_verdict(
+        rollout_id=rollout.pk,
+        outcome="pass",
+        reason="ok",
+        step_requests=60,
+        now=rollout.step_started_at + timedelta(seconds=11),
+    )
     assert {name: w[:2] for name, w in weights().items()} == {
-        variant_name(stable): ("stable", 0), variant_name(candidate): ("canary", 5000), baseline_variant_name(stable): ("baseline", 5000)}
+        variant_name(stable): ("stable", 0),
+        variant_name(candidate): ("canary", 5000),
+        baseline_variant_name(stable): ("baseline", 5000),
+    }
 
 
 def test_the_copy_loads_under_its_own_name_from_the_stables_directory(endpoint, pool):
@@ -116,7 +135,10 @@ def test_rollback_unloads_the_copy_with_the_candidate(deployer, endpoint, candid
     assert set(weights()) == {variant_name(endpoint.stable_artifact)}  # weight 0 for both at once
     services.rollout_reconcile(rollout_id=rollout.pk)
     states = dict(PoolModel.objects.filter(pool=pool).values_list("triton_model_name", "state"))
-    assert states[rollout.baseline_model] == PoolModelState.DRAINING and states[triton_name(candidate)] == PoolModelState.DRAINING
+    assert (
+        states[rollout.baseline_model] == PoolModelState.DRAINING
+        and states[triton_name(candidate)] == PoolModelState.DRAINING
+    )
     assert states[triton_name(endpoint.stable_artifact)] == PoolModelState.READY  # the stable itself keeps serving
 
 
@@ -127,31 +149,45 @@ def test_promotion_unloads_the_copy_and_the_old_stable(deployer, endpoint, candi
     ready(pool, old)
     rollout = services.rollout_reconcile(rollout_id=rollout.pk)
     for _ in range(2):
-        rollout, _ = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=60,
-                                                    now=rollout.step_started_at + timedelta(seconds=11))
+        rollout, _ = services.rollout_apply_verdict(
+            rollout_id=rollout.pk,
+            outcome="pass",
+            reason="ok",
+            step_requests=60,
+            now=rollout.step_started_at + timedelta(seconds=11),
+        )
     assert rollout.state == State.PROMOTING and weights()[variant_name(candidate)][:2] == ("canary", 10000)
     assert baseline_variant_name(old) not in weights()  # nothing beside a candidate at 100 %
     done = services.rollout_reconcile(rollout_id=rollout.pk, now=rollout.state_entered_at + timedelta(seconds=6))
     assert done.state == State.SUCCEEDED and Endpoint.objects.get(pk=endpoint.pk).stable_artifact_id == candidate.pk
     states = dict(PoolModel.objects.filter(pool=pool).values_list("triton_model_name", "state"))
-    assert states[baseline_triton_name(old)] == PoolModelState.DRAINING and states[triton_name(old)] == PoolModelState.DRAINING
+    assert (
+        states[baseline_triton_name(old)] == PoolModelState.DRAINING
+        and states[triton_name(old)] == PoolModelState.DRAINING
+    )
 
 
 def test_a_copy_that_cannot_load_leaves_the_rollout_judged_against_the_stable(deployer, endpoint, candidate, pool):
     rollout = start(deployer, endpoint, candidate)
     ready(pool, candidate)
-    PoolModel.objects.filter(triton_model_name=rollout.baseline_model).update(state=PoolModelState.FAILED, error="out of memory")
+    PoolModel.objects.filter(triton_model_name=rollout.baseline_model).update(
+        state=PoolModelState.FAILED, error="out of memory"
+    )
     rollout = services.rollout_reconcile(rollout_id=rollout.pk)
     assert rollout.state == State.CANARY and rollout.baseline_model == ""
     assert {name: w[:2] for name, w in weights().items()} == {
-        variant_name(endpoint.stable_artifact): ("stable", 9500), variant_name(candidate): ("canary", 500)}
+        variant_name(endpoint.stable_artifact): ("stable", 9500),
+        variant_name(candidate): ("canary", 500),
+    }
     event = Event.objects.get(action="baseline_unavailable")
     assert "out of memory" in event.reason and "judging against the stable" in event.reason
 
 
 def test_a_copy_still_draining_from_the_last_rollout_is_asked_for_again(deployer, endpoint, candidate, pool):
     alias = baseline_triton_name(endpoint.stable_artifact)
-    PoolModel.objects.create(pool=pool, artifact=endpoint.stable_artifact, triton_model_name=alias, state=PoolModelState.DRAINING)
+    PoolModel.objects.create(
+        pool=pool, artifact=endpoint.stable_artifact, triton_model_name=alias, state=PoolModelState.DRAINING
+    )
     rollout = start(deployer, endpoint, candidate)  # no 409: the copy is asked for once the drain is over
     ready(pool, candidate)
     assert services.rollout_reconcile(rollout_id=rollout.pk).state == State.LOADING
@@ -162,9 +198,13 @@ def test_a_copy_still_draining_from_the_last_rollout_is_asked_for_again(deployer
     assert services.rollout_reconcile(rollout_id=rollout.pk).state == State.CANARY
 
 
-def test_without_a_fair_baseline_or_for_blue_green_no_copy_is_loaded(deployer, endpoint, candidate, pool, artifact_factory, team_a):
+def test_without_a_fair_baseline_or_for_blue_green_no_copy_is_loaded(
+    deployer, endpoint, candidate, pool, artifact_factory, team_a
+):
     rollout = start(deployer, endpoint, candidate, fair_baseline=False)
-    assert rollout.baseline_model == "" and not PoolModel.objects.filter(triton_model_name__endswith="__baseline").exists()
+    assert (
+        rollout.baseline_model == "" and not PoolModel.objects.filter(triton_model_name__endswith="__baseline").exists()
+    )
     services.rollout_rollback(user=deployer, rollout=rollout)
     Rollout.objects.filter(pk=rollout.pk).update(state=State.ROLLED_BACK)
     green = start(deployer, endpoint, artifact_factory(team_a), strategy="blue-green", shadow_seconds=5)
@@ -172,12 +212,17 @@ def test_without_a_fair_baseline_or_for_blue_green_no_copy_is_loaded(deployer, e
 
 
 def test_api_shows_the_baseline_and_its_share(deployer_api, endpoint, candidate, pool):
-    response = deployer_api.post("/api/v1/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk, "steps_bp": [1000, 10000]},
-                                 format="json")
+    response = deployer_api.post(
+        "/api/v1/endpoints/ctr/rollouts/",
+        {"candidate_artifact": candidate.pk, "steps_bp": [1000, 10000]},
+        format="json",
+    )
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert body["fair_baseline"] == {"variant": baseline_variant_name(endpoint.stable_artifact),
-                                     "triton_model": baseline_triton_name(endpoint.stable_artifact)}
+    assert body["fair_baseline"] == {
+        "variant": baseline_variant_name(endpoint.stable_artifact),
+        "triton_model": baseline_triton_name(endpoint.stable_artifact),
+    }
     ready(pool, candidate)
     ready(pool, endpoint.stable_artifact)
     services.rollout_reconcile(rollout_id=body["id"])
@@ -186,6 +231,7 @@ def test_api_shows_the_baseline_and_its_share(deployer_api, endpoint, candidate,
     off = deployer_api.post(f"/api/v1/rollouts/{body['id']}/rollback/", {}, format="json")
     assert off.status_code == 200
     Rollout.objects.filter(pk=body["id"]).update(state=State.ROLLED_BACK)
-    plain = deployer_api.post("/api/v1/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk, "fair_baseline": False},
-                              format="json").json()
+    plain = deployer_api.post(
+        "/api/v1/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk, "fair_baseline": False}, format="json"
+    ).json()
     assert plain["fair_baseline"] is None

@@ -38,8 +38,17 @@ def test_create_shows_the_secret_once(deployer, team_a, endpoint):
     client = web(deployer)
     page = client.get("/deployments/keys/")
     assert page.status_code == 200 and 'id="key-form"' in page.content.decode() and ">Keys</a>" in page.content.decode()
-    response = client.post("/deployments/keys/", {"team": "team-a", "name": "ranker", "endpoints": ["ctr"], "rate_per_s": "5",
-                                                  "burst": "", "max_concurrency": "3"})
+    response = client.post(
+        "/deployments/keys/",
+        {
+            "team": "team-a",
+            "name": "ranker",
+            "endpoints": ["ctr"],
+            "rate_per_s": "5",
+            "burst": "",
+            "max_concurrency": "3",
+        },
+    )
     html = response.content.decode()
     assert response.status_code == 200 and "no-store" in response["Cache-Control"]
     secret = re.search(r'id="new-secret"[^>]*value="(mpk_[^"]+)"', html).group(1)
@@ -67,7 +76,9 @@ def test_viewer_sees_keys_but_no_form_and_cannot_post(deployer, team_a, endpoint
     factories.member(viewer, team_a, Role.VIEWER)
     client = web(viewer)
     page = client.get("/deployments/keys/").content.decode()
-    assert key.prefix in page and 'id="key-form"' not in page and "needs the deployer" in page and secret[12:] not in page
+    assert (
+        key.prefix in page and 'id="key-form"' not in page and "needs the deployer" in page and secret[12:] not in page
+    )
     assert client.post("/deployments/keys/", {"team": "team-a", "name": "mine"}).status_code == 400
     response = client.post(f"/deployments/keys/{key.pk}/revoke/", follow=True)
     assert "You need the deployer role" in response.content.decode()
@@ -117,18 +128,28 @@ def test_admin_lists_and_revokes_through_the_service(staff, deployer, team_a):
     assert changelist.status_code == 200 and key.prefix in changelist.content.decode()
     detail = admin.get(f"/admin/deployments/inferencekey/{key.pk}/change/").content.decode()
     assert key.sha256 not in detail and secret[12:] not in detail
-    response = admin.post("/admin/deployments/inferencekey/", {"action": "revoke", "_selected_action": [key.pk]}, follow=True)
+    response = admin.post(
+        "/admin/deployments/inferencekey/", {"action": "revoke", "_selected_action": [key.pk]}, follow=True
+    )
     assert response.status_code == 200
     key.refresh_from_db()
     assert key.revoked_by == staff
-    assert Event.objects.filter(object_type="deployments.inferencekey", action="revoked", reason__contains="admin").count() == 1
+    assert (
+        Event.objects.filter(object_type="deployments.inferencekey", action="revoked", reason__contains="admin").count()
+        == 1
+    )
     assert admin.get("/admin/deployments/inferencekey/add/").status_code == 403
 
 
 def test_hostile_form_input_is_refused_without_a_500(deployer, team_a, endpoint):
     client = web(deployer)
-    for body in ({"team": "\x00", "name": "k"}, {"team": "team-a", "name": "k\x00"}, {"team": "team-a", "name": "k", "endpoints": ["\x00"]},
-                 {"team": "team-a", "name": "k", "rate_per_s": "1e999"}, {"team": "team-a", "name": "k", "max_concurrency": "9" * 40}):
+    for body in (
+        {"team": "\x00", "name": "k"},
+        {"team": "team-a", "name": "k\x00"},
+        {"team": "team-a", "name": "k", "endpoints": ["\x00"]},
+        {"team": "team-a", "name": "k", "rate_per_s": "1e999"},
+        {"team": "team-a", "name": "k", "max_concurrency": "9" * 40},
+    ):
         assert client.post("/deployments/keys/", body).status_code == 400, body
     assert not InferenceKey.objects.exists()
     key, _ = services.inference_key_create(user=deployer, team=team_a, name="k")

@@ -11,13 +11,13 @@ import jsonschema
 import pytest
 from django.db import connection
 
-from config.errors import Conflict, Forbidden, InvalidInput
 from deployments.models import Endpoint, InferenceKey
 from deployments.routes import route_table
 from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as services
 from gateway.routes import compile_table
 from gateway.tenants import authenticate
+from kernel.errors import Conflict, Forbidden, InvalidInput
 from registry.models import Event, Role
 from tests import factories
 
@@ -28,7 +28,10 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "gateway" / "route_ta
 @pytest.fixture
 def endpoints(team_a, team_b, artifact_factory):
     """Two serving endpoints of team A (ctr, search) and one of team B (other)."""
-    pool_a, pool_b = factories.pool(team_a, "pool-a", ready_replicas=1), factories.pool(team_b, "pool-b", ready_replicas=1)
+    pool_a, pool_b = (
+        factories.pool(team_a, "pool-a", ready_replicas=1),
+        factories.pool(team_b, "pool-b", ready_replicas=1),
+    )
     return {
         "ctr": factories.endpoint(pool_a, artifact_factory(team_a), name="ctr"),
         "search": factories.endpoint(pool_a, artifact_factory(team_a), name="search"),
@@ -71,7 +74,9 @@ def test_scope_is_the_named_endpoints_of_the_team_only(deployer, team_a, endpoin
         assert failure.value.field == "endpoints"
     with pytest.raises(InvalidInput, match="at least one endpoint"):
         services.inference_key_create(user=deployer, team=team_a, name="empty", endpoints=[])
-    assert InferenceKey.objects.count() == 1 and Event.objects.filter(object_type="deployments.inferencekey").count() == 1
+    assert (
+        InferenceKey.objects.count() == 1 and Event.objects.filter(object_type="deployments.inferencekey").count() == 1
+    )
 
 
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.DEVELOPER])
@@ -99,13 +104,23 @@ def test_active_names_are_unique_per_team_and_free_again_after_revoke(deployer, 
     assert InferenceKey.objects.filter(name="ranker").count() == 2
 
 
-@pytest.mark.parametrize("limits, field", [
-    ({"rate_per_s": 0}, "rate_per_s"), ({"rate_per_s": -5}, "rate_per_s"), ({"rate_per_s": float("nan")}, "rate_per_s"),
-    ({"rate_per_s": float("inf")}, "rate_per_s"), ({"rate_per_s": 1e7}, "rate_per_s"), ({"rate_per_s": "fast"}, "rate_per_s"),
-    ({"rate_per_s": True}, "rate_per_s"), ({"burst": 0.5}, "burst"), ({"rate_per_s": None, "burst": 10}, "burst"),
-    ({"max_concurrency": 0}, "max_concurrency"), ({"max_concurrency": 2.5}, "max_concurrency"),
-    ({"max_concurrency": 10**7}, "max_concurrency"),
-])
+@pytest.mark.parametrize(
+    "limits, field",
+    [
+        ({"rate_per_s": 0}, "rate_per_s"),
+        ({"rate_per_s": -5}, "rate_per_s"),
+        ({"rate_per_s": float("nan")}, "rate_per_s"),
+        ({"rate_per_s": float("inf")}, "rate_per_s"),
+        ({"rate_per_s": 1e7}, "rate_per_s"),
+        ({"rate_per_s": "fast"}, "rate_per_s"),
+        ({"rate_per_s": True}, "rate_per_s"),
+        ({"burst": 0.5}, "burst"),
+        ({"rate_per_s": None, "burst": 10}, "burst"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"max_concurrency": 2.5}, "max_concurrency"),
+        ({"max_concurrency": 10**7}, "max_concurrency"),
+    ],
+)
 def test_bad_limits_are_refused_naming_the_field(deployer, team_a, limits, field):
     with pytest.raises(InvalidInput) as failure:
         services.inference_key_create(user=deployer, team=team_a, name="k", **limits)
@@ -122,7 +137,9 @@ def test_bad_names_are_refused(deployer, team_a, name):
 def test_limits_defaults_and_no_limit(deployer, team_a):
     slow, _ = services.inference_key_create(user=deployer, team=team_a, name="slow", rate_per_s=10)
     assert (slow.rate_per_s, slow.burst, slow.max_concurrency) == (10.0, 20.0, 64)
-    free, _ = services.inference_key_create(user=deployer, team=team_a, name="free", rate_per_s=None, max_concurrency=None)
+    free, _ = services.inference_key_create(
+        user=deployer, team=team_a, name="free", rate_per_s=None, max_concurrency=None
+    )
     assert (free.rate_per_s, free.burst, free.max_concurrency) == (None, None, None)
 
 
@@ -189,12 +206,21 @@ def test_api_revoke_is_idempotent(deployer_api):
     assert deployer_api.get("/api/v1/inference-keys/?active=false").json()["count"] == 1
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"name": ""}, "name"), ({"rate_per_s": -1}, "rate_per_s"), ({"burst": 0}, "burst"),
-    ({"max_concurrency": "many"}, "max_concurrency"), ({"endpoints": "ctr"}, "endpoints"),
-    ({"endpoints": ["other"]}, "endpoints"), ({"endpoints": []}, "endpoints"), ({"team": "no-such-team"}, "team"),
-    ({"team": ["team-a"]}, "team"), ({"name": "x" * 500}, "name"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"name": ""}, "name"),
+        ({"rate_per_s": -1}, "rate_per_s"),
+        ({"burst": 0}, "burst"),
+        ({"max_concurrency": "many"}, "max_concurrency"),
+        ({"endpoints": "ctr"}, "endpoints"),
+        ({"endpoints": ["other"]}, "endpoints"),
+        ({"endpoints": []}, "endpoints"),
+        ({"team": "no-such-team"}, "team"),
+        ({"team": ["team-a"]}, "team"),
+        ({"name": "x" * 500}, "name"),
+    ],
+)
 def test_api_bad_input_is_400_naming_the_field(deployer_api, endpoints, body, field):
     response = create(deployer_api, **body)
     assert response.status_code == 400, response.json()
@@ -203,31 +229,43 @@ def test_api_bad_input_is_400_naming_the_field(deployer_api, endpoints, body, fi
 
 
 def test_api_malformed_json_is_400(deployer_api):
-    response = deployer_api.generic("POST", "/api/v1/inference-keys/", '{"team": "team-a", "name":', content_type="application/json")
+    response = deployer_api.generic(
+        "POST", "/api/v1/inference-keys/", '{"team": "team-a", "name":', content_type="application/json"
+    )
     assert response.status_code == 400 and not InferenceKey.objects.exists()
 
 
 def test_api_key_list_query_count_is_pinned(deployer_api, deployer, team_a, endpoints, django_assert_max_num_queries):
     for index in range(6):
-        services.inference_key_create(user=deployer, team=team_a, name=f"k{index}", endpoints=["ctr", "search"] if index % 2 else None)
+        services.inference_key_create(
+            user=deployer, team=team_a, name=f"k{index}", endpoints=["ctr", "search"] if index % 2 else None
+        )
     with django_assert_max_num_queries(6):
         response = deployer_api.get("/api/v1/inference-keys/")
     assert response.json()["count"] == 6
 
 
-def test_endpoint_public_flag_defaults_closed_and_deployers_change_it(deployer, deployer_api, alice_api, team_a, endpoints):
+def test_endpoint_public_flag_defaults_closed_and_deployers_change_it(
+    deployer, deployer_api, alice_api, team_a, endpoints
+):
     pool = endpoints["ctr"].pool
     created = endpoint_services.endpoint_create(user=deployer, name="fresh", pool=pool)
     assert created.public is False
     assert deployer_api.get("/api/v1/endpoints/fresh/").json()["public"] is False
-    assert alice_api.patch("/api/v1/endpoints/fresh/", {"public": True}, format="json").status_code == 403  # a developer
+    assert (
+        alice_api.patch("/api/v1/endpoints/fresh/", {"public": True}, format="json").status_code == 403
+    )  # a developer
     response = deployer_api.patch("/api/v1/endpoints/fresh/", {"public": True}, format="json")
     assert response.status_code == 200 and response.json()["public"] is True
     assert deployer_api.patch("/api/v1/endpoints/fresh/", {"public": "maybe"}, format="json").status_code == 400
     assert Endpoint.objects.get(name="fresh").public is True
-    (event,) = Event.objects.filter(object_type="deployments.endpoint", object_id=str(created.pk), action="access_changed")
+    (event,) = Event.objects.filter(
+        object_type="deployments.endpoint", object_id=str(created.pk), action="access_changed"
+    )
     assert (event.from_state, event.to_state) == ("keys only", "public")
-    response = deployer_api.post("/api/v1/endpoints/", {"name": "open", "pool": pool.name, "public": True}, format="json")
+    response = deployer_api.post(
+        "/api/v1/endpoints/", {"name": "open", "pool": pool.name, "public": True}, format="json"
+    )
     assert response.status_code == 201 and response.json()["public"] is True
 
 
@@ -238,9 +276,12 @@ def auth_of(table, name):
 
 def test_route_table_carries_hashes_scoped_per_endpoint(deployer, team_a, team_b, endpoints):
     team_b_deployer = member(team_b, Role.DEPLOYER, "bert")
-    everything, secret_all = services.inference_key_create(user=deployer, team=team_a, name="all", rate_per_s=None, max_concurrency=None)
-    scoped, secret_scoped = services.inference_key_create(user=deployer, team=team_a, name="ctr-only", endpoints=["ctr"], rate_per_s=3, burst=4,
-                                                          max_concurrency=2)
+    everything, secret_all = services.inference_key_create(
+        user=deployer, team=team_a, name="all", rate_per_s=None, max_concurrency=None
+    )
+    scoped, secret_scoped = services.inference_key_create(
+        user=deployer, team=team_a, name="ctr-only", endpoints=["ctr"], rate_per_s=3, burst=4, max_concurrency=2
+    )
     theirs, secret_theirs = services.inference_key_create(user=team_b_deployer, team=team_b, name="theirs")
     Endpoint.objects.filter(name="search").update(public=False)
     table = route_table()
@@ -249,9 +290,15 @@ def test_route_table_carries_hashes_scoped_per_endpoint(deployer, team_a, team_b
     for secret in (secret_all, secret_scoped, secret_theirs):
         assert secret[12:] not in text
     docs = {k["id"]: k for k in table["keys"]}
-    assert docs[scoped.gateway_id] == {"id": scoped.gateway_id, "prefix": secret_scoped[:12], "team": "team-a",
-                                       "sha256": hashlib.sha256(secret_scoped.encode()).hexdigest(),
-                                       "rate_per_s": 3.0, "burst": 4.0, "max_concurrency": 2}
+    assert docs[scoped.gateway_id] == {
+        "id": scoped.gateway_id,
+        "prefix": secret_scoped[:12],
+        "team": "team-a",
+        "sha256": hashlib.sha256(secret_scoped.encode()).hexdigest(),
+        "rate_per_s": 3.0,
+        "burst": 4.0,
+        "max_concurrency": 2,
+    }
     assert set(docs[everything.gateway_id]) == {"id", "prefix", "sha256", "team"}  # no limits: none sent
     ctr = auth_of(table, "ctr")
     assert ctr["public"] is False and sorted(ctr["keys"]) == sorted([everything.gateway_id, scoped.gateway_id])
@@ -260,18 +307,28 @@ def test_route_table_carries_hashes_scoped_per_endpoint(deployer, team_a, team_b
 
     # what the gateway makes of it: its own checks, with the secrets clients would send
     compiled = compile_table(table, {})
+
     def check(endpoint, secret):
-        key, rejection = authenticate({"authorization": f"Bearer {secret}"}, compiled.endpoints[endpoint].auth, compiled.keys, endpoint, 0.0)
+        key, rejection = authenticate(
+            {"authorization": f"Bearer {secret}"}, compiled.endpoints[endpoint].auth, compiled.keys, endpoint, 0.0
+        )
         return rejection[1] if rejection else "ok"
-    assert [check("ctr", secret_all), check("ctr", secret_scoped), check("search", secret_scoped), check("ctr", secret_theirs),
-            check("ctr", secret_all[:-1] + "x")] == ["ok", "ok", "forbidden", "forbidden", "invalid_key"]
+
+    assert [
+        check("ctr", secret_all),
+        check("ctr", secret_scoped),
+        check("search", secret_scoped),
+        check("ctr", secret_theirs),
+        check("ctr", secret_all[:-1] + "x"),
+    ] == ["ok", "ok", "forbidden", "forbidden", "invalid_key"]
 
 
 def test_public_endpoints_need_no_key(deployer, team_a, endpoints):
-    services.inference_key_create(user=deployer, team=team_a, name="all")
+    key, _ = services.inference_key_create(user=deployer, team=team_a, name="all")
     endpoint_services.endpoint_update(user=deployer, endpoint=endpoints["search"], public=True)
     table = route_table()
-    assert auth_of(table, "search") == {"public": True}
+    # the team's keys are listed all the same: a public endpoint's feedback needs one (issue 22)
+    assert auth_of(table, "search") == {"public": True, "keys": [key.gateway_id]}
     assert auth_of(table, "ctr")["public"] is False
 
 
@@ -300,7 +357,9 @@ def test_revoked_keys_leave_the_table_and_the_etag_changes(deployer, team_a, end
 def test_team_names_that_are_not_labels_still_make_a_valid_table(deployer, endpoints, artifact_factory):
     odd = factories.team("Ads & Search (EU)")
     boss = member(odd, Role.DEPLOYER, "odd-boss")
-    factories.endpoint(factories.pool(odd, "pool-odd", ready_replicas=1), artifact_factory(odd, model_name="odd"), name="odd")
+    factories.endpoint(
+        factories.pool(odd, "pool-odd", ready_replicas=1), artifact_factory(odd, model_name="odd"), name="odd"
+    )
     key, _ = services.inference_key_create(user=boss, team=odd, name="k")
     table = route_table()
     jsonschema.validate(table, SCHEMA)
@@ -311,13 +370,17 @@ def test_team_names_that_are_not_labels_still_make_a_valid_table(deployer, endpo
 def test_route_table_queries_do_not_grow_with_keys(deployer, team_a, endpoints, django_assert_max_num_queries):
     route_table()
     for index in range(5):
-        services.inference_key_create(user=deployer, team=team_a, name=f"k{index}", endpoints=["ctr"] if index % 2 else None)
+        services.inference_key_create(
+            user=deployer, team=team_a, name=f"k{index}", endpoints=["ctr"] if index % 2 else None
+        )
     connection.queries_log.clear()
     with django_assert_max_num_queries(12) as captured:
         route_table()
     few = len(captured.captured_queries)
     for index in range(5, 15):
-        services.inference_key_create(user=deployer, team=team_a, name=f"k{index}", endpoints=["search"] if index % 2 else None)
+        services.inference_key_create(
+            user=deployer, team=team_a, name=f"k{index}", endpoints=["search"] if index % 2 else None
+        )
     with django_assert_max_num_queries(few):
         route_table()
 
@@ -328,18 +391,31 @@ def test_api_absurd_key_ids_are_404(deployer_api, key_id):
     assert deployer_api.post(f"/api/v1/inference-keys/{key_id}/revoke/", {}, format="json").status_code == 404
 
 
-@pytest.mark.parametrize("body", [
-    {"team": "\x00"}, {"name": "a\x00"}, {"endpoints": ["\x00"]}, {"rate_per_s": 1e308}, {"burst": "NaN"},
-    {"max_concurrency": 2**70}, {"rate_per_s": "Infinity"}, {"team": "t" * 10_000}, {"endpoints": ["ctr"] * 10_000},
-    {"name": {"nested": "object"}}, {"team": None},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"team": "\x00"},
+        {"name": "a\x00"},
+        {"endpoints": ["\x00"]},
+        {"rate_per_s": 1e308},
+        {"burst": "NaN"},
+        {"max_concurrency": 2**70},
+        {"rate_per_s": "Infinity"},
+        {"team": "t" * 10_000},
+        {"endpoints": ["ctr"] * 10_000},
+        {"name": {"nested": "object"}},
+        {"team": None},
+    ],
+)
 def test_api_hostile_bodies_are_400(deployer_api, endpoints, body):
     response = create(deployer_api, **body)
     assert response.status_code == 400, response.content[:300]
     assert not InferenceKey.objects.exists()
 
 
-@pytest.mark.parametrize("query", ["team=%00", "search=%00", "active=maybe", "ordering=sha256", "ordering=%00", "page=999"])
+@pytest.mark.parametrize(
+    "query", ["team=%00", "search=%00", "active=maybe", "ordering=sha256", "ordering=%00", "page=999"]
+)
 def test_api_hostile_list_queries_never_500(deployer_api, query):
     assert deployer_api.get(f"/api/v1/inference-keys/?{query}").status_code in (200, 400, 404)
 

@@ -36,17 +36,28 @@ def api_session(user) -> requests.Session:
     return session
 
 
-def test_keys_through_the_api_reach_the_gateway(live_server, subprocess_env, tmp_path, pools_dir, team_a, team_b, deployer, onnx_path):
+def test_keys_through_the_api_reach_the_gateway(
+    live_server, subprocess_env, tmp_path, pools_dir, team_a, team_b, deployer, onnx_path
+):
     require_service("postgres", "redis")
     require_triton()
     base = f"{live_server.url}/api/v1"
     gateway_user = factories.user("gateway-svc")
     gateway_user.user_permissions.add(Permission.objects.get(codename="read_routes"))
-    gateway = GatewayProcess(tmp_path, {"GATEWAY_ROUTES_URL": f"{base}/gateway/routes",
-                                        "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
-                                        "GATEWAY_POLL_INTERVAL_MS": "300"})
+    gateway = GatewayProcess(
+        tmp_path,
+        {
+            "GATEWAY_ROUTES_URL": f"{base}/gateway/routes",
+            "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
+            "GATEWAY_POLL_INTERVAL_MS": "300",
+        },
+    )
     env = {**subprocess_env, "POOLS_DIR": str(pools_dir)}
-    pools = spawn([sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"], env, tmp_path / "pools.log")
+    pools = spawn(
+        [sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"],
+        env,
+        tmp_path / "pools.log",
+    )
     worker = CeleryWorker(env, tmp_path / "worker.log", queues="control").start()
     team_b_deployer = factories.user("bert")
     factories.member(team_b_deployer, team_b, Role.DEPLOYER)
@@ -55,12 +66,21 @@ def test_keys_through_the_api_reach_the_gateway(live_server, subprocess_env, tmp
     try:
         stable = package_artifact(team_a, onnx_path, tmp_path)
         pool_services.pool_create(user=deployer, name="keys", team=team_a, replicas=1)
-        closed = ours.post(f"{base}/endpoints/", json={"name": "ctr", "pool": "keys", "stable_artifact": stable.pk}, timeout=30)
+        closed = ours.post(
+            f"{base}/endpoints/", json={"name": "ctr", "pool": "keys", "stable_artifact": stable.pk}, timeout=30
+        )
         assert closed.status_code == 201 and closed.json()["public"] is False, closed.text
-        opened = ours.post(f"{base}/endpoints/", json={"name": "open", "pool": "keys", "stable_artifact": stable.pk, "public": True},
-                           timeout=30)
+        opened = ours.post(
+            f"{base}/endpoints/",
+            json={"name": "open", "pool": "keys", "stable_artifact": stable.pk, "public": True},
+            timeout=30,
+        )
         assert opened.status_code == 201 and opened.json()["public"] is True, opened.text
-        wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=120, what="stable READY")
+        wait_for(
+            lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(),
+            timeout=120,
+            what="stable READY",
+        )
         gateway.start(timeout=30)
 
         def infer(endpoint, key=None, header="Authorization"):
@@ -76,18 +96,28 @@ def test_keys_through_the_api_reach_the_gateway(live_server, subprocess_env, tmp
         assert anonymous.headers["WWW-Authenticate"].startswith("Bearer")
 
         # keys made through the API
-        created = ours.post(f"{base}/inference-keys/", json={"team": "team-a", "name": "ranker", "rate_per_s": None,
-                                                              "max_concurrency": None}, timeout=30)
+        created = ours.post(
+            f"{base}/inference-keys/",
+            json={"team": "team-a", "name": "ranker", "rate_per_s": None, "max_concurrency": None},
+            timeout=30,
+        )
         assert created.status_code == 201, created.text
         main = created.json()
         made_at = time.monotonic()
-        slow = ours.post(f"{base}/inference-keys/", json={"team": "team-a", "name": "slow", "endpoints": ["ctr"], "rate_per_s": 0.5,
-                                                           "burst": 2}, timeout=30).json()
+        slow = ours.post(
+            f"{base}/inference-keys/",
+            json={"team": "team-a", "name": "slow", "endpoints": ["ctr"], "rate_per_s": 0.5, "burst": 2},
+            timeout=30,
+        ).json()
         other = theirs.post(f"{base}/inference-keys/", json={"team": "team-b", "name": "theirs"}, timeout=30).json()
         secrets_seen += [main["secret"], slow["secret"], other["secret"]]
         assert ours.get(f"{base}/inference-keys/{other['id']}/", timeout=30).status_code == 404  # another team's key
-        first_ok = wait_for(lambda: infer("ctr", main["secret"]).status_code == 200 and time.monotonic(), timeout=5,
-                            what="the new key accepted", interval=0.05)
+        first_ok = wait_for(
+            lambda: infer("ctr", main["secret"]).status_code == 200 and time.monotonic(),
+            timeout=5,
+            what="the new key accepted",
+            interval=0.05,
+        )
         print(f"new key accepted {first_ok - made_at:.2f} s after its creation")
         served = infer("ctr", main["secret"], header="X-API-Key")
         assert served.status_code == 200 and served.headers["X-Model-Variant"] and "outputs" in served.json()
@@ -95,8 +125,16 @@ def test_keys_through_the_api_reach_the_gateway(live_server, subprocess_env, tmp
         # wrong key, another team's key
         wrong = infer("ctr", main["secret"][:-2] + "xx")
         assert wrong.status_code == 401 and wrong.json()["code"] == "invalid_key"
-        foreign = infer("ctr", other["secret"])
-        assert foreign.status_code == 403 and foreign.json()["code"] == "forbidden" and "team-b" in foreign.json()["error"]
+        # the other team's key was made after ours: wait until the gateway's table has it too
+        foreign = wait_for(
+            lambda: (r := infer("ctr", other["secret"])).status_code != 401 and r,
+            timeout=5,
+            what="the other team's key known to the gateway",
+            interval=0.05,
+        )
+        assert (
+            foreign.status_code == 403 and foreign.json()["code"] == "forbidden" and "team-b" in foreign.json()["error"]
+        )
         assert infer("open", other["secret"]).status_code == 200  # credentials on a public endpoint are ignored
 
         # over its rate: burst 2, then 0.5/s
@@ -109,8 +147,12 @@ def test_keys_through_the_api_reach_the_gateway(live_server, subprocess_env, tmp
         revoked = ours.post(f"{base}/inference-keys/{main['id']}/revoke/", json={"reason": "rotation"}, timeout=30)
         assert revoked.status_code == 200 and revoked.json()["active"] is False
         revoked_at = time.monotonic()
-        refused_at = wait_for(lambda: infer("ctr", main["secret"]).status_code == 401 and time.monotonic(), timeout=5,
-                              what="the revoked key refused", interval=0.02)
+        refused_at = wait_for(
+            lambda: infer("ctr", main["secret"]).status_code == 401 and time.monotonic(),
+            timeout=5,
+            what="the revoked key refused",
+            interval=0.02,
+        )
         print(f"revoked key refused {refused_at - revoked_at:.2f} s after the revoke")
         assert refused_at - revoked_at < 1.5
         assert infer("ctr", main["secret"]).json()["code"] == "invalid_key"
@@ -118,8 +160,13 @@ def test_keys_through_the_api_reach_the_gateway(live_server, subprocess_env, tmp
         # each refusal and each key's requests are counted, labelled by key id (never the secret)
         for reason in ("missing_key", "invalid_key", "forbidden", "rate_limited"):
             assert gateway.metric("gateway_auth_rejections_total", endpoint="ctr", reason=reason) >= 1, reason
-        assert gateway.metric("gateway_auth_rejections_total", reason="forbidden", key=other["gateway_id"], team="team-b") == 1
-        assert gateway.metric("gateway_tenant_requests_total", key=main["gateway_id"], endpoint="ctr", status="200") >= 2
+        assert (
+            gateway.metric("gateway_auth_rejections_total", reason="forbidden", key=other["gateway_id"], team="team-b")
+            == 1
+        )
+        assert (
+            gateway.metric("gateway_tenant_requests_total", key=main["gateway_id"], endpoint="ctr", status="200") >= 2
+        )
         assert gateway.metric("gateway_tenant_requests_total", key=slow["gateway_id"], status="429") == 1
         metrics_text = requests.get(f"{gateway.url}/metrics", timeout=5).text
     finally:

@@ -1,10 +1,11 @@
 """Kubernetes driver: rendered objects pass the Kubernetes OpenAPI schema, and the client
 calls (server-side apply, pod listing, per-pod Triton repository API) do what they should.
 
-No real cluster is reachable here: the API server is a small fake HTTP server in this test
-(a real server on a local port, recording each request and answering like the API
-server would), and each "pod" points at a second recording HTTP server that answers
-Triton's repository and readiness endpoints.
+No real cluster is reachable here, so the API server is the one fake: the recorded fake
+API server of tests/deployments/fake_apiserver.py (a real HTTP server on a local port that
+implements server-side apply with field managers; see its docstring for what it does and
+does not do). Each "pod" points at a second recording HTTP server that answers Triton's
+repository and readiness endpoints.
 """
 
 import json
@@ -21,13 +22,24 @@ from kubernetes import client
 
 from deployments.drivers.base import LoadFailed, ModelDir, PoolSpec
 from deployments.drivers.kubernetes import KubernetesDriver, object_name, render
+from tests.deployments.fake_apiserver import FakeApiServer
 
 K8S_VERSION = "1.31"
 
 
 def spec(**overrides) -> PoolSpec:
-    base = dict(name="ctr-gpu", replicas=2, model_repository="pvc://models/ctr", team="team-a", device_kind="nvidia-a100",
-                gpus_per_replica=1, resources={"cpu": "4", "memory": "16Gi"}, namespace="serving", min_replicas=2, max_replicas=6)
+    base = dict(
+        name="ctr-gpu",
+        replicas=2,
+        model_repository="pvc://models/ctr",
+        team="team-a",
+        device_kind="nvidia-a100",
+        gpus_per_replica=1,
+        resources={"cpu": "4", "memory": "16Gi"},
+        namespace="serving",
+        min_replicas=2,
+        max_replicas=6,
+    )
     base.update(overrides)
     return PoolSpec(**base)
 
@@ -36,7 +48,13 @@ def spec(**overrides) -> PoolSpec:
     "pool",
     [
         spec(),
-        spec(name="ctr-cpu", device_kind="cpu", gpus_per_replica=0, resources={}, model_repository="s3://bucket/repo"),
+        spec(
+            name="ctr-cpu",
+            device_kind="cpu",
+            gpus_per_replica=0,
+            resources={"cpu": "1"},
+            model_repository="s3://bucket/repo",
+        ),
         spec(name="scaled-down", replicas=0, model_repository="gs://bucket/repo"),
     ],
     ids=["gpu-pvc", "cpu-s3", "zero-replicas"],
@@ -46,8 +64,9 @@ def test_every_rendered_object_passes_the_kubernetes_schema(pool):
     for obj in objects:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     kinds = [o["kind"] for o in objects]
-    assert kinds[:2] == ["Deployment", "Service"] and "PodDisruptionBudget" in kinds
+    assert kinds[:2] == ["Deployment", "Service"] and kinds[-1] == "NetworkPolicy"
     assert ("HorizontalPodAutoscaler" in kinds) == (pool.replicas > 0)
+    assert ("PodDisruptionBudget" in kinds) == (pool.replicas > 0)  # min_replicas 2: a floor worth protecting
 
 
 def test_schema_validation_catches_a_broken_object():
@@ -68,9 +87,14 @@ def test_deployment_runs_triton_with_gpu_readiness_probe_and_repository_volume()
     assert container["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"  # leave the Service before SIGTERM
     assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in pod["volumes"]
-    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["nodeSelector"] == {"modelplane.io/device-kind": "nvidia-a100"}
-    assert deployment["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    cpu = render(spec(device_kind="cpu", gpus_per_replica=0, model_repository="s3://b/r"))[0]
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and pod["nodeSelector"] == {
+        "modelplane.io/device-kind": "nvidia-a100"
+    }
+    assert (
+        deployment["spec"]["selector"]["matchLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    cpu = render(spec(device_kind="cpu", gpus_per_replica=0, model_repository="s3://b/r", resources={}))[0]
     cpu_container = cpu["spec"]["template"]["spec"]["containers"][0]
     assert "--model-repository=s3://b/r" in cpu_container["args"]
     assert "nvidia.com/gpu" not in json.dumps(cpu_container)
@@ -83,14 +107,22 @@ def test_a_gpu_pool_asks_for_gpus_tolerates_their_taint_and_keeps_tensorrt_engin
     kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["resources"]["requests"]["nvidia.com/gpu"] == container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert (
+        container["resources"]["requests"]["nvidia.com/gpu"]
+        == container["resources"]["limits"]["nvidia.com/gpu"]
+        == "2"
+    )
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    assert container["image"].startswith("nvcr.io/nvidia/tritonserver:") and container["image"].endswith("-py3")  # the GPU build
+    assert container["image"].startswith("nvcr.io/nvidia/tritonserver:") and container["image"].endswith(
+        "-py3"
+    )  # the GPU build
     assert "--allow-gpu-metrics=true" in container["args"]
     # The directory the GPU variants' configs name for TensorRT engine and timing caches is writable.
     assert {"name": "tensorrt-cache", "mountPath": TENSORRT_CACHE_DIR} in container["volumeMounts"]
     assert {"name": "tensorrt-cache", "emptyDir": {"sizeLimit": "8Gi"}} in pod["volumes"]
-    cpu_pod = render(spec(device_kind="cpu", gpus_per_replica=0, model_repository="s3://b/r"))[0]["spec"]["template"]["spec"]
+    cpu_pod = render(spec(device_kind="cpu", gpus_per_replica=0, model_repository="s3://b/r"))[0]["spec"]["template"][
+        "spec"
+    ]
     assert "tensorrt-cache" not in json.dumps(cpu_pod) and not cpu_pod.get("tolerations")
 
 
@@ -98,21 +130,29 @@ def test_a_gpu_pool_asks_for_gpus_tolerates_their_taint_and_keeps_tensorrt_engin
 def test_render_pool_command_prints_valid_yaml(deployer, team_a):
     from deployments.services import pools
 
-    pools.pool_create(user=deployer, name="k8s-a", team=team_a, driver="kubernetes", replicas=3, model_repository="s3://bucket/models",
-                         device_kind="nvidia-t4")
+    pools.pool_create(
+        user=deployer,
+        name="k8s-a",
+        team=team_a,
+        driver="kubernetes",
+        replicas=3,
+        model_repository="s3://bucket/models",
+        device_kind="nvidia-t4",
+    )
     out = StringIO()
     call_command("render_pool", "k8s-a", stdout=out)
     documents = list(yaml.safe_load_all(out.getvalue()))
-    assert [d["kind"] for d in documents] == ["Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"]
+    assert [d["kind"] for d in documents] == ["Deployment", "Service", "HorizontalPodAutoscaler", "NetworkPolicy"]
     for document in documents:
         kubernetes_validate.validate(document, K8S_VERSION, strict=True)
-    assert documents[0]["spec"]["replicas"] == 3
+    assert "replicas" not in documents[0]["spec"]  # the HPA's (min 1 .. max 4)
+    assert documents[2]["spec"]["metrics"][0]["pods"]["metric"]["name"] == "triton_queue_time_ms"  # a GPU pool
     pools.pool_create(user=deployer, name="local-a", team=team_a)
     with pytest.raises(CommandError, match="local driver"):
         call_command("render_pool", "local-a", stdout=StringIO())
 
 
-# --- the fake API server and fake pods -----------------------------------------------------------
+# --- the fake pods (the fake API server is tests/deployments/fake_apiserver.py) -----------------
 class Recorder(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -143,7 +183,14 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         url = urlparse(self.path)
-        entry = {"method": self.command, "path": url.path, "query": parse_qs(url.query), "content_type": self.headers.get("Content-Type", ""), "body": body}
+        entry = {
+            "method": self.command,
+            "path": url.path,
+            "query": parse_qs(url.query),
+            "content_type": self.headers.get("Content-Type", ""),
+            "body": body,
+            "headers": dict(self.headers),
+        }
         self.server.requests.append(entry)
         return entry
 
@@ -152,28 +199,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         self.handle_request(self._record())
-
-    def do_PATCH(self):
-        self.handle_request(self._record())
-
-    def do_DELETE(self):
-        self.handle_request(self._record())
-
-
-class FakeApiServer(Handler):
-    def handle_request(self, req):
-        if req["method"] == "PATCH":
-            return self._reply(200, json.loads(req["body"]))
-        if req["method"] == "GET" and req["path"] == "/api/v1/namespaces/serving/pods":
-            return self._reply(200, self.server.state["pods"])
-        if req["method"] == "GET" and req["path"].endswith("/log"):
-            lines = int(req["query"].get("tailLines", ["10"])[0])
-            return self._reply(200, "\n".join([f"I line {i}" for i in range(100)][-lines:]), "text/plain")
-        if req["method"] == "DELETE":
-            if "horizontalpodautoscalers" in req["path"]:
-                return self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
-            return self._reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
-        return self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
 
 
 class FakeTriton(Handler):
@@ -199,29 +224,47 @@ class FakeTriton(Handler):
 
 def pod(name, ready, ip="127.0.0.1"):
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": "serving", "labels": {"modelplane.io/pool": "ctr-gpu"}},
         "spec": {"containers": [{"name": "tritonserver", "image": "triton"}]},
         "status": {
-            "phase": "Running", "podIP": ip, "startTime": "2026-01-01T00:00:00Z",
+            "phase": "Running",
+            "podIP": ip,
+            "startTime": "2026-01-01T00:00:00Z",
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "containerStatuses": [{"name": "tritonserver", "ready": ready, "restartCount": 1, "image": "triton", "imageID": "x", "started": True}],
+            "containerStatuses": [
+                {
+                    "name": "tritonserver",
+                    "ready": ready,
+                    "restartCount": 1,
+                    "image": "triton",
+                    "imageID": "x",
+                    "started": True,
+                }
+            ],
         },
     }
 
 
 @pytest.fixture
 def cluster():
-    api = Recorder(FakeApiServer)
+    api = FakeApiServer()
     triton = Recorder(FakeTriton)
-    api.state["pods"] = {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [pod("triton-ctr-gpu-a", True), pod("triton-ctr-gpu-b", False)]}
+    api.pods["items"] = [pod("triton-ctr-gpu-a", True), pod("triton-ctr-gpu-b", False)]
     configuration = client.Configuration(host=api.url)
     # The fake pod speaks Triton's HTTP only, so the driver controls it over HTTP (pod_grpc_port=None);
     # the gRPC control path is tested against a real tritonserver in test_local_pool.py.
-    driver = KubernetesDriver(spec(), api_client=client.ApiClient(configuration), pod_http_port=triton.server_address[1],
-                              pod_metrics_port=triton.server_address[1], pod_grpc_port=None)
+    driver = KubernetesDriver(
+        spec(),
+        api_client=client.ApiClient(configuration),
+        pod_http_port=triton.server_address[1],
+        pod_metrics_port=triton.server_address[1],
+        pod_grpc_port=None,
+        admin_key="pool-admin-key",
+    )
     yield driver, api, triton
-    api.shutdown()
+    api.close()
     triton.shutdown()
 
 
@@ -229,19 +272,31 @@ def test_ensure_applies_every_object_server_side(cluster):
     driver, api, _ = cluster
     replicas = driver.ensure()
     patches = [r for r in api.requests if r["method"] == "PATCH"]
-    assert [p["path"] for p in patches] == [
-        "/apis/apps/v1/namespaces/serving/deployments/triton-ctr-gpu",
-        "/api/v1/namespaces/serving/services/triton-ctr-gpu",
-        "/apis/autoscaling/v2/namespaces/serving/horizontalpodautoscalers/triton-ctr-gpu",
-        "/apis/policy/v1/namespaces/serving/poddisruptionbudgets/triton-ctr-gpu",
+    deployment_path = "/apis/apps/v1/namespaces/serving/deployments/triton-ctr-gpu"
+    assert [(p["path"], p["query"]["fieldManager"][0]) for p in patches] == [
+        (deployment_path, "modelplane"),
+        (deployment_path, "modelplane-handover"),  # a new Deployment: replicas seeded for the HPA
+        ("/api/v1/namespaces/serving/services/triton-ctr-gpu", "modelplane"),
+        ("/apis/autoscaling/v2/namespaces/serving/horizontalpodautoscalers/triton-ctr-gpu", "modelplane"),
+        ("/apis/policy/v1/namespaces/serving/poddisruptionbudgets/triton-ctr-gpu", "modelplane"),
+        ("/apis/networking.k8s.io/v1/namespaces/serving/networkpolicies/triton-ctr-gpu", "modelplane"),
     ]
     for patch in patches:
         assert patch["content_type"] == "application/apply-patch+yaml"
-        assert patch["query"]["fieldManager"] == ["modelplane"] and patch["query"]["force"] == ["true"]
-        kubernetes_validate.validate(json.loads(patch["body"]), K8S_VERSION, strict=True)
-    listing = [r for r in api.requests if r["method"] == "GET"][0]
-    assert listing["query"]["labelSelector"] == [f"app.kubernetes.io/instance={object_name(driver.spec)},modelplane.io/pool=ctr-gpu"]
-    assert [(r.name, r.status, r.restarts) for r in replicas] == [("triton-ctr-gpu-a", "ready", 1), ("triton-ctr-gpu-b", "starting", 1)]
+        if patch["query"]["fieldManager"] == ["modelplane"]:
+            assert patch["query"]["force"] == ["true"]
+            kubernetes_validate.validate(json.loads(patch["body"]), K8S_VERSION, strict=True)
+        else:
+            assert json.loads(patch["body"])["spec"] == {"replicas": 2}
+    assert api.get(deployment_path)["spec"]["replicas"] == 2
+    listing = [r for r in api.requests if r["method"] == "GET" and r["path"].endswith("/pods")][0]
+    assert listing["query"]["labelSelector"] == [
+        f"app.kubernetes.io/instance={object_name(driver.spec)},modelplane.io/pool=ctr-gpu"
+    ]
+    assert [(r.name, r.status, r.restarts) for r in replicas] == [
+        ("triton-ctr-gpu-a", "ready", 1),
+        ("triton-ctr-gpu-b", "starting", 1),
+    ]
 
 
 def test_scale_to_zero_applies_replicas_and_removes_the_autoscaler(cluster):
@@ -249,6 +304,7 @@ def test_scale_to_zero_applies_replicas_and_removes_the_autoscaler(cluster):
     driver.scale(0)
     deployment = json.loads(next(r for r in api.requests if r["method"] == "PATCH")["body"])
     assert deployment["spec"]["replicas"] == 0
+    assert api.get("/apis/apps/v1/namespaces/serving/deployments/triton-ctr-gpu")["spec"]["replicas"] == 0
     assert not any("horizontalpodautoscalers" in r["path"] for r in api.requests if r["method"] == "PATCH")
     assert any("horizontalpodautoscalers" in r["path"] for r in api.requests if r["method"] == "DELETE")
 
@@ -276,14 +332,14 @@ def test_delete_removes_objects_and_tolerates_missing_ones(cluster):
     driver, api, _ = cluster
     driver.delete()
     deleted = {r["path"].split("/")[-2] for r in api.requests if r["method"] == "DELETE"}
-    assert deleted == {"deployments", "services", "horizontalpodautoscalers", "poddisruptionbudgets"}
+    assert deleted == {"deployments", "services", "horizontalpodautoscalers", "poddisruptionbudgets", "networkpolicies"}
 
 
 def test_unreachable_api_server_is_a_driver_error():
     from deployments.drivers.base import DriverError
 
     driver = KubernetesDriver(spec(), api_client=client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
-    with pytest.raises(DriverError, match="apply Deployment"):
+    with pytest.raises(DriverError, match="(read|apply) Deployment: Kubernetes API unreachable"):
         driver.ensure()
 
 
@@ -291,11 +347,19 @@ def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
     """platform/kubernetes/rbac.yaml must allow what ensure, replicas, log_tail and delete send."""
     from django.conf import settings
 
-    documents = list(yaml.safe_load_all((settings.BASE_DIR / "platform" / "kubernetes" / "rbac.yaml").read_text()))
+    documents = list(
+        yaml.safe_load_all((settings.BASE_DIR / "platform" / "kubernetes" / "base" / "rbac.yaml").read_text())
+    )
     for document in documents:
         kubernetes_validate.validate(document, K8S_VERSION, strict=True)
     role = next(d for d in documents if d["kind"] == "Role")
-    granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
     driver, api, _ = cluster
     driver.ensure()
     assert driver.log_tail("triton-ctr-gpu-a", lines=3).splitlines() == ["I line 97", "I line 98", "I line 99"]
@@ -313,37 +377,60 @@ def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
 @pytest.mark.django_db
 def test_reconcile_of_a_kubernetes_pool_applies_and_records_its_pods(cluster, deployer, team_a, tmp_path, monkeypatch):
     """The service path: the driver finds the fake API server through a kubeconfig file."""
-    from deployments.services import pools, reconcile
     from deployments.models import PoolStatus
+    from deployments.services import pools, reconcile
 
     _, api, _ = cluster
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
-        "users": [{"name": "nobody", "user": {}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+                "users": [{"name": "nobody", "user": {}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
+            }
+        )
+    )
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    pool = pools.pool_create(user=deployer, name="ctr-gpu", team=team_a, driver="kubernetes", replicas=2,
-                                model_repository="pvc://models/ctr", device_kind="nvidia-a100", namespace="serving")
+    pool = pools.pool_create(
+        user=deployer,
+        name="ctr-gpu",
+        team=team_a,
+        driver="kubernetes",
+        replicas=2,
+        model_repository="pvc://models/ctr",
+        device_kind="nvidia-a100",
+        namespace="serving",
+    )
     pool = reconcile.pool_reconcile(pool_id=pool.pk)
     assert pool.status != PoolStatus.FAILED, pool.status_reason
     assert {r["path"].rsplit("/", 2)[-2] for r in api.requests if r["method"] == "PATCH"} == {
-        "deployments", "services", "horizontalpodautoscalers", "poddisruptionbudgets"}
-    assert sorted(pool.replica_set.values_list("name", "status")) == [("triton-ctr-gpu-a", "ready"), ("triton-ctr-gpu-b", "starting")]
+        "deployments",
+        "services",
+        "horizontalpodautoscalers",  # a GPU pool between 1 and 4 replicas, on Triton's queue time
+        "networkpolicies",
+    }
+    assert sorted(pool.replica_set.values_list("name", "status")) == [
+        ("triton-ctr-gpu-a", "ready"),
+        ("triton-ctr-gpu-b", "starting"),
+    ]
     assert pool.status == PoolStatus.PENDING and pool.status_reason == "1/2 replicas ready"
 
 
 @pytest.mark.django_db
 def test_kubernetes_pool_without_a_cluster_is_a_failed_state_with_the_reason(deployer, team_a, tmp_path, monkeypatch):
-    from deployments.services import pools, reconcile
     from deployments.models import PoolStatus
+    from deployments.services import pools, reconcile
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    pool = pools.pool_create(user=deployer, name="nowhere", team=team_a, driver="kubernetes", model_repository="s3://b/r")
+    pool = pools.pool_create(
+        user=deployer, name="nowhere", team=team_a, driver="kubernetes", model_repository="s3://b/r"
+    )
     pool = reconcile.pool_reconcile(pool_id=pool.pk)
     assert pool.status == PoolStatus.FAILED
     assert "no Kubernetes configuration" in pool.status_reason

@@ -21,7 +21,9 @@ def test_a_server_that_dies_at_start_is_restarted_with_backoff(tmp_path, monkeyp
     crashing.write_text("#!/bin/sh\necho 'error: creating server: Invalid argument - boom'\nexit 1\n")
     crashing.chmod(0o755)
     monkeypatch.setenv("TRITONSERVER_BIN", str(crashing))
-    driver = LocalDriver(PoolSpec(name="crashy", replicas=1, model_repository=str(tmp_path / "crashy" / "models")), live_timeout=10)
+    driver = LocalDriver(
+        PoolSpec(name="crashy", replicas=1, model_repository=str(tmp_path / "crashy" / "models")), live_timeout=10
+    )
 
     first = driver.ensure()[0]
     assert first.status == "down"

@@ -40,7 +40,9 @@ def pool(tmp_path_factory, onnx_path):
     except tritonserver.TritonNotAvailable as exc:
         pytest.skip(str(exc))
     base = tmp_path_factory.mktemp("local-pool")
-    spec = PoolSpec(name="itest", replicas=2, model_repository=str(base / "pools" / "itest" / "models"), max_queue_size=16)
+    spec = PoolSpec(
+        name="itest", replicas=2, model_repository=str(base / "pools" / "itest" / "models"), max_queue_size=16
+    )
     driver = LocalDriver(spec)
     driver.ensure()
     good = model_dir(write_model_dir(base / "artifacts", MODEL, onnx_path))
@@ -56,7 +58,10 @@ def inputs(rows=4, seed=0):
 
 def infer(replica, name, dense, sparse):
     client = grpcclient.InferenceServerClient(replica.grpc_url)
-    feeds = [grpcclient.InferInput("dense", list(dense.shape), "FP32"), grpcclient.InferInput("sparse", list(sparse.shape), "INT64")]
+    feeds = [
+        grpcclient.InferInput("dense", list(dense.shape), "FP32"),
+        grpcclient.InferInput("sparse", list(sparse.shape), "INT64"),
+    ]
     feeds[0].set_data_from_numpy(dense)
     feeds[1].set_data_from_numpy(sparse)
     return client.infer(name, feeds).as_numpy("ctr")
@@ -71,7 +76,9 @@ def test_load_is_ready_on_every_replica_and_infers_correctly(pool):
     driver, good, _, onnx_path = pool
     assert ensure_loaded(driver, good) == {"r0": True, "r1": True}
     dense, sparse = inputs(8)
-    expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(["ctr"], {"dense": dense, "sparse": sparse})[0]
+    expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(
+        ["ctr"], {"dense": dense, "sparse": sparse}
+    )[0]
     for replica in driver.replicas():
         assert driver.is_model_ready(replica, MODEL)
         np.testing.assert_allclose(infer(replica, MODEL, dense, sparse), expected, rtol=1e-5, atol=1e-6)
@@ -81,7 +88,9 @@ def test_load_is_ready_on_every_replica_and_infers_correctly(pool):
 def test_pool_queue_policy_reaches_triton(pool):
     driver, good, _, _ = pool
     ensure_loaded(driver, good)
-    config = grpcclient.InferenceServerClient(driver.replicas()[0].grpc_url).get_model_config(MODEL, as_json=True)["config"]
+    config = grpcclient.InferenceServerClient(driver.replicas()[0].grpc_url).get_model_config(MODEL, as_json=True)[
+        "config"
+    ]
     policy = config["dynamic_batching"]["default_queue_policy"]
     assert int(policy["max_queue_size"]) == 16
     assert int(policy["default_timeout_microseconds"]) == 2_000_000  # timeout_action REJECT is the proto default
@@ -170,8 +179,14 @@ def test_loading_a_model_does_not_stall_http_inference_on_the_others(pool, tmp_p
     ensure_loaded(driver, good)
     replica = driver.replicas()[0]
     dense, sparse = inputs(1)
-    body = json.dumps({"inputs": [{"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": dense.ravel().tolist()},
-                                  {"name": "sparse", "shape": [1, 26], "datatype": "INT64", "data": sparse.ravel().tolist()}]}).encode()
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": dense.ravel().tolist()},
+                {"name": "sparse", "shape": [1, 26], "datatype": "INT64", "data": sparse.ravel().tolist()},
+            ]
+        }
+    ).encode()
     latencies, stop = [], threading.Event()
 
     def traffic():
@@ -252,7 +267,10 @@ def test_a_tritonserver_no_replica_accounts_for_is_killed(pool):
 def _traffic(replica, stop_after_s, results):
     client = grpcclient.InferenceServerClient(replica.grpc_url)
     dense, sparse = inputs(2)
-    feeds = [grpcclient.InferInput("dense", list(dense.shape), "FP32"), grpcclient.InferInput("sparse", list(sparse.shape), "INT64")]
+    feeds = [
+        grpcclient.InferInput("dense", list(dense.shape), "FP32"),
+        grpcclient.InferInput("sparse", list(sparse.shape), "INT64"),
+    ]
     feeds[0].set_data_from_numpy(dense)
     feeds[1].set_data_from_numpy(sparse)
     end = time.monotonic() + stop_after_s

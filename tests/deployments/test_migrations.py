@@ -31,5 +31,7 @@ def test_existing_endpoints_stay_public_new_ones_are_closed():
         MigrationExecutor(connection).migrate(leaf)
     Endpoint = new.get_model("deployments", "Endpoint")
     assert Endpoint.objects.get(name="legacy-ep").public is True
-    fresh = Endpoint.objects.create(name="fresh-ep", team_id=Endpoint.objects.get().team_id, pool_id=Endpoint.objects.get().pool_id)
+    fresh = Endpoint.objects.create(
+        name="fresh-ep", team_id=Endpoint.objects.get().team_id, pool_id=Endpoint.objects.get().pool_id
+    )
     assert fresh.public is False

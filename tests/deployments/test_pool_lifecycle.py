@@ -35,8 +35,12 @@ def supervisor(subprocess_env, tmp_path, pools_dir):
     log_path = tmp_path / "run_pools.log"
     log = open(log_path, "ab")
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "run_pools", "--interval", "0.3"], cwd=settings.BASE_DIR, env=env,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [sys.executable, "manage.py", "run_pools", "--interval", "0.3"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     log.close()
     # Waited for in the test, after the worker started: the two start up side by side.
@@ -52,13 +56,18 @@ def supervisor(subprocess_env, tmp_path, pools_dir):
 
 def infer(grpc_url, name, dense, sparse):
     client = grpcclient.InferenceServerClient(grpc_url)
-    feeds = [grpcclient.InferInput("dense", list(dense.shape), "FP32"), grpcclient.InferInput("sparse", list(sparse.shape), "INT64")]
+    feeds = [
+        grpcclient.InferInput("dense", list(dense.shape), "FP32"),
+        grpcclient.InferInput("sparse", list(sparse.shape), "INT64"),
+    ]
     feeds[0].set_data_from_numpy(dense)
     feeds[1].set_data_from_numpy(sparse)
     return client.infer(name, feeds).as_numpy("ctr")
 
 
-def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deployer_api, team_a, onnx_path, tmp_path, pools_dir):
+def test_local_pool_lifecycle(
+    subprocess_env, celery_worker, supervisor, deployer_api, team_a, onnx_path, tmp_path, pools_dir
+):
     require_service("redis", "postgres")
     try:
         tritonserver.find_binary()
@@ -80,13 +89,20 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         assert api.post("/api/v1/pools/life/load/", {"artifact": good.pk}, format="json").status_code == 202
         model = good.triton_model_name
         body = wait_for(
-            lambda: (d := detail()) and d["models"] and d["models"][0]["state"] == "ready" and d, timeout=60, what="model ready"
+            lambda: (d := detail()) and d["models"] and d["models"][0]["state"] == "ready" and d,
+            timeout=60,
+            what="model ready",
         )
         assert body["models"][0]["replica_ready"] == {"r0": True, "r1": True}
         assert body["live"]["readiness"][model] == {"r0": True, "r1": True}
         rng = np.random.default_rng(3)
-        dense, sparse = rng.normal(size=(5, 13)).astype(np.float32), rng.integers(0, 5000, size=(5, 26)).astype(np.int64)
-        expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(["ctr"], {"dense": dense, "sparse": sparse})[0]
+        dense, sparse = (
+            rng.normal(size=(5, 13)).astype(np.float32),
+            rng.integers(0, 5000, size=(5, 26)).astype(np.int64),
+        )
+        expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(
+            ["ctr"], {"dense": dense, "sparse": sparse}
+        )[0]
         replicas = {r["name"]: r for r in body["replica_set"]}
         for replica in replicas.values():
             np.testing.assert_allclose(infer(replica["grpc_url"], model, dense, sparse), expected, rtol=1e-5, atol=1e-6)
@@ -96,8 +112,16 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         # a model that fails to load: Triton's message shown, the pool serves what it did
         assert api.post("/api/v1/pools/life/load/", {"artifact": broken.pk}, format="json").status_code == 202
         failed = wait_for(
-            lambda: next((m for m in detail()["models"] if m["triton_model_name"] == broken.triton_model_name and m["state"] == "failed"), None),
-            timeout=60, what="broken model failed",
+            lambda: next(
+                (
+                    m
+                    for m in detail()["models"]
+                    if m["triton_model_name"] == broken.triton_model_name and m["state"] == "failed"
+                ),
+                None,
+            ),
+            timeout=60,
+            what="broken model failed",
         )
         assert "Protobuf parsing failed" in failed["error"]
         assert detail()["live"]["readiness"][model] == {"r0": True, "r1": True}
@@ -105,12 +129,21 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         # SIGKILL a replica: the supervisor restarts it and reloads its model, no operator
         os.killpg(replicas["r0"]["pid"], signal.SIGKILL)
         body = wait_for(
-            lambda: (d := detail()) and {r["name"]: r for r in d["replica_set"]}["r0"]["restarts"] == 1
-            and d["live"]["readiness"].get(model) == {"r0": True, "r1": True} and d,
-            timeout=60, what="r0 restarted and serving again",
+            lambda: (
+                (d := detail())
+                and {r["name"]: r for r in d["replica_set"]}["r0"]["restarts"] == 1
+                and d["live"]["readiness"].get(model) == {"r0": True, "r1": True}
+                and d
+            ),
+            timeout=60,
+            what="r0 restarted and serving again",
         )
         r0 = {r["name"]: r for r in body["replica_set"]}["r0"]
-        assert r0["status"] == "ready" and r0["pid"] != replicas["r0"]["pid"] and r0["grpc_url"] == replicas["r0"]["grpc_url"]
+        assert (
+            r0["status"] == "ready"
+            and r0["pid"] != replicas["r0"]["pid"]
+            and r0["grpc_url"] == replicas["r0"]["grpc_url"]
+        )
         np.testing.assert_allclose(infer(r0["grpc_url"], model, dense, sparse), expected, rtol=1e-5, atol=1e-6)
 
         # a second supervisor (a restarted control plane) re-adopts the running replicas
@@ -118,12 +151,23 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         call_command("run_pools", "--once", stdout=StringIO())
         assert {r["name"]: (r["pid"], r["restarts"]) for r in detail()["replica_set"]} == running
         pool_id = str(ServingPool.objects.get(name="life").pk)
-        actions = set(Event.objects.filter(object_type="deployments.servingpool", object_id=pool_id).values_list("action", flat=True))
+        actions = set(
+            Event.objects.filter(object_type="deployments.servingpool", object_id=pool_id).values_list(
+                "action", flat=True
+            )
+        )
         assert {"created", "model_loaded", "model_load_failed", "replica_restarted", "model_reloaded"} <= actions
 
         # unload drains, then the model is gone from every replica
-        assert api.post("/api/v1/pools/life/unload/", {"model": model, "drain_timeout_s": 10}, format="json").status_code == 202
-        wait_for(lambda: not any(m["triton_model_name"] == model for m in detail()["models"]), timeout=60, what="model unloaded")
+        assert (
+            api.post("/api/v1/pools/life/unload/", {"model": model, "drain_timeout_s": 10}, format="json").status_code
+            == 202
+        )
+        wait_for(
+            lambda: not any(m["triton_model_name"] == model for m in detail()["models"]),
+            timeout=60,
+            what="model unloaded",
+        )
         unloaded = Event.objects.get(object_id=pool_id, action="model_unloaded")
         assert unloaded.data["model"] == model and unloaded.data["drain"]["pending"] == 0
         for replica in detail()["replica_set"]:
@@ -132,8 +176,11 @@ def test_local_pool_lifecycle(subprocess_env, celery_worker, supervisor, deploye
         # scale down: the leaving replica first drops out of routing (stopped) while it still runs
         r1_pid = {r["name"]: r for r in detail()["replica_set"]}["r1"]["pid"]
         assert api.post("/api/v1/pools/life/scale/", {"replicas": 1}, format="json").status_code == 202
-        wait_for(lambda: {r["name"]: r["status"] for r in detail()["replica_set"]}.get("r1") == "stopped",
-                 timeout=30, what="r1 retiring")
+        wait_for(
+            lambda: {r["name"]: r["status"] for r in detail()["replica_set"]}.get("r1") == "stopped",
+            timeout=30,
+            what="r1 retiring",
+        )
         assert tritonserver.process_state(r1_pid) == "running"
         wait_for(lambda: [r["name"] for r in detail()["replica_set"]] == ["r0"], timeout=30, what="r1 removed")
         wait_for(lambda: tritonserver.process_state(r1_pid) != "running", timeout=20, what="r1 process stopped")
@@ -154,7 +201,9 @@ def test_supervisor_kills_tritonservers_of_pools_that_no_longer_exist(pools_dir)
         tritonserver.find_binary()
     except tritonserver.TritonNotAvailable as exc:
         pytest.skip(str(exc))
-    ghost = tritonserver.TritonProcess(model_repository=pools_dir / "ghost" / "models", work_dir=pools_dir / "ghost" / "replicas" / "r0")
+    ghost = tritonserver.TritonProcess(
+        model_repository=pools_dir / "ghost" / "models", work_dir=pools_dir / "ghost" / "replicas" / "r0"
+    )
     ghost.start()
     try:
         ghost.wait_live(60)
@@ -188,6 +237,7 @@ def test_a_load_asked_before_any_replica_is_up_waits_and_then_loads(deployer, te
     waiting = reconcile.pool_model_load(pool_model_id=pool_model.pk)  # no replica started yet
     assert (waiting.state, waiting.error) == (PoolModelState.LOADING, reconcile.WAITING)
     try:
+
         def loaded():
             reconcile.pool_reconcile(pool_id=pool.pk)  # what run_pools does every tick
             pool_model.refresh_from_db()

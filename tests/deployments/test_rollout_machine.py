@@ -1,15 +1,27 @@
 import pytest
 
 from deployments.rollout_machine import (
-    ACTIVE, FULL_BP, IllegalTransition, Plan, Split, State, Strategy, Verdict, after_loaded, check_transition,
-    on_tick, split_for,
+    ACTIVE,
+    FULL_BP,
+    IllegalTransition,
+    Plan,
+    Split,
+    State,
+    Strategy,
+    Verdict,
+    after_loaded,
+    check_transition,
+    on_tick,
+    split_for,
 )
 
 PLAN = Plan(steps_bp=(500, 2500, 5000, 10000), step_min_seconds=10, step_min_requests=100, step_deadline_seconds=60)
 
 
 def tick(state=State.CANARY, step=0, elapsed=11, requests=150, verdict=Verdict.PASS, plan=PLAN):
-    return on_tick(state=state, step_index=step, plan=plan, step_elapsed_s=elapsed, candidate_requests=requests, verdict=verdict)
+    return on_tick(
+        state=state, step_index=step, plan=plan, step_elapsed_s=elapsed, candidate_requests=requests, verdict=verdict
+    )
 
 
 def test_transitions_are_closed_and_terminal_states_are_final():
@@ -42,8 +54,15 @@ def test_a_step_advances_only_after_min_time_and_min_sample():
 
 
 def test_fail_rolls_back_at_once_even_early():
-    decision = on_tick(state="canary", step_index=0, plan=PLAN, step_elapsed_s=0.5, candidate_requests=3,
-                       verdict=Verdict.FAIL, verdict_reason="error rate 9% > SLO 1%")
+    decision = on_tick(
+        state="canary",
+        step_index=0,
+        plan=PLAN,
+        step_elapsed_s=0.5,
+        candidate_requests=3,
+        verdict=Verdict.FAIL,
+        verdict_reason="error rate 9% > SLO 1%",
+    )
     assert decision.to_state == State.ROLLING_BACK and "error rate" in decision.reason
 
 
@@ -54,11 +73,18 @@ def test_inconclusive_waits_until_the_deadline_then_applies_the_policy():
     pausing = Plan(step_min_seconds=10, step_deadline_seconds=60, on_inconclusive="pause")
     assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=61, plan=pausing).to_state == State.PAUSED
     # promote: nothing showed the candidate worse, so the step counts as passed; the next one is judged as usual
-    promoting = Plan(steps_bp=(500, 5000, 10000), step_min_seconds=10, step_deadline_seconds=60, on_inconclusive="promote")
+    promoting = Plan(
+        steps_bp=(500, 5000, 10000), step_min_seconds=10, step_deadline_seconds=60, on_inconclusive="promote"
+    )
     going_on = tick(verdict=Verdict.INCONCLUSIVE, elapsed=61, plan=promoting)
-    assert (going_on.to_state, going_on.step_index) == (State.CANARY, 1) and "on_inconclusive=promote" in going_on.reason
+    assert (going_on.to_state, going_on.step_index) == (
+        State.CANARY,
+        1,
+    ) and "on_inconclusive=promote" in going_on.reason
     assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=61, step=2, plan=promoting).to_state == State.PROMOTING
-    assert tick(verdict=Verdict.FAIL, elapsed=61, plan=promoting).to_state == State.ROLLING_BACK  # a failure still rolls back
+    assert (
+        tick(verdict=Verdict.FAIL, elapsed=61, plan=promoting).to_state == State.ROLLING_BACK
+    )  # a failure still rolls back
 
 
 def test_the_default_policy_never_rolls_a_healthy_candidate_back():
@@ -77,11 +103,19 @@ def test_shadow_phase_then_canary_or_blue_green_switch():
     assert tick(state=State.SHADOW, elapsed=21, plan=blue_green).to_state == State.PROMOTING
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"steps_bp": ()}, {"steps_bp": (500, 500)}, {"steps_bp": (2500, 500)}, {"steps_bp": (0, 100)},
-    {"steps_bp": (500, 20000)}, {"strategy": Strategy.BLUE_GREEN}, {"on_inconclusive": "ignore"},
-    {"step_min_seconds": 100, "step_deadline_seconds": 10},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"steps_bp": ()},
+        {"steps_bp": (500, 500)},
+        {"steps_bp": (2500, 500)},
+        {"steps_bp": (0, 100)},
+        {"steps_bp": (500, 20000)},
+        {"strategy": Strategy.BLUE_GREEN},
+        {"on_inconclusive": "ignore"},
+        {"step_min_seconds": 100, "step_deadline_seconds": 10},
+    ],
+)
 def test_bad_plans_are_refused(kwargs):
     with pytest.raises(ValueError):
         Plan(**kwargs)

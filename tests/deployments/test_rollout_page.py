@@ -39,7 +39,7 @@ def _canary(deployer, endpoint, candidate, steps_bp=(2000, 5000, 10000)):
 
 def _part(html: str, marker: str) -> str:
     start = html.index(marker)
-    return html[start:html.index("</span>", start)]
+    return html[start : html.index("</span>", start)]
 
 
 def test_header_card_and_table_say_the_same_step(setup, deployer, team_a, artifact_factory):
@@ -52,7 +52,7 @@ def test_header_card_and_table_say_the_same_step(setup, deployer, team_a, artifa
     assert "canary · step 2 of 3" in _part(html, 'id="endpoint-status"')
     assert "canary · step 2 of 3" in _part(html, 'id="rollout-state"')
     assert "canary · step 2 of 3" in _part(html, f'id="rollout-row-{rollout.pk}"')
-    assert '<strong>50.0 %</strong>' in html  # the current step is the highlighted weight
+    assert "<strong>50.0 %</strong>" in html  # the current step is the highlighted weight
     assert 'id="alert-banner-slot" hx-swap-oob="true"' in html  # the banner refreshes with the rest
     assert 'hx-preserve="true"' in html  # the charts are kept across refreshes, not redrawn
 
@@ -69,12 +69,16 @@ def test_timer_stops_when_the_rollout_is_over(setup, deployer, team_a, artifact_
     services.rollout_reconcile(rollout_id=rollout.pk)
     assert Rollout.objects.get(pk=rollout.pk).state == State.ROLLED_BACK
     later = timezone.now() + timedelta(minutes=10)
-    frozen = [endpoint_page(user=deployer, endpoint=endpoint, now=now)["status"].timer for now in (timezone.now(), later)]
+    frozen = [
+        endpoint_page(user=deployer, endpoint=endpoint, now=now)["status"].timer for now in (timezone.now(), later)
+    ]
     assert frozen[0] == frozen[1] and not frozen[0].running and 41 <= frozen[0].seconds <= 60
     done = client.get(f"/deployments/endpoints/demo-ctr/?partial=status&rollout={rollout.pk}", HTTP_HX_REQUEST="true")
     html = done.content.decode()
     assert done.status_code == 286 and "hx-trigger" not in html  # polling stops, this last swap shows the end
-    assert "rolled back" in _part(html, 'id="rollout-state"') and "rolled back" in _part(html, f'id="rollout-row-{rollout.pk}"')
+    assert "rolled back" in _part(html, 'id="rollout-state"') and "rolled back" in _part(
+        html, f'id="rollout-row-{rollout.pk}"'
+    )
     assert "serving" in _part(html, 'id="endpoint-status"')
     assert 'data-running="false"' in html and "step timer stopped at" in html
 
@@ -85,29 +89,47 @@ def test_form_offers_only_this_models_artifacts_the_pool_can_serve(setup, team_a
     gpu_only = artifact_factory(team_a, model_name="ctr", variant="tensorrt")
     other_model = artifact_factory(team_a, model_name="fraud", variant="onnx-fp32")
     html = client.get("/deployments/endpoints/demo-ctr/").content.decode()
-    select = html[html.index('name="candidate_artifact"'):html.index("</select>", html.index('name="candidate_artifact"'))]
+    select = html[
+        html.index('name="candidate_artifact"') : html.index("</select>", html.index('name="candidate_artifact"'))
+    ]
     assert f'value="{fits.pk}"' in select
     assert f'value="{gpu_only.pk}"' not in select and f'value="{other_model.pk}"' not in select
     assert f'value="{endpoint.stable_artifact_id}"' not in select
     assert "1 GPU variant hidden" in html and "(CPU)" in html
     # A hand-made POST of what is not offered is refused as such, and nothing starts.
-    response = client.post("/deployments/endpoints/demo-ctr/rollouts/", {"candidate_artifact": other_model.pk, "steps_pct": "5,100",
-                                                                       "step_min_seconds": "30"})
+    response = client.post(
+        "/deployments/endpoints/demo-ctr/rollouts/",
+        {"candidate_artifact": other_model.pk, "steps_pct": "5,100", "step_min_seconds": "30"},
+    )
     assert response.status_code == 400 and "Choose one of the listed candidates." in response.content.decode()
     assert not Rollout.objects.exists()
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("steps_pct", "50, 25, 100", "Steps must increase, e.g. 5, 25, 50, 100."),
-    ("steps_pct", "5, ten, 100", "&#x27;ten&#x27; is not a number: give percentages separated by commas, e.g. 5, 25, 50, 100."),
-    ("steps_pct", "5, 150", "Each step is a percentage above 0 and at most 100"),
-    ("step_min_seconds", "half a minute", "Minimum seconds per step must be a number, e.g. 30."),
-    ("step_min_seconds", "-3", "Minimum seconds per step cannot be negative."),
-])
-def test_bad_input_gets_a_human_message_and_keeps_what_was_typed(setup, team_a, artifact_factory, field, value, message):
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("steps_pct", "50, 25, 100", "Steps must increase, e.g. 5, 25, 50, 100."),
+        (
+            "steps_pct",
+            "5, ten, 100",
+            "&#x27;ten&#x27; is not a number: give percentages separated by commas, e.g. 5, 25, 50, 100.",
+        ),
+        ("steps_pct", "5, 150", "Each step is a percentage above 0 and at most 100"),
+        ("step_min_seconds", "half a minute", "Minimum seconds per step must be a number, e.g. 30."),
+        ("step_min_seconds", "-3", "Minimum seconds per step cannot be negative."),
+    ],
+)
+def test_bad_input_gets_a_human_message_and_keeps_what_was_typed(
+    setup, team_a, artifact_factory, field, value, message
+):
     _, client = setup
     candidate = artifact_factory(team_a, model_name="ctr", variant="onnx-int8")
-    typed = {"candidate_artifact": str(candidate.pk), "steps_pct": "5, 25, 50, 100", "step_min_seconds": "12", "shadow_seconds": "7"}
+    typed = {
+        "candidate_artifact": str(candidate.pk),
+        "steps_pct": "5, 25, 50, 100",
+        "step_min_seconds": "12",
+        "shadow_seconds": "7",
+    }
     typed[field] = value
     response = client.post("/deployments/endpoints/demo-ctr/rollouts/", typed)
     html = response.content.decode()
@@ -121,15 +143,19 @@ def test_bad_input_gets_a_human_message_and_keeps_what_was_typed(setup, team_a, 
 def test_a_good_form_starts_the_rollout(setup, team_a, artifact_factory):
     _, client = setup
     candidate = artifact_factory(team_a, model_name="ctr", variant="onnx-int8")
-    response = client.post("/deployments/endpoints/demo-ctr/rollouts/", {"candidate_artifact": candidate.pk, "steps_pct": "5%, 25, 50.5, 100",
-                                                                       "step_min_seconds": "12"})
+    response = client.post(
+        "/deployments/endpoints/demo-ctr/rollouts/",
+        {"candidate_artifact": candidate.pk, "steps_pct": "5%, 25, 50.5, 100", "step_min_seconds": "12"},
+    )
     rollout = Rollout.objects.get()
-    assert response.status_code == 302 and rollout.steps_bp == [500, 2500, 5050, 10000] and rollout.step_min_seconds == 12
+    assert (
+        response.status_code == 302 and rollout.steps_bp == [500, 2500, 5050, 10000] and rollout.step_min_seconds == 12
+    )
 
 
 def test_events_name_steps_like_the_header(setup, deployer, team_a, artifact_factory):
     endpoint, client = setup
     rollout = _canary(deployer, endpoint, artifact_factory(team_a, model_name="ctr"))
     html = client.get(f"/deployments/endpoints/demo-ctr/?rollout={rollout.pk}").content.decode()
-    events = html[html.index("<h2>Events</h2>"):]
+    events = html[html.index("<h2>Events</h2>") :]
     assert "loading → canary · step 1 of 3" in events and "canary[0]" not in events

@@ -28,14 +28,21 @@ def test_endpoint_pages_and_rollout_from_the_dashboard(setup):
     assert "ctr" in listing and "100 % stable" in listing
     page = client.get("/deployments/endpoints/ctr/").content.decode()
     assert "No rollout yet" in page and 'name="candidate_artifact"' in page
-    response = client.post("/deployments/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk, "steps_pct": "10,50,100", "step_min_seconds": "5"})
+    response = client.post(
+        "/deployments/endpoints/ctr/rollouts/",
+        {"candidate_artifact": candidate.pk, "steps_pct": "10,50,100", "step_min_seconds": "5"},
+    )
     rollout = Rollout.objects.get()
     assert response.status_code == 302 and response["Location"].endswith(f"?rollout={rollout.pk}")
     assert rollout.steps_bp == [1000, 5000, 10000]
     PoolModel.objects.update(state=PoolModelState.READY, replica_ready={"r0": True})
     services.rollout_reconcile(rollout_id=rollout.pk)
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
-    assert 'id="rollout-status"' in page and "candidate <strong>10.0 %</strong>" in page and 'hx-trigger="every 2s"' in page
+    assert (
+        'id="rollout-status"' in page
+        and "candidate <strong>10.0 %</strong>" in page
+        and 'hx-trigger="every 2s"' in page
+    )
     assert 'id="chart-request_rate"' in page and "rollout_charts.js" in page
     partial = client.get(f"/deployments/endpoints/ctr/?partial=status&rollout={rollout.pk}", HTTP_HX_REQUEST="true")
     assert partial.status_code == 200 and "<html" not in partial.content.decode()
@@ -47,7 +54,10 @@ def test_manual_actions_confirm_then_act_and_polling_stops_when_done(setup, depl
     confirm = client.get(f"/deployments/rollouts/{rollout.pk}/rollback/")
     assert confirm.status_code == 200 and "Roll back now" in confirm.content.decode()
     assert Rollout.objects.get().state == State.LOADING  # a GET changes nothing
-    response = client.post(f"/deployments/rollouts/{rollout.pk}/rollback/", {"reason": "bad offline eval", "generation": rollout.generation})
+    response = client.post(
+        f"/deployments/rollouts/{rollout.pk}/rollback/",
+        {"reason": "bad offline eval", "generation": rollout.generation},
+    )
     assert response.status_code == 302
     rollout.refresh_from_db()
     assert rollout.state == State.ROLLING_BACK and rollout.reason == "bad offline eval"

@@ -75,30 +75,70 @@ def assert_timer_frozen(page, pk: int) -> None:
     assert first["timer"] == second["timer"] and first["running"] == "false", (first, second)
 
 
-def test_a_rollout_watched_on_the_endpoint_page(live_server, subprocess_env, tmp_path, pools_dir, team_a, deployer, onnx_path,
-                                                browser_page):
+def test_a_rollout_watched_on_the_endpoint_page(
+    live_server, subprocess_env, tmp_path, pools_dir, team_a, deployer, onnx_path, browser_page
+):
     require_service("postgres", "redis")
     tritonserver.find_binary()
     page = browser_page
     gateway_user = factories.user("gateway-svc")
     gateway_user.user_permissions.add(Permission.objects.get(codename="read_routes"))
-    gateway = GatewayProcess(tmp_path, {"GATEWAY_ROUTES_URL": f"{live_server.url}/api/v1/gateway/routes",
-                                        "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
-                                        "GATEWAY_POLL_INTERVAL_MS": "250"})
-    env = {**subprocess_env, "POOLS_DIR": str(pools_dir), "GATEWAY_METRICS_URL": f"{gateway.url}/metrics",
-           "MONITORING_PUBLIC_URL": live_server.url}
+    gateway = GatewayProcess(
+        tmp_path,
+        {
+            "GATEWAY_ROUTES_URL": f"{live_server.url}/api/v1/gateway/routes",
+            "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
+            "GATEWAY_POLL_INTERVAL_MS": "250",
+        },
+    )
+    env = {
+        **subprocess_env,
+        "POOLS_DIR": str(pools_dir),
+        "GATEWAY_METRICS_URL": f"{gateway.url}/metrics",
+        "MONITORING_PUBLIC_URL": live_server.url,
+    }
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    procs = {"pools": spawn([sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"], env, tmp_path / "pools.log"),
-             "beat": spawn([sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel=INFO",
-                            f"--schedule={tmp_path / 'beat-schedule'}"], env, tmp_path / "beat.log")}
+    procs = {
+        "pools": spawn(
+            [sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"],
+            env,
+            tmp_path / "pools.log",
+        ),
+        "beat": spawn(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "beat",
+                "--loglevel=INFO",
+                f"--schedule={tmp_path / 'beat-schedule'}",
+            ],
+            env,
+            tmp_path / "beat.log",
+        ),
+    }
     worker = CeleryWorker(env, tmp_path / "worker.log", queues="control").start()
     load = None
     try:
         stable = package_artifact(team_a, onnx_path, tmp_path)
         pool = pool_services.pool_create(user=deployer, name="watch", team=team_a, replicas=1)
-        endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable,
-                                                    slo_p99_ms=500, slo_error_rate=0.05, public=True, timeout_ms=5000)
-        wait_for(lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(), timeout=90, what="stable READY")
+        endpoint = endpoint_services.endpoint_create(
+            user=deployer,
+            name="ctr",
+            pool=pool,
+            stable_artifact=stable,
+            slo_p99_ms=500,
+            slo_error_rate=0.05,
+            public=True,
+            timeout_ms=5000,
+        )
+        wait_for(
+            lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(),
+            timeout=90,
+            what="stable READY",
+        )
         gateway.start(timeout=30)
         load = Load(f"{gateway.url}/v2/models/ctr/infer", rate=80, threads=3).start()
         wait_for(lambda: load.statuses.count(200) > 50, timeout=30, what="traffic through the gateway")
@@ -140,7 +180,12 @@ def test_a_rollout_watched_on_the_endpoint_page(live_server, subprocess_env, tmp
         page.click("#rollout-form button[type=submit]")
         page.wait_for_selector("#rollout-state")
         rollout = Rollout.objects.filter(endpoint=endpoint).order_by("-pk").first()
-        watch(page, rollout.pk, until=lambda s: s["card"] == "canary · step 1 of 2" and (s["seconds"] or 0) >= 2, timeout=120)
+        watch(
+            page,
+            rollout.pk,
+            until=lambda s: s["card"] == "canary · step 1 of 2" and (s["seconds"] or 0) >= 2,
+            timeout=120,
+        )
         page.click("#rollout-card a:has-text('Roll back')")
         page.fill("input[name=reason]", "watched it, rolling back")
         assert page.inner_text("#confirm-state") == "canary · step 1 of 2"

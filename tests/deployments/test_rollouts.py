@@ -10,12 +10,12 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.utils import timezone
 
-from config.errors import Conflict, InvalidInput
-from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
+from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, Rollout
 from deployments.rollout_machine import State
 from deployments.routes import route_table
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
+from kernel.errors import Conflict, InvalidInput
 from registry.models import ArtifactStatus, Event
 from registry.names import variant_name
 from tests import factories
@@ -31,13 +31,17 @@ def pool(team_a):
 
 def pool_reports_ready(pool, artifact):
     """What the pool's load task writes once Triton says READY on every replica."""
-    PoolModel.objects.filter(pool=pool, artifact=artifact).update(state=PoolModelState.READY, replica_ready={"r0": True})
+    PoolModel.objects.filter(pool=pool, artifact=artifact).update(
+        state=PoolModelState.READY, replica_ready={"r0": True}
+    )
 
 
 @pytest.fixture
 def endpoint(deployer, pool, artifact_factory, team_a):
     stable = artifact_factory(team_a)
-    ep = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=80, slo_error_rate=0.02)
+    ep = endpoint_services.endpoint_create(
+        user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=80, slo_error_rate=0.02
+    )
     pool_reports_ready(pool, stable)
     return ep
 
@@ -48,8 +52,15 @@ def candidate(artifact_factory, team_a):
 
 
 def start(deployer, endpoint, candidate, **plan):
-    plan = {"steps_bp": [500, 5000, 10000], "step_min_seconds": 10, "step_min_requests": 50, "step_deadline_seconds": 60,
-            "promote_grace_seconds": 5, "fair_baseline": False, **plan}  # the baseline copy: test_fair_baseline.py
+    plan = {
+        "steps_bp": [500, 5000, 10000],
+        "step_min_seconds": 10,
+        "step_min_requests": 50,
+        "step_deadline_seconds": 60,
+        "promote_grace_seconds": 5,
+        "fair_baseline": False,
+        **plan,
+    }  # the baseline copy: test_fair_baseline.py
     return services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, **plan)
 
 
@@ -79,42 +90,75 @@ def test_steps_advance_on_pass_after_min_time_and_sample_then_promotion(deployer
     pool_reports_ready(pool, candidate)
     rollout = services.rollout_reconcile(rollout_id=rollout.pk)
     t0 = rollout.step_started_at
-    r, decision = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=500, now=t0 + timedelta(seconds=5))
+    r, decision = services.rollout_apply_verdict(
+        rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=500, now=t0 + timedelta(seconds=5)
+    )
     assert decision.to_state is None and r.step_index == 0  # too early
-    r, decision = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=10, now=t0 + timedelta(seconds=11))
+    r, decision = services.rollout_apply_verdict(
+        rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=10, now=t0 + timedelta(seconds=11)
+    )
     assert decision.to_state is None  # too few requests
-    r, _ = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=60, now=t0 + timedelta(seconds=11))
+    r, _ = services.rollout_apply_verdict(
+        rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=60, now=t0 + timedelta(seconds=11)
+    )
     assert (r.state, r.step_index) == (State.CANARY, 1)
     assert weights()[variant_name(candidate)] == ("canary", 5000)
     t1 = r.step_started_at
-    r, _ = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=60, now=t1 + timedelta(seconds=11))
-    r, _ = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=60, now=r.step_started_at + timedelta(seconds=11))
+    r, _ = services.rollout_apply_verdict(
+        rollout_id=rollout.pk, outcome="pass", reason="ok", step_requests=60, now=t1 + timedelta(seconds=11)
+    )
+    r, _ = services.rollout_apply_verdict(
+        rollout_id=rollout.pk,
+        outcome="pass",
+        reason="ok",
+        step_requests=60,
+        now=r.step_started_at + timedelta(seconds=11),
+    )
     assert r.state == State.PROMOTING
     assert weights()[variant_name(candidate)] == ("canary", 10000)
     old_stable = endpoint.stable_artifact
     promoted_at = r.state_entered_at
-    assert services.rollout_reconcile(rollout_id=rollout.pk, now=promoted_at + timedelta(seconds=4)).state == State.PROMOTING  # grace
+    assert (
+        services.rollout_reconcile(rollout_id=rollout.pk, now=promoted_at + timedelta(seconds=4)).state
+        == State.PROMOTING
+    )  # grace
     done = services.rollout_reconcile(rollout_id=rollout.pk, now=promoted_at + timedelta(seconds=6))
     assert done.state == State.SUCCEEDED
     assert Endpoint.objects.get(pk=endpoint.pk).stable_artifact_id == candidate.pk
     assert weights() == {variant_name(candidate): ("stable", 10000)}
-    assert PoolModel.objects.get(pool=pool, artifact=old_stable).state == PoolModelState.DRAINING  # unload with drain asked
-    trail = list(Event.objects.filter(object_type="deployments.rollout", action="transition").order_by("id").values_list("from_state", "to_state"))
-    assert trail == [("pending", "loading"), ("loading", "canary[0]"), ("canary[0]", "canary[1]"), ("canary[1]", "canary[2]"),
-                     ("canary[2]", "promoting"), ("promoting", "succeeded")]
+    assert (
+        PoolModel.objects.get(pool=pool, artifact=old_stable).state == PoolModelState.DRAINING
+    )  # unload with drain asked
+    trail = list(
+        Event.objects.filter(object_type="deployments.rollout", action="transition")
+        .order_by("id")
+        .values_list("from_state", "to_state")
+    )
+    assert trail == [
+        ("pending", "loading"),
+        ("loading", "canary[0]"),
+        ("canary[0]", "canary[1]"),
+        ("canary[1]", "canary[2]"),
+        ("canary[2]", "promoting"),
+        ("promoting", "succeeded"),
+    ]
 
 
 def test_fail_sets_weight_to_zero_then_drains_and_unloads(deployer, endpoint, candidate, pool):
     rollout = start(deployer, endpoint, candidate)
     pool_reports_ready(pool, candidate)
     services.rollout_reconcile(rollout_id=rollout.pk)
-    r, decision = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="fail", reason="error rate 6% > SLO 2%", step_requests=3)
+    r, decision = services.rollout_apply_verdict(
+        rollout_id=rollout.pk, outcome="fail", reason="error rate 6% > SLO 2%", step_requests=3
+    )
     assert r.state == State.ROLLING_BACK and "error rate" in r.reason and r.traffic_stopped_at
     assert weights() == {variant_name(endpoint.stable_artifact): ("stable", 10000)}  # weight 0 first
     r = services.rollout_reconcile(rollout_id=rollout.pk)
     assert r.state == State.ROLLING_BACK
     assert PoolModel.objects.get(pool=pool, artifact=candidate).state == PoolModelState.DRAINING
-    PoolModel.objects.filter(pool=pool, artifact=candidate).update(state=PoolModelState.UNLOADED)  # the unload task's report
+    PoolModel.objects.filter(pool=pool, artifact=candidate).update(
+        state=PoolModelState.UNLOADED
+    )  # the unload task's report
     assert services.rollout_reconcile(rollout_id=rollout.pk).state == State.ROLLED_BACK
 
 
@@ -123,7 +167,9 @@ def test_inconclusive_until_deadline_then_policy(deployer, endpoint, candidate, 
     pool_reports_ready(pool, candidate)
     r = services.rollout_reconcile(rollout_id=rollout.pk)
     later = r.step_started_at + timedelta(seconds=61)
-    r, _ = services.rollout_apply_verdict(rollout_id=rollout.pk, outcome="inconclusive", reason="not enough data", step_requests=5, now=later)
+    r, _ = services.rollout_apply_verdict(
+        rollout_id=rollout.pk, outcome="inconclusive", reason="not enough data", step_requests=5, now=later
+    )
     assert r.state == State.PAUSED and r.paused_from == State.CANARY
     assert weights()[variant_name(candidate)] == ("canary", 500)  # a pause holds the split
 
@@ -210,7 +256,9 @@ def test_gateway_routes_need_the_permission_and_honour_etags(deployer_api, deplo
     assert client.get("/api/v1/gateway/routes", HTTP_IF_NONE_MATCH=etag).status_code == 304
     endpoint_services.endpoint_update(user=deployer, endpoint=endpoint, timeout_ms=250)
     changed = client.get("/api/v1/gateway/routes", HTTP_IF_NONE_MATCH=etag)
-    assert changed.status_code == 200 and changed["ETag"] != etag and changed.json()["endpoints"][0]["timeout_ms"] == 250
+    assert (
+        changed.status_code == 200 and changed["ETag"] != etag and changed.json()["endpoints"][0]["timeout_ms"] == 250
+    )
 
 
 def test_route_table_matches_the_gateway_schema(deployer, endpoint, candidate, pool):
@@ -237,27 +285,56 @@ def test_route_table_matches_the_gateway_schema(deployer, endpoint, candidate, p
         signature = v["signature"]
         assert signature["max_batch_size"] > 0
         assert {i["name"]: (i["datatype"], i["shape"]) for i in signature["inputs"]} == {
-            "dense": ("FP32", [-1, N_DENSE]), "sparse": ("INT64", [-1, N_SPARSE])}
+            "dense": ("FP32", [-1, N_DENSE]),
+            "sparse": ("INT64", [-1, N_SPARSE]),
+        }
     assert entry["auth"] == {"public": False, "keys": []}  # a new endpoint is closed; its team has no keys yet
     assert entry["min_timeout_ms"] == min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))  # its p99 SLO
     compiled = compile_table(table, {}).endpoints["ctr"]
     assert compiled.stable.signature is not None and not compiled.auth.public
+    # each replica's gRPC port beside its HTTP URL, in the same order (the gateway's gRPC service forwards there)
+    assert [(v["replicas"], v["grpc_replicas"]) for v in entry["variants"]] == [
+        (["http://127.0.0.1:18000"], ["127.0.0.1:19000"])
+    ] * 2
+    assert compiled.stable.replicas[0][3] == "127.0.0.1:19000"
+
+
+def test_route_table_leaves_out_grpc_when_a_replica_has_no_grpc_port(endpoint, pool):
+    from gateway.routes import compile_table
+
+    PoolReplica.objects.filter(pool=pool).update(grpc_url="")
+    entry = route_table()["endpoints"][0]
+    assert entry["variants"][0]["replicas"] and "grpc_replicas" not in entry["variants"][0]
+    assert compile_table(route_table(), {}).endpoints[entry["name"]].stable.replicas[0][3] == ""
 
 
 def test_rollout_api_and_scoping(deployer_api, bob_api, endpoint, candidate, pool):
-    response = deployer_api.post("/api/v1/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk, "step_min_seconds": 5}, format="json")
+    response = deployer_api.post(
+        "/api/v1/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk, "step_min_seconds": 5}, format="json"
+    )
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert body["state"] == "loading" and body["traffic"] == {"stable_bp": 10000, "candidate_bp": 0, "baseline_bp": 0, "candidate_role": ""}
+    assert body["state"] == "loading" and body["traffic"] == {
+        "stable_bp": 10000,
+        "candidate_bp": 0,
+        "baseline_bp": 0,
+        "candidate_role": "",
+    }
     again = deployer_api.post("/api/v1/endpoints/ctr/rollouts/", {"candidate_artifact": candidate.pk}, format="json")
     assert again.status_code in (400, 409)
     assert deployer_api.get("/api/v1/endpoints/ctr/rollouts/").json()["count"] == 1
     assert bob_api.get("/api/v1/endpoints/ctr/").status_code == 404
     assert bob_api.get(f"/api/v1/rollouts/{body['id']}/").status_code == 404
     assert bob_api.post(f"/api/v1/rollouts/{body['id']}/rollback/", {}, format="json").status_code == 404
-    stale = deployer_api.post(f"/api/v1/rollouts/{body['id']}/promote/", {"generation": body["generation"] - 1}, format="json")
+    stale = deployer_api.post(
+        f"/api/v1/rollouts/{body['id']}/promote/", {"generation": body["generation"] - 1}, format="json"
+    )
     assert stale.status_code == 409 and stale.json()["code"] == "stale_generation"
     rolled = deployer_api.post(f"/api/v1/rollouts/{body['id']}/rollback/", {"reason": "manual test"}, format="json")
-    assert rolled.status_code == 200 and rolled.json()["state"] == "rolling_back" and rolled.json()["reason"] == "manual test"
+    assert (
+        rolled.status_code == 200
+        and rolled.json()["state"] == "rolling_back"
+        and rolled.json()["reason"] == "manual test"
+    )
     bad = deployer_api.post("/api/v1/endpoints/", {"name": "x", "pool": "nope"}, format="json")
     assert bad.status_code == 400 and bad.json()["detail"].startswith("pool:")

@@ -40,7 +40,7 @@ def test_load_on_a_pool_without_a_ready_replica_waits_for_one(deployer, team_a, 
 def test_scale_to_zero_refuses_loads(deployer, team_a, artifact_factory):
     pool = pools.pool_create(user=deployer, name="zero", team=team_a, replicas=1)
     pools.pool_scale(user=deployer, pool=pool, replicas=0)
-    from config.errors import Conflict
+    from kernel.errors import Conflict
 
     with pytest.raises(Conflict) as refused:
         pools.pool_load_request(user=deployer, pool=pool, artifact=artifact_factory(team_a))
@@ -49,7 +49,7 @@ def test_scale_to_zero_refuses_loads(deployer, team_a, artifact_factory):
 
 
 def test_artifact_without_files_is_refused(deployer, team_a, artifact_factory):
-    from config.errors import InvalidInput
+    from kernel.errors import InvalidInput
 
     pool = pools.pool_create(user=deployer, name="nofiles", team=team_a, replicas=1)
     artifact = artifact_factory(team_a)

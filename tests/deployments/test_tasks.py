@@ -18,12 +18,29 @@ pytestmark = pytest.mark.django_db
 
 def test_the_task_names_are_registered():
     app.loader.import_default_modules()
-    assert {"deployments.pool_reconcile", "deployments.pool_model_load", "deployments.pool_model_unload",
-            "deployments.pool_teardown", "deployments.rollouts_reconcile"} <= set(app.tasks)
-    assert [t.name for t in (tasks.pool_reconcile_task, tasks.pool_model_load_task, tasks.pool_model_unload_task,
-                             tasks.pool_teardown_task, tasks.rollouts_reconcile)] == [
-        "deployments.pool_reconcile", "deployments.pool_model_load", "deployments.pool_model_unload",
-        "deployments.pool_teardown", "deployments.rollouts_reconcile"]
+    assert {
+        "deployments.pool_reconcile",
+        "deployments.pool_model_load",
+        "deployments.pool_model_unload",
+        "deployments.pool_teardown",
+        "deployments.rollouts_reconcile",
+    } <= set(app.tasks)
+    assert [
+        t.name
+        for t in (
+            tasks.pool_reconcile_task,
+            tasks.pool_model_load_task,
+            tasks.pool_model_unload_task,
+            tasks.pool_teardown_task,
+            tasks.rollouts_reconcile,
+        )
+    ] == [
+        "deployments.pool_reconcile",
+        "deployments.pool_model_load",
+        "deployments.pool_model_unload",
+        "deployments.pool_teardown",
+        "deployments.rollouts_reconcile",
+    ]
 
 
 def test_pool_reconcile_task_records_what_the_driver_says(deployer, team_a, monkeypatch, tmp_path):
@@ -45,7 +62,9 @@ def test_model_load_and_unload_tasks_move_the_model_through_its_states(deployer,
     pool_model = pools.pool_load_request(user=deployer, pool=pool, artifact=artifact_factory(team_a))
     tasks.pool_model_load_task.apply(args=(pool_model.pk,)).get()
     pool_model.refresh_from_db()
-    assert pool_model.state == PoolModelState.LOADING and pool_model.error == "waiting for a ready replica"  # the pool has no replica yet
+    assert (
+        pool_model.state == PoolModelState.LOADING and pool_model.error == "waiting for a ready replica"
+    )  # the pool has no replica yet
 
     PoolModel.objects.filter(pk=pool_model.pk).update(state=PoolModelState.DRAINING)
     tasks.pool_model_unload_task.apply(args=(pool_model.pk,), kwargs={"drain_timeout_s": 5.0, "force": True}).get()
@@ -66,9 +85,16 @@ def test_rollouts_reconcile_task_moves_a_loaded_candidate_to_traffic(team_a, art
     pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
     endpoint = factories.endpoint(pool, artifact_factory(team_a), name="ctr")
     candidate = artifact_factory(team_a)
-    rollout = factories.rollout(endpoint, candidate, state=State.LOADING, steps_bp=[500, 10_000], state_entered_at=timezone.now())
-    PoolModel.objects.create(pool=pool, artifact=candidate, triton_model_name=candidate.triton_model_name,
-                             state=PoolModelState.READY, replica_ready={"r0": True})
+    rollout = factories.rollout(
+        endpoint, candidate, state=State.LOADING, steps_bp=[500, 10_000], state_entered_at=timezone.now()
+    )
+    PoolModel.objects.create(
+        pool=pool,
+        artifact=candidate,
+        triton_model_name=candidate.triton_model_name,
+        state=PoolModelState.READY,
+        replica_ready={"r0": True},
+    )
     assert tasks.rollouts_reconcile.apply().get() == 1
     rollout.refresh_from_db()
     assert rollout.state == State.CANARY and rollout.split.candidate_bp == 500

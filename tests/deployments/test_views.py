@@ -34,7 +34,9 @@ def test_pool_page_shows_replicas_and_polls_live_parts(client, deployer, pool, p
     assert "process 123 exited" in page and 'hx-trigger="every 2s"' in page
     live = client.get(reverse("deployments:pool-detail", args=["dash"]) + "?partial=live", HTTP_HX_REQUEST="true")
     assert live.status_code == 200 and "<html" not in live.content.decode() and "r0" in live.content.decode()
-    tail = client.get(reverse("deployments:pool-detail", args=["dash"]) + "?partial=log&replica=r0", HTTP_HX_REQUEST="true")
+    tail = client.get(
+        reverse("deployments:pool-detail", args=["dash"]) + "?partial=log&replica=r0", HTTP_HX_REQUEST="true"
+    )
     assert "something broke here" in tail.content.decode()
 
 
@@ -63,8 +65,14 @@ def test_model_rows_show_state_error_and_readiness(client, deployer, pool, artif
     from deployments.models import PoolModel
 
     artifact = artifact_factory(team_a)
-    PoolModel.objects.create(pool=pool, artifact=artifact, triton_model_name=artifact.triton_model_name, state="failed",
-                             error="load failed for model: Protobuf parsing failed", replica_ready={"r0": False})
+    PoolModel.objects.create(
+        pool=pool,
+        artifact=artifact,
+        triton_model_name=artifact.triton_model_name,
+        state="failed",
+        error="load failed for model: Protobuf parsing failed",
+        replica_ready={"r0": False},
+    )
     client.force_login(deployer)
     html = client.get(reverse("deployments:pool-detail", args=["dash"])).content.decode()
     assert artifact.triton_model_name in html and "Protobuf parsing failed" in html and "no statistics" in html

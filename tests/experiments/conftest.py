@@ -19,7 +19,7 @@ def empty_mlflow_db(tmp_path_factory):
 @pytest.fixture
 def mlflow_store(settings, tmp_path, empty_mlflow_db):
     """This test's own tracking store (a copy of the migrated template) and artifact root."""
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     shutil.copy(empty_mlflow_db, tmp_path / "mlflow.db")
     settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -9,8 +9,8 @@ import mlflow
 import pytest
 from django.conf import settings
 
-from config import mlflow as mlflow_config
-from experiments.selectors import TEAM_TAG
+from experiments.selectors.training import TEAM_TAG
+from kernel import mlflow as mlflow_config
 from tests.deployments.test_rollout_form_browser import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -20,7 +20,11 @@ def test_compare_two_runs(live_server, browser_page, mlflow_store, alice, team_a
     exp_id = mlflow_config.experiment_id("ctr-train")
     mlflow_store.set_experiment_tag(exp_id, TEAM_TAG, "team-a")
     runs = {}
-    for name, final_auc, seconds in (("baseline", 0.7123456, 95.25), ("wider", 0.7456789, 143.5), ("deeper", 0.70, 180.0)):
+    for name, final_auc, seconds in (
+        ("baseline", 0.7123456, 95.25),
+        ("wider", 0.7456789, 143.5),
+        ("deeper", 0.70, 180.0),
+    ):
         with mlflow.start_run(experiment_id=exp_id, run_name=name) as run:
             mlflow.log_params({"hidden": 64 if name != "wider" else 256, "lr": 0.01})
             for epoch in range(5):
@@ -39,7 +43,9 @@ def test_compare_two_runs(live_server, browser_page, mlflow_store, alice, team_a
 
     headers = page.eval_on_selector_all("#compare-metrics thead th", "ths => ths.map(t => t.textContent.trim())")
     assert headers == ["Metric", "wider", "baseline"]  # the experiment page's order: newest first
-    auc = page.eval_on_selector_all("#compare-metrics tr[data-metric=auc] td", "tds => tds.map(t => t.textContent.trim())")
+    auc = page.eval_on_selector_all(
+        "#compare-metrics tr[data-metric=auc] td", "tds => tds.map(t => t.textContent.trim())"
+    )
     assert auc[1:] == ["0.7457", "0.7123"]  # rounded
     assert page.inner_text("#compare-metrics tr[data-metric=auc] td.best") == "0.7457"
     assert page.inner_text("#compare-metrics tr[data-metric=train_seconds] td.best") == "95.25"  # less time is better
@@ -61,7 +67,7 @@ def test_compare_two_runs(live_server, browser_page, mlflow_store, alice, team_a
     out.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(out / "training-compare.png"), full_page=True)
 
-    page.click(f"#compare-metrics thead a:has-text('wider')")  # to the run's page and back to its versions
+    page.click("#compare-metrics thead a:has-text('wider')")  # to the run's page and back to its versions
     page.wait_for_url(f"**/experiments/training/runs/{runs['wider']}/")
     page.wait_for_function("() => window.Chart && Object.keys(Chart.instances).length === 2", timeout=15000)
     assert "hidden" in page.inner_text("#run-params") and "0.7457" in page.inner_text("#run-metrics")

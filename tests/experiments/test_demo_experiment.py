@@ -22,10 +22,10 @@ import requests
 from django.core.management import call_command
 
 from config import demo
-from experiments.online.traffic import true_click_probability
 from experiments.reference import data
 from experiments.reference.model import ReferenceConfig
 from experiments.reference.train import predict, train
+from experiments.traffic import true_click_probability
 from tests import factories
 from tests.make_onnx import build
 
@@ -39,17 +39,28 @@ def expected_ctr(scores: np.ndarray, truth: np.ndarray, rows: np.ndarray) -> flo
 
 def test_the_demo_candidate_earns_a_clear_true_lift():
     t = demo.TRAINING
-    config = ReferenceConfig(vocab=t["vocab"], emb_dim=t["emb_dim"], cross_layers=t["cross_layers"],
-                             mlp=[int(x) for x in t["mlp"].split(",")])
-    result = train(config, rows=t["rows"], valid_rows=t["valid_rows"], epochs=t["epochs"], seed=t["seed"], threads=t["threads"])
+    config = ReferenceConfig(
+        vocab=t["vocab"],
+        emb_dim=t["emb_dim"],
+        cross_layers=t["cross_layers"],
+        mlp=[int(x) for x in t["mlp"].split(",")],
+    )
+    result = train(
+        config, rows=t["rows"], valid_rows=t["valid_rows"], epochs=t["epochs"], seed=t["seed"], threads=t["threads"]
+    )
     pool = data.generate(20_000, seed=101)  # simulate_traffic's item pool (--seed 0)
     truth = true_click_probability(pool)
     rows = np.random.default_rng(0).integers(0, len(truth), (20_000, 10))  # 20k requests ranking k=10 items
     v1 = ort.InferenceSession(build().SerializeToString()).run(None, {"dense": pool.dense, "sparse": pool.sparse})[0]
-    ctr = {"v1": expected_ctr(v1.reshape(-1), truth, rows), "v2": expected_ctr(predict(result.model, pool), truth, rows),
-           "random": float(truth.mean())}
-    print(f"expected CTR: v1 {ctr['v1']:.3f}, v2 {ctr['v2']:.3f} (random pick {ctr['random']:.3f}); "
-          f"v2 AUC {result.metrics['auc']:.3f}, trained in {result.metrics['train_seconds']:.1f} s")
+    ctr = {
+        "v1": expected_ctr(v1.reshape(-1), truth, rows),
+        "v2": expected_ctr(predict(result.model, pool), truth, rows),
+        "random": float(truth.mean()),
+    }
+    print(
+        f"expected CTR: v1 {ctr['v1']:.3f}, v2 {ctr['v2']:.3f} (random pick {ctr['random']:.3f}); "
+        f"v2 AUC {result.metrics['auc']:.3f}, trained in {result.metrics['train_seconds']:.1f} s"
+    )
     assert result.metrics["auc"] > 0.8
     assert ctr["v2"] > 2 * ctr["v1"]  # the demo's lift is large: it decides within a few analysis ticks
     assert abs(ctr["v1"] - ctr["random"]) < 0.05  # v1 ranks no better than chance
@@ -66,13 +77,16 @@ def test_step_says_why_it_cannot_go_on(admin_user):
 
 @pytest.mark.django_db
 def test_step_leaves_an_existing_demo_experiment_alone(team_a, deployer, artifact_factory):
-    from experiments.services.experiments import experiment_create, experiment_stop
+    from experiments.services.online import experiment_create, experiment_stop
 
     deployer.username = demo.ADMIN
     deployer.save()
-    endpoint = factories.endpoint(factories.pool(team_a, ready_replicas=1), artifact_factory(team_a), name=demo.ENDPOINT)
-    experiment = experiment_create(user=deployer, endpoint=endpoint, name=demo.DEMO_EXPERIMENT,
-                                   candidates=[artifact_factory(team_a)], **demo.PLAN)
+    endpoint = factories.endpoint(
+        factories.pool(team_a, ready_replicas=1), artifact_factory(team_a), name=demo.ENDPOINT
+    )
+    experiment = experiment_create(
+        user=deployer, endpoint=endpoint, name=demo.DEMO_EXPERIMENT, candidates=[artifact_factory(team_a)], **demo.PLAN
+    )
     experiment_stop(user=deployer, experiment=experiment, reason="a person stopped it")
     assert demo.demo_experiment_step() is None  # no training, no build, no second experiment
     experiment.refresh_from_db()
@@ -83,8 +97,11 @@ def _login(base: str, password: str) -> requests.Session:
     session = requests.Session()
     page = session.get(f"{base}/login/")
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-    session.post(f"{base}/login/", data={"username": "admin", "password": password, "csrfmiddlewaretoken": token},
-                 headers={"Referer": f"{base}/login/"})
+    session.post(
+        f"{base}/login/",
+        data={"username": "admin", "password": password, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{base}/login/"},
+    )
     return session
 
 
@@ -97,22 +114,40 @@ def test_make_run_seeds_a_running_experiment_and_simulated_clicks_lift_the_candi
     import redis
 
     from deployments.tritonserver import free_port
-    from experiments.online import ingest
+    from experiments.services import ingest
     from tests.conftest import require_service
 
     require_service("redis")
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     # A fresh control plane: no exposures or queued tasks left by earlier tests on this Redis db.
     assert settings.CELERY_BROKER_URL.startswith("redis://")
-    broker.delete(ingest.EXPOSURE_STREAM, ingest.FEEDBACK_STREAM, "control", "build-cpu", "build-gpu", "unacked", "unacked_index")
+    broker.delete(
+        ingest.EXPOSURE_STREAM, ingest.FEEDBACK_STREAM, "control", "build-cpu", "build-gpu", "unacked", "unacked_index"
+    )
     port, gateway_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "EXPOSURE_STREAM_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}}
-    env.update(VAR_DIR=str(tmp_path / "var"), GATEWAY_PORT=str(gateway_port), PYTHONUNBUFFERED="1",
-               CELERY_BROKER_URL=settings.CELERY_BROKER_URL, BUILD_BENCH_SECONDS="0.05", BUILD_BENCH_BATCHES="1,8")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "EXPOSURE_STREAM_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}
+    }
+    env.update(
+        VAR_DIR=str(tmp_path / "var"),
+        GATEWAY_PORT=str(gateway_port),
+        PYTHONUNBUFFERED="1",
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        BUILD_BENCH_SECONDS="0.05",
+        BUILD_BENCH_BATCHES="1,8",
+    )
     log_path = tmp_path / "run.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "manage.py", "run_platform", f"--port={port}"], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_platform", f"--port={port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base, gateway = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{gateway_port}"
     try:
         deadline = time.monotonic() + 240
@@ -125,13 +160,17 @@ def test_make_run_seeds_a_running_experiment_and_simulated_clicks_lift_the_candi
         [experiment] = [e for e in experiments if e["name"] == demo.DEMO_EXPERIMENT]
         assert experiment["endpoint"] == "demo-ctr" and experiment["unit_header"] == "X-User-Id"
         assert [(a["name"], a["is_control"], a["allocation_bp"]) for a in experiment["arms"]] == [
-            ("v1-onnx-fp32", True, 5000), ("v2-onnx-fp32", False, 5000)]
+            ("v1-onnx-fp32", True, 5000),
+            ("v2-onnx-fp32", False, 5000),
+        ]
         versions = {v["version"]: v for v in session.get(f"{base}/api/v1/models/demo-ctr/versions/").json()["results"]}
         assert versions[2]["source"] == "mlflow" and versions[2]["metrics"]["auc"] > 0.8  # the better-trained candidate
 
         out = io.StringIO()
         call_command("simulate_traffic", endpoint="demo-ctr", gateway=gateway, seconds=20, seed=0, stdout=out)
-        platform_log = "\n".join(line for line in log_path.read_text().splitlines() if "GET /api/v1/experiments/" not in line)
+        platform_log = "\n".join(
+            line for line in log_path.read_text().splitlines() if "GET /api/v1/experiments/" not in line
+        )
         assert ", 0 errors" in out.getvalue(), out.getvalue() + platform_log[-4000:]
         assert "v1-onnx-fp32" in out.getvalue() and "v2-onnx-fp32" in out.getvalue()  # both arms answered the same body
         results_url = f"{base}/api/v1/experiments/{experiment['id']}/results/"
@@ -143,8 +182,12 @@ def test_make_run_seeds_a_running_experiment_and_simulated_clicks_lift_the_candi
                 break
             time.sleep(2)
         arms = results["arms"]
-        print(f"after 20 s of traffic: {arms}; v2 vs v1: {candidate}; state {results['state']}; feedback {results['feedback']}")
-        tail = "\n".join(line for line in log_path.read_text().splitlines() if "GET /api/v1/experiments/" not in line)[-4000:]
+        print(
+            f"after 20 s of traffic: {arms}; v2 vs v1: {candidate}; state {results['state']}; feedback {results['feedback']}"
+        )
+        tail = "\n".join(line for line in log_path.read_text().splitlines() if "GET /api/v1/experiments/" not in line)[
+            -4000:
+        ]
         # Users are Zipf-distributed (a few heavy users make most requests), so one arm may get far
         # more exposures than the other; the units (the randomization unit) split evenly.
         assert all(a["units"] >= 20 and a["exposures"] >= 50 for a in arms.values()), tail
@@ -159,7 +202,9 @@ def test_make_run_seeds_a_running_experiment_and_simulated_clicks_lift_the_candi
             results = session.get(results_url).json()
         guards = results["guardrails"].get("v2-onnx-fp32", {})
         print(f"decision: {results['state']} {results['decision']} winner {results['winner']}; guardrails {guards}")
-        assert (results["state"], results["decision"], results["winner"]) == ("decided", "ship", "v2-onnx-fp32"), results
+        assert (results["state"], results["decision"], results["winner"]) == ("decided", "ship", "v2-onnx-fp32"), (
+            results
+        )
         assert guards.get("status") in ("pass", "pending"), guards
     finally:
         proc.send_signal(signal.SIGINT)

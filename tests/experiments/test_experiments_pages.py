@@ -8,9 +8,9 @@ import mlflow
 import pytest
 from django.test import Client
 
-from config import mlflow as mlflow_config
 from experiments.figures import metric_table, rounded
-from experiments.selectors import TEAM_TAG
+from experiments.selectors.training import TEAM_TAG
+from kernel import mlflow as mlflow_config
 from registry.models import ModelVersion, VersionSource
 
 pytestmark = pytest.mark.django_db
@@ -68,14 +68,26 @@ def test_run_detail_api_has_history_artifacts_and_versions(tracking, alice_api, 
     from tests import factories
 
     model = factories.registered_model(team_a, name="ctr")
-    version = ModelVersion.objects.create(model=model, version=1, source=VersionSource.MLFLOW, source_uri=f"runs:/{runs[0]}/model",
-                                          tags={"mlflow_run_id": runs[0]})
+    version = ModelVersion.objects.create(
+        model=model,
+        version=1,
+        source=VersionSource.MLFLOW,
+        source_uri=f"runs:/{runs[0]}/model",
+        tags={"mlflow_run_id": runs[0]},
+    )
     body = alice_api.get(f"/api/v1/training-experiments/{exp_id}/runs/{runs[0]}/").json()
     assert [round(p["value"], 2) for p in body["metric_history"]["auc"]] == [0.64, 0.69, 0.74]
     assert [p["step"] for p in body["metric_history"]["auc"]] == [0, 1, 2]
     assert body["artifacts"] == [{"path": "reports/notes.txt", "size": 100}]
-    assert body["versions"] == [{"id": version.pk, "model": "ctr", "version": 1, "source_uri": f"runs:/{runs[0]}/model",
-                                 "status": version.status}]
+    assert body["versions"] == [
+        {
+            "id": version.pk,
+            "model": "ctr",
+            "version": 1,
+            "source_uri": f"runs:/{runs[0]}/model",
+            "status": version.status,
+        }
+    ]
 
 
 def test_experiment_page_has_one_chart_per_metric_rounded_figures_and_run_links(tracking, alice, team_a):
@@ -83,7 +95,7 @@ def test_experiment_page_has_one_chart_per_metric_rounded_figures_and_run_links(
     client = _client(alice)
     assert "ctr-a" in client.get("/experiments/training/").content.decode()
     page = client.get(f"/experiments/training/{exp_id}/").content.decode()
-    table = page[page.index('<table id="runs">'):page.index("</table>", page.index('<table id="runs">'))]
+    table = page[page.index('<table id="runs">') : page.index("</table>", page.index('<table id="runs">'))]
     assert "0.7123" in table and "0.712345678" not in table  # rounded in the table (the chart's tooltip rounds too)
     charts = json.loads(page.split('<script id="training-charts" type="application/json">')[1].split("</script>")[0])
     assert sorted(c["metric"] for c in charts) == ["auc", "train_seconds"]  # separate axes: AUC never next to seconds
@@ -96,9 +108,16 @@ def test_run_page_and_links_both_ways_with_versions(tracking, alice, bob, team_a
     from tests import factories
 
     model = factories.registered_model(team_a, name="ctr")
-    from_run = ModelVersion.objects.create(model=model, version=1, source=VersionSource.MLFLOW, source_uri=f"runs:/{runs[0]}/model")
-    from_registry = ModelVersion.objects.create(model=model, version=2, source=VersionSource.MLFLOW, source_uri="models:/ctr-mlflow/3",
-                                                tags={"mlflow_run_id": runs[0]})
+    from_run = ModelVersion.objects.create(
+        model=model, version=1, source=VersionSource.MLFLOW, source_uri=f"runs:/{runs[0]}/model"
+    )
+    from_registry = ModelVersion.objects.create(
+        model=model,
+        version=2,
+        source=VersionSource.MLFLOW,
+        source_uri="models:/ctr-mlflow/3",
+        tags={"mlflow_run_id": runs[0]},
+    )
     client = _client(alice)
     page = client.get(f"/experiments/training/runs/{runs[0]}/").content.decode()
     assert "reports/notes.txt" in page and "100\xa0bytes" in page
@@ -133,6 +152,15 @@ def test_compare_runs_side_by_side(tracking, alice, team_a):
 
 
 def test_rounding_and_best_marking():
-    assert [rounded(v) for v in (0.7412345, 1234.56, 3.0, None, 117.3, 0.000123456)] == ["0.7412", "1235", "3", "—", "117.3", "0.0001235"]
-    rows = metric_table([{"metrics": {"auc": 0.7, "val_loss": 0.3}}, {"metrics": {"auc": 0.8, "val_loss": 0.2}}], ["auc", "val_loss"])
+    assert [rounded(v) for v in (0.7412345, 1234.56, 3.0, None, 117.3, 0.000123456)] == [
+        "0.7412",
+        "1235",
+        "3",
+        "—",
+        "117.3",
+        "0.0001235",
+    ]
+    rows = metric_table(
+        [{"metrics": {"auc": 0.7, "val_loss": 0.3}}, {"metrics": {"auc": 0.8, "val_loss": 0.2}}], ["auc", "val_loss"]
+    )
     assert [[c["best"] for c in r["cells"]] for r in rows] == [[False, True], [False, True]]

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from experiments.models import Experiment
-from experiments.services import experiments as services
+from experiments.services import online as services
 from monitoring.collect import bucket_metric
 from monitoring.models import Alert
 from monitoring.services.store import samples_store
@@ -29,9 +29,13 @@ def experiment(team_a, deployer, artifact_factory):
     pool = factories.pool(team_a, ready_replicas=1)
     stable = artifact_factory(team_a)
     endpoint = factories.endpoint(pool, stable, name="gr", slo_p99_ms=200, slo_error_rate=0.05)
-    exp = services.experiment_create(user=deployer, endpoint=endpoint, name="guarded",
-                                     candidates=[artifact_factory(team_a), artifact_factory(team_a)],
-                                     allocation_bp=[3400, 3300, 3300])
+    exp = services.experiment_create(
+        user=deployer,
+        endpoint=endpoint,
+        name="guarded",
+        candidates=[artifact_factory(team_a), artifact_factory(team_a)],
+        allocation_bp=[3400, 3300, 3300],
+    )
     return services.experiment_start(user=deployer, experiment=exp)
 
 
@@ -69,13 +73,21 @@ def test_too_little_data_is_pending_not_pass_or_fail(experiment):
 
 def test_healthy_arms_pass_every_check_and_the_experiment_runs_on(experiment, deployer_api):
     control, a, b = names(experiment)
-    feed(experiment, {control: (0.002, 1.0), a: (0.002, 1.0), b: (0.002, 1.0)}, ticks=20, start=experiment.started_at, seed=5)
+    feed(
+        experiment,
+        {control: (0.002, 1.0), a: (0.002, 1.0), b: (0.002, 1.0)},
+        ticks=20,
+        start=experiment.started_at,
+        seed=5,
+    )
     result = services.experiment_analyze(experiment_id=experiment.pk, now=experiment.started_at + timedelta(seconds=21))
     for arm in (a, b):
         g = result["guardrails"][arm]
         outcomes = {c["name"]: c["outcome"] for c in g["checks"]}
         assert g["status"] == "pass", g["reason"]
-        assert outcomes == dict.fromkeys(["p99_slo", "error_slo", "psi", "error_rate", "latency", "latency_tail"], "pass")
+        assert outcomes == dict.fromkeys(
+            ["p99_slo", "error_slo", "psi", "error_rate", "latency", "latency_tail"], "pass"
+        )
     assert Experiment.objects.get(pk=experiment.pk).state == "running" and not Alert.objects.exists()
     body = deployer_api.get(f"/api/v1/experiments/{experiment.public_id}/results/").json()
     assert body["guardrails"][a]["status"] == "pass" and body["candidates"][a]["guardrails"] == "pass"
@@ -84,7 +96,9 @@ def test_healthy_arms_pass_every_check_and_the_experiment_runs_on(experiment, de
 
 def test_an_erroring_arm_stops_the_experiment_for_harm_naming_the_check(experiment, deployer):
     control, good, bad = names(experiment)
-    feed(experiment, {control: (0.001, 1.0), good: (0.001, 1.0), bad: (0.08, 1.0)}, ticks=12, start=experiment.started_at)
+    feed(
+        experiment, {control: (0.001, 1.0), good: (0.001, 1.0), bad: (0.08, 1.0)}, ticks=12, start=experiment.started_at
+    )
     result = services.experiment_analyze(experiment_id=experiment.pk, now=experiment.started_at + timedelta(seconds=13))
     exp = Experiment.objects.get(pk=experiment.pk)
     assert (exp.state, exp.decision, exp.winner.name) == ("decided", "stop", control)
@@ -102,6 +116,7 @@ def test_an_erroring_arm_stops_the_experiment_for_harm_naming_the_check(experime
     assert alert.evidence["failed"][bad]["checks"] and alert.links["experiment"].endswith(f"/experiments/{exp.pk}/")
     # the arms leave the route table: a decided experiment serves nothing
     from deployments.routes import route_table
+
     entry = next(e for e in route_table()["endpoints"] if e["name"] == "gr")
     assert [v["role"] for v in entry["variants"]] == ["stable"]
     # the page says which arm failed which check
@@ -126,20 +141,27 @@ def test_a_p99_breach_fails_only_when_sustained_over_three_ticks_and_10_s(experi
     assert statuses == [("pending", 1), ("pending", 2), ("fail", 3)]
     assert result["guardrails"][b]["status"] == "pass"
     exp = Experiment.objects.get(pk=experiment.pk)
-    assert exp.state == "decided" and "p99_slo" in Event.objects.filter(object_id=exp.pk, to_state="decided").get().reason
+    assert (
+        exp.state == "decided" and "p99_slo" in Event.objects.filter(object_id=exp.pk, to_state="decided").get().reason
+    )
 
 
 def test_results_api_matches_its_documented_schema_key_for_key(experiment, deployer_api):
     control, a, b = names(experiment)
     feed(experiment, {control: (0.0, 1.0), a: (0.0, 1.0), b: (0.0, 1.0)}, ticks=3, start=experiment.started_at)
     before = deployer_api.get(f"/api/v1/experiments/{experiment.public_id}/results/").json()
-    assert before["guardrails"][a] == {"status": "pending", "checks": [],
-                                       "reason": "not judged yet: the experiment has not run an analysis tick"}
+    assert before["guardrails"][a] == {
+        "status": "pending",
+        "checks": [],
+        "reason": "not judged yet: the experiment has not run an analysis tick",
+    }
     services.experiment_analyze(experiment_id=experiment.pk, now=experiment.started_at + timedelta(seconds=4))
     body = deployer_api.get(f"/api/v1/experiments/{experiment.public_id}/results/").json()
     schema = deployer_api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     components = schema["components"]["schemas"]
-    op = schema["paths"]["/api/v1/experiments/{id}/results/"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    op = schema["paths"]["/api/v1/experiments/{id}/results/"]["get"]["responses"]["200"]["content"]["application/json"][
+        "schema"
+    ]
     assert op == {"$ref": "#/components/schemas/ExperimentResults"}
     assert set(body) == set(components["ExperimentResults"]["properties"])
     for arm in (a, b):
@@ -150,7 +172,9 @@ def test_results_api_matches_its_documented_schema_key_for_key(experiment, deplo
 
 
 @pytest.mark.parametrize("guardrail_psi", [True, False])
-def test_prediction_drift_of_an_arm_fails_sustained_unless_the_experiment_turns_the_psi_guardrail_off(experiment, guardrail_psi):
+def test_prediction_drift_of_an_arm_fails_sustained_unless_the_experiment_turns_the_psi_guardrail_off(
+    experiment, guardrail_psi
+):
     """An arm that predicts a different distribution (PSI ~0.5, as a trained model against a
     random one): a sustained breach fails it; with `guardrail_psi` off the PSI is shown, never failed."""
     Experiment.objects.filter(pk=experiment.pk).update(guardrail_psi=guardrail_psi)

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from experiments.models import Experiment
-from experiments.services import experiments as services
+from experiments.services import online as services
 from monitoring.models import Alert, MetricSample
 from monitoring.services.collector import metrics_collect
 from monitoring.targets import ScrapeTarget
@@ -50,16 +50,44 @@ def serve(experiment, models: dict[bool, str], triton, tmp_path, monkeypatch):
     """A gateway serving the experiment's arms (control, then the candidate) and its scrape target."""
     routes = tmp_path / f"routes-{experiment.pk}.json"
     arms = list(experiment.arms.all())
-    variants = [{"name": a.name, "model_version": "1", "triton_model": models[a.is_control], "weight_bp": a.allocation_bp,
-                 "role": "stable" if a.is_control else "arm", "replicas": [triton.http_url], "signature": SIGNATURE}
-                for a in arms]
-    routes.write_text(json.dumps({"version": f"g{experiment.pk}", "endpoints": [
-        {"name": "gl-ep", "timeout_ms": 3000, "salt": experiment.salt, "experiment": experiment.public_id,
-         "auth": {"public": True}, "variants": variants}]}))
+    variants = [
+        {
+            "name": a.name,
+            "model_version": "1",
+            "triton_model": models[a.is_control],
+            "weight_bp": a.allocation_bp,
+            "role": "stable" if a.is_control else "arm",
+            "replicas": [triton.http_url],
+            "signature": SIGNATURE,
+        }
+        for a in arms
+    ]
+    routes.write_text(
+        json.dumps(
+            {
+                "version": f"g{experiment.pk}",
+                "endpoints": [
+                    {
+                        "name": "gl-ep",
+                        "timeout_ms": 3000,
+                        "salt": experiment.salt,
+                        "experiment": experiment.public_id,
+                        "auth": {"public": True},
+                        "variants": variants,
+                    }
+                ],
+            }
+        )
+    )
     proc, port = start_gateway(routes, tmp_path, GATEWAY_CANDIDATE_SCORE_SAMPLE_RATE="1.0")
     monkeypatch.setenv("GATEWAY_METRICS_TOKEN", METRICS_TOKEN)  # what the collector sends
-    target = ScrapeTarget.from_dict({"kind": "gateway", "url": f"http://127.0.0.1:{port}/metrics",
-                                     "endpoint_teams": {"gl-ep": experiment.endpoint.team_id}})
+    target = ScrapeTarget.from_dict(
+        {
+            "kind": "gateway",
+            "url": f"http://127.0.0.1:{port}/metrics",
+            "endpoint_teams": {"gl-ep": experiment.endpoint.team_id},
+        }
+    )
     return proc, f"http://127.0.0.1:{port}", target
 
 
@@ -76,8 +104,12 @@ def drive(url: str, target, *, requests_total: int, seconds: float) -> dict:
         with requests.Session() as s:
             i = worker
             while i < requests_total and time.monotonic() < stop_at:
-                r = s.post(f"{url}/v2/models/gl-ep/infer", data=infer_body(seed=i % 50),
-                           headers={"X-User-Id": f"user-{i}"}, timeout=10)
+                r = s.post(
+                    f"{url}/v2/models/gl-ep/infer",
+                    data=infer_body(seed=i % 50),
+                    headers={"X-User-Id": f"user-{i}"},
+                    timeout=10,
+                )
                 with lock:
                     statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
                     seen[r.headers.get("X-Model-Variant", "?")] = seen.get(r.headers.get("X-Model-Variant", "?"), 0) + 1
@@ -96,11 +128,14 @@ def drive(url: str, target, *, requests_total: int, seconds: float) -> dict:
 
 
 def stored(variant: str, metric: str) -> float:
-    return sum(MetricSample.objects.filter(endpoint="gl-ep", variant=variant, metric=metric).values_list("value", flat=True))
+    return sum(
+        MetricSample.objects.filter(endpoint="gl-ep", variant=variant, metric=metric).values_list("value", flat=True)
+    )
 
 
 def test_arms_judged_from_real_gateway_metrics_aa_runs_on_and_a_failing_arm_stops_for_harm(
-        triton, tmp_path, monkeypatch, team_a, deployer, artifact_factory):
+    triton, tmp_path, monkeypatch, team_a, deployer, artifact_factory
+):
     pool = factories.pool(team_a, ready_replicas=1)
     stable, copy, broken = artifact_factory(team_a), artifact_factory(team_a), artifact_factory(team_a)
     endpoint = factories.endpoint(pool, stable, name="gl-ep", public=True, slo_p99_ms=1000, slo_error_rate=0.05)
@@ -119,7 +154,10 @@ def test_arms_judged_from_real_gateway_metrics_aa_runs_on_and_a_failing_arm_stop
     # the collector stored each arm's own series from the gateway's labels
     for arm in (control, candidate):
         assert stored(arm, "requests") == traffic["variants"][arm]
-        assert stored(arm, "errors") == 0 and MetricSample.objects.filter(variant=arm, metric__startswith="latency_bucket:").exists()
+        assert (
+            stored(arm, "errors") == 0
+            and MetricSample.objects.filter(variant=arm, metric__startswith="latency_bucket:").exists()
+        )
         assert MetricSample.objects.filter(variant=arm, metric__startswith="score_bin:").exists()
     result = services.experiment_analyze(experiment_id=aa.pk)
     g = result["guardrails"][candidate]
@@ -151,7 +189,10 @@ def test_arms_judged_from_real_gateway_metrics_aa_runs_on_and_a_failing_arm_stop
     failed = {c["name"] for c in g["checks"] if c["outcome"] == "fail"}
     assert g["status"] == "fail" and {"error_rate", "error_slo"} <= failed, g["reason"]
     event = Event.objects.get(object_id=exp.pk, action="state_changed", to_state="decided")
-    assert event.reason.startswith(f"stopped for harm: guardrail failed on {broken_arm} (") and "error_rate" in event.reason
+    assert (
+        event.reason.startswith(f"stopped for harm: guardrail failed on {broken_arm} (")
+        and "error_rate" in event.reason
+    )
     assert "error_rate" in {c["name"] for c in event.data["guardrails"][broken_arm]["checks"]}
     alert = Alert.objects.get(kind="experiment_guardrail_failed")
     assert alert.severity == "critical" and broken_arm in alert.reason and alert.endpoint == "gl-ep"

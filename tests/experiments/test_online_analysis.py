@@ -7,8 +7,8 @@ look fails the A/A test; a per-exposure variance fails the coverage test)."""
 import numpy as np
 import pytest
 
-from experiments.online import analysis as A
-from experiments.online import simulate as S
+from experiments import analysis as A
+from experiments import simulate as S
 
 ALPHA = 0.05
 MDE = 0.05
@@ -24,8 +24,16 @@ def plan():
 
 def _run(rng, plan, rates, sims):
     upl = int(np.ceil(2 * plan.units_per_arm / LOOKS))
-    arms = S.simulate(rng, sims=sims, looks=LOOKS, units_per_look=upl, rates=rates,
-                      allocation={"control": 0.5, "candidate": 0.5}, exposures_per_unit=M, heterogeneity=0)
+    arms = S.simulate(
+        rng,
+        sims=sims,
+        looks=LOOKS,
+        units_per_look=upl,
+        rates=rates,
+        allocation={"control": 0.5, "candidate": 0.5},
+        exposures_per_unit=M,
+        heterogeneity=0,
+    )
     lf = A.lift(arms["control"], arms["candidate"], alpha=ALPHA, mde=MDE)
     return arms, lf
 
@@ -39,8 +47,7 @@ def test_continuously_monitored_aa_false_ship_rate_is_at_most_alpha(plan):
     assert false_ship <= ALPHA and false_any <= ALPHA
     # The same data peeked at with a fixed-horizon interval ships far more often: the
     # simulation has the power to catch an invalid interval.
-    peek = S.first_decision(A.decide(lower=lf["fixed_lower"], upper=lf["fixed_upper"], mde=MDE,
-                                     srm_flagged=False))[0]
+    peek = S.first_decision(A.decide(lower=lf["fixed_lower"], upper=lf["fixed_upper"], mde=MDE, srm_flagged=False))[0]
     assert (peek != A.CONTINUE).mean() > 2 * ALPHA
 
 
@@ -112,8 +119,7 @@ def test_analyze_reports_arms_lift_and_srm():
     for name, rate, units in (("control", 0.2, 20000), ("candidate", 0.24, 20000)):
         n = 1 + rng.poisson(3, size=units)
         arms[name] = A.sums_from_units(n, rng.binomial(n, rate))
-    res = A.analyze(arms, control="control", allocation={"control": 0.5, "candidate": 0.5},
-                    alpha=ALPHA, mde=MDE)
+    res = A.analyze(arms, control="control", allocation={"control": 0.5, "candidate": 0.5}, alpha=ALPHA, mde=MDE)
     cand = res["candidates"]["candidate"]
     assert cand["lower"] < 0.2 < cand["upper"] and cand["decision"] == A.SHIP
     assert res["arms"]["control"]["units"] == 20000 and not res["srm"]["flagged"]
@@ -129,8 +135,9 @@ def test_a_failing_guardrail_stops_for_harm_even_under_a_flagged_srm_and_pending
     assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=True, guardrails_ok=False) == A.STOP
     assert A.decide(lower=np.nan, upper=np.nan, mde=MDE, srm_flagged=False, guardrails_ok=False) == A.STOP
     assert A.decide(lower=np.nan, upper=np.nan, mde=MDE, srm_flagged=False) == A.CONTINUE
-    vec = A.decide(lower=[0.1, 0.1, -0.2], upper=[0.3, 0.3, -0.1], mde=MDE, srm_flagged=False,
-                   guardrails_ok=[True, False, True])
+    vec = A.decide(
+        lower=[0.1, 0.1, -0.2], upper=[0.3, 0.3, -0.1], mde=MDE, srm_flagged=False, guardrails_ok=[True, False, True]
+    )
     assert list(vec) == [A.SHIP, A.STOP, A.STOP]
 
     rng = np.random.default_rng(2)
@@ -138,14 +145,26 @@ def test_a_failing_guardrail_stops_for_harm_even_under_a_flagged_srm_and_pending
     for name, rate in (("control", 0.2), ("good", 0.26), ("slow", 0.26), ("new", 0.2)):
         n = 1 + rng.poisson(3, size=20000 if name != "new" else 1)
         arms[name] = A.sums_from_units(n, rng.binomial(n, rate))
-    res = A.analyze(arms, control="control", allocation=dict.fromkeys(arms, 0.25), alpha=ALPHA, mde=MDE,
-                    guardrails={"good": "pending", "slow": "fail", "new": "fail"})
+    res = A.analyze(
+        arms,
+        control="control",
+        allocation=dict.fromkeys(arms, 0.25),
+        alpha=ALPHA,
+        mde=MDE,
+        guardrails={"good": "pending", "slow": "fail", "new": "fail"},
+    )
     cands = res["candidates"]
     # a pending guardrail (not enough data yet) does not hold a clear lift; a failing one stops,
     # with or without a lift to read (one unit: no interval) — though a 20 000-unit SRM is flagged here
     assert res["srm"]["flagged"] and cands["good"]["decision"] == A.BLOCKED
     assert cands["slow"]["decision"] == A.STOP and cands["new"]["decision"] == A.STOP and cands["new"]["lower"] is None
     assert [cands[n]["guardrails"] for n in ("good", "slow", "new")] == ["pending", "fail", "fail"]
-    balanced = A.analyze({k: arms[k] for k in ("control", "good")}, control="control",
-                         allocation={"control": 0.5, "good": 0.5}, alpha=ALPHA, mde=MDE, guardrails={"good": "pending"})
+    balanced = A.analyze(
+        {k: arms[k] for k in ("control", "good")},
+        control="control",
+        allocation={"control": 0.5, "good": 0.5},
+        alpha=ALPHA,
+        mde=MDE,
+        guardrails={"good": "pending"},
+    )
     assert balanced["candidates"]["good"]["decision"] == A.SHIP

@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from deployments.routes import route_table
 from experiments.models import Experiment, Exposure, Feedback
-from experiments.online.store import default_store
-from experiments.services import experiments as services
+from experiments.services import online as services
+from experiments.store import default_store
 from tests import factories
 
 
@@ -24,8 +24,17 @@ def setup(team_a, deployer_api, artifact_factory):
 
 
 def _create(api, candidate, **extra):
-    body = {"endpoint": "ctr-demo", "name": "better-ctr", "hypothesis": "v2 lifts CTR", "candidates": [candidate.pk],
-            "baseline_rate": 0.2, "exposures_per_unit": 4, "mde": 0.05, "attribution_window_s": 600, **extra}
+    body = {
+        "endpoint": "ctr-demo",
+        "name": "better-ctr",
+        "hypothesis": "v2 lifts CTR",
+        "candidates": [candidate.pk],
+        "baseline_rate": 0.2,
+        "exposures_per_unit": 4,
+        "mde": 0.05,
+        "attribution_window_s": 600,
+        **extra,
+    }
     return api.post("/api/v1/experiments/", body, format="json")
 
 
@@ -35,8 +44,16 @@ def _expose(experiment, rows_per_arm, start):
     for control, (units, per_unit) in rows_per_arm.items():
         for u in range(units):
             for j in range(per_unit):
-                rows.append({"request_id": f"{int(control)}-{u}-{j}", "experiment": experiment.pk, "arm": arms[control].pk,
-                             "unit_key": f"{'c' if control else 't'}{u}", "time": start, "score": 0.5})
+                rows.append(
+                    {
+                        "request_id": f"{int(control)}-{u}-{j}",
+                        "experiment": experiment.pk,
+                        "arm": arms[control].pk,
+                        "unit_key": f"{'c' if control else 't'}{u}",
+                        "time": start,
+                        "score": 0.5,
+                    }
+                )
     default_store().write_exposures(rows)
 
 
@@ -59,7 +76,10 @@ def test_lifecycle_route_table_and_results(setup, deployer_api, bob_api):
     assert deployer_api.post(f"/api/v1/experiments/{other}/start/").status_code == 409
     results = deployer_api.get(f"/api/v1/experiments/{exp_id}/results/").json()
     assert results["progress"]["have"] == 0 and results["srm"]["flagged"] is False
-    assert deployer_api.post(f"/api/v1/experiments/{exp_id}/stop/", {"reason": "done"}, format="json").json()["state"] == "stopped"
+    assert (
+        deployer_api.post(f"/api/v1/experiments/{exp_id}/stop/", {"reason": "done"}, format="json").json()["state"]
+        == "stopped"
+    )
     entry = next(e for e in route_table()["endpoints"] if e["name"] == "ctr-demo")
     assert [v["role"] for v in entry["variants"]] == ["stable"] and "experiment" not in entry
 
@@ -84,13 +104,16 @@ def test_feedback_duplicates_late_unknown_and_errors(setup, deployer, deployer_a
     _expose(exp, {True: (3, 1), False: (3, 1)}, t0)
     inside = (t0 + timedelta(seconds=599)).isoformat()
     outside = (t0 + timedelta(seconds=601)).isoformat()
-    batch = {"endpoint": "ctr-demo", "events": [
-        {"event_id": "e1", "type": "click", "request_id": "1-0-0", "time": inside},   # late but inside the window
-        {"event_id": "e2", "type": "click", "request_id": "0-1-0", "time": outside},  # outside: late
-        {"event_id": "e3", "type": "conversion", "unit_key": "t2", "time": inside},
-        {"event_id": "e4", "type": "click", "request_id": "nope", "time": inside},    # unknown request id
-        {"event_id": "e5", "type": "value", "value": 12.5, "request_id": "0-0-0", "time": inside},
-    ]}
+    batch = {
+        "endpoint": "ctr-demo",
+        "events": [
+            {"event_id": "e1", "type": "click", "request_id": "1-0-0", "time": inside},  # late but inside the window
+            {"event_id": "e2", "type": "click", "request_id": "0-1-0", "time": outside},  # outside: late
+            {"event_id": "e3", "type": "conversion", "unit_key": "t2", "time": inside},
+            {"event_id": "e4", "type": "click", "request_id": "nope", "time": inside},  # unknown request id
+            {"event_id": "e5", "type": "value", "value": 12.5, "request_id": "0-0-0", "time": inside},
+        ],
+    }
     first = deployer_api.post("/api/v1/feedback/", batch, format="json")
     assert first.status_code == 202, first.content
     assert first.json() == {"received": 5, "duplicates": 0, "attributed": 3, "late": 1, "unknown": 1}
@@ -99,7 +122,10 @@ def test_feedback_duplicates_late_unknown_and_errors(setup, deployer, deployer_a
     assert Feedback.objects.count() == 5
     results = deployer_api.get(f"/api/v1/experiments/{exp.public_id}/results/").json()
     assert results["feedback"] == {"attributed": 3, "late": 1, "unknown": 1}
-    control, cand = results["arms"][exp.arms.get(is_control=True).name], results["arms"][exp.arms.get(is_control=False).name]
+    control, cand = (
+        results["arms"][exp.arms.get(is_control=True).name],
+        results["arms"][exp.arms.get(is_control=False).name],
+    )
     assert (control["clicks"], control["exposures"]) == (1, 3)
     assert cand["conversions"] == 1 and cand["value"] == 12.5 and cand["clicks"] == 0
 
@@ -108,10 +134,12 @@ def test_feedback_duplicates_late_unknown_and_errors(setup, deployer, deployer_a
         assert res.status_code == 400 and needle in res.json()["detail"], res.content
 
     bad([{"event_id": "x", "type": "like", "request_id": "r"}], "events[0].type")
-    bad([{"event_id": "x", "type": "click"}], "exactly one of request_id or unit_key")
+    bad([{"event_id": "x", "type": "click"}], "exactly one of request_id, unit_key or exposure_token")
     bad([{"event_id": "x", "type": "value", "request_id": "r"}], "events[0].value")
-    bad([{"event_id": "ok", "type": "click", "request_id": "r"}, {"event_id": "", "type": "click", "request_id": "r"}],
-        "events[1].event_id")
+    bad(
+        [{"event_id": "ok", "type": "click", "request_id": "r"}, {"event_id": "", "type": "click", "request_id": "r"}],
+        "events[1].event_id",
+    )
     bad([], "events")
     assert Feedback.objects.count() == 5  # nothing of a rejected batch was written
     # No key, not public: 401; a stranger's session: 404.
@@ -129,12 +157,21 @@ def test_inference_key_authenticates_feedback(setup, deployer, api_for):
     _, secret = inference_key_create(user=deployer, team=endpoint.team, name="app")
     client = api_for(factories.user("someone"))
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
-    res = client.post("/api/v1/feedback/", {"endpoint": "ctr-demo", "events": [
-        {"event_id": "k1", "type": "click", "unit_key": "u1"}]}, format="json")
+    res = client.post(
+        "/api/v1/feedback/",
+        {"endpoint": "ctr-demo", "events": [{"event_id": "k1", "type": "click", "unit_key": "u1"}]},
+        format="json",
+    )
     assert res.status_code == 202 and res.json()["unknown"] == 1
     client.credentials(HTTP_AUTHORIZATION="Bearer mpk_wrong")
-    assert client.post("/api/v1/feedback/", {"endpoint": "ctr-demo", "events": [
-        {"event_id": "k2", "type": "click", "unit_key": "u1"}]}, format="json").status_code == 401
+    assert (
+        client.post(
+            "/api/v1/feedback/",
+            {"endpoint": "ctr-demo", "events": [{"event_id": "k2", "type": "click", "unit_key": "u1"}]},
+            format="json",
+        ).status_code
+        == 401
+    )
 
 
 @pytest.mark.django_db
@@ -158,8 +195,9 @@ def test_analysis_decides_and_ship_starts_a_rollout(setup, deployer, deployer_ap
     assert exp.state == "decided" and exp.decision == "ship" and not exp.winner.is_control
     assert len(exp.history) == 1
     shipped = deployer_api.post(f"/api/v1/experiments/{exp.public_id}/ship/").json()
-    assert shipped.get("state") == "shipped" and shipped["rollout_id"], shipped
+    assert shipped.get("state") == "shipping" and shipped["rollout_id"], shipped  # shipped once the rollout succeeds
     from deployments.selectors.rollouts import rollout_get
+
     rollout = rollout_get(user=deployer, rollout_id=shipped["rollout_id"])
     assert rollout.candidate_artifact_id == candidate.pk and rollout.steps_bp == [10000]
 
@@ -191,16 +229,18 @@ def test_experiment_page_shows_arms_progress_srm_chart_and_decision(setup, deplo
 
 @pytest.mark.django_db
 def test_decision_is_logged_as_an_mlflow_run_linked_to_both_versions(setup, deployer, deployer_api):
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     endpoint, stable, candidate = setup
     exp = Experiment.objects.get(pk=int(_create(deployer_api, candidate).json()["id"][4:]))
     services.experiment_start(user=deployer, experiment=exp)
     t0 = timezone.now()
     _expose(exp, {True: (300, 4), False: (300, 4)}, t0)
-    events = [{"event_id": f"c-{e.request_id}", "type": "click", "request_id": e.request_id, "time": t0}
-              for i, e in enumerate(Exposure.objects.filter(experiment=exp).order_by("request_id"))
-              if (e.request_id.startswith("0-") and i % 2 == 0) or (e.request_id.startswith("1-") and i % 10 == 0)]
+    events = [
+        {"event_id": f"c-{e.request_id}", "type": "click", "request_id": e.request_id, "time": t0}
+        for i, e in enumerate(Exposure.objects.filter(experiment=exp).order_by("request_id"))
+        if (e.request_id.startswith("0-") and i % 2 == 0) or (e.request_id.startswith("1-") and i % 10 == 0)
+    ]
     default_store().write_feedback(team=endpoint.team, endpoint_name=endpoint.name, experiments=[exp], events=events)
     services.experiment_analyze(experiment_id=exp.pk)
     exp.refresh_from_db()

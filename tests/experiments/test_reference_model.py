@@ -22,7 +22,7 @@ def mlflow_db(tmp_path_factory):
 
 @pytest.fixture
 def mlflow_store(mlflow_db, settings):
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     settings.MLFLOW_TRACKING_URI, settings.MLFLOW_ARTIFACT_ROOT = mlflow_db
     settings.BUILD_BENCH_SECONDS, settings.BUILD_BENCH_BATCHES, settings.BUILD_VALIDATION_ROWS = 0.02, "1,8", 2000
@@ -69,9 +69,31 @@ def test_train_log_register_and_build_the_reference_model(alice, team_a, mlflow_
     from registry.services import builds as build_services
 
     call_command(
-        "train_reference_model", "--rows", "12000", "--valid-rows", "2000", "--epochs", "1", "--vocab", "500",
-        "--emb-dim", "4", "--cross-layers", "1", "--mlp", "32", "--threads", "1", "--version-tag", "v-test",
-        "--register", "ref-ctr", "--user", "alice", "--team", "team-a",
+        "train_reference_model",
+        "--rows",
+        "12000",
+        "--valid-rows",
+        "2000",
+        "--epochs",
+        "1",
+        "--vocab",
+        "500",
+        "--emb-dim",
+        "4",
+        "--cross-layers",
+        "1",
+        "--mlp",
+        "32",
+        "--threads",
+        "1",
+        "--version-tag",
+        "v-test",
+        "--register",
+        "ref-ctr",
+        "--user",
+        "alice",
+        "--team",
+        "team-a",
     )
     version = ModelVersion.objects.get(model__name="ref-ctr")
     assert version.framework == "pytorch" and version.source == "mlflow"
@@ -91,7 +113,9 @@ def test_train_log_register_and_build_the_reference_model(alice, team_a, mlflow_
     for artifact in artifacts.values():
         assert artifact.validation["inputs"] == "validation set"  # real labels, not pseudo-labels
         assert "auc_delta" in artifact.validation and artifact.validation["original_auc"] > 0.6
-        assert set(artifact.benchmark["speedup_vs_eager"]) == {"1", "8"} and artifact.benchmark["eager"]["1"]["p50_ms"] > 0
+        assert (
+            set(artifact.benchmark["speedup_vs_eager"]) == {"1", "8"} and artifact.benchmark["eager"]["1"]["p50_ms"] > 0
+        )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -102,7 +126,9 @@ def test_build_of_an_mlflow_uri_that_no_longer_resolves_fails(alice, team_a, mlf
     from tests import factories
 
     model = factories.registered_model(team_a, name="gone")
-    version = ModelVersion.objects.create(model=model, version=1, source="mlflow", source_uri="models:/gone-model/3", framework="pytorch")
+    version = ModelVersion.objects.create(
+        model=model, version=1, source="mlflow", source_uri="models:/gone-model/3", framework="pytorch"
+    )
     build, _ = build_services.build_start(user=alice, version=version)
     assert runner.run(build.pk, owner="test") == "failed"
     build.refresh_from_db()

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from experiments.online.traffic import show_and_click, true_click_probability
 from experiments.reference import data
+from experiments.traffic import show_and_click, true_click_probability
 
 
 def test_true_probability_matches_the_generators_labels():
@@ -27,6 +27,8 @@ def test_a_better_ranker_earns_a_true_lift_and_a_copy_none():
     ctr = {}
     for name, scores in (("weak", weak), ("weak-copy", weak), ("better", better)):
         ctr[name] = np.mean([show_and_click(scores[i], p[i], rng)[1] for i in range(rounds)])
-    expected = {name: np.mean(p[np.arange(rounds), np.argmax(s, axis=1)]) for name, s in (("weak", weak), ("better", better))}
+    expected = {
+        name: np.mean(p[np.arange(rounds), np.argmax(s, axis=1)]) for name, s in (("weak", weak), ("better", better))
+    }
     assert expected["better"] > 1.2 * expected["weak"]
     assert ctr["better"] > ctr["weak"] and abs(ctr["weak"] - ctr["weak-copy"]) < 0.04

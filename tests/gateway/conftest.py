@@ -52,13 +52,13 @@ class RouteServer:
 
     def set_raw(self, body: bytes) -> None:
         self.body = body
-        self.etag = '"%s"' % hashlib.sha1(body).hexdigest()[:16]
+        self.etag = f'"{hashlib.sha1(body).hexdigest()[:16]}"'
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api/v1/gateway/routes"
 
-    def start(self) -> "RouteServer":
+    def start(self) -> RouteServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -119,17 +119,34 @@ class GatewayProcess:
     def __init__(self, work: Path, env: dict):
         self.port = free_port()
         self.log = work / "gateway.log"
-        self.env = {**os.environ, **env, "GATEWAY_PORT": str(self.port), "GATEWAY_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
+        self.grpc_port = free_port()
+        self.env = {
+            **os.environ,
+            "GATEWAY_WORKERS": "1",  # one process unless the test asks for more (gateway/workers.py)
+            **env,
+            "GATEWAY_GRPC_PORT": str(self.grpc_port),
+            "GATEWAY_PORT": str(self.port),
+            "GATEWAY_HOST": "127.0.0.1",
+            "PYTHONUNBUFFERED": "1",
+        }
         self.proc = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> "GatewayProcess":
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self, timeout: float = 20.0) -> GatewayProcess:
         log = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway"], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "gateway"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         log.close()

@@ -54,8 +54,15 @@ class _Collector:
         self.current = None
 
 
-def exchange(port: int, data: bytes | list, *, half_close: bool = True, timeout: float = 5.0, pause: float = 0.0,
-             expect: int | None = None) -> Exchange:
+def exchange(
+    port: int,
+    data: bytes | list,
+    *,
+    half_close: bool = True,
+    timeout: float = 5.0,
+    pause: float = 0.0,
+    expect: int | None = None,
+) -> Exchange:
     """Send `data` (bytes, or a list of pieces sent `pause` seconds apart), optionally
     half-close, and read until the server closes, `expect` replies have come, or nothing
     arrives for `timeout` seconds."""
@@ -77,7 +84,7 @@ def exchange(port: int, data: bytes | list, *, half_close: bool = True, timeout:
         while True:
             try:
                 chunk = sock.recv(65536)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 break
             except OSError:  # reset by the server: closed
                 closed = True

@@ -20,9 +20,26 @@ pytestmark = pytest.mark.integration
 
 
 def table(version, replicas):
-    return {"version": version, "endpoints": [{"name": "ctr", "timeout_ms": 500, "auth": {"public": True}, "variants": [
-        {"name": "v1", "model_version": "1", "triton_model": "ctr__v1__onnx", "role": "stable", "weight_bp": 10000,
-         "replicas": replicas}]}]}
+    return {
+        "version": version,
+        "endpoints": [
+            {
+                "name": "ctr",
+                "timeout_ms": 500,
+                "auth": {"public": True},
+                "variants": [
+                    {
+                        "name": "v1",
+                        "model_version": "1",
+                        "triton_model": "ctr__v1__onnx",
+                        "role": "stable",
+                        "weight_bp": 10000,
+                        "replicas": replicas,
+                    }
+                ],
+            }
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +51,29 @@ def gateway(tmp_path_factory):
     port = free_port()
     log = open(tmp_path / "gateway.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--routes-file", str(routes), "--port", str(port), "--host", "127.0.0.1"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**__import__("os").environ, "GATEWAY_POLL_INTERVAL_MS": "200", "GATEWAY_BREAKER_COOLDOWN_MS": "60000",
-             "GATEWAY_IDLE_TIMEOUT_S": "1", "GATEWAY_RECEIVE_TIMEOUT_S": "1"},
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--workers",
+            "1",
+            "--routes-file",
+            str(routes),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={
+            **__import__("os").environ,
+            "GATEWAY_POLL_INTERVAL_MS": "200",
+            "GATEWAY_BREAKER_COOLDOWN_MS": "60000",
+            "GATEWAY_IDLE_TIMEOUT_S": "1",
+            "GATEWAY_RECEIVE_TIMEOUT_S": "1",
+        },
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
@@ -101,9 +137,11 @@ def test_no_route_table_yet_means_503(tmp_path):
     """Control plane unreachable from the start: not ready, and inference says why."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--port", str(port), "--host", "127.0.0.1"], cwd=ROOT,
+        [sys.executable, "-m", "gateway", "--workers", "1", "--port", str(port), "--host", "127.0.0.1"],
+        cwd=ROOT,
         env={**__import__("os").environ, "GATEWAY_ROUTES_URL": f"http://127.0.0.1:{free_port()}/api/v1/gateway/routes"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         url = f"http://127.0.0.1:{port}"

@@ -33,8 +33,15 @@ PUBLIC = {"public": True}
 
 
 def variant(name, model, role, weight, replicas, **extra):
-    return {"name": name, "model_version": name.lstrip("v") or "1", "triton_model": model, "role": role,
-            "weight_bp": weight, "replicas": replicas, **extra}
+    return {
+        "name": name,
+        "model_version": name.lstrip("v") or "1",
+        "triton_model": model,
+        "role": role,
+        "weight_bp": weight,
+        "replicas": replicas,
+        **extra,
+    }
 
 
 class Env:
@@ -48,25 +55,49 @@ class Env:
         return {
             "version": f"t{self.version}",
             "endpoints": [
-                {"name": "ctr", "salt": "exp-1", "timeout_ms": 2000, "auth": PUBLIC, "variants": [
-                    variant("v1", STABLE, "stable", ctr_weights[0], a),
-                    variant("v2", CANARY, "canary", ctr_weights[1], b),
-                ]},
-                {"name": "errs", "auth": PUBLIC, "variants": [
-                    variant("v1", STABLE, "stable", 5000, a),
-                    variant("bad", BAD, "canary", 5000, a),
-                ]},
-                {"name": "slow", "timeout_ms": 5000, "auth": PUBLIC, "variants": [variant("slow", SLOW, "stable", 10000, a)]},
-                {"name": "shadowed", "shadow_sample_rate": 1.0, "auth": PUBLIC, "variants": [
-                    variant("v1", STABLE, "stable", 10000, a),
-                    variant("sleepy", SLOW, "shadow", 0, a),
-                ]},
+                {
+                    "name": "ctr",
+                    "salt": "exp-1",
+                    "timeout_ms": 2000,
+                    "auth": PUBLIC,
+                    "variants": [
+                        variant("v1", STABLE, "stable", ctr_weights[0], a),
+                        variant("v2", CANARY, "canary", ctr_weights[1], b),
+                    ],
+                },
+                {
+                    "name": "errs",
+                    "auth": PUBLIC,
+                    "variants": [
+                        variant("v1", STABLE, "stable", 5000, a),
+                        variant("bad", BAD, "canary", 5000, a),
+                    ],
+                },
+                {
+                    "name": "slow",
+                    "timeout_ms": 5000,
+                    "auth": PUBLIC,
+                    "variants": [variant("slow", SLOW, "stable", 10000, a)],
+                },
+                {
+                    "name": "shadowed",
+                    "shadow_sample_rate": 1.0,
+                    "auth": PUBLIC,
+                    "variants": [
+                        variant("v1", STABLE, "stable", 10000, a),
+                        variant("sleepy", SLOW, "shadow", 0, a),
+                    ],
+                },
             ],
         }
 
     def post(self, endpoint, body=None, session=requests, **headers):
-        return session.post(f"{self.gateway.url}/v2/models/{endpoint}/infer",
-                            data=infer_body() if body is None else body, headers=headers, timeout=10)
+        return session.post(
+            f"{self.gateway.url}/v2/models/{endpoint}/infer",
+            data=infer_body() if body is None else body,
+            headers=headers,
+            timeout=10,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +117,9 @@ def env(tmp_path_factory):
             for future in (fa, fb):
                 started.append(future.result())
         except Exception:
-            for triton in started + [f.result() for f in (fa, fb) if f.done() and not f.exception() and f.result() not in started]:
+            for triton in started + [
+                f.result() for f in (fa, fb) if f.done() and not f.exception() and f.result() not in started
+            ]:
                 triton.stop()
             raise
         a, b = started
@@ -95,11 +128,18 @@ def env(tmp_path_factory):
     e = Env(a, b, routes, None)
     try:
         routes.set_table(e.table())
-        gateway = GatewayProcess(work, {
-            "GATEWAY_ROUTES_URL": routes.url, "GATEWAY_TOKEN": TOKEN, "GATEWAY_POLL_INTERVAL_MS": "250",
-            "GATEWAY_STALE_AFTER_MS": "1000", "GATEWAY_MAX_BODY_BYTES": str(256 * 1024),
-            "GATEWAY_SHADOW_QUEUE": "4", "GATEWAY_SHADOW_WORKERS": "2",
-        }).start()
+        gateway = GatewayProcess(
+            work,
+            {
+                "GATEWAY_ROUTES_URL": routes.url,
+                "GATEWAY_TOKEN": TOKEN,
+                "GATEWAY_POLL_INTERVAL_MS": "250",
+                "GATEWAY_STALE_AFTER_MS": "1000",
+                "GATEWAY_MAX_BODY_BYTES": str(256 * 1024),
+                "GATEWAY_SHADOW_QUEUE": "4",
+                "GATEWAY_SHADOW_WORKERS": "2",
+            },
+        ).start()
         e.gateway = gateway
         yield e
     finally:
@@ -125,7 +165,11 @@ def test_json_infer_is_passed_through_with_request_id_and_variant(env):
     assert {r.status_code for r in replies} == {200}
     assert [r.headers["X-Request-Id"] for r in replies] == [f"rid-{i}" for i in range(5)]
     assert len({r.headers["X-Model-Variant"] for r in replies}) == 1  # sticky
-    stable = [r for r in (env.post("ctr", **{"X-User-Id": f"u{i}"}) for i in range(40)) if r.headers["X-Model-Variant"] == "v1"]
+    stable = [
+        r
+        for r in (env.post("ctr", **{"X-User-Id": f"u{i}"}) for i in range(40))
+        if r.headers["X-Model-Variant"] == "v1"
+    ]
     assert stable and stable[0].json()["outputs"] == direct["outputs"]
     # KServe v2: the reply names the endpoint called and the registry version, never the internal Triton model
     assert direct["model_name"] == STABLE
@@ -144,7 +188,10 @@ def test_binary_tensor_extension_through_the_gateway(env):
 
     def run(url, model):
         client = triton_http.InferenceServerClient(url.removeprefix("http://"))
-        inputs = [triton_http.InferInput("dense", list(dense.shape), "FP32"), triton_http.InferInput("sparse", list(sparse.shape), "INT64")]
+        inputs = [
+            triton_http.InferInput("dense", list(dense.shape), "FP32"),
+            triton_http.InferInput("sparse", list(sparse.shape), "INT64"),
+        ]
         inputs[0].set_data_from_numpy(dense, binary_data=True)
         inputs[1].set_data_from_numpy(sparse, binary_data=True)
         out = [triton_http.InferRequestedOutput("ctr", binary_data=True)]
@@ -161,7 +208,9 @@ def test_binary_tensor_extension_through_the_gateway(env):
 
 
 def test_weighted_split_and_metrics_over_real_http(env):
-    before = {v: env.gateway.metric("gateway_requests_total", endpoint="ctr", variant=v, status="200") for v in ("v1", "v2")}
+    before = {
+        v: env.gateway.metric("gateway_requests_total", endpoint="ctr", variant=v, status="200") for v in ("v1", "v2")
+    }
 
     def worker(n):
         with requests.Session() as s:
@@ -171,7 +220,9 @@ def test_weighted_split_and_metrics_over_real_http(env):
         seen = Counter(v for chunk in pool.map(worker, [150] * 4) for v in chunk)
     assert sum(seen.values()) == 600
     assert abs(seen["v2"] / 600 - 0.20) <= 0.02, seen
-    after = {v: env.gateway.metric("gateway_requests_total", endpoint="ctr", variant=v, status="200") for v in ("v1", "v2")}
+    after = {
+        v: env.gateway.metric("gateway_requests_total", endpoint="ctr", variant=v, status="200") for v in ("v1", "v2")
+    }
     assert {v: after[v] - before[v] for v in after} == {"v1": seen["v1"], "v2": seen["v2"]}
     assert env.gateway.metric("gateway_request_duration_seconds_count", endpoint="ctr", variant="v2") >= seen["v2"]
     assert env.gateway.metric("gateway_request_duration_seconds_bucket", endpoint="ctr", variant="v1", le="0.0005") >= 0
@@ -181,7 +232,9 @@ def test_sticky_users_keep_their_arm(env):
     with requests.Session() as s:
         arms = {}
         for i in range(60):
-            seen = {env.post("ctr", session=s, **{"X-User-Id": f"user-{i}"}).headers["X-Model-Variant"] for _ in range(3)}
+            seen = {
+                env.post("ctr", session=s, **{"X-User-Id": f"user-{i}"}).headers["X-Model-Variant"] for _ in range(3)
+            }
             assert len(seen) == 1, (i, seen)
             arms[i] = seen.pop()
     assert set(arms.values()) == {"v1", "v2"}
@@ -220,9 +273,15 @@ def test_bad_requests_get_clear_errors(env):
     assert requests.get(f"{env.gateway.url}/v2/nothing", timeout=2).status_code == 404
     # malformed requests never count against a backend: no failover, no upstream error
     gw = env.gateway
-    before = (gw.metric("gateway_failovers_total", endpoint="errs"), gw.metric("gateway_upstream_errors_total", endpoint="errs"))
+    before = (
+        gw.metric("gateway_failovers_total", endpoint="errs"),
+        gw.metric("gateway_upstream_errors_total", endpoint="errs"),
+    )
     assert {env.post("errs", body=b'{"inputs": [}').status_code for _ in range(20)} == {400}
-    assert (gw.metric("gateway_failovers_total", endpoint="errs"), gw.metric("gateway_upstream_errors_total", endpoint="errs")) == before
+    assert (
+        gw.metric("gateway_failovers_total", endpoint="errs"),
+        gw.metric("gateway_upstream_errors_total", endpoint="errs"),
+    ) == before
     assert gw.metric("gateway_requests_total", endpoint="errs", variant="none", status="400") >= 20
 
 
@@ -232,14 +291,21 @@ def test_metadata_health_and_ready(env):
     assert meta.json()["versions"] == ["1"] and {i["name"] for i in meta.json()["inputs"]} == {"dense", "sparse"}
     assert requests.get(f"{env.gateway.url}/v2/models/ctr/ready", timeout=2).status_code == 200
     live = requests.get(f"{env.gateway.url}/v2/health/live", headers={"X-Request-Id": "hc-1"}, timeout=2)
-    assert live.status_code == 200 and live.headers["X-Request-Id"] == "hc-1" and live.headers["X-Model-Variant"] == "none"
+    assert (
+        live.status_code == 200 and live.headers["X-Request-Id"] == "hc-1" and live.headers["X-Model-Variant"] == "none"
+    )
     health = requests.get(f"{env.gateway.url}/status", timeout=2).json()
     assert health["routes"]["source"] == "http" and health["routes"]["stale"] is False
     assert set(health["endpoints"]) == {"ctr", "errs", "slow", "shadowed"}
     assert any(h.get("If-None-Match") for h in env.routes.requests)  # polls with the ETag
     text = requests.get(f"{env.gateway.url}/metrics", timeout=2).text
-    for name in ("process_cpu_seconds_total", "gateway_route_table_age_seconds", "gateway_in_flight_requests",
-                 'gateway_route_fetches_total{result="not_modified"}', "gateway_shadow_queue_depth"):
+    for name in (
+        "process_cpu_seconds_total",
+        "gateway_route_table_age_seconds",
+        "gateway_in_flight_requests",
+        'gateway_route_fetches_total{result="not_modified"}',
+        "gateway_shadow_queue_depth",
+    ):
         assert name in text, name
     assert 0 <= env.gateway.metric("gateway_route_table_age_seconds") < 1.0
     assert all(h.get("Authorization") == f"Token {TOKEN}" for h in env.routes.requests)
@@ -359,14 +425,23 @@ def test_http_edges_pipelining_expect_continue_chunked_close(env):
         assert (first[0], first[1]["x-request-id"]) == (200, "p1")
         assert (second[0], second[1]["x-request-id"]) == (200, "p2")
         # Expect: 100-continue (curl sends it for bodies over 1 KiB)
-        sock.sendall(b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        sock.sendall(
+            b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+            % len(body)
+        )
         assert f.readline().startswith(b"HTTP/1.1 100")
         assert f.readline() == b"\r\n"
         sock.sendall(body)
         assert _read_response(f)[0] == 200
         # chunked request body, then Connection: close
-        chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 100]), body[i:i + 100]) for i in range(0, len(body), 100))
-        sock.sendall(b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunks + b"0\r\n\r\n")
+        chunks = b"".join(
+            b"%x\r\n%s\r\n" % (len(body[i : i + 100]), body[i : i + 100]) for i in range(0, len(body), 100)
+        )
+        sock.sendall(
+            b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            + chunks
+            + b"0\r\n\r\n"
+        )
         status, headers, reply = _read_response(f)
         assert status == 200 and headers["connection"] == "close" and json.loads(reply)["outputs"][0]["name"] == "ctr"
         assert f.read() == b""  # closed by the gateway
@@ -421,14 +496,21 @@ def test_restarted_canary_replica_is_probed_back_in(env, tmp_path):
     from deployments.tritonserver import TritonProcess
 
     old = env.b
-    b = TritonProcess(model_repository=old.model_repository, work_dir=tmp_path / "triton-b2", http_port=old.http_port,
-                      grpc_port=old.grpc_port, metrics_port=old.metrics_port).start()
+    b = TritonProcess(
+        model_repository=old.model_repository,
+        work_dir=tmp_path / "triton-b2",
+        http_port=old.http_port,
+        grpc_port=old.grpc_port,
+        metrics_port=old.metrics_port,
+    ).start()
     env.b = b
     b.wait_live(60)
     b.load(CANARY)
     gw = env.gateway
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and gw.metric("gateway_replica_circuit_open", replica=b.http_url, model=CANARY) != 0:
+    while (
+        time.monotonic() < deadline and gw.metric("gateway_replica_circuit_open", replica=b.http_url, model=CANARY) != 0
+    ):
         time.sleep(0.1)
     assert gw.metric("gateway_replica_circuit_open", replica=b.http_url, model=CANARY) == 0
     with requests.Session() as s:

@@ -43,10 +43,37 @@ def test_a_restarting_replica_gives_503_with_retry_after_until_it_serves_again(t
     ctr_model(repo, MODEL, seed=7)
     triton = start_triton(tmp_path / "triton", repo, [MODEL])
     routes = RouteServer().start()
-    routes.set_table({"version": "r1", "endpoints": [{"name": "solo", "timeout_ms": 2000, "auth": {"public": True}, "variants": [
-        {"name": "v1", "model_version": "1", "triton_model": MODEL, "role": "stable", "weight_bp": 10000, "replicas": [triton.http_url]}]}]})
-    gateway = GatewayProcess(tmp_path, {"GATEWAY_ROUTES_URL": routes.url, "GATEWAY_TOKEN": TOKEN, "GATEWAY_POLL_INTERVAL_MS": "250",
-                                        "GATEWAY_BREAKER_COOLDOWN_MS": "300"}).start()
+    routes.set_table(
+        {
+            "version": "r1",
+            "endpoints": [
+                {
+                    "name": "solo",
+                    "timeout_ms": 2000,
+                    "auth": {"public": True},
+                    "variants": [
+                        {
+                            "name": "v1",
+                            "model_version": "1",
+                            "triton_model": MODEL,
+                            "role": "stable",
+                            "weight_bp": 10000,
+                            "replicas": [triton.http_url],
+                        }
+                    ],
+                }
+            ],
+        }
+    )
+    gateway = GatewayProcess(
+        tmp_path,
+        {
+            "GATEWAY_ROUTES_URL": routes.url,
+            "GATEWAY_TOKEN": TOKEN,
+            "GATEWAY_POLL_INTERVAL_MS": "250",
+            "GATEWAY_BREAKER_COOLDOWN_MS": "300",
+        },
+    ).start()
     restarted = None
     try:
         assert {r.status_code for r in _answers(gateway, 0.5)} == {200}
@@ -57,11 +84,19 @@ def test_a_restarting_replica_gives_503_with_retry_after_until_it_serves_again(t
         down = _answers(gateway, 1.0)
         assert down and all(_check_unavailable(r) is None for r in down)
 
-        restarted = TritonProcess(model_repository=repo, work_dir=tmp_path / "triton-2", http_port=triton.http_port,
-                                  grpc_port=triton.grpc_port, metrics_port=triton.metrics_port).start()
+        restarted = TritonProcess(
+            model_repository=repo,
+            work_dir=tmp_path / "triton-2",
+            http_port=triton.http_port,
+            grpc_port=triton.grpc_port,
+            metrics_port=triton.metrics_port,
+        ).start()
         restarted.wait_live(60)
         # Up, but the model is not loaded yet: Triton itself would answer 404 "unknown model".
-        assert requests.post(f"{restarted.http_url}/v2/models/{MODEL}/infer", data=infer_body(), timeout=5).status_code == 404
+        assert (
+            requests.post(f"{restarted.http_url}/v2/models/{MODEL}/infer", data=infer_body(), timeout=5).status_code
+            == 404
+        )
         loading = _answers(gateway, 1.5)
         assert loading and all(_check_unavailable(r) is None for r in loading)
 
@@ -76,7 +111,9 @@ def test_a_restarting_replica_gives_503_with_retry_after_until_it_serves_again(t
             time.sleep(0.05)
         assert back is not None, "the endpoint did not serve again after the model was loaded"
         assert {r.status_code for r in _answers(gateway, 0.5)} == {200}
-        assert gateway.metric("gateway_requests_total", endpoint="solo", fault="backend") - backend_before >= len(down) + len(loading)
+        assert gateway.metric("gateway_requests_total", endpoint="solo", fault="backend") - backend_before >= len(
+            down
+        ) + len(loading)
         assert gateway.metric("gateway_requests_total", endpoint="solo", status="404") == 0
     finally:
         gateway.stop()

@@ -56,34 +56,76 @@ KEYS = {  # secret -> table entry (the table holds only the hash)
     "mpk_ads_conc_Wn2eR7tY4uI9oB": {"id": "ads-conc", "team": "ads", "max_concurrency": 1},
 }
 REVOKED = "mpk_ads_revoked_Zx1cV2bN3mA4"
-SIGNATURE = {"max_batch_size": 64, "inputs": [
-    {"name": "dense", "datatype": "FP32", "shape": [-1, N_DENSE]},
-    {"name": "sparse", "datatype": "INT64", "shape": [-1, N_SPARSE]},
-], "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}]}
+SIGNATURE = {
+    "max_batch_size": 64,
+    "inputs": [
+        {"name": "dense", "datatype": "FP32", "shape": [-1, N_DENSE]},
+        {"name": "sparse", "datatype": "INT64", "shape": [-1, N_SPARSE]},
+    ],
+    "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}],
+}
 
 
 def variant(name, model, role, weight, replicas, **extra):
-    return {"name": name, "model_version": "1", "triton_model": model, "role": role, "weight_bp": weight,
-            "replicas": replicas, "signature": SIGNATURE, **extra}
+    return {
+        "name": name,
+        "model_version": "1",
+        "triton_model": model,
+        "role": role,
+        "weight_bp": weight,
+        "replicas": replicas,
+        "signature": SIGNATURE,
+        **extra,
+    }
 
 
 def route_table(triton_url: str) -> dict:
     a = [triton_url]
     return {
         "version": "hostile-1",
-        "keys": [{"prefix": secret[:8], "sha256": sha256(secret.encode()).hexdigest(), **entry} for secret, entry in KEYS.items()],
+        "keys": [
+            {"prefix": secret[:8], "sha256": sha256(secret.encode()).hexdigest(), **entry}
+            for secret, entry in KEYS.items()
+        ],
         "endpoints": [
-            {"name": "ctr", "timeout_ms": 2000, "min_timeout_ms": 50, "auth": {"public": True},
-             "variants": [variant("v1", STABLE, "stable", 10000, a)]},
-            {"name": "hostile", "timeout_ms": 2000, "min_timeout_ms": 50, "auth": {"public": True},
-             "variants": [variant("v1", CANARY, "stable", 10000, a)]},
-            {"name": "abuse", "timeout_ms": 2000, "min_timeout_ms": 50, "salt": "ab-1", "auth": {"public": True},
-             "variants": [variant("v1", STABLE, "stable", 5000, a), variant("v2", CANARY, "canary", 5000, a)]},
-            {"name": "slowcanary", "timeout_ms": 2000, "min_timeout_ms": 50, "auth": {"public": True},
-             "variants": [variant("v1", STABLE, "stable", 5000, a),
-                          variant("slow", SLOW, "canary", 5000, a, attempt_timeout_ms=1500)]},
-            {"name": "keyed", "timeout_ms": 3000, "auth": {"keys": ["ads-1", "ads-rate", "ads-conc"]},
-             "variants": [variant("v1", SLOW, "stable", 10000, a)]},
+            {
+                "name": "ctr",
+                "timeout_ms": 2000,
+                "min_timeout_ms": 50,
+                "auth": {"public": True},
+                "variants": [variant("v1", STABLE, "stable", 10000, a)],
+            },
+            {
+                "name": "hostile",
+                "timeout_ms": 2000,
+                "min_timeout_ms": 50,
+                "auth": {"public": True},
+                "variants": [variant("v1", CANARY, "stable", 10000, a)],
+            },
+            {
+                "name": "abuse",
+                "timeout_ms": 2000,
+                "min_timeout_ms": 50,
+                "salt": "ab-1",
+                "auth": {"public": True},
+                "variants": [variant("v1", STABLE, "stable", 5000, a), variant("v2", CANARY, "canary", 5000, a)],
+            },
+            {
+                "name": "slowcanary",
+                "timeout_ms": 2000,
+                "min_timeout_ms": 50,
+                "auth": {"public": True},
+                "variants": [
+                    variant("v1", STABLE, "stable", 5000, a),
+                    variant("slow", SLOW, "canary", 5000, a, attempt_timeout_ms=1500),
+                ],
+            },
+            {
+                "name": "keyed",
+                "timeout_ms": 3000,
+                "auth": {"keys": ["ads-1", "ads-rate", "ads-conc"]},
+                "variants": [variant("v1", SLOW, "stable", 10000, a)],
+            },
             {"name": "closed", "variants": [variant("v1", STABLE, "stable", 10000, a)]},  # no auth block
         ],
     }
@@ -104,8 +146,12 @@ class Bystander(threading.Thread):
             while not self.stop.is_set():
                 t0 = time.monotonic()
                 try:
-                    status = session.post(f"{self.url}/v2/models/ctr/infer", data=self.body, timeout=10,
-                                          headers={"Content-Type": "application/json"}).status_code
+                    status = session.post(
+                        f"{self.url}/v2/models/ctr/infer",
+                        data=self.body,
+                        timeout=10,
+                        headers={"Content-Type": "application/json"},
+                    ).status_code
                 except requests.RequestException:
                     status = -1
                 self.results.append((status, time.monotonic() - t0))
@@ -161,8 +207,10 @@ class Env:
         total = 0.0
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name.startswith(("nv_inference_request_success", "nv_inference_request_failure")) \
-                        and sample.labels.get("model") == model:
+                if (
+                    sample.name.startswith(("nv_inference_request_success", "nv_inference_request_failure"))
+                    and sample.labels.get("model") == model
+                ):
                     total += sample.value
         return total
 
@@ -171,11 +219,33 @@ def start_gateway(routes: Path, work: Path, **env) -> tuple[subprocess.Popen, in
     port = free_port()
     log = open(work / f"gateway-{port}.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--routes-file", str(routes), "--port", str(port), "--host", "127.0.0.1"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "GATEWAY_METRICS_TOKEN": METRICS_TOKEN, "GATEWAY_MAX_BODY_BYTES": str(MAX_BODY),
-             "GATEWAY_RECEIVE_TIMEOUT_S": "2", "GATEWAY_IDLE_TIMEOUT_S": "10", "GATEWAY_MAX_PIPELINED": "8",
-             "GATEWAY_MAX_CHUNKS": "1024", "GATEWAY_BREAKER_COOLDOWN_MS": "60000", **env},
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--workers",
+            "1",
+            "--routes-file",
+            str(routes),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={
+            **os.environ,
+            "GATEWAY_METRICS_TOKEN": METRICS_TOKEN,
+            "GATEWAY_MAX_BODY_BYTES": str(MAX_BODY),
+            "GATEWAY_RECEIVE_TIMEOUT_S": "2",
+            "GATEWAY_IDLE_TIMEOUT_S": "10",
+            "GATEWAY_MAX_PIPELINED": "8",
+            "GATEWAY_MAX_CHUNKS": "1024",
+            "GATEWAY_BREAKER_COOLDOWN_MS": "60000",
+            **env,
+        },
     )
     log.close()
     deadline = time.monotonic() + 20
@@ -240,7 +310,10 @@ def post(body: bytes = BODY, *headers: bytes, path: bytes = b"/v2/models/hostile
 
 
 def chunked(body: bytes = BODY, size: int = 100) -> bytes:
-    return b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size]) for i in range(0, len(body), size)) + b"0\r\n\r\n"
+    return (
+        b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size))
+        + b"0\r\n\r\n"
+    )
 
 
 def tensor_body(**changes) -> bytes:
@@ -252,38 +325,98 @@ def tensor_body(**changes) -> bytes:
 
 
 SMUGGLED = b"GET /v2/health/live HTTP/1.1\r\nHost: gw\r\n\r\n"
-BINARY_HEADER = json.dumps({"inputs": [  # sparse says 8 bytes where [1, 26] INT64 is 208
-    {"name": "dense", "datatype": "FP32", "shape": [1, N_DENSE], "parameters": {"binary_data_size": 4 * N_DENSE}},
-    {"name": "sparse", "datatype": "INT64", "shape": [1, N_SPARSE], "parameters": {"binary_data_size": 8}}]}).encode()
-BINARY_OK_HEADER = json.dumps({"inputs": [
-    {"name": "dense", "datatype": "FP32", "shape": [1, N_DENSE], "parameters": {"binary_data_size": 4 * N_DENSE}},
-    {"name": "sparse", "datatype": "INT64", "shape": [1, N_SPARSE], "parameters": {"binary_data_size": 8 * N_SPARSE}}]}).encode()
+BINARY_HEADER = json.dumps(
+    {
+        "inputs": [  # sparse says 8 bytes where [1, 26] INT64 is 208
+            {
+                "name": "dense",
+                "datatype": "FP32",
+                "shape": [1, N_DENSE],
+                "parameters": {"binary_data_size": 4 * N_DENSE},
+            },
+            {"name": "sparse", "datatype": "INT64", "shape": [1, N_SPARSE], "parameters": {"binary_data_size": 8}},
+        ]
+    }
+).encode()
+BINARY_OK_HEADER = json.dumps(
+    {
+        "inputs": [
+            {
+                "name": "dense",
+                "datatype": "FP32",
+                "shape": [1, N_DENSE],
+                "parameters": {"binary_data_size": 4 * N_DENSE},
+            },
+            {
+                "name": "sparse",
+                "datatype": "INT64",
+                "shape": [1, N_SPARSE],
+                "parameters": {"binary_data_size": 8 * N_SPARSE},
+            },
+        ]
+    }
+).encode()
 BINARY_OK = BINARY_OK_HEADER + b"\0" * (4 * N_DENSE + 8 * N_SPARSE)
 # (id, bytes or pieces, expected statuses of the replies in order, must the gateway close?)
 CASES = [
     # issue 10, as reproduced
     ("chunk-size-negative", INFER + b"Transfer-Encoding: chunked\r\n\r\n-6\r\nAB", [400], True),
-    ("content-length-twice-smuggles", INFER + b"Content-Length: 0\r\nContent-Length: %d\r\n\r\n" % len(SMUGGLED) + SMUGGLED, [400], True),
+    (
+        "content-length-twice-smuggles",
+        INFER + b"Content-Length: 0\r\nContent-Length: %d\r\n\r\n" % len(SMUGGLED) + SMUGGLED,
+        [400],
+        True,
+    ),
     ("content-length-twice-same", INFER + b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", [400], True),
     ("transfer-encoding-unknown", INFER + b"Transfer-Encoding: gzip\r\n\r\n" + BODY, [501], True),
     ("transfer-encoding-gzip-chunked", INFER + b"Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked(), [501], True),
-    ("transfer-encoding-chunked-twice", INFER + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(), [400], True),
-    ("transfer-encoding-and-length", INFER + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + chunked(), [400], True),
+    (
+        "transfer-encoding-chunked-twice",
+        INFER + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(),
+        [400],
+        True,
+    ),
+    (
+        "transfer-encoding-and-length",
+        INFER + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + chunked(),
+        [400],
+        True,
+    ),
     ("obs-fold", INFER + b"X-Request-Id: a\r\n b\r\nContent-Length: 0\r\n\r\n", [400], True),
     ("space-before-colon", INFER + b"Transfer-Encoding : chunked\r\n\r\n" + chunked(), [400], True),
     ("content-length-plus", INFER + b"Content-Length: +%d\r\n\r\n" % len(BODY) + BODY, [400], True),
     ("content-length-underscore", INFER + b"Content-Length: 3_7\r\n\r\n" + BODY, [400], True),
     ("content-length-overflow", INFER + b"Content-Length: 99999999999999999999999\r\n\r\n", [400], True),
-    ("chunk-size-0x", INFER + b"Transfer-Encoding: chunked\r\n\r\n0x10\r\n" + BODY[:16] + b"\r\n0\r\n\r\n", [400], True),
+    (
+        "chunk-size-0x",
+        INFER + b"Transfer-Encoding: chunked\r\n\r\n0x10\r\n" + BODY[:16] + b"\r\n0\r\n\r\n",
+        [400],
+        True,
+    ),
     ("chunk-size-huge", INFER + b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\nabc", [400], True),
     ("chunk-without-crlf", INFER + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", [400], True),
     ("nul-in-header", INFER + b"X-User-Id: a\x00b\r\nContent-Length: 0\r\n\r\n", [400], True),
     ("control-char-in-header", INFER + b"X-User-Id: a\x01b\r\nContent-Length: 0\r\n\r\n", [400], True),
     ("del-in-header", INFER + b"X-User-Id: a\x7fb\r\nContent-Length: 0\r\n\r\n", [400], True),
-    ("bare-lf-request", b"POST /v2/models/ctr/infer HTTP/1.1\nHost: gw\nContent-Length: %d\n\n" % len(BODY) + BODY, [400], True),
-    ("bare-lf-in-content-type", INFER + b"Content-Type: application/json\nX-Evil: 1\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY, [400], True),
+    (
+        "bare-lf-request",
+        b"POST /v2/models/ctr/infer HTTP/1.1\nHost: gw\nContent-Length: %d\n\n" % len(BODY) + BODY,
+        [400],
+        True,
+    ),
+    (
+        "bare-lf-in-content-type",
+        INFER + b"Content-Type: application/json\nX-Evil: 1\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY,
+        [400],
+        True,
+    ),
     ("bare-cr-in-header", INFER + b"X-User-Id: a\rb\r\nContent-Length: 0\r\n\r\n", [400], True),
-    ("request-id-header-injection", INFER + b"X-Request-Id: abc\nSet-Cookie: session=evil\r\nContent-Length: 0\r\n\r\n", [400], True),
+    (
+        "request-id-header-injection",
+        INFER + b"X-Request-Id: abc\nSet-Cookie: session=evil\r\nContent-Length: 0\r\n\r\n",
+        [400],
+        True,
+    ),
     ("timeout-400-digits", post(BODY, b"X-Request-Timeout-Ms: " + b"9" * 400), [400], False),
     ("timeout-negative", post(BODY, b"X-Request-Timeout-Ms: -5"), [400], False),
     ("timeout-float", post(BODY, b"X-Request-Timeout-Ms: 1e3"), [400], False),
@@ -291,16 +424,41 @@ CASES = [
     ("chunk-size-line-endless", [INFER + b"Transfer-Encoding: chunked\r\n\r\n"] + [b"1" * 4096] * 64, [400], True),
     # limits
     ("body-over-limit-by-length", INFER + b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1) + b"x" * 1000, [413], True),
-    ("body-over-limit-chunked", [INFER + b"Transfer-Encoding: chunked\r\n\r\n"] + [b"10000\r\n" + b"x" * 0x10000 + b"\r\n"] * 20, [413], True),
-    ("too-many-chunks", INFER + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 2000 + b"0\r\n\r\n", [400], True),
-    ("chunk-extension-endless", [INFER + b"Transfer-Encoding: chunked\r\n\r\n1;ext="] + [b"a" * 8192] * 16, [400], True),
-    ("trailer-endless", [INFER + b"Transfer-Encoding: chunked\r\n\r\n" + chunked()[:-2] + b"X-T: "] + [b"t" * 8192] * 16, [400], True),
+    (
+        "body-over-limit-chunked",
+        [INFER + b"Transfer-Encoding: chunked\r\n\r\n"] + [b"10000\r\n" + b"x" * 0x10000 + b"\r\n"] * 20,
+        [413],
+        True,
+    ),
+    (
+        "too-many-chunks",
+        INFER + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 2000 + b"0\r\n\r\n",
+        [400],
+        True,
+    ),
+    (
+        "chunk-extension-endless",
+        [INFER + b"Transfer-Encoding: chunked\r\n\r\n1;ext="] + [b"a" * 8192] * 16,
+        [400],
+        True,
+    ),
+    (
+        "trailer-endless",
+        [INFER + b"Transfer-Encoding: chunked\r\n\r\n" + chunked()[:-2] + b"X-T: "] + [b"t" * 8192] * 16,
+        [400],
+        True,
+    ),
     ("header-too-large", post(BODY, b"X-Big: " + b"b" * 40000), [431], True),
     ("header-too-large-slowly", [INFER] + [b"X-Big: " + b"b" * 3000 + b"\r\n"] * 14, [431], True),
     ("too-many-headers", post(BODY, *[b"X-H%d: v" % i for i in range(150)]), [431], True),
     ("url-too-long", b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: gw\r\n\r\n", [414], True),
     ("expect-417", post(BODY, b"Expect: teapot"), [417], True),
-    ("expect-100-over-limit", INFER + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1), [413], True),
+    (
+        "expect-100-over-limit",
+        INFER + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1),
+        [413],
+        True,
+    ),
     ("slow-head-408", [INFER[:20], INFER[20:30]], [408], True),
     # the request line and framing
     ("http2-preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", [400], True),
@@ -308,36 +466,73 @@ CASES = [
     ("http-version-3", b"GET /v2/health/live HTTP/3.0\r\nHost: gw\r\n\r\n", [(400, 505)], True),
     ("no-host", b"POST /v2/models/ctr/infer HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY, [400], True),
     ("two-hosts", post(BODY, b"Host: other"), [400], True),
-    ("chunked-in-http10", b"POST /v2/models/ctr/infer HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(), [400], True),
+    (
+        "chunked-in-http10",
+        b"POST /v2/models/ctr/infer HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(),
+        [400],
+        True,
+    ),
     ("lowercase-method", b"post /v2/models/ctr/infer HTTP/1.1\r\nHost: gw\r\n\r\n", [400], True),
     ("unknown-method", b"FROB /v2/models/ctr/infer HTTP/1.1\r\nHost: gw\r\n\r\n", [400], True),
     ("space-in-url", b"GET /v2/a b HTTP/1.1\r\nHost: gw\r\n\r\n", [400], True),
     ("control-in-url", b"GET /v2/\x01 HTTP/1.1\r\nHost: gw\r\n\r\n", [400], True),
     ("header-without-colon", INFER + b"NoColonHere\r\n\r\n", [400], True),
     ("header-name-with-space", INFER + b"X Y: z\r\n\r\n", [400], True),
-    ("half-request-then-eof", INFER + b"Content-Length: 500\r\n\r\n{\"inputs\"", [400], True),
+    ("half-request-then-eof", INFER + b'Content-Length: 500\r\n\r\n{"inputs"', [400], True),
     ("connect-method", b"CONNECT triton:8000 HTTP/1.1\r\nHost: triton:8000\r\n\r\n", [400], True),
-    ("upgrade-h2c-ignored", b"GET /v2/health/live HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, HTTP2-Settings\r\n"
-                            b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", [200], True),
+    (
+        "upgrade-h2c-ignored",
+        b"GET /v2/health/live HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+        b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+        [200],
+        True,
+    ),
     ("duplicate-authorization", post(BODY, b"Authorization: Bearer a", b"Authorization: Bearer b"), [400], True),
     ("duplicate-request-id", post(BODY, b"X-Request-Id: a", b"X-Request-Id: b"), [400], True),
     # what reaches Triton
     ("content-type-obs-text", post(BODY, b"Content-Type: application/json; charset=\xe9"), [400], False),
     ("content-encoding-unknown", post(BODY, b"Content-Encoding: br"), [415], False),
-    ("gzip-bomb", post(gzip.compress(b'{"inputs": [' + b" " * (20 << 20) + b"]}"), b"Content-Encoding: gzip"), [413], False),
+    (
+        "gzip-bomb",
+        post(gzip.compress(b'{"inputs": [' + b" " * (20 << 20) + b"]}"), b"Content-Encoding: gzip"),
+        [413],
+        False,
+    ),
     ("gzip-ok", post(gzip.compress(BODY), b"Content-Encoding: gzip", b"Content-Type: application/json"), [200], False),
     ("malformed-json", post(b'{"inputs": [}'), [400], False),
-    ("json-not-object", post(b'[1, 2]'), [400], False),
+    ("json-not-object", post(b"[1, 2]"), [400], False),
     ("unknown-input", post(tensor_body(**{"0__name": "densse"})), [400], False),
     ("wrong-datatype", post(tensor_body(**{"1__datatype": "FP32"})), [400], False),
     ("shape-disagrees-with-data", post(tensor_body(**{"0__shape": [2, N_DENSE]})), [400], False),
-    ("batch-over-max", post(tensor_body(**{"0__shape": [65, N_DENSE], "0__data": [[0.5] * N_DENSE] * 65,
-                                           "1__shape": [65, N_SPARSE], "1__data": [[1] * N_SPARSE] * 65})), [400], False),
+    (
+        "batch-over-max",
+        post(
+            tensor_body(
+                **{
+                    "0__shape": [65, N_DENSE],
+                    "0__data": [[0.5] * N_DENSE] * 65,
+                    "1__shape": [65, N_SPARSE],
+                    "1__data": [[1] * N_SPARSE] * 65,
+                }
+            )
+        ),
+        [400],
+        False,
+    ),
     ("ihcl-too-large", post(BODY, b"Inference-Header-Content-Length: 99999"), [400], False),
     ("ihcl-not-a-number", post(BODY, b"Inference-Header-Content-Length: 12abc"), [400], False),
-    ("binary-size-mismatch", post(BINARY_HEADER + b"\0" * (4 * N_DENSE + 8), b"Inference-Header-Content-Length: %d" % len(BINARY_HEADER)),
-     [400], False),
-    ("binary-offsets-short", post(BINARY_OK[:-5], b"Inference-Header-Content-Length: %d" % len(BINARY_OK_HEADER)), [400], False),
+    (
+        "binary-size-mismatch",
+        post(BINARY_HEADER + b"\0" * (4 * N_DENSE + 8), b"Inference-Header-Content-Length: %d" % len(BINARY_HEADER)),
+        [400],
+        False,
+    ),
+    (
+        "binary-offsets-short",
+        post(BINARY_OK[:-5], b"Inference-Header-Content-Length: %d" % len(BINARY_OK_HEADER)),
+        [400],
+        False,
+    ),
     ("binary-ok", post(BINARY_OK, b"Inference-Header-Content-Length: %d" % len(BINARY_OK_HEADER)), [200], False),
     ("unknown-endpoint", post(BODY, path=b"/v2/models/" + b"%2e%2e" * 10 + b"/infer"), [404], False),
     ("get-on-infer", b"GET /v2/models/ctr/infer HTTP/1.1\r\nHost: gw\r\n\r\n", [405], False),
@@ -345,10 +540,21 @@ CASES = [
     # fine, for all their oddity
     ("leading-crlf", b"\r\n" + post(BODY), [200], False),
     ("absolute-form-target", post(BODY, path=b"http://gw/v2/models/ctr/infer?x=1"), [200], False),
-    ("chunked-with-trailer", INFER + b"Transfer-Encoding: chunked\r\n\r\n" + chunked()[:-2] + b"X-Request-Id: trailer\r\n\r\n", [200], False),
+    (
+        "chunked-with-trailer",
+        INFER + b"Transfer-Encoding: chunked\r\n\r\n" + chunked()[:-2] + b"X-Request-Id: trailer\r\n\r\n",
+        [200],
+        False,
+    ),
     ("long-request-id-replaced", post(BODY, b"X-Request-Id: " + b"r" * 500), [200], False),
     ("obs-text-sticky-key", post(BODY, b"X-User-Id: caf\xe9"), [200], False),
-    ("http10-keep-alive", b"POST /v2/models/ctr/infer HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY, [200], False),
+    (
+        "http10-keep-alive",
+        b"POST /v2/models/ctr/infer HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+        + BODY,
+        [200],
+        False,
+    ),
     ("pipelined-over-limit", post(BODY) * 12, [200] * 9 + [429], True),
 ]
 
@@ -357,8 +563,13 @@ CASES = [
 def test_hostile_request(env, case, data, statuses, closes):
     refused = not isinstance(statuses[-1], tuple) and statuses[-1] >= 400 and case != "pipelined-over-limit"
     before = env.triton_counts(CANARY) if refused else None
-    result = exchange(env.port, data, half_close=not case.startswith(("slow-head", "pipelined")),
-                      pause=0.05 if isinstance(data, list) else 0.0, timeout=6.0)
+    result = exchange(
+        env.port,
+        data,
+        half_close=not case.startswith(("slow-head", "pipelined")),
+        pause=0.05 if isinstance(data, list) else 0.0,
+        timeout=6.0,
+    )
     assert not result.garbage, result.garbage[:200]
     assert len(result.statuses) == len(statuses) and all(
         got == want or (isinstance(want, tuple) and got in want) for got, want in zip(result.statuses, statuses)
@@ -401,13 +612,31 @@ def _mutate(rng: random.Random, seed: bytes) -> bytes:
         if op < 0.3 and data:  # flip a byte
             data[min(pos, len(data) - 1)] = rng.randrange(256)
         elif op < 0.5:  # insert interesting bytes
-            data[pos:pos] = rng.choice([b"\r\n", b"\n", b"\r", b"\x00", b":", b" ", b"\t", b"-1", b"0x", b";", b"\xff",
-                                        b"Transfer-Encoding: chunked\r\n", b"Content-Length: 7\r\n", b"9" * 30, b"{", b"]"])
+            data[pos:pos] = rng.choice(
+                [
+                    b"\r\n",
+                    b"\n",
+                    b"\r",
+                    b"\x00",
+                    b":",
+                    b" ",
+                    b"\t",
+                    b"-1",
+                    b"0x",
+                    b";",
+                    b"\xff",
+                    b"Transfer-Encoding: chunked\r\n",
+                    b"Content-Length: 7\r\n",
+                    b"9" * 30,
+                    b"{",
+                    b"]",
+                ]
+            )
         elif op < 0.7 and data:  # delete a run
-            del data[pos:pos + rng.randint(1, 20)]
+            del data[pos : pos + rng.randint(1, 20)]
         elif op < 0.85 and data:  # duplicate a run
             start = rng.randrange(len(data))
-            data[pos:pos] = data[start:start + rng.randint(1, 200)]
+            data[pos:pos] = data[start : start + rng.randint(1, 200)]
         else:  # truncate
             del data[pos:]
     return bytes(data)
@@ -420,9 +649,14 @@ def test_fuzzed_requests_never_crash_hang_or_grow_the_gateway(env):
     the process' memory stays within 64 MB of where it started."""
     seconds = float(os.environ.get("GATEWAY_FUZZ_SECONDS", "3"))
     rng = random.Random(int(os.environ.get("GATEWAY_FUZZ_SEED", "10")))
-    seeds = [post(BODY), post(BODY, b"X-User-Id: u1", b"X-Request-Id: r1"), INFER + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(),
-             post(BODY) + post(BODY), b"GET /v2/health/ready HTTP/1.1\r\nHost: gw\r\n\r\n",
-             post(tensor_body(), b"Content-Type: application/json", b"X-Request-Timeout-Ms: 500")]
+    seeds = [
+        post(BODY),
+        post(BODY, b"X-User-Id: u1", b"X-Request-Id: r1"),
+        INFER + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(),
+        post(BODY) + post(BODY),
+        b"GET /v2/health/ready HTTP/1.1\r\nHost: gw\r\n\r\n",
+        post(tensor_body(), b"Content-Type: application/json", b"X-Request-Timeout-Ms: 500"),
+    ]
     rss_start = env.rss_mb()
     deadline = time.monotonic() + seconds
     n = 0
@@ -449,8 +683,10 @@ def test_a_client_that_never_reads_its_replies_costs_only_itself(env):
     than GATEWAY_MAX_PIPELINED waiting requests close it: either way the client's sends
     block or fail, and the process barely grows."""
     rss_start = env.rss_mb()
-    request = (b"GET /metrics HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nX-Pad: %s\r\n\r\n"
-               % (METRICS_TOKEN.encode(), b"p" * 8000))
+    request = b"GET /metrics HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nX-Pad: %s\r\n\r\n" % (
+        METRICS_TOKEN.encode(),
+        b"p" * 8000,
+    )
     sent = 0
     outcome = None
     with socket.create_connection(("127.0.0.1", env.port)) as sock:
@@ -535,9 +771,15 @@ def test_tenant_keys_statuses_and_metrics(env):
     def rejections(reason, **labels):
         return env.metric("gateway_auth_rejections_total", endpoint="keyed", reason=reason, **labels)
 
-    before = {r: rejections(r) for r in ("missing_key", "invalid_key", "forbidden", "rate_limited", "concurrency_limit")}
+    before = {
+        r: rejections(r) for r in ("missing_key", "invalid_key", "forbidden", "rate_limited", "concurrency_limit")
+    }
     r = call()
-    assert r.status_code == 401 and r.json()["code"] == "missing_key" and r.headers["WWW-Authenticate"].startswith("Bearer")
+    assert (
+        r.status_code == 401
+        and r.json()["code"] == "missing_key"
+        and r.headers["WWW-Authenticate"].startswith("Bearer")
+    )
     r = call(Authorization=f"Bearer {REVOKED}")
     assert r.status_code == 401 and r.json()["code"] == "invalid_key"
     r = call(Authorization=f"Bearer {search}")
@@ -554,8 +796,12 @@ def test_tenant_keys_statuses_and_metrics(env):
     # concurrency quota of 1: two at once, one is refused while the other is in flight (300-ms model)
     with requests.Session() as s1, requests.Session() as s2:
         results = []
-        threads = [threading.Thread(target=lambda s=s: results.append(
-            s.post(url, data=BODY, headers={"X-API-Key": conc}, timeout=10))) for s in (s1, s2)]
+        threads = [
+            threading.Thread(
+                target=lambda s=s: results.append(s.post(url, data=BODY, headers={"X-API-Key": conc}, timeout=10))
+            )
+            for s in (s1, s2)
+        ]
         for t in threads:
             t.start()
             time.sleep(0.05)
@@ -590,7 +836,12 @@ def test_health_says_live_and_ready_only_and_operator_surfaces_need_the_token(en
     for path in ("/metrics", "/status"):
         assert requests.get(f"{env.url}{path}", timeout=5).status_code == 401
         assert requests.get(f"{env.url}{path}", headers={"Authorization": "Bearer wrong"}, timeout=5).status_code == 401
-        assert requests.get(f"{env.url}{path}", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5).status_code == 200
+        assert (
+            requests.get(
+                f"{env.url}{path}", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5
+            ).status_code
+            == 200
+        )
     detail = requests.get(f"{env.url}/status", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5).json()
     assert detail["routes"]["version"] == "hostile-1" and detail["keys"] == len(KEYS)
 
@@ -608,19 +859,32 @@ def test_abuse_aimed_at_the_canary_is_the_clients_fault_and_reaches_neither_judg
 
     url = f"{env.url}/v2/models/abuse/infer"
     with requests.Session() as s:
-        canary_keys = [k for k in (f"user-{i}" for i in range(80))
-                       if s.post(url, data=BODY, headers={"X-User-Id": k}, timeout=5).headers["X-Model-Variant"] == "v2"]
+        canary_keys = [
+            k
+            for k in (f"user-{i}" for i in range(80))
+            if s.post(url, data=BODY, headers={"X-User-Id": k}, timeout=5).headers["X-Model-Variant"] == "v2"
+        ]
     assert len(canary_keys) >= 20  # the X-Model-Variant leak an attacker uses
     token = {"Authorization": f"Bearer {METRICS_TOKEN}"}
     before_text = requests.get(f"{env.url}/metrics", headers=token, timeout=5).text
     statuses = []
     with requests.Session() as s:
         for i in range(300):
-            statuses.append(s.post(url, data=BODY, headers={"X-User-Id": canary_keys[i % len(canary_keys)],
-                                                            "X-Request-Timeout-Ms": "1"}, timeout=5).status_code)
+            statuses.append(
+                s.post(
+                    url,
+                    data=BODY,
+                    headers={"X-User-Id": canary_keys[i % len(canary_keys)], "X-Request-Timeout-Ms": "1"},
+                    timeout=5,
+                ).status_code
+            )
     for i in range(30):  # malformed headers at the same keys: refused before Triton
-        raw = post(BODY, b"X-User-Id: " + canary_keys[i % len(canary_keys)].encode(),
-                   b"Content-Type: application/json\nX: y" if i % 2 else b"Content-Type: application/j\xe9son", path=b"/v2/models/abuse/infer")
+        raw = post(
+            BODY,
+            b"X-User-Id: " + canary_keys[i % len(canary_keys)].encode(),
+            b"Content-Type: application/json\nX: y" if i % 2 else b"Content-Type: application/j\xe9son",
+            path=b"/v2/models/abuse/infer",
+        )
         statuses += exchange(env.port, raw).statuses
     with requests.Session() as s:  # and honest traffic alongside
         for i in range(200):
@@ -629,7 +893,9 @@ def test_abuse_aimed_at_the_canary_is_the_clients_fault_and_reaches_neither_judg
     assert set(statuses) <= {504, 200, 400}, set(statuses)
     assert statuses.count(400) == 30
 
-    totals = collect.gateway_deltas(collect.gateway_snapshot(before_text), collect.gateway_snapshot(after_text), seconds=10)
+    totals = collect.gateway_deltas(
+        collect.gateway_snapshot(before_text), collect.gateway_snapshot(after_text), seconds=10
+    )
     canary = collect.derive(totals[("abuse", "v2")])
     stable = collect.derive(totals[("abuse", "v1")])
     assert canary.get("errors", 0) == 0 and stable.get("errors", 0) == 0, (canary, stable)
@@ -647,13 +913,25 @@ def test_abuse_aimed_at_the_canary_is_the_clients_fault_and_reaches_neither_judg
     url = f"{env.url}/v2/models/slowcanary/infer"
     before_text = requests.get(f"{env.url}/metrics", headers=token, timeout=5).text
     with requests.Session() as s:
-        slow_keys = [k for k in (f"s-{i}" for i in range(40))
-                     if s.post(url, data=BODY, headers={"X-User-Id": k}, timeout=5).headers["X-Model-Variant"] == "slow"]
+        slow_keys = [
+            k
+            for k in (f"s-{i}" for i in range(40))
+            if s.post(url, data=BODY, headers={"X-User-Id": k}, timeout=5).headers["X-Model-Variant"] == "slow"
+        ]
         assert slow_keys
-        served = [s.post(url, data=BODY, headers={"X-User-Id": slow_keys[i % len(slow_keys)], "X-Request-Timeout-Ms": "100"},
-                         timeout=5) for i in range(4)]
+        served = [
+            s.post(
+                url,
+                data=BODY,
+                headers={"X-User-Id": slow_keys[i % len(slow_keys)], "X-Request-Timeout-Ms": "100"},
+                timeout=5,
+            )
+            for i in range(4)
+        ]
     after_text = requests.get(f"{env.url}/metrics", headers=token, timeout=5).text
-    totals = collect.gateway_deltas(collect.gateway_snapshot(before_text), collect.gateway_snapshot(after_text), seconds=10)
+    totals = collect.gateway_deltas(
+        collect.gateway_snapshot(before_text), collect.gateway_snapshot(after_text), seconds=10
+    )
     slow = collect.derive(totals[("slowcanary", "slow")])
     assert slow["errors"] >= 3, slow  # each timed-out attempt is the candidate's
     assert [r.status_code for r in served[:3]] == [504] * 3, [(r.status_code, r.text[:100]) for r in served]
@@ -672,8 +950,12 @@ def test_sigterm_finishes_in_flight_requests_then_exits_within_seconds(env):
         results = []
 
         def call():
-            r = requests.post(f"http://127.0.0.1:{port}/v2/models/keyed/infer", data=BODY,
-                              headers={"X-API-Key": list(KEYS)[0]}, timeout=10)
+            r = requests.post(
+                f"http://127.0.0.1:{port}/v2/models/keyed/infer",
+                data=BODY,
+                headers={"X-API-Key": list(KEYS)[0]},
+                timeout=10,
+            )
             results.append((r.status_code, r.headers.get("Connection")))
 
         threads = [threading.Thread(target=call) for _ in range(3)]

@@ -7,6 +7,7 @@ an earlier reply. No Triton: the handler is a plain coroutine."""
 from __future__ import annotations
 
 import asyncio
+
 import httptools
 import pytest
 import uvloop
@@ -86,7 +87,9 @@ def test_a_client_that_does_not_read_stops_being_read_then_gets_everything_in_or
         await asyncio.sleep(0.3)
         assert len(handled) == stalled  # and no more work is done for this client
         replies = await read_all(reader, 200, timeout=30)
-        assert [int(r["headers"].get("x-seq", -1)) for r in replies] == list(range(200)), [(r["status"], r["body"][:100]) for r in replies if "x-seq" not in r["headers"]]
+        assert [int(r["headers"].get("x-seq", -1)) for r in replies] == list(range(200)), [
+            (r["status"], r["body"][:100]) for r in replies if "x-seq" not in r["headers"]
+        ]
         assert handled == list(range(200))
         writer.close()
         await server.close(0.5)
@@ -102,7 +105,9 @@ def test_an_error_waits_behind_pending_replies_then_closes():
     async def scenario():
         server, port = await start(handler)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(request(1) + request(2) + b"GET /bad HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+        writer.write(
+            request(1) + request(2) + b"GET /bad HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"
+        )
         replies = await read_all(reader, 10)
         assert [r["status"] for r in replies] == [200, 200, 400]
         assert replies[-1]["headers"]["connection"] == "close" and b"Duplicate Content-Length" in replies[-1]["body"]

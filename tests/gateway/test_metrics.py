@@ -24,7 +24,9 @@ def test_hot_path_collector_round_trips():
     hot.in_flight["ctr"] = 3
     fams = families(hot)
 
-    requests = {(s.labels["variant"], s.labels["status"], s.labels["fault"]): s.value for s in fams["gateway_requests"].samples}
+    requests = {
+        (s.labels["variant"], s.labels["status"], s.labels["fault"]): s.value for s in fams["gateway_requests"].samples
+    }
     assert requests == {("v1", "200", "none"): 6, ("v2", "504", "backend"): 1}
 
     latency = [s for s in fams["gateway_request_duration_seconds"].samples if s.labels.get("variant") == "v1"]
@@ -38,7 +40,9 @@ def test_hot_path_collector_round_trips():
     total = next(s.value for s in latency if s.name.endswith("_sum"))
     assert count == 6 and abs(total - (0.00005 + 0.0004 + 0.0009 + 0.3 + 42.0)) < 1e-9
 
-    upstream = {s.labels["le"]: s.value for s in fams["gateway_upstream_duration_seconds"].samples if s.name.endswith("_bucket")}
+    upstream = {
+        s.labels["le"]: s.value for s in fams["gateway_upstream_duration_seconds"].samples if s.name.endswith("_bucket")
+    }
     assert upstream["0.0001"] == 1
     assert [s.value for s in fams["gateway_in_flight_requests"].samples] == [3]
 
@@ -52,11 +56,22 @@ def test_client_faults_are_counted_but_kept_out_of_the_variants_latency():
     hot.done("ctr", "v2", 504, 0.001, CLIENT, key)
     hot.done("ctr", "none", 401, 0.0001, CLIENT)
     fams = families(hot)
-    requests = {(s.labels["variant"], s.labels["status"], s.labels["fault"]): s.value for s in fams["gateway_requests"].samples}
+    requests = {
+        (s.labels["variant"], s.labels["status"], s.labels["fault"]): s.value for s in fams["gateway_requests"].samples
+    }
     assert requests == {("v2", "200", "none"): 1, ("v2", "504", "client"): 1, ("none", "401", "client"): 1}
-    count = {s.labels["variant"]: s.value for s in fams["gateway_request_duration_seconds"].samples if s.name.endswith("_count")}
+    count = {
+        s.labels["variant"]: s.value
+        for s in fams["gateway_request_duration_seconds"].samples
+        if s.name.endswith("_count")
+    }
     assert count == {"v2": 1}
-    tenant = {(s.labels["team"], s.labels["key"], s.labels["status"]): s.value for s in fams["gateway_tenant_requests"].samples}
+    tenant = {
+        (s.labels["team"], s.labels["key"], s.labels["status"]): s.value
+        for s in fams["gateway_tenant_requests"].samples
+    }
     assert tenant == {("ads", "k1", "200"): 1, ("ads", "k1", "504"): 1}
-    tenant_count = [s.value for s in fams["gateway_tenant_request_duration_seconds"].samples if s.name.endswith("_count")]
+    tenant_count = [
+        s.value for s in fams["gateway_tenant_request_duration_seconds"].samples if s.name.endswith("_count")
+    ]
     assert tenant_count == [2]

@@ -15,7 +15,15 @@ import pytest
 from gateway.routes import SCHEMA_PATH, RouteTableError, compile_table, validate
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY = {"id": "k1", "prefix": "mpk_ab12", "sha256": "a" * 64, "team": "ads", "rate_per_s": 10, "burst": 20, "max_concurrency": 4}
+KEY = {
+    "id": "k1",
+    "prefix": "mpk_ab12",
+    "sha256": "a" * 64,
+    "team": "ads",
+    "rate_per_s": 10,
+    "burst": 20,
+    "max_concurrency": 4,
+}
 
 
 def table(weights=(9000, 1000), *, salt="exp-1", shadow=False, version="v1"):
@@ -32,8 +40,16 @@ def table(weights=(9000, 1000), *, salt="exp-1", shadow=False, version="v1"):
         for i, (name, w) in enumerate(zip(names, weights))
     ]
     if shadow:
-        variants.append({"name": "shadow", "model_version": "9", "triton_model": "ctr__v9__onnx", "role": "shadow",
-                         "weight_bp": 0, "replicas": ["http://127.0.0.1:9100"]})
+        variants.append(
+            {
+                "name": "shadow",
+                "model_version": "9",
+                "triton_model": "ctr__v9__onnx",
+                "role": "shadow",
+                "weight_bp": 0,
+                "replicas": ["http://127.0.0.1:9100"],
+            }
+        )
     return {"version": version, "endpoints": [{"name": "ctr", "salt": salt, "variants": variants}]}
 
 
@@ -57,20 +73,42 @@ def test_schema_is_a_valid_json_schema_and_accepts_the_readme_example():
         (lambda t: t["endpoints"].append(copy.deepcopy(t["endpoints"][0])), "duplicate endpoint name"),
         (lambda t: t["endpoints"][0].update(shadow_sample_rate=1.5), "endpoints/0/shadow_sample_rate"),
         (lambda t: t.pop("version"), "'version' is a required property"),
-        (lambda t: t["endpoints"][0].update(auth={"keys": ["nobody"]}), "auth names keys that the table does not define"),
+        (
+            lambda t: t["endpoints"][0].update(auth={"keys": ["nobody"]}),
+            "auth names keys that the table does not define",
+        ),
         (lambda t: t["endpoints"][0].update(auth={"public": "yes"}), "endpoints/0/auth/public"),
         (lambda t: t.update(keys=[KEY, KEY]), "duplicate key id"),
         (lambda t: t.update(keys=[KEY, {**KEY, "id": "k2"}]), "the same sha256 as another key"),
         (lambda t: t.update(keys=[{**KEY, "sha256": "ABC"}]), "keys/0/sha256"),
         (lambda t: t.update(keys=[{**KEY, "rate_per_s": 0}]), "keys/0/rate_per_s"),
-        (lambda t: t["endpoints"][0].update(timeout_ms=500, min_timeout_ms=800), "min_timeout_ms 800 is above timeout_ms 500"),
-        (lambda t: t["endpoints"][0]["variants"][0].update(signature={"max_batch_size": 8, "inputs": [
-            {"name": "x", "datatype": "FP32", "shape": [4, 2]}]}), "needs -1 as its first (batch) dimension"),
-        (lambda t: t["endpoints"][0]["variants"][0].update(signature={"inputs": [
-            {"name": "x", "datatype": "FP32", "shape": [2]}, {"name": "x", "datatype": "FP32", "shape": [2]}]}),
-         "duplicate input names"),
-        (lambda t: t["endpoints"][0]["variants"][0].update(signature={"inputs": [
-            {"name": "x", "datatype": "FLOAT", "shape": [2]}]}), "signature/inputs/0/datatype"),
+        (
+            lambda t: t["endpoints"][0].update(timeout_ms=500, min_timeout_ms=800),
+            "min_timeout_ms 800 is above timeout_ms 500",
+        ),
+        (
+            lambda t: t["endpoints"][0]["variants"][0].update(
+                signature={"max_batch_size": 8, "inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 2]}]}
+            ),
+            "needs -1 as its first (batch) dimension",
+        ),
+        (
+            lambda t: t["endpoints"][0]["variants"][0].update(
+                signature={
+                    "inputs": [
+                        {"name": "x", "datatype": "FP32", "shape": [2]},
+                        {"name": "x", "datatype": "FP32", "shape": [2]},
+                    ]
+                }
+            ),
+            "duplicate input names",
+        ),
+        (
+            lambda t: t["endpoints"][0]["variants"][0].update(
+                signature={"inputs": [{"name": "x", "datatype": "FLOAT", "shape": [2]}]}
+            ),
+            "signature/inputs/0/datatype",
+        ),
     ],
 )
 def test_invalid_tables_are_rejected_with_the_place_and_reason(mutate, message):

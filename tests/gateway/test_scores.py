@@ -12,7 +12,9 @@ from monitoring import collect
 
 
 def reply(values):
-    return json.dumps({"model_name": "m", "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [len(values), 1], "data": values}]}).encode()
+    return json.dumps(
+        {"model_name": "m", "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [len(values), 1], "data": values}]}
+    ).encode()
 
 
 def test_sampled_scores_become_the_judges_score_bins():

@@ -11,8 +11,16 @@ SECRET = "mpk_9bVq3xRzT0r8kP2mLw7sNc4uYe1aHd6j"  # a random-looking token; tests
 
 
 def keys(**overrides):
-    doc = {"id": "k1", "prefix": SECRET[:8], "sha256": sha256(SECRET.encode()).hexdigest(), "team": "ads",
-           "rate_per_s": 2, "burst": 3, "max_concurrency": 2, **overrides}
+    doc = {
+        "id": "k1",
+        "prefix": SECRET[:8],
+        "sha256": sha256(SECRET.encode()).hexdigest(),
+        "team": "ads",
+        "rate_per_s": 2,
+        "burst": 3,
+        "max_concurrency": 2,
+        **overrides,
+    }
     other = {"id": "k2", "prefix": "mpk_other", "sha256": sha256(b"other-team-key").hexdigest(), "team": "search"}
     return compile_keys([doc, other])
 
@@ -20,14 +28,17 @@ def keys(**overrides):
 SCOPED = EndpointAuth(False, frozenset({"k1"}))
 
 
-@pytest.mark.parametrize("headers, status, code", [
-    ({}, 401, "missing_key"),
-    ({"authorization": "Basic dXNlcjpwYXNz"}, 401, "invalid_key"),
-    ({"authorization": "Bearer"}, 401, "invalid_key"),
-    ({"authorization": "Bearer not-a-key"}, 401, "invalid_key"),
-    ({"x-api-key": "x" * 5000}, 401, "invalid_key"),
-    ({"authorization": "Bearer other-team-key"}, 403, "forbidden"),
-])
+@pytest.mark.parametrize(
+    "headers, status, code",
+    [
+        ({}, 401, "missing_key"),
+        ({"authorization": "Basic dXNlcjpwYXNz"}, 401, "invalid_key"),
+        ({"authorization": "Bearer"}, 401, "invalid_key"),
+        ({"authorization": "Bearer not-a-key"}, 401, "invalid_key"),
+        ({"x-api-key": "x" * 5000}, 401, "invalid_key"),
+        ({"authorization": "Bearer other-team-key"}, 403, "forbidden"),
+    ],
+)
 def test_refusals(headers, status, code):
     key, rejection = authenticate(headers, SCOPED, keys(), "ctr", 0.0)
     problem, reason, _ = rejection
@@ -37,8 +48,9 @@ def test_refusals(headers, status, code):
         assert key.team == "search" and "team search" in problem[2] and "'ctr'" in problem[2]
 
 
-@pytest.mark.parametrize("headers", [{"authorization": f"Bearer {SECRET}"}, {"authorization": f"bearer  {SECRET} "},
-                                     {"x-api-key": SECRET}])
+@pytest.mark.parametrize(
+    "headers", [{"authorization": f"Bearer {SECRET}"}, {"authorization": f"bearer  {SECRET} "}, {"x-api-key": SECRET}]
+)
 def test_a_scoped_key_in_either_header_is_admitted(headers):
     table = keys(rate_per_s=None, max_concurrency=None)
     key, rejection = authenticate(headers, SCOPED, table, "ctr", 0.0)

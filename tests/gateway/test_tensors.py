@@ -15,18 +15,35 @@ import pytest
 
 from gateway.tensors import Problem, Signature, inflate, parse_request
 
-IMAGE = Signature.from_document({"max_batch_size": 8, "inputs": [
-    {"name": "pixels", "datatype": "UINT8", "shape": [-1, 3, 224, 224]},
-], "outputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, 1000]}]})
-TEXT = Signature.from_document({"max_batch_size": 0, "inputs": [
-    {"name": "text", "datatype": "BYTES", "shape": [-1]},
-    {"name": "lang", "datatype": "BYTES", "shape": [1], "optional": True},
-    {"name": "temperature", "datatype": "FP32", "shape": [1]},
-]})
-CTR = Signature.from_document({"max_batch_size": 64, "inputs": [
-    {"name": "dense", "datatype": "FP32", "shape": [-1, 13]},
-    {"name": "sparse", "datatype": "INT64", "shape": [-1, 26]},
-], "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}]})
+IMAGE = Signature.from_document(
+    {
+        "max_batch_size": 8,
+        "inputs": [
+            {"name": "pixels", "datatype": "UINT8", "shape": [-1, 3, 224, 224]},
+        ],
+        "outputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, 1000]}],
+    }
+)
+TEXT = Signature.from_document(
+    {
+        "max_batch_size": 0,
+        "inputs": [
+            {"name": "text", "datatype": "BYTES", "shape": [-1]},
+            {"name": "lang", "datatype": "BYTES", "shape": [1], "optional": True},
+            {"name": "temperature", "datatype": "FP32", "shape": [1]},
+        ],
+    }
+)
+CTR = Signature.from_document(
+    {
+        "max_batch_size": 64,
+        "inputs": [
+            {"name": "dense", "datatype": "FP32", "shape": [-1, 13]},
+            {"name": "sparse", "datatype": "INT64", "shape": [-1, 26]},
+        ],
+        "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}],
+    }
+)
 
 
 def body(*inputs, outputs=None):
@@ -50,8 +67,11 @@ def ctr(batch=2, nested=True):
     sparse = [[7] * 26 for _ in range(batch)]
     if not nested:
         dense, sparse = sum(dense, []), sum(sparse, [])
-    return body(tensor("dense", "FP32", [batch, 13], dense), tensor("sparse", "INT64", [batch, 26], sparse),
-                outputs=[{"name": "ctr"}])
+    return body(
+        tensor("dense", "FP32", [batch, 13], dense),
+        tensor("sparse", "INT64", [batch, 26], sparse),
+        outputs=[{"name": "ctr"}],
+    )
 
 
 def problem(raw, ihcl=None, signature=None):
@@ -70,50 +90,86 @@ def test_the_C2_request_is_refused_without_allocating():
     """Issue 10's C2: shape [2147483648, 13] with 13 values (Triton aborted with bad_alloc)."""
     raw = body(tensor("dense", "FP32", [2147483648, 13], [0.5] * 13), tensor("sparse", "INT64", [1, 26], [1] * 26))
     status, code, detail = problem(raw)  # caught even without a signature
-    assert (status, code) == (400, "bad_request") and "'dense'" in detail and "27917287424 elements" in detail and "13" in detail
+    assert (
+        (status, code) == (400, "bad_request")
+        and "'dense'" in detail
+        and "27917287424 elements" in detail
+        and "13" in detail
+    )
     # a signature adds the batch limit on top, for requests whose data does add up
-    raw = body(tensor("dense", "FP32", [100, 13], [[0.5] * 13] * 100), tensor("sparse", "INT64", [100, 26], [[1] * 26] * 100))
+    raw = body(
+        tensor("dense", "FP32", [100, 13], [[0.5] * 13] * 100), tensor("sparse", "INT64", [100, 26], [[1] * 26] * 100)
+    )
     assert "batch size 100 is outside 1..64" in problem(raw, signature=CTR)[2]
 
 
-@pytest.mark.parametrize("raw, signature, expected", [
-    (b"", None, "empty request body"),
-    (b"{", None, "not valid JSON"),
-    (b"[]", None, "JSON object"),
-    (b'{"inputs": []}', None, "non-empty 'inputs'"),
-    (b'{"inputs": [1]}', None, "inputs[0] must be an object"),
-    (body({"datatype": "FP32", "shape": [1], "data": [1]}), None, "needs a 'name'"),
-    (body(tensor("a", "FP32", [1], [1]), tensor("a", "FP32", [1], [1])), None, "'a' appears twice"),
-    (body(tensor("a", "FLOAT", [1], [1])), None, "'FLOAT' is not a KServe v2 datatype"),
-    (body(tensor("a", "FP32", "13", [1])), None, "'shape' must be a list"),
-    (body(tensor("a", "FP32", [1, -1], [1])), None, "dimensions are non-negative integers"),
-    (body(tensor("a", "FP32", [1, 2.5], [1])), None, "dimensions are non-negative integers"),
-    (body(tensor("a", "FP32", [1, True], [1])), None, "dimensions are non-negative integers"),
-    (body(tensor("a", "FP32", [1] * 40, [1])), None, "at most 32"),
-    (body(tensor("a", "FP32", [2])), None, "has no 'data'"),
-    (body(tensor("a", "FP32", [2], "12")), None, "'data' must be a list"),
-    (body(tensor("a", "FP32", [2, 2], [[1, 2], [3]])), None, "declares 4 elements but 'data' has 3"),
-    (body(tensor("a", "FP32", [2], [[[1]], [[2]]])), None, "nested deeper than its shape"),
-    (body(tensor("a", "FP32", [2, 1], [[1], 2])), None, "mixes lists and values"),
-    (body(tensor("a", "FP32", [1], [1], binary_data_size=4)), None, "both 'data' and binary_data_size"),
-    (body(tensor("a", "FP32", [1], binary_data_size=-4)), None, "binary_data_size must be a non-negative integer"),
-    (body(tensor("a", "FP32", [1], binary_data_size=4)), None, f"without binary data"),
-    (body({**tensor("a", "FP32", [1], [1]), "parameters": []}), None, "'parameters' must be an object"),
-    (body(tensor("a", "FP32", [1], [1]), outputs={}), None, "'outputs' must be a list"),
-    (body(tensor("a", "FP32", [1], [1]), outputs=[{"nom": "x"}]), None, "outputs[0] must be an object with a 'name'"),
-    # against a signature
-    (body(tensor("image", "UINT8", [1, 3, 224, 224], [0] * 150528)), IMAGE, "unknown input 'image': the model's inputs are pixels"),
-    (body(tensor("pixels", "FP32", [1, 3, 2, 2], [0] * 12)), IMAGE, "datatype FP32 but the model takes UINT8"),
-    (body(tensor("pixels", "UINT8", [3, 2, 2], [0] * 12)), IMAGE, "rank 3 but the model takes [-1, 3, 224, 224]"),
-    (body(tensor("pixels", "UINT8", [1, 3, 2, 2], [0] * 12)), IMAGE, "does not match the model's [-1, 3, 224, 224] (dimension 2)"),
-    (body(tensor("pixels", "UINT8", [0, 3, 224, 224], [])), IMAGE, "batch size 0 is outside 1..8"),
-    (body(tensor("temperature", "FP32", [1], [0.7])), TEXT, "missing input text: the model needs text, lang, temperature"),
-    (body(tensor("text", "BYTES", [1], ["hi"]), tensor("temperature", "FP32", [2], [1, 2])), TEXT, "dimension 0"),
-    (body(tensor("dense", "FP32", [1, 13], [[0.5] * 13]), tensor("sparse", "INT64", [2, 26], [[1] * 26] * 2)), CTR,
-     "batch size 2 differs from the other inputs' 1"),
-    (body(tensor("dense", "FP32", [1, 13], [[0.5] * 13]), tensor("sparse", "INT64", [1, 26], [[1] * 26]),
-          outputs=[{"name": "proba"}]), CTR, "unknown output 'proba': the model's outputs are ctr"),
-])
+@pytest.mark.parametrize(
+    "raw, signature, expected",
+    [
+        (b"", None, "empty request body"),
+        (b"{", None, "not valid JSON"),
+        (b"[]", None, "JSON object"),
+        (b'{"inputs": []}', None, "non-empty 'inputs'"),
+        (b'{"inputs": [1]}', None, "inputs[0] must be an object"),
+        (body({"datatype": "FP32", "shape": [1], "data": [1]}), None, "needs a 'name'"),
+        (body(tensor("a", "FP32", [1], [1]), tensor("a", "FP32", [1], [1])), None, "'a' appears twice"),
+        (body(tensor("a", "FLOAT", [1], [1])), None, "'FLOAT' is not a KServe v2 datatype"),
+        (body(tensor("a", "FP32", "13", [1])), None, "'shape' must be a list"),
+        (body(tensor("a", "FP32", [1, -1], [1])), None, "dimensions are non-negative integers"),
+        (body(tensor("a", "FP32", [1, 2.5], [1])), None, "dimensions are non-negative integers"),
+        (body(tensor("a", "FP32", [1, True], [1])), None, "dimensions are non-negative integers"),
+        (body(tensor("a", "FP32", [1] * 40, [1])), None, "at most 32"),
+        (body(tensor("a", "FP32", [2])), None, "has no 'data'"),
+        (body(tensor("a", "FP32", [2], "12")), None, "'data' must be a list"),
+        (body(tensor("a", "FP32", [2, 2], [[1, 2], [3]])), None, "declares 4 elements but 'data' has 3"),
+        (body(tensor("a", "FP32", [2], [[[1]], [[2]]])), None, "nested deeper than its shape"),
+        (body(tensor("a", "FP32", [2, 1], [[1], 2])), None, "mixes lists and values"),
+        (body(tensor("a", "FP32", [1], [1], binary_data_size=4)), None, "both 'data' and binary_data_size"),
+        (body(tensor("a", "FP32", [1], binary_data_size=-4)), None, "binary_data_size must be a non-negative integer"),
+        (body(tensor("a", "FP32", [1], binary_data_size=4)), None, "without binary data"),
+        (body({**tensor("a", "FP32", [1], [1]), "parameters": []}), None, "'parameters' must be an object"),
+        (body(tensor("a", "FP32", [1], [1]), outputs={}), None, "'outputs' must be a list"),
+        (
+            body(tensor("a", "FP32", [1], [1]), outputs=[{"nom": "x"}]),
+            None,
+            "outputs[0] must be an object with a 'name'",
+        ),
+        # against a signature
+        (
+            body(tensor("image", "UINT8", [1, 3, 224, 224], [0] * 150528)),
+            IMAGE,
+            "unknown input 'image': the model's inputs are pixels",
+        ),
+        (body(tensor("pixels", "FP32", [1, 3, 2, 2], [0] * 12)), IMAGE, "datatype FP32 but the model takes UINT8"),
+        (body(tensor("pixels", "UINT8", [3, 2, 2], [0] * 12)), IMAGE, "rank 3 but the model takes [-1, 3, 224, 224]"),
+        (
+            body(tensor("pixels", "UINT8", [1, 3, 2, 2], [0] * 12)),
+            IMAGE,
+            "does not match the model's [-1, 3, 224, 224] (dimension 2)",
+        ),
+        (body(tensor("pixels", "UINT8", [0, 3, 224, 224], [])), IMAGE, "batch size 0 is outside 1..8"),
+        (
+            body(tensor("temperature", "FP32", [1], [0.7])),
+            TEXT,
+            "missing input text: the model needs text, lang, temperature",
+        ),
+        (body(tensor("text", "BYTES", [1], ["hi"]), tensor("temperature", "FP32", [2], [1, 2])), TEXT, "dimension 0"),
+        (
+            body(tensor("dense", "FP32", [1, 13], [[0.5] * 13]), tensor("sparse", "INT64", [2, 26], [[1] * 26] * 2)),
+            CTR,
+            "batch size 2 differs from the other inputs' 1",
+        ),
+        (
+            body(
+                tensor("dense", "FP32", [1, 13], [[0.5] * 13]),
+                tensor("sparse", "INT64", [1, 26], [[1] * 26]),
+                outputs=[{"name": "proba"}],
+            ),
+            CTR,
+            "unknown output 'proba': the model's outputs are ctr",
+        ),
+    ],
+)
 def test_each_problem_is_a_400_naming_what_is_wrong(raw, signature, expected):
     result = problem(raw, signature=signature)
     assert isinstance(result, Problem), result
@@ -121,9 +177,24 @@ def test_each_problem_is_a_400_naming_what_is_wrong(raw, signature, expected):
 
 
 def test_optional_inputs_may_be_left_out_and_any_length_dims_vary():
-    assert problem(body(tensor("text", "BYTES", [3], ["a", "b", "c"]), tensor("temperature", "FP32", [1], [0.2])), signature=TEXT) is None
-    assert problem(body(tensor("text", "BYTES", [1], ["a"]), tensor("lang", "BYTES", [1], ["fr"]),
-                        tensor("temperature", "FP32", [1], [0.2])), signature=TEXT) is None
+    assert (
+        problem(
+            body(tensor("text", "BYTES", [3], ["a", "b", "c"]), tensor("temperature", "FP32", [1], [0.2])),
+            signature=TEXT,
+        )
+        is None
+    )
+    assert (
+        problem(
+            body(
+                tensor("text", "BYTES", [1], ["a"]),
+                tensor("lang", "BYTES", [1], ["fr"]),
+                tensor("temperature", "FP32", [1], [0.2]),
+            ),
+            signature=TEXT,
+        )
+        is None
+    )
 
 
 def binary_request(arrays: dict, *, sizes: dict | None = None, extra: bytes = b""):
@@ -137,7 +208,9 @@ def binary_request(arrays: dict, *, sizes: dict | None = None, extra: bytes = b"
             raw = array.tobytes()
         blobs.append(raw)
         size = (sizes or {}).get(name, len(raw))
-        inputs.append({"name": name, "datatype": datatype, "shape": list(array.shape), "parameters": {"binary_data_size": size}})
+        inputs.append(
+            {"name": name, "datatype": datatype, "shape": list(array.shape), "parameters": {"binary_data_size": size}}
+        )
     header = json.dumps({"inputs": inputs}).encode()
     return header + b"".join(blobs) + extra, str(len(header))
 
@@ -189,6 +262,7 @@ def test_check_costs_microseconds_not_a_loop_over_elements():
 
     def _run():
         return problem(ctr(64), signature=CTR)
+
     assert _run() is None
     t0 = time.perf_counter()
     for _ in range(200):

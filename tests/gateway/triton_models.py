@@ -17,12 +17,13 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.make_onnx import N_DENSE, N_SPARSE, write as write_onnx
+from tests.make_onnx import N_DENSE, N_SPARSE
+from tests.make_onnx import write as write_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
 
-BEHAVIOUR_PY = '''
+BEHAVIOUR_PY = """
 import json
 import time
 
@@ -49,7 +50,7 @@ class TritonPythonModel:
             out = np.full((dense.shape[0], 1), 0.5, dtype=np.float32)
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("ctr", out)]))
         return responses
-'''
+"""
 
 
 def _config(name: str, instances: int, params: dict[str, str]) -> str:
@@ -85,10 +86,12 @@ def infer_body(batch: int = 1, *, seed: int = 0) -> bytes:
     """A KServe v2 JSON request for the CTR models."""
     dense = [[float((seed + i + j) % 7) / 7 for j in range(N_DENSE)] for i in range(batch)]
     sparse = [[(seed * 31 + i * 17 + j) % 1000 for j in range(N_SPARSE)] for i in range(batch)]
-    return json.dumps({
-        "inputs": [
-            {"name": "dense", "shape": [batch, N_DENSE], "datatype": "FP32", "data": dense},
-            {"name": "sparse", "shape": [batch, N_SPARSE], "datatype": "INT64", "data": sparse},
-        ],
-        "outputs": [{"name": "ctr"}],
-    }).encode()
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": "dense", "shape": [batch, N_DENSE], "datatype": "FP32", "data": dense},
+                {"name": "sparse", "shape": [batch, N_SPARSE], "datatype": "INT64", "data": sparse},
+            ],
+            "outputs": [{"name": "ctr"}],
+        }
+    ).encode()

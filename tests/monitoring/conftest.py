@@ -14,8 +14,28 @@ from deployments.tritonserver import TritonNotAvailable, TritonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 # The gateway's buckets (gateway/metrics.py), repeated so this registry is independent of its module.
-BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075,
-           0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.00075,
+    0.001,
+    0.0015,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -31,10 +51,16 @@ class GatewayMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(f"{prefix}requests", "requests", ["endpoint", "variant", "status"], registry=r)
-        self.latency = Histogram(f"{prefix}request_duration_seconds", "latency", ["endpoint", "variant"], buckets=BUCKETS, registry=r)
-        self.upstream = Histogram(f"{prefix}upstream_duration_seconds", "upstream", ["endpoint", "variant"], buckets=BUCKETS, registry=r)
+        self.latency = Histogram(
+            f"{prefix}request_duration_seconds", "latency", ["endpoint", "variant"], buckets=BUCKETS, registry=r
+        )
+        self.upstream = Histogram(
+            f"{prefix}upstream_duration_seconds", "upstream", ["endpoint", "variant"], buckets=BUCKETS, registry=r
+        )
         self.retries = Counter(f"{prefix}retries", "retries", ["endpoint", "variant"], registry=r)
-        self.failovers = Counter(f"{prefix}failovers", "failovers", ["endpoint", "from_variant", "to_variant", "reason"], registry=r)
+        self.failovers = Counter(
+            f"{prefix}failovers", "failovers", ["endpoint", "from_variant", "to_variant", "reason"], registry=r
+        )
         self.shadow_dropped = Counter(f"{prefix}shadow_dropped", "dropped", ["endpoint", "variant"], registry=r)
         self.in_flight = Gauge(f"{prefix}in_flight_requests", "in flight", ["endpoint"], registry=r)
 
@@ -186,8 +212,12 @@ def infer(server: TritonProcess, model: str, batch: int = 1, *, bad: bool = Fals
     if bad:  # a body Triton's frontend rejects before the model (not counted by Triton)
         inputs[0] = {"name": "dense", "shape": [batch, dense_dims], "datatype": "FP32", "data": [0.0]}
     body = json.dumps({"inputs": inputs}).encode()
-    request = urllib.request.Request(f"{server.http_url}/v2/models/{model}/infer", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{server.http_url}/v2/models/{model}/infer",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status

@@ -14,7 +14,15 @@ def test_admin_pages_render_and_acknowledge_action_uses_the_service(client, staf
     alert, _ = alert_raise(kind="canary_rollback", reason="p99 over SLO", endpoint="ctr", rollout_id=1, team=team_a)
     samples_store(rows=[("ctr", "stable", "request_rate", 1.0)], at=timezone.now())
     client.force_login(staff)
-    for name in ("metricsample", "metricrollup", "scrapestate", "verdict", "alert", "notificationchannel", "notificationdelivery"):
+    for name in (
+        "metricsample",
+        "metricrollup",
+        "scrapestate",
+        "verdict",
+        "alert",
+        "notificationchannel",
+        "notificationdelivery",
+    ):
         assert client.get(f"/admin/monitoring/{name}/").status_code == 200, name
     assert client.get(f"/admin/monitoring/alert/{alert.pk}/change/").status_code == 200
     response = client.post("/admin/monitoring/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]})
@@ -27,8 +35,14 @@ def test_openapi_schema_lists_the_monitoring_endpoints(alice_api):
     response = alice_api.get("/api/schema/", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
     paths = response.json()["paths"]
-    for path in ("/api/v1/metrics/", "/api/v1/alerts/", "/api/v1/alerts/{id}/acknowledge/", "/api/v1/verdicts/",
-                 "/api/v1/notification-channels/", "/api/v1/score-samples/"):
+    for path in (
+        "/api/v1/metrics/",
+        "/api/v1/alerts/",
+        "/api/v1/alerts/{id}/acknowledge/",
+        "/api/v1/verdicts/",
+        "/api/v1/notification-channels/",
+        "/api/v1/score-samples/",
+    ):
         assert path in paths, path
     params = {p["name"] for p in paths["/api/v1/metrics/"]["get"]["parameters"]}
     assert {"endpoint", "variant", "metric", "since"} <= params

@@ -4,7 +4,7 @@ the API, the alerts page and the banner on every page."""
 import pytest
 from django.core import mail
 
-from config.errors import Conflict, Forbidden
+from kernel.errors import Conflict, Forbidden
 from monitoring.models import Alert, DeliveryStatus, NotificationChannel, NotificationDelivery
 from monitoring.services.alerts import alert_acknowledge, alert_raise, alert_resolve
 from monitoring.services.notifications import notification_deliver, notify_backoff
@@ -16,8 +16,15 @@ pytestmark = pytest.mark.django_db
 
 
 def _raise(team, **extra):
-    fields = dict(kind="canary_rollback", reason="candidate p99 31 ms over the SLO 25 ms", severity="critical",
-                  endpoint="ctr", rollout_id=41, team=team, evidence={"p99_ms": 31})
+    fields = dict(
+        kind="canary_rollback",
+        reason="candidate p99 31 ms over the SLO 25 ms",
+        severity="critical",
+        endpoint="ctr",
+        rollout_id=41,
+        team=team,
+        evidence={"p99_ms": 31},
+    )
     fields.update(extra)
     return alert_raise(**fields)
 
@@ -43,7 +50,9 @@ def test_alert_is_deduplicated_per_rollout_and_kind(team_a, django_capture_on_co
     assert again.links["alert"].endswith(f"/monitoring/alerts/{alert.pk}/")
 
 
-def test_resolved_alert_raised_again_reopens_and_notifies_a_new_round(team_a, alice, django_capture_on_commit_callbacks):
+def test_resolved_alert_raised_again_reopens_and_notifies_a_new_round(
+    team_a, alice, django_capture_on_commit_callbacks
+):
     NotificationChannel.objects.create(team=team_a, kind="email", target="oncall@example.test")
     alert, _ = _raise(team_a)
     alert_resolve(user=alice, alert=alert)
@@ -81,7 +90,11 @@ def test_webhook_delivery_failure_is_recorded_and_retried_until_success(team_a, 
     assert notify_backoff(3) == 4 * notify_backoff(1)
     assert notification_deliver(**args) == ("delivered", 0.0)
     assert notification_deliver(**args) == ("skipped", 0.0)  # a duplicate task does nothing
-    attempts = list(NotificationDelivery.objects.filter(alert=alert).order_by("attempt").values_list("attempt", "status", "response_code"))
+    attempts = list(
+        NotificationDelivery.objects.filter(alert=alert)
+        .order_by("attempt")
+        .values_list("attempt", "status", "response_code")
+    )
     assert attempts == [(1, DeliveryStatus.FAILED, 500), (2, DeliveryStatus.DELIVERED, 200)]
     body = webhook_receiver.received[-1]
     assert "ctr" in body["text"] and "CRITICAL" in body["text"] and body["alert"]["rollout_id"] == 41
@@ -96,15 +109,19 @@ def test_delivery_gives_up_after_max_attempts(team_a, settings):
     assert notification_deliver(**args)[0] == "retry"
     assert notification_deliver(**args)[0] == "gave_up"
     assert notification_deliver(**args)[0] == "skipped"
-    assert list(NotificationDelivery.objects.filter(alert=alert).values_list("status", flat=True).order_by("attempt")) == [
-        DeliveryStatus.FAILED, DeliveryStatus.GAVE_UP]
+    assert list(
+        NotificationDelivery.objects.filter(alert=alert).values_list("status", flat=True).order_by("attempt")
+    ) == [DeliveryStatus.FAILED, DeliveryStatus.GAVE_UP]
     assert "Connection refused" in NotificationDelivery.objects.filter(alert=alert).first().error
 
 
 def test_email_channel_uses_djangos_email_backend(team_a, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     alert, _ = _raise(team_a)
-    assert notification_deliver(alert_id=alert.pk, kind="email", target="oncall@example.test", notify_round=1)[0] == "delivered"
+    assert (
+        notification_deliver(alert_id=alert.pk, kind="email", target="oncall@example.test", notify_round=1)[0]
+        == "delivered"
+    )
     assert len(mail.outbox) == 1 and mail.outbox[0].to == ["oncall@example.test"]
     assert "canary_rollback" in mail.outbox[0].subject and "31 ms" in mail.outbox[0].body
 
@@ -117,7 +134,10 @@ def test_channels_for_alert_team_global_severity_and_env(team_a, team_b, setting
     NotificationChannel.objects.create(team=team_b, kind="webhook", target="http://b.example.test/")
     NotificationChannel.objects.create(team=None, kind="email", target="platform@example.test", min_severity="critical")
     warning, _ = _raise(team_a, severity="warning")
-    assert channels_for_alert(warning) == [("webhook", "http://a.example.test/"), ("webhook", "http://hooks.example.test/all")]
+    assert channels_for_alert(warning) == [
+        ("webhook", "http://a.example.test/"),
+        ("webhook", "http://hooks.example.test/all"),
+    ]
     critical, _ = _raise(team_a, rollout_id=99)
     assert ("email", "platform@example.test") in channels_for_alert(critical)
 
@@ -140,13 +160,29 @@ def test_channels_api_needs_team_admin_and_valid_targets(api_for, alice_api, tea
     admin = factories.user("ada")
     factories.member(admin, team_a, Role.ADMIN)
     api = api_for(admin)
-    created = api.post("/api/v1/notification-channels/", {"team": team_a.name, "kind": "webhook", "target": "https://hooks.example.test/x"}, format="json")
+    created = api.post(
+        "/api/v1/notification-channels/",
+        {"team": team_a.name, "kind": "webhook", "target": "https://hooks.example.test/x"},
+        format="json",
+    )
     assert created.status_code == 201, created.content
-    bad = api.post("/api/v1/notification-channels/", {"team": team_a.name, "kind": "email", "target": "not-an-address"}, format="json")
+    bad = api.post(
+        "/api/v1/notification-channels/",
+        {"team": team_a.name, "kind": "email", "target": "not-an-address"},
+        format="json",
+    )
     assert bad.status_code == 400 and "target" in bad.json()["detail"]
-    dup = api.post("/api/v1/notification-channels/", {"team": team_a.name, "kind": "webhook", "target": "https://hooks.example.test/x"}, format="json")
+    dup = api.post(
+        "/api/v1/notification-channels/",
+        {"team": team_a.name, "kind": "webhook", "target": "https://hooks.example.test/x"},
+        format="json",
+    )
     assert dup.status_code == 409
-    denied = alice_api.post("/api/v1/notification-channels/", {"team": team_a.name, "kind": "webhook", "target": "https://x.example.test/"}, format="json")
+    denied = alice_api.post(
+        "/api/v1/notification-channels/",
+        {"team": team_a.name, "kind": "webhook", "target": "https://x.example.test/"},
+        format="json",
+    )
     assert denied.status_code == 400 and "team" in denied.json()["detail"]  # not a team alice administers
     assert alice_api.get("/api/v1/notification-channels/").json()["count"] == 1
     assert api.delete(f"/api/v1/notification-channels/{created.json()['id']}/").status_code == 204
@@ -163,7 +199,11 @@ def test_alert_pages_banner_and_htmx_acknowledge(client, alice, bob, team_a):
     assert row.status_code == 200 and b"acknowledged" in row.content and b"<html" not in row.content
     assert b'id="alert-banner"' not in client.get("/models/").content
     detail = client.get(f"/monitoring/alerts/{alert.pk}/")
-    assert detail.status_code == 200 and b"Notification attempts" in detail.content and b"alert_acknowledged" in detail.content
+    assert (
+        detail.status_code == 200
+        and b"Notification attempts" in detail.content
+        and b"alert_acknowledged" in detail.content
+    )
     client.force_login(bob)
     assert client.get(f"/monitoring/alerts/{alert.pk}/").status_code == 404
     assert b'id="alert-banner"' not in client.get("/models/").content
@@ -172,8 +212,15 @@ def test_alert_pages_banner_and_htmx_acknowledge(client, alice, bob, team_a):
 def test_overview_page_lists_endpoints_with_charts(client, alice, team_a):
     from django.utils import timezone
 
-    samples_store(rows=[("ctr", "stable", "request_rate", 150.0), ("ctr", "canary", "request_rate", 10.0),
-                                 ("ctr", "canary", "error_rate", 0.02)], at=timezone.now(), team_ids={"ctr": team_a.pk})
+    samples_store(
+        rows=[
+            ("ctr", "stable", "request_rate", 150.0),
+            ("ctr", "canary", "request_rate", 10.0),
+            ("ctr", "canary", "error_rate", 0.02),
+        ],
+        at=timezone.now(),
+        team_ids={"ctr": team_a.pk},
+    )
     client.force_login(alice)
     page = client.get("/monitoring/")
     assert page.status_code == 200
@@ -186,8 +233,15 @@ def test_overview_page_lists_endpoints_with_charts(client, alice, team_a):
 def test_alert_list_query_count_is_pinned(alice_api, team_a, django_assert_max_num_queries):
     for rollout_id in range(6):
         alert, _ = _raise(team_a, rollout_id=rollout_id)
-        NotificationDelivery.objects.create(alert=alert, notify_round=1, kind="webhook", target="http://x.test/",
-                                            attempt=1, status=DeliveryStatus.DELIVERED, response_code=200)
+        NotificationDelivery.objects.create(
+            alert=alert,
+            notify_round=1,
+            kind="webhook",
+            target="http://x.test/",
+            attempt=1,
+            status=DeliveryStatus.DELIVERED,
+            response_code=200,
+        )
     with django_assert_max_num_queries(6):
         response = alice_api.get("/api/v1/alerts/")
     assert response.json()["count"] == 6 and all(len(a["deliveries"]) == 1 for a in response.json()["results"])

@@ -28,7 +28,9 @@ BUCKETS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, float("inf")]
 
 
 def _ready(pool, artifact):
-    PoolModel.objects.filter(pool=pool, artifact=artifact).update(state=PoolModelState.READY, replica_ready={"r0": True})
+    PoolModel.objects.filter(pool=pool, artifact=artifact).update(
+        state=PoolModelState.READY, replica_ready={"r0": True}
+    )
 
 
 def start_rollout(deployer, team, artifact_factory, steps_bp, fair_baseline=False):
@@ -37,11 +39,20 @@ def start_rollout(deployer, team, artifact_factory, steps_bp, fair_baseline=Fals
     own loop is tests/monitoring/test_fair_baseline.py."""
     pool = factories.pool(team, "cpu-pool", ready_replicas=1)
     stable, candidate = artifact_factory(team), artifact_factory(team)
-    endpoint = endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=200, slo_error_rate=0.05)
+    endpoint = endpoint_services.endpoint_create(
+        user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=200, slo_error_rate=0.05
+    )
     _ready(pool, stable)
-    rollout = services.rollout_start(user=deployer, endpoint=endpoint, candidate=candidate, steps_bp=steps_bp,
-                                     step_min_seconds=5, step_min_requests=200, step_deadline_seconds=600,
-                                     fair_baseline=fair_baseline)
+    rollout = services.rollout_start(
+        user=deployer,
+        endpoint=endpoint,
+        candidate=candidate,
+        steps_bp=steps_bp,
+        step_min_seconds=5,
+        step_min_requests=200,
+        step_deadline_seconds=600,
+        fair_baseline=fair_baseline,
+    )
     _ready(pool, candidate)
     _ready(pool, stable)  # and the baseline copy of the stable, when the rollout has one
     rollout = services.rollout_reconcile(rollout_id=rollout.pk)
@@ -54,8 +65,19 @@ def live_rollout(deployer, team_a, artifact_factory):
     return start_rollout(deployer, team_a, artifact_factory, [500, 10000])
 
 
-def feed(rollout, *, ticks, start, stable_rps=950, cand_rps=50, stable_err=0.001, cand_err=0.001, cand_slow=1.0, stable_slow=1.0,
-         seed=0):
+def feed(
+    rollout,
+    *,
+    ticks,
+    start,
+    stable_rps=950,
+    cand_rps=50,
+    stable_err=0.001,
+    cand_err=0.001,
+    cand_slow=1.0,
+    stable_slow=1.0,
+    seed=0,
+):
     """Write `ticks` 1-second scrapes for both variants (and the baseline copy, with the
     candidate's traffic and the stable's behaviour, when the rollout has one), like the
     collector does."""
@@ -120,8 +142,13 @@ def test_latency_is_compared_within_the_step_and_not_at_all_without_a_stable_bes
     step_start = rollout.step_started_at
     feed(rollout, ticks=15, start=step_start, stable_rps=500, cand_rps=500, stable_slow=1.5, cand_slow=1.5, seed=6)
     now = step_start + timedelta(seconds=15)
-    anchored = selectors.judge_window(endpoint="ctr", stable_variant=variant_name(rollout.baseline_artifact),
-                                      candidate_variant=variant_name(rollout.candidate_artifact), since=start, until=now)
+    anchored = selectors.judge_window(
+        endpoint="ctr",
+        stable_variant=variant_name(rollout.baseline_artifact),
+        candidate_variant=variant_name(rollout.candidate_artifact),
+        since=start,
+        until=now,
+    )
     assert judge(*anchored, canary.judge_config_for(rollout.endpoint)).outcome == "fail"  # the trap is real
 
     result = canary.judge_rollout(rollout, now=now)
@@ -138,7 +165,9 @@ def test_latency_is_compared_within_the_step_and_not_at_all_without_a_stable_bes
     result = canary.judge_rollout(rollout, now=rollout.step_started_at + timedelta(seconds=10))
     verdict = Verdict.objects.filter(rollout_id=rollout.pk).latest("id")
     assert {c["name"]: c["outcome"] for c in verdict.checks if c["name"].startswith("latency")} == {
-        "latency": "skipped", "latency_tail": "skipped"}
+        "latency": "skipped",
+        "latency_tail": "skipped",
+    }
     assert result["verdict"] == "pass", verdict.reason
     assert Rollout.objects.get(pk=rollout.pk).state != State.ROLLING_BACK
 
@@ -185,7 +214,9 @@ def test_failed_over_canary_attempts_count_as_candidate_errors():
 
     registry = CollectorRegistry()
     requests = Counter("gateway_requests", "r", ["endpoint", "variant", "status"], registry=registry)
-    failovers = Counter("gateway_failovers", "f", ["endpoint", "from_variant", "to_variant", "reason"], registry=registry)
+    failovers = Counter(
+        "gateway_failovers", "f", ["endpoint", "from_variant", "to_variant", "reason"], registry=registry
+    )
     before = collect.gateway_snapshot(generate_latest(registry).decode())
     requests.labels("ctr", "v1", "200").inc(100)
     requests.labels("ctr", "v2", "200").inc(45)
@@ -204,7 +235,9 @@ def test_shadow_replies_are_the_shadow_variants_requests_and_latency():
 
     registry = CollectorRegistry()
     shadow = Counter("gateway_shadow_requests", "s", ["endpoint", "variant", "status"], registry=registry)
-    latency = Histogram("gateway_shadow_duration_seconds", "l", ["endpoint", "variant"], buckets=[0.001, 0.01, 0.1], registry=registry)
+    latency = Histogram(
+        "gateway_shadow_duration_seconds", "l", ["endpoint", "variant"], buckets=[0.001, 0.01, 0.1], registry=registry
+    )
     before = collect.gateway_snapshot(generate_latest(registry).decode())
     shadow.labels("ctr", "v2", "200").inc(40)
     shadow.labels("ctr", "v2", "500").inc(6)
@@ -215,4 +248,3 @@ def test_shadow_replies_are_the_shadow_variants_requests_and_latency():
     derived = collect.derive(totals[("ctr", "v2")])
     assert (derived["requests"], derived["errors"]) == (50, 10)
     assert 1.0 < derived["latency_p50_ms"] <= 10.0
-

@@ -197,11 +197,31 @@ nv_inference_pending_request_count{model="m__v2__a",version="1"} %(p2)d
 
 def test_triton_queue_compute_utilization_and_cost():
     zero = dict(s1=0, s2=0, f2=0, c2=0, e2=0, r1=0, r2=0, q1=0, q2=0, i1=0, i2=0, p2=0)
-    later = dict(s1=100, s2=300, f2=5, c2=600, e2=150, r1=200_000, r2=900_000, q1=20_000, q2=300_000,
-                 i1=100_000, i2=300_000, p2=4)
-    models = {"m__v1__a": collect.TritonModelMap("ctr", "stable"), "m__v2__a": collect.TritonModelMap("ctr", "canary", instances=2)}
-    totals = collect.triton_deltas(collect.triton_snapshot(TRITON_TEXT % zero), collect.triton_snapshot(TRITON_TEXT % later),
-                                   seconds=2.0, models=models, cost_per_replica_hour=3.6)
+    later = dict(
+        s1=100,
+        s2=300,
+        f2=5,
+        c2=600,
+        e2=150,
+        r1=200_000,
+        r2=900_000,
+        q1=20_000,
+        q2=300_000,
+        i1=100_000,
+        i2=300_000,
+        p2=4,
+    )
+    models = {
+        "m__v1__a": collect.TritonModelMap("ctr", "stable"),
+        "m__v2__a": collect.TritonModelMap("ctr", "canary", instances=2),
+    }
+    totals = collect.triton_deltas(
+        collect.triton_snapshot(TRITON_TEXT % zero),
+        collect.triton_snapshot(TRITON_TEXT % later),
+        seconds=2.0,
+        models=models,
+        cost_per_replica_hour=3.6,
+    )
     canary = collect.derive(totals[("ctr", "canary")])
     stable = collect.derive(totals[("ctr", "stable")])
     assert canary["triton_requests"] == 305 and canary["triton_failures"] == 5

@@ -34,9 +34,14 @@ def test_a_cold_small_arm_is_compared_with_an_equally_cold_baseline(fair_rollout
     _feed_variant(fair_rollout, baseline_variant_name(fair_rollout.baseline_artifact), start, rps=50, slow=1.35, seed=6)
 
     stable_control = canary.judge_tick(
-        rollout_id=fair_rollout.pk, endpoint="ctr", stable_variant=variant_name(fair_rollout.baseline_artifact),
-        candidate_variant=variant_name(fair_rollout.candidate_artifact), since=start, until=start + timedelta(seconds=20),
-        config=canary.judge_config_for(fair_rollout.endpoint))
+        rollout_id=fair_rollout.pk,
+        endpoint="ctr",
+        stable_variant=variant_name(fair_rollout.baseline_artifact),
+        candidate_variant=variant_name(fair_rollout.candidate_artifact),
+        since=start,
+        until=start + timedelta(seconds=20),
+        config=canary.judge_config_for(fair_rollout.endpoint),
+    )
     assert stable_control.outcome == "fail", stable_control.reason  # the share asymmetry the issue measured
 
     result = canary.judge_rollout(fair_rollout, now=start + timedelta(seconds=20))
@@ -45,7 +50,10 @@ def test_a_cold_small_arm_is_compared_with_an_equally_cold_baseline(fair_rollout
     assert result["verdict"] == "pass", verdict.reason
     errors = next(c for c in verdict.checks if c["name"] == "error_rate")
     assert errors["samples"]["stable"] == pytest.approx((900 + 50) * 20)  # stable + baseline pooled
-    assert (Rollout.objects.get(pk=fair_rollout.pk).state, Rollout.objects.get(pk=fair_rollout.pk).step_index) == (State.CANARY, 1)
+    assert (Rollout.objects.get(pk=fair_rollout.pk).state, Rollout.objects.get(pk=fair_rollout.pk).step_index) == (
+        State.CANARY,
+        1,
+    )
 
 
 def _feed_variant(rollout, variant, start, *, rps, slow, seed, ticks=20):
@@ -100,8 +108,10 @@ def test_anchored_checks_pool_stable_and_baseline_so_psi_never_runs_dry(deployer
     baseline, candidate = baseline_variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
     feed(rollout, ticks=20, start=start, stable_rps=0, cand_rps=500, seed=8)
     for i in range(20):
-        samples_store(rows=[("ctr", v, f"score_bin:{b}", 3.0) for v in (baseline, candidate) for b in range(10)],
-                      at=start + timedelta(seconds=i + 1))
+        samples_store(
+            rows=[("ctr", v, f"score_bin:{b}", 3.0) for v in (baseline, candidate) for b in range(10)],
+            at=start + timedelta(seconds=i + 1),
+        )
     canary.judge_rollout(rollout, now=start + timedelta(seconds=20))
     rollout = Rollout.objects.get(pk=rollout.pk)
     assert (rollout.state, rollout.step_index) == (State.CANARY, 1), rollout.reason

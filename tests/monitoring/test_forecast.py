@@ -18,15 +18,25 @@ CONFIG = JudgeConfig()
 
 
 def test_steps_follow_the_traffic():
-    assert suggest_steps(200, CONFIG) == [1000, 2500, 5000, 10000]  # 5 % would give the candidate 10 req/s: too slow to detect
+    assert suggest_steps(200, CONFIG) == [
+        1000,
+        2500,
+        5000,
+        10000,
+    ]  # 5 % would give the candidate 10 req/s: too slow to detect
     assert 200 * 1000 / 10000 >= DETECT_RPS > 200 * 500 / 10000
     assert suggest_steps(2000, CONFIG) == [500, 1000, 2500, 5000, 10000]
-    assert suggest_steps(20, CONFIG) == [5000, 10000]  # a low-traffic endpoint: a large first step, not a verdict that never comes
+    assert suggest_steps(20, CONFIG) == [
+        5000,
+        10000,
+    ]  # a low-traffic endpoint: a large first step, not a verdict that never comes
     assert suggest_steps(None, CONFIG) == [2500, 5000, 10000]
 
 
 def test_eta_per_step_comes_from_each_checks_need_and_the_share():
-    plan = forecast(200, [1000, 2500, 10000], CONFIG, step_min_seconds=5, step_min_requests=50, step_deadline_seconds=600)
+    plan = forecast(
+        200, [1000, 2500, 10000], CONFIG, step_min_seconds=5, step_min_requests=50, step_deadline_seconds=600
+    )
     first = plan["steps"][0]
     assert first["candidate_rps"] == pytest.approx(20) and first["baseline_bp"] == 1000 and first["stable_bp"] == 8000
     assert first["checks"]["error_rate"]["eta_seconds"] == pytest.approx(CONFIG.min_requests / 20)
@@ -55,14 +65,18 @@ def test_api_uses_the_observed_traffic_and_scopes_by_team(deployer_api, bob_api,
     endpoint_services.endpoint_create(user=deployer, name="ctr", pool=pool, stable_artifact=artifact_factory(team_a))
     now = timezone.now()
     for i in range(30):  # 30 scrapes, 2 s apart, 400 requests each: 200 req/s
-        samples_store(rows=[("ctr", "v1-onnx-fp32", "requests", 380), ("ctr", "v2-onnx-fp32", "requests", 20)],
-                      at=now - timedelta(seconds=2 * i))
+        samples_store(
+            rows=[("ctr", "v1-onnx-fp32", "requests", 380), ("ctr", "v2-onnx-fp32", "requests", 20)],
+            at=now - timedelta(seconds=2 * i),
+        )
     body = deployer_api.get("/api/v1/rollout-forecast/", {"endpoint": "ctr"}).json()
     assert body["observed_rate_rps"] == pytest.approx(200, rel=0.05)
     assert body["suggested_steps_bp"] == [1000, 2500, 5000, 10000] and body["steps_bp"] == body["suggested_steps_bp"]
     assert body["steps"][0]["eta_seconds"] > 0 and body["warnings"] == []
-    slow = deployer_api.get("/api/v1/rollout-forecast/", {"endpoint": "ctr", "rate_rps": 2, "steps_bp": "500,10000",
-                                                          "step_deadline_seconds": 300}).json()
+    slow = deployer_api.get(
+        "/api/v1/rollout-forecast/",
+        {"endpoint": "ctr", "rate_rps": 2, "steps_bp": "500,10000", "step_deadline_seconds": 300},
+    ).json()
     assert slow["rate_rps"] == 2 and slow["warnings"]
     bad = deployer_api.get("/api/v1/rollout-forecast/", {"endpoint": "ctr", "steps_bp": "50,25"})
     assert bad.status_code == 400 and "steps_bp" in str(bad.json())

@@ -17,16 +17,30 @@ pytestmark = pytest.mark.django_db
 def rollout(team_a, artifact_factory):
     pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
     endpoint = factories.endpoint(pool, artifact_factory(team_a), name="ctr")
-    return factories.rollout(endpoint, artifact_factory(team_a), state=State.CANARY, step_started_at=timezone.now(),
-                             steps_bp=[500, 2500, 5000, 10000])
+    return factories.rollout(
+        endpoint,
+        artifact_factory(team_a),
+        state=State.CANARY,
+        step_started_at=timezone.now(),
+        steps_bp=[500, 2500, 5000, 10000],
+    )
 
 
 def _verdict(rollout, team, outcome, reason, checks=None, step=0):
     now = timezone.now()
-    return Verdict.objects.create(rollout_id=rollout.pk, endpoint="ctr", step=step, stable_variant="v1-onnx-fp32",
-                                  candidate_variant="v2-onnx-fp32", outcome=outcome, reason=reason,
-                                  checks=checks or [{"name": "error_rate", "outcome": outcome, "e_value": 42.5}],
-                                  window_start=now, window_end=now, team=team)
+    return Verdict.objects.create(
+        rollout_id=rollout.pk,
+        endpoint="ctr",
+        step=step,
+        stable_variant="v1-onnx-fp32",
+        candidate_variant="v2-onnx-fp32",
+        outcome=outcome,
+        reason=reason,
+        checks=checks or [{"name": "error_rate", "outcome": outcome, "e_value": 42.5}],
+        window_start=now,
+        window_end=now,
+        team=team,
+    )
 
 
 def test_endpoint_page_shows_the_judges_verdicts_of_its_rollout(rollout, deployer, team_a, team_b):
@@ -35,7 +49,7 @@ def test_endpoint_page_shows_the_judges_verdicts_of_its_rollout(rollout, deploye
     client = Client()
     client.force_login(deployer)
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
-    table = page[page.index('<div id="verdicts-summary">'):]
+    table = page[page.index('<div id="verdicts-summary">') :]
     table = table[: table.index("</table>")]
     assert "candidate errs more often" in table and "error_rate: fail" in table and "e=42.50" in table
     assert "another team" not in table
@@ -53,12 +67,33 @@ def test_no_verdicts_yet_says_so(rollout, deployer):
 def test_a_waiting_check_shows_its_progress(rollout, deployer, team_a):
     now = timezone.now()
     Verdict.objects.create(
-        rollout_id=rollout.pk, endpoint="ctr", step=0, stable_variant="v1-onnx-fp32", candidate_variant="v2-onnx-fp32",
-        outcome="inconclusive", reason="waiting for evidence", window_start=now, window_end=now, team=team_a,
-        checks=[{"name": "error_rate", "outcome": "inconclusive", "progress": {"have": 312, "need": 500, "unit": "requests"},
-                 "eta_seconds": 18.8},
-                {"name": "p99_slo", "outcome": "inconclusive", "breaches": 1, "failure_limit": 3,
-                 "progress": {"have": 400, "need": 100, "unit": "requests"}, "eta_seconds": 0.0}])
+        rollout_id=rollout.pk,
+        endpoint="ctr",
+        step=0,
+        stable_variant="v1-onnx-fp32",
+        candidate_variant="v2-onnx-fp32",
+        outcome="inconclusive",
+        reason="waiting for evidence",
+        window_start=now,
+        window_end=now,
+        team=team_a,
+        checks=[
+            {
+                "name": "error_rate",
+                "outcome": "inconclusive",
+                "progress": {"have": 312, "need": 500, "unit": "requests"},
+                "eta_seconds": 18.8,
+            },
+            {
+                "name": "p99_slo",
+                "outcome": "inconclusive",
+                "breaches": 1,
+                "failure_limit": 3,
+                "progress": {"have": 400, "need": 100, "unit": "requests"},
+                "eta_seconds": 0.0,
+            },
+        ],
+    )
     client = Client()
     client.force_login(deployer)
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
@@ -71,24 +106,44 @@ def test_verdicts_are_grouped_per_check_with_trend_progress_and_the_headers_step
     and its progress toward a verdict from the evidence (i12b's `progress`/`eta_seconds`)."""
     for tick in range(15):
         last = tick == 14
-        _verdict(rollout, team_a, "pass" if last else "inconclusive", f"tick {tick}", step=0, checks=[
-            {"name": "error_rate", "kind": "test", "outcome": "pass" if last else "inconclusive", "e_value": 1.0 + tick,
-             "progress": {"have": 20 * (tick + 1), "need": 500, "unit": "requests"}, "eta_seconds": 40.4 - tick},
-            {"name": "p99_slo", "kind": "guardrail", "outcome": "pass", "statistic": 12.3456},  # no progress: nothing shown
-        ])
+        _verdict(
+            rollout,
+            team_a,
+            "pass" if last else "inconclusive",
+            f"tick {tick}",
+            step=0,
+            checks=[
+                {
+                    "name": "error_rate",
+                    "kind": "test",
+                    "outcome": "pass" if last else "inconclusive",
+                    "e_value": 1.0 + tick,
+                    "progress": {"have": 20 * (tick + 1), "need": 500, "unit": "requests"},
+                    "eta_seconds": 40.4 - tick,
+                },
+                {
+                    "name": "p99_slo",
+                    "kind": "guardrail",
+                    "outcome": "pass",
+                    "statistic": 12.3456,
+                },  # no progress: nothing shown
+            ],
+        )
     client = Client()
     client.force_login(deployer)
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
-    summary = page[page.index('<div id="verdicts-summary">'):]
+    summary = page[page.index('<div id="verdicts-summary">') :]
     summary = summary[: summary.index("</div>\n", summary.index("</table>"))]
     assert summary.count('<tr data-check="error_rate">') == 1 and summary.count('<tr data-check="p99_slo">') == 1
     assert "tick 14" in summary and "tick 13" not in summary  # the latest reason only
     assert "300 of 500 requests · ~26 s" in summary  # the newest tick's evidence
-    error_row = summary[summary.index('data-check="error_rate"'):summary.index('data-check="p99_slo"')]
-    assert error_row.count('class="trend-inconclusive"') == 11 and error_row.count('class="trend-pass"') == 1  # last 12 ticks
-    p99_row = summary[summary.index('data-check="p99_slo"'):]
+    error_row = summary[summary.index('data-check="error_rate"') : summary.index('data-check="p99_slo"')]
+    assert (
+        error_row.count('class="trend-inconclusive"') == 11 and error_row.count('class="trend-pass"') == 1
+    )  # last 12 ticks
+    p99_row = summary[summary.index('data-check="p99_slo"') :]
     assert "of" not in p99_row.split('class="progress-cell">')[1].split("</td>")[0]
     assert "statistic 12.3" in p99_row and "12.3456" not in p99_row  # rounded
     # The verdict's step is the header's: "step 1 of 4", never "step 0".
     assert f"step 1 of {len(rollout.plan.steps_bp)}" in summary and 'id="rollout-state"' in page
-    assert f"canary · step 1 of {len(rollout.plan.steps_bp)}" in page[page.index('id="rollout-state"'):]
+    assert f"canary · step 1 of {len(rollout.plan.steps_bp)}" in page[page.index('id="rollout-state"') :]

@@ -6,7 +6,14 @@ import time
 
 import pytest
 
-from monitoring.models import Alert, DeliveryStatus, MetricSample, NotificationChannel, NotificationDelivery, ScrapeState
+from monitoring.models import (
+    Alert,
+    DeliveryStatus,
+    MetricSample,
+    NotificationChannel,
+    NotificationDelivery,
+    ScrapeState,
+)
 from monitoring.services.alerts import alert_raise
 from monitoring.services.collector import metrics_collect
 from monitoring.targets import ScrapeTarget
@@ -25,12 +32,21 @@ def test_collector_scrapes_real_triton_and_gateway(triton, gateway_server, team_
     models = {name: {"endpoint": ep, "variant": var} for name, (ep, var) in TRITON_MODELS.items()}
     targets = [
         ScrapeTarget.from_dict({"kind": "gateway", "url": gateway_server.url, "endpoint_teams": {"ctr": team_a.pk}}),
-        ScrapeTarget.from_dict({"kind": "triton", "url": triton.metrics_url, "models": models, "cost_per_replica_hour": 0.9,
-                                "endpoint_teams": {"ctr": team_a.pk}}),
+        ScrapeTarget.from_dict(
+            {
+                "kind": "triton",
+                "url": triton.metrics_url,
+                "models": models,
+                "cost_per_replica_hour": 0.9,
+                "endpoint_teams": {"ctr": team_a.pk},
+            }
+        ),
         ScrapeTarget.from_dict({"kind": "triton", "url": "http://127.0.0.1:9/metrics"}),  # nothing listens there
     ]
     first = metrics_collect(targets=targets)
-    assert first["scraped"] == 2 and first["failed"] == 1 and first["samples"] == 0  # first scrape only records counters
+    assert (
+        first["scraped"] == 2 and first["failed"] == 1 and first["samples"] == 0
+    )  # first scrape only records counters
 
     for _ in range(12):
         assert infer(triton, "ctr__v1__onnx-fp32", batch=4) == 200
@@ -66,8 +82,13 @@ def test_python_backend_errors_are_triton_successes_so_errors_come_from_the_gate
     Triton 2.51 counts python-backend error responses as successes
     (triton-inference-server/server#7713). The collector reports what Triton says; the
     error rate the judge uses is the gateway's (per HTTP status), not Triton's."""
-    target = ScrapeTarget.from_dict({"kind": "triton", "url": triton.metrics_url,
-                                     "models": {BROKEN_MODEL: {"endpoint": "ctr-f", "variant": "canary"}}})
+    target = ScrapeTarget.from_dict(
+        {
+            "kind": "triton",
+            "url": triton.metrics_url,
+            "models": {BROKEN_MODEL: {"endpoint": "ctr-f", "variant": "canary"}},
+        }
+    )
     metrics_collect(targets=[target])
     statuses = [infer(triton, BROKEN_MODEL, dense_dims=14) for _ in range(3)]
     assert all(s >= 400 for s in statuses), statuses
@@ -98,13 +119,17 @@ def test_real_worker_collects_metrics_and_delivers_an_alert_after_a_failed_attem
        rows on the alert; raising it again while open sends nothing more."""
     from monitoring.tasks import collect
 
-    subprocess_env["MONITORING_TARGETS"] = json.dumps([{"kind": "gateway", "url": gateway_server.url, "endpoint_teams": {"ctr": team_a.pk}}])
+    subprocess_env["MONITORING_TARGETS"] = json.dumps(
+        [{"kind": "gateway", "url": gateway_server.url, "endpoint_teams": {"ctr": team_a.pk}}]
+    )
     subprocess_env["MONITORING_NOTIFY_BACKOFF_S"] = "0.5"
     subprocess_env["OUTBOUND_ALLOWED_HOSTS"] = "127.0.0.1"  # the receiver is local: the operator allows it
     celery_worker()
 
     collect.delay()
-    _wait(lambda: ScrapeState.objects.filter(target=f"gateway:{gateway_server.url}", ok=True).exists(), 30, "first scrape")
+    _wait(
+        lambda: ScrapeState.objects.filter(target=f"gateway:{gateway_server.url}", ok=True).exists(), 30, "first scrape"
+    )
     gateway_server.metrics.serve("ctr", "stable", [0.001] * 40, [200] * 38 + [500] * 2)
     collect.delay()
     _wait(lambda: MetricSample.objects.filter(endpoint="ctr", metric="requests").exists(), 30, "samples")
@@ -114,12 +139,26 @@ def test_real_worker_collects_metrics_and_delivers_an_alert_after_a_failed_attem
 
     NotificationChannel.objects.create(team=team_a, kind="webhook", target=webhook_receiver.url, min_severity="info")
     webhook_receiver.statuses = [503]
-    alert, notified = alert_raise(kind="canary_rollback", severity="critical", endpoint="ctr", rollout_id=5,
-                                           team=team_a, reason="candidate error rate 6.1% vs stable 1.0%",
-                                           evidence={"e_value": 48.2})
+    alert, notified = alert_raise(
+        kind="canary_rollback",
+        severity="critical",
+        endpoint="ctr",
+        rollout_id=5,
+        team=team_a,
+        reason="candidate error rate 6.1% vs stable 1.0%",
+        evidence={"e_value": 48.2},
+    )
     assert notified
-    _wait(lambda: NotificationDelivery.objects.filter(alert=alert, status=DeliveryStatus.DELIVERED).exists(), 60, "delivery")
-    attempts = list(NotificationDelivery.objects.filter(alert=alert).order_by("attempt").values_list("attempt", "status", "response_code"))
+    _wait(
+        lambda: NotificationDelivery.objects.filter(alert=alert, status=DeliveryStatus.DELIVERED).exists(),
+        60,
+        "delivery",
+    )
+    attempts = list(
+        NotificationDelivery.objects.filter(alert=alert)
+        .order_by("attempt")
+        .values_list("attempt", "status", "response_code")
+    )
     assert attempts == [(1, DeliveryStatus.FAILED, 503), (2, DeliveryStatus.DELIVERED, 200)]
     first, second = NotificationDelivery.objects.filter(alert=alert).order_by("attempt")
     assert (second.created_at - first.created_at).total_seconds() >= 0.5  # backed off
@@ -145,32 +184,74 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
     from tests.monitoring.conftest import ROOT
 
     stable_model = next(name for name, (_, var) in TRITON_MODELS.items() if var == "stable")
-    routes = {"version": "m1", "endpoints": [{"name": "ctr", "salt": "m", "timeout_ms": 3000, "auth": {"public": True}, "variants": [
-        {"name": "stable", "model_version": "1", "triton_model": stable_model, "role": "stable", "weight_bp": 7000,
-         "replicas": [triton.http_url]},
-        {"name": "canary", "model_version": "2", "triton_model": "ctr__v2__onnx-fp32", "role": "canary", "weight_bp": 3000,
-         "replicas": [f"http://127.0.0.1:{free_port()}"]},  # nothing listens there
-    ]}]}
+    routes = {
+        "version": "m1",
+        "endpoints": [
+            {
+                "name": "ctr",
+                "salt": "m",
+                "timeout_ms": 3000,
+                "auth": {"public": True},
+                "variants": [
+                    {
+                        "name": "stable",
+                        "model_version": "1",
+                        "triton_model": stable_model,
+                        "role": "stable",
+                        "weight_bp": 7000,
+                        "replicas": [triton.http_url],
+                    },
+                    {
+                        "name": "canary",
+                        "model_version": "2",
+                        "triton_model": "ctr__v2__onnx-fp32",
+                        "role": "canary",
+                        "weight_bp": 3000,
+                        "replicas": [f"http://127.0.0.1:{free_port()}"],
+                    },  # nothing listens there
+                ],
+            }
+        ],
+    }
     (tmp_path / "routes.json").write_text(json.dumps(routes))
     port = free_port()
     log = open(tmp_path / "gateway.log", "ab")
-    gateway = subprocess.Popen([sys.executable, "-m", "gateway", "--routes-file", str(tmp_path / "routes.json"),
-                                "--port", str(port), "--host", "127.0.0.1"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    gateway = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--routes-file",
+            str(tmp_path / "routes.json"),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     base = f"http://127.0.0.1:{port}"
     try:
+
         def ready():
             try:
                 return urllib.request.urlopen(f"{base}/v2/health/ready", timeout=0.5).status == 200
             except OSError:
                 return gateway.poll() is not None
+
         _wait(ready, 20, "gateway ready")
         assert gateway.poll() is None, (tmp_path / "gateway.log").read_text()[-2000:]
 
         models = {stable_model: {"endpoint": "ctr", "variant": "stable"}}
-        targets = [ScrapeTarget.from_dict({"kind": "gateway", "url": f"{base}/metrics", "endpoint_teams": {"ctr": team_a.pk}}),
-                   ScrapeTarget.from_dict({"kind": "triton", "url": triton.metrics_url, "models": models,
-                                           "endpoint_teams": {"ctr": team_a.pk}})]
+        targets = [
+            ScrapeTarget.from_dict({"kind": "gateway", "url": f"{base}/metrics", "endpoint_teams": {"ctr": team_a.pk}}),
+            ScrapeTarget.from_dict(
+                {"kind": "triton", "url": triton.metrics_url, "models": models, "endpoint_teams": {"ctr": team_a.pk}}
+            ),
+        ]
         metrics_collect(targets=targets)
         gateway_triton = type("G", (), {"http_url": base})()  # infer() posts to {http_url}/v2/models/{name}/infer
         statuses = [infer(gateway_triton, "ctr", batch=1) for _ in range(40)]
@@ -214,51 +295,107 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
     from deployments.tritonserver import free_port
     from monitoring import selectors
     from monitoring.judge import ArmWindow, JudgeConfig, judge
-    from tests.monitoring.conftest import ROOT
-
-    from tests.monitoring.conftest import SLOW_MODEL
+    from tests.monitoring.conftest import ROOT, SLOW_MODEL
 
     stable_model = next(n for n, (_, v) in TRITON_MODELS.items() if v == "stable")
     canary_model = SLOW_MODEL  # healthy, 5 ms: every 1-ms deadline expires, as the attack intends
-    routes = {"version": "abuse-1", "endpoints": [{
-        "name": "ctr", "salt": "abuse", "timeout_ms": 2000, "min_timeout_ms": 50, "auth": {"public": True}, "variants": [
-            {"name": "stable", "model_version": "1", "triton_model": stable_model, "role": "stable", "weight_bp": 5000,
-             "replicas": [triton.http_url]},
-            {"name": "canary", "model_version": "2", "triton_model": canary_model, "role": "canary", "weight_bp": 5000,
-             "replicas": [triton.http_url]},
-        ]}]}
+    routes = {
+        "version": "abuse-1",
+        "endpoints": [
+            {
+                "name": "ctr",
+                "salt": "abuse",
+                "timeout_ms": 2000,
+                "min_timeout_ms": 50,
+                "auth": {"public": True},
+                "variants": [
+                    {
+                        "name": "stable",
+                        "model_version": "1",
+                        "triton_model": stable_model,
+                        "role": "stable",
+                        "weight_bp": 5000,
+                        "replicas": [triton.http_url],
+                    },
+                    {
+                        "name": "canary",
+                        "model_version": "2",
+                        "triton_model": canary_model,
+                        "role": "canary",
+                        "weight_bp": 5000,
+                        "replicas": [triton.http_url],
+                    },
+                ],
+            }
+        ],
+    }
     (tmp_path / "routes.json").write_text(json.dumps(routes))
     port = free_port()
     log = open(tmp_path / "gateway.log", "ab")
-    gateway = subprocess.Popen([sys.executable, "-m", "gateway", "--routes-file", str(tmp_path / "routes.json"),
-                                "--port", str(port), "--host", "127.0.0.1"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    gateway = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--routes-file",
+            str(tmp_path / "routes.json"),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     base = f"http://127.0.0.1:{port}"
     url = f"{base}/v2/models/ctr/infer"
-    body = json.dumps({"inputs": [
-        {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": [0.1] * 13},
-        {"name": "sparse", "shape": [1, 26], "datatype": "INT64", "data": list(range(26))}]}).encode()
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": [0.1] * 13},
+                {"name": "sparse", "shape": [1, 26], "datatype": "INT64", "data": list(range(26))},
+            ]
+        }
+    ).encode()
     try:
+
         def ready():
             try:
                 return urllib.request.urlopen(f"{base}/v2/health/ready", timeout=0.5).status == 200
             except OSError:
                 return gateway.poll() is not None
+
         _wait(ready, 20, "gateway ready")
-        targets = [ScrapeTarget.from_dict({"kind": "gateway", "url": f"{base}/metrics", "endpoint_teams": {"ctr": team_a.pk}})]
+        targets = [
+            ScrapeTarget.from_dict({"kind": "gateway", "url": f"{base}/metrics", "endpoint_teams": {"ctr": team_a.pk}})
+        ]
         metrics_collect(targets=targets)
         since = timezone.now() - timedelta(seconds=1)
         with requests.Session() as s:
-            canary_keys = [k for k in (f"u{i}" for i in range(60))
-                           if s.post(url, data=body, headers={"X-User-Id": k}, timeout=5).headers["X-Model-Variant"] == "canary"]
+            canary_keys = [
+                k
+                for k in (f"u{i}" for i in range(60))
+                if s.post(url, data=body, headers={"X-User-Id": k}, timeout=5).headers["X-Model-Variant"] == "canary"
+            ]
             assert len(canary_keys) >= 15
-            abuse = [s.post(url, data=body, headers={"X-User-Id": canary_keys[i % len(canary_keys)], "X-Request-Timeout-Ms": "1"},
-                            timeout=5).status_code for i in range(300)]
+            abuse = [
+                s.post(
+                    url,
+                    data=body,
+                    headers={"X-User-Id": canary_keys[i % len(canary_keys)], "X-Request-Timeout-Ms": "1"},
+                    timeout=5,
+                ).status_code
+                for i in range(300)
+            ]
             for i in range(20):
                 with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                    sock.sendall(b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: gw\r\nX-User-Id: %s\r\n"
-                                 b"Content-Type: application/json\nX: y\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (canary_keys[i % len(canary_keys)].encode(), len(body), body))
+                    sock.sendall(
+                        b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: gw\r\nX-User-Id: %s\r\n"
+                        b"Content-Type: application/json\nX: y\r\nContent-Length: %d\r\n\r\n%s"
+                        % (canary_keys[i % len(canary_keys)].encode(), len(body), body)
+                    )
                     assert sock.recv(12) == b"HTTP/1.1 400"
             honest = [s.post(url, data=body, headers={"X-User-Id": f"h{i}"}, timeout=5).status_code for i in range(300)]
         # A loaded event loop may handle the canary's 5-ms reply before a 1-ms timer that is also due
@@ -278,16 +415,25 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
     assert canary["client_faults"] == abuse.count(504)  # the bare-LF requests never got as far as an endpoint
     from prometheus_client.parser import text_string_to_metric_families
 
-    breaker = [s.value for f in text_string_to_metric_families(metrics_text) for s in f.samples
-               if s.name == "gateway_replica_circuit_open" and s.labels.get("model") == canary_model]
+    breaker = [
+        s.value
+        for f in text_string_to_metric_families(metrics_text)
+        for s in f.samples
+        if s.name == "gateway_replica_circuit_open" and s.labels.get("model") == canary_model
+    ]
     assert breaker in ([], [0.0]), breaker  # never opened
-    stable_arm, candidate_arm = selectors.judge_window(endpoint="ctr", stable_variant="stable", candidate_variant="canary",
-                                                       since=since, until=timezone.now())
+    stable_arm, candidate_arm = selectors.judge_window(
+        endpoint="ctr", stable_variant="stable", candidate_variant="canary", since=since, until=timezone.now()
+    )
     config = JudgeConfig(min_requests=100)
     assert candidate_arm.errors == 0 and candidate_arm.requests >= 100
-    error_check = next(c for c in judge(stable_arm, candidate_arm, config, compare_latency=False).checks if c["name"] == "error_rate")
+    error_check = next(
+        c for c in judge(stable_arm, candidate_arm, config, compare_latency=False).checks if c["name"] == "error_rate"
+    )
     assert error_check["outcome"] != "fail", error_check
     # sensitivity: the same abuse counted as candidate errors (what the judge used to see) fails it
     counted = ArmWindow(ticks=[(candidate_arm.requests + canary["client_faults"], float(abuse.count(504)))])
-    before_fix = next(c for c in judge(stable_arm, counted, config, compare_latency=False).checks if c["name"] == "error_rate")
+    before_fix = next(
+        c for c in judge(stable_arm, counted, config, compare_latency=False).checks if c["name"] == "error_rate"
+    )
     assert before_fix["outcome"] == "fail", before_fix

@@ -57,7 +57,11 @@ def test_e_path_is_what_the_judge_sees_at_each_tick():
     path = error_e_path(stable, candidate)
     for t in (0, 10, 30, 59):
         assert error_e_value(stable[: t + 1], candidate[: t + 1]) == pytest.approx(path[t], rel=1e-9)
-        check = check_error_rate(ArmWindow(ticks=stable[: t + 1].tolist()), ArmWindow(ticks=candidate[: t + 1].tolist()), JudgeConfig(alpha=ALPHA))
+        check = check_error_rate(
+            ArmWindow(ticks=stable[: t + 1].tolist()),
+            ArmWindow(ticks=candidate[: t + 1].tolist()),
+            JudgeConfig(alpha=ALPHA),
+        )
         assert (check["outcome"] == "fail") == (path[t] >= 1 / ALPHA)
 
 
@@ -78,7 +82,9 @@ def test_five_point_error_regression_is_caught_fast():
 def test_judge_verdict_fails_on_error_regression_with_evidence():
     rng = np.random.default_rng(5)
     stable_ticks, candidate_ticks = traffic(rng, 100, weight=0.25, p_stable=0.01, p_candidate=0.06)
-    decision = judge(ArmWindow(ticks=stable_ticks.tolist()), ArmWindow(ticks=candidate_ticks.tolist()), JudgeConfig(alpha=ALPHA))
+    decision = judge(
+        ArmWindow(ticks=stable_ticks.tolist()), ArmWindow(ticks=candidate_ticks.tolist()), JudgeConfig(alpha=ALPHA)
+    )
     assert decision.outcome == "fail"
     check = next(c for c in decision.checks if c["name"] == "error_rate")
     assert check["outcome"] == "fail" and check["e_value"] >= check["threshold"] == 1 / ALPHA
@@ -137,22 +143,37 @@ def test_healthy_candidate_passes_only_after_the_minimum_sample():
 
 def test_guardrails_p99_error_slo_and_psi():
     rng = np.random.default_rng(4)
-    stable = ArmWindow(ticks=[(4000, 40)], latency_buckets=bucketize(latencies(rng, 4000)),
-                       score_bins=statistics.score_bins(rng.beta(2, 8, 4000)))
-    slow = ArmWindow(ticks=[(400, 4)], latency_buckets=bucketize(latencies(rng, 400, 20.0)),
-                     score_bins=statistics.score_bins(rng.beta(2, 8, 400)))
+    stable = ArmWindow(
+        ticks=[(4000, 40)],
+        latency_buckets=bucketize(latencies(rng, 4000)),
+        score_bins=statistics.score_bins(rng.beta(2, 8, 4000)),
+    )
+    slow = ArmWindow(
+        ticks=[(400, 4)],
+        latency_buckets=bucketize(latencies(rng, 400, 20.0)),
+        score_bins=statistics.score_bins(rng.beta(2, 8, 400)),
+    )
     decision = judge(stable, slow, JudgeConfig(alpha=ALPHA, slo_p99_ms=100))
     assert next(c for c in decision.checks if c["name"] == "p99_slo")["outcome"] == "fail"
     assert "over the SLO" in decision.reason
 
     erroring = ArmWindow(ticks=[(400, 60)], latency_buckets=stable.latency_buckets)
-    check = next(c for c in judge(stable, erroring, JudgeConfig(slo_error_rate=0.05)).checks if c["name"] == "error_slo")
+    check = next(
+        c for c in judge(stable, erroring, JudgeConfig(slo_error_rate=0.05)).checks if c["name"] == "error_slo"
+    )
     assert check["outcome"] == "fail" and check["p_value"] < 0.01
 
     few = ArmWindow(ticks=[(20, 5)])  # 25 % errors but only 20 requests: not yet judged
-    assert next(c for c in judge(stable, few, JudgeConfig(slo_error_rate=0.05)).checks if c["name"] == "error_slo")["outcome"] == "inconclusive"
+    assert (
+        next(c for c in judge(stable, few, JudgeConfig(slo_error_rate=0.05)).checks if c["name"] == "error_slo")[
+            "outcome"
+        ]
+        == "inconclusive"
+    )
 
-    drifted = ArmWindow(ticks=[(400, 4)], latency_buckets=stable.latency_buckets, score_bins=statistics.score_bins(rng.beta(5, 5, 400)))
+    drifted = ArmWindow(
+        ticks=[(400, 4)], latency_buckets=stable.latency_buckets, score_bins=statistics.score_bins(rng.beta(5, 5, 400))
+    )
     psi_check = next(c for c in judge(stable, drifted, JudgeConfig(psi_threshold=0.25)).checks if c["name"] == "psi")
     assert psi_check["outcome"] == "fail" and psi_check["statistic"] > 0.25
     same = next(c for c in judge(stable, slow, JudgeConfig(psi_threshold=0.25)).checks if c["name"] == "psi")

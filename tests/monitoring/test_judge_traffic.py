@@ -52,15 +52,26 @@ def test_psi_breach_must_be_sustained_too():
     psi = next(c for c in once.checks if c["name"] == "psi")
     assert psi["outcome"] == "inconclusive" and psi["statistic"] > 0.25
     memory = {"psi": {**psi, "breaches": 2, "breach_since": -12.0}}
-    assert next(c for c in judge(stable, drifted, JudgeConfig(), now_s=0.0, previous=memory).checks if c["name"] == "psi")["outcome"] == "fail"
+    assert (
+        next(c for c in judge(stable, drifted, JudgeConfig(), now_s=0.0, previous=memory).checks if c["name"] == "psi")[
+            "outcome"
+        ]
+        == "fail"
+    )
 
 
 def test_every_check_carries_progress_and_an_eta():
     rng = np.random.default_rng(3)
-    stable = ArmWindow(ticks=[(1900, 0)] * 10, latency_buckets=bucketize(latencies(rng, 19000)),
-                       score_bins=statistics.score_bins(rng.beta(2, 8, 950)))
-    candidate = ArmWindow(ticks=[(10, 0)] * 10, latency_buckets=bucketize(latencies(rng, 100)),
-                          score_bins=statistics.score_bins(rng.beta(2, 8, 100)))
+    stable = ArmWindow(
+        ticks=[(1900, 0)] * 10,
+        latency_buckets=bucketize(latencies(rng, 19000)),
+        score_bins=statistics.score_bins(rng.beta(2, 8, 950)),
+    )
+    candidate = ArmWindow(
+        ticks=[(10, 0)] * 10,
+        latency_buckets=bucketize(latencies(rng, 100)),
+        score_bins=statistics.score_bins(rng.beta(2, 8, 100)),
+    )
     decision = judge(stable, candidate, JudgeConfig(slo_p99_ms=500, slo_error_rate=0.01), seconds=10.0, now_s=10.0)
     by_name = {c["name"]: c for c in decision.checks}
     assert by_name["error_rate"]["progress"] == {"have": 100, "need": 500, "unit": "requests"}

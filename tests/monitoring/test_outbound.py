@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from config.outbound import OutboundRefused, address_problem, post_json, vet_url
+from kernel.outbound import OutboundRefused, address_problem, post_json, vet_url
 from monitoring.models import DeliveryStatus, NotificationChannel, NotificationDelivery
 from monitoring.services.alerts import alert_raise
 from monitoring.services.notifications import notification_deliver
@@ -73,32 +73,53 @@ def team_admin_api(team_a, api_for):
     return api_for(admin)
 
 
-@pytest.mark.parametrize("address, problem", [
-    ("127.0.0.1", "loopback"), ("127.8.9.10", "loopback"), ("::1", "loopback"),
-    ("10.1.2.3", "private"), ("172.16.0.1", "private"), ("192.168.1.1", "private"), ("fd12::1", "private"),
-    ("169.254.169.254", "a cloud metadata address"), ("fd00:ec2::254", "a cloud metadata address"),
-    ("100.100.100.200", "a cloud metadata address"), ("169.254.1.1", "link-local"), ("fe80::1", "link-local"),
-    ("0.0.0.0", "unspecified"), ("::", "unspecified"), ("224.0.0.1", "multicast"), ("ff02::1", "multicast"),
-    ("240.0.0.1", "reserved"), ("100.64.0.1", "not globally routable"),
-    ("::ffff:127.0.0.1", "loopback (as ::ffff:7f00:1)"), ("::ffff:10.0.0.1", "private (as ::ffff:a00:1)"),
-    ("2002:7f00:1::", "loopback (as 2002:7f00:1::)"),
-    ("93.184.216.34", None), ("2606:4700:4700::1111", None), ("::ffff:93.184.216.34", None),
-])
+@pytest.mark.parametrize(
+    "address, problem",
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.8.9.10", "loopback"),
+        ("::1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("fd12::1", "private"),
+        ("169.254.169.254", "a cloud metadata address"),
+        ("fd00:ec2::254", "a cloud metadata address"),
+        ("100.100.100.200", "a cloud metadata address"),
+        ("169.254.1.1", "link-local"),
+        ("fe80::1", "link-local"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("100.64.0.1", "not globally routable"),
+        ("::ffff:127.0.0.1", "loopback (as ::ffff:7f00:1)"),
+        ("::ffff:10.0.0.1", "private (as ::ffff:a00:1)"),
+        ("2002:7f00:1::", "loopback (as 2002:7f00:1::)"),
+        ("93.184.216.34", None),
+        ("2606:4700:4700::1111", None),
+        ("::ffff:93.184.216.34", None),
+    ],
+)
 def test_addresses_are_judged(address, problem):
     assert address_problem(address) == problem
 
 
-@pytest.mark.parametrize("url, reason", [
-    ("http://127.0.0.1:8000/v2/repository/models/ctr/unload", "127.0.0.1 is loopback"),
-    ("http://localhost/hook", "is loopback"),
-    ("http://[::1]:9/hook", "::1 is loopback"),
-    ("http://[::ffff:127.0.0.1]/hook", "loopback (as ::ffff:7f00:1)"),
-    ("http://2130706433/hook", "(127.0.0.1) is loopback"),  # 127.0.0.1 as one decimal number
-    ("http://0x7f.1/hook", "(127.0.0.1) is loopback"),
-    ("http://169.254.169.254/latest/meta-data/", "a cloud metadata address"),
-    ("http://0.0.0.0:8080/", "unspecified"),
-    ("ftp://93.184.216.34/x", "only http:// and https://"),
-])
+@pytest.mark.parametrize(
+    "url, reason",
+    [
+        ("http://127.0.0.1:8000/v2/repository/models/ctr/unload", "127.0.0.1 is loopback"),
+        ("http://localhost/hook", "is loopback"),
+        ("http://[::1]:9/hook", "::1 is loopback"),
+        ("http://[::ffff:127.0.0.1]/hook", "loopback (as ::ffff:7f00:1)"),
+        ("http://2130706433/hook", "(127.0.0.1) is loopback"),  # 127.0.0.1 as one decimal number
+        ("http://0x7f.1/hook", "(127.0.0.1) is loopback"),
+        ("http://169.254.169.254/latest/meta-data/", "a cloud metadata address"),
+        ("http://0.0.0.0:8080/", "unspecified"),
+        ("ftp://93.184.216.34/x", "only http:// and https://"),
+    ],
+)
 def test_internal_urls_are_refused(url, reason):
     with pytest.raises(OutboundRefused) as exc:
         vet_url(url)
@@ -107,7 +128,12 @@ def test_internal_urls_are_refused(url, reason):
 
 def test_a_public_address_passes():
     target = vet_url("https://93.184.216.34:8443/hook?x=1")
-    assert (target.scheme, target.port, target.path, target.addresses) == ("https", 8443, "/hook?x=1", ("93.184.216.34",))
+    assert (target.scheme, target.port, target.path, target.addresses) == (
+        "https",
+        8443,
+        "/hook?x=1",
+        ("93.184.216.34",),
+    )
 
 
 def test_any_internal_address_among_many_refuses(monkeypatch):
@@ -154,28 +180,55 @@ def test_delivery_connects_to_the_vetted_address_only(settings, receiver, monkey
 def test_the_issue_scenario_is_refused_at_save(team_a, team_admin_api, receiver):
     """A webhook aimed at a local port (another team's Triton in the issue)."""
     target = f"http://127.0.0.1:{receiver.port}/v2/repository/models/blue/unload"
-    response = team_admin_api.post("/api/v1/notification-channels/", {"team": team_a.name, "kind": "webhook", "target": target}, format="json")
+    response = team_admin_api.post(
+        "/api/v1/notification-channels/", {"team": team_a.name, "kind": "webhook", "target": target}, format="json"
+    )
     assert response.status_code == 400, response.content
     assert "loopback" in response.json()["detail"] and "target" in response.json()["detail"]
-    for form in (f"http://[::ffff:127.0.0.1]:{receiver.port}/x", f"http://2130706433:{receiver.port}/x", "http://10.0.0.5/x"):
-        refused = team_admin_api.post("/api/v1/notification-channels/", {"team": team_a.name, "kind": "webhook", "target": form}, format="json")
+    for form in (
+        f"http://[::ffff:127.0.0.1]:{receiver.port}/x",
+        f"http://2130706433:{receiver.port}/x",
+        "http://10.0.0.5/x",
+    ):
+        refused = team_admin_api.post(
+            "/api/v1/notification-channels/", {"team": team_a.name, "kind": "webhook", "target": form}, format="json"
+        )
         assert refused.status_code == 400, form
     assert not NotificationChannel.objects.exists() and receiver.hits == []
-    ok = team_admin_api.post("/api/v1/notification-channels/", {"team": team_a.name, "kind": "webhook", "target": "https://93.184.216.34/hook"}, format="json")
+    ok = team_admin_api.post(
+        "/api/v1/notification-channels/",
+        {"team": team_a.name, "kind": "webhook", "target": "https://93.184.216.34/hook"},
+        format="json",
+    )
     assert ok.status_code == 201, ok.content
 
 
 def test_the_admin_form_refuses_it_too(client, team_a, receiver):
     client.force_login(factories.user("root", staff=True))
-    page = client.post("/admin/monitoring/notificationchannel/add/", {
-        "team": team_a.pk, "kind": "webhook", "target": f"http://127.0.0.1:{receiver.port}/hook", "min_severity": "warning", "enabled": "on"})
+    page = client.post(
+        "/admin/monitoring/notificationchannel/add/",
+        {
+            "team": team_a.pk,
+            "kind": "webhook",
+            "target": f"http://127.0.0.1:{receiver.port}/hook",
+            "min_severity": "warning",
+            "enabled": "on",
+        },
+    )
     assert page.status_code == 200 and b"is loopback" in page.content
     assert not NotificationChannel.objects.exists()
 
 
 def _alert(team):
-    return alert_raise(kind="canary_rollback", reason="p99 over SLO", severity="critical", endpoint="ctr", rollout_id=1,
-                       team=team, evidence={})[0]
+    return alert_raise(
+        kind="canary_rollback",
+        reason="p99 over SLO",
+        severity="critical",
+        endpoint="ctr",
+        rollout_id=1,
+        team=team,
+        evidence={},
+    )[0]
 
 
 def test_the_issue_scenario_is_refused_at_delivery(team_a, receiver):
@@ -219,10 +272,25 @@ def test_the_migration_drops_bodies_kept_before(team_a):
     from django.apps import apps
 
     alert = _alert(team_a)
-    kept = NotificationDelivery.objects.create(alert=alert, notify_round=1, kind="webhook", target="http://x.example/",
-                                               attempt=1, status="failed", response_code=404, error="HTTP 404: <html>secret</html>")
-    other = NotificationDelivery.objects.create(alert=alert, notify_round=1, kind="webhook", target="http://y.example/",
-                                                attempt=1, status="failed", error="ConnectionRefusedError: [Errno 111]")
+    kept = NotificationDelivery.objects.create(
+        alert=alert,
+        notify_round=1,
+        kind="webhook",
+        target="http://x.example/",
+        attempt=1,
+        status="failed",
+        response_code=404,
+        error="HTTP 404: <html>secret</html>",
+    )
+    other = NotificationDelivery.objects.create(
+        alert=alert,
+        notify_round=1,
+        kind="webhook",
+        target="http://y.example/",
+        attempt=1,
+        status="failed",
+        error="ConnectionRefusedError: [Errno 111]",
+    )
     importlib.import_module("monitoring.migrations.0003_delivery_errors_without_bodies").drop_bodies(apps, None)
     kept.refresh_from_db()
     other.refresh_from_db()

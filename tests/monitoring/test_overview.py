@@ -3,7 +3,7 @@ human titles from one place (monitoring/charts.py), the endpoint's SLOs for the 
 lines, and requests to endpoints that do not exist kept as one bucket, not an endpoint."""
 
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.test import Client
@@ -26,8 +26,10 @@ def _web(user):
 
 def _chart_config(page) -> dict:
     text = page.content.decode()
-    start = text.index('<script id="chart-config" type="application/json">') + len('<script id="chart-config" type="application/json">')
-    return json.loads(text[start:text.index("</script>", start)])
+    start = text.index('<script id="chart-config" type="application/json">') + len(
+        '<script id="chart-config" type="application/json">'
+    )
+    return json.loads(text[start : text.index("</script>", start)])
 
 
 def test_one_time_range_for_the_whole_page(alice, team_a):
@@ -51,8 +53,15 @@ def test_panels_have_titles_units_and_the_endpoints_slo(alice, bob, team_a, team
     factories.endpoint(pool, name="ctr", slo_p99_ms=42.0, slo_error_rate=0.005)
     factories.endpoint(factories.pool(team_b, name="other"), name="theirs", slo_p99_ms=7.0)
     now = timezone.now()
-    samples_store(rows=[("ctr", "v1", "request_rate", 150.0), ("ctr", "v1", "error_rate", 0.02),
-                        ("ctr", "v1", "latency_p99_ms", 12.5)], at=now, team_ids={"ctr": team_a.pk})
+    samples_store(
+        rows=[
+            ("ctr", "v1", "request_rate", 150.0),
+            ("ctr", "v1", "error_rate", 0.02),
+            ("ctr", "v1", "latency_p99_ms", 12.5),
+        ],
+        at=now,
+        team_ids={"ctr": team_a.pk},
+    )
     samples_store(rows=[("theirs", "v1", "request_rate", 1.0)], at=now, team_ids={"theirs": team_b.pk})
     page = _web(alice).get("/monitoring/")
     body = page.content.decode()
@@ -60,7 +69,9 @@ def test_panels_have_titles_units_and_the_endpoints_slo(alice, bob, team_a, team
     panels = {p["metric"]: p for p in config["panels"]}
     assert panels["latency_p99_ms"]["unit"] == "ms" and panels["error_rate"]["unit"] == "%"
     assert panels["error_rate"]["scale"] == 100 and panels["request_rate"]["unit"] == "req/s"
-    assert config["slos"] == {"ctr": {"error_rate": 0.5, "latency_p99_ms": 42.0}}  # in the panel's unit; not bob's endpoint
+    assert config["slos"] == {
+        "ctr": {"error_rate": 0.5, "latency_p99_ms": 42.0}
+    }  # in the panel's unit; not bob's endpoint
     assert "Latency p99 <span" in body and ">latency_p99_ms<" not in body  # a title people read, not the metric id
     assert "150.0 req/s" in body and "2.00 %" in body and "12.50 ms" in body  # every figure with its unit
 
@@ -83,7 +94,9 @@ def test_requests_to_unknown_endpoints_are_one_bucket_not_an_endpoint(alice, sta
     since = timezone.now() - timedelta(minutes=15)
     assert [e["endpoint"] for e in selectors.series_index(user=staff, since=since)] == ["ctr"]
     staff_page = _web(staff).get("/monitoring/").content.decode()
-    assert 'data-endpoint="ctr"' in staff_page and UNKNOWN_ENDPOINT not in staff_page and "unknown/none" not in staff_page
+    assert (
+        'data-endpoint="ctr"' in staff_page and UNKNOWN_ENDPOINT not in staff_page and "unknown/none" not in staff_page
+    )
     assert 'id="unknown-endpoints"' in staff_page and "9 in the last 1h" in staff_page
     alice_page = _web(alice).get("/monitoring/").content.decode()
     assert 'data-endpoint="ctr"' in alice_page and 'id="unknown-endpoints"' not in alice_page  # belongs to no team
@@ -92,8 +105,9 @@ def test_requests_to_unknown_endpoints_are_one_bucket_not_an_endpoint(alice, sta
 def test_gateway_and_collector_agree_on_the_unknown_label():
     assert collect.GatewayNames().unknown_endpoint == UNKNOWN_ENDPOINT
     # not a slug: no endpoint (a SlugField) can ever be called that
-    from django.core.validators import validate_slug
     from django.core.exceptions import ValidationError
+    from django.core.validators import validate_slug
+
     with pytest.raises(ValidationError):
         validate_slug(UNKNOWN_ENDPOINT)
 
@@ -101,9 +115,12 @@ def test_gateway_and_collector_agree_on_the_unknown_label():
 def test_unformatted_times_use_the_24_hour_clock_too():
     """Pages format times explicitly ("H:i:s"); the admin and any bare {{ datetime }} use the
     site's formats, which must be the same 24-hour clock (not "4:05 p.m.")."""
-    from datetime import datetime, timezone as dt_timezone
+    from datetime import datetime
 
     from django.template import Context, Template
 
-    at = datetime(2026, 11, 23, 16, 5, 9, tzinfo=dt_timezone.utc)
-    assert Template("{{ at }}|{{ at|date }}|{{ at|time }}").render(Context({"at": at})) == "2026-11-23 16:05:09|2026-11-23|16:05:09"
+    at = datetime(2026, 11, 23, 16, 5, 9, tzinfo=UTC)
+    assert (
+        Template("{{ at }}|{{ at|date }}|{{ at|time }}").render(Context({"at": at}))
+        == "2026-11-23 16:05:09|2026-11-23|16:05:09"
+    )

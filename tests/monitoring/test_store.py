@@ -19,8 +19,11 @@ METRICS = "/api/v1/metrics/"
 def _store(team=None, endpoint="ctr", variant="stable", metric="request_rate", values=(1.0,), start=None, step_s=2):
     start = start or timezone.now() - timedelta(seconds=step_s * len(values))
     for i, value in enumerate(values):
-        samples_store(rows=[(endpoint, variant, metric, value)], at=start + timedelta(seconds=step_s * i),
-                               team_ids={endpoint: team.pk} if team else None)
+        samples_store(
+            rows=[(endpoint, variant, metric, value)],
+            at=start + timedelta(seconds=step_s * i),
+            team_ids={endpoint: team.pk} if team else None,
+        )
     return start
 
 
@@ -43,10 +46,25 @@ def test_retention_deletes_only_what_is_past_its_age(team_a, settings):
     _store(team_a, values=[1.0], start=now - timedelta(hours=2))
     _store(team_a, values=[2.0], start=now - timedelta(minutes=30))
     for days, value in ((3, 1.0), (1, 2.0)):
-        MetricRollup.objects.create(endpoint="ctr", variant="stable", metric="m", minute=now - timedelta(days=days),
-                                    count=1, total=value, minimum=value, maximum=value)
-    Verdict.objects.create(rollout_id=1, endpoint="ctr", stable_variant="s", candidate_variant="c", outcome="pass",
-                           window_start=now, window_end=now)
+        MetricRollup.objects.create(
+            endpoint="ctr",
+            variant="stable",
+            metric="m",
+            minute=now - timedelta(days=days),
+            count=1,
+            total=value,
+            minimum=value,
+            maximum=value,
+        )
+    Verdict.objects.create(
+        rollout_id=1,
+        endpoint="ctr",
+        stable_variant="s",
+        candidate_variant="c",
+        outcome="pass",
+        window_start=now,
+        window_end=now,
+    )
     Verdict.objects.filter().update(created_at=now - timedelta(days=3))
     assert retention_sweep(now=now) == {"samples": 1, "rollups": 1, "verdicts": 1, "scrape_states": 0}
     assert list(MetricSample.objects.values_list("value", flat=True)) == [2.0]
@@ -74,14 +92,20 @@ def test_metrics_api_filters_and_rejects_bad_input(alice_api, team_a):
     _store(team_a, variant="canary", metric="latency_p99_ms", values=[12.0])
     body = alice_api.get(METRICS, {"endpoint": "ctr", "metric": "error_rate,latency_p99_ms", "since": "15m"}).json()
     assert sorted((s["variant"], s["metric"], len(s["points"])) for s in body["series"]) == [
-        ("canary", "latency_p99_ms", 1), ("stable", "error_rate", 1)]
+        ("canary", "latency_p99_ms", 1),
+        ("stable", "error_rate", 1),
+    ]
     iso = (old - timedelta(minutes=1)).isoformat()
     body = alice_api.get(METRICS, {"endpoint": "ctr", "variant": "stable", "metric": "error_rate", "since": iso}).json()
     assert [p["value"] for p in body["series"][0]["points"]] == [0.5, 0.1]
 
-    for params, field in (({"since": "15m"}, "endpoint"), ({"endpoint": "ctr", "since": "yesterday"}, "since"),
-                          ({"endpoint": "ctr", "since": "40d"}, "since"), ({"endpoint": "c t r"}, "endpoint"),
-                          ({"endpoint": "ctr", "since": "1h", "until": "2h"}, "until")):
+    for params, field in (
+        ({"since": "15m"}, "endpoint"),
+        ({"endpoint": "ctr", "since": "yesterday"}, "since"),
+        ({"endpoint": "ctr", "since": "40d"}, "since"),
+        ({"endpoint": "c t r"}, "endpoint"),
+        ({"endpoint": "ctr", "since": "1h", "until": "2h"}, "until"),
+    ):
         response = alice_api.get(METRICS, params)
         assert response.status_code == 400, params
         assert set(response.json()) >= {"detail", "code"} and field in response.json()["detail"], response.json()
@@ -90,8 +114,17 @@ def test_metrics_api_filters_and_rejects_bad_input(alice_api, team_a):
 def test_metrics_api_serves_rollups_for_old_windows(alice_api, team_a, settings):
     settings.MONITORING_RAW_RETENTION_HOURS = 1
     minute = (timezone.now() - timedelta(hours=3)).replace(second=0, microsecond=0)
-    MetricRollup.objects.create(endpoint="ctr", variant="stable", metric="request_rate", minute=minute, count=30,
-                                total=3000.0, minimum=90.0, maximum=110.0, team=team_a)
+    MetricRollup.objects.create(
+        endpoint="ctr",
+        variant="stable",
+        metric="request_rate",
+        minute=minute,
+        count=30,
+        total=3000.0,
+        minimum=90.0,
+        maximum=110.0,
+        team=team_a,
+    )
     body = alice_api.get(METRICS, {"endpoint": "ctr", "since": "4h"}).json()
     assert body["series"][0]["resolution"] == "1m"
     assert body["series"][0]["points"][0]["value"] == 100.0
@@ -115,14 +148,27 @@ def test_judge_tick_reads_the_store_and_records_the_verdict(team_a):
         rows = []
         for variant, n_mean, p in (("stable", 300, 0.01), ("canary", 100, 0.06)):
             n = int(rng.poisson(n_mean))
-            rows += [("ctr", variant, "requests", n), ("ctr", variant, "errors", int(rng.binomial(n, p))),
-                     ("ctr", variant, "latency_bucket:0.003", n * 0.6), ("ctr", variant, "latency_bucket:0.005", n * 0.4)]
+            rows += [
+                ("ctr", variant, "requests", n),
+                ("ctr", variant, "errors", int(rng.binomial(n, p))),
+                ("ctr", variant, "latency_bucket:0.003", n * 0.6),
+                ("ctr", variant, "latency_bucket:0.005", n * 0.4),
+            ]
         samples_store(rows=rows, at=at, team_ids={"ctr": team_a.pk})
-    stable, canary = selectors.judge_window(endpoint="ctr", stable_variant="stable", candidate_variant="canary", since=start)
+    stable, canary = selectors.judge_window(
+        endpoint="ctr", stable_variant="stable", candidate_variant="canary", since=start
+    )
     assert len(stable.ticks) == len(canary.ticks) == 100
     assert sum(canary.latency_buckets.values()) == pytest.approx(canary.requests)
-    verdict = judge_tick(rollout_id=7, endpoint="ctr", stable_variant="stable", candidate_variant="canary",
-                                  since=start, step=1, team=team_a)
+    verdict = judge_tick(
+        rollout_id=7,
+        endpoint="ctr",
+        stable_variant="stable",
+        candidate_variant="canary",
+        since=start,
+        step=1,
+        team=team_a,
+    )
     assert verdict.outcome == "fail"
     assert Verdict.objects.filter(rollout_id=7).count() == 1
     error = next(c for c in verdict.checks if c["name"] == "error_rate")
@@ -130,9 +176,17 @@ def test_judge_tick_reads_the_store_and_records_the_verdict(team_a):
 
 
 def test_verdicts_api_is_scoped(alice_api, bob_api, team_a):
-    Verdict.objects.create(rollout_id=3, endpoint="ctr", stable_variant="s", candidate_variant="c", outcome="pass",
-                           checks=[{"name": "error_rate", "outcome": "pass"}], window_start=timezone.now(),
-                           window_end=timezone.now(), team=team_a)
+    Verdict.objects.create(
+        rollout_id=3,
+        endpoint="ctr",
+        stable_variant="s",
+        candidate_variant="c",
+        outcome="pass",
+        checks=[{"name": "error_rate", "outcome": "pass"}],
+        window_start=timezone.now(),
+        window_end=timezone.now(),
+        team=team_a,
+    )
     assert alice_api.get("/api/v1/verdicts/", {"rollout": 3}).json()["count"] == 1
     assert alice_api.get("/api/v1/verdicts/", {"rollout": 4}).json()["count"] == 0
     assert bob_api.get("/api/v1/verdicts/").json()["count"] == 0
@@ -144,7 +198,9 @@ def test_score_samples_api_is_for_platform_components(alice_api, api_for, staff,
     assert alice_api.post("/api/v1/score-samples/", payload, format="json").status_code == 403
     response = api_for(staff).post("/api/v1/score-samples/", payload, format="json")
     assert response.status_code == 201 and response.json()["bins"] == [1, 2, 0, 0, 0, 0, 0, 0, 0, 1]
-    bins = selectors.score_distribution(user=staff, endpoint="ctr", variant="canary", since=timezone.now() - timedelta(minutes=1))
+    bins = selectors.score_distribution(
+        user=staff, endpoint="ctr", variant="canary", since=timezone.now() - timedelta(minutes=1)
+    )
     assert bins == [1, 2, 0, 0, 0, 0, 0, 0, 0, 1]
     bad = api_for(staff).post("/api/v1/score-samples/", {**payload, "scores": []}, format="json")
     assert bad.status_code == 400 and "scores" in bad.json()["detail"]

@@ -21,9 +21,16 @@ pytestmark = pytest.mark.django_db
 
 def test_the_task_names_are_registered():
     app.loader.import_default_modules()
-    names = [t.name for t in (tasks.collect, tasks.rollup, tasks.retention, tasks.deliver_notification, tasks.canary_tick)]
-    assert names == ["monitoring.collect", "monitoring.rollup", "monitoring.retention", "monitoring.deliver_notification",
-                     "monitoring.canary_tick"]
+    names = [
+        t.name for t in (tasks.collect, tasks.rollup, tasks.retention, tasks.deliver_notification, tasks.canary_tick)
+    ]
+    assert names == [
+        "monitoring.collect",
+        "monitoring.rollup",
+        "monitoring.retention",
+        "monitoring.deliver_notification",
+        "monitoring.canary_tick",
+    ]
     assert set(names) <= set(app.tasks)
 
 
@@ -42,7 +49,9 @@ def test_rollup_and_retention_tasks_keep_the_store_in_shape(team_a, settings):
     settings.MONITORING_RAW_RETENTION_HOURS = 1
     old = timezone.now() - timedelta(hours=2)
     samples_store(rows=[("ctr", "v1", "request_rate", 5.0)], at=old, team_ids={"ctr": team_a.pk})
-    samples_store(rows=[("ctr", "v1", "request_rate", 7.0)], at=timezone.now() - timedelta(minutes=2), team_ids={"ctr": team_a.pk})
+    samples_store(
+        rows=[("ctr", "v1", "request_rate", 7.0)], at=timezone.now() - timedelta(minutes=2), team_ids={"ctr": team_a.pk}
+    )
     assert tasks.rollup.apply().get() >= 1
     assert MetricRollup.objects.filter(endpoint="ctr", metric="request_rate").exists()
     assert tasks.retention.apply().get()["samples"] == 1
@@ -51,7 +60,9 @@ def test_rollup_and_retention_tasks_keep_the_store_in_shape(team_a, settings):
 
 def test_deliver_notification_task_delivers_one_round_once(team_a, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    alert, _ = alert_raise(kind="rollout_rolled_back", reason="ctr: candidate rolled back", team=team_a, endpoint="ctr", rollout_id=1)
+    alert, _ = alert_raise(
+        kind="rollout_rolled_back", reason="ctr: candidate rolled back", team=team_a, endpoint="ctr", rollout_id=1
+    )
     args = (alert.pk, "email", "oncall@example.test", alert.notify_round)
     assert tasks.deliver_notification.apply(args=args).get() == "delivered"
     assert tasks.deliver_notification.apply(args=args).get() == "skipped"  # delivered already: not twice
@@ -62,8 +73,15 @@ def test_canary_tick_task_judges_each_rollout_with_traffic(team_a, artifact_fact
     pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
     endpoint = factories.endpoint(pool, artifact_factory(team_a), name="ctr")
     now = timezone.now()
-    rollout = factories.rollout(endpoint, artifact_factory(team_a), state=State.CANARY, steps_bp=[500, 10_000],
-                                state_entered_at=now, step_started_at=now, traffic_started_at=now)
+    rollout = factories.rollout(
+        endpoint,
+        artifact_factory(team_a),
+        state=State.CANARY,
+        steps_bp=[500, 10_000],
+        state_entered_at=now,
+        step_started_at=now,
+        traffic_started_at=now,
+    )
     assert tasks.canary_tick.apply().get() == 1
     verdict = Verdict.objects.get(rollout_id=rollout.pk)
     assert verdict.outcome == "inconclusive"  # no samples yet: the judge waits

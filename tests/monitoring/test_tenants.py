@@ -22,7 +22,9 @@ class GatewayCounters:
     def __init__(self):
         self.registry = CollectorRegistry()
         self.hot = HotPath(registry=self.registry)
-        self.rejections = Counter("gateway_auth_rejections", "refused", ["endpoint", "team", "key", "reason"], registry=self.registry)
+        self.rejections = Counter(
+            "gateway_auth_rejections", "refused", ["endpoint", "team", "key", "reason"], registry=self.registry
+        )
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()
@@ -56,9 +58,13 @@ def test_counts_per_key_from_the_gateways_exposition():
     assert traffic["anonymous"] == {"ctr": {"missing_key": 7}}
 
 
-def test_keys_page_shows_its_keys_traffic_and_only_the_viewers(gateway_server, monkeypatch, deployer, team_a, team_b, artifact_factory):
+def test_keys_page_shows_its_keys_traffic_and_only_the_viewers(
+    gateway_server, monkeypatch, deployer, team_a, team_b, artifact_factory
+):
     factories.endpoint(factories.pool(team_a, "pool-a", ready_replicas=1), artifact_factory(team_a), name="ctr")
-    factories.endpoint(factories.pool(team_b, "pool-b", ready_replicas=1), artifact_factory(team_b, model_name="b"), name="theirs")
+    factories.endpoint(
+        factories.pool(team_b, "pool-b", ready_replicas=1), artifact_factory(team_b, model_name="b"), name="theirs"
+    )
     mine, _ = key_services.inference_key_create(user=deployer, team=team_a, name="ranker")
     boss = factories.user("boss-b")
     factories.member(boss, team_b, Role.DEPLOYER)
@@ -75,7 +81,7 @@ def test_keys_page_shows_its_keys_traffic_and_only_the_viewers(gateway_server, m
     client = Client()
     client.force_login(deployer)
     page = client.get("/deployments/keys/").content.decode()
-    section = page[page.index('<div id="key-traffic">'):]
+    section = page[page.index('<div id="key-traffic">') :]
     section = section[: section.index("</div>")]
     assert "ranker" in section and "<td>12</td>" in section and "concurrency_limit</span> 2" in section
     assert "invalid_key 4" in section and "their-key" not in section and "theirs" not in section

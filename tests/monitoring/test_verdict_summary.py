@@ -1,11 +1,11 @@
 """monitoring.verdict_summary: the judge's ticks as one row per check (pure functions)."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 from monitoring.verdict_summary import eta_text, progress_text, summarize
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _verdict(seconds, checks):
@@ -13,17 +13,31 @@ def _verdict(seconds, checks):
 
 
 def test_progress_is_rendered_from_the_evidence_only():
-    assert progress_text({"progress": {"have": 312, "need": 500, "unit": "requests"}, "eta_seconds": 40.2}) == ("312 of 500 requests · ~40 s", 0.624)
+    assert progress_text({"progress": {"have": 312, "need": 500, "unit": "requests"}, "eta_seconds": 40.2}) == (
+        "312 of 500 requests · ~40 s",
+        0.624,
+    )
     assert progress_text({"progress": {"have": 80, "need": None, "unit": "scores"}}) == ("80 scores", None)
-    assert progress_text({"progress": {"have": 900, "need": 500, "unit": "samples"}, "eta_seconds": None}) == ("sample complete: 900 samples", 1.0)
+    assert progress_text({"progress": {"have": 900, "need": 500, "unit": "samples"}, "eta_seconds": None}) == (
+        "sample complete: 900 samples",
+        1.0,
+    )
     assert progress_text({"name": "psi", "outcome": "pass"}) == ("", None)  # absent: nothing invented
     assert progress_text({"progress": "lots"}) == ("", None)
     assert [eta_text(s) for s in (0.4, 89, 600, 7200, -1, None)] == ["~0 s", "~89 s", "~10 min", "~2.0 h", "", ""]
 
 
 def test_one_row_per_check_in_the_latest_order_with_a_bounded_trend():
-    ticks = [_verdict(i, [{"name": "error_rate", "outcome": "inconclusive" if i < 19 else "fail"},
-                          *([{"name": "psi", "outcome": "pass"}] if i % 2 else [])]) for i in range(20)]
+    ticks = [
+        _verdict(
+            i,
+            [
+                {"name": "error_rate", "outcome": "inconclusive" if i < 19 else "fail"},
+                *([{"name": "psi", "outcome": "pass"}] if i % 2 else []),
+            ],
+        )
+        for i in range(20)
+    ]
     rows = summarize(list(reversed(ticks)), trend_length=5)  # newest first, as stored
     assert [r.name for r in rows] == ["error_rate", "psi"]
     assert rows[0].outcome == "fail" and [t["symbol"] for t in rows[0].trend] == ["·", "·", "·", "·", "✗"]
@@ -32,5 +46,10 @@ def test_one_row_per_check_in_the_latest_order_with_a_bounded_trend():
 
 
 def test_a_skipped_check_reads_as_skipped_not_unknown():
-    rows = summarize([_verdict(1, [{"name": "latency", "outcome": "skipped"}]), _verdict(0, [{"name": "latency", "outcome": "pass"}])])
+    rows = summarize(
+        [
+            _verdict(1, [{"name": "latency", "outcome": "skipped"}]),
+            _verdict(0, [{"name": "latency", "outcome": "pass"}]),
+        ]
+    )
     assert [t["symbol"] for t in rows[0].trend] == ["✓", "–"]

@@ -34,11 +34,24 @@ def two_tower(path: Path) -> Path:
             item = self.item_mlp(torch.cat([self.items(item_id[:, 0]), self.tags(item_tags).mean(dim=1)], dim=1))
             return torch.sigmoid((user * item).sum(dim=1, keepdim=True))
 
-    args = (torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 4))
+    args = (
+        torch.zeros(2, 1, dtype=torch.long),
+        torch.zeros(2, 1, dtype=torch.long),
+        torch.zeros(2, 3, dtype=torch.long),
+        torch.zeros(2, 4),
+    )
     names = ["user_id", "item_id", "item_tags", "user_dense"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(TwoTower().eval(), args, str(path), input_names=names, output_names=["score"],
-                      dynamic_axes={n: {0: "batch"} for n in names + ["score"]}, opset_version=17, dynamo=False)
+    torch.onnx.export(
+        TwoTower().eval(),
+        args,
+        str(path),
+        input_names=names,
+        output_names=["score"],
+        dynamic_axes={n: {0: "batch"} for n in names + ["score"]},
+        opset_version=17,
+        dynamo=False,
+    )
     return path
 
 
@@ -69,11 +82,17 @@ def two_outputs(path: Path) -> Path:
         helper.make_node("Sigmoid", ["logit"], ["score"]),
     ]
     graph = helper.make_graph(
-        nodes, "two_outputs", [helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["batch", "steps", 4])],
-        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1]),
-         helper.make_tensor_value_info("per_step", TensorProto.FLOAT, ["batch", "steps", 2])],
-        initializer=[numpy_helper.from_array(rng.normal(0, 0.5, (4, 2)).astype(np.float32), "w_step"),
-                     numpy_helper.from_array(rng.normal(0, 0.5, (4, 1)).astype(np.float32), "w_score")],
+        nodes,
+        "two_outputs",
+        [helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["batch", "steps", 4])],
+        [
+            helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1]),
+            helper.make_tensor_value_info("per_step", TensorProto.FLOAT, ["batch", "steps", 2]),
+        ],
+        initializer=[
+            numpy_helper.from_array(rng.normal(0, 0.5, (4, 2)).astype(np.float32), "w_step"),
+            numpy_helper.from_array(rng.normal(0, 0.5, (4, 1)).astype(np.float32), "w_score"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="modelplane-tests")
     model.ir_version = 8

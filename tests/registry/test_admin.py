@@ -26,11 +26,22 @@ def test_admin_changelists_render(admin_web, team_a, url):
 
 
 def test_admin_add_model_goes_through_the_service(admin_web, team_a):
-    response = admin_web.post("/admin/registry/registeredmodel/add/", {"name": "via-admin", "task": "ctr", "team": team_a.pk, "description": "",
-                                                                       "versions-TOTAL_FORMS": 0, "versions-INITIAL_FORMS": 0})
+    response = admin_web.post(
+        "/admin/registry/registeredmodel/add/",
+        {
+            "name": "via-admin",
+            "task": "ctr",
+            "team": team_a.pk,
+            "description": "",
+            "versions-TOTAL_FORMS": 0,
+            "versions-INITIAL_FORMS": 0,
+        },
+    )
     assert response.status_code == 302, response.content.decode()[:2000]
     model = RegisteredModel.objects.get(name="via-admin")
-    assert Event.objects.filter(object_type="registry.registeredmodel", object_id=str(model.pk), action="created").exists()
+    assert Event.objects.filter(
+        object_type="registry.registeredmodel", object_id=str(model.pk), action="created"
+    ).exists()
 
 
 def test_admin_delete_action_refuses_models_in_use(admin_web, staff, team_a, onnx_path):
@@ -38,7 +49,9 @@ def test_admin_delete_action_refuses_models_in_use(admin_web, staff, team_a, onn
     data = onnx_path.read_bytes()
     version_create_from_upload(user=staff, model=used, filename="m.onnx", chunks=[data])
     unused = factories.registered_model(team_a, name="unused")
-    admin_web.post("/admin/registry/registeredmodel/", {"action": "delete_unused", "_selected_action": [used.pk, unused.pk]})
+    admin_web.post(
+        "/admin/registry/registeredmodel/", {"action": "delete_unused", "_selected_action": [used.pk, unused.pk]}
+    )
     assert list(RegisteredModel.objects.values_list("name", flat=True)) == ["used"]
 
 

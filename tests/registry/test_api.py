@@ -5,8 +5,8 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from registry.models import Event, ModelVersion, RegisteredModel
 from registry import storage
+from registry.models import Event, ModelVersion, RegisteredModel
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -24,10 +24,16 @@ def _raw_multipart(api, model_name, content: bytes, name: str):
     """Django's test client strips path parts from file names; a real client may not."""
     boundary = "----modelplane-test"
     body = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
-        f"Content-Type: application/octet-stream\r\n\r\n"
-    ).encode() + content + f"\r\n--{boundary}--\r\n".encode()
-    return api.generic("POST", f"{MODELS}{model_name}/versions/", body, content_type=f"multipart/form-data; boundary={boundary}")
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + content
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    return api.generic(
+        "POST", f"{MODELS}{model_name}/versions/", body, content_type=f"multipart/form-data; boundary={boundary}"
+    )
 
 
 def _file(content: bytes, name: str):
@@ -49,9 +55,17 @@ def model_b(team_b):
 @pytest.mark.parametrize(
     "method,url",
     [
-        ("get", MODELS), ("post", MODELS), ("get", f"{MODELS}ranker-a/"), ("patch", f"{MODELS}ranker-a/"),
-        ("delete", f"{MODELS}ranker-a/"), ("get", f"{MODELS}ranker-a/versions/"), ("post", f"{MODELS}ranker-a/versions/"),
-        ("get", "/api/v1/versions/1/"), ("get", "/api/v1/versions/"), ("get", "/api/v1/events/"), ("get", "/api/v1/teams/"),
+        ("get", MODELS),
+        ("post", MODELS),
+        ("get", f"{MODELS}ranker-a/"),
+        ("patch", f"{MODELS}ranker-a/"),
+        ("delete", f"{MODELS}ranker-a/"),
+        ("get", f"{MODELS}ranker-a/versions/"),
+        ("post", f"{MODELS}ranker-a/versions/"),
+        ("get", "/api/v1/versions/1/"),
+        ("get", "/api/v1/versions/"),
+        ("get", "/api/v1/events/"),
+        ("get", "/api/v1/teams/"),
     ],
 )
 def test_every_endpoint_requires_authentication(model_a, method, url):
@@ -61,7 +75,9 @@ def test_every_endpoint_requires_authentication(model_a, method, url):
 
 
 def test_create_and_list_models(alice_api, team_a):
-    response = alice_api.post(MODELS, {"name": "ctr", "team": "team-a", "task": "ctr", "description": "d"}, format="json")
+    response = alice_api.post(
+        MODELS, {"name": "ctr", "team": "team-a", "task": "ctr", "description": "d"}, format="json"
+    )
     assert response.status_code == 201, response.json()
     assert response.json()["team"] == "team-a"
     listed = alice_api.get(MODELS).json()
@@ -122,7 +138,10 @@ def test_pagination_filtering_ordering(alice_api, team_a, team_b, staff, api_for
     page = alice_api.get(MODELS, {"page_size": 3}).json()
     assert page["count"] == 7 and len(page["results"]) == 3 and page["next"]
     assert alice_api.get(page["next"]).json()["results"][0]["name"] == "a-03"
-    assert [m["name"] for m in alice_api.get(MODELS, {"ordering": "-name", "page_size": 2}).json()["results"]] == ["a-06", "a-05"]
+    assert [m["name"] for m in alice_api.get(MODELS, {"ordering": "-name", "page_size": 2}).json()["results"]] == [
+        "a-06",
+        "a-05",
+    ]
     assert alice_api.get(MODELS, {"name": "a-0"}).json()["count"] == 7
     assert api_for(staff).get(MODELS, {"team": "team-b"}).json()["count"] == 1
 
@@ -166,7 +185,9 @@ def test_upload_onnx_reads_signature(alice_api, model_a, onnx_path):
         ("VALID", "model.pkl", 400, "not_onnx", ".onnx"),
     ],
 )
-def test_bad_uploads_are_refused_and_nothing_is_stored(alice_api, model_a, onnx_path, content, name, status, code, says):
+def test_bad_uploads_are_refused_and_nothing_is_stored(
+    alice_api, model_a, onnx_path, content, name, status, code, says
+):
     valid = onnx_path.read_bytes()
     if content == "TRUNCATED":
         content = valid[: len(valid) // 2]
@@ -197,10 +218,12 @@ def test_version_needs_exactly_one_source(alice_api, model_a, onnx_path):
 
 def test_mlflow_uri_that_does_not_resolve(alice_api, model_a, settings, tmp_path):
     settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     mlflow_config.configure.cache_clear()
-    response = alice_api.post(f"{MODELS}ranker-a/versions/", {"source_uri": "runs:/0123456789abcdef/model"}, format="json")
+    response = alice_api.post(
+        f"{MODELS}ranker-a/versions/", {"source_uri": "runs:/0123456789abcdef/model"}, format="json"
+    )
     assert response.status_code == 404
     assert response.json()["code"] == "source_not_found" and response.json()["detail"].startswith("source_uri:")
     response = alice_api.post(f"{MODELS}ranker-a/versions/", {"source_uri": "file:///etc/passwd"}, format="json")
@@ -212,7 +235,7 @@ def test_mlflow_onnx_model_registers(alice_api, model_a, settings, tmp_path, onn
     import mlflow
     import onnx
 
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")
@@ -221,7 +244,9 @@ def test_mlflow_onnx_model_registers(alice_api, model_a, settings, tmp_path, onn
     with mlflow.start_run(experiment_id=mlflow_config.experiment_id("api-test", team="team-a")) as run:
         mlflow.log_metric("auc", 0.71)
         mlflow.onnx.log_model(onnx.load(str(onnx_path)), name="model")
-    response = alice_api.post(f"{MODELS}ranker-a/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")
+    response = alice_api.post(
+        f"{MODELS}ranker-a/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json"
+    )
     assert response.status_code == 201, response.json()
     body = response.json()
     assert body["source"] == "mlflow" and body["framework"] == "onnx" and body["metrics"]["auc"] == pytest.approx(0.71)
@@ -240,6 +265,11 @@ def test_teams_lists_my_roles(alice_api, team_a, team_b):
 def test_openapi_schema_and_docs(alice_api):
     schema = alice_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     assert schema["openapi"].startswith("3.")
-    for path in ("/api/v1/models/", "/api/v1/models/{model_name}/versions/", "/api/v1/versions/{id}/", "/api/v1/events/"):
+    for path in (
+        "/api/v1/models/",
+        "/api/v1/models/{model_name}/versions/",
+        "/api/v1/versions/{id}/",
+        "/api/v1/events/",
+    ):
         assert path in schema["paths"], path
     assert alice_api.get(reverse("api-docs")).status_code == 200

@@ -34,7 +34,14 @@ def test_start_build_is_idempotent_per_key(alice_api, version):
     assert first.status_code == 201, first.json()
     body = first.json()
     assert body["status"] == "queued" and body["targets"] == ["onnx-fp32", "onnx-int8"] and body["progress"] == 0
-    assert [s["name"] for s in body["stages"]] == ["canonicalize", "optimize", "variants", "validate", "benchmark", "package"]
+    assert [s["name"] for s in body["stages"]] == [
+        "canonicalize",
+        "optimize",
+        "variants",
+        "validate",
+        "benchmark",
+        "package",
+    ]
     again = alice_api.post(url, {"targets": ["onnx-fp32", "onnx-int8"]}, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
     assert again.status_code == 200 and again.json()["id"] == body["id"]
     other = alice_api.post(url, {"targets": ["onnx-fp32"]}, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
@@ -82,14 +89,22 @@ def test_finished_build_artifacts_and_download(alice_api, alice, version, django
     assert download.status_code == 200 and download["Content-Type"] == "application/gzip"
     with tarfile.open(fileobj=io.BytesIO(b"".join(download.streaming_content)), mode="r:gz") as tar:
         names = set(tar.getnames())
-    assert {f"{int8['triton_model_name']}/config.pbtxt", f"{int8['triton_model_name']}/1/model.onnx", f"{int8['triton_model_name']}/1/model.py"} <= names
+    assert {
+        f"{int8['triton_model_name']}/config.pbtxt",
+        f"{int8['triton_model_name']}/1/model.onnx",
+        f"{int8['triton_model_name']}/1/model.py",
+    } <= names
     assert alice_api.post(f"/api/v1/builds/{build.pk}/cancel/").json()["code"] == "build_finished"
 
 
 def test_cancel_a_queued_build(alice_api, alice, version):
     build, _ = build_services.build_start(user=alice, version=version)
     response = alice_api.post(f"/api/v1/builds/{build.pk}/cancel/", {"reason": "changed my mind"}, format="json")
-    assert response.status_code == 200 and response.json()["status"] == "cancelled" and response.json()["error"] == "changed my mind"
+    assert (
+        response.status_code == 200
+        and response.json()["status"] == "cancelled"
+        and response.json()["error"] == "changed my mind"
+    )
     version.refresh_from_db()
     assert version.status == "registered"  # nothing was built: back to where it was
     assert runner.run(build.pk, owner="late-worker") == "nothing-to-do"
@@ -97,8 +112,13 @@ def test_cancel_a_queued_build(alice_api, alice, version):
 
 def test_schema_lists_build_endpoints(alice_api):
     schema = alice_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
-    for route in ("/api/v1/versions/{version_id}/builds/", "/api/v1/builds/{id}/", "/api/v1/builds/{id}/cancel/",
-                  "/api/v1/versions/{version_id}/artifacts/", "/api/v1/artifacts/{id}/download/"):
+    for route in (
+        "/api/v1/versions/{version_id}/builds/",
+        "/api/v1/builds/{id}/",
+        "/api/v1/builds/{id}/cancel/",
+        "/api/v1/versions/{version_id}/artifacts/",
+        "/api/v1/artifacts/{id}/download/",
+    ):
         assert route in schema["paths"], route
 
 
@@ -108,7 +128,9 @@ def test_build_page_polls_until_done_then_286(client, alice, version):
     client.force_login(alice)
     build, _ = build_services.build_start(user=alice, version=version)
     page = client.get(reverse("registry:build-detail", args=[build.pk]))
-    assert page.status_code == 200 and b'hx-trigger="every 2s"' in page.content and b'role="progressbar"' in page.content
+    assert (
+        page.status_code == 200 and b'hx-trigger="every 2s"' in page.content and b'role="progressbar"' in page.content
+    )
     partial = client.get(reverse("registry:build-detail", args=[build.pk]), HTTP_HX_REQUEST="true")
     assert partial.status_code == 200 and b"<html" not in partial.content and b"canonicalize" in partial.content
     runner.run(build.pk, owner="page-test")
@@ -127,7 +149,11 @@ def test_version_page_has_start_button_variants_table_and_chart(client, alice, v
     runner.run(build.pk, owner="page-test")
     content = client.get(url).content.decode()
     assert "Start build" in content and 'id="variants"' in content and "ranker__v1__onnx-int8" in content
-    assert 'id="latency-data"' in content and "vendor/chartjs/chart.umd.min.js" in content and '"batch_sizes": [1, 8]' in content
+    assert (
+        'id="latency-data"' in content
+        and "vendor/chartjs/chart.umd.min.js" in content
+        and '"batch_sizes": [1, 8]' in content
+    )
     builds = client.get(reverse("registry:build-list")).content.decode()
     assert f"#{build.pk}" in builds and ">Builds<" in builds  # the nav item appears
 

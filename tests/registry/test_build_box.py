@@ -30,7 +30,9 @@ def _build(user, version):
     return outcome, build
 
 
-def test_the_constant_of_shape_bomb_fails_with_the_memory_reason_and_the_next_build_succeeds(alice, team_a, tmp_path, onnx_path, settings):
+def test_the_constant_of_shape_bomb_fails_with_the_memory_reason_and_the_next_build_succeeds(
+    alice, team_a, tmp_path, onnx_path, settings
+):
     settings.BUILD_MEMORY_LIMIT_MB = 1024
     bomb_path = constant_of_shape_onnx(tmp_path / "bomb.onnx")
     assert bomb_path.stat().st_size < 400
@@ -49,7 +51,10 @@ def test_the_constant_of_shape_bomb_fails_with_the_memory_reason_and_the_next_bu
 
 def test_a_build_over_its_cpu_time_fails_with_the_cpu_reason(alice, team_a, onnx_path, settings):
     settings.BUILD_CPU_LIMIT_S = 1
-    settings.BUILD_BENCH_SECONDS, settings.BUILD_BENCH_MAX_ITERS = 3.0, 10**9  # the benchmark spins 3 s per (variant, batch)
+    settings.BUILD_BENCH_SECONDS, settings.BUILD_BENCH_MAX_ITERS = (
+        3.0,
+        10**9,
+    )  # the benchmark spins 3 s per (variant, batch)
     model = factories.registered_model(team_a, name="slow")
     outcome, build = _build(alice, upload_version(alice, model, onnx_path))
     assert outcome == "failed", build.error
@@ -62,6 +67,11 @@ def test_the_stages_run_in_a_child_process_not_in_the_worker(alice, team_a, onnx
     outcome, build = _build(alice, upload_version(alice, model, onnx_path))
     elapsed = time.monotonic() - started
     assert outcome == "published", build.error
-    child_pids = {line.split("pid ")[1].split(")")[0] for s in build.stages for line in s["log"].splitlines() if "build process pid" in line}
+    child_pids = {
+        line.split("pid ")[1].split(")")[0]
+        for s in build.stages
+        for line in s["log"].splitlines()
+        if "build process pid" in line
+    }
     assert len(child_pids) == 1 and child_pids != {str(os.getpid())}
     print(f"boxed build: {elapsed:.2f}s")

@@ -66,5 +66,11 @@ def test_json_safe_replaces_nan_and_inf():
 
 def test_degenerate_names_what_is_wrong():
     assert numerics.degenerate(np.array([[0.1], [0.2]]), classifier=True) is None
-    assert numerics.degenerate(np.array([[0.3], [0.3], [0.3]]), classifier=True) == "model outputs are constant (0.3 on every row): AUC undefined"
-    assert numerics.degenerate(np.array([[1.0], [np.nan]]), classifier=False) == "model outputs contain NaN/Inf (1 of 2 values)"
+    assert (
+        numerics.degenerate(np.array([[0.3], [0.3], [0.3]]), classifier=True)
+        == "model outputs are constant (0.3 on every row): AUC undefined"
+    )
+    assert (
+        numerics.degenerate(np.array([[1.0], [np.nan]]), classifier=False)
+        == "model outputs contain NaN/Inf (1 of 2 values)"
+    )

@@ -48,18 +48,24 @@ def _triton_infer(url: str, name: str, feeds: dict) -> np.ndarray:
     return client.infer(name, inputs, outputs=[httpclient.InferRequestedOutput("ctr")]).as_numpy("ctr")
 
 
-def test_worker_builds_and_tritonserver_serves_the_cpu_variants(celery_worker, subprocess_env, alice_api, alice, team_a, onnx_path, tmp_path):
+def test_worker_builds_and_tritonserver_serves_the_cpu_variants(
+    celery_worker, subprocess_env, alice_api, alice, team_a, onnx_path, tmp_path
+):
     from deployments.tritonserver import TritonNotAvailable, TritonProcess, find_binary
 
     subprocess_env.update(fast_build_env())
     worker = celery_worker()
     version = upload_version(alice, factories.registered_model(team_a, name="ranker"), onnx_path)
-    response = alice_api.post(f"/api/v1/versions/{version.pk}/builds/", {}, format="json", HTTP_IDEMPOTENCY_KEY="integration-1")
+    response = alice_api.post(
+        f"/api/v1/versions/{version.pk}/builds/", {}, format="json", HTTP_IDEMPOTENCY_KEY="integration-1"
+    )
     assert response.status_code == 201, response.json()
     build_id = response.json()["id"]
     build = _wait_for(
         lambda: (b := Build.objects.get(pk=build_id)).status in BuildStatus.terminal() and b,
-        timeout=120, what="the build to finish", worker_log=worker.log_path,
+        timeout=120,
+        what="the build to finish",
+        worker_log=worker.log_path,
     )
     assert build.status == BuildStatus.SUCCEEDED, build.error
     body = alice_api.get(f"/api/v1/builds/{build_id}/").json()
@@ -96,11 +102,16 @@ def test_worker_builds_and_tritonserver_serves_the_cpu_variants(celery_worker, s
         server.stop()
 
 
-def test_sigkill_mid_build_ends_with_exactly_one_published_set(celery_worker, subprocess_env, alice, team_a, onnx_path, tmp_path):
+def test_sigkill_mid_build_ends_with_exactly_one_published_set(
+    celery_worker, subprocess_env, alice, team_a, onnx_path, tmp_path
+):
     subprocess_env.update(fast_build_env())
     # A short lease, a quick reclaim tick, and a benchmark long enough to kill the worker inside it.
     subprocess_env.update(
-        BUILD_LEASE_SECONDS="2", BUILD_RECLAIM_INTERVAL_S="1", BUILD_BENCH_SECONDS="0.6", BUILD_BENCH_MAX_ITERS="100000000",
+        BUILD_LEASE_SECONDS="2",
+        BUILD_RECLAIM_INTERVAL_S="1",
+        BUILD_BENCH_SECONDS="0.6",
+        BUILD_BENCH_MAX_ITERS="100000000",
         BUILD_BENCH_BATCHES="1,8,32,128",
     )
     first = celery_worker()
@@ -126,7 +137,9 @@ def test_sigkill_mid_build_ends_with_exactly_one_published_set(celery_worker, su
     second = celery_worker(extra=["-B", "-s", str(tmp_path / "beat-schedule")])
     done = _wait_for(
         lambda: (b := Build.objects.get(pk=build.pk)).status in BuildStatus.terminal() and b,
-        timeout=150, what="the retried build", worker_log=second.log_path,
+        timeout=150,
+        what="the retried build",
+        worker_log=second.log_path,
     )
     assert done.status == BuildStatus.SUCCEEDED, done.error
     assert done.attempt == 2
@@ -135,5 +148,9 @@ def test_sigkill_mid_build_ends_with_exactly_one_published_set(celery_worker, su
     assert all(a.build_id == build.pk and a.status == "servable" for a in artifacts)
     published = sorted(p.name for p in (storage.root() / "dirs").glob("*/*"))
     assert published == sorted(a.sha256 for a in artifacts)  # nothing else, nothing half-visible
-    reasons = list(Event.objects.filter(object_type="registry.build", object_id=str(build.pk), to_state="queued").values_list("reason", flat=True))
+    reasons = list(
+        Event.objects.filter(object_type="registry.build", object_id=str(build.pk), to_state="queued").values_list(
+            "reason", flat=True
+        )
+    )
     assert any("expired" in r and "requeued" in r for r in reasons)

@@ -14,7 +14,13 @@ from registry.factory.stages import ADAPTER
 from registry.models import Artifact, Build, BuildStatus, Event, VersionStatus
 from registry.services import builds as build_services
 from tests import factories
-from tests.registry.build_helpers import custom_op_onnx, fast_build_settings, nan_variant_onnx, raw_version, upload_version
+from tests.registry.build_helpers import (
+    custom_op_onnx,
+    fast_build_settings,
+    nan_variant_onnx,
+    raw_version,
+    upload_version,
+)
 
 # transaction=True: the runner's heartbeat thread has its own connection and must see the rows.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,7 +55,14 @@ def test_build_of_uploaded_onnx_yields_servable_fp32_and_int8(alice, ranker, onn
 
     assert build.status == BuildStatus.SUCCEEDED, build.error
     assert build.progress == 100 and build.attempt == 1 and not build.lease_owner
-    assert [s["name"] for s in build.stages] == ["canonicalize", "optimize", "variants", "validate", "benchmark", "package"]
+    assert [s["name"] for s in build.stages] == [
+        "canonicalize",
+        "optimize",
+        "variants",
+        "validate",
+        "benchmark",
+        "package",
+    ]
     assert all(s["status"] == "succeeded" and s["duration_s"] is not None for s in build.stages)
     assert "fused 26 embedding lookups" not in build.stages[1]["log"]  # the tiny graph has one table
     artifacts = {a.variant: a for a in Artifact.objects.filter(build=build)}
@@ -61,7 +74,10 @@ def test_build_of_uploaded_onnx_yields_servable_fp32_and_int8(alice, ranker, onn
         assert directory.name == artifact.sha256 == storage.tree_sha256(directory)
         config = triton_config.parse((directory / "config.pbtxt").read_text())
         assert config.name == artifact.triton_model_name and config.backend == "python"
-        assert [(i.name, list(i.dims), i.data_type) for i in config.input] == [("dense", [13], mc.TYPE_FP32), ("sparse", [26], mc.TYPE_INT64)]
+        assert [(i.name, list(i.dims), i.data_type) for i in config.input] == [
+            ("dense", [13], mc.TYPE_FP32),
+            ("sparse", [26], mc.TYPE_INT64),
+        ]
         assert config.max_batch_size == 512 and config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
         assert config.parameters["onnx_file"].string_value == "model.onnx"
         assert filecmp.cmp(directory / "1" / "model.py", ADAPTER, shallow=False)
@@ -75,7 +91,9 @@ def test_build_of_uploaded_onnx_yields_servable_fp32_and_int8(alice, ranker, onn
     assert int8.size_bytes < fp32.size_bytes
     version.refresh_from_db()
     assert version.status == VersionStatus.READY
-    transitions = list(Event.objects.filter(object_type="registry.build", object_id=str(build.pk)).values_list("to_state", flat=True))
+    transitions = list(
+        Event.objects.filter(object_type="registry.build", object_id=str(build.pk)).values_list("to_state", flat=True)
+    )
     assert set(transitions) >= {"queued", "running", "succeeded"}
 
 
@@ -85,20 +103,28 @@ def test_on_a_worker_without_a_gpu_gpu_targets_are_skipped_with_the_reason_and_n
     assert build.status == BuildStatus.SUCCEEDED, build.error  # onnx-fp32 is servable
     artifacts = {a.variant: a for a in build.artifacts.all()}
     assert artifacts["onnx-fp32"].status == "servable"
-    for variant, provider in (("onnx-fp32-gpu", "CUDAExecutionProvider"), ("onnx-fp16", "CUDAExecutionProvider"),
-                              ("tensorrt", "TensorrtExecutionProvider")):
+    for variant, provider in (
+        ("onnx-fp32-gpu", "CUDAExecutionProvider"),
+        ("onnx-fp16", "CUDAExecutionProvider"),
+        ("tensorrt", "TensorrtExecutionProvider"),
+    ):
         artifact = artifacts[variant]
         assert artifact.status == "skipped" and artifact.status_reason.startswith(f"not validated on {provider}")
         assert "the CPU build has no GPU providers" in artifact.status_reason
         assert "passed" not in artifact.validation and artifact.benchmark == {"skipped": artifact.status_reason}
         config = triton_config.parse((storage.absolute(artifact.path) / "config.pbtxt").read_text())
         assert config.platform == "onnxruntime_onnx" and config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
-        assert config.max_batch_size == 4096 and list(config.dynamic_batching.preferred_batch_size) == [32, 512, 4096]  # stated default
+        assert config.max_batch_size == 4096 and list(config.dynamic_batching.preferred_batch_size) == [
+            32,
+            512,
+            4096,
+        ]  # stated default
         assert not (storage.absolute(artifact.path) / "1" / "model.py").exists()
     # Evidence a CPU can give (does the graph run, how far are its outputs), not a validation.
     assert artifacts["onnx-fp16"].validation["cpu_check"]["max_abs_error"] < 1e-2
-    accelerator = triton_config.parse((storage.absolute(artifacts["tensorrt"].path) / "config.pbtxt").read_text()) \
-        .optimization.execution_accelerators.gpu_execution_accelerator[0]
+    accelerator = triton_config.parse(
+        (storage.absolute(artifacts["tensorrt"].path) / "config.pbtxt").read_text()
+    ).optimization.execution_accelerators.gpu_execution_accelerator[0]
     assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
     assert accelerator.parameters["trt_engine_cache_enable"] == "1"
     assert "onnx-fp32-gpu: skipped (not validated on CUDAExecutionProvider" in build.stages[3]["log"]
@@ -148,12 +174,24 @@ def test_variant_that_outputs_nan_is_rejected_with_evidence(onnx_path, tmp_path)
     shutil.copyfile(onnx_path, canonical)
     lines = []
     ctx = stages.BuildContext(
-        work_dir=tmp_path, model_name="ranker", version=1, task="ctr", source="upload", framework="onnx",
-        source_path=canonical, source_uri="", expected_signature={}, targets=["onnx-fp32", "onnx-int8"], log=lines.append,
+        work_dir=tmp_path,
+        model_name="ranker",
+        version=1,
+        task="ctr",
+        source="upload",
+        framework="onnx",
+        source_path=canonical,
+        source_uri="",
+        expected_signature={},
+        targets=["onnx-fp32", "onnx-int8"],
+        log=lines.append,
     )
     ctx.canonical = canonical
     ctx.signature = {
-        "inputs": [{"name": "dense", "dtype": "float32", "shape": [-1, 13]}, {"name": "sparse", "dtype": "int64", "shape": [-1, 26]}],
+        "inputs": [
+            {"name": "dense", "dtype": "float32", "shape": [-1, 13]},
+            {"name": "sparse", "dtype": "int64", "shape": [-1, 26]},
+        ],
         "outputs": [{"name": "ctr", "dtype": "float32", "shape": [-1, 1]}],
     }
     ctx.variants = {
@@ -171,7 +209,11 @@ def test_variant_that_outputs_nan_is_rejected_with_evidence(onnx_path, tmp_path)
 
 
 def test_signature_mismatch_fails(alice, ranker, onnx_path):
-    version = raw_version(ranker, onnx_path, signature={"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 39]}], "outputs": []})
+    version = raw_version(
+        ranker,
+        onnx_path,
+        signature={"inputs": [{"name": "features", "dtype": "float32", "shape": [-1, 39]}], "outputs": []},
+    )
     build = _build(alice, version)
     assert build.status == BuildStatus.FAILED and "signature mismatch" in build.error and "features" in build.error
 
@@ -188,7 +230,9 @@ def test_a_live_lease_keeps_other_workers_out_and_an_expired_one_is_reclaimed(al
     assert build_services.builds_reclaim() == [build.pk]
     build.refresh_from_db()
     assert build.status == BuildStatus.QUEUED and build.lease_owner == ""
-    assert Event.objects.filter(object_id=str(build.pk), to_state="queued", reason__contains="lease of w1 expired").exists()
+    assert Event.objects.filter(
+        object_id=str(build.pk), to_state="queued", reason__contains="lease of w1 expired"
+    ).exists()
 
     # The worker that lost its lease can no longer write; the new owner publishes once.
     assert runner.run(build.pk, owner="w3") == "published"
@@ -262,5 +306,12 @@ def test_build_log_and_variants_table_give_the_same_sizes(alice, ranker, onnx_pa
 def test_sizes_are_written_in_iec_units():
     from registry.sizes import human_size
 
-    assert [human_size(n) for n in (None, 1, 1000, 1024, 1536, 10 * 1024 ** 2 + 1, 300 * 1024 ** 3)] == [
-        "—", "1 byte", "1000 bytes", "1.00 KiB", "1.50 KiB", "10 MiB", "300 GiB"]
+    assert [human_size(n) for n in (None, 1, 1000, 1024, 1536, 10 * 1024**2 + 1, 300 * 1024**3)] == [
+        "—",
+        "1 byte",
+        "1000 bytes",
+        "1.00 KiB",
+        "1.50 KiB",
+        "10 MiB",
+        "300 GiB",
+    ]

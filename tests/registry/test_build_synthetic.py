@@ -41,14 +41,19 @@ def small_table_ranker(path, *, rows=500, between=None):
         helper.make_node("Sigmoid", ["logit"], ["score"]),
     ]
     graph = helper.make_graph(
-        nodes, "small_table_ranker",
-        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 8]),
-         helper.make_tensor_value_info("item_id", TensorProto.INT64, ["batch", 1])],
+        nodes,
+        "small_table_ranker",
+        [
+            helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 8]),
+            helper.make_tensor_value_info("item_id", TensorProto.INT64, ["batch", 1]),
+        ],
         [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
-        initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (rows, 4)).astype(np.float32), "item_table"),
-                     numpy_helper.from_array(rng.normal(0, 0.3, (12, 1)).astype(np.float32), "w"),
-                     numpy_helper.from_array(np.array([1], np.int64), "one"),
-                     numpy_helper.from_array(np.array([1], np.int64), "axis1")],
+        initializer=[
+            numpy_helper.from_array(rng.normal(0, 0.3, (rows, 4)).astype(np.float32), "item_table"),
+            numpy_helper.from_array(rng.normal(0, 0.3, (12, 1)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.array([1], np.int64), "one"),
+            numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -103,13 +108,21 @@ def test_a_tree_ensemble_builds_with_int8_skipped_and_both_outputs_checked(alice
     build = _build(alice, upload_version(alice, model, gbt(tmp_path / "gbt.onnx")))
     assert build.status == BuildStatus.SUCCEEDED, build.error
     artifacts = {a.variant: a for a in Artifact.objects.filter(build=build)}
-    assert artifacts["onnx-int8"].status == "skipped" and "ai.onnx.ml operators (TreeEnsembleClassifier)" in artifacts["onnx-int8"].status_reason
+    assert (
+        artifacts["onnx-int8"].status == "skipped"
+        and "ai.onnx.ml operators (TreeEnsembleClassifier)" in artifacts["onnx-int8"].status_reason
+    )
     fp32 = artifacts["onnx-fp32"]
     assert fp32.status == "servable" and fp32.validation["primary_output"] == "probabilities"
     assert fp32.validation["outputs"]["label"]["equal_share"] == 1.0 and fp32.validation["max_abs_error"] <= 1e-5
     config = triton_config.parse((storage.absolute(fp32.path) / "config.pbtxt").read_text())
     label = next(o for o in config.output if o.name == "label")
-    assert list(label.dims) == [1] and label.HasField("reshape") and list(label.reshape.shape) == [] and label.data_type == mc.TYPE_INT64
+    assert (
+        list(label.dims) == [1]
+        and label.HasField("reshape")
+        and list(label.reshape.shape) == []
+        and label.data_type == mc.TYPE_INT64
+    )
 
 
 def test_two_outputs_and_a_dynamic_dimension_are_validated_on_every_output(alice, team_a, tmp_path, settings):
@@ -119,9 +132,15 @@ def test_two_outputs_and_a_dynamic_dimension_are_validated_on_every_output(alice
     model = factories.registered_model(team_a, name="seq")
     build = _build(alice, upload_version(alice, model, two_outputs(tmp_path / "seq.onnx")))
     assert build.status == BuildStatus.SUCCEEDED, build.error
-    assert "2 outputs: variants judged on 'score', the others checked too" in next(s for s in build.stages if s["name"] == "validate")["log"]
+    assert (
+        "2 outputs: variants judged on 'score', the others checked too"
+        in next(s for s in build.stages if s["name"] == "validate")["log"]
+    )
     for artifact in Artifact.objects.filter(build=build):
         assert artifact.status == "servable", artifact.status_reason
         per_step = artifact.validation["outputs"]["per_step"]
         assert per_step["values"] == artifact.validation["rows"] * 3 * 2 and per_step["nan_count"] == 0
-    assert Artifact.objects.get(build=build, variant="onnx-fp32").validation["outputs"]["per_step"]["max_abs_error"] <= 1e-5
+    assert (
+        Artifact.objects.get(build=build, variant="onnx-fp32").validation["outputs"]["per_step"]["max_abs_error"]
+        <= 1e-5
+    )

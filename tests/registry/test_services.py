@@ -1,6 +1,6 @@
 import pytest
 
-from config.errors import Conflict, Forbidden, InvalidInput
+from kernel.errors import Conflict, Forbidden, InvalidInput
 from registry import storage
 from registry.models import Event, ModelVersion, Role
 from registry.services.catalog import model_create, model_delete, version_create_from_upload

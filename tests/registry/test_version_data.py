@@ -36,8 +36,11 @@ def _npz(**arrays) -> bytes:
 
 def _rows(n, seed=0, rows_in_table=500):
     rng = np.random.default_rng(seed)
-    return {"features": rng.standard_normal((n, 8)).astype(np.float32), "item_id": rng.integers(0, rows_in_table, (n, 1)),
-            "label": (rng.random(n) < 0.3).astype(np.int64)}
+    return {
+        "features": rng.standard_normal((n, 8)).astype(np.float32),
+        "item_id": rng.integers(0, rows_in_table, (n, 1)),
+        "label": (rng.random(n) < 0.3).astype(np.int64),
+    }
 
 
 @pytest.fixture
@@ -69,31 +72,54 @@ def test_npz_validation_set_is_checked_stored_and_listed(alice_api, version):
 
 def test_parquet_with_list_columns_and_json_lines_are_read(alice_api, version):
     data = _rows(50, seed=1)
-    table = pa.table({"features": [list(map(float, r)) for r in data["features"]], "item_id": [list(map(int, r)) for r in data["item_id"]],
-                      "clicked": data["label"]})
+    table = pa.table(
+        {
+            "features": [list(map(float, r)) for r in data["features"]],
+            "item_id": [list(map(int, r)) for r in data["item_id"]],
+            "clicked": data["label"],
+        }
+    )
     sink = io.BytesIO()
     pq.write_table(table, sink)
     response = _post(alice_api, version, sink.getvalue(), "val.parquet", label="clicked")
     assert response.status_code == 201, response.json()
     assert response.json()["format"] == "parquet" and response.json()["label"] == "clicked"
     # item_id is [batch, 1]: a bare number per row is taken as that one value
-    lines = "\n".join(json.dumps({"features": r.tolist(), "item_id": int(i[0])}) for r, i in zip(data["features"][:3], data["item_id"][:3]))
+    lines = "\n".join(
+        json.dumps({"features": r.tolist(), "item_id": int(i[0])})
+        for r, i in zip(data["features"][:3], data["item_id"][:3])
+    )
     response = _post(alice_api, version, lines.encode(), "example.jsonl", kind="example")
     assert response.status_code == 201, response.json()
     assert response.json()["rows"] == 3 and response.json()["label"] == ""
     assert VersionData.objects.filter(version=version).count() == 2
 
 
-@pytest.mark.parametrize("mutate,status,needle", [
-    (lambda d: d.pop("item_id"), 400, "missing input(s) ['item_id']"),
-    (lambda d: d.update(item_id=d["item_id"].astype(np.float32)), 400, "input 'item_id' is int64 in the model; the data holds float32"),
-    (lambda d: d.update(features=d["features"][:, :5]), 400, "input 'features' has shape [20, 5]; the model takes [-1, 8]"),
-    (lambda d: d.update(item_id=d["item_id"][:10]), 400, "input 'item_id' has 10 rows, other inputs have 20"),
-    (lambda d: d.update(user_id=d["item_id"]), 400, "unknown name(s) ['user_id']"),
-    (lambda d: d.pop("label"), 400, "no label 'label'"),
-    (lambda d: d.update(label=np.full(20, np.nan)), 400, "label 'label' has NaN/Inf values"),
-    (lambda d: d.update(features=np.array([["a"] * 8] * 20)), 400, "input 'features' is float32 in the model; the data holds strings"),
-])
+@pytest.mark.parametrize(
+    "mutate,status,needle",
+    [
+        (lambda d: d.pop("item_id"), 400, "missing input(s) ['item_id']"),
+        (
+            lambda d: d.update(item_id=d["item_id"].astype(np.float32)),
+            400,
+            "input 'item_id' is int64 in the model; the data holds float32",
+        ),
+        (
+            lambda d: d.update(features=d["features"][:, :5]),
+            400,
+            "input 'features' has shape [20, 5]; the model takes [-1, 8]",
+        ),
+        (lambda d: d.update(item_id=d["item_id"][:10]), 400, "input 'item_id' has 10 rows, other inputs have 20"),
+        (lambda d: d.update(user_id=d["item_id"]), 400, "unknown name(s) ['user_id']"),
+        (lambda d: d.pop("label"), 400, "no label 'label'"),
+        (lambda d: d.update(label=np.full(20, np.nan)), 400, "label 'label' has NaN/Inf values"),
+        (
+            lambda d: d.update(features=np.array([["a"] * 8] * 20)),
+            400,
+            "input 'features' is float32 in the model; the data holds strings",
+        ),
+    ],
+)
 def test_data_that_disagrees_with_the_signature_is_refused_naming_what(alice_api, version, mutate, status, needle):
     data = _rows(20)
     mutate(data)
@@ -105,7 +131,9 @@ def test_data_that_disagrees_with_the_signature_is_refused_naming_what(alice_api
 def test_pickles_are_never_loaded(alice_api, version):
     response = _post(alice_api, version, pickle.dumps({"features": [1.0]}), "val.pkl")
     assert response.status_code == 400 and "pickle" in response.json()["detail"]
-    object_npz = _npz(features=np.array([object()] * 3, dtype=object), item_id=np.zeros((3, 1), np.int64), label=np.zeros(3))
+    object_npz = _npz(
+        features=np.array([object()] * 3, dtype=object), item_id=np.zeros((3, 1), np.int64), label=np.zeros(3)
+    )
     response = _post(alice_api, version, object_npz)
     assert response.status_code == 400 and "needs pickle" in response.json()["detail"]
     assert not VersionData.objects.exists()
@@ -166,16 +194,27 @@ def test_data_uploaded_with_the_version_and_refused_data_leaves_no_version(alice
     onnx_bytes = small_table_ranker(tmp_path / "m.onnx").read_bytes()
     bad = _rows(10)
     bad.pop("item_id")
-    response = alice_api.post("/api/v1/models/with-data/versions/", {"file": _file(onnx_bytes, "m.onnx"), "validation_data": _file(_npz(**bad), "v.npz")},
-                              format="multipart")
-    assert response.status_code == 400 and response.json()["detail"].startswith("validation_data: missing input(s) ['item_id']"), response.json()
+    response = alice_api.post(
+        "/api/v1/models/with-data/versions/",
+        {"file": _file(onnx_bytes, "m.onnx"), "validation_data": _file(_npz(**bad), "v.npz")},
+        format="multipart",
+    )
+    assert response.status_code == 400 and response.json()["detail"].startswith(
+        "validation_data: missing input(s) ['item_id']"
+    ), response.json()
     assert response.json()["errors"] == {"validation_data": [response.json()["detail"]]}
     assert not ModelVersion.objects.exists() and not VersionData.objects.exists()
     assert not list((storage.root() / "sha256").rglob("*.onnx")) and not _stored_npz()
-    response = alice_api.post("/api/v1/models/with-data/versions/", {
-        "file": _file(onnx_bytes, "m.onnx"), "validation_data": _file(_npz(**{("y" if k == "label" else k): v for k, v in _rows(25).items()}), "v.npz"), "label": "y",
-        "input_example": _file(_npz(**{k: v[:2] for k, v in _rows(2).items() if k != "label"}), "e.npz"),
-    }, format="multipart")
+    response = alice_api.post(
+        "/api/v1/models/with-data/versions/",
+        {
+            "file": _file(onnx_bytes, "m.onnx"),
+            "validation_data": _file(_npz(**{("y" if k == "label" else k): v for k, v in _rows(25).items()}), "v.npz"),
+            "label": "y",
+            "input_example": _file(_npz(**{k: v[:2] for k, v in _rows(2).items() if k != "label"}), "e.npz"),
+        },
+        format="multipart",
+    )
     assert response.status_code == 201, response.json()
     version = ModelVersion.objects.get()
     kinds = {d.kind: d for d in VersionData.objects.filter(version=version)}
@@ -187,7 +226,7 @@ def test_the_input_example_logged_in_mlflow_is_what_the_build_runs_on(alice, ali
     import mlflow
     import onnx
 
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     fast_build_settings(settings)
     settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -197,9 +236,13 @@ def test_the_input_example_logged_in_mlflow_is_what_the_build_runs_on(alice, ali
     example = {k: v for k, v in _rows(6, seed=9).items() if k != "label"}
     try:
         with mlflow.start_run(experiment_id=mlflow_config.experiment_id("data-test", team=team_a.name)) as run:
-            mlflow.onnx.log_model(onnx.load(str(small_table_ranker(tmp_path / "m.onnx"))), name="model", input_example=example)
+            mlflow.onnx.log_model(
+                onnx.load(str(small_table_ranker(tmp_path / "m.onnx"))), name="model", input_example=example
+            )
         factories.registered_model(team_a, name="from-mlflow")
-        response = alice_api.post("/api/v1/models/from-mlflow/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")
+        response = alice_api.post(
+            "/api/v1/models/from-mlflow/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json"
+        )
         assert response.status_code == 201, response.json()
         from registry.models import ModelVersion
 
@@ -218,12 +261,14 @@ def test_the_input_example_logged_in_mlflow_is_what_the_build_runs_on(alice, ali
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_validation_dataset_logged_to_the_mlflow_run_is_validated_on_and_outside_files_are_not_read(alice, alice_api, team_a, settings, tmp_path):
+def test_a_validation_dataset_logged_to_the_mlflow_run_is_validated_on_and_outside_files_are_not_read(
+    alice, alice_api, team_a, settings, tmp_path
+):
     import mlflow
     import onnx
     import pandas as pd
 
-    from config import mlflow as mlflow_config
+    from kernel import mlflow as mlflow_config
 
     fast_build_settings(settings)
     settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -231,7 +276,9 @@ def test_a_validation_dataset_logged_to_the_mlflow_run_is_validated_on_and_outsi
     mlflow_config.configure.cache_clear()
     mlflow_config.configure()
     rows = _rows(120, seed=4)
-    frame = pd.DataFrame({"features": list(rows["features"]), "item_id": list(rows["item_id"]), "clicked": rows["label"]})
+    frame = pd.DataFrame(
+        {"features": list(rows["features"]), "item_id": list(rows["item_id"]), "clicked": rows["label"]}
+    )
     inside, outside = tmp_path / "val.parquet", tmp_path / "elsewhere.parquet"
     frame.to_parquet(inside)
     frame.to_parquet(outside)
@@ -241,9 +288,13 @@ def test_a_validation_dataset_logged_to_the_mlflow_run_is_validated_on_and_outsi
             mlflow.log_input(mlflow.data.from_pandas(frame, source=str(outside), name="not-ours"), context="validation")
             mlflow.log_artifact(str(inside), "data")
             uri = mlflow.get_artifact_uri("data/val.parquet")
-            mlflow.log_input(mlflow.data.from_pandas(frame, source=uri, targets="clicked", name="val"), context="validation")
+            mlflow.log_input(
+                mlflow.data.from_pandas(frame, source=uri, targets="clicked", name="val"), context="validation"
+            )
         factories.registered_model(team_a, name="from-mlflow")
-        response = alice_api.post("/api/v1/models/from-mlflow/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json")
+        response = alice_api.post(
+            "/api/v1/models/from-mlflow/versions/", {"source_uri": f"runs:/{run.info.run_id}/model"}, format="json"
+        )
         assert response.status_code == 201, response.json()
         from registry.models import ModelVersion
 

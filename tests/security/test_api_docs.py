@@ -64,8 +64,16 @@ def test_nullable_fields_are_marked_and_really_null(schema, alice_api, alice, te
 
 @pytest.mark.parametrize(
     "query, parameter",
-    [("page_size=null", "page_size"), ("page_size=0", "page_size"), ("page_size=501", "page_size"), ("page_size=1.5", "page_size"),
-     ("page=abc", "page"), ("page=0", "page"), ("status=bogus", "status"), ("framework=", "framework")],
+    [
+        ("page_size=null", "page_size"),
+        ("page_size=0", "page_size"),
+        ("page_size=501", "page_size"),
+        ("page_size=1.5", "page_size"),
+        ("page=abc", "page"),
+        ("page=0", "page"),
+        ("status=bogus", "status"),
+        ("framework=", "framework"),
+    ],
 )
 def test_invalid_query_parameters_are_400_naming_the_parameter(alice_api, team_a, query, parameter):
     factories.registered_model(team_a, name="m")

@@ -60,13 +60,23 @@ def world(onnx_path, tmp_path):
     pool = factories.pool(team_a, name="matrix-pool", ready_replicas=1)
     endpoint = factories.endpoint(pool, stable, name="matrix-endpoint")
     rollout = factories.rollout(endpoint, candidate)
-    alert, _ = alert_raise(kind="canary_rollback", reason="p99 over SLO", endpoint=endpoint.name, rollout_id=rollout.pk, team=team_a)
+    alert, _ = alert_raise(
+        kind="canary_rollback", reason="p99 over SLO", endpoint=endpoint.name, rollout_id=rollout.pk, team=team_a
+    )
     channel = NotificationChannel.objects.create(team=team_a, kind="email", target="ops@example.com")
     key, _ = inference_key_create(user=owner, team=team_a, name="matrix-key")
     ids = {
-        "model": "matrix-model", "version": stable.version.pk, "build": stable.build.pk, "artifact": stable.pk,
-        "pool": pool.name, "endpoint": endpoint.name, "rollout": rollout.pk, "alert": alert.pk, "channel": channel.pk,
-        "key": key.pk, "event": Event.objects.filter(team=team_a).latest("pk").pk,
+        "model": "matrix-model",
+        "version": stable.version.pk,
+        "build": stable.build.pk,
+        "artifact": stable.pk,
+        "pool": pool.name,
+        "endpoint": endpoint.name,
+        "rollout": rollout.pk,
+        "alert": alert.pk,
+        "channel": channel.pk,
+        "key": key.pk,
+        "event": Event.objects.filter(team=team_a).latest("pk").pk,
     }
     return team_a, team_b, ids
 
@@ -90,7 +100,9 @@ def test_cross_team_matrix(world, role):
     wrong = []
     for name, method, template, body, minimum in ACTIONS:
         call = getattr(client, method)
-        response = call(template.format(**ids), body, format="json") if body is not None else call(template.format(**ids))
+        response = (
+            call(template.format(**ids), body, format="json") if body is not None else call(template.format(**ids))
+        )
         got = response.status_code
         if role == "anonymous":
             expected, ok = "401", got == 401

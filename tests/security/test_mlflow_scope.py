@@ -7,7 +7,7 @@ import mlflow
 import onnx
 import pytest
 
-from config import mlflow as mlflow_config
+from kernel import mlflow as mlflow_config
 from registry.models import ModelVersion
 from tests import factories
 
@@ -72,7 +72,9 @@ def test_a_run_tagged_on_the_run_or_its_experiment_counts(store, alice_api, team
     factories.registered_model(team_a, name="red")
     untagged = store("loose", None)
     assert _link(alice_api, "red", f"runs:/{untagged}/model").status_code == 404  # no team: nobody's
-    with mlflow.start_run(experiment_id=mlflow_config.experiment_id("loose"), tags={mlflow_config.TEAM_TAG: "team-a"}) as run:
+    with mlflow.start_run(
+        experiment_id=mlflow_config.experiment_id("loose"), tags={mlflow_config.TEAM_TAG: "team-a"}
+    ) as run:
         mlflow.log_metric("auc", 0.7)
     assert mlflow_config.source_team(f"runs:/{untagged}/model") == ""
     assert mlflow_config.source_team(f"runs:/{run.info.run_id}/model") == "team-a"
@@ -98,7 +100,9 @@ def test_registered_models_of_another_team_are_not_found(store, alice_api, bob_a
     assert _link(bob_api, "blue", "models:/mixed/1").status_code == 404
 
 
-def test_members_see_their_teams_experiments_created_through_the_platform(store, alice_api, bob_api, staff, api_for, team_a, team_b):
+def test_members_see_their_teams_experiments_created_through_the_platform(
+    store, alice_api, bob_api, staff, api_for, team_a, team_b
+):
     store("red-exp", "team-a")
     store("blue-exp", "team-b")
     assert [e["name"] for e in alice_api.get("/api/v1/training-experiments/").json()] == ["red-exp"]

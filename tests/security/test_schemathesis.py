@@ -16,15 +16,22 @@ from pathlib import Path
 import pytest
 from rest_framework.authtoken.models import Token
 
-from config import mlflow as mlflow_config
+from kernel import mlflow as mlflow_config
 from monitoring.services.alerts import alert_raise
 from registry.models import Role
 from tests import factories
 
-CHECKS = ",".join([
-    "not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance",
-    "negative_data_rejection", "missing_required_header", "ignored_auth",
-])
+CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+        "negative_data_rejection",
+        "missing_required_header",
+        "ignored_auth",
+    ]
+)
 
 
 def _schemathesis() -> list[str]:
@@ -53,11 +60,34 @@ def test_live_api_conforms_to_its_schema(live_server, onnx_path, tmp_path, setti
     max_examples = os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "4")
     max_time = os.environ.get("SCHEMATHESIS_MAX_TIME", "120")
     command = [
-        *_schemathesis(), "run", f"{live_server.url}/api/schema/?format=json",
-        "-H", f"Authorization: Token {token}", "--checks", CHECKS,
-        "--phases", "coverage,fuzzing", "-n", max_examples, "--max-time", max_time, "--seed", os.environ.get("SCHEMATHESIS_SEED", "11"), "-w", "2",
-        "--request-timeout", "30", "--no-color", "--generation-database", "none", "--warnings", "off",
-        "--report", "junit", "--report-dir", str(tmp_path / "schemathesis"),
+        *_schemathesis(),
+        "run",
+        f"{live_server.url}/api/schema/?format=json",
+        "-H",
+        f"Authorization: Token {token}",
+        "--checks",
+        CHECKS,
+        "--phases",
+        "coverage,fuzzing",
+        "-n",
+        max_examples,
+        "--max-time",
+        max_time,
+        "--seed",
+        os.environ.get("SCHEMATHESIS_SEED", "11"),
+        "-w",
+        "2",
+        "--request-timeout",
+        "30",
+        "--no-color",
+        "--generation-database",
+        "none",
+        "--warnings",
+        "off",
+        "--report",
+        "junit",
+        "--report-dir",
+        str(tmp_path / "schemathesis"),
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=int(max_time) + 240, cwd=tmp_path)

@@ -5,7 +5,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from config.errors import InvalidInput, scrub_paths
+from kernel.errors import InvalidInput, scrub_paths
 from registry.models import ModelVersion
 from tests import factories
 
@@ -40,7 +40,9 @@ def test_next_redirects_only_to_this_site(alice_web, team_a, target, expected):
 
 
 def test_login_next_stays_on_this_site(client, alice):
-    response = client.post("/login/", {"username": "alice", "password": "pw-for-tests-only", "next": "https://evil.example/"})
+    response = client.post(
+        "/login/", {"username": "alice", "password": "pw-for-tests-only", "next": "https://evil.example/"}
+    )
     assert response.status_code == 302 and response["Location"] == "/models/"
 
 
@@ -78,24 +80,35 @@ def _multipart(filename: str, content: bytes, boundary: str = "XbOuNdArY") -> by
     """A multipart body with the file name exactly as given (Django's test client would
     send only its base name)."""
     return (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
-        f"Content-Type: application/octet-stream\r\n\r\n"
-    ).encode() + content + f"\r\n--{boundary}--\r\n".encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + content
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
 
 
 @pytest.mark.parametrize("name", ["../../evil.onnx", "sub/model.onnx", "..\\evil.onnx"])
 def test_dashboard_upload_refuses_names_with_path_parts_like_the_api(alice_web, alice_api, team_a, onnx_path, name):
     factories.registered_model(team_a, name="ui-model")
     body = _multipart(name, onnx_path.read_bytes())
-    page = alice_web.post("/models/ui-model/versions/new/", data=body, content_type="multipart/form-data; boundary=XbOuNdArY")
+    page = alice_web.post(
+        "/models/ui-model/versions/new/", data=body, content_type="multipart/form-data; boundary=XbOuNdArY"
+    )
     assert page.status_code == 200
     assert "has path parts; send a bare name such as model.onnx" in page.content.decode()
-    api = alice_api.generic("POST", "/api/v1/models/ui-model/versions/", body, content_type="multipart/form-data; boundary=XbOuNdArY")
+    api = alice_api.generic(
+        "POST", "/api/v1/models/ui-model/versions/", body, content_type="multipart/form-data; boundary=XbOuNdArY"
+    )
     assert api.status_code == 400 and "has path parts; send a bare name such as model.onnx" in api.json()["detail"]
     assert not ModelVersion.objects.exists()
     # a bare name still goes through
-    ok = alice_web.post("/models/ui-model/versions/new/", data=_multipart("model.onnx", onnx_path.read_bytes()),
-                        content_type="multipart/form-data; boundary=XbOuNdArY")
+    ok = alice_web.post(
+        "/models/ui-model/versions/new/",
+        data=_multipart("model.onnx", onnx_path.read_bytes()),
+        content_type="multipart/form-data; boundary=XbOuNdArY",
+    )
     assert ok.status_code == 302 and ModelVersion.objects.get().original_filename == "model.onnx"
 
 
@@ -120,8 +133,10 @@ def _external_data_model() -> bytes:
     entry = weights.external_data.add()
     entry.key, entry.value = "location", "weights.bin"
     graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
         initializer=[weights],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
@@ -142,11 +157,19 @@ def test_platform_errors_and_build_failures_scrub_paths(team_a, onnx_path, tmp_p
 
     artifact = factories.artifact(team_a, onnx_path, tmp_path)
     build = artifact.build
-    build.status, build.lease_owner, build.lease_expires_at = "running", "w1", timezone.now() + timezone.timedelta(minutes=5)
+    build.status, build.lease_owner, build.lease_expires_at = (
+        "running",
+        "w1",
+        timezone.now() + timezone.timedelta(minutes=5),
+    )
     build.stages = [{"name": "inspect", "status": "running", "log": ""}]
     build.save()
-    build_services.build_stage_update(build_id=build.pk, owner="w1", stage="inspect", status="failed", log=f"loading {tmp_path}/work/model.onnx\n")
-    build_services.build_fail(build_id=build.pk, owner="w1", reason=f"inspect: internal error: OSError: {tmp_path}/work/model.onnx")
+    build_services.build_stage_update(
+        build_id=build.pk, owner="w1", stage="inspect", status="failed", log=f"loading {tmp_path}/work/model.onnx\n"
+    )
+    build_services.build_fail(
+        build_id=build.pk, owner="w1", reason=f"inspect: internal error: OSError: {tmp_path}/work/model.onnx"
+    )
     build.refresh_from_db()
     assert str(tmp_path) not in build.error and build.error.endswith("model.onnx")
     assert all(str(tmp_path) not in (s.get("log") or "") for s in build.stages)

@@ -5,6 +5,7 @@ they used to reach a lookup and end in a 500) in a JSON body, a query parameter,
 path or a dashboard form, JSON nested past any sane depth, and a garbage `ordering`."""
 
 import json
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 import pytest
@@ -28,7 +29,9 @@ def admin_api(team_a, api_for):
 @pytest.mark.parametrize("method", ["put", "patch"])
 def test_a_number_where_the_schema_says_string_is_a_400_and_nothing_changes(admin_api, team_a, method):
     factories.registered_model(team_a, name="strict-model", description="before")
-    response = getattr(admin_api, method)("/api/v1/models/strict-model/", {"description": 0, "task": "ctr"}, format="json")
+    response = getattr(admin_api, method)(
+        "/api/v1/models/strict-model/", {"description": 0, "task": "ctr"}, format="json"
+    )
     assert response.status_code == 400, response.content
     assert response.json()["detail"] == "description: give a string, not a int."
     assert RegisteredModel.objects.get(name="strict-model").description == "before"
@@ -54,11 +57,14 @@ def test_nul_in_a_json_body_is_a_400_naming_where(admin_api, team_a):
     assert key.status_code == 400 and "\\u0000" in key.json()["detail"]
 
 
-@pytest.mark.parametrize("path", [
-    "/api/v1/events/?action=x%00y",
-    "/api/v1/events/?ordering=%00",
-    "/api/v1/rollout-forecast/?endpoint=a%00b",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/events/?action=x%00y",
+        "/api/v1/events/?ordering=%00",
+        "/api/v1/rollout-forecast/?endpoint=a%00b",
+    ],
+)
 def test_nul_in_a_query_is_a_json_400_before_any_query(admin_api, path):
     response = admin_api.get(path)
     assert response.status_code == 400, response.content
@@ -76,8 +82,11 @@ def test_nul_in_a_dashboard_form_is_a_plain_400(team_a):
     factories.member(user, team_a, Role.ADMIN)
     client = Client()
     client.force_login(user)
-    response = client.post("/models/new/", urlencode({"name": "x\x00", "team": str(team_a.pk)}),
-                           content_type="application/x-www-form-urlencoded")
+    response = client.post(
+        "/models/new/",
+        urlencode({"name": "x\x00", "team": str(team_a.pk)}),
+        content_type="application/x-www-form-urlencoded",
+    )
     assert response.status_code == 400 and b"NUL characters" in response.content
 
 
@@ -85,7 +94,9 @@ def test_json_nested_past_any_sane_depth_is_a_400(admin_api):
     deep = "[" * 100_000 + "]" * 100_000
     response = admin_api.generic("POST", "/api/v1/notification-channels/", deep, content_type="application/json")
     assert response.status_code == 400 and "nested deeper" in response.json()["detail"]
-    moderate = json.dumps({"a": "[" * 80 + "]" * 80}).replace('"[', "[").replace(']"', "]")  # 80 levels, under Python's limit
+    moderate = (
+        json.dumps({"a": "[" * 80 + "]" * 80}).replace('"[', "[").replace(']"', "]")
+    )  # 80 levels, under Python's limit
     response = admin_api.generic("POST", "/api/v1/notification-channels/", moderate, content_type="application/json")
     assert response.status_code == 400 and "nested deeper" in response.json()["detail"]
 
@@ -101,11 +112,14 @@ def test_the_forecast_documents_its_404():
     assert {"200", "400", "401", "404"} <= set(responses)
 
 
-@pytest.mark.parametrize("since, status", [
-    ("2282-01-31T22:02:08%2B17:54", 200),  # an offset Python takes and PostgreSQL does not: compared in UTC
-    ("7746-10-12T12:35:37-19:32", 200),
-    ("9999-12-31T23:00:00-05:00", 400),  # past year 9999 in UTC
-])
+@pytest.mark.parametrize(
+    "since, status",
+    [
+        ("2282-01-31T22:02:08%2B17:54", 200),  # an offset Python takes and PostgreSQL does not: compared in UTC
+        ("7746-10-12T12:35:37-19:32", 200),
+        ("9999-12-31T23:00:00-05:00", 400),  # past year 9999 in UTC
+    ],
+)
 def test_a_time_with_any_offset_is_compared_in_utc(admin_api, since, status):
     response = admin_api.get(f"/api/v1/events/?since={since}")
     assert response.status_code == status, response.content
@@ -119,18 +133,22 @@ def test_metrics_times_with_far_offsets_are_read_in_utc(admin_api):
 
 def test_max_length_counts_the_string_as_sent(admin_api, team_a):
     key = admin_api.post("/api/v1/inference-keys/", {"team": team_a.name, "name": "k"}, format="json").json()
-    response = admin_api.post(f"/api/v1/inference-keys/{key['id']}/revoke/", {"reason": "\f" + "*" * 2000}, format="json")
+    response = admin_api.post(
+        f"/api/v1/inference-keys/{key['id']}/revoke/", {"reason": "\f" + "*" * 2000}, format="json"
+    )
     assert response.status_code == 400 and "2000" in response.json()["detail"]
     assert admin_api.get(f"/api/v1/inference-keys/{key['id']}/").json()["active"] is True
 
 
 def test_feedback_times_are_stored_in_utc():
-    from datetime import timezone
 
-    from experiments.online.feedback import FeedbackError, parse_events
+    from experiments.feedback import FeedbackError, parse_events
 
-    [event] = parse_events([{"event_id": "e1", "type": "click", "unit_key": "u", "time": "2020-01-01T00:00:00+17:54"}])
-    assert event["time"].tzinfo == timezone.utc and event["time"].isoformat() == "2019-12-31T06:06:00+00:00"
+    now = datetime(2020, 1, 1, tzinfo=UTC)  # events must lie in a window around now (gateway/feedback.schema.json)
+    [event] = parse_events(
+        [{"event_id": "e1", "type": "click", "unit_key": "u", "time": "2020-01-01T00:00:00+17:54"}], now=now
+    )
+    assert event["time"].tzinfo == UTC and event["time"].isoformat() == "2019-12-31T06:06:00+00:00"
     with pytest.raises(FeedbackError, match="out of range"):
         parse_events([{"event_id": "e1", "type": "click", "unit_key": "u", "time": "9999-12-31T23:00:00-05:00"}])
 

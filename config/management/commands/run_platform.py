@@ -98,17 +98,57 @@ class Command(BaseCommand):
         python = sys.executable
         return {
             "pools": [python, str(settings.BASE_DIR / "manage.py"), "run_pools", "--stop-replicas-on-exit"],
-            "gateway": [python, "-m", "gateway", f"--port={settings.GATEWAY_PORT}", "--host=127.0.0.1", f"--log-level={settings.LOG_LEVEL}",
-                        f"--routes-url=http://127.0.0.1:{port}/api/v1/gateway/routes"],
+            "gateway": [
+                python,
+                "-m",
+                "gateway",
+                f"--port={settings.GATEWAY_PORT}",
+                f"--grpc-port={settings.GATEWAY_GRPC_PORT}",
+                "--host=127.0.0.1",
+                f"--log-level={settings.LOG_LEVEL}",
+                f"--routes-url=http://127.0.0.1:{port}/api/v1/gateway/routes",
+            ],
             # quiet by default (config/log_filters.py): no access line for polling, no
             # Celery banners, no line per periodic task; LOG_LEVEL=DEBUG shows them all
-            "web": [python, "-m", "gunicorn", "config.wsgi", f"--bind=127.0.0.1:{port}", "--workers=2", "--threads=4",
-                    "--timeout=120", "--access-logfile=-", "--log-level=warning",
-                    "--logger-class=config.gunicorn_logging.QuietAccessLogger"],
-            "worker": [python, "-m", "celery", "-A", "config", "--quiet", "worker", "-Q", "control,build-cpu,build-gpu",
-                       "--concurrency=2", f"--loglevel={settings.LOG_LEVEL}", "--without-gossip", "--without-mingle"],
-            "beat": [python, "-m", "celery", "-A", "config", "--quiet", "beat", f"--loglevel={settings.LOG_LEVEL}",
-                     f"--schedule={settings.CELERY_BEAT_SCHEDULE_FILENAME}"],
+            "web": [
+                python,
+                "-m",
+                "gunicorn",
+                "config.wsgi",
+                f"--bind=127.0.0.1:{port}",
+                "--workers=2",
+                "--threads=4",
+                "--timeout=120",
+                "--access-logfile=-",
+                "--log-level=warning",
+                "--logger-class=config.gunicorn_logging.QuietAccessLogger",
+            ],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "--quiet",
+                "worker",
+                "-Q",
+                "control,build-cpu,build-gpu",
+                "--concurrency=2",
+                f"--loglevel={settings.LOG_LEVEL}",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            "beat": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "--quiet",
+                "beat",
+                f"--loglevel={settings.LOG_LEVEL}",
+                f"--schedule={settings.CELERY_BEAT_SCHEDULE_FILENAME}",
+            ],
         }
 
     def handle(self, *args, port, no_seed, **options):
@@ -118,18 +158,39 @@ class Command(BaseCommand):
         if not no_seed:
             call_command("seed_demo")
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
-        env = dict(os.environ, HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,gateway={gateway_url}", PYTHONUNBUFFERED="1",
-                   GATEWAY_TOKEN=ensure_gateway_token(), GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL)
-        supervisor = Supervisor(self.processes(port), env=env, cwd=settings.BASE_DIR, log=self.log,
-                                backoff_max_s=settings.SUPERVISOR_BACKOFF_MAX_S,
-                                stable_after_s=settings.SUPERVISOR_STABLE_AFTER_S)
+        env = dict(
+            os.environ,
+            HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,gateway={gateway_url}",
+            PYTHONUNBUFFERED="1",
+            GATEWAY_TOKEN=ensure_gateway_token(),
+            # the gateway's /metrics and /status need a token; its scrapers (worker, web) get the same
+            GATEWAY_METRICS_TOKEN=os.environ.get("GATEWAY_METRICS_TOKEN") or secrets.token_urlsafe(32),
+            GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL,
+        )
+        supervisor = Supervisor(
+            self.processes(port),
+            env=env,
+            cwd=settings.BASE_DIR,
+            log=self.log,
+            backoff_max_s=settings.SUPERVISOR_BACKOFF_MAX_S,
+            stable_after_s=settings.SUPERVISOR_STABLE_AFTER_S,
+        )
         supervisor.start()
         heartbeat = Heartbeat(supervisor, self.log)
         supervisor.on_change = heartbeat.poke
         heartbeat.start()
-        self.stdout.write(self.style.SUCCESS(f"dashboard: http://127.0.0.1:{port}/   health: http://127.0.0.1:{port}/healthz"))
-        self.stdout.write(f"API: http://127.0.0.1:{port}/api/v1/   docs: http://127.0.0.1:{port}/api/docs/   data: {settings.VAR_DIR}")
+        self.stdout.write(
+            self.style.SUCCESS(f"dashboard: http://127.0.0.1:{port}/   health: http://127.0.0.1:{port}/healthz")
+        )
+        self.stdout.write(
+            f"API: http://127.0.0.1:{port}/api/v1/   docs: http://127.0.0.1:{port}/api/docs/   data: {settings.VAR_DIR}"
+        )
         self.stdout.write(f"gateway: {gateway_url}/v2/models/{{endpoint}}/infer   (demo endpoint: demo-ctr)")
+        if settings.GATEWAY_GRPC_PORT:
+            self.stdout.write(
+                f"gateway gRPC (KServe v2): 127.0.0.1:{settings.GATEWAY_GRPC_PORT}   "
+                f"(tritonclient.grpc.InferenceServerClient('127.0.0.1:{settings.GATEWAY_GRPC_PORT}'))"
+            )
 
         stopping = False
 

@@ -32,7 +32,9 @@ class Command(BaseCommand):
     help = "Create the demo team, model, built artifacts, pool and endpoint (idempotent); queue the demo experiment."
 
     def add_arguments(self, parser):
-        parser.add_argument("--no-experiment", action="store_true", help="Do not prepare the demo experiment (v2 vs v1).")
+        parser.add_argument(
+            "--no-experiment", action="store_true", help="Do not prepare the demo experiment (v2 vs v1)."
+        )
 
     def handle(self, *args, **options):
         admin = get_user_model().objects.filter(username="admin").first()
@@ -55,21 +57,27 @@ class Command(BaseCommand):
         from config.tasks import DEMO_QUEUE, demo_experiment
 
         demo_experiment.apply_async(queue=DEMO_QUEUE)
-        self.stdout.write("seed: demo experiment v2-vs-v1 queued (a worker trains demo-ctr v2, builds it and starts it "
-                          "against v1 in the background; the log says when it is ready)")
+        self.stdout.write(
+            "seed: demo experiment v2-vs-v1 queued (a worker trains demo-ctr v2, builds it and starts it "
+            "against v1 in the background; the log says when it is ready)"
+        )
 
     def _model(self, admin, team):
         from tests.make_onnx import write  # the same generated tiny CTR ranker the tests use
 
         model = model_create(
-            user=admin, name="demo-ctr", team=team, task="ctr",
+            user=admin,
+            name="demo-ctr",
+            team=team,
+            task="ctr",
             description="A tiny CTR ranker (13 dense + 26 hashed sparse features) generated for the demo.",
         )
         with tempfile.TemporaryDirectory() as tmp:
             path = write(Path(tmp) / "demo-ctr.onnx")
             with open(path, "rb") as fh:
-                version_create_from_upload(user=admin, model=model, filename="demo-ctr.onnx",
-                                           chunks=iter(lambda: fh.read(1 << 20), b""))
+                version_create_from_upload(
+                    user=admin, model=model, filename="demo-ctr.onnx", chunks=iter(lambda: fh.read(1 << 20), b"")
+                )
         self.stdout.write("seed: registered model demo-ctr v1")
         return model
 
@@ -78,8 +86,12 @@ class Command(BaseCommand):
         return {a.variant: a for a in artifact_list(user=admin, version=version).filter(status=ArtifactStatus.SERVABLE)}
 
     def _build(self, admin, version) -> dict:
-        build, _ = build_start(user=admin, version=version, targets=["onnx-fp32", "onnx-int8"], idempotency_key="demo-seed")
-        self.stdout.write(f"seed: building demo-ctr v1 (build #{build.pk}: canonicalize → optimize → variants → validate → benchmark → package)…")
+        build, _ = build_start(
+            user=admin, version=version, targets=["onnx-fp32", "onnx-int8"], idempotency_key="demo-seed"
+        )
+        self.stdout.write(
+            f"seed: building demo-ctr v1 (build #{build.pk}: canonicalize → optimize → variants → validate → benchmark → package)…"
+        )
         outcome = runner.run(build.pk, owner="seed_demo")
         self.stdout.write(f"seed: build #{build.pk} {outcome}")
         return self._servable(admin, version)
@@ -92,4 +104,6 @@ class Command(BaseCommand):
         )
         # public: the README's curl works without a key (other endpoints need inference keys)
         endpoint_create(user=admin, name="demo-ctr", pool=pool, stable_artifact=artifact, slo_p99_ms=50, public=True)
-        self.stdout.write("seed: pool demo-cpu (1 local tritonserver replica) and public endpoint demo-ctr → demo-ctr v1 onnx-fp32")
+        self.stdout.write(
+            "seed: pool demo-cpu (1 local tritonserver replica) and public endpoint demo-ctr → demo-ctr v1 onnx-fp32"
+        )

@@ -8,7 +8,7 @@ from deployments.models import PoolDriver, ServingPool
 
 
 class Command(BaseCommand):
-    help = "Print the Deployment, Service, HorizontalPodAutoscaler and PodDisruptionBudget of a Kubernetes pool."
+    help = "Print the Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget and NetworkPolicy of a Kubernetes pool."
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="the pool's name")

@@ -18,11 +18,11 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from config.heartbeats import heartbeat_record
-from deployments import tritonserver
 from deployments.drivers import driver_for
 from deployments.models import PoolDriver, PoolStatus, ServingPool
 from deployments.services.pools import pools_root
 from deployments.services.reconcile import pool_reconcile
+from kernel import tritonserver
 
 log = logging.getLogger("deployments.run_pools")
 BATCH = 50  # pools per tick
@@ -34,8 +34,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--interval", type=float, default=1.0, help="seconds between ticks")
         parser.add_argument("--once", action="store_true", help="one tick, then exit")
-        parser.add_argument("--stop-replicas-on-exit", action="store_true", help="stop every local replica when this exits")
-        parser.add_argument("--kubernetes-every", type=float, default=15.0, help="seconds between reconciles of a Kubernetes pool")
+        parser.add_argument(
+            "--stop-replicas-on-exit", action="store_true", help="stop every local replica when this exits"
+        )
+        parser.add_argument(
+            "--kubernetes-every", type=float, default=15.0, help="seconds between reconciles of a Kubernetes pool"
+        )
 
     def handle(self, *args, interval, once, stop_replicas_on_exit, kubernetes_every, **options):
         self.stopping = False
@@ -65,11 +69,17 @@ class Command(BaseCommand):
 
     def tick(self) -> None:
         pools = list(
-            ServingPool.objects.filter(driver=PoolDriver.LOCAL).exclude(status=PoolStatus.DELETING).order_by("updated_at")[:BATCH]
+            ServingPool.objects.filter(driver=PoolDriver.LOCAL)
+            .exclude(status=PoolStatus.DELETING)
+            .order_by("updated_at")[:BATCH]
         )
         # Kubernetes pools less often: each reconcile is a server-side apply of four objects.
         now = time.monotonic()
-        for pool in ServingPool.objects.filter(driver=PoolDriver.KUBERNETES).exclude(status=PoolStatus.DELETING).order_by("updated_at")[:BATCH]:
+        for pool in (
+            ServingPool.objects.filter(driver=PoolDriver.KUBERNETES)
+            .exclude(status=PoolStatus.DELETING)
+            .order_by("updated_at")[:BATCH]
+        ):
             if now - self.kubernetes_seen.get(pool.pk, -1e9) >= self.kubernetes_every:
                 self.kubernetes_seen[pool.pk] = now
                 pools.append(pool)
@@ -85,7 +95,10 @@ class Command(BaseCommand):
 
     def sweep_orphans(self) -> None:
         """Kill tritonserver processes under POOLS_DIR whose pool no longer exists."""
-        known = {str(p) for p in ServingPool.objects.filter(driver=PoolDriver.LOCAL).values_list("model_repository", flat=True)}
+        known = {
+            str(p)
+            for p in ServingPool.objects.filter(driver=PoolDriver.LOCAL).values_list("model_repository", flat=True)
+        }
         for pid, cmdline in tritonserver.tritonservers_under(pools_root()):
             repo = next((a.split("=", 1)[1] for a in cmdline if a.startswith("--model-repository=")), "")
             if repo not in known:

@@ -4,8 +4,9 @@
 
 Each request: a user (X-User-Id, so the gateway's sticky hash picks the arm) asks to rank
 `k` items drawn from the reference click-log generator; the served model's top item is
-shown and clicked with its true probability (experiments/online/traffic.py). Clicks are
-sent back as feedback batches by request id (POST /v2/feedback on the gateway). A
+shown and clicked with its true probability (experiments/traffic.py). Clicks are
+sent back as feedback batches (POST /v2/feedback on the gateway) by request id with --key, or
+without a key citing each reply's X-Exposure-Token where the experiment accepts them. A
 better-trained candidate therefore earns a true lift; progress is printed every 5 s.
 """
 
@@ -17,8 +18,8 @@ import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from experiments.online.traffic import show_and_click, true_click_probability
 from experiments.reference import data
+from experiments.traffic import show_and_click, true_click_probability
 
 
 class Command(BaseCommand):
@@ -35,9 +36,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, endpoint, gateway, seconds, users, k, key, seed, **options):
         if not settings.EXPOSURE_STREAM_URL:
-            self.stderr.write("warning: no EXPOSURE_STREAM_URL in these settings: a gateway started with them logs no "
-                              "exposures, so an experiment counts none of this traffic (make run needs "
-                              "CELERY_BROKER_URL=redis://… or EXPOSURE_STREAM_URL=redis://… for experiments)")
+            self.stderr.write(
+                "warning: no EXPOSURE_STREAM_URL in these settings: a gateway started with them logs no "
+                "exposures, so an experiment counts none of this traffic (make run needs "
+                "CELERY_BROKER_URL=redis://… or EXPOSURE_STREAM_URL=redis://… for experiments)"
+            )
         rng = np.random.default_rng(seed)
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         pool = data.generate(20_000, seed=seed + 101)
@@ -51,14 +54,30 @@ class Command(BaseCommand):
         with requests.Session() as session:
             while time.monotonic() < t_end:
                 rows = rng.integers(0, len(truth), k)
-                body = {"inputs": [
-                    {"name": "dense", "shape": [k, data.N_DENSE], "datatype": "FP32", "data": pool.dense[rows].ravel().tolist()},
-                    {"name": "sparse", "shape": [k, data.N_SPARSE], "datatype": "INT64", "data": pool.sparse[rows].ravel().tolist()},
-                ]}
+                body = {
+                    "inputs": [
+                        {
+                            "name": "dense",
+                            "shape": [k, data.N_DENSE],
+                            "datatype": "FP32",
+                            "data": pool.dense[rows].ravel().tolist(),
+                        },
+                        {
+                            "name": "sparse",
+                            "shape": [k, data.N_SPARSE],
+                            "datatype": "INT64",
+                            "data": pool.sparse[rows].ravel().tolist(),
+                        },
+                    ]
+                }
                 user = f"user-{int(rng.zipf(1.5)) % users}"
                 try:
-                    r = session.post(f"{gateway}/v2/models/{endpoint}/infer", data=json.dumps(body),
-                                     headers={**headers, "X-User-Id": user}, timeout=5)
+                    r = session.post(
+                        f"{gateway}/v2/models/{endpoint}/infer",
+                        data=json.dumps(body),
+                        headers={**headers, "X-User-Id": user},
+                        timeout=5,
+                    )
                 except requests.RequestException as exc:
                     raise CommandError(f"gateway unreachable at {gateway}: {exc}") from None
                 sent += 1
@@ -73,21 +92,36 @@ class Command(BaseCommand):
                 if clicked:
                     arm[1] += 1
                     clicks += 1
-                    pending.append({"event_id": f"sim-{seed}-{r.headers['X-Request-Id']}", "type": "click",
-                                    "request_id": r.headers["X-Request-Id"]})
+                    click = {"event_id": f"sim-{seed}-{r.headers['X-Request-Id']}", "type": "click"}
+                    token = r.headers.get("X-Exposure-Token")
+                    if key or not token:
+                        click["request_id"] = r.headers["X-Request-Id"]
+                    else:  # no key: the experiment accepts the replies' signed exposure tokens
+                        click["exposure_token"] = token
+                    pending.append(click)
                 if len(pending) >= 200 or (pending and time.monotonic() >= t_report):
-                    fb = session.post(f"{gateway}/v2/feedback", json={"endpoint": endpoint, "events": pending},
-                                      headers=headers, timeout=5)
+                    fb = session.post(
+                        f"{gateway}/v2/feedback",
+                        json={"endpoint": endpoint, "events": pending},
+                        headers=headers,
+                        timeout=5,
+                    )
                     if fb.status_code != 202:
                         raise CommandError(f"feedback refused ({fb.status_code}): {fb.text[:300]}")
                     pending = []
                 if time.monotonic() >= t_report:
                     t_report += 5
                     arms = ", ".join(f"{a}: {n} req, CTR {c / n:.3f}" for a, (n, c) in sorted(per_arm.items()) if n)
-                    self.stdout.write(f"{sent} requests ({errors} errors{_by_status(statuses)}), {clicks} clicks — {arms}")
+                    self.stdout.write(
+                        f"{sent} requests ({errors} errors{_by_status(statuses)}), {clicks} clicks — {arms}"
+                    )
             if pending:
-                session.post(f"{gateway}/v2/feedback", json={"endpoint": endpoint, "events": pending}, headers=headers, timeout=5)
-        self.stdout.write(self.style.SUCCESS(f"done: {sent} requests, {errors} errors{_by_status(statuses)}, {clicks} clicks"))
+                session.post(
+                    f"{gateway}/v2/feedback", json={"endpoint": endpoint, "events": pending}, headers=headers, timeout=5
+                )
+        self.stdout.write(
+            self.style.SUCCESS(f"done: {sent} requests, {errors} errors{_by_status(statuses)}, {clicks} clicks")
+        )
 
 
 def _by_status(statuses: dict[int, int]) -> str:

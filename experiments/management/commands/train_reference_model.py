@@ -12,9 +12,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
-from config.errors import PlatformError
 from experiments.reference.model import ReferenceConfig
 from experiments.reference.train import log_to_mlflow, train
+from kernel.errors import PlatformError
 
 
 class Command(BaseCommand):
@@ -31,11 +31,17 @@ class Command(BaseCommand):
         parser.add_argument("--cross-layers", type=int, default=2)
         parser.add_argument("--mlp", default="256,128", help="Hidden layer sizes, comma separated.")
         parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--signal-seed", type=int, default=1234, help="The hidden teacher; keep it to compare versions.")
+        parser.add_argument(
+            "--signal-seed", type=int, default=1234, help="The hidden teacher; keep it to compare versions."
+        )
         parser.add_argument("--threads", type=int, default=2)
         parser.add_argument("--experiment", default="reference-ctr")
-        parser.add_argument("--register", metavar="MODEL_NAME", default="", help="Register the logged model as a version of MODEL_NAME.")
-        parser.add_argument("--team", default="", help="Team of a model created by --register (default: the user's first team).")
+        parser.add_argument(
+            "--register", metavar="MODEL_NAME", default="", help="Register the logged model as a version of MODEL_NAME."
+        )
+        parser.add_argument(
+            "--team", default="", help="Team of a model created by --register (default: the user's first team)."
+        )
         parser.add_argument("--user", default="", help="Acting user for --register (default: the first superuser).")
 
     def handle(self, *args, **opts):
@@ -43,19 +49,38 @@ class Command(BaseCommand):
             mlp = [int(x) for x in opts["mlp"].split(",") if x.strip()]
         except ValueError:
             raise CommandError("--mlp: give comma-separated integers, e.g. 256,128") from None
-        config = ReferenceConfig(vocab=opts["vocab"], emb_dim=opts["emb_dim"], interaction=opts["interaction"],
-                                 cross_layers=opts["cross_layers"], mlp=mlp)
+        config = ReferenceConfig(
+            vocab=opts["vocab"],
+            emb_dim=opts["emb_dim"],
+            interaction=opts["interaction"],
+            cross_layers=opts["cross_layers"],
+            mlp=mlp,
+        )
         user = self._user(opts["user"]) if opts["register"] else None
         team = self._team(user=user, model_name=opts["register"], team_name=opts["team"])
-        result = train(config, rows=opts["rows"], valid_rows=opts["valid_rows"], epochs=opts["epochs"], seed=opts["seed"],
-                       signal_seed=opts["signal_seed"], threads=opts["threads"])
-        self.stdout.write(f"trained in {result.metrics['train_seconds']:.1f}s: AUC {result.metrics['auc']:.4f}, logloss {result.metrics['logloss']:.4f}")
+        result = train(
+            config,
+            rows=opts["rows"],
+            valid_rows=opts["valid_rows"],
+            epochs=opts["epochs"],
+            seed=opts["seed"],
+            signal_seed=opts["signal_seed"],
+            threads=opts["threads"],
+        )
+        self.stdout.write(
+            f"trained in {result.metrics['train_seconds']:.1f}s: AUC {result.metrics['auc']:.4f}, logloss {result.metrics['logloss']:.4f}"
+        )
         tags = {"version_tag": opts["version_tag"]} if opts["version_tag"] else {}
-        from config.mlflow import ExperimentOfAnotherTeam
+        from kernel.mlflow import ExperimentOfAnotherTeam
 
         try:
-            uri = log_to_mlflow(result, experiment=opts["experiment"], run_name=opts["version_tag"], tags=tags,
-                                team=team.name if team else "")
+            uri = log_to_mlflow(
+                result,
+                experiment=opts["experiment"],
+                run_name=opts["version_tag"],
+                tags=tags,
+                team=team.name if team else "",
+            )
         except ExperimentOfAnotherTeam as exc:
             raise CommandError(f"--experiment: {exc}; name another experiment.") from None
         self.stdout.write(f"logged to MLflow: {uri}" + (f" (team {team.name})" if team else ""))
@@ -65,9 +90,15 @@ class Command(BaseCommand):
 
     def _user(self, username: str):
         users = get_user_model().objects
-        user = users.filter(username=username).first() if username else users.filter(is_superuser=True).order_by("pk").first()
+        user = (
+            users.filter(username=username).first()
+            if username
+            else users.filter(is_superuser=True).order_by("pk").first()
+        )
         if user is None:
-            raise CommandError(f"--user: no user {username!r}" if username else "--register needs --user (no superuser exists)")
+            raise CommandError(
+                f"--user: no user {username!r}" if username else "--register needs --user (no superuser exists)"
+            )
         return user
 
     def _team(self, *, user, model_name, team_name):
@@ -100,7 +131,9 @@ class Command(BaseCommand):
         try:
             model = model_list(user=user).filter(name=name).first()
             if model is None:
-                model = model_create(user=user, name=name, team=team, description="Reference CTR ranker (synthetic clicks).")
+                model = model_create(
+                    user=user, name=name, team=team, description="Reference CTR ranker (synthetic clicks)."
+                )
             # The labelled validation set goes to the artifact store (npz, no pickles) so
             # builds can report AUC/logloss deltas on real labels.
             buffer = io.BytesIO()
@@ -110,7 +143,9 @@ class Command(BaseCommand):
             tmp = Path(fh.name)
             rel = storage.put_file(tmp, storage.sha256_of(tmp), ".npz")
             return version_create_from_mlflow(
-                user=user, model=model, source_uri=uri,
+                user=user,
+                model=model,
+                source_uri=uri,
                 metrics={k: float(v) for k, v in result.metrics.items()},
                 tags={**tags, "validation_set": rel, "params": result.params},
             )

@@ -13,7 +13,15 @@ import numpy as np
 
 from registry.factory import numerics
 from registry.factory.gpu.measure import measure_variant
-from registry.factory.gpu.providers import CPU, CUDA, VARIANT_PROVIDER, ProviderMissing, open_session, placement, requested_providers
+from registry.factory.gpu.providers import (
+    CPU,
+    CUDA,
+    VARIANT_PROVIDER,
+    ProviderMissing,
+    open_session,
+    placement,
+    requested_providers,
+)
 from registry.factory.graphs import slice_rows
 
 TF32_POLICY = {
@@ -34,7 +42,9 @@ def run_rows(session, feeds: dict, chunk: int = 1024) -> np.ndarray:
     """The first output over all rows of `feeds`, `chunk` rows per run."""
     name = session.get_outputs()[0].name
     rows = len(next(iter(feeds.values())))
-    return np.concatenate([session.run([name], slice_rows(feeds, start, start + chunk))[0] for start in range(0, rows, chunk)], axis=0)
+    return np.concatenate(
+        [session.run([name], slice_rows(feeds, start, start + chunk))[0] for start in range(0, rows, chunk)], axis=0
+    )
 
 
 def _first_line(exc: Exception) -> str:
@@ -53,16 +63,28 @@ def cpu_check(path: Path, feeds: dict, reference: np.ndarray, labels, base) -> d
     return {"ran": True, "provider": CPU, **numerics.compare(reference, out, labels, base)}
 
 
-def validate_variant(variant: str, path: Path, feeds: dict, reference: np.ndarray, labels: np.ndarray | None, *,
-                     tolerance: numerics.Tolerance, signature: dict, work_dir: Path, base: dict | None = None,
-                     with_cpu_check: bool = True) -> Check:
+def validate_variant(
+    variant: str,
+    path: Path,
+    feeds: dict,
+    reference: np.ndarray,
+    labels: np.ndarray | None,
+    *,
+    tolerance: numerics.Tolerance,
+    signature: dict,
+    work_dir: Path,
+    base: dict | None = None,
+    with_cpu_check: bool = True,
+) -> Check:
     """Run `variant` on its provider over `feeds` and judge it against `reference` (the
     original on the CPU). Skipped with the reason when the provider cannot be had."""
     providers = requested_providers(variant, signature, trt_cache_dir=work_dir / "tensorrt-cache")
     provider = providers[0][0]
     evidence = {
-        "rows": int(reference.shape[0]), "execution_provider": provider,
-        "provider_options": {name: options for name, options in providers}, "tf32": TF32_POLICY.get(variant, "default"),
+        "rows": int(reference.shape[0]),
+        "execution_provider": provider,
+        "provider_options": {name: options for name, options in providers},
+        "tf32": TF32_POLICY.get(variant, "default"),
     }
     try:
         session = open_session(path, providers, profile_prefix=work_dir / f"profile-{variant}")
@@ -91,15 +113,37 @@ def validate_variant(variant: str, path: Path, feeds: dict, reference: np.ndarra
     return Check("validated" if ok else "rejected", "" if ok else f"validation on {provider} failed: {why}", evidence)
 
 
-def benchmark_variant(variant: str, path: Path, feeds: dict, batches: list[int], *, signature: dict, work_dir: Path,
-                      seconds: float, threads: int = 1) -> dict:
+def benchmark_variant(
+    variant: str,
+    path: Path,
+    feeds: dict,
+    batches: list[int],
+    *,
+    signature: dict,
+    work_dir: Path,
+    seconds: float,
+    threads: int = 1,
+) -> dict:
     """Per-mode latency/throughput of `variant` on its provider (raises ProviderMissing)."""
     provider = VARIANT_PROVIDER.get(variant, CPU)
     trt = dict(trt_cache_dir=work_dir / "tensorrt-cache", trt_max_batch=max(batches), trt_opt_batch=max(batches))
     providers = requested_providers(variant, signature, **trt)
     graph = requested_providers(variant, signature, cuda_graph=True, **trt) if provider == CUDA else None
-    result = measure_variant(path, providers, feeds, batches, seconds=seconds, threads=threads, graph_providers=graph,
-                             modes=("cuda-graph", "iobinding", "host-io") if provider != CPU else ("host-io",))
+    result = measure_variant(
+        path,
+        providers,
+        feeds,
+        batches,
+        seconds=seconds,
+        threads=threads,
+        graph_providers=graph,
+        modes=("cuda-graph", "iobinding", "host-io") if provider != CPU else ("host-io",),
+    )
     # "batches": the mode Triton's backend runs (the curve the serving plan reads), under the
     # key the CPU variants' benchmarks use, so the dashboard's latency chart shows both.
-    return {"execution_provider": provider, "serving_mode": "iobinding", "batches": result["modes"].get("iobinding", {}), **result}
+    return {
+        "execution_provider": provider,
+        "serving_mode": "iobinding",
+        "batches": result["modes"].get("iobinding", {}),
+        **result,
+    }

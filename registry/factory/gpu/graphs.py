@@ -21,9 +21,26 @@ from registry.factory.graphs import GraphError
 # kernel; the placement check of a GPU session (providers.placement) is the proof.
 CPU_ONLY_OPS = {
     "com.microsoft": {
-        "FusedGemm", "NhwcMaxPool", "DynamicQuantizeMatMul", "MatMulInteger16", "QLinearConv", "QLinearAdd", "QLinearMul",
-        "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearLeakyRelu", "QLinearSigmoid", "QLinearSoftmax",
-        "QLinearConcat", "QLinearWhere", "MurmurHash3", "Tokenizer", "WordConvEmbedding", "CDist", "Unique", "ExpandDims",
+        "FusedGemm",
+        "NhwcMaxPool",
+        "DynamicQuantizeMatMul",
+        "MatMulInteger16",
+        "QLinearConv",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearLeakyRelu",
+        "QLinearSigmoid",
+        "QLinearSoftmax",
+        "QLinearConcat",
+        "QLinearWhere",
+        "MurmurHash3",
+        "Tokenizer",
+        "WordConvEmbedding",
+        "CDist",
+        "Unique",
+        "ExpandDims",
     },
 }
 CPU_ONLY_DOMAINS = {"com.microsoft.nchwc"}  # the CPU's blocked memory layout

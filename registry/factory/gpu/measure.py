@@ -44,8 +44,18 @@ def _bind(session, binding, feeds: dict, outputs: dict, device: str):
     return keep  # the buffers must outlive the binding (a CUDA graph replays on their addresses)
 
 
-def measure_variant(path: Path, providers: list[tuple[str, dict]], feeds: dict, batches: list[int], *, seconds: float,
-                    modes=MODES, threads: int = 1, max_iters: int = 1_000_000, graph_providers: list | None = None) -> dict:
+def measure_variant(
+    path: Path,
+    providers: list[tuple[str, dict]],
+    feeds: dict,
+    batches: list[int],
+    *,
+    seconds: float,
+    modes=MODES,
+    threads: int = 1,
+    max_iters: int = 1_000_000,
+    graph_providers: list | None = None,
+) -> dict:
     """{"providers": [...], "modes": {mode: {batch: stats}}, "notes": {mode: why not}}.
     `graph_providers`: the same providers with CUDA graphs enabled (None: no graph mode)."""
     provider = providers[0][0]
@@ -60,7 +70,9 @@ def measure_variant(path: Path, providers: list[tuple[str, dict]], feeds: dict, 
         reference[batch] = (part, dict(zip(out_names, outputs)))
     if "host-io" in modes:
         result["modes"]["host-io"] = {
-            str(b): measure(lambda p=reference[b][0]: session.run(out_names, p), b, seconds=seconds, max_iters=max_iters)
+            str(b): measure(
+                lambda p=reference[b][0]: session.run(out_names, p), b, seconds=seconds, max_iters=max_iters
+            )
             for b in batches
         }
     if "iobinding" in modes:
@@ -68,24 +80,32 @@ def measure_variant(path: Path, providers: list[tuple[str, dict]], feeds: dict, 
         for batch in batches:
             binding = session.io_binding()
             keep = _bind(session, binding, *reference[batch], device)
-            per_batch[str(batch)] = measure(lambda b=binding: session.run_with_iobinding(b), batch, seconds=seconds, max_iters=max_iters)
+            per_batch[str(batch)] = measure(
+                lambda b=binding: session.run_with_iobinding(b), batch, seconds=seconds, max_iters=max_iters
+            )
             del keep
         result["modes"]["iobinding"] = per_batch
     if "cuda-graph" in modes:
         if device != "cuda" or provider != CUDA or graph_providers is None:
-            result["notes"]["cuda-graph"] = f"not measured: CUDA graphs are measured on the CUDA EP only ({provider} here)"
+            result["notes"]["cuda-graph"] = (
+                f"not measured: CUDA graphs are measured on the CUDA EP only ({provider} here)"
+            )
         else:
             _measure_graphs(path, graph_providers, reference, batches, seconds, max_iters, result)
     return result
 
 
-def _measure_graphs(path, graph_providers, reference, batches, seconds, max_iters, result, device: str = "cuda") -> None:
+def _measure_graphs(
+    path, graph_providers, reference, batches, seconds, max_iters, result, device: str = "cuda"
+) -> None:
     import onnxruntime as ort
 
     try:
         graph_session = open_session(path, graph_providers)
     except Exception as exc:  # ORT refuses CUDA graphs when a node is not on the CUDA EP
-        result["notes"]["cuda-graph"] = f"the graph does not allow CUDA graphs: {str(exc).strip().splitlines()[0][:300]}"
+        result["notes"]["cuda-graph"] = (
+            f"the graph does not allow CUDA graphs: {str(exc).strip().splitlines()[0][:300]}"
+        )
         return
     per_batch, mismatch, max_diff = {}, [], 0.0
     for graph_id, batch in enumerate(batches, start=1):  # id 0 is reserved by ONNX Runtime
@@ -110,7 +130,9 @@ def _measure_graphs(path, graph_providers, reference, batches, seconds, max_iter
                 mismatch.append(batch)
         del keep
     if mismatch:
-        result["notes"]["cuda-graph"] = f"replayed outputs differ from a plain run at batch {sorted(set(mismatch))} (max abs {max_diff:.2e}): not reported"
+        result["notes"]["cuda-graph"] = (
+            f"replayed outputs differ from a plain run at batch {sorted(set(mismatch))} (max abs {max_diff:.2e}): not reported"
+        )
         return
     result["modes"]["cuda-graph"] = per_batch
     result["cuda_graph_max_abs_diff"] = max_diff

@@ -27,8 +27,15 @@ GPU_PROVIDERS = (CUDA, TENSORRT)
 
 # ONNX Runtime's words when a provider's libraries or device are missing (not the graph's fault).
 UNAVAILABLE_SIGNS = (
-    "cannot open shared object file", "Failed to load library", "libnvinfer", "CUDA_PATH is set", "Please install TensorRT",
-    "no CUDA-capable device", "CUDA driver version is insufficient", "cudaErrorNoDevice", "cudaErrorInsufficientDriver",
+    "cannot open shared object file",
+    "Failed to load library",
+    "libnvinfer",
+    "CUDA_PATH is set",
+    "Please install TensorRT",
+    "no CUDA-capable device",
+    "CUDA driver version is insufficient",
+    "cudaErrorNoDevice",
+    "cudaErrorInsufficientDriver",
 )
 
 
@@ -40,8 +47,15 @@ class ProviderMissing(Exception):
         self.reason = reason
 
 
-def requested_providers(variant: str, signature: dict | None = None, *, trt_cache_dir: Path | None = None,
-                        trt_max_batch: int = 4096, trt_opt_batch: int = 512, cuda_graph: bool = False) -> list[tuple[str, dict]]:
+def requested_providers(
+    variant: str,
+    signature: dict | None = None,
+    *,
+    trt_cache_dir: Path | None = None,
+    trt_max_batch: int = 4096,
+    trt_opt_batch: int = 512,
+    cuda_graph: bool = False,
+) -> list[tuple[str, dict]]:
     """(provider, options) in priority order, as ONNX Runtime's Python API takes them; the
     options are the ones the variant's Triton config sets (serving.py), so what is
     validated is what is served."""
@@ -53,8 +67,12 @@ def requested_providers(variant: str, signature: dict | None = None, *, trt_cach
         cuda["enable_cuda_graph"] = "1"
     if provider == CUDA:
         return [(CUDA, cuda)]
-    params = serving.tensorrt_parameters(signature or {"inputs": []}, max_batch=trt_max_batch, opt_batch=trt_opt_batch,
-                                         cache_dir=str(trt_cache_dir) if trt_cache_dir else serving.TENSORRT_CACHE_DIR)
+    params = serving.tensorrt_parameters(
+        signature or {"inputs": []},
+        max_batch=trt_max_batch,
+        opt_batch=trt_opt_batch,
+        cache_dir=str(trt_cache_dir) if trt_cache_dir else serving.TENSORRT_CACHE_DIR,
+    )
     if trt_cache_dir:
         Path(trt_cache_dir).mkdir(parents=True, exist_ok=True)
     return [(TENSORRT, serving.ort_tensorrt_options(params)), (CUDA, cuda)]
@@ -82,12 +100,20 @@ def check_providers(session, requested: list[str]) -> list[str]:
             hint = ": TensorRT is not installed (or does not load) on this host, and the variant is not validated on CUDA in its place"
         elif requested[0] == CUDA:
             hint = ": no usable GPU for ONNX Runtime here"
-        raise ProviderMissing(f"asked ONNX Runtime for {' > '.join(requested)}; the session got {' > '.join(got) or 'nothing'}{hint}")
+        raise ProviderMissing(
+            f"asked ONNX Runtime for {' > '.join(requested)}; the session got {' > '.join(got) or 'nothing'}{hint}"
+        )
     return got
 
 
-def open_session(path: Path, providers: list[tuple[str, dict]], *, threads: int = 1, level: str = "all",
-                 profile_prefix: Path | None = None):
+def open_session(
+    path: Path,
+    providers: list[tuple[str, dict]],
+    *,
+    threads: int = 1,
+    level: str = "all",
+    profile_prefix: Path | None = None,
+):
     """An InferenceSession on `providers` that really got the first of them."""
     import onnxruntime as ort
 
@@ -95,8 +121,11 @@ def open_session(path: Path, providers: list[tuple[str, dict]], *, threads: int 
     if names[0] != CPU and names[0] not in available():
         raise ProviderMissing(
             f"{names[0]} is not in this ONNX Runtime ({runtime_line()}): "
-            + ("the CPU build has no GPU providers; a build-gpu worker needs onnxruntime-gpu" if ort.get_device() == "CPU"
-               else "this onnxruntime build lacks it")
+            + (
+                "the CPU build has no GPU providers; a build-gpu worker needs onnxruntime-gpu"
+                if ort.get_device() == "CPU"
+                else "this onnxruntime build lacks it"
+            )
         )
     options = session_options(threads=threads, level=level)
     if profile_prefix is not None:
@@ -106,8 +135,12 @@ def open_session(path: Path, providers: list[tuple[str, dict]], *, threads: int 
     # graphs refused, TensorRT missing) or a run that failed on the EP with fallback
     # providers and default options, saying so only on stdout.
     try:
-        session = ort.InferenceSession(str(path), options, providers=[(name, opts) if opts else name for name, opts in providers],
-                                       enable_fallback=0)
+        session = ort.InferenceSession(
+            str(path),
+            options,
+            providers=[(name, opts) if opts else name for name, opts in providers],
+            enable_fallback=0,
+        )
     except Exception as exc:  # ORT raises plain RuntimeErrors (Fail, EPFail, …) for both kinds of failure
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         if any(sign in str(exc) for sign in UNAVAILABLE_SIGNS):
@@ -119,7 +152,14 @@ def open_session(path: Path, providers: list[tuple[str, dict]], *, threads: int 
 
 
 # Switches whose loss changes what is measured; paths and shape strings ORT may reformat.
-CHECKED_OPTIONS = {"enable_cuda_graph", "use_tf32", "trt_fp16_enable", "trt_int8_enable", "trt_engine_cache_enable", "trt_cuda_graph_enable"}
+CHECKED_OPTIONS = {
+    "enable_cuda_graph",
+    "use_tf32",
+    "trt_fp16_enable",
+    "trt_int8_enable",
+    "trt_engine_cache_enable",
+    "trt_cuda_graph_enable",
+}
 
 
 def _flag(value) -> str:
@@ -131,9 +171,15 @@ def check_options(session, provider: str, asked: dict) -> None:
     """ProviderMissing when the session's `provider` runs with other values than asked for
     (the options ONNX Runtime reports back; keys it does not report cannot be checked)."""
     got = (session.get_provider_options() or {}).get(provider, {})
-    differ = {key: got[key] for key, value in asked.items() if key in CHECKED_OPTIONS and key in got and _flag(got[key]) != _flag(value)}
+    differ = {
+        key: got[key]
+        for key, value in asked.items()
+        if key in CHECKED_OPTIONS and key in got and _flag(got[key]) != _flag(value)
+    }
     if differ:
-        raise ProviderMissing(f"{provider} runs with {differ}, not the {', '.join(f'{k}={asked[k]}' for k in differ)} asked for")
+        raise ProviderMissing(
+            f"{provider} runs with {differ}, not the {', '.join(f'{k}={asked[k]}' for k in differ)} asked for"
+        )
 
 
 def placement(session) -> dict:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from registry.names import TENSORRT_CACHE_DIR
+
 TRT_WORKSPACE_BYTES = 1 << 30
 # Unmeasured GPU default (no GPU on the worker): the reference ranker's throughput on an
 # H100 kept rising up to batch 4096 (issue 16), so the batcher may form batches that big.
@@ -31,7 +32,17 @@ DEFAULT_PREFERRED = (32, 512, 4096)
 MAX_BATCH_INPUT_BYTES = 256 << 20  # a batch's inputs stay under this (wide rows get a smaller max batch)
 PLATEAU_SHARE = 0.9  # max_batch_size: the smallest measured batch within 90 % of the peak throughput
 PREFERRED_SHARE = 0.25  # preferred sizes: measured batches that reach a quarter of the peak
-DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "float64": 8,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
 
 
 def _batched(spec: dict) -> bool:
@@ -62,15 +73,21 @@ def choose_batching(curve: dict | None, signature: dict) -> dict:
     if not points:
         top = min(DEFAULT_MAX_BATCH, cap)
         preferred = [b for b in DEFAULT_PREFERRED if b <= top] or [top]
-        return {"max_batch_size": top, "preferred_batch_sizes": preferred,
-                "basis": f"default (no GPU measurement): max batch {top}, preferred {preferred}"}
+        return {
+            "max_batch_size": top,
+            "preferred_batch_sizes": preferred,
+            "basis": f"default (no GPU measurement): max batch {top}, preferred {preferred}",
+        }
     peak_batch, peak = max(points, key=lambda p: p[1])
     top = next(b for b, t in points if t >= PLATEAU_SHARE * peak)
     preferred = [b for b, t in points if 1 < b <= top and t >= PREFERRED_SHARE * peak] or [top]
     return {
-        "max_batch_size": top, "preferred_batch_sizes": preferred,
-        "basis": (f"measured: peak {peak:,.0f} rows/s at batch {peak_batch}; max batch = smallest measured batch within "
-                  f"{PLATEAU_SHARE:.0%} of the peak; preferred = measured batches reaching {PREFERRED_SHARE:.0%} of it"),
+        "max_batch_size": top,
+        "preferred_batch_sizes": preferred,
+        "basis": (
+            f"measured: peak {peak:,.0f} rows/s at batch {peak_batch}; max batch = smallest measured batch within "
+            f"{PLATEAU_SHARE:.0%} of the peak; preferred = measured batches reaching {PREFERRED_SHARE:.0%} of it"
+        ),
     }
 
 
@@ -92,7 +109,9 @@ def profile_shapes(signature: dict, *, min_batch: int, opt_batch: int, max_batch
     return {f"trt_profile_{key}_shapes": ",".join(values) for key, values in parts.items()}
 
 
-def tensorrt_parameters(signature: dict, *, max_batch: int, opt_batch: int, cache_dir: str = TENSORRT_CACHE_DIR) -> dict:
+def tensorrt_parameters(
+    signature: dict, *, max_batch: int, opt_batch: int, cache_dir: str = TENSORRT_CACHE_DIR
+) -> dict:
     """Parameters of Triton's `tensorrt` GPU execution accelerator (its key names)."""
     opt_batch = max(1, min(opt_batch, max_batch))
     return {
@@ -135,7 +154,9 @@ def plan(variant: str, signature: dict, *, curve: dict | None = None) -> dict:
     accelerators = []
     if variant == "tensorrt":
         opt = max(batching["preferred_batch_sizes"])
-        accelerators.append(("tensorrt", tensorrt_parameters(signature, max_batch=batching["max_batch_size"], opt_batch=opt)))
+        accelerators.append(
+            ("tensorrt", tensorrt_parameters(signature, max_batch=batching["max_batch_size"], opt_batch=opt))
+        )
     cuda = cuda_parameters(variant)
     if cuda:
         accelerators.append(("cuda", cuda))

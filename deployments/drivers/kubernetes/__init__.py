@@ -1,0 +1,24 @@
+"""Kubernetes pools: objects.py renders a pool's objects, driver.py applies them and
+talks to the pods (deployments/POOLS.md)."""
+
+from deployments.drivers.kubernetes.driver import HANDOVER_MANAGER, KubernetesDriver, owns_replicas
+from deployments.drivers.kubernetes.objects import (
+    FIELD_MANAGER,
+    ClusterSettings,
+    autoscaled,
+    object_name,
+    render,
+    render_yaml,
+)
+
+__all__ = [
+    "FIELD_MANAGER",
+    "HANDOVER_MANAGER",
+    "ClusterSettings",
+    "KubernetesDriver",
+    "autoscaled",
+    "object_name",
+    "owns_replicas",
+    "render",
+    "render_yaml",
+]

@@ -1,0 +1,137 @@
+"""Reads of online experiments shared by the API, the pages and the admin (team-scoped)."""
+
+from django.db.models import QuerySet
+from django.urls import reverse
+
+from deployments.route_overlays import Overlay
+from experiments import analysis
+from experiments.models import DeadLetter, Experiment, ExperimentState
+from experiments.services.guardrails import stored_guardrails
+from experiments.store import default_store
+from kernel.errors import NotFound
+from registry.selectors.events import event_list
+from registry.selectors.teams import team_scoped
+
+RULE = (
+    "ship when the lift's always-valid lower bound is above 0 (the MDE's side) and no guardrail fails; stop for "
+    "harm when the upper bound is below 0 or a guardrail fails on an arm (errors, latency, p99 SLO, prediction PSI "
+    "against the control); a flagged SRM blocks the lift's decisions."
+)
+
+
+def online_experiment_list(*, user, endpoint: str | None = None, state: str | None = None) -> QuerySet:
+    qs = team_scoped(
+        Experiment.objects.select_related("endpoint__team", "winner").prefetch_related("arms"),
+        user,
+        "endpoint__team_id",
+    )
+    if endpoint:
+        qs = qs.filter(endpoint__name=endpoint)
+    if state:
+        qs = qs.filter(state=state)
+    return qs
+
+
+def online_experiment_get(*, user, experiment_id) -> Experiment:
+    try:
+        pk = int(str(experiment_id).removeprefix("exp-"))
+    except ValueError:
+        pk = None
+    experiment = online_experiment_list(user=user).filter(pk=pk).first() if pk is not None else None
+    if experiment is None:
+        raise NotFound(f"No experiment {experiment_id!r}.", code="experiment_not_found")
+    return experiment
+
+
+def experiment_results(*, experiment: Experiment, store=None) -> dict:
+    """The analysis now (read-only: ticks that move the state are the service's), plus
+    the plan's progress, the chart's history and each candidate arm's guardrails as the
+    last analysis tick judged them (the sustained checks count breaches tick by tick)."""
+    store = store or default_store()
+    arms = list(experiment.arms.all())
+    sums, extras, counts = store.arm_sums(experiment)
+    control = next(a for a in arms if a.is_control)
+    guards = stored_guardrails(experiment)
+    result = analysis.analyze(
+        {a.name: sums[a.pk] for a in arms},
+        control=control.name,
+        allocation={a.name: a.allocation_bp / 10_000 for a in arms},
+        alpha=experiment.alpha,
+        mde=experiment.mde,
+        srm_alpha=experiment.srm_alpha,
+        guardrails={n: g["status"] for n, g in guards.items()},
+        extras={a.name: extras.get(a.pk, {}) for a in arms},
+    )
+    have = min((r["units"] for r in result["arms"].values()), default=0)
+    need = experiment.planned_units_per_arm
+    result.update(
+        {
+            "experiment": experiment.public_id,
+            "state": experiment.state,
+            "decision": experiment.decision or None,
+            "winner": experiment.winner.name if experiment.winner_id else None,
+            "progress": {"have": have, "need": need, "unit": "units per arm"},
+            "feedback": counts,
+            "history": experiment.history,
+            "guardrails": guards,
+            "rule": RULE,
+        }
+    )
+    return result
+
+
+def running_overlays(endpoints) -> dict:
+    """The route-overlay provider (deployments.route_overlays): running experiments' arms."""
+    ids = [e.pk for e in endpoints]
+    out = {}
+    qs = Experiment.objects.filter(endpoint_id__in=ids, state=ExperimentState.RUNNING).prefetch_related(
+        "arms__artifact__version"
+    )
+    for experiment in qs:
+        arms = list(experiment.arms.all())
+        arms.sort(key=lambda a: not a.is_control)
+        out[experiment.endpoint_id] = Overlay(
+            name=experiment.public_id,
+            salt=experiment.salt,
+            arms=tuple((a.artifact, a.allocation_bp) for a in arms),
+            url=reverse("experiments:online-detail", args=[experiment.pk]),
+            token_key=experiment.token_key if experiment.feedback_tokens else "",
+        )
+    return out
+
+
+def experiment_events(*, user, experiment: Experiment, limit: int = 20) -> list:
+    return list(event_list(user=user, object_type=experiment._meta.label_lower, object_id=experiment.pk)[:limit])
+
+
+LIVE_STATES = (ExperimentState.DRAFT, ExperimentState.RUNNING, ExperimentState.SHIPPING)
+
+
+def experiment_page(*, experiment: Experiment) -> dict:
+    """What the experiment page shows, from one analysis row: the last tick's evidence (the
+    same row the chart's last point is), or the analysis now when no tick ran yet. Plus
+    what the counts mean, the ship's outcome, the last analysis error and the dead letters
+    of the endpoint's streams."""
+    evidence = experiment.evidence or {}
+    if "arms" in evidence and experiment.analyzed_at is not None:
+        results = dict(evidence)
+        results.setdefault("progress", _progress(experiment, results))
+        results["guardrails"] = stored_guardrails(experiment)
+        results["rule"] = RULE
+        source = "tick"
+    else:
+        results = experiment_results(experiment=experiment)
+        source = "now"
+    results.setdefault("feedback", {"attributed": 0, "late": 0, "unknown": 0})
+    return {
+        "results": results,
+        "source": source,
+        "ship": evidence.get("ship"),
+        "dead_letters": DeadLetter.objects.filter(endpoint_name=experiment.endpoint.name).count(),
+        "live": experiment.state in LIVE_STATES,
+    }
+
+
+def _progress(experiment, results) -> dict:
+    have = min((r["units"] for r in results["arms"].values()), default=0)
+    return {"have": have, "need": experiment.planned_units_per_arm, "unit": "units per arm"}

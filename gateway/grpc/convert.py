@@ -1,0 +1,178 @@
+"""A KServe v2 gRPC inference request checked like an HTTP one, and the gateway's answers
+as gRPC statuses.
+
+`parse_infer` reads a `ModelInferRequest` into the same `tensors.Parsed` the HTTP path
+builds from JSON, so one `Signature.check` serves both protocols, with the same
+model-independent checks first: each input a unique name (1-256 characters), a KServe v2
+datatype, a shape of at most 32 non-negative dimensions, and its data either in the typed
+`contents` field that datatype uses (`fp32_contents` for FP32, `int_contents` for
+INT8/16/32, …; FP16 and BF16 have none) holding exactly the shape's element count, or in
+`raw_input_contents` (then one entry per input, none in `contents`) of exactly elements x
+the datatype's size bytes (BYTES: at least 4 per element, each a length prefix) — the
+binary sizes are checked as the HTTP binary extension's `binary_data_size` is, before a
+byte is forwarded. Shared-memory inputs and outputs are refused: a replica's shared memory
+is not the client's. The messages are the HTTP path's.
+
+`grpc_code` maps the gateway's HTTP statuses (kept for metrics, so both protocols count
+alike) to gRPC codes.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from ..tensors import DATATYPE_SIZE, MAX_RANK, Parsed, Problem, _bad, _label
+
+# the typed field of InferTensorContents each datatype's values go in (None: raw only)
+CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+    "FP16": None,
+    "BF16": None,
+}
+ALL_FIELDS = tuple(sorted({f for f in CONTENTS_FIELD.values() if f}))
+SHARED_MEMORY = "shared_memory_region"
+
+HTTP_TO_GRPC = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    408: grpc.StatusCode.DEADLINE_EXCEEDED,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    415: grpc.StatusCode.INVALID_ARGUMENT,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    499: grpc.StatusCode.CANCELLED,
+    500: grpc.StatusCode.INTERNAL,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    502: grpc.StatusCode.UNAVAILABLE,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+# Triton's gRPC codes as the HTTP statuses its HTTP port answers (metrics, fault, breaker)
+GRPC_TO_HTTP = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 503,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.CANCELLED: 499,
+}
+
+
+def grpc_code(status: int) -> grpc.StatusCode:
+    if status in HTTP_TO_GRPC:
+        return HTTP_TO_GRPC[status]
+    return grpc.StatusCode.INVALID_ARGUMENT if 400 <= status < 500 else grpc.StatusCode.INTERNAL
+
+
+def http_status(code: grpc.StatusCode) -> int:
+    return GRPC_TO_HTTP.get(code, 500)
+
+
+def _shared_memory(parameters) -> bool:
+    return SHARED_MEMORY in parameters
+
+
+def parse_infer(request):  # noqa: C901 - one pass read top to bottom, as tensors.parse_request
+    """A Parsed request, or the Problem with it (model-independent checks)."""
+    raw = request.raw_input_contents
+    inputs_pb = request.inputs
+    if not inputs_pb:
+        return _bad("the request needs at least one input (KServe v2)")
+    if raw and len(raw) != len(inputs_pb):
+        return _bad(f"raw_input_contents has {len(raw)} entries for {len(inputs_pb)} inputs: give one per input")
+    inputs = []
+    seen = set()
+    sizes = DATATYPE_SIZE
+    for i, item in enumerate(inputs_pb):
+        name = item.name
+        if not name or len(name) > 256 or name in seen:
+            if name in seen:
+                return _bad(f"input {_label(name)} appears twice")
+            return _bad(f"inputs[{i}] needs a 'name' (a non-empty string of at most 256 characters)")
+        seen.add(name)
+        datatype = item.datatype
+        if datatype not in sizes:
+            return _bad(
+                f"input {_label(name)}: datatype {datatype[:20]!r} is not a KServe v2 datatype ({', '.join(sizes)})"
+            )
+        shape = list(item.shape)
+        if len(shape) > MAX_RANK:
+            return _bad(f"input {_label(name)}: 'shape' must be a list of at most {MAX_RANK} non-negative integers")
+        elements = 1
+        for dim in shape:
+            if dim < 0:
+                return _bad(f"input {_label(name)}: shape {shape} has {dim}; dimensions are non-negative integers")
+            elements *= dim
+        if _shared_memory(item.parameters):
+            return _bad(f"input {_label(name)}: shared memory inputs cannot go through the gateway; send the data")
+        field = CONTENTS_FIELD[datatype]
+        contents = item.contents if item.HasField("contents") else None
+        if raw:
+            if contents is not None and any(len(getattr(contents, f)) for f in ALL_FIELDS):
+                return _bad(f"input {_label(name)} has both contents and raw_input_contents")
+            size = len(raw[i])
+            element_size = sizes[datatype]
+            if element_size:
+                if size != elements * element_size:
+                    return _bad(
+                        f"input {_label(name)}: shape {shape} of {datatype} is {elements * element_size} bytes "
+                        f"but its raw_input_contents has {size}"
+                    )
+            elif size < 4 * elements:
+                return _bad(
+                    f"input {_label(name)}: {elements} BYTES elements need at least {4 * elements} bytes "
+                    f"but its raw_input_contents has {size}"
+                )
+        else:
+            if field is None:
+                return _bad(f"input {_label(name)}: {datatype} has no typed contents field; send raw_input_contents")
+            count = len(getattr(contents, field)) if contents is not None else 0
+            others = [f for f in ALL_FIELDS if f != field and contents is not None and len(getattr(contents, f))]
+            if others:
+                return _bad(f"input {_label(name)}: {datatype} values go in contents.{field}, not {others[0]}")
+            if count != elements:
+                return _bad(
+                    f"input {_label(name)}: shape {shape} declares {elements} elements but contents has {count}"
+                )
+        inputs.append((name, datatype, shape))
+    outputs = []
+    for item in request.outputs:
+        if _shared_memory(item.parameters):
+            return _bad(f"output {_label(item.name)}: shared memory outputs cannot go through the gateway")
+        outputs.append(item.name)
+    return Parsed(inputs, outputs)
+
+
+def metadata_dict(pairs):
+    """The request's metadata as the lower-case str dict the key check and routing read
+    (the first of duplicates; binary `-bin` entries left out), or a Problem when a field
+    the gateway reads comes twice."""
+    out = {}
+    for key, value in pairs or ():
+        if key.endswith("-bin"):
+            continue
+        if key in out:
+            if key in SINGLETONS:
+                return Problem(400, "bad_header", f"duplicate {key} metadata")
+            continue
+        out[key] = value
+    return out
+
+
+SINGLETONS = frozenset(("authorization", "x-api-key", "x-request-id"))

@@ -1,0 +1,68 @@
+"""Serializer fields that take JSON as the schema says.
+
+DRF's CharField turns a number into a string (`{"description": 0}` is stored as "0"),
+while the OpenAPI schema says `type: string`: a client sending a number has a bug, and
+the API says so (400 "give a string") instead of storing its str(). Every API serializer
+uses these (`StrictModelSerializer` maps the model's text fields to them).
+"""
+
+from django.db import models
+from rest_framework import serializers
+
+
+class _StringOnly:
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string", kind=type(data).__name__.replace("NoneType", "null"))
+        # maxLength is the schema's, on the string as sent: DRF checks it after trimming
+        # whitespace, so "\f" + 2000 characters would pass a max_length of 2000
+        max_length = getattr(self, "max_length", None)
+        if max_length is not None and len(data) > max_length:
+            self.fail("max_length", max_length=max_length)
+        return super().to_internal_value(data)
+
+
+class StrictCharField(_StringOnly, serializers.CharField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class StrictSlugField(_StringOnly, serializers.SlugField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class StrictURLField(_StringOnly, serializers.URLField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class StrictEmailField(_StringOnly, serializers.EmailField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class StrictModelSerializer(serializers.ModelSerializer):
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.CharField: StrictCharField,
+        models.TextField: StrictCharField,
+        models.SlugField: StrictSlugField,
+        models.URLField: StrictURLField,
+        models.EmailField: StrictEmailField,
+    }
+
+
+class StrictRegexField(_StringOnly, serializers.RegexField):
+    default_error_messages = {"not_a_string": "give a string, not a {kind}."}
+
+
+class QuerySerializer(serializers.Serializer):
+    """Query parameters. DRF reads an empty one (`?since=`) as not given and applies the
+    default; here, as for the list filters (kernel.api.StrictFilterBackend), it is a 400
+    naming it."""
+
+    def to_internal_value(self, data):
+        if hasattr(data, "getlist"):
+            empty = [name for name in self.fields if name in data and not any(v.strip() for v in data.getlist(name))]
+            if empty:
+                raise serializers.ValidationError(
+                    {name: ["give a value, or leave the parameter out."] for name in empty}, code="invalid_parameter"
+                )
+        return super().to_internal_value(data)
