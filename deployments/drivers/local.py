@@ -289,7 +289,8 @@ class LocalDriver(PoolDriver):
                     self._went_down(name, state, reason, on_down)
                     wait = state.get("started_at", 0) + backoff_s(state.get("streak", 0) + 1) - time.time()
                     if wait > 0:
-                        infos[name] = self._info(name, state, "down", f"restart in {wait:.1f}s (backoff)")
+                        why = f"{state['last_error']}; restart in {wait:.1f}s (backoff)"
+                        infos[name] = self._info(name, state, "down", why)
                         continue
                 started.append(name)
                 infos[name] = self._start(name, state)
