@@ -205,7 +205,7 @@ class KubernetesDriver(PoolDriver):
                 self._delete_quietly(apis[kind][1], kind)
         return applied
 
-    def ensure(self) -> list[ReplicaInfo]:
+    def ensure(self, on_down=None) -> list[ReplicaInfo]:  # the kubelet restarts pods; their state is in replicas()
         self.apply()
         return self.replicas()
 
