@@ -18,6 +18,12 @@ def pytest_configure(config):
     # Gateways the tests start serve /metrics without a token unless a test gives one
     # (gateway/settings.py refuses to start otherwise; tests of the closed default unset this).
     os.environ.setdefault("GATEWAY_METRICS_OPEN", "1")
+    # Every gateway a test starts without a gRPC port of its own takes this run's free one, not
+    # 8081: gRPC binds with SO_REUSEPORT, so two runs (or xdist workers) on 8081 would share it.
+    if "GATEWAY_GRPC_PORT" not in os.environ:
+        from kernel.tritonserver import free_port
+
+        os.environ["GATEWAY_GRPC_PORT"] = str(free_port())
     if IN_CI:
         engine = settings.DATABASES["default"]["ENGINE"]
         if "postgresql" not in engine or settings.CELERY_BROKER_URL.startswith("filesystem://"):
