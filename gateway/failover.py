@@ -12,6 +12,8 @@ The policy:
 - the stable is retried once on another stable replica only when the first never reached
   the model (the connection was refused, or Triton does not have the model loaded);
 - a deadline the client set below the endpoint's floor is the client's, never retried;
+- a 500 in which Triton says it cannot read the request body (`blames_request`) is the
+  client's 400, never retried;
 - what is left is a 504 (deadline), Triton's own 5xx passed through, a 503 with
   Retry-After while no replica can serve, or a 502.
 """
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 from typing import NamedTuple
+
+from orjson import loads
 
 # fault label of gateway_requests_total (gateway/metrics.py has the same three values)
 OK, CLIENT, BACKEND = "none", "client", "backend"
@@ -36,6 +40,7 @@ class FailureReason(StrEnum):
     NOT_LOADED = "not_loaded"  # Triton answered 404 "unknown model": the replica is (re)loading it
     UNAVAILABLE = "unavailable"  # no replica of the chosen variant could be picked (breakers open)
     INCOMPATIBLE = "incompatible"  # the candidate's signature refuses what the stable's takes
+    BAD_INPUT = "bad_input"  # Triton answered 500 with its HTTP front end's words for a body it cannot read
 
 
 # Reasons that never reached the model: another replica of the same variant may serve.
@@ -47,8 +52,8 @@ def retry_on_stable(reason: FailureReason, *, on_stable: bool, stable_fits: bool
 
     `on_stable`: the failed attempt was on the stable itself. `stable_fits`: the request
     passes the stable's signature (a candidate may accept inputs the stable refuses)."""
-    if reason is FailureReason.CLIENT_DEADLINE:
-        return False
+    if reason is FailureReason.CLIENT_DEADLINE or reason is FailureReason.BAD_INPUT:
+        return False  # the client's: the same body would fail the same way anywhere
     if on_stable:
         return reason in NEVER_REACHED_MODEL
     return stable_fits or reason is FailureReason.INCOMPATIBLE
@@ -58,6 +63,7 @@ class Kind(StrEnum):
     """The shape of the answer when no attempt served the request."""
 
     CLIENT_DEADLINE = "client_deadline"  # 504, the client's deadline (counted as the client's)
+    BAD_INPUT = "bad_input"  # 400 bad_request: Triton could not read the body (counted as the client's)
     DEADLINE = "deadline"  # 504 deadline_exceeded
     PASS_THROUGH = "pass_through"  # Triton's own 5xx reply, renamed
     NO_REPLICA = "no_replica"  # 503 no_ready_backend: no replica could be picked
@@ -80,6 +86,7 @@ class Outcome(NamedTuple):
 
 _OUTCOMES = {
     Kind.CLIENT_DEADLINE: Outcome(Kind.CLIENT_DEADLINE, 504, "deadline_exceeded", CLIENT),
+    Kind.BAD_INPUT: Outcome(Kind.BAD_INPUT, 400, "bad_request", CLIENT),
     Kind.DEADLINE: Outcome(Kind.DEADLINE, 504, "deadline_exceeded", BACKEND),
     Kind.PASS_THROUGH: Outcome(Kind.PASS_THROUGH, 0, "", BACKEND),
     Kind.NO_REPLICA: Outcome(Kind.NO_REPLICA, 503, "no_ready_backend", BACKEND),
@@ -96,6 +103,8 @@ def failure_outcome(reason: FailureReason, *, deadline_passed: bool, retried: bo
     retry target was found (so "no replica" is not the reason any more)."""
     if reason is FailureReason.CLIENT_DEADLINE:
         kind = Kind.CLIENT_DEADLINE
+    elif reason is FailureReason.BAD_INPUT:
+        kind = Kind.BAD_INPUT
     elif reason is FailureReason.TIMEOUT or deadline_passed:
         kind = Kind.DEADLINE
     elif reason is FailureReason.UPSTREAM_5XX:
@@ -113,8 +122,45 @@ def failure_outcome(reason: FailureReason, *, deadline_passed: bool, retried: bo
 
 def counts_as_upstream_error(reason: FailureReason) -> bool:
     """gateway_upstream_errors_total counts attempts that reached for a replica; "no
-    replica could be picked" and the client's own deadline are not upstream errors."""
-    return reason is not FailureReason.UNAVAILABLE and reason is not FailureReason.CLIENT_DEADLINE
+    replica could be picked", the client's own deadline and a body Triton cannot read are
+    not upstream errors."""
+    return reason not in _NOT_UPSTREAM_ERRORS
+
+
+_NOT_UPSTREAM_ERRORS = frozenset((FailureReason.UNAVAILABLE, FailureReason.CLIENT_DEADLINE, FailureReason.BAD_INPUT))
+
+# How Triton's HTTP front end (src/http_server.cc) words a request body it cannot read: its
+# JSON reader's errors (rapidjson's parse error, TritonJson's "attempt to access JSON ...",
+# prefixed by the field: "Unable to parse 'data': ...") are created as INTERNAL, so Triton
+# answers 500 for what is the client's. Matched at the start of the message only; a model's
+# own error text is whatever its author wrote, so a model that fails with these words would
+# be read as its clients' fault (none of the platform's adapters does).
+BODY_FAULT_PREFIXES = (
+    "Unable to parse ",
+    "Unable to set '",
+    "failed to parse the request JSON buffer",
+    "failed to get request params",
+    "attempt to access JSON ",
+    "attempt to get members for non-object",
+)
+
+
+def triton_error(body: bytes) -> str | None:
+    """The `error` message of a Triton error reply, or None when it has none."""
+    try:
+        message = loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return message if type(message) is str else None
+
+
+def blames_request(status: int, body: bytes) -> bool:
+    """Whether a Triton reply to an infer request says the request body is at fault: a
+    500 whose message is one of its HTTP front end's words for a body it cannot read."""
+    if status != 500:
+        return False
+    message = triton_error(body)
+    return message is not None and message.startswith(BODY_FAULT_PREFIXES)
 
 
 # Upstream statuses that count toward a replica's circuit breaker. Triton answers 500 for
@@ -134,6 +180,9 @@ def failure_detail(outcome, failure, ep, variant, timeout: float) -> str:
         )
     if kind is Kind.DEADLINE:
         return f"no reply from {name!r} within {timeout * 1000:.0f} ms"
+    if kind is Kind.BAD_INPUT:
+        message = (triton_error(failure.body) or "")[:300].replace(variant.triton_model, name)
+        return f"endpoint {name!r}: the model server cannot read this request: {message}"
     if kind is Kind.NO_REPLICA:
         return f"endpoint {name!r}: no ready replica for variant {variant.name!r}"
     if kind is Kind.LOADING:

@@ -7,8 +7,9 @@ fewest outstanding requests, forward the original bytes, fail over once when an 
 fails for the backend's reasons (the decisions are failover.py's), queue a shadow copy,
 reply with the upstream's status, body and tensor headers plus X-Request-Id and
 X-Model-Variant. Each outcome is counted as the variant's (served, or a backend failure) or
-the client's (4xx, a deadline below the endpoint's floor, a disconnect): only the former
-feed the judge and the breakers.
+the client's (4xx, a deadline below the endpoint's floor, a disconnect, a Triton 500 that
+says it cannot read the body: failover.blames_request): only the former feed the judge and
+the breakers.
 
 `Inference.route` (choice, signature, replica, the protocol's `send`, failover) is shared
 with gRPC (gateway/grpc/); a versioned request is pinned to the variant serving that
@@ -29,6 +30,7 @@ from .failover import (
     UNAVAILABLE_STATUSES,
     FailureReason,
     Kind,
+    blames_request,
     counts_as_upstream_error,
     failure_detail,
     failure_outcome,
@@ -287,6 +289,8 @@ class Inference:
             state.outstanding -= 1
         self.hot.observe_upstream(ep_name, variant_name, perf_counter() - t0)
         if status >= 500:
+            if blames_request(status, data):  # Triton's words for a body it cannot read: the client's
+                raise UpstreamFailure(FailureReason.BAD_INPUT, status, rheaders, data)
             if status in UNAVAILABLE_STATUSES:
                 self.breakers.failed(state)
             raise UpstreamFailure(FailureReason.UPSTREAM_5XX, status, rheaders, data)

@@ -1,19 +1,21 @@
 """KServe v2 inference requests checked before they reach Triton.
 
 `parse_request` reads the JSON part of a request (the whole body, or its first
-`Inference-Header-Content-Length` bytes) with orjson and checks what needs no model:
-each input has a name, a known datatype and a shape of non-negative integers, its data
-(JSON `data`, or `binary_data_size` bytes of the binary tensor extension) holds exactly
-as many elements as the shape declares, and the binary sizes add up to the body.
+`Inference-Header-Content-Length` bytes) with orjson (`contents.loads`) and checks what
+needs no model: each input has a name, a known datatype and a shape of non-negative
+integers, its data (JSON `data`, or `binary_data_size` bytes of the binary tensor
+extension) holds exactly as many elements as the shape declares, JSON values are what the
+datatype takes, laid out as the shape (`contents.data_problem`), and the binary sizes add
+up to the body.
 `Signature.check` then compares the inputs with the variant's signature from the route
 table: names (unknown, missing, duplicated), datatypes, rank, fixed dimensions, batch
 size against `max_batch_size`, one batch size for all inputs, known output names.
 
 Every problem is a `Problem(status, code, detail)` naming the input and what is wrong;
 nothing here raises on client input. Costs: one orjson parse plus, per input, a few
-comparisons; nested JSON data is measured by its lists' lengths (one `len` per inner
-list, never a loop over elements), so a declared shape of [2147483648, 13] with 13
-values is caught without allocating anything.
+comparisons and one C-level pass over its JSON values (contents.py); the layout is
+checked by lists' lengths before any value is looked at, so a declared shape of
+[2147483648, 13] with 13 values is caught without allocating anything.
 """
 
 from __future__ import annotations
@@ -21,10 +23,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-try:
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - orjson is a declared dependency
-    from json import loads as _loads
+from .contents import data_problem
+from .contents import loads as _loads
 
 # Bytes per element of each KServe v2 datatype; BYTES elements are length-prefixed (4 + n).
 DATATYPE_SIZE = {
@@ -45,7 +45,6 @@ DATATYPE_SIZE = {
 }
 IHCL = "Inference-Header-Content-Length"
 MAX_RANK = 32
-_LIST = {list}
 
 
 class Problem(tuple):
@@ -71,27 +70,6 @@ class Parsed:
     def __init__(self, inputs: list, outputs: list):
         self.inputs = inputs
         self.outputs = outputs
-
-
-def _leaves(value, depth: int) -> int:
-    """Elements of JSON tensor data: flat or nested lists (row-major), counted by the
-    lengths of the innermost lists. -1 when the nesting is deeper than the shape or
-    mixes lists and scalars at a level above the innermost one."""
-    if type(value) is not list:
-        return 1
-    if not value or type(value[0]) is not list:
-        return len(value)
-    if depth <= 1:
-        return -1
-    total = 0
-    for item in value:
-        if type(item) is not list:
-            return -1
-        n = _leaves(item, depth - 1)
-        if n < 0:
-            return -1
-        total += n
-    return total
 
 
 def _label(name: str) -> str:
@@ -198,27 +176,9 @@ def parse_request(body, ihcl: str | None):  # noqa: C901 - one pass read top to 
                 )
             binary_total += binary_size
         elif type(data) is list:
-            count = len(data)
-            if count and type(data[0]) is list:
-                # rows: the common [batch, features] case by C-level maps over the rows,
-                # anything deeper by _leaves (one len per inner list, never per element)
-                if (
-                    len(shape) == 2
-                    and set(map(type, data)) == _LIST
-                    and set(map(len, data)) == {shape[1]}
-                    and (not shape[1] or type(data[0][0]) is not list)
-                ):
-                    count *= shape[1]
-                else:
-                    count = _leaves(data, max(len(shape), 1))
-            if count != elements:
-                if count < 0:
-                    return _bad(
-                        f"input {_label(name)}: 'data' is nested deeper than its shape {shape} or mixes lists and values"
-                    )
-                return _bad(
-                    f"input {_label(name)}: shape {str(shape)[:80]} declares {elements} elements but 'data' has {count}"
-                )
+            problem = data_problem(data, datatype, shape, elements)
+            if problem is not None:
+                return _bad(f"input {_label(name)}: {problem}")
         elif data is None:
             return _bad(f"input {_label(name)} has no 'data' (nor binary_data_size)")
         else:

@@ -121,7 +121,11 @@ def test_the_C2_request_is_refused_without_allocating():
         (body(tensor("a", "FP32", [1] * 40, [1])), None, "at most 32"),
         (body(tensor("a", "FP32", [2])), None, "has no 'data'"),
         (body(tensor("a", "FP32", [2], "12")), None, "'data' must be a list"),
-        (body(tensor("a", "FP32", [2, 2], [[1, 2], [3]])), None, "declares 4 elements but 'data' has 3"),
+        (
+            body(tensor("a", "FP32", [2, 2], [[1, 2], [3]])),
+            None,
+            "lists of length 1, 2 at depth 1 where shape [2, 2] has 2",
+        ),
         (body(tensor("a", "FP32", [2], [[[1]], [[2]]])), None, "nested deeper than its shape"),
         (body(tensor("a", "FP32", [2, 1], [[1], 2])), None, "mixes lists and values"),
         (body(tensor("a", "FP32", [1], [1], binary_data_size=4)), None, "both 'data' and binary_data_size"),
@@ -247,9 +251,11 @@ def test_compressed_bodies_are_inflated_for_the_check_within_the_limit():
     assert inflate(raw, "br", 100)[:2] == (415, "unsupported_encoding")
 
 
-def test_check_costs_microseconds_not_a_loop_over_elements():
-    """A batch of 64 x 13 FP32 values and a [1, 3, 224, 224] image (150528 values) are
-    measured by list lengths only: the image costs about what the orjson parse does."""
+def test_check_costs_a_bounded_multiple_of_the_parse():
+    """A batch of 64 x 13 FP32 values and a [1, 3, 224, 224] image (150528 values): the
+    layout is measured by list lengths, and each value costs one C-level pass
+    (gateway/contents.py; ~5x the orjson parse of the image on this machine, ~13 ns a
+    value): bounded by a multiple of the parse, never a Python loop over elements."""
     import time
 
     import orjson
@@ -258,7 +264,7 @@ def test_check_costs_microseconds_not_a_loop_over_elements():
     parse_time = min(_timed(lambda: orjson.loads(image)) for _ in range(3))
     check_time = min(_timed(lambda: problem(image, signature=IMAGE)) for _ in range(3))
     assert problem(image, signature=IMAGE) is None
-    assert check_time < 1.5 * parse_time + 0.0005, (check_time, parse_time)
+    assert check_time < 10 * parse_time + 0.002, (check_time, parse_time)
 
     def _run():
         return problem(ctr(64), signature=CTR)

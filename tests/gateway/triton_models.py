@@ -95,3 +95,44 @@ def infer_body(batch: int = 1, *, seed: int = 0) -> bytes:
             "outputs": [{"name": "ctr"}],
         }
     ).encode()
+
+
+TYPES_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("y", np.zeros(1, dtype=np.float32))])
+            for _ in requests
+        ]
+"""
+# one optional rank-1 input per datatype: the tensor-contents tests send one at a time
+TYPES_INPUTS = {
+    "i8": "INT8",
+    "u8": "UINT8",
+    "i16": "INT16",
+    "i32": "INT32",
+    "u64": "UINT64",
+    "flag": "BOOL",
+    "text": "BYTES",
+    "half": "FP16",
+    "f64": "FP64",
+}
+
+
+def types_model(repo: Path, name: str) -> Path:
+    """A python-backend model taking any one of TYPES_INPUTS (all optional), answering y = [0]."""
+    path = repo / name
+    (path / "1").mkdir(parents=True, exist_ok=True)
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
+    for input_name, datatype in TYPES_INPUTS.items():
+        kind = getattr(mc, "TYPE_" + ("STRING" if datatype == "BYTES" else datatype))
+        config.input.add(name=input_name, data_type=kind, dims=[-1], optional=True)
+    config.output.add(name="y", data_type=mc.TYPE_FP32, dims=[1])
+    config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    (path / "config.pbtxt").write_text(text_format.MessageToString(config))
+    (path / "1" / "model.py").write_text(TYPES_PY)
+    return path
