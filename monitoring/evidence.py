@@ -19,11 +19,14 @@ import numpy as np
 @dataclass
 class ArmWindow:
     """One variant over the window: per-tick (requests, errors), latency bucket counts
-    {le_seconds: count} (non-cumulative) and prediction-score bin counts."""
+    {le_seconds: count} (non-cumulative) over the window and, aligned with `ticks`, per
+    tick (`latency_ticks`: what the p99 guardrail counts over disjoint windows; empty when
+    only the window's totals are known), and prediction-score bin counts."""
 
     ticks: list[tuple[float, float]] = field(default_factory=list)
     latency_buckets: dict[float, float] = field(default_factory=dict)
     score_bins: list[float] = field(default_factory=list)
+    latency_ticks: list[dict[float, float]] = field(default_factory=list)
 
     @property
     def requests(self) -> float:
@@ -39,15 +42,25 @@ class ArmWindow:
         if len(self.ticks) != len(other.ticks):
             raise ValueError("windows must be aligned tick by tick")
         ticks = [(a + c, b + d) for (a, b), (c, d) in zip(self.ticks, other.ticks)]
-        buckets = dict(self.latency_buckets)
-        for le, n in other.latency_buckets.items():
-            buckets[le] = buckets.get(le, 0.0) + n
+        buckets = _added(self.latency_buckets, other.latency_buckets)
         bins = (
             [a + b for a, b in zip(self.score_bins, other.score_bins)]
             if self.score_bins and other.score_bins
             else (list(self.score_bins or other.score_bins))
         )
-        return ArmWindow(ticks=ticks, latency_buckets=buckets, score_bins=bins)
+        per_tick = []
+        if self.latency_ticks and other.latency_ticks:
+            if len(self.latency_ticks) != len(other.latency_ticks):
+                raise ValueError("windows must be aligned tick by tick")
+            per_tick = [_added(a, b) for a, b in zip(self.latency_ticks, other.latency_ticks)]
+        return ArmWindow(ticks=ticks, latency_buckets=buckets, score_bins=bins, latency_ticks=per_tick)
+
+
+def _added(a: dict[float, float], b: dict[float, float]) -> dict[float, float]:
+    out = dict(a)
+    for le, n in b.items():
+        out[le] = out.get(le, 0.0) + n
+    return out
 
 
 @dataclass
@@ -64,11 +77,15 @@ class JudgeConfig:
     min_guardrail_requests: int = 100
     min_score_samples: int = 200
     guardrail_alpha: float = 0.01
-    # p99 SLO and PSI guardrails fail only on a sustained breach (Argo's failureLimit):
-    # breaching at `guardrail_failure_limit` successive looks spanning at least
-    # `guardrail_sustain_s` seconds. One window of 108 samples is not a regression.
+    # The PSI guardrail fails only on a sustained breach (Argo's failureLimit): breaching at
+    # `guardrail_failure_limit` successive looks spanning at least `guardrail_sustain_s`.
+    # The p99 guardrail needs its breach in `guardrail_failure_limit` DISJOINT windows (ticks).
     guardrail_failure_limit: int = 3
     guardrail_sustain_s: float = 10.0
+    # "p99 <= SLO" is "at most 1 % of requests over the SLO": the p99 guardrail's ceiling,
+    # and the alternatives its e-process mixes over (multiples of the ceiling: 1.5 % .. 40 %).
+    slo_exceedance_share: float = 0.01
+    slo_exceedance_ratios: tuple[float, ...] = (1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 40.0)
     error_margin: float = 0.01  # absolute difference of error rates that is "no worse"
     latency_margin: float = 0.10  # relative: 10 % slower than stable is the practical limit
     latency_alpha: float = 0.001

@@ -1,13 +1,15 @@
-"""The judge's guardrails: hard limits on the candidate alone (p99 and error rate against
-the endpoint's SLOs) and on its prediction drift against the control (PSI).
+"""The judge's guardrails: hard limits on the candidate (p99 and error rate against the
+endpoint's SLOs) and on its prediction drift against the control (PSI).
 
-Each needs a minimum sample first. p99_slo and psi fail only on a SUSTAINED breach (as
-Argo Rollouts' `failureLimit` and Flagger's `threshold`): the breach must be seen at
-`guardrail_failure_limit` successive looks spanning at least `guardrail_sustain_s`. The
-count lives in the check's own evidence (`breaches`, `breach_since`), carried from the
-rollout's previous verdict, so the judge stays a pure function. error_slo needs no
-such count: its one-sided binomial test at `guardrail_alpha` already keeps a handful of
-early errors from tripping it.
+Each needs a minimum sample first. p99_slo (monitoring/p99_guardrail.py) is an
+always-valid test on the share of requests over the SLO, against its 1 % ceiling and the
+control, needing its breach in several disjoint windows. psi fails only on a SUSTAINED
+breach (as Argo Rollouts' `failureLimit` and Flagger's `threshold`): the breach must be
+seen at `guardrail_failure_limit` successive looks spanning at least
+`guardrail_sustain_s`; the count lives in the check's own evidence (`breaches`,
+`breach_since`), carried from the rollout's previous verdict, so the judge stays a pure
+function. error_slo needs no such count: its one-sided binomial test at
+`guardrail_alpha` already keeps a handful of early errors from tripping it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from scipy import stats
 
 from deployments.rollout_machine import Verdict
 from monitoring.evidence import ArmWindow, JudgeConfig, make_check, progress
-from monitoring.statistics import histogram_quantile, psi
+from monitoring.p99_guardrail import check_p99_slo
+from monitoring.statistics import psi
 
 PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
 
@@ -55,34 +58,19 @@ def check_guardrails(
     previous: dict | None = None,
     now_s: float | None = None,
     seconds: float | None = None,
+    latency_control: ArmWindow | None = None,
+    compare: bool = True,
 ) -> list[dict]:
-    """`stable`: the control (the baseline copy when the rollout has one); `previous`:
-    the rollout's last checks by name; `seconds`: how long the window ran (for ETAs)."""
+    """`stable`: the control (stable and baseline pooled when the rollout has a baseline);
+    `latency_control`: the arm the p99 guardrail compares with (the baseline copy; default
+    `stable`), `compare=False` when none serves beside the candidate; `previous`: the
+    rollout's last checks by name (PSI's breach count); `seconds`: how long the window ran
+    (for ETAs)."""
     checks = []
     n_c = candidate.requests
     enough = n_c >= config.min_guardrail_requests
     if config.slo_p99_ms is not None:
-        latency_n = sum(candidate.latency_buckets.values())
-        p99 = histogram_quantile(0.99, candidate.latency_buckets)
-        p99_ms = None if p99 is None else p99 * 1000
-        if latency_n < config.min_guardrail_requests or p99_ms is None:
-            outcome, memory = INCONCLUSIVE, {"breaches": 0, "breach_since": None}
-        else:
-            fail, memory = sustained("p99_slo", p99_ms > config.slo_p99_ms, config, previous, now_s)
-            outcome = FAIL if fail else (INCONCLUSIVE if memory["breaches"] else PASS)
-        checks.append(
-            make_check(
-                "p99_slo",
-                "guardrail",
-                outcome,
-                samples={"candidate": latency_n},
-                statistic=p99_ms,
-                threshold=config.slo_p99_ms,
-                min_samples=config.min_guardrail_requests,
-                **memory,
-                **progress(latency_n, config.min_guardrail_requests, "requests", seconds),
-            )
-        )
+        checks.append(check_p99_slo(latency_control or stable, candidate, config, compare=compare, seconds=seconds))
     if config.slo_error_rate is not None:
         errors = int(round(candidate.errors))
         rate = candidate.errors / n_c if n_c else None

@@ -13,8 +13,10 @@ samples come from the same moments; pooled over a drifting rollout they would no
 Checks (each reports samples, statistic, p-value or e-value and threshold):
 
 guardrails (monitoring/guardrails.py; each needs `min_guardrail_requests` first)
-  * p99_slo      candidate p99 (from histogram buckets) over the endpoint's SLO, sustained
-                 (3 looks over >= 10 s, like Argo's failureLimit) -> fail.
+  * p99_slo      "p99 <= SLO" as "at most 1 % of requests over the SLO" (counted from
+                 histogram buckets): an always-valid e-process on that share against
+                 its ceiling AND against the control (when one serves beside the
+                 candidate), over in >= 3 disjoint windows (monitoring/p99_guardrail.py).
   * error_slo    candidate error rate over the SLO, confirmed by a one-sided binomial
                  test at `guardrail_alpha` so a handful of early errors do not trip it.
   * psi          PSI of the candidate's prediction-score bins vs the control's over
@@ -60,6 +62,7 @@ import numpy as np
 from scipy import stats
 
 from deployments.rollout_machine import Verdict
+from monitoring import eprocess
 from monitoring.evidence import ArmWindow, JudgeConfig, progress
 from monitoring.evidence import make_check as _check
 from monitoring.guardrails import check_guardrails
@@ -82,42 +85,13 @@ class Decision:
 def error_e_value(stable_ticks, candidate_ticks, odds_ratios=JudgeConfig.odds_ratios) -> float:
     """The mixture e-value (equal weights over `odds_ratios`) after all the ticks given.
 
-    Ticks are aligned: tick i of both lists covers the same interval.
-    """
-    s = np.asarray(stable_ticks, dtype=float).reshape(-1, 2)
-    c = np.asarray(candidate_ticks, dtype=float).reshape(-1, 2)
-    if len(s) != len(c):
-        raise ValueError("stable and candidate ticks must be aligned")
-    n_s, e_s, n_c, e_c = s[:, 0], s[:, 1], c[:, 0], c[:, 1]
-    k = e_s + e_c
-    use = (k > 0) & (n_s > 0) & (n_c > 0)
-    if not use.any():
-        return 1.0
-    q = n_c[use] / (n_s[use] + n_c[use])
-    x, k = e_c[use], k[use]
-    log_terms = []
-    for psi_ in odds_ratios:
-        q1 = psi_ * q / (psi_ * q + 1 - q)
-        log_terms.append(float(np.sum(x * np.log(q1 / q) + (k - x) * np.log((1 - q1) / (1 - q)))))
-    log_terms = np.asarray(log_terms)
-    top = log_terms.max()
-    return float(math.exp(top) * np.mean(np.exp(log_terms - top))) if top < 700 else math.inf
+    Ticks are aligned: tick i of both lists covers the same interval (monitoring/eprocess.py)."""
+    return eprocess.e_value(eprocess.conditional_steps(stable_ticks, candidate_ticks, odds_ratios))
 
 
 def error_e_path(stable_ticks, candidate_ticks, odds_ratios=JudgeConfig.odds_ratios) -> np.ndarray:
     """The e-value after each tick (what continuous monitoring sees), vectorised."""
-    s = np.asarray(stable_ticks, dtype=float).reshape(-1, 2)
-    c = np.asarray(candidate_ticks, dtype=float).reshape(-1, 2)
-    n_s, e_s, n_c, e_c = s[:, 0], s[:, 1], c[:, 0], c[:, 1]
-    k = e_s + e_c
-    use = (k > 0) & (n_s > 0) & (n_c > 0)
-    q = np.where(use, n_c / np.where(use, n_s + n_c, 1), 0.5)
-    paths = []
-    for psi_ in odds_ratios:
-        q1 = psi_ * q / (psi_ * q + 1 - q)
-        step = np.where(use, e_c * np.log(q1 / q) + (k - e_c) * np.log((1 - q1) / (1 - q)), 0.0)
-        paths.append(np.cumsum(step))
-    return np.mean(np.exp(np.minimum(np.asarray(paths), 700)), axis=0)
+    return eprocess.e_path(eprocess.conditional_steps(stable_ticks, candidate_ticks, odds_ratios))
 
 
 def check_error_rate(
@@ -318,7 +292,16 @@ def judge(
             for name in ("latency", "latency_tail")
         ]
     checks = [
-        *check_guardrails(error_control or stable, candidate, config, previous=previous, now_s=now_s, seconds=seconds),
+        *check_guardrails(
+            error_control or stable,
+            candidate,
+            config,
+            previous=previous,
+            now_s=now_s,
+            seconds=seconds,
+            latency_control=stable,
+            compare=compare_latency,
+        ),
         check_error_rate(error_control or stable, candidate, config, seconds),
         *latency_checks,
     ]
@@ -335,9 +318,15 @@ def judge(
 
 def _waiting(check: dict) -> str:
     """`latency (312 of 500 requests, ~40 s)`: what a check still needs."""
-    if check.get("breaches"):
-        return f"{check['name']} (breach {check['breaches']} of {check.get('failure_limit', '?')} needed to fail)"
     pace = check.get("progress")
+    complete = bool(pace) and pace.get("need") is not None and pace["have"] >= pace["need"]
+    if check["name"] == "p99_slo" and complete:
+        return f"{check['name']} ({_p99_evidence(check)})"
+    if check.get("breaches"):
+        if check["breaches"] < check.get("failure_limit", 0):
+            return f"{check['name']} (breach {check['breaches']} of {check['failure_limit']} looks needed to fail)"
+        held, need = check.get("breach_held_s") or 0, check.get("sustain_s") or 0
+        return f"{check['name']} (breaching for {held:.0f} s of {need:g} s needed to fail)"
     if not pace or pace.get("need") is None:
         return check["name"]
     if pace["have"] >= pace["need"]:
@@ -367,14 +356,28 @@ def _describe(check: dict, control: str = "stable", pooled: bool = False) -> str
             f"(p={check['p_value']:.2g} < {check['threshold']})"
         )
     if name == "p99_slo":
-        held = (
-            f" for {check['breach_held_s']:.0f} s ({check['breaches']} looks)"
-            if check.get("breach_held_s") is not None
-            else ""
-        )
-        return f"candidate p99 {check['statistic']:.2f} ms over the SLO {check['threshold']} ms{held}"
+        return f"candidate p99 over the SLO {check['threshold']:g} ms: {_p99_evidence(check)}"
     if name == "error_slo":
         return f"candidate error rate {check['statistic']:.2%} over the SLO {check['threshold']:.2%}"
     if name == "psi":
         return f"prediction drift PSI {check['statistic']:.3f} over {check['threshold']}"
     return name
+
+
+def _p99_evidence(check: dict) -> str:
+    """ "3 of 141 requests over 50 ms (2.1 %, 1 % allowed); e-value 1.3 vs the SLO, 0.8 vs
+    the control (100 needed); over the ceiling in 2 disjoint windows (3 needed)": where the
+    p99 guardrail stands."""
+    n, over = check["samples"]["candidate"], check["over"]["candidate"]
+    share = check["share_over"]["candidate"] or 0.0
+    text = (
+        f"{over:.0f} of {n:.0f} requests over {check['threshold']:g} ms "
+        f"({share:.1%}, {check['allowed_share']:.0%} allowed); e-value {check['e_value']:.3g} vs the SLO"
+    )
+    if check.get("e_value_control") is not None:
+        control = check["share_over"].get("control")
+        text += f", {check['e_value_control']:.3g} vs the control" + (
+            f" ({control:.1%} over)" if control is not None else ""
+        )
+    text += f" ({check['e_threshold']:.3g} needed)"
+    return text + f"; over the ceiling in {check['windows_over']} disjoint windows ({check['failure_limit']} needed)"

@@ -82,10 +82,14 @@ def judge_arms(
     base = MetricSample.objects.filter(endpoint=endpoint, variant__in=variants, time__gte=since)
     if until:
         base = base.filter(time__lte=until)
-    ticks = base.filter(metric__in=TICK_METRICS).values_list("variant", "metric", "time", "value")
-    # histograms are summed over the window by the database (their time does not matter)
+    # latency buckets tick by tick (only non-empty buckets and their lower edges are stored):
+    # the p99 guardrail counts the requests over the SLO in disjoint windows
+    ticks = base.filter(Q(metric__in=TICK_METRICS) | Q(metric__startswith="latency_bucket:")).values_list(
+        "variant", "metric", "time", "value"
+    )
+    # score bins are summed over the window by the database (their time does not matter)
     histograms = (
-        base.filter(Q(metric__startswith="latency_bucket:") | Q(metric__startswith="score_bin:"))
+        base.filter(metric__startswith="score_bin:")
         .values("variant", "metric")
         .annotate(n=Sum("value"))
         .values_list("variant", "metric", "n")

@@ -33,6 +33,8 @@ def _number(value, digits: int) -> str:
 def detail(check: dict) -> str:
     """The check's figures, rounded: statistic, p- or e-value against its threshold."""
     parts = []
+    if isinstance(check.get("share_over"), dict) and isinstance(check.get("over"), dict):
+        return _exceedance_detail(check)
     if isinstance(check.get("statistic"), (int, float)):
         parts.append(f"statistic {_number(check['statistic'], 3)}")
     if isinstance(check.get("p_value"), (int, float)):
@@ -47,6 +49,28 @@ def detail(check: dict) -> str:
         parts.append(f"breach {check['breaches']} of {check.get('failure_limit', '?')}")
     if isinstance(check.get("samples"), (int, float)):
         parts.append(f"{int(check['samples'])} samples")
+    return " · ".join(parts)
+
+
+def _exceedance_detail(check: dict) -> str:
+    """The p99 guardrail: its requests over the SLO and its e-values (monitoring/p99_guardrail.py)."""
+    parts = []
+    over, samples = check["over"].get("candidate"), (check.get("samples") or {}).get("candidate")
+    share, allowed = check["share_over"].get("candidate"), check.get("allowed_share")
+    if isinstance(over, (int, float)) and isinstance(samples, (int, float)):
+        text = f"{int(over)} of {int(samples)} over {_number(check.get('threshold'), 3)} ms"
+        if isinstance(share, (int, float)) and isinstance(allowed, (int, float)):
+            text += f" ({share:.1%}, {allowed:.0%} allowed)"
+        parts.append(text)
+    needed = f" of {_number(check['e_threshold'], 3)}" if isinstance(check.get("e_threshold"), (int, float)) else ""
+    if isinstance(check.get("e_value"), (int, float)):
+        parts.append(f"e={check['e_value']:.2f}{needed} vs SLO")
+    if isinstance(check.get("e_value_control"), (int, float)):
+        parts.append(f"e={check['e_value_control']:.2f}{needed} vs control")
+    if isinstance(check.get("windows_over"), int):
+        parts.append(f"over in {check['windows_over']} windows ({check.get('failure_limit', '?')} needed)")
+    if isinstance(check.get("statistic"), (int, float)):
+        parts.append(f"p99 {_number(check['statistic'], 3)} ms")
     return " · ".join(parts)
 
 

@@ -43,6 +43,32 @@ def parse_steps(text: str) -> list[int]:
     return points
 
 
+FORECAST_PLAN_KEYS = ("step_min_seconds", "step_min_requests", "step_deadline_seconds")
+
+
+def forecast_steps(state, endpoint_name: str, plan: dict) -> list[int] | None:
+    """The steps the rollout forecast suggests for the endpoint's observed traffic (what the
+    endpoint page's start form fills in), said on stderr; None (the server's default plan)
+    when the forecast cannot be had."""
+    query = {key: plan[key] for key in FORECAST_PLAN_KEYS if plan.get(key) is not None}
+    try:
+        forecast = state.api.get("rollout-forecast/", endpoint=endpoint_name, **query)
+        steps = [int(step) for step in forecast["suggested_steps_bp"]]
+    except CliError as exc:
+        state.out.note(f"No forecast ({exc.message}): the server's default steps apply.")
+        return None
+    except (TypeError, KeyError, ValueError):
+        state.out.note("No forecast (the server's answer had no suggested steps): the server's default steps apply.")
+        return None
+    rate = forecast.get("observed_rate_rps")
+    traffic = f"{rate:g} req/s observed" if isinstance(rate, (int, float)) else "no traffic observed yet"
+    state.out.note(
+        f"Steps {'/'.join(f'{s / 100:g}' for s in steps)} % from the rollout forecast ({traffic}); "
+        "--steps to choose others."
+    )
+    return steps
+
+
 def follow(state, rollout: dict, *, watch: bool, interval: float, timeout: float | None, through_pause: bool) -> None:
     if not watch:
         state.out.result(rollout, _rollout_text)
@@ -76,7 +102,8 @@ def rollout():
 @click.option(
     "--steps",
     default=None,
-    help="Candidate traffic per step in percent, e.g. 5,25,50,100 (default: the server's, 10,25,50,100).",
+    help="Candidate traffic per step in percent, e.g. 5,25,50,100 (default: the plan the rollout forecast "
+    "suggests for the endpoint's traffic, as the endpoint page's form; the server's 10,25,50,100 without one).",
 )
 @click.option(
     "--shadow-seconds", type=click.FloatRange(min=0), help="Shadow phase before the canary (blue-green needs it)."
@@ -114,6 +141,10 @@ def rollout_start(state, endpoint_name, candidate, strategy, steps, watch, inter
         body["strategy"] = strategy
     if steps:
         body["steps_bp"] = parse_steps(steps)
+    elif strategy != "blue-green":  # blue-green has no steps
+        suggested = forecast_steps(state, endpoint_name, plan)
+        if suggested:
+            body["steps_bp"] = suggested
     body.update({key: value for key, value in plan.items() if value is not None})
     started = state.api.post(f"endpoints/{segment(endpoint_name)}/rollouts/", body)
     if watch and not state.out.as_json:

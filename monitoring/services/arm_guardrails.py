@@ -55,10 +55,10 @@ def arm_guardrails_judge(
     """Judge each candidate arm against `control` (variant names) over [since, until].
 
     Returns {arm: {"status": "pass" | "fail" | "pending", "reason", "checks", "judged_at"}}:
-    "pending" while any check lacks the data to conclude (or a breach is not yet
-    sustained), "fail" when a check fails, "pass" when every check passed. `previous`:
-    the last result per arm (what this returned at the previous tick): the sustained
-    guardrails' breach counts live in its checks. `psi=False`: the PSI is computed and
+    "pending" while any check lacks the data to conclude (or its evidence is not yet
+    there), "fail" when a check fails, "pass" when every check passed. `previous`:
+    the last result per arm (what this returned at the previous tick): the PSI
+    guardrail's breach count lives in its checks. `psi=False`: the PSI is computed and
     shown (outcome `skipped`) but is no guardrail."""
     until = until or timezone.now()
     config = config or arm_config(endpoint)
@@ -68,7 +68,11 @@ def arm_guardrails_judge(
     out = {}
     control_arm = arms[control]
     if not psi:  # without the control's scores the judge has no PSI to fail on
-        control_arm = ArmWindow(ticks=control_arm.ticks, latency_buckets=control_arm.latency_buckets)
+        control_arm = ArmWindow(
+            ticks=control_arm.ticks,
+            latency_buckets=control_arm.latency_buckets,
+            latency_ticks=control_arm.latency_ticks,
+        )
     for name in candidates:
         before = ((previous or {}).get(name) or {}).get("checks") or []
         decision = judge(

@@ -9,11 +9,13 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.services import rollouts as rollout_services
 from modelplane_cli import exits
 from monitoring.services import canary
+from monitoring.services.store import samples_store
 from tests import factories
 from tests.cli.conftest import popen_cli
 from tests.monitoring.test_canary_loop import feed
@@ -207,6 +209,29 @@ def test_pause_resume_promote_with_generations(setup, tmp_path):
     table = cli("rollout", "list", "--endpoint", "ctr", "--state", "succeeded")
     assert table.code == 0 and len(table.out.strip().splitlines()) == 2 and "succeeded" in table.out, table
     assert len(cli("rollout", "list", "--json").json()["results"]) == 2
+
+
+def test_start_without_steps_takes_the_forecasts_plan_and_says_so(setup):
+    """As the endpoint page's form: no --steps is the plan the rollout forecast suggests for
+    the endpoint's observed traffic (at 20 req/s, 50/100 %: a 10 % canary would get 2 req/s,
+    too little for its tests to act within seconds), not the server's fixed 10/25/50/100."""
+    cli, pool, stable, (candidate, *_) = setup
+    idle = cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--json")
+    assert idle.code == 0, idle
+    assert idle.json()["steps_bp"] == [2500, 5000, 10000]  # no traffic seen: the forecast's plan for that
+    assert "Steps 25/50/100 % from the rollout forecast (no traffic observed yet)" in idle.err, idle
+    factories.endpoint(pool, stable, name="busy", slo_p99_ms=200)
+    now = timezone.now()
+    for tick in range(30):  # 20 req/s over the last minute, as the collector stores it
+        samples_store(rows=[("busy", "v1", "requests", 40.0)], at=now - timedelta(seconds=2 * tick))
+    busy = cli("rollout", "start", "busy", "--candidate", candidate.pk, "--json")
+    assert busy.code == 0, busy
+    assert busy.json()["steps_bp"] == [5000, 10000]
+    assert "Steps 50/100 % from the rollout forecast (20 req/s observed)" in busy.err, busy
+    factories.endpoint(pool, stable, name="chosen")
+    chosen = cli("rollout", "start", "chosen", "--candidate", candidate.pk, "--steps", "10,100", "--json")
+    assert chosen.code == 0 and chosen.json()["steps_bp"] == [1000, 10000], chosen
+    assert "forecast" not in chosen.err  # --steps: the user's plan, no forecast asked
 
 
 def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):

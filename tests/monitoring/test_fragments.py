@@ -7,7 +7,9 @@ from django.test import Client
 from django.utils import timezone
 
 from deployments.rollout_machine import State
+from monitoring.evidence import ArmWindow, JudgeConfig
 from monitoring.models import Verdict
+from monitoring.p99_guardrail import check_p99_slo
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -84,21 +86,29 @@ def test_a_waiting_check_shows_its_progress(rollout, deployer, team_a):
                 "progress": {"have": 312, "need": 500, "unit": "requests"},
                 "eta_seconds": 18.8,
             },
-            {
-                "name": "p99_slo",
-                "outcome": "inconclusive",
-                "breaches": 1,
-                "failure_limit": 3,
-                "progress": {"have": 400, "need": 100, "unit": "requests"},
-                "eta_seconds": 0.0,
-            },
+            _two_slow_in_141(),
         ],
     )
     client = Client()
     client.force_login(deployer)
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
     assert "312 of 500 requests · ~19 s" in page
-    assert "breach 1 of 3" in page and "400 of 100" not in page and "sample complete: 400 requests" in page
+    assert "141 of 100" not in page and "sample complete: 141 requests" in page
+    # the p99 guardrail says where its evidence stands, never a breach count
+    assert "2 of 141 over 50 ms (1.4%, 1% allowed)" in page and "vs SLO" in page and "breach" not in page
+
+
+def _two_slow_in_141() -> dict:
+    """The p99 guardrail's evidence on the issue's case (2 of 141 candidate requests over a
+    50 ms SLO, in 2 of 36 ticks), as the judge stores it."""
+    per_tick = [{0.002: 4.0}] * 35 + [{0.002: 1.0}]
+    per_tick[9] = per_tick[30] = {0.002: 3.0, 0.05: 0.0, 0.1: 1.0}
+    candidate = ArmWindow(
+        ticks=[(sum(h.values()), 0.0) for h in per_tick],
+        latency_ticks=per_tick,
+        latency_buckets={0.002: 139.0, 0.05: 0.0, 0.1: 2.0},
+    )
+    return check_p99_slo(candidate, candidate, JudgeConfig(slo_p99_ms=50.0), compare=False, seconds=72.0)
 
 
 def test_verdicts_are_grouped_per_check_with_trend_progress_and_the_headers_step(rollout, deployer, team_a):

@@ -15,9 +15,19 @@ EDGES = (*BUCKETS, math.inf)
 
 
 def bucketize(latencies_s) -> dict[float, float]:
-    index = np.searchsorted(EDGES, latencies_s, side="left")
-    values, counts = np.unique(index, return_counts=True)
-    return {EDGES[i]: float(c) for i, c in zip(values, counts)}
+    """Non-cumulative bucket counts, every bucket (empty ones at 0: each bucket's lower bound is known)."""
+    counts = np.bincount(np.searchsorted(EDGES, latencies_s, side="left"), minlength=len(EDGES))
+    return {edge: float(c) for edge, c in zip(EDGES, counts)}
+
+
+def ticked(latencies_s, ticks: int) -> ArmWindow:
+    """A window of `ticks` equal ticks (no errors), latency buckets per tick and in total."""
+    parts = np.array_split(np.asarray(latencies_s), ticks)
+    return ArmWindow(
+        ticks=[(float(len(p)), 0.0) for p in parts],
+        latency_buckets=bucketize(latencies_s),
+        latency_ticks=[bucketize(p) for p in parts],
+    )
 
 
 def latencies(rng, n, scale=1.0):
@@ -148,14 +158,16 @@ def test_guardrails_p99_error_slo_and_psi():
         latency_buckets=bucketize(latencies(rng, 4000)),
         score_bins=statistics.score_bins(rng.beta(2, 8, 4000)),
     )
-    slow = ArmWindow(
-        ticks=[(400, 4)],
-        latency_buckets=bucketize(latencies(rng, 400, 20.0)),
-        score_bins=statistics.score_bins(rng.beta(2, 8, 400)),
-    )
-    decision = judge(stable, slow, JudgeConfig(alpha=ALPHA, slo_p99_ms=100))
+    # p50 ~60 ms: most requests over a 100 ms SLO, in each of 8 ticks beside a control
+    control, slow_ticks = ticked(latencies(rng, 4000), 8), ticked(latencies(rng, 400, 20.0), 8)
+    decision = judge(control, slow_ticks, JudgeConfig(alpha=ALPHA, slo_p99_ms=100))
     assert next(c for c in decision.checks if c["name"] == "p99_slo")["outcome"] == "fail"
     assert "over the SLO" in decision.reason
+    slow = ArmWindow(
+        ticks=[(400, 4)],
+        latency_buckets=slow_ticks.latency_buckets,
+        score_bins=statistics.score_bins(rng.beta(2, 8, 400)),
+    )
 
     erroring = ArmWindow(ticks=[(400, 60)], latency_buckets=stable.latency_buckets)
     check = next(

@@ -1,5 +1,6 @@
 """The judge's decisions that fit the traffic (issue 12 items 5-6), on synthetic data:
-guardrails fire on sustained breaches only, every check says how much of its sample it
+the PSI guardrail fires on sustained breaches only (the p99 guardrail's evidence:
+test_p99_guardrail.py), every check says how much of its sample it
 has and when it will have the rest, the error test pools stable and baseline as its
 control, and at a 5 % share of 200 req/s two candidate errors are enough evidence."""
 
@@ -11,37 +12,6 @@ from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, judge
 from tests.monitoring.test_judge import bucketize, latencies
 
 SLO = JudgeConfig(slo_p99_ms=50.0, min_guardrail_requests=100)
-
-
-def _arms(rng, n_c=108, slow=1.0):
-    """A stable and a candidate alike (the candidate's small window is what breaches)."""
-    stable = ArmWindow(ticks=[(4000, 0)], latency_buckets=bucketize(latencies(rng, 4000, slow)))
-    candidate = ArmWindow(ticks=[(n_c, 0)], latency_buckets=bucketize(latencies(rng, n_c, slow)))
-    return stable, candidate
-
-
-def _p99(decision):
-    return next(c for c in decision.checks if c["name"] == "p99_slo")
-
-
-def test_one_window_over_the_p99_slo_does_not_fail_a_sustained_breach_does():
-    """The issue's case: one window of 108 samples at 73 ms over a 50 ms SLO rolled a
-    healthy candidate back. Now a breach needs 3 looks over >= 10 s."""
-    rng = np.random.default_rng(1)
-    stable, slow = _arms(rng, slow=30.0)  # p99 ~ 100+ ms
-    first = judge(stable, slow, SLO, now_s=1000.0, previous={})
-    assert _p99(first)["outcome"] == "inconclusive" and _p99(first)["breaches"] == 1
-    assert first.outcome == "inconclusive" and "p99_slo (breach 1 of 3" in first.reason
-    memory = {c["name"]: c for c in first.checks}
-    second = judge(stable, slow, SLO, now_s=1001.0, previous=memory)
-    third = judge(stable, slow, SLO, now_s=1002.0, previous={c["name"]: c for c in second.checks})
-    assert _p99(third)["breaches"] == 3 and _p99(third)["outcome"] == "inconclusive"  # 3 looks, but only 2 s
-    late = judge(stable, slow, SLO, now_s=1010.5, previous={c["name"]: c for c in third.checks})
-    assert _p99(late)["outcome"] == "fail" and late.outcome == "fail" and "for 10 s" in late.reason
-    # a look back under the SLO resets the count
-    healthy = _arms(rng)[1]
-    recovered = judge(stable, healthy, SLO, now_s=1011.0, previous={c["name"]: c for c in third.checks})
-    assert _p99(recovered)["breaches"] == 0 and _p99(recovered)["outcome"] == "pass"
 
 
 def test_psi_breach_must_be_sustained_too():
@@ -58,6 +28,11 @@ def test_psi_breach_must_be_sustained_too():
         ]
         == "fail"
     )
+    # three looks, but not yet 10 s: the reason says what is missing ("breach 10 of 3" never)
+    held = judge(
+        stable, drifted, JudgeConfig(), now_s=0.0, previous={"psi": {**psi, "breaches": 9, "breach_since": -4.0}}
+    )
+    assert "psi (breaching for 4 s of 10 s needed to fail)" in held.reason
 
 
 def test_every_check_carries_progress_and_an_eta():

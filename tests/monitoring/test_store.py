@@ -160,6 +160,9 @@ def test_judge_tick_reads_the_store_and_records_the_verdict(team_a):
     )
     assert len(stable.ticks) == len(canary.ticks) == 100
     assert sum(canary.latency_buckets.values()) == pytest.approx(canary.requests)
+    # latency per tick too, aligned with the request counts (the p99 guardrail's disjoint windows)
+    assert len(canary.latency_ticks) == 100
+    assert sum(canary.latency_ticks[5].values()) == pytest.approx(canary.ticks[5][0])
     verdict = judge_tick(
         rollout_id=7,
         endpoint="ctr",
