@@ -1,7 +1,7 @@
 """python -m bench build_box: what running a build's stages in a limited child process
 (registry/factory/box.py) costs compared with running them in the worker itself.
 
-For the tiny CTR model (tests/make_onnx.py) with the fast build settings the tests use,
+For the tiny CTR model (harness/onnx.py) with the fast build settings the tests use,
 each round runs the six stages twice: in this process (modules already imported, as in
 a warm worker) and boxed (a fresh child: interpreter, Django settings, the stages'
 libraries, then the same stages) — once with the worker's warm spare child ready (builds
@@ -88,8 +88,8 @@ def main(argv) -> int:
     django.setup()
     from django.conf import settings
 
+    from harness.onnx import write as write_onnx
     from registry.factory import conf
-    from tests.make_onnx import write as write_onnx
 
     for key, value in FAST.items():
         setattr(settings, key, value)

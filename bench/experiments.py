@@ -47,8 +47,7 @@ def gateway_cost(phase_requests: int, phases: int) -> dict:
     from django.conf import settings
 
     from deployments.tritonserver import TritonProcess, free_port
-    from tests.gateway.test_hostile import SIGNATURE
-    from tests.gateway.triton_models import ctr_model, infer_body
+    from harness.triton_models import SIGNATURE, ctr_model, infer_body
 
     stream_url = settings.EXPOSURE_STREAM_URL or "redis://127.0.0.1:6379/0"
     work = Path(tempfile.mkdtemp(prefix="bench-exp-"))

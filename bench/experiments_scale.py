@@ -28,8 +28,8 @@ def _fixture(tag: str):
     """A throw-away team, pool, two artifacts and endpoint with a running experiment."""
     from deployments.services.keys import inference_key_create
     from experiments.services import online as services
-    from tests import factories
-    from tests.make_onnx import write as write_onnx
+    from harness import factories
+    from harness.onnx import write as write_onnx
 
     work = Path(tempfile.mkdtemp(prefix="bench-exp-"))
     onnx = write_onnx(work / "m.onnx")
@@ -61,7 +61,7 @@ def _fixture(tag: str):
 def _another_experiment(fx: dict, i: int):
     """One more endpoint of the fixture's pool and team running an experiment of the same two artifacts."""
     from experiments.services import online as services
-    from tests import factories
+    from harness import factories
 
     endpoint = factories.endpoint(fx["pool"], fx["stable"], name=f"{fx['endpoint'].name}-{i}")
     exp = services.experiment_create(user=fx["user"], endpoint=endpoint, name="bench", candidates=[fx["candidate"]])

@@ -526,7 +526,7 @@ def main(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom; s
 
     sys.path.insert(0, str(ROOT))
     from deployments.tritonserver import TritonNotAvailable, TritonProcess, free_port
-    from tests.gateway.triton_models import ctr_model, infer_body
+    from harness.triton_models import ctr_model, infer_body
 
     if not shutil.which("wrk"):
         print("wrk not installed (apt-get install -y wrk): cannot measure capacity", file=sys.stderr)

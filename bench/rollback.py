@@ -130,17 +130,19 @@ def main(argv: list[str]) -> int:
 
     from bench import twotower
     from bench.common import print_table, write_json
-    from bench.harness import Load, package_artifact, spawn, stop, wait_for
     from bench.rollback_report import HEADERS, first_step_latency, summarize, table_rows
     from deployments.models import PoolModel, PoolModelState, Rollout
     from deployments.rollout_machine import TERMINAL, State
     from deployments.services import endpoints as endpoint_services
     from deployments.services import pools as pool_services
     from deployments.services import rollouts as rollout_services
+    from harness.artifacts import package_artifact
+    from harness.load import Load
+    from harness.onnx import write as write_onnx
+    from harness.processes import spawn, stop, wait_for
     from monitoring.forecast import suggest_steps
     from monitoring.services.canary import judge_config_for
     from registry.models import Event, Role, TeamMembership
-    from tests.make_onnx import write as write_onnx
 
     call_command("migrate", interactive=False, verbosity=0)
     var = Path(env["VAR_DIR"])

@@ -6,9 +6,10 @@ from django.conf import settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from harness import factories
+from harness.onnx import write as write_onnx
+from harness.processes import CeleryWorker
 from registry.models import Role
-from tests import factories
-from tests.make_onnx import write as write_onnx
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 MISSING = {s for s in os.environ.get("MODELPLANE_MISSING_SERVICES", "").split(",") if s}
@@ -156,80 +157,6 @@ def subprocess_env(transactional_db, settings, tmp_path) -> dict:
         PYTHONUNBUFFERED="1",
     )
     return env
-
-
-def wait_for_line(path: Path, needle: str, *, timeout: float, proc=None) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        if needle in text:
-            return
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited ({proc.returncode}) before {needle!r}:\n{text[-3000:]}")
-        time.sleep(0.1)
-    raise TimeoutError(
-        f"{needle!r} not seen in {path} after {timeout}s:\n{(path.read_text(errors='replace') if path.exists() else '')[-3000:]}"
-    )
-
-
-class CeleryWorker:
-    """A real `celery worker` child process on the configured broker."""
-
-    def __init__(
-        self, env: dict, log_path: Path, queues: str = "control,build-cpu,build-gpu", extra: list[str] | None = None
-    ):
-        self.env, self.log_path, self.queues, self.extra = env, log_path, queues, extra or []
-        self.proc = None
-
-    def start(self, timeout: float = 60.0) -> "CeleryWorker":
-        import subprocess
-        import sys
-
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "-Q",
-                self.queues,
-                "--concurrency=1",
-                "--loglevel=INFO",
-                "--without-gossip",
-                "--without-mingle",
-                *self.extra,
-            ],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        wait_for_line(self.log_path, "ready.", timeout=timeout, proc=self.proc)
-        return self
-
-    def kill(self, sig=None) -> None:
-        import signal as _signal
-
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig or _signal.SIGKILL)
-            self.proc.wait(15)
-
-    def stop(self) -> None:
-        import signal as _signal
-        import subprocess
-
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, _signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """House rules import-linter cannot see (its contracts, in pyproject.toml, run in `make lint`):
 an app never imports another app's private names nor queries another app's tables through
-its models, and a module over MAX_LINES says at its top why it is one module."""
+its models, a module over MAX_LINES says at its top why it is one module, and tests and
+benchmarks share the harness (harness/) instead of each other: neither harness/ nor bench/
+imports tests/, and no test module imports another."""
 
 import ast
 from pathlib import Path
@@ -79,3 +81,46 @@ def test_the_rules_catch_what_they_name(tmp_path):
     long.write_text('"""A module."""\n' + "x = 1\n" * (MAX_LINES + 1))
     with pytest.raises(AssertionError, match="lines"):
         test_long_modules_say_why("deployments", long)
+
+
+def _imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in `path`, function-level ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(node.lineno, node.module)]
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _shared_code_problems(path: Path) -> list[str]:
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    problems = []
+    for line, module in _imported_modules(path):
+        parts = module.split(".")
+        if parts[0] != "tests":
+            continue
+        if rel.parts[0] in ("harness", "bench"):
+            problems.append(f"{rel}:{line} imports {module}: share it through harness/, not tests/")
+        elif path.name.startswith("test_") and parts[-1].startswith("test_"):
+            problems.append(f"{rel}:{line} imports the test module {module}: move what it shares to a helper module")
+    return problems
+
+
+SHARED = sorted(
+    [*(ROOT / "harness").rglob("*.py"), *(ROOT / "bench").rglob("*.py"), *(ROOT / "tests").rglob("test_*.py")]
+)
+
+
+def test_tests_and_benchmarks_share_the_harness_not_each_other():
+    problems = [p for path in SHARED for p in _shared_code_problems(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_sharing_rule_catches_what_it_names(tmp_path):
+    (tmp_path / "test_one.py").write_text("from tests.gateway.test_routes import table\n")
+    assert "imports the test module" in _shared_code_problems(tmp_path / "test_one.py")[0]
+    (tmp_path / "helper.py").write_text("def f():\n    from tests.gateway.test_routes import table\n")
+    assert _shared_code_problems(tmp_path / "helper.py") == []  # a helper module of tests/ may

@@ -138,7 +138,7 @@ def test_healthz_names_a_pool_replica_that_is_down(client, settings, team_a):
     down (killed, not answering its probes) is a 503 naming the pool and the replica; a
     replica starting for the first time or retiring after a scale-down is not."""
     from deployments.models import PoolStatus, ReplicaStatus
-    from tests import factories
+    from harness import factories
 
     settings.HEALTHZ_EXPECT = ["pools"]
     ComponentHeartbeat.objects.create(name="pools", seen_at=timezone.now(), detail={"pools": 2})

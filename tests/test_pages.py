@@ -36,7 +36,7 @@ def test_exactly_one_nav_item_is_highlighted(alice, path, section):
 
 
 def test_404_is_a_page_of_the_site(alice, team_b):
-    from tests import factories
+    from harness import factories
 
     factories.registered_model(team_b, name="theirs")
     client = Client()

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from deployments.models import InferenceKey
+from harness import factories
 from registry.models import ModelVersion, Role, TeamMembership
 from registry.services.teams import team_create
-from tests import factories
 
 ROOT = Path(__file__).resolve().parent.parent
 

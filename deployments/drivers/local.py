@@ -11,6 +11,10 @@ Processes run in their own session, so they outlive the process that started the
 later `ensure` (any process) re-adopts a replica whose pid still runs our command line,
 restarts it (with backoff) when it does not, and kills tritonserver processes under the
 pool directory that no state file accounts for.
+
+Why this is one long module: one driver over one on-disk layout; starting, probing, killing and
+adopting replicas all read and write the same state files under the same lock (the pure probe
+judging is in liveness.py).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ stderr), giving up at --timeout (exit 6) and following it again."""
 
 import pytest
 
+from harness import factories
 from modelplane_cli import exits
 from registry.models import Build
-from tests import factories
 from tests.registry.build_helpers import fast_build_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

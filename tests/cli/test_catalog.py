@@ -5,9 +5,9 @@ import stat
 
 import pytest
 
+from harness import factories
 from modelplane_cli import exits
 from registry.models import ModelVersion, RegisteredModel
-from tests import factories
 from tests.cli.conftest import cli_env, run_cli
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from deployments.models import Endpoint, Rollout
+from harness import factories
 from registry.models import ModelVersion, Role, TeamMembership
 from registry.services.teams import team_create
-from tests import factories
 from tests.cli.conftest import ROOT
 from tests.registry.build_helpers import fast_build_env
 

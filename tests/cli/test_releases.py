@@ -5,9 +5,9 @@ runs in tests/deployments/test_release_integration.py)."""
 import pytest
 
 from deployments.models import Release
+from harness import factories
 from modelplane_cli import exits
 from registry.models import Build, ModelVersion, VersionSource
-from tests import factories
 
 pytestmark = pytest.mark.integration
 

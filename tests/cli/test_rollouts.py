@@ -1,6 +1,6 @@
 """`modelplane` endpoints and rollouts against a live server, with the rollout moved by
 the platform's own services: the candidate's readiness and unloading are written on the
-pool-model rows (no tritonserver: a pool without processes, as tests/factories.py makes),
+pool-model rows (no tritonserver: a pool without processes, as harness/factories.py makes),
 and the verdicts come from the real canary judge over synthetic metric samples (as
 tests/monitoring/test_canary_loop.py does). The CLI runs as a child process over HTTP."""
 
@@ -13,12 +13,12 @@ from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.services import rollouts as rollout_services
+from harness import factories
 from modelplane_cli import exits
 from monitoring.services import canary
 from monitoring.services.store import samples_store
-from tests import factories
 from tests.cli.conftest import popen_cli
-from tests.monitoring.test_canary_loop import feed
+from tests.monitoring.canary_feed import feed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -3,8 +3,8 @@
 import pytest
 
 from deployments.models import PoolModel, PoolModelState, PoolStatus, ServingPool
+from harness import factories
 from registry.models import ArtifactStatus, Event, Role
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

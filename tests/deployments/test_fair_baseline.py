@@ -17,9 +17,9 @@ from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from deployments.services.reconcile import model_dir_for
 from gateway.routes import compile_table
+from harness import factories
 from registry.models import Event
 from registry.names import baseline_triton_name, baseline_variant_name, triton_name, variant_name
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
-from tests import factories
+from harness import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ from django.test import Client
 
 from deployments.models import Endpoint, InferenceKey
 from deployments.services import keys as services
+from harness import factories
 from registry.models import Event, Role
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

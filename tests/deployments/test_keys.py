@@ -17,9 +17,9 @@ from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as services
 from gateway.routes import compile_table
 from gateway.tenants import authenticate
+from harness import factories
 from kernel.errors import Conflict, Forbidden, InvalidInput
 from registry.models import Event, Role
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "gateway" / "route_table.schema.json").read_text())

@@ -18,13 +18,16 @@ import requests
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
-from bench.harness import Load, package_artifact, spawn, stop, wait_for
 from deployments.models import PoolModel, PoolModelState
 from deployments.services import pools as pool_services
+from harness import factories
+from harness.artifacts import package_artifact
+from harness.gateway import GatewayProcess
+from harness.load import Load
+from harness.processes import CeleryWorker, spawn, stop, wait_for
 from registry.models import Role
-from tests import factories
-from tests.conftest import CeleryWorker, require_service
-from tests.gateway.conftest import GatewayProcess, require_triton
+from tests.conftest import require_service
+from tests.gateway.conftest import require_triton
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 BODY = Load("").body  # a valid request of the tiny CTR model (13 dense + 26 sparse features)

@@ -19,8 +19,8 @@ import tritonclient.grpc as grpcclient
 from deployments import tritonserver
 from deployments.drivers.base import DrainTimeout, LoadFailed, ModelDir, PoolSpec
 from deployments.drivers.local import LocalDriver
+from harness.packaging import write_model_dir
 from registry import triton_config
-from tests.deployments.packaging import write_model_dir
 
 pytestmark = pytest.mark.integration
 MODEL = "ctr__v1__onnx-fp32"

@@ -18,13 +18,13 @@ import tritonclient.grpc as grpcclient
 from django.conf import settings
 from django.core.management import call_command
 
-from bench.harness import wait_for
 from deployments import tritonserver
 from deployments.drivers.triton import TritonHTTP
 from deployments.models import ServingPool
+from harness import factories
+from harness.processes import wait_for, wait_for_line
 from registry.models import Event
-from tests import factories
-from tests.conftest import require_service, wait_for_line
+from tests.conftest import require_service
 
 pytestmark = pytest.mark.integration
 

@@ -18,16 +18,18 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
-from bench.harness import Load, package_artifact, spawn, stop, wait_for
 from deployments.models import Endpoint, PoolModel, PoolModelState, Release, ReleaseState, Rollout
 from deployments.services import endpoints as endpoint_services
 from deployments.services import pools as pool_services
 from deployments.services import releases as release_services
+from harness import factories
+from harness.artifacts import package_artifact
+from harness.gateway import GatewayProcess
+from harness.load import Load
+from harness.processes import CeleryWorker, spawn, stop, wait_for
 from kernel import tritonserver
 from registry.models import Artifact, Build
-from tests import factories
-from tests.conftest import CeleryWorker, require_service
-from tests.gateway.conftest import GatewayProcess
+from tests.conftest import require_service
 from tests.registry.build_helpers import fast_build_env, upload_version
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]

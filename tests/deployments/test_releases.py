@@ -8,13 +8,13 @@ import pytest
 from deployments.models import Endpoint, PoolModel, Release, ReleaseState, Rollout
 from deployments.rollout_machine import State
 from deployments.services import releases as services
+from harness import factories
+from harness.packaging import write_model_dir
 from kernel.errors import Conflict, Forbidden, InvalidInput
 from monitoring.verdict_summary import canary_measured
 from registry import storage
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, Event, ModelVersion, Role, VersionSource
 from registry.names import triton_model_name
-from tests import factories
-from tests.deployments.packaging import write_model_dir
 
 
 @pytest.fixture

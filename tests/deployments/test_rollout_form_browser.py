@@ -9,17 +9,10 @@ from django.conf import settings
 
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.services import endpoints as endpoint_services
-from tests import factories
+from harness import factories
+from tests.browser import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def login(page, base_url: str, username: str) -> None:
-    page.goto(f"{base_url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw-for-tests-only")
-    page.click("button[type=submit]")
-    page.wait_for_load_state()
 
 
 def test_rollout_form_choices_and_errors(live_server, browser_page, deployer, team_a, artifact_factory):

@@ -14,18 +14,20 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
-from bench.harness import Load, package_artifact, spawn, stop, wait_for
 from deployments import tritonserver
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import TERMINAL, State
 from deployments.services import endpoints as endpoint_services
 from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
+from harness import factories
+from harness.artifacts import package_artifact
+from harness.gateway import GatewayProcess
+from harness.load import Load
+from harness.processes import CeleryWorker, spawn, stop, wait_for
 from monitoring.models import Verdict
 from registry.names import baseline_variant_name, variant_name
-from tests import factories
-from tests.conftest import CeleryWorker, require_service
-from tests.gateway.conftest import GatewayProcess
+from tests.conftest import require_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ from deployments.rollout_machine import State
 from deployments.selectors.rollout_page import endpoint_page
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
-from tests import factories
+from harness import factories
 
 pytestmark = pytest.mark.django_db
 

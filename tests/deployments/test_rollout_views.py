@@ -5,8 +5,8 @@ from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
+from harness import factories
 from registry.models import Event
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

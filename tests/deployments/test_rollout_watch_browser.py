@@ -17,16 +17,18 @@ from django.conf import settings
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
-from bench.harness import Load, package_artifact, spawn, stop, wait_for
 from deployments import tritonserver
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
 from deployments.services import endpoints as endpoint_services
 from deployments.services import pools as pool_services
-from tests import factories
-from tests.conftest import CeleryWorker, require_service
-from tests.deployments.test_rollout_form_browser import login
-from tests.gateway.conftest import GatewayProcess
+from harness import factories
+from harness.artifacts import package_artifact
+from harness.gateway import GatewayProcess
+from harness.load import Load
+from harness.processes import CeleryWorker, spawn, stop, wait_for
+from tests.browser import login
+from tests.conftest import require_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -15,10 +15,10 @@ from deployments.rollout_machine import State
 from deployments.routes import route_table
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
+from harness import factories
 from kernel.errors import Conflict, InvalidInput
 from registry.models import ArtifactStatus, Event
 from registry.names import variant_name
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 
@@ -279,7 +279,7 @@ def test_route_table_matches_the_gateway_schema(deployer, endpoint, candidate, p
     import math
 
     from gateway.routes import compile_table
-    from tests.make_onnx import N_DENSE, N_SPARSE
+    from harness.onnx import N_DENSE, N_SPARSE
 
     for v in entry["variants"]:
         signature = v["signature"]

@@ -10,8 +10,8 @@ from deployments import tasks
 from deployments.models import PoolModel, PoolModelState, PoolStatus, ServingPool
 from deployments.rollout_machine import State
 from deployments.services import pools
+from harness import factories
 from registry.models import Event
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

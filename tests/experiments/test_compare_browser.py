@@ -11,7 +11,7 @@ from django.conf import settings
 
 from experiments.selectors.training import TEAM_TAG
 from kernel import mlflow as mlflow_config
-from tests.deployments.test_rollout_form_browser import login
+from tests.browser import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -26,8 +26,8 @@ from experiments.reference import data
 from experiments.reference.model import ReferenceConfig
 from experiments.reference.train import predict, train
 from experiments.traffic import true_click_probability
-from tests import factories
-from tests.make_onnx import build
+from harness import factories
+from harness.onnx import build
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,12 +28,12 @@ from deployments.services.rollouts import rollout_promote, rollout_reconcile
 from experiments.models import Experiment, Exposure
 from experiments.services import ingest, ticks
 from experiments.services import online as services
-from tests import factories
+from harness import factories
+from harness.gateway import start_gateway, start_triton, stop_gateway
+from harness.triton_models import SIGNATURE, ctr_model
+from tests.browser import login
 from tests.conftest import require_service
-from tests.deployments.test_rollout_form_browser import login
-from tests.gateway.conftest import require_triton, start_triton
-from tests.gateway.test_hostile import SIGNATURE, start_gateway, stop_gateway
-from tests.gateway.triton_models import ctr_model
+from tests.gateway.conftest import require_triton
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

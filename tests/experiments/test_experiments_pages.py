@@ -65,7 +65,7 @@ def test_experiments_api_is_scoped_and_moved_under_training(tracking, alice_api,
 
 def test_run_detail_api_has_history_artifacts_and_versions(tracking, alice_api, alice, team_a):
     exp_id, runs = tracking("ctr-a", "team-a", [0.74], epochs=3)
-    from tests import factories
+    from harness import factories
 
     model = factories.registered_model(team_a, name="ctr")
     version = ModelVersion.objects.create(
@@ -105,7 +105,7 @@ def test_experiment_page_has_one_chart_per_metric_rounded_figures_and_run_links(
 
 def test_run_page_and_links_both_ways_with_versions(tracking, alice, bob, team_a):
     exp_id, runs = tracking("ctr-a", "team-a", [0.74], epochs=4)
-    from tests import factories
+    from harness import factories
 
     model = factories.registered_model(team_a, name="ctr")
     from_run = ModelVersion.objects.create(

@@ -21,11 +21,11 @@ from experiments.models import Experiment, Exposure, Feedback
 from experiments.services import ingest
 from experiments.services import online as services
 from gateway.exposures import ExposureLog, first_score
-from tests import factories
+from harness import factories
+from harness.gateway import start_gateway, start_triton, stop_gateway
+from harness.triton_models import SIGNATURE, ctr_model, infer_body
 from tests.conftest import require_service
-from tests.gateway.conftest import require_triton, start_triton
-from tests.gateway.test_hostile import SIGNATURE, start_gateway, stop_gateway
-from tests.gateway.triton_models import ctr_model, infer_body
+from tests.gateway.conftest import require_triton
 
 
 def _dropped(reason):

@@ -12,11 +12,11 @@ from django.test import Client
 
 from experiments.models import Experiment
 from experiments.services import online as services
+from harness import factories
 from monitoring.collect import bucket_metric
 from monitoring.models import Alert
 from monitoring.services.store import samples_store
 from registry.models import Event
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -20,14 +20,14 @@ import requests
 
 from experiments.models import Experiment
 from experiments.services import online as services
+from harness import factories
+from harness.gateway import METRICS_TOKEN, start_gateway, start_triton, stop_gateway
+from harness.triton_models import SIGNATURE, behaviour_model, ctr_model, infer_body
 from monitoring.models import Alert, MetricSample
 from monitoring.services.collector import metrics_collect
 from monitoring.targets import ScrapeTarget
 from registry.models import Event
-from tests import factories
-from tests.gateway.conftest import require_triton, start_triton
-from tests.gateway.test_hostile import METRICS_TOKEN, SIGNATURE, start_gateway, stop_gateway
-from tests.gateway.triton_models import behaviour_model, ctr_model, infer_body
+from tests.gateway.conftest import require_triton
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

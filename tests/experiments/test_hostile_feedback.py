@@ -21,8 +21,8 @@ from experiments.services import online as services
 from experiments.services.retention import retention_run
 from experiments.store import default_store
 from gateway.feedback_rules import sign_exposure
+from harness import factories
 from monitoring.models import Alert
-from tests import factories
 from tests.conftest import require_service
 
 HUGE = "1" + "0" * 400  # 10^400: no float64 holds it

@@ -11,7 +11,7 @@ from deployments.routes import route_table
 from experiments.models import Experiment, Exposure, Feedback
 from experiments.services import online as services
 from experiments.store import default_store
-from tests import factories
+from harness import factories
 
 
 @pytest.fixture

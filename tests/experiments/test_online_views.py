@@ -16,8 +16,8 @@ from deployments.rollout_machine import State
 from experiments.models import Experiment, Exposure
 from experiments.services import online as services
 from experiments.store import default_store
+from harness import factories
 from registry.models import Event
-from tests import factories
 
 
 @pytest.fixture

@@ -120,10 +120,10 @@ def test_train_log_register_and_build_the_reference_model(alice, team_a, mlflow_
 
 @pytest.mark.django_db(transaction=True)
 def test_build_of_an_mlflow_uri_that_no_longer_resolves_fails(alice, team_a, mlflow_store):
+    from harness import factories
     from registry.factory import runner
     from registry.models import Artifact, ModelVersion
     from registry.services import builds as build_services
-    from tests import factories
 
     model = factories.registered_model(team_a, name="gone")
     version = ModelVersion.objects.create(

@@ -13,8 +13,8 @@ import pytest
 import requests
 
 from deployments.tritonserver import free_port
-from tests.gateway.conftest import ROOT
-from tests.gateway.triton_models import infer_body
+from harness.gateway import ROOT
+from harness.triton_models import infer_body
 
 pytestmark = pytest.mark.integration
 

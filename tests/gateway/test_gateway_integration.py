@@ -22,9 +22,10 @@ import requests
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
-from tests.gateway.conftest import TOKEN, GatewayProcess, RouteServer, require_triton, start_triton
-from tests.gateway.triton_models import behaviour_model, ctr_model, infer_body
-from tests.make_onnx import N_DENSE, N_SPARSE
+from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
+from harness.onnx import N_DENSE, N_SPARSE
+from harness.triton_models import behaviour_model, ctr_model, infer_body
+from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ import pytest
 import requests
 
 from deployments.tritonserver import TritonProcess
-from tests.gateway.conftest import TOKEN, GatewayProcess, RouteServer, require_triton, start_triton
-from tests.gateway.triton_models import ctr_model, infer_body
+from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
+from harness.triton_models import ctr_model, infer_body
+from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,6 @@ import os
 import random
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from hashlib import sha256
@@ -38,17 +36,15 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployments.tritonserver import free_port
-from tests.gateway.conftest import ROOT, require_triton, start_triton
+from harness.gateway import MAX_BODY, METRICS_TOKEN, start_gateway, start_triton, stop_gateway
+from harness.onnx import N_DENSE, N_SPARSE
+from harness.triton_models import SIGNATURE, behaviour_model, ctr_model, infer_body
+from tests.gateway.conftest import require_triton
 from tests.gateway.rawhttp import exchange
-from tests.gateway.triton_models import behaviour_model, ctr_model, infer_body
-from tests.make_onnx import N_DENSE, N_SPARSE
 
 pytestmark = pytest.mark.integration
 
 STABLE, CANARY, SLOW = "ctr__v1__onnx", "ctr__v2__onnx", "slowish__v1__py"
-METRICS_TOKEN = "metrics-token-for-tests"
-MAX_BODY = 1 << 20
 KEYS = {  # secret -> table entry (the table holds only the hash)
     "mpk_ads_8Yb3kR0qLw2vZt9x": {"id": "ads-1", "team": "ads"},
     "mpk_search_Q4mT7nV1cX6pJ2h": {"id": "search-1", "team": "search"},
@@ -56,14 +52,6 @@ KEYS = {  # secret -> table entry (the table holds only the hash)
     "mpk_ads_conc_Wn2eR7tY4uI9oB": {"id": "ads-conc", "team": "ads", "max_concurrency": 1},
 }
 REVOKED = "mpk_ads_revoked_Zx1cV2bN3mA4"
-SIGNATURE = {
-    "max_batch_size": 64,
-    "inputs": [
-        {"name": "dense", "datatype": "FP32", "shape": [-1, N_DENSE]},
-        {"name": "sparse", "datatype": "INT64", "shape": [-1, N_SPARSE]},
-    ],
-    "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}],
-}
 
 
 def variant(name, model, role, weight, replicas, **extra):
@@ -213,62 +201,6 @@ class Env:
                 ):
                     total += sample.value
         return total
-
-
-def start_gateway(routes: Path, work: Path, **env) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    log = open(work / f"gateway-{port}.log", "wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway",
-            "--workers",
-            "1",
-            "--routes-file",
-            str(routes),
-            "--port",
-            str(port),
-            "--host",
-            "127.0.0.1",
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={
-            **os.environ,
-            "GATEWAY_METRICS_TOKEN": METRICS_TOKEN,
-            "GATEWAY_MAX_BODY_BYTES": str(MAX_BODY),
-            "GATEWAY_RECEIVE_TIMEOUT_S": "2",
-            "GATEWAY_IDLE_TIMEOUT_S": "10",
-            "GATEWAY_MAX_PIPELINED": "8",
-            "GATEWAY_MAX_CHUNKS": "1024",
-            "GATEWAY_BREAKER_COOLDOWN_MS": "60000",
-            **env,
-        },
-    )
-    log.close()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError((work / f"gateway-{port}.log").read_text()[-3000:])
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=0.5).status_code == 200:
-                return proc, port
-        except requests.RequestException:
-            time.sleep(0.05)
-    proc.kill()
-    raise TimeoutError((work / f"gateway-{port}.log").read_text()[-3000:])
-
-
-def stop_gateway(proc) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ one (Envoy's panic threshold) instead of refusing all traffic; a replica that re
 the connection (nothing listening) is not tried."""
 
 from gateway.routes import compile_table
-from tests.gateway.test_routes import table
+from tests.gateway.tables import table
 
 
 def test_panic_pick_tries_an_ejected_but_live_stable_replica():

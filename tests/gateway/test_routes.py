@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from gateway.routes import SCHEMA_PATH, RouteTableError, compile_table, validate
+from tests.gateway.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = {
@@ -24,33 +25,6 @@ KEY = {
     "burst": 20,
     "max_concurrency": 4,
 }
-
-
-def table(weights=(9000, 1000), *, salt="exp-1", shadow=False, version="v1"):
-    names = ["stable", "canary", "arm-c"][: len(weights)]
-    variants = [
-        {
-            "name": name,
-            "model_version": str(i + 1),
-            "triton_model": f"ctr__v{i + 1}__onnx",
-            "role": "stable" if i == 0 else "canary",
-            "weight_bp": w,
-            "replicas": [f"http://127.0.0.1:{9000 + i}"],
-        }
-        for i, (name, w) in enumerate(zip(names, weights))
-    ]
-    if shadow:
-        variants.append(
-            {
-                "name": "shadow",
-                "model_version": "9",
-                "triton_model": "ctr__v9__onnx",
-                "role": "shadow",
-                "weight_bp": 0,
-                "replicas": ["http://127.0.0.1:9100"],
-            }
-        )
-    return {"version": version, "endpoints": [{"name": "ctr", "salt": salt, "variants": variants}]}
 
 
 def test_schema_is_a_valid_json_schema_and_accepts_the_readme_example():
@@ -184,7 +158,7 @@ def test_sticky_assignment_is_the_same_in_another_process():
     keys = [f"user-{i}" for i in range(300)]
     here = [compile_table(table((7000, 3000)), {}).endpoints["ctr"].choose(k).name for k in keys]
     code = (
-        "import json,sys; from tests.gateway.test_routes import table; from gateway.routes import compile_table;"
+        "import json,sys; from tests.gateway.tables import table; from gateway.routes import compile_table;"
         "ep=compile_table(table((7000,3000)),{}).endpoints['ctr'];"
         "print(json.dumps([ep.choose(f'user-{i}').name for i in range(300)]))"
     )

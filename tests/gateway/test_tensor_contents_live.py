@@ -21,9 +21,10 @@ import time
 import pytest
 import requests
 
-from tests.gateway.conftest import GatewayProcess, require_triton, start_triton
-from tests.gateway.triton_models import TYPES_INPUTS, behaviour_model, ctr_model, infer_body, types_model
-from tests.make_onnx import N_DENSE, N_SPARSE
+from harness.gateway import GatewayProcess, start_triton
+from harness.onnx import N_DENSE, N_SPARSE
+from harness.triton_models import TYPES_INPUTS, behaviour_model, ctr_model, infer_body, types_model
+from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration
 

@@ -178,7 +178,7 @@ def triton(tmp_path_factory, onnx_path):
     for name in TRITON_MODELS:
         package_model(work / "repo", onnx_path, name)
     package_model(work / "repo", onnx_path, BROKEN_MODEL, dense_dims=14)
-    from tests.gateway.triton_models import behaviour_model
+    from harness.triton_models import behaviour_model
 
     behaviour_model(work / "repo", SLOW_MODEL, sleep_ms=5, instances=2)
     server = TritonProcess(model_repository=work / "repo", work_dir=work)

@@ -4,13 +4,13 @@ the API, the alerts page and the banner on every page."""
 import pytest
 from django.core import mail
 
+from harness import factories
 from kernel.errors import Conflict, Forbidden
 from monitoring.models import Alert, DeliveryStatus, NotificationChannel, NotificationDelivery
 from monitoring.services.alerts import alert_acknowledge, alert_raise, alert_resolve
 from monitoring.services.notifications import notification_deliver, notify_backoff
 from monitoring.services.store import samples_store
 from registry.models import Event, Role
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from harness import factories
 from monitoring.models import Alert
 from monitoring.services.alerts import alert_raise
 from monitoring.services.store import samples_store
-from tests import factories
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

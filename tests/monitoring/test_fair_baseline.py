@@ -12,7 +12,7 @@ from deployments.rollout_machine import State
 from monitoring.models import MetricSample, Verdict
 from monitoring.services import canary
 from registry.names import baseline_variant_name, variant_name
-from tests.monitoring.test_canary_loop import feed, start_rollout
+from tests.monitoring.canary_feed import feed, start_rollout
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +61,7 @@ def _feed_variant(rollout, variant, start, *, rps, slow, seed, ticks=20):
 
     from monitoring.collect import bucket_metric
     from monitoring.services.store import samples_store
-    from tests.monitoring.test_canary_loop import BUCKETS
+    from tests.monitoring.canary_feed import BUCKETS
 
     rng = np.random.default_rng(seed)
     for i in range(ticks):

@@ -9,10 +9,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deployments.services import endpoints as endpoint_services
+from harness import factories
 from monitoring.evidence import JudgeConfig
 from monitoring.forecast import DETECT_RPS, forecast, suggest_steps
 from monitoring.services.store import samples_store
-from tests import factories
 
 CONFIG = JudgeConfig()
 

@@ -7,10 +7,10 @@ from django.test import Client
 from django.utils import timezone
 
 from deployments.rollout_machine import State
+from harness import factories
 from monitoring.evidence import ArmWindow, JudgeConfig
 from monitoring.models import Verdict
 from monitoring.p99_guardrail import check_p99_slo
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -1,41 +1,14 @@
 """The canary judge on synthetic data: false alarms under continuous monitoring stay at
 or under alpha; real regressions are caught; small samples never pass."""
 
-import math
-
 import numpy as np
 import pytest
 
 from monitoring import statistics
 from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, error_e_path, error_e_value, judge
-from tests.monitoring.conftest import BUCKETS
+from tests.monitoring.judge_data import bucketize, latencies, ticked
 
 ALPHA = 0.05
-EDGES = (*BUCKETS, math.inf)
-
-
-def bucketize(latencies_s) -> dict[float, float]:
-    """Non-cumulative bucket counts, every bucket (empty ones at 0: each bucket's lower bound is known)."""
-    counts = np.bincount(np.searchsorted(EDGES, latencies_s, side="left"), minlength=len(EDGES))
-    return {edge: float(c) for edge, c in zip(EDGES, counts)}
-
-
-def ticked(latencies_s, ticks: int) -> ArmWindow:
-    """A window of `ticks` equal ticks (no errors), latency buckets per tick and in total."""
-    parts = np.array_split(np.asarray(latencies_s), ticks)
-    return ArmWindow(
-        ticks=[(float(len(p)), 0.0) for p in parts],
-        latency_buckets=bucketize(latencies_s),
-        latency_ticks=[bucketize(p) for p in parts],
-    )
-
-
-def latencies(rng, n, scale=1.0):
-    """Lognormal around 3 ms with a 1 % Pareto tail (heavy-tailed, like real serving)."""
-    x = rng.lognormal(math.log(0.003), 0.4, n)
-    tail = rng.random(n) < 0.01
-    x[tail] = 0.003 * (1 + rng.pareto(1.5, tail.sum()))
-    return x * scale
 
 
 def traffic(rng, ticks, *, rps=200, tick_s=2.0, weight=0.05, p_stable=0.01, p_candidate=0.01):

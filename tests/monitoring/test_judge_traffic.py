@@ -9,7 +9,7 @@ import pytest
 
 from monitoring import statistics
 from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, judge
-from tests.monitoring.test_judge import bucketize, latencies
+from tests.monitoring.judge_data import bucketize, latencies
 
 SLO = JudgeConfig(slo_p99_ms=50.0, min_guardrail_requests=100)
 

@@ -17,12 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from harness import factories
 from kernel.outbound import OutboundRefused, address_problem, post_json, vet_url
 from monitoring.models import DeliveryStatus, NotificationChannel, NotificationDelivery
 from monitoring.services.alerts import alert_raise
 from monitoring.services.notifications import notification_deliver
 from registry.models import Role
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

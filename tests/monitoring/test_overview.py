@@ -11,9 +11,9 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.metrics import CLIENT, OK, UNKNOWN_ENDPOINT, HotPath
+from harness import factories
 from monitoring import charts, collect, selectors
 from monitoring.services.store import samples_store
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

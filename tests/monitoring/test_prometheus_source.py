@@ -18,14 +18,14 @@ import pytest
 import requests
 from django.utils import timezone
 
+from harness.gateway import METRICS_TOKEN, start_gateway, start_triton, stop_gateway
+from harness.triton_models import SIGNATURE, behaviour_model, ctr_model, infer_body
 from monitoring.judge import FAIL, JudgeConfig, judge
 from monitoring.services.collector import metrics_collect
 from monitoring.sources import StoreSource, metric_source
 from monitoring.sources.prometheus import PrometheusSource
 from monitoring.targets import ScrapeTarget
-from tests.gateway.conftest import require_triton, start_triton
-from tests.gateway.test_hostile import METRICS_TOKEN, SIGNATURE, start_gateway, stop_gateway
-from tests.gateway.triton_models import behaviour_model, ctr_model, infer_body
+from tests.gateway.conftest import require_triton
 from tests.monitoring.prometheus_process import PrometheusProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -177,7 +177,7 @@ def test_dashboards_show_the_same_series_from_both_sources(
     """/api/v1/metrics/ (what the charts draw) and the monitoring page give the same series
     whether the store or Prometheus answers, on the same traffic through a real gateway and
     tritonserver; another team sees none of them from either; Prometheus down is a 503."""
-    from tests import factories
+    from harness import factories
 
     monkeypatch.setenv("GATEWAY_METRICS_TOKEN", METRICS_TOKEN)
     pool = factories.pool(team_a)

@@ -10,11 +10,11 @@ from django.utils import timezone
 
 from config.celery import app
 from deployments.rollout_machine import State
+from harness import factories
 from monitoring import tasks
 from monitoring.models import Alert, MetricRollup, MetricSample, NotificationDelivery, Verdict
 from monitoring.services.alerts import alert_raise
 from monitoring.services.store import samples_store
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,9 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from deployments.services import keys as key_services
 from gateway.metrics import CLIENT, OK, HotPath
 from gateway.tenants import Key
+from harness import factories
 from monitoring import tenants
 from registry.models import Role
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

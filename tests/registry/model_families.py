@@ -103,3 +103,37 @@ def two_outputs(path: Path) -> Path:
 
 
 FAMILIES = {"two-tower": two_tower, "gbt": gbt, "two-outputs": two_outputs}
+
+
+def small_table_ranker(path, *, rows=500, between=None):
+    """The issue's user model: features float [B, 8] and item_id int64 [B, 1] indexing an
+    embedding of `rows` rows; `between` = an op put between the id and the lookup."""
+    rng = np.random.default_rng(3)
+    pre = [] if between is None else [between]
+    ids = "item_id" if between is None else between.output[0]
+    nodes = pre + [
+        helper.make_node("Gather", ["item_table", ids], ["emb3"], name="item_embedding"),
+        helper.make_node("Squeeze", ["emb3", "one"], ["emb"]),
+        helper.make_node("Concat", ["features", "emb"], ["x"], axis=1),
+        helper.make_node("MatMul", ["x", "w"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["score"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small_table_ranker",
+        [
+            helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 8]),
+            helper.make_tensor_value_info("item_id", TensorProto.INT64, ["batch", 1]),
+        ],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
+        initializer=[
+            numpy_helper.from_array(rng.normal(0, 0.3, (rows, 4)).astype(np.float32), "item_table"),
+            numpy_helper.from_array(rng.normal(0, 0.3, (12, 1)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.array([1], np.int64), "one"),
+            numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

@@ -1,9 +1,9 @@
 import pytest
 from django.test import Client
 
+from harness import factories
 from registry.models import Event, RegisteredModel, VersionStatus
 from registry.services.catalog import model_create, version_create_from_upload
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -5,9 +5,9 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from harness import factories
 from registry import storage
 from registry.models import Event, ModelVersion, RegisteredModel
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

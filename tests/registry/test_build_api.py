@@ -7,10 +7,10 @@ import tarfile
 import pytest
 from django.urls import reverse
 
+from harness import factories
 from registry.factory import runner
 from registry.models import Build
 from registry.services import builds as build_services
-from tests import factories
 from tests.registry.build_helpers import fast_build_settings, upload_version
 
 pytestmark = pytest.mark.django_db

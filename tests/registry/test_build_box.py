@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from harness import factories
 from registry.factory import runner
 from registry.models import Artifact, BuildStatus
 from registry.services import builds as build_services
-from tests import factories
 from tests.registry.build_helpers import constant_of_shape_onnx, fast_build_settings, upload_version
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from harness import factories
 from registry.factory import numerics, runner
 from registry.models import Artifact, BuildStatus
 from registry.services import builds as build_services
-from tests import factories
 from tests.registry.build_helpers import fast_build_settings, row_sum_onnx, upload_version
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
+from harness import factories
 from registry import storage
 from registry.models import Artifact, Build, BuildStatus, Event
-from tests import factories
 from tests.registry.build_helpers import fast_build_env, upload_version
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

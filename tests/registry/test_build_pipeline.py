@@ -8,12 +8,12 @@ import pytest
 from django.utils import timezone
 from tritonclient.grpc import model_config_pb2 as mc
 
+from harness import factories
 from registry import storage, triton_config
 from registry.factory import runner
 from registry.factory.stages import ADAPTER
 from registry.models import Artifact, Build, BuildStatus, Event, VersionStatus
 from registry.services import builds as build_services
-from tests import factories
 from tests.registry.build_helpers import (
     custom_op_onnx,
     fast_build_settings,

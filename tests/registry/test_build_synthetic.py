@@ -1,16 +1,15 @@
 """Builds of models the factory was not written around, with no data attached: the
 validate and benchmark stages run on inputs derived from the graph (issue 12 item 2)."""
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
+from harness import factories
 from registry.factory import runner
 from registry.models import Artifact, Build, BuildStatus, Event
 from registry.services import builds as build_services
-from tests import factories
 from tests.registry.build_helpers import fast_build_settings, upload_version
+from tests.registry.model_families import small_table_ranker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,40 +24,6 @@ def _build(user, version) -> Build:
     runner.run(build.pk, owner="test-worker:1")
     build.refresh_from_db()
     return build
-
-
-def small_table_ranker(path, *, rows=500, between=None):
-    """The issue's user model: features float [B, 8] and item_id int64 [B, 1] indexing an
-    embedding of `rows` rows; `between` = an op put between the id and the lookup."""
-    rng = np.random.default_rng(3)
-    pre = [] if between is None else [between]
-    ids = "item_id" if between is None else between.output[0]
-    nodes = pre + [
-        helper.make_node("Gather", ["item_table", ids], ["emb3"], name="item_embedding"),
-        helper.make_node("Squeeze", ["emb3", "one"], ["emb"]),
-        helper.make_node("Concat", ["features", "emb"], ["x"], axis=1),
-        helper.make_node("MatMul", ["x", "w"], ["logit"]),
-        helper.make_node("Sigmoid", ["logit"], ["score"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "small_table_ranker",
-        [
-            helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 8]),
-            helper.make_tensor_value_info("item_id", TensorProto.INT64, ["batch", 1]),
-        ],
-        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
-        initializer=[
-            numpy_helper.from_array(rng.normal(0, 0.3, (rows, 4)).astype(np.float32), "item_table"),
-            numpy_helper.from_array(rng.normal(0, 0.3, (12, 1)).astype(np.float32), "w"),
-            numpy_helper.from_array(np.array([1], np.int64), "one"),
-            numpy_helper.from_array(np.array([1], np.int64), "axis1"),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
 
 
 def test_a_model_with_a_small_embedding_table_builds_on_synthetic_inputs_and_says_so(alice, team_a, tmp_path):

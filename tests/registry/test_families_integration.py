@@ -16,14 +16,15 @@ import requests
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
-from bench.harness import spawn, stop, wait_for
 from deployments.models import PoolModel, PoolModelState
 from deployments.services import pools as pool_services
+from harness import factories
+from harness.gateway import GatewayProcess
+from harness.processes import CeleryWorker, spawn, stop, wait_for
 from registry.models import Artifact, Build, BuildStatus
-from tests import factories
-from tests.conftest import CeleryWorker, require_service
+from tests.conftest import require_service
 from tests.deployments.conftest import pools_dir  # noqa: F401 (the pools' directory, servers killed at the end)
-from tests.gateway.conftest import GatewayProcess, require_triton
+from tests.gateway.conftest import require_triton
 from tests.registry.build_helpers import fast_build_env
 from tests.registry.model_families import FAMILIES
 

@@ -1,11 +1,11 @@
 import pytest
 
+from harness import factories
 from kernel.errors import Conflict, Forbidden, InvalidInput
 from registry import storage
 from registry.models import Event, ModelVersion, Role
 from registry.services.catalog import model_create, model_delete, version_create_from_upload
 from registry.services.teams import membership_set
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -7,10 +7,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from harness import factories
 from registry.models import Artifact, Build, BuildStatus
 from registry.services import builds as build_services
 from registry.tasks import build_run, builds_reclaim
-from tests import factories
 from tests.registry.build_helpers import fast_build_settings, upload_version
 
 # transaction=True: the runner's heartbeat thread has its own connection and must see the rows.

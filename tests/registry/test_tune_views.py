@@ -6,8 +6,8 @@ import re
 
 from django.urls import reverse
 
+from harness import factories
 from registry.models import Artifact, ArtifactStatus, BuildStatus
-from tests import factories
 
 
 def _evidence():

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from harness import factories
 from registry import storage
 from registry.factory import runner
 from registry.models import Artifact, BuildStatus, VersionData
 from registry.services import builds as build_services
-from tests import factories
 from tests.registry.build_helpers import fast_build_settings, upload_version
-from tests.registry.test_build_synthetic import small_table_ranker
+from tests.registry.model_families import small_table_ranker
 
 pytestmark = pytest.mark.django_db
 

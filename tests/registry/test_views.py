@@ -1,8 +1,8 @@
 import pytest
 from django.test import Client
 
+from harness import factories
 from registry.models import ModelVersion, RegisteredModel
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

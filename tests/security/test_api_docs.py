@@ -7,9 +7,9 @@ from urllib.parse import urlparse
 import pytest
 from django.test import Client
 
+from harness import factories
 from monitoring.services.alerts import alert_raise
 from registry.models import Event
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

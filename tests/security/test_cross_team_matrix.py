@@ -11,10 +11,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from deployments.services.keys import inference_key_create
+from harness import factories
 from monitoring.models import NotificationChannel
 from monitoring.services.alerts import alert_raise
 from registry.models import Event, Role
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,9 @@ import mlflow
 import onnx
 import pytest
 
+from harness import factories
 from kernel import mlflow as mlflow_config
 from registry.models import ModelVersion
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from rest_framework.authtoken.models import Token
 
+from harness import factories
 from kernel import mlflow as mlflow_config
 from monitoring.services.alerts import alert_raise
 from registry.models import Role
-from tests import factories
 
 CHECKS = ",".join(
     [

@@ -5,9 +5,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from harness import factories
 from kernel.errors import InvalidInput, scrub_paths
 from registry.models import ModelVersion
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,9 @@ import pytest
 from django.test import Client
 from drf_spectacular.generators import SchemaGenerator
 
+from harness import factories
 from monitoring.services.alerts import alert_raise
 from registry.models import RegisteredModel, Role
-from tests import factories
 
 pytestmark = pytest.mark.django_db
 

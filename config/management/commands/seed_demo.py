@@ -63,7 +63,7 @@ class Command(BaseCommand):
         )
 
     def _model(self, admin, team):
-        from tests.make_onnx import write  # the same generated tiny CTR ranker the tests use
+        from harness.onnx import write  # the same generated tiny CTR ranker the tests use
 
         model = model_create(
             user=admin,

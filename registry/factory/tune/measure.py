@@ -227,9 +227,7 @@ def _within(window: dict, slo_ms: float) -> bool:
 def _row(window: dict, cpu_s: float, machine_cores: int, elapsed_s: float) -> dict:
     keep = ("mode", "rate", "concurrency", "sent", "ok", "errors", "achieved_rps", "p50_ms", "p99_ms", "max_ms")
     row = {k: window[k] for k in keep if k in window}
-    # Shares of the machine over the wall time the server's CPU was read across (a window that
-    # drains late is longer than asked); clock ticks are 10 ms, so a short window is capped at 1.
-    span = max(elapsed_s, window["seconds"])
+    span = max(elapsed_s, window["seconds"])  # the wall time the CPU was read over (10 ms ticks: capped at 1)
     row["cpu_util"] = round(min(1.0, cpu_s / span / machine_cores), 3)
     row["loadgen_cpu_util"] = round(min(1.0, window.get("cpu_s", 0.0) / span / machine_cores), 3)
     return row

@@ -1,7 +1,7 @@
 """Model directories for the gateway's tests and benchmark, written the platform's way:
 config.pbtxt from Triton's protobuf (model_config_pb2 + text_format), python backend.
 
-- `ctr_model`: the tiny CTR ONNX (tests/make_onnx.py) served by the platform's ONNX
+- `ctr_model`: the tiny CTR ONNX (harness/onnx.py) served by the platform's ONNX
   Runtime adapter (platform/triton/onnxruntime_adapter/model.py).
 - `behaviour_model`: a python-backend model with the same inputs/outputs that answers
   after `sleep_ms` or fails every request (`fail`): the slow shadow and the erroring
@@ -17,8 +17,18 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.make_onnx import N_DENSE, N_SPARSE
-from tests.make_onnx import write as write_onnx
+from harness.onnx import N_DENSE, N_SPARSE
+from harness.onnx import write as write_onnx
+
+# The KServe signature of `ctr_model` (what the route table and the gateway check requests against).
+SIGNATURE = {
+    "max_batch_size": 64,
+    "inputs": [
+        {"name": "dense", "datatype": "FP32", "shape": [-1, N_DENSE]},
+        {"name": "sparse", "datatype": "INT64", "shape": [-1, N_SPARSE]},
+    ],
+    "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}],
+}
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "platform" / "triton" / "onnxruntime_adapter" / "model.py"

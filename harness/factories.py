@@ -12,6 +12,7 @@ from django.contrib.auth.models import Group
 
 from deployments.models import Endpoint, PoolReplica, PoolStatus, ReplicaStatus, Rollout, ServingPool
 from deployments.rollout_machine import State
+from harness.packaging import write_model_dir
 from registry import storage
 from registry.models import (
     Artifact,
@@ -25,7 +26,6 @@ from registry.models import (
     VersionSource,
 )
 from registry.names import triton_model_name
-from tests.deployments.packaging import write_model_dir
 
 _seq = itertools.count(1)
 

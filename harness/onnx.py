@@ -1,4 +1,4 @@
-"""Write the small, fixed ONNX model the tests use (run: python tests/make_onnx.py OUT).
+"""Write the small, fixed ONNX model the tests use (run: python -m harness.onnx OUT).
 
 A miniature CTR ranker built node by node with onnx.helper, so its origin is this
 script and not a binary blob: 13 dense float features and 26 hashed categorical ids,
