@@ -70,7 +70,7 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
     foreign = factories.artifact(team_a, onnx_path, tmp_path / "f", model_name="demo-ctr")  # v1-onnx-fp32 too
     ux = factories.endpoint(pool, stable, name="ux-cli", public=True)
     demo = factories.endpoint(pool, stable, name="demo-ctr", public=True)
-    keyed = factories.endpoint(pool, stable, name="keyed")
+    factories.endpoint(pool, stable, name="keyed")  # closed: only the key may call it
     rolling = factories.endpoint(pool, stable, name="rolling", public=True)
     for artifact in (stable, candidate, foreign):
         PoolModel.objects.create(
