@@ -71,7 +71,33 @@ def _check_heartbeat(name: str) -> dict:
     return {"last_seen_s": round(age, 1), **beat.detail}
 
 
+class Degraded(RuntimeError):
+    """A component that answers but reports parts of it broken: `detail` names them."""
+
+    def __init__(self, message: str, detail: dict):
+        super().__init__(message)
+        self.detail = detail
+
+
+def _check_pools() -> dict:
+    """The pool supervisor's heartbeat, and what it recorded of the pools: a replica
+    down (killed, crashed, not answering its probes) makes the platform degraded, naming
+    the pool and the replica (components.pools.not_ready.<pool>.<replica>)."""
+    from deployments.selectors.pools import pool_health_problems
+
+    beat = _check_heartbeat("pools")
+    problems = pool_health_problems()
+    if problems:
+        first_pool, first = next(iter(problems.items()))
+        replica, why = next(iter(first.items()))
+        count = sum(len(p) for p in problems.values())
+        more = f" (and {count - 1} more)" if count > 1 else ""
+        raise Degraded(f"pool {first_pool}: {replica} {why}{more}", {**beat, "not_ready": problems})
+    return beat
+
+
 CHECKS = {"database": _check_database, "broker": _check_broker}
+HEARTBEAT_CHECKS = {"pools": _check_pools}  # a heartbeat that is not the whole story
 
 
 def _check_routes(gateway_url: str) -> dict:
@@ -105,7 +131,7 @@ def _expected_checks() -> dict:
             if name == "gateway":  # and whether it serves the route table the control plane wants
                 checks["routes"] = lambda url=url: _check_routes(url)
         else:
-            checks[name] = lambda name=name: _check_heartbeat(name)
+            checks[name] = HEARTBEAT_CHECKS.get(name) or (lambda name=name: _check_heartbeat(name))
     return checks
 
 
@@ -118,6 +144,7 @@ def healthz(request):
             components[name] = {"state": "up", **check()}
         except Exception as exc:  # any failure of a dependency is a "down", with its reason
             components[name] = {"state": "down", "error": f"{type(exc).__name__}: {exc}"[:300]}
+            components[name].update(getattr(exc, "detail", {}))
     healthy = all(c["state"] == "up" for c in components.values())
     return JsonResponse(
         {"status": "ok" if healthy else "degraded", "components": components}, status=200 if healthy else 503

@@ -189,6 +189,14 @@ OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS", "")
 SUPERVISOR_BACKOFF_MAX_S = float(os.environ.get("SUPERVISOR_BACKOFF_MAX_S", "30"))
 SUPERVISOR_STABLE_AFTER_S = float(os.environ.get("SUPERVISOR_STABLE_AFTER_S", "60"))
 
+# Local pool replicas are probed each supervisor tick (GET /v2/health/live with this
+# deadline) and judged on consecutive failures (deployments/drivers/liveness.py): not ready
+# after UNREADY_AFTER, killed and restarted after KILL_AFTER spanning KILL_WINDOW_S.
+POOL_PROBE_TIMEOUT_S = float(os.environ.get("POOL_PROBE_TIMEOUT_S", "2"))
+POOL_PROBE_UNREADY_AFTER = int(os.environ.get("POOL_PROBE_UNREADY_AFTER", "2"))
+POOL_PROBE_KILL_AFTER = int(os.environ.get("POOL_PROBE_KILL_AFTER", "3"))
+POOL_PROBE_KILL_WINDOW_S = float(os.environ.get("POOL_PROBE_KILL_WINDOW_S", "6"))
+
 GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8080"))
 GATEWAY_GRPC_PORT = int(os.environ.get("GATEWAY_GRPC_PORT", "8081"))  # KServe v2 gRPC; 0: none
 # What monitoring's collector scrapes: targets from MONITORING_TARGETS (JSON) and, from

@@ -55,10 +55,6 @@ def sums_from_units(exposures, clicks) -> dict[str, np.ndarray]:
     }
 
 
-def add_sums(a: dict, b: dict) -> dict:
-    return {k: np.asarray(a[k], dtype=float) + np.asarray(b[k], dtype=float) for k in SUMS}
-
-
 def ratio_stats(s: dict):
     """(ctr, var(ctr), var(log ctr)) of the ratio metric sum c / sum n, by the delta method.
 

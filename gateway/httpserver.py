@@ -90,12 +90,6 @@ class Request:
         self.keep_alive = keep_alive
         self.conn = conn
 
-    @property
-    def client_gone(self) -> bool:
-        """The client closed its connection before its reply was written."""
-        conn = self.conn
-        return conn is not None and conn.lost
-
 
 def encode_response(status: int, headers: dict, body: bytes, close: bool = False) -> bytes:
     head = "".join([f"{k}: {v}\r\n" for k, v in headers.items()])

@@ -22,6 +22,26 @@ def http_status(url: str, timeout: float = 2.0) -> int:
         return 0
 
 
+def health_probe(url: str, timeout: float) -> str:
+    """GET `url` with a deadline: "" when it answered 200 in time, else why not
+    ("timeout after 2.0 s", "HTTP 503", "connection refused")."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except TimeoutError:
+        return f"timeout after {timeout:.1f} s"
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, TimeoutError):
+            return f"timeout after {timeout:.1f} s"
+        reason = exc.reason
+        return (getattr(reason, "strerror", None) or str(reason)).lower()
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return "" if status == 200 else f"HTTP {status}"
+
+
 # Triton's restricted model-repository API (--http-restricted-api / --grpc-restricted-protocol
 # model-repository:<key>=<value>): only a caller with the pool's admin key may load or unload.
 # Over gRPC Triton expects the key as metadata "triton-grpc-protocol-<key>".

@@ -265,12 +265,14 @@ def process_group(pgid: int) -> list[int]:
     return members
 
 
-def reap(pid: int) -> None:
-    """Collect a dead child's exit status if we are its parent (no zombie left)."""
+def reap(pid: int) -> int | None:
+    """Collect a dead child's exit status if we are its parent (no zombie left): its
+    return code (negative: the signal that killed it), None when not ours or still running."""
     try:
-        os.waitpid(pid, os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        pass
+        return None
+    return os.waitstatus_to_exitcode(status) if done else None
 
 
 def kill_group(pid: int, timeout: float = 2.0) -> None:

@@ -29,6 +29,9 @@ DEFAULTS = {
     "MONITORING_ALERT_WEBHOOKS": [],  # webhook URLs that receive every team's alerts
     "MONITORING_ALERT_EMAILS": [],
     "MONITORING_TARGET_SOURCES": ["monitoring.targets.targets_from_settings"],
+    # the gateway's /metrics: where (default: this machine's GATEWAY_PORT) and its bearer token
+    "GATEWAY_METRICS_URL": "",
+    "GATEWAY_METRICS_TOKEN": "",
 }
 
 

@@ -5,13 +5,13 @@ Read through deployments' selectors; the artifact's files through the registry's
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 from django.conf import settings
 
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
+from monitoring import conf
 from monitoring.collect import TritonModelMap
 from monitoring.targets import ScrapeTarget
 from registry import storage, triton_config
@@ -36,7 +36,7 @@ def _model_map(endpoint_name: str, artifact, variant: str = "") -> TritonModelMa
 
 
 def gateway_metrics_url() -> str:
-    return os.environ.get("GATEWAY_METRICS_URL", f"http://127.0.0.1:{settings.GATEWAY_PORT}/metrics")
+    return conf.get("GATEWAY_METRICS_URL") or f"http://127.0.0.1:{settings.GATEWAY_PORT}/metrics"
 
 
 def from_deployments() -> list[ScrapeTarget]:

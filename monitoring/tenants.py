@@ -14,7 +14,6 @@ nothing.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import urllib.error
@@ -94,9 +93,7 @@ def key_traffic() -> dict:
         if _cache["url"] == url and time.monotonic() - _cache["at"] < CACHE_SECONDS:
             return _cache["value"]
     try:
-        text = fetch_metrics(
-            url, min(1.0, conf.get("MONITORING_SCRAPE_TIMEOUT_S")), os.environ.get("GATEWAY_METRICS_TOKEN")
-        )
+        text = fetch_metrics(url, min(1.0, conf.get("MONITORING_SCRAPE_TIMEOUT_S")), conf.get("GATEWAY_METRICS_TOKEN"))
         value = key_traffic_from_text(text)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         value = {"error": f"the gateway's metrics ({url}) could not be read: {type(exc).__name__}: {exc}"[:300]}

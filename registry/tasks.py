@@ -15,8 +15,8 @@ from registry.factory import conf
     acks_late=True,
     reject_on_worker_lost=True,
     ignore_result=True,
-    soft_time_limit=int(os.environ.get("BUILD_SOFT_TIME_LIMIT_S", conf.DEFAULTS["BUILD_SOFT_TIME_LIMIT_S"])),
-    time_limit=int(os.environ.get("BUILD_TIME_LIMIT_S", conf.DEFAULTS["BUILD_TIME_LIMIT_S"])),
+    soft_time_limit=int(conf.get("BUILD_SOFT_TIME_LIMIT_S")),
+    time_limit=int(conf.get("BUILD_TIME_LIMIT_S")),
 )
 def build_run(self, build_id: int) -> str:
     """Run (or resume after a lost worker) one build; safe to deliver twice: the Build

@@ -131,3 +131,32 @@ def test_healthz_asks_the_gateway_over_http_and_a_hung_gateway_reads_as_down(cli
         proc.wait(10)
     settings.HEALTHZ_EXPECT = [f"gateway=http://127.0.0.1:{free_port()}"]
     assert client.get("/healthz").json()["components"]["gateway"]["state"] == "down"  # nothing listening
+
+
+def test_healthz_names_a_pool_replica_that_is_down(client, settings, team_a):
+    """The pools component is the supervisor's heartbeat and what it recorded: a replica
+    down (killed, not answering its probes) is a 503 naming the pool and the replica; a
+    replica starting for the first time or retiring after a scale-down is not."""
+    from deployments.models import PoolStatus, ReplicaStatus
+    from tests import factories
+
+    settings.HEALTHZ_EXPECT = ["pools"]
+    ComponentHeartbeat.objects.create(name="pools", seen_at=timezone.now(), detail={"pools": 2})
+    pool = factories.pool(team_a, "serving", ready_replicas=2)
+    factories.pool(team_a, "fresh", replicas=1, status=PoolStatus.PENDING)
+    factories.replica(factories.pool(team_a, "fresh2"), "r0", status=ReplicaStatus.STARTING)
+    assert client.get("/healthz").status_code == 200
+    why = "not answering: 2 probes failed over 4.3 s: timeout after 2.0 s"
+    pool.replica_set.filter(name="r1").update(status=ReplicaStatus.DOWN, last_error=why)
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "degraded"
+    pools = body["components"]["pools"]
+    assert pools["state"] == "down" and pools["not_ready"] == {"serving": {"r1": f"down: {why}"}}
+    assert pools["error"] == f"Degraded: pool serving: r1 down: {why}"
+    # restarting after a death is not up either; retiring after a scale-down is fine
+    pool.replica_set.filter(name="r1").update(status=ReplicaStatus.STARTING, restarts=1, last_error="killed")
+    assert client.get("/healthz").json()["components"]["pools"]["not_ready"] == {"serving": {"r1": "starting: killed"}}
+    pool.replica_set.filter(name="r1").update(status=ReplicaStatus.STOPPED, retiring_since=timezone.now())
+    assert client.get("/healthz").status_code == 200

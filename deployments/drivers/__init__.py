@@ -30,9 +30,18 @@ __all__ = [
 def driver_for(pool) -> PoolDriver:
     spec = PoolSpec.from_pool(pool)
     if pool.driver == "local":
-        from deployments.drivers.local import LocalDriver
+        from django.conf import settings
 
-        return LocalDriver(spec)
+        from deployments.drivers.liveness import LivenessPolicy
+        from deployments.drivers.local import START_GRACE_S, LocalDriver
+
+        policy = LivenessPolicy(
+            unready_after=settings.POOL_PROBE_UNREADY_AFTER,
+            kill_after=settings.POOL_PROBE_KILL_AFTER,
+            kill_window_s=settings.POOL_PROBE_KILL_WINDOW_S,
+            start_grace_s=START_GRACE_S,
+        )
+        return LocalDriver(spec, policy=policy, probe_timeout_s=settings.POOL_PROBE_TIMEOUT_S)
     if pool.driver == "kubernetes":
         from deployments.drivers.kubernetes import KubernetesDriver
 

@@ -9,6 +9,7 @@ idempotent: `ensure` twice starts nothing new, `load` of a READY model loads not
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -139,8 +140,10 @@ class PoolDriver:
         self.spec = spec
 
     # --- replicas (driver-specific) -------------------------------------------------------------
-    def ensure(self) -> list[ReplicaInfo]:
-        """Create or reconcile replicas to `spec.replicas`; returns every replica."""
+    def ensure(self, on_down: Callable[[ReplicaInfo], None] | None = None) -> list[ReplicaInfo]:
+        """Create or reconcile replicas to `spec.replicas`; returns every replica.
+        `on_down(replica)`: called with the reason when a replica is found dead or hung,
+        before it is restarted (a driver whose platform restarts pods itself never calls it)."""
         raise NotImplementedError
 
     def replicas(self) -> list[ReplicaInfo]:

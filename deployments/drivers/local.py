@@ -17,18 +17,23 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from deployments.drivers import liveness
 from deployments.drivers.base import DriverError, ModelDir, PoolDriver, PoolSpec, ReplicaInfo
 from kernel import tritonserver
-from kernel.triton import TritonHTTP
+from kernel.triton import TritonHTTP, health_probe
 
-START_GRACE_S = 60.0  # a process that is not live this long after start is killed and restarted
+log = logging.getLogger("deployments.pools")
+START_GRACE_S = 60.0  # a process never live this long after its start is killed and restarted
+PROBE_TIMEOUT_S = 2.0  # one liveness probe's deadline; a replica is judged on several (liveness.py)
 STABLE_AFTER_S = 60.0  # up this long: the crash streak (and so the backoff) resets
 BACKOFF_MAX_S = 30.0
 PORT_WAIT_S = 5.0  # how long a restart waits for its old ports before taking new ones
@@ -54,13 +59,22 @@ def _port_free(port: int) -> bool:
 class LocalDriver(PoolDriver):
     kind = "local"
 
-    def __init__(self, spec: PoolSpec, *, live_timeout: float = 60.0):
+    def __init__(
+        self,
+        spec: PoolSpec,
+        *,
+        live_timeout: float = 60.0,
+        policy: liveness.LivenessPolicy | None = None,
+        probe_timeout_s: float = PROBE_TIMEOUT_S,
+    ):
         super().__init__(spec)
         if not spec.model_repository:
             raise DriverError(f"pool {spec.name!r} has no model repository directory")
         self.repository = Path(spec.model_repository).resolve()
         self.root = self.repository.parent
         self.live_timeout = live_timeout
+        self.policy = policy or liveness.LivenessPolicy(start_grace_s=START_GRACE_S)
+        self.probe_timeout_s = probe_timeout_s
 
     # --- files ------------------------------------------------------------------------------------
     def replica_dir(self, name: str) -> Path:
@@ -127,23 +141,46 @@ class LocalDriver(PoolDriver):
             error=error or state.get("last_error", ""),
         )
 
-    def _probe(self, name: str) -> tuple[str, dict]:
-        """("ready" | "starting" | "hung" | "dead", state) of one replica."""
+    def _probe(self, name: str, *, record: bool = False) -> tuple[str, dict, str]:
+        """(a liveness verdict status, state, reason) of one replica: its process checked
+        in /proc, then one probe with a deadline folded into the replica's probe record
+        (liveness.observe). `record`: keep the new record in the state file (the
+        supervisor's ensure); a read (`replicas()`) judges without writing."""
         state = self._state(name)
         pid = state.get("pid")
         if not pid:
-            return "dead", state
+            return liveness.DEAD, state, ""
         alive = tritonserver.process_state(pid)
         if alive == "zombie":
-            tritonserver.reap(pid)
-            return "dead", state
-        if alive == "gone" or not self._ours(pid, state):
-            return "dead", state  # the pid is gone or was reused by something else
-        if TritonHTTP(f"http://127.0.0.1:{state['http_port']}", timeout=2.0).is_live():
-            return "ready", state
-        if time.time() - state.get("started_at", 0) < START_GRACE_S:
-            return "starting", state
-        return "hung", state
+            return liveness.DEAD, state, self._exited(pid, state, tritonserver.reap(pid))
+        if alive == "gone" or not self._ours(pid, state):  # the pid is gone or was reused by something else
+            return liveness.DEAD, state, self._exited(pid, state, None)
+        if "probe" in state:
+            before = liveness.ProbeRecord.from_dict(state["probe"])
+        else:  # a state file from before probes were recorded: its replica was adopted running
+            before = liveness.ProbeRecord(live_since=state.get("started_at"))
+        sent_at = time.time()
+        failure = health_probe(f"http://127.0.0.1:{state['http_port']}/v2/health/live", self.probe_timeout_s)
+        after, verdict = liveness.observe(
+            before,
+            failure=failure,
+            sent_at=sent_at,
+            now=time.time(),
+            started_at=state.get("started_at", 0),
+            policy=self.policy,
+        )
+        if record and after != before:
+            state["probe"] = after.to_dict()
+            self._write_state(name, state)
+        reason = f"process {pid} {verdict.reason}" if verdict.status == liveness.DEAD else verdict.reason
+        return verdict.status, state, reason
+
+    @staticmethod
+    def _exited(pid: int, state: dict, returncode: int | None) -> str:
+        if state.get("last_error", "").startswith((f"process {pid} ", "tritonserver exited")):
+            return state["last_error"]  # seen and said already (a restart waiting out its backoff)
+        up = time.time() - state.get("started_at", time.time())
+        return f"process {pid} exited after {up:.1f} s up: {liveness.exit_reason(returncode)}"
 
     def _kill(self, pid: int | None, state: dict) -> None:
         if not pid or tritonserver.process_state(pid) != "running" or not self._ours(pid, state):
@@ -212,6 +249,7 @@ class LocalDriver(PoolDriver):
             "restarts": state.get("restarts", 0) + (1 if crashed_before else 0),
             "streak": streak + 1,
             "last_error": state.get("last_error", ""),
+            "probe": liveness.ProbeRecord().to_dict(),
         }
         self._write_state(name, new_state)  # written at once: the pid file is what prevents orphans
         return new_state
@@ -231,46 +269,56 @@ class LocalDriver(PoolDriver):
             time.sleep(0.05)
 
     # --- the interface -----------------------------------------------------------------------------
-    def ensure(self) -> list[ReplicaInfo]:
+    def ensure(self, on_down: Callable[[ReplicaInfo], None] | None = None) -> list[ReplicaInfo]:
+        """Start missing replicas; kill and restart (with backoff) the dead and the hung,
+        calling `on_down` with the reason before a restart (so what a supervisor shows
+        does not wait for the restart)."""
         with self._locked():
             self.repository.mkdir(parents=True, exist_ok=True)
             wanted = [f"r{i}" for i in range(self.spec.replicas)]
             for name in self._names():
                 if name not in wanted:
                     self._stop(name)
-            started = []
-            infos = {}
+            started, infos = [], {}
             for name in wanted:
-                status, state = self._probe(name)
-                if status == "hung":
-                    self._kill(state.get("pid"), state)
-                    state["last_error"] = f"process {state['pid']} not live {START_GRACE_S:.0f}s after start; killed"
-                    status = "dead"
-                elif (
-                    status == "dead"
-                    and state.get("pid")
-                    and not state.get("last_error", "").startswith((f"process {state['pid']} ", "tritonserver exited"))
-                ):
-                    state["last_error"] = f"process {state['pid']} exited"
-                if status == "dead":
-                    if state.get("pid"):
-                        self._write_state(name, state)
+                status, state, reason = self._probe(name, record=True)
+                if status != liveness.DEAD:
+                    infos[name] = self._info(name, state, self.STATUS[status], reason)
+                    continue
+                if state.get("pid"):
+                    self._went_down(name, state, reason, on_down)
                     wait = state.get("started_at", 0) + backoff_s(state.get("streak", 0) + 1) - time.time()
-                    if state.get("pid") and wait > 0:
-                        infos[name] = self._info(name, state, "down", f"restart in {wait:.1f}s (backoff)")
+                    if wait > 0:
+                        why = f"{state['last_error']}; restart in {wait:.1f}s (backoff)"
+                        infos[name] = self._info(name, state, "down", why)
                         continue
-                    state = self._start(name, state)
-                    started.append(name)
-                infos[name] = (name, state)
+                started.append(name)
+                infos[name] = self._start(name, state)
             for name in started:
-                self._wait_live(name, infos[name][1])
+                self._wait_live(name, infos[name])
+                infos[name] = self._replica(name)
             self._sweep_orphans()
-        return [info if isinstance(info, ReplicaInfo) else self._replica(name) for name, info in infos.items()]
+        return list(infos.values())
+
+    def _went_down(self, name: str, state: dict, reason: str, on_down) -> None:
+        """Kill a hung replica's process; say why it is down (once per death)."""
+        pid = state["pid"]
+        if state.get("last_error") == reason:
+            return  # said already; a restart waiting out its backoff
+        if tritonserver.process_state(pid) == "running" and self._ours(pid, state):
+            tritonserver.kill_group(pid, timeout=5.0)  # SIGKILL: a hung (or stopped) server ignores SIGTERM
+            reason += "; killed"
+        state["last_error"] = reason
+        self._write_state(name, state)
+        log.warning("pool %s replica %s down: %s", self.spec.name, name, reason)
+        if on_down is not None:
+            on_down(self._info(name, state, "down", reason))
+
+    STATUS = {liveness.READY: "ready", liveness.STARTING: "starting", liveness.UNREADY: "down", liveness.DEAD: "down"}
 
     def _replica(self, name: str) -> ReplicaInfo:
-        status, state = self._probe(name)
-        mapped = {"ready": "ready", "starting": "starting", "hung": "down", "dead": "down"}[status]
-        return self._info(name, state, mapped)
+        status, state, reason = self._probe(name)
+        return self._info(name, state, self.STATUS[status], reason if status != liveness.READY else "")
 
     def replicas(self) -> list[ReplicaInfo]:
         wanted = {f"r{i}" for i in range(self.spec.replicas)}

@@ -94,3 +94,27 @@ def ready_replicas(*, pool_ids) -> list[PoolReplica]:
         .select_related("pool")
         .order_by("pool_id", "name")
     )
+
+
+def pool_health_problems() -> dict[str, dict[str, str]]:
+    """What is broken in the serving pools as their supervisor last recorded it (not
+    user-scoped: for /healthz): {pool: {replica or "pool": why}}. A replica that is down
+    or failed, or restarting after a death; a failed pool. A replica starting for the first
+    time (a new pool, a scale-up) and one retiring after a scale-down are not problems."""
+    from deployments.models import PoolStatus
+
+    problems: dict[str, dict[str, str]] = {}
+    pools = ServingPool.objects.exclude(status=PoolStatus.DELETING).filter(replicas__gt=0)
+    for name, reason in pools.filter(status=PoolStatus.FAILED).values_list("name", "status_reason"):
+        problems.setdefault(name, {})["pool"] = f"failed: {reason}"
+    rows = (
+        PoolReplica.objects.filter(pool__in=pools, retiring_since__isnull=True)
+        .filter(
+            Q(status__in=[ReplicaStatus.DOWN, ReplicaStatus.FAILED]) | Q(status=ReplicaStatus.STARTING, restarts__gt=0)
+        )
+        .values_list("pool__name", "name", "status", "last_error")
+        .order_by("pool__name", "name")
+    )
+    for pool_name, replica, status, error in rows:
+        problems.setdefault(pool_name, {})[replica] = f"{status}: {error}" if error else status
+    return problems

@@ -73,14 +73,6 @@ def rollouts_failed_since(*, since) -> list:
     )
 
 
-def candidate_artifacts(*, user, endpoint) -> QuerySet:
-    """Servable artifacts of the endpoint's team that could become its next candidate."""
-    qs = servable_artifacts(user=user, team_id=endpoint.team_id)
-    if endpoint.stable_artifact_id:
-        qs = qs.exclude(pk=endpoint.stable_artifact_id)
-    return qs[:100]
-
-
 def candidate_artifacts_for_pool(*, user, endpoint) -> tuple[list, int]:
     """What the rollout form offers: servable artifacts of the endpoint's own model (not
     the stable) in variants its pool can run, and how many GPU variants were left out

@@ -10,7 +10,6 @@ Why this is one long module: every write to a pool and its loads validates throu
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolModelState
 from deployments.pool_fields import DNS1123_LABEL, pool_fields_check
 from deployments.services.reconcile import model_dir_for
 from deployments.tasks import pool_model_load_task, pool_model_unload_task, pool_reconcile_task, pool_teardown_task
+from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound
 from kernel.tritonserver import TritonNotAvailable, find_binary
 from registry.models import Artifact, ArtifactStatus, Role
@@ -48,7 +48,7 @@ KUBERNETES_ONLY = ("autoscale_metric", "autoscale_target", "repository_secret")
 
 def pools_root() -> Path:
     """Where local pools keep their repositories, replica state and logs."""
-    configured = os.environ.get("POOLS_DIR") or getattr(settings, "POOLS_DIR", None)
+    configured = setting("POOLS_DIR", "")  # a Django setting, then the environment (kernel.conf)
     return Path(configured or Path(settings.VAR_DIR) / "pools").resolve()
 
 

@@ -182,7 +182,7 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one p
         retiring = _retiring_replicas(pool) if pool.driver == PoolDriver.LOCAL else set()
         if retiring:  # keep them running a little longer, out of the route table
             driver.spec = replace(driver.spec, replicas=max(pool.replicas, max(int(n[1:]) for n in retiring) + 1))
-        replicas = driver.ensure()
+        replicas = driver.ensure(on_down=lambda info: _replica_down(pool.pk, info))
     except DriverError as exc:
         return _pool_failed(pool, str(exc))
     with driver.models_locked():  # read READY inside the lock: an unload holding it has marked DRAINING already
@@ -247,6 +247,39 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one p
                     actor=None, obj=locked, action="status_changed", from_state=old, to_state=status, reason=reason
                 )
     return locked
+
+
+def _replica_down(pool_id: int, info) -> None:
+    """Record at once a replica the driver found dead or hung, before it restarts it (a
+    restart takes seconds: /healthz, the pool page and the route table must not wait)."""
+    with transaction.atomic():
+        pool = pool_for_update(pool_id)
+        row = PoolReplica.objects.filter(pool=pool, name=info.name).first()
+        if row is None or (row.status, row.last_error) == (ReplicaStatus.DOWN, info.error[:5000]):
+            return
+        old = row.status
+        row.status, row.last_error = ReplicaStatus.DOWN, info.error[:5000]
+        row.save(update_fields=["status", "last_error"])
+        event_record(
+            actor=None,
+            obj=pool,
+            action="replica_down",
+            from_state=old,
+            to_state=ReplicaStatus.DOWN,
+            reason=info.error,
+            data={"replica": info.name, "pid": info.pid},
+        )
+        if pool.status == PoolStatus.READY:
+            pool.status, pool.status_reason = PoolStatus.DEGRADED, f"{info.name} down: {info.error}"[:2000]
+            pool.save(update_fields=["status", "status_reason", "updated_at"])
+            event_record(
+                actor=None,
+                obj=pool,
+                action="status_changed",
+                from_state=PoolStatus.READY,
+                to_state=PoolStatus.DEGRADED,
+                reason=pool.status_reason,
+            )
 
 
 def _pool_failed(pool: ServingPool, reason: str) -> ServingPool:

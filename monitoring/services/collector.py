@@ -17,7 +17,6 @@ the tick's CPU."""
 from __future__ import annotations
 
 import gc
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -63,7 +62,7 @@ def _headers(target: ScrapeTarget | None = None, token: str | None = None) -> di
     headers = {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"}
     if target is not None and target.kind == "gateway":
         # the gateway's /metrics is behind GATEWAY_METRICS_TOKEN when that is set
-        token = os.environ.get("GATEWAY_METRICS_TOKEN")
+        token = conf.get("GATEWAY_METRICS_TOKEN")
     if token:
         headers["Authorization"] = f"Bearer {token}"
     return headers

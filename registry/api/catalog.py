@@ -1,7 +1,5 @@
-"""REST API v1 for the registry: thin views that validate, call a service, serialize.
-
-Why this is one long module: the catalog's serializers and viewsets (models, versions, events, teams) share their filters and upload checks; to be split into an api package (issue 23).
-"""
+"""REST API v1 for the registry's catalog, models and their versions: thin views that
+validate, call a service, serialize (teams and the audit trail: registry/api/teams.py)."""
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -12,17 +10,16 @@ from rest_framework import mixins, parsers, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from kernel.api import UTCDateTimeFilter, created
+from kernel.api import created
 from kernel.errors import PlatformError, TooLarge
 from kernel.parsers import StrictJSONParser
 from kernel.serializers import StrictCharField, StrictModelSerializer
 from kernel.viewsets import TeamScopedViewSet
 from registry import storage
-from registry.models import DataKind, Event, ModelVersion, RegisteredModel, Role, Task, VersionData
+from registry.models import DataKind, ModelVersion, RegisteredModel, Role, Task, VersionData
 from registry.parsers import StrictMultiPartParser
 from registry.selectors import catalog as selectors
-from registry.selectors.events import event_list
-from registry.selectors.teams import team_list, user_role_in
+from registry.selectors.teams import team_list
 from registry.services import catalog as services
 from registry.services import version_data
 
@@ -131,40 +128,6 @@ class VersionCreateSerializer(serializers.Serializer):
         return attrs
 
 
-class EventSerializer(StrictModelSerializer):
-    actor = serializers.StringRelatedField()
-    team = serializers.StringRelatedField()
-
-    class Meta:
-        model = Event
-        fields = [
-            "id",
-            "time",
-            "actor",
-            "team",
-            "object_type",
-            "object_id",
-            "object_repr",
-            "action",
-            "from_state",
-            "to_state",
-            "reason",
-            "data",
-        ]
-        read_only_fields = fields
-
-
-class TeamSerializer(StrictModelSerializer):
-    role = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Group
-        fields = ["id", "name", "role"]
-
-    def get_role(self, team) -> str | None:
-        return user_role_in(user=self.context["request"].user, team=team)
-
-
 # --- filters ---------------------------------------------------------------------------------
 class ModelFilter(filters.FilterSet):
     name = filters.CharFilter(field_name="name", lookup_expr="icontains")
@@ -174,17 +137,6 @@ class ModelFilter(filters.FilterSet):
     class Meta:
         model = RegisteredModel
         fields = ["name", "team", "task"]
-
-
-class EventFilter(filters.FilterSet):
-    object_type = filters.CharFilter()
-    object_id = filters.CharFilter()
-    action = filters.CharFilter()
-    since = UTCDateTimeFilter(field_name="time", lookup_expr="gte")
-
-    class Meta:
-        model = Event
-        fields = ["object_type", "object_id", "action", "since"]
 
 
 # --- views -----------------------------------------------------------------------------------
@@ -358,25 +310,3 @@ class VersionViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, TeamScope
             user=request.user, version=self.get_object(), reason=str(request.data.get("reason", ""))
         )
         return Response(self.get_serializer(version).data)
-
-
-class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
-    """/api/v1/events/ — the audit trail of your teams' objects (read only)."""
-
-    serializer_class = EventSerializer
-    filterset_class = EventFilter
-    ordering_fields = ["time"]
-    ordering = ["-time", "-id"]
-
-    def scoped_queryset(self, user):
-        return event_list(user=user)
-
-
-class TeamViewSet(mixins.ListModelMixin, TeamScopedViewSet):
-    """/api/v1/teams/ — the teams you belong to, with your role in each."""
-
-    serializer_class = TeamSerializer
-    ordering = ["name"]
-
-    def scoped_queryset(self, user):
-        return team_list(user=user)

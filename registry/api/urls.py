@@ -2,12 +2,13 @@ from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from registry.api import catalog as api
+from registry.api import teams as teams_api
 
 router = SimpleRouter()
 router.register("models", api.ModelViewSet, basename="model")
 router.register("versions", api.VersionViewSet, basename="version")
-router.register("events", api.EventViewSet, basename="event")
-router.register("teams", api.TeamViewSet, basename="team")
+router.register("events", teams_api.EventViewSet, basename="event")
+router.register("teams", teams_api.TeamViewSet, basename="team")
 
 model_versions = api.ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 

@@ -120,17 +120,6 @@ def version_data_attach(
     )
 
 
-def version_data_from_arrays(
-    *, user, version: ModelVersion, kind: str, arrays: dict, source: str, label: str | None = None
-) -> VersionData:
-    """Attach data that came from elsewhere (an MLflow input example), with the same checks."""
-    _, max_rows = _limits()
-    checked = data_files.check(
-        arrays, version.signature or {}, label=label if label in arrays else None, max_rows=max_rows
-    )
-    return _replace(user=user, version=version, kind=kind, arrays=checked, fmt=source, filename="", label=label or "")
-
-
 def version_data_remove(*, user, version: ModelVersion, kind: str) -> bool:
     require_role(user=user, team=version.model.team, role=Role.DEVELOPER)
     with transaction.atomic():

@@ -126,8 +126,9 @@ def test_keys_through_the_api_reach_the_gateway(
         wrong = infer("ctr", main["secret"][:-2] + "xx")
         assert wrong.status_code == 401 and wrong.json()["code"] == "invalid_key"
         # the other team's key was made after ours: wait until the gateway's table has it too
-        foreign = wait_for(
-            lambda: (r := infer("ctr", other["secret"])).status_code != 401 and r,
+        # (a list: a 403 Response is falsy, and wait_for waits for a truthy answer)
+        [foreign] = wait_for(
+            lambda: (r := infer("ctr", other["secret"])).status_code != 401 and [r],
             timeout=5,
             what="the other team's key known to the gateway",
             interval=0.05,

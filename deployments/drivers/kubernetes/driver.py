@@ -35,6 +35,7 @@ from deployments.drivers.kubernetes.objects import (
     render,
     selector,
 )
+from kernel.conf import setting
 
 APPLY = "application/apply-patch+yaml"
 HANDOVER_MANAGER = "modelplane-handover"
@@ -86,7 +87,7 @@ class KubernetesDriver(PoolDriver):
         self.pod_http_port, self.pod_metrics_port, self.pod_grpc_port = pod_http_port, pod_metrics_port, pod_grpc_port
         self.cluster = cluster or ClusterSettings.from_env()
         # The key Triton's restricted model-repository API wants (the Secret the pods read).
-        self.admin_key = os.environ.get("TRITON_ADMIN_KEY", "") if admin_key is None else admin_key
+        self.admin_key = setting("TRITON_ADMIN_KEY", "") if admin_key is None else admin_key
 
     @property
     def api_client(self) -> client.ApiClient:
@@ -204,7 +205,7 @@ class KubernetesDriver(PoolDriver):
                 self._delete_quietly(apis[kind][1], kind)
         return applied
 
-    def ensure(self) -> list[ReplicaInfo]:
+    def ensure(self, on_down=None) -> list[ReplicaInfo]:  # the kubelet restarts pods; their state is in replicas()
         self.apply()
         return self.replicas()
 

@@ -6,7 +6,8 @@ Each request: a user (X-User-Id, so the gateway's sticky hash picks the arm) ask
 `k` items drawn from the reference click-log generator; the served model's top item is
 shown and clicked with its true probability (experiments/traffic.py). Clicks are
 sent back as feedback batches (POST /v2/feedback on the gateway) by request id with --key, or
-without a key citing each reply's X-Exposure-Token where the experiment accepts them. A
+without a key citing each reply's X-Exposure-Token where the experiment accepts them (a click on a
+reply without a token, before an experiment runs, is counted but not sent). A
 better-trained candidate therefore earns a true lift; progress is printed every 5 s.
 """
 
@@ -45,7 +46,7 @@ class Command(BaseCommand):
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         pool = data.generate(20_000, seed=seed + 101)
         truth = true_click_probability(pool)
-        sent = clicks = errors = 0
+        sent = clicks = errors = unsent = 0
         statuses: dict[int, int] = {}  # error replies by status, said in the progress lines
         pending: list[dict] = []
         per_arm: dict[str, list[int]] = {}
@@ -94,11 +95,15 @@ class Command(BaseCommand):
                     clicks += 1
                     click = {"event_id": f"sim-{seed}-{r.headers['X-Request-Id']}", "type": "click"}
                     token = r.headers.get("X-Exposure-Token")
-                    if key or not token:
+                    if key:
                         click["request_id"] = r.headers["X-Request-Id"]
-                    else:  # no key: the experiment accepts the replies' signed exposure tokens
+                    elif token:  # no key: the experiment accepts the replies' signed exposure tokens
                         click["exposure_token"] = token
-                    pending.append(click)
+                    else:  # no key and no token (no experiment running yet): nobody may take this click
+                        unsent += 1
+                        click = None
+                    if click:
+                        pending.append(click)
                 if len(pending) >= 200 or (pending and time.monotonic() >= t_report):
                     fb = session.post(
                         f"{gateway}/v2/feedback",
@@ -120,7 +125,10 @@ class Command(BaseCommand):
                     f"{gateway}/v2/feedback", json={"endpoint": endpoint, "events": pending}, headers=headers, timeout=5
                 )
         self.stdout.write(
-            self.style.SUCCESS(f"done: {sent} requests, {errors} errors{_by_status(statuses)}, {clicks} clicks")
+            self.style.SUCCESS(
+                f"done: {sent} requests, {errors} errors{_by_status(statuses)}, {clicks} clicks"
+                + (f" ({unsent} not sent: no key, and their replies carried no exposure token)" if unsent else "")
+            )
         )
 
 

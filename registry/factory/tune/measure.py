@@ -224,20 +224,24 @@ def _within(window: dict, slo_ms: float) -> bool:
     return window["ok"] > 0 and not window["errors"] and window["p99_ms"] is not None and window["p99_ms"] <= slo_ms
 
 
-def _row(window: dict, cpu_s: float, machine_cores: int) -> dict:
+def _row(window: dict, cpu_s: float, machine_cores: int, elapsed_s: float) -> dict:
     keep = ("mode", "rate", "concurrency", "sent", "ok", "errors", "achieved_rps", "p50_ms", "p99_ms", "max_ms")
     row = {k: window[k] for k in keep if k in window}
-    row["cpu_util"] = round(cpu_s / window["seconds"] / machine_cores, 3)  # share of the machine
-    row["loadgen_cpu_util"] = round(window.get("cpu_s", 0.0) / window["seconds"] / machine_cores, 3)
+    # Shares of the machine over the wall time the server's CPU was read across (a window that
+    # drains late is longer than asked); clock ticks are 10 ms, so a short window is capped at 1.
+    span = max(elapsed_s, window["seconds"])
+    row["cpu_util"] = round(min(1.0, cpu_s / span / machine_cores), 3)
+    row["loadgen_cpu_util"] = round(min(1.0, window.get("cpu_s", 0.0) / span / machine_cores), 3)
     return row
 
 
 def _measured(server: ScratchTriton, load: LoadClient, machine_cores: int, slo_ms: float, **command) -> dict:
     server.wait_idle()
-    before = server.cpu_ticks()
+    before, started = server.cpu_ticks(), time.monotonic()
     # A request 10x past the SLO is a miss whatever it becomes: it need not hold the window up.
     window = load.window(timeout=max(1.0, 10 * slo_ms / 1000), **command)
-    return _row(window, cpu_between(before, server.cpu_ticks()), machine_cores)
+    elapsed = time.monotonic() - started
+    return _row(window, cpu_between(before, server.cpu_ticks()), machine_cores, elapsed)
 
 
 def _sweep(
