@@ -15,7 +15,6 @@ an error.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import urllib.error
@@ -24,6 +23,7 @@ import urllib.request
 from django.conf import settings
 
 from deployments.routes import route_table
+from kernel.conf import setting
 
 CACHE_SECONDS = 2.0
 _cache: dict = {"at": 0.0, "url": None, "value": None}
@@ -31,12 +31,13 @@ _lock = threading.Lock()
 
 
 def gateway_status_url() -> str:
-    return os.environ.get("GATEWAY_STATUS_URL", f"http://127.0.0.1:{settings.GATEWAY_PORT}/status")
+    """GATEWAY_STATUS_URL (kernel.conf: a setting, then the environment), else this machine's gateway."""
+    return setting("GATEWAY_STATUS_URL", "") or f"http://127.0.0.1:{settings.GATEWAY_PORT}/status"
 
 
 def _read_status(url: str, timeout: float) -> dict:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    token = os.environ.get("GATEWAY_METRICS_TOKEN")
+    token = setting("GATEWAY_METRICS_TOKEN", "")  # /status is behind the same token as /metrics
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     with urllib.request.urlopen(request, timeout=timeout) as response:
