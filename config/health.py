@@ -100,6 +100,25 @@ CHECKS = {"database": _check_database, "broker": _check_broker}
 HEARTBEAT_CHECKS = {"pools": _check_pools}  # a heartbeat that is not the whole story
 
 
+def _check_routes(gateway_url: str) -> dict:
+    """The route table the gateway serves against the one the control plane wants
+    (deployments/selectors/gateway_routes.py): down when it refused entries or cannot
+    apply the desired table, naming the endpoints and why."""
+    from deployments.selectors.gateway_routes import gateway_route_sync
+
+    sync = gateway_route_sync(url=gateway_url.rstrip("/") + "/status", timeout=0.5, cached=False)
+    if sync["error"]:
+        raise RuntimeError(sync["error"])
+    if sync["behind"]:
+        refused = "; ".join(f"{name} ({r['code']})" for name, r in sorted(sync["refused"].items()))
+        raise RuntimeError(
+            f"gateway serves route table {sync['served']}, desired {sync['desired']}"
+            + (f"; refused endpoint(s): {refused}" if refused else "")
+            + (f"; {sync['last_error']}" if sync["last_error"] else "")
+        )
+    return {k: sync[k] for k in ("served", "desired", "applied", "refused_keys")}
+
+
 def _expected_checks() -> dict:
     """The components this deployment runs: always database and broker; plus whatever
     `make run` (or the operator) lists in HEALTHZ_EXPECT, e.g. "worker,beat,gateway=http://…"
@@ -109,6 +128,8 @@ def _expected_checks() -> dict:
         name, _, url = item.partition("=")
         if url:
             checks[name] = lambda url=url: _check_http(url)
+            if name == "gateway":  # and whether it serves the route table the control plane wants
+                checks["routes"] = lambda url=url: _check_routes(url)
         else:
             checks[name] = HEARTBEAT_CHECKS.get(name) or (lambda name=name: _check_heartbeat(name))
     return checks

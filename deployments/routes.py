@@ -14,6 +14,11 @@ SHA-256 (never the secret), display prefix, team and limits; each endpoint's `au
 `public` (the endpoint's flag) and, when not public, the ids of the keys of its team
 scoped to it. A revoked key is absent, and since the version digest covers the keys, the
 ETag changes and the gateway drops it at its next poll.
+
+Variant names: an entry's variants are artifacts of one model (the stable's) with
+distinct (version, variant) pairs (`_fits`, the same check the API applies), so
+`v{version}-{variant}` (and `-baseline` for the stable's copy) is unique within the entry
+by construction. The gateway still checks every entry and refuses only a bad one.
 """
 
 import hashlib
@@ -26,6 +31,7 @@ from django.utils import timezone
 from deployments.models import PoolModel, PoolModelState
 from deployments.rollout_machine import FULL_BP
 from deployments.route_overlays import route_overlays
+from deployments.selectors.compatibility import serving_problem
 from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
@@ -94,6 +100,16 @@ def _auth(endpoint, team_keys: dict) -> dict:
     }
 
 
+def _fits(endpoint, artifacts) -> bool:
+    """Whether the endpoint may route to every one of `artifacts` beside its stable: the
+    check the API and the dashboard ran when they accepted them (selectors.compatibility),
+    run again here so a row written around it (an older release, a manual edit) costs
+    only its own split: the endpoint then serves its stable alone, never an entry the
+    gateway would refuse (its variants are one model's distinct (version, variant) pairs,
+    so their names are unique by construction). The endpoint page says why."""
+    return all(serving_problem(endpoint=endpoint, artifact=artifact) is None for artifact in artifacts)
+
+
 def route_table() -> dict:
     """Every endpoint that has a stable artifact, with its current split."""
     endpoints = serving_endpoints()
@@ -130,7 +146,7 @@ def route_table() -> dict:
         variants = []
         split = rollout.split if rollout else None
         candidate = rollout.candidate_artifact if rollout else None
-        if split and split.candidate_role and candidate.pk != stable.pk:
+        if split and split.candidate_role and candidate.pk != stable.pk and _fits(endpoint, [candidate]):
             candidate_urls = _ready_urls(endpoint.pool_id, triton_name(candidate), ready_models, replicas)
             variants.append(_variant(stable, "stable", split.stable_bp, stable_urls))
             if split.candidate_role == "shadow":
@@ -151,7 +167,11 @@ def route_table() -> dict:
                             triton_model=baseline_triton_name(baseline),
                         )
                     )
-        elif (overlay := overlays.get(endpoint.pk)) is not None and overlay.arms[0][0].pk == stable.pk:
+        elif (
+            (overlay := overlays.get(endpoint.pk)) is not None
+            and overlay.arms[0][0].pk == stable.pk
+            and _fits(endpoint, [artifact for artifact, _ in overlay.arms[1:]])
+        ):
             entry["salt"], entry["experiment"] = overlay.salt, overlay.name
             if overlay.token_key:
                 entry["exposure_token_key"] = overlay.token_key

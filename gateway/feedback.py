@@ -19,6 +19,7 @@ from .access import rejected
 from .feedback_rules import check_feedback, read_exposure_token
 from .ids import request_id
 from .responses import error, plain_headers
+from .routes import missing_endpoint
 from .tenants import EndpointAuth, authenticate, release
 from .tensors import Problem
 
@@ -69,7 +70,8 @@ async def feedback(gateway, request):
     table = gateway.table
     ep = table.endpoints.get(name) if table is not None else None
     if ep is None:
-        return error(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", rid)
+        status, code, detail, _ = missing_endpoint(table, name)
+        return error(status, code, detail, rid)
     # the team's keys, public endpoint or not (its feedback moves an experiment)
     team_only = EndpointAuth(False, ep.auth.allowed)
     key, rejection = authenticate(request.headers, team_only, table.keys, name, perf_counter())

@@ -42,6 +42,7 @@ from .ids import request_id
 from .metadata import unknown_version
 from .replies import public_reply, rename_error
 from .responses import IHCL, error, unavailable
+from .routes import missing_endpoint
 from .tenants import release
 from .tensors import Problem, inflate, parse_request
 from .upstream import UpstreamError
@@ -78,12 +79,11 @@ class Inference:
         table = self.gateway.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
-            # one "(unknown)" bucket, never the client's string: metric cardinality stays bounded
-            if table is None:
-                response = error(503, "no_routes", "no route table loaded yet", rid)
-                return self._done(request, response, t0, metrics.UNKNOWN_ENDPOINT, "none", BACKEND)
-            response = error(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", rid)
-            return self._done(request, response, t0, metrics.UNKNOWN_ENDPOINT, "none", CLIENT)
+            status, code, detail, ours = missing_endpoint(table, name)
+            # a refused entry counts on its endpoint (a name of the table); anything else in one
+            # "(unknown)" bucket, never the client's string: metric cardinality stays bounded
+            label = name if code == "endpoint_refused" else metrics.UNKNOWN_ENDPOINT
+            return self._done(request, error(status, code, detail, rid), t0, label, "none", BACKEND if ours else CLIENT)
         key, response = admit(table, ep, headers, rid, t0)
         if response is not None:
             return self._done(request, response, t0, name, "none", CLIENT, key)

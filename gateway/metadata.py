@@ -26,6 +26,7 @@ from .access import admit
 from .ids import request_id
 from .replies import public_config, public_metadata, public_stats, rename_error
 from .responses import JSON_CT, error, header_safe, plain_headers
+from .routes import missing_endpoint
 from .tenants import MAX_KEY_LENGTH, presented_key, release
 from .upstream import UpstreamError
 
@@ -72,7 +73,8 @@ def _endpoint_for_read(gateway, request, name: str, rid: str):
     table = gateway.table
     ep = table.endpoints.get(name) if table else None
     if ep is None:
-        return None, error(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", rid)
+        status, code, detail, _ = missing_endpoint(table, name)
+        return None, error(status, code, detail, rid)
     key, response = admit(table, ep, request.headers, rid, perf_counter())
     if response is not None:
         return None, response

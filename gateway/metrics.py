@@ -69,6 +69,13 @@ ROUTE_AGE = Gauge("gateway_route_table_age_seconds", "Seconds since the route so
 ROUTE_STALE = Gauge("gateway_route_table_stale", "1 when the route source cannot be reached or sent an invalid table")
 ROUTE_LOADED_AT = Gauge("gateway_route_table_loaded_timestamp_seconds", "Unix time the current table was installed")
 ROUTE_ENDPOINTS = Gauge("gateway_route_table_endpoints", "Endpoints in the current route table")
+# One series per part of the current table the gateway did not apply (gateway/route_checks.py):
+# kind endpoint|key, its name (from the table, bounded by it) and a code of route_checks.CODES
+ROUTE_REFUSED = Gauge(
+    "gateway_route_refused",
+    "1 for each route table entry (endpoint) or key the gateway refused and does not serve",
+    ["kind", "name", "code"],
+)
 HTTP_REJECTIONS = Counter(
     "gateway_http_rejections",
     "Connections answered with an HTTP-level error and closed (malformed HTTP, limits, timeouts)",

@@ -1,5 +1,6 @@
-"""The route table: validation (JSON Schema + semantic rules), compilation into the
-objects the hot path uses, and the routing functions (weighted split, sticky A/B).
+"""The route table: compilation into the objects the hot path uses (per entry, after
+route_checks.py has said which entries and keys to apply), and the routing functions
+(weighted split, sticky A/B).
 
 Pure Python, no I/O: the tests call `Endpoint.choose` directly for the 20k-request
 checks, and the server calls the same function.
@@ -10,31 +11,16 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from hashlib import blake2b
-from pathlib import Path
-
-import jsonschema
 
 from .replies import reply_prefixes
+from .route_checks import BP, SCHEMA_PATH, Refusal, RouteTableError, check, validate
 from .tenants import EndpointAuth, Key, compile_auth, compile_keys
 from .tensors import Signature
 from .upstream import Pool
 
-SCHEMA_PATH = Path(__file__).with_name("route_table.schema.json")
-BP = 10000  # basis points: weights of the live variants of an endpoint sum to this
+__all__ = ["BP", "SCHEMA_PATH", "Refusal", "RouteTable", "RouteTableError", "compile_table", "validate"]
 GOLDEN = 0.6180339887498949  # additive recurrence: low-discrepancy split without randomness
-
-
-class RouteTableError(ValueError):
-    """The route table is not valid; the message says where and why."""
-
-
-@lru_cache(maxsize=1)
-def _validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(SCHEMA_PATH.read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
 
 
 class ReplicaState:
@@ -194,150 +180,118 @@ class RouteTable:
     endpoints: dict[str, Endpoint]
     raw: dict
     keys: dict[str, Key] = field(default_factory=dict)  # sha256 hex -> Key
+    refusals: list[Refusal] = field(default_factory=list)  # entries and keys of `raw` not applied
+    refused: dict[str, Refusal] = field(default_factory=dict)  # endpoint name -> why its entry was refused
 
     def replica_keys(self) -> set[tuple[str, str]]:
         return {(e[0].base, e[0].model) for ep in self.endpoints.values() for v in ep.variants for e in v.replicas}
 
 
-def validate(document) -> None:  # noqa: C901 - one pass read top to bottom; split when next changed
-    """Raise RouteTableError naming the first problem (schema, then semantic rules)."""
-    errors = sorted(_validator().iter_errors(document), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
-        raise RouteTableError(f"{where}: {err.message}")
-    key_ids = set()
-    hashes = set()
-    for i, key in enumerate(document.get("keys", ())):
-        if key["id"] in key_ids:
-            raise RouteTableError(f"keys/{i}: duplicate key id {key['id']!r}")
-        if key["sha256"] in hashes:
-            raise RouteTableError(f"keys/{i} ({key['id']}): the same sha256 as another key")
-        key_ids.add(key["id"])
-        hashes.add(key["sha256"])
-    seen = set()
-    for i, ep in enumerate(document["endpoints"]):
-        where = f"endpoints/{i} ({ep['name']})"
-        if ep["name"] in seen:
-            raise RouteTableError(f"{where}: duplicate endpoint name")
-        seen.add(ep["name"])
-        unknown = [k for k in ep.get("auth", {}).get("keys", ()) if k not in key_ids]
-        if unknown:
-            raise RouteTableError(f"{where}: auth names keys that the table does not define: {unknown[:5]}")
-        if ep.get("min_timeout_ms", 0) > ep.get("timeout_ms", 1000):
-            raise RouteTableError(
-                f"{where}: min_timeout_ms {ep['min_timeout_ms']} is above timeout_ms {ep.get('timeout_ms', 1000)}"
-            )
-        for v in ep["variants"]:
-            if "grpc_replicas" in v and len(v["grpc_replicas"]) != len(v["replicas"]):
-                raise RouteTableError(
-                    f"{where} variant {v['name']!r}: grpc_replicas needs one entry per replica "
-                    f"({len(v['grpc_replicas'])} for {len(v['replicas'])})"
-                )
-            signature = v.get("signature")
-            if signature is not None:
-                _validate_signature(signature, f"{where} variant {v['name']!r}")
-        names = [v["name"] for v in ep["variants"]]
-        if len(set(names)) != len(names):
-            raise RouteTableError(f"{where}: duplicate variant names {names}")
-        stables = [v for v in ep["variants"] if v["role"] == "stable"]
-        if len(stables) != 1:
-            raise RouteTableError(f"{where}: needs exactly one variant with role 'stable', found {len(stables)}")
-        total = sum(v["weight_bp"] for v in ep["variants"] if v["role"] != "shadow")
-        if total != BP:
-            raise RouteTableError(f"{where}: weights of non-shadow variants sum to {total} basis points, not {BP}")
-        for v in ep["variants"]:
-            if v["role"] == "shadow" and v["weight_bp"] != 0:
-                raise RouteTableError(f"{where}: shadow variant {v['name']!r} must have weight_bp 0")
-
-
-def _validate_signature(signature: dict, where: str) -> None:
-    names = [t["name"] for t in signature["inputs"]]
-    if len(set(names)) != len(names):
-        raise RouteTableError(f"{where}: signature has duplicate input names {names}")
-    if signature.get("max_batch_size", 0) > 0:
-        for t in signature["inputs"]:
-            if not t["shape"] or t["shape"][0] != -1:
-                raise RouteTableError(
-                    f"{where}: input {t['name']!r} of a batching model (max_batch_size > 0) needs -1 as its "
-                    f"first (batch) dimension, got {t['shape']}"
-                )
+def missing_endpoint(table: RouteTable | None, name: str) -> tuple[int, str, str, bool]:
+    """(status, code, detail, the platform's fault?) for a request to an endpoint the
+    serving table lacks: no table yet (503), an entry the gateway refused (503
+    `endpoint_refused`, naming the reason: the control plane sent what this gateway
+    cannot serve), or no such endpoint (404, the client's)."""
+    if table is None:
+        return 503, "no_routes", "no route table loaded yet", True
+    refusal = table.refused.get(name)
+    if refusal is not None:
+        detail = f"the gateway refused the route entry of endpoint {name!r} ({refusal.code}): {refusal.reason}"
+        return 503, "endpoint_refused", detail[:600], True
+    return 404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", False
 
 
 def compile_table(document, states: dict, pools: dict | None = None, keys: dict | None = None) -> RouteTable:
-    """Validate and build the hot-path objects. `states` ((base URL, model) ->
-    ReplicaState), `pools` (base URL -> Pool) and `keys` (the previous table's keys)
-    are reused so breaker, load, connections and rate-limit buckets survive reloads;
-    new entries are added to `states` and `pools`."""
+    """Check the document (route_checks.check: raises RouteTableError only for a document
+    that is not a route table) and build the hot-path objects of every entry and key it
+    may apply; the refused ones are listed in `refusals` (endpoints also in `refused`).
+
+    `states` ((base URL, model) -> ReplicaState), `pools` (base URL -> Pool) and `keys`
+    (the previous table's keys) are reused so breaker, load, connections and rate-limit
+    buckets survive reloads; new entries are added to `states` and `pools`."""
     pools = {} if pools is None else pools
-    validate(document)
+    checked = check(document)
+    refusals = list(checked.refusals)
     endpoints = {}
     signatures: dict[str, Signature] = {}  # variants serving the same model share one object
-    for ep in document["endpoints"]:
-        timeout_ms = ep.get("timeout_ms", 1000)
-        variants = []
-        for v in ep["variants"]:
-            replicas = []
-            grpc_targets = v.get("grpc_replicas") or [""] * len(v["replicas"])
-            for base, grpc_target in zip(v["replicas"], grpc_targets):
-                base = base.rstrip("/")
-                model = v["triton_model"]
-                state = states.get((base, model))
-                if state is None:
-                    pool = pools.get(base)
-                    if pool is None:
-                        pool = pools[base] = Pool(base)
-                    state = states[(base, model)] = ReplicaState(base, model, pool)
-                replicas.append(
-                    (
-                        state,
-                        f"POST /v2/models/{model}/infer HTTP/1.1\r\n".encode(),
-                        f"GET /v2/models/{model} HTTP/1.1\r\n".encode(),
-                        grpc_target,  # this variant's gRPC address of the replica ("": none)
-                    )
-                )
-            attempt = v.get("attempt_timeout_ms")
-            if attempt is None and v["role"] in ("canary", "arm", "baseline"):
-                attempt = timeout_ms / 2
-            signature = None
-            if v.get("signature") is not None:
-                sig_key = json.dumps(v["signature"], sort_keys=True)
-                signature = signatures.get(sig_key)
-                if signature is None:
-                    signature = signatures[sig_key] = Signature.from_document(v["signature"])
-            variants.append(
-                Variant(
-                    name=v["name"],
-                    model_version=v["model_version"],
-                    triton_model=v["triton_model"],
-                    role=v["role"],
-                    weight_bp=v["weight_bp"],
-                    attempt_timeout_s=None if attempt is None else attempt / 1000.0,
-                    replicas=replicas,
-                    signature=signature,
-                )
-            )
-            variants[-1].reply_from, variants[-1].reply_to = reply_prefixes(
-                ep["name"], v["triton_model"], v["model_version"]
-            )
-        endpoints[ep["name"]] = Endpoint(
-            name=ep["name"],
-            sticky_header=ep.get("sticky_header", "X-User-Id"),
-            salt=ep.get("salt", ""),
-            shadow_sample_rate=float(ep.get("shadow_sample_rate", 0)),
-            timeout_s=timeout_ms / 1000.0,
-            variants=variants,
-            stable=next(v for v in variants if v.role == "stable"),
-            live=[v for v in variants if v.role != "shadow" and v.weight_bp > 0],
-            shadows=[v for v in variants if v.role == "shadow" and v.replicas],
-            auth=compile_auth(ep.get("auth")),
-            min_timeout_s=ep.get("min_timeout_ms", timeout_ms) / 1000.0,
-            experiment=ep.get("experiment", ""),
-            exposure_token_key=bytes.fromhex(ep.get("exposure_token_key", "")),
-        )
+    for index in checked.endpoints:
+        ep = document["endpoints"][index]
+        try:
+            endpoints[ep["name"]] = _compile_endpoint(ep, states, pools, signatures)
+        except (ValueError, TypeError, KeyError) as exc:  # a rule the checks missed: this entry only
+            reason = f"endpoints/{index} ({ep['name']}): {type(exc).__name__}: {exc}"[:500]
+            refusals.append(Refusal("endpoint", ep["name"], "invalid_entry", reason))
+    key_documents = [document.get("keys", [])[i] for i in checked.keys]
     return RouteTable(
         version=document["version"],
         endpoints=endpoints,
         raw=document,
-        keys=compile_keys(document.get("keys", ()), keys),
+        keys=compile_keys(key_documents, keys),
+        refusals=refusals,
+        refused={r.name: r for r in refusals if r.kind == "endpoint"},
+    )
+
+
+def _replicas(v: dict, states: dict, pools: dict) -> list:
+    replicas = []
+    grpc_targets = v.get("grpc_replicas") or [""] * len(v["replicas"])
+    model = v["triton_model"]
+    for base, grpc_target in zip(v["replicas"], grpc_targets):
+        base = base.rstrip("/")
+        state = states.get((base, model))
+        if state is None:
+            pool = pools.get(base)
+            if pool is None:
+                pool = pools[base] = Pool(base)
+            state = states[(base, model)] = ReplicaState(base, model, pool)
+        replicas.append(
+            (
+                state,
+                f"POST /v2/models/{model}/infer HTTP/1.1\r\n".encode(),
+                f"GET /v2/models/{model} HTTP/1.1\r\n".encode(),
+                grpc_target,  # this variant's gRPC address of the replica ("": none)
+            )
+        )
+    return replicas
+
+
+def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict) -> Endpoint:
+    timeout_ms = ep.get("timeout_ms", 1000)
+    variants = []
+    for v in ep["variants"]:
+        attempt = v.get("attempt_timeout_ms")
+        if attempt is None and v["role"] in ("canary", "arm", "baseline"):
+            attempt = timeout_ms / 2
+        signature = None
+        if v.get("signature") is not None:
+            sig_key = json.dumps(v["signature"], sort_keys=True)
+            signature = signatures.get(sig_key)
+            if signature is None:
+                signature = signatures[sig_key] = Signature.from_document(v["signature"])
+        variant = Variant(
+            name=v["name"],
+            model_version=v["model_version"],
+            triton_model=v["triton_model"],
+            role=v["role"],
+            weight_bp=v["weight_bp"],
+            attempt_timeout_s=None if attempt is None else attempt / 1000.0,
+            replicas=_replicas(v, states, pools),
+            signature=signature,
+        )
+        variant.reply_from, variant.reply_to = reply_prefixes(ep["name"], v["triton_model"], v["model_version"])
+        variants.append(variant)
+    return Endpoint(
+        name=ep["name"],
+        sticky_header=ep.get("sticky_header", "X-User-Id"),
+        salt=ep.get("salt", ""),
+        shadow_sample_rate=float(ep.get("shadow_sample_rate", 0)),
+        timeout_s=timeout_ms / 1000.0,
+        variants=variants,
+        stable=next(v for v in variants if v.role == "stable"),
+        live=[v for v in variants if v.role != "shadow" and v.weight_bp > 0],
+        shadows=[v for v in variants if v.role == "shadow" and v.replicas],
+        auth=compile_auth(ep.get("auth")),
+        min_timeout_s=ep.get("min_timeout_ms", timeout_ms) / 1000.0,
+        experiment=ep.get("experiment", ""),
+        exposure_token_key=bytes.fromhex(ep.get("exposure_token_key", "")),
     )

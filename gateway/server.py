@@ -81,11 +81,12 @@ class Gateway:
             raise ValueError("no route source: set GATEWAY_ROUTES_URL or pass --routes-file")
 
     # --- routes -------------------------------------------------------------------------
-    def install(self, document) -> None:
+    def install(self, document) -> list:
+        """Apply a new table: every entry and key that passes its checks; the refused ones
+        are returned (route_checks.Refusal) and counted in gateway_route_refused. Raises
+        RouteTableError (nothing changed) only for a document that is not a route table."""
         previous_keys = self.table.keys if self.table is not None else None
-        table = compile_table(
-            document, self.states, self.pools, previous_keys
-        )  # raises RouteTableError, nothing changed
+        table = compile_table(document, self.states, self.pools, previous_keys)
         keep = table.replica_keys()
         for key in list(self.states):
             if key not in keep:
@@ -102,6 +103,10 @@ class Gateway:
         self.table = table
         metrics.ROUTE_ENDPOINTS.set(len(table.endpoints))
         metrics.ROUTE_LOADED_AT.set(time.time())
+        metrics.ROUTE_REFUSED.clear()
+        for refusal in table.refusals:
+            metrics.ROUTE_REFUSED.labels(refusal.kind, refusal.name, refusal.code).set(1)
+        return table.refusals
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:

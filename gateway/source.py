@@ -1,6 +1,9 @@
 """Where the route table comes from: the control plane (HTTP poll with If-None-Match)
-or a local file (reloaded when it changes). Either way a new table is validated before
-it replaces the current one; on any failure the last good table stays in service and
+or a local file (reloaded when it changes). Either way a new table is checked before it
+replaces the current one, per entry (route_checks.py): the entries and keys that pass
+are applied, the refused ones are listed in /status (`routes.refused`), counted in
+gateway_route_refused and logged once per change. A document that is not a route table
+at all (or cannot be fetched) is refused whole: the last good table stays in service and
 the failure shows in /metrics and the health detail."""
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class SourceStatus:
         self.loaded_at = 0.0  # wall time the current table was installed
         self.last_error: str | None = None
         self.failing = False
+        self.refused: list = []  # route_checks.Refusal of the current table
         metrics.ROUTE_AGE.set_function(self.age)
         metrics.ROUTE_STALE.set_function(lambda: 1.0 if self.stale else 0.0)
 
@@ -52,12 +56,13 @@ class SourceStatus:
             "stale": self.stale,
             "last_error": self.last_error,
             "loaded_at": self.loaded_at or None,
+            "refused": [refusal.as_dict() for refusal in self.refused],
         }
 
 
 class RouteSource:
     def __init__(self, install, status: SourceStatus, interval_s: float):
-        self.install = install  # callable(document) -> raises RouteTableError
+        self.install = install  # callable(document) -> refusals; raises RouteTableError
         self.status = status
         self.interval_s = interval_s
 
@@ -77,17 +82,30 @@ class RouteSource:
 
     def _apply(self, document, etag: str | None) -> bool:
         try:
-            self.install(document)
+            refused = self.install(document) or []
         except RouteTableError as exc:
             self._fail("invalid", f"invalid route table: {exc}")
             return False
         metrics.ROUTE_FETCHES.labels("ok").inc()
+        if refused != self.status.refused:
+            for refusal in refused:
+                log.warning(
+                    "route table: %s %r refused (%s): %s", refusal.kind, refusal.name, refusal.code, refusal.reason
+                )
+            if self.status.refused and not refused:
+                log.info("route table: every entry applied again")
+        self.status.refused = refused
         self.status.etag = etag
         self.status.version = document.get("version")
         self.status.loaded_at = time.time()
         self.status.last_error = None
         self._ok()
-        log.info("route table installed: version %s, %d endpoints", self.status.version, len(document["endpoints"]))
+        log.info(
+            "route table installed: version %s, %d endpoints, %d refused",
+            self.status.version,
+            len(document["endpoints"]),
+            sum(1 for r in refused if r.kind == "endpoint"),
+        )
         return True
 
 

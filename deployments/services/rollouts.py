@@ -41,6 +41,7 @@ from deployments.rollout_machine import (
     on_tick,
 )
 from deployments.route_overlays import route_overlays
+from deployments.selectors.compatibility import require_servable_beside_stable
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
 from kernel.errors import Conflict, InvalidInput
@@ -87,6 +88,7 @@ def rollout_start(
         raise InvalidInput(
             "candidate: it is already the stable artifact of this endpoint.", code="already_stable", field="candidate"
         )
+    require_servable_beside_stable(endpoint=endpoint, artifact=candidate, field="candidate")
     overlay = route_overlays([endpoint]).get(endpoint.pk)
     if overlay is not None:
         raise Conflict(

@@ -13,6 +13,7 @@ from deployments.forms import RolloutStartForm
 from deployments.rollout_machine import ACTIVE
 from deployments.route_overlays import route_overlays
 from deployments.selectors import rollouts as selectors
+from deployments.selectors.gateway_routes import endpoint_route_state
 from deployments.selectors.rollout_page import endpoint_page, rollout_events, rollout_status, step_label
 from deployments.services import rollouts as services
 from kernel.errors import PlatformError
@@ -60,6 +61,7 @@ def _page(request, endpoint, *, form=None, status: int = 200):
         "experiment": _experiment_split(experiment),
         "form": form if not active and (experiment is None or (form is not None and form.is_bound)) else None,
         "refresh": bool(request.htmx),
+        "route": endpoint_route_state(endpoint=endpoint, rollout=state["active_status"].rollout if active else None),
         "events": rollout_events(user=request.user, rollout=rollout) if rollout else [],
         "chart_since": (rollout.created_at - timedelta(minutes=1)).isoformat() if rollout else "",
     }

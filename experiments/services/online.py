@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from deployments.rollout_machine import ACTIVE, FULL_BP, TERMINAL, Strategy
 from deployments.rollout_machine import State as RolloutState
+from deployments.selectors.compatibility import require_servable_beside_stable
 from deployments.selectors.rollouts import rollout_list, rollout_outcomes
 from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
@@ -102,6 +103,7 @@ def experiment_create(
         )
     for artifact in candidates:
         require_servable(artifact, endpoint.team, "candidates")
+        require_servable_beside_stable(endpoint=endpoint, artifact=artifact, field="candidates")
     allocation_bp = list(allocation_bp or [])
     if not allocation_bp:
         share = FULL_BP // len(arms)

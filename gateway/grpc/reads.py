@@ -17,6 +17,7 @@ from ..access import admit
 from ..ids import request_id
 from ..metadata import SERVER_METADATA, read_variant, readable_endpoints, unknown_version
 from ..replies import public_config, public_stats
+from ..routes import missing_endpoint
 from ..tenants import release
 from ..tensors import Problem
 from .convert import grpc_code, metadata_dict
@@ -44,7 +45,8 @@ class ReadRPCs:
         table = self.gateway.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
-            await abort(context, 404, f"unknown endpoint {name[:200]!r}", trailers(rid, "none"))
+            status, _, detail, _ = missing_endpoint(table, name)
+            await abort(context, status, detail, trailers(rid, "none"))
         key, response = admit(table, ep, headers, rid, perf_counter())
         if response is not None:
             await abort_http(context, response, rid)

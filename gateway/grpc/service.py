@@ -36,6 +36,7 @@ from ..feedback_rules import sign_exposure
 from ..ids import request_id
 from ..infer import UpstreamFailure
 from ..metadata import unknown_version
+from ..routes import missing_endpoint
 from ..tenants import release
 from ..tensors import Problem
 from .convert import http_status, metadata_dict, parse_infer
@@ -111,11 +112,10 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
         table = self.gateway.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
-            if table is None:
-                problem, fault = Problem(503, "no_routes", "no route table loaded yet"), BACKEND
-            else:
-                problem, fault = Problem(404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}"), CLIENT
-            return await self._refuse(context, counted, t0, UNKNOWN, problem, trailers(rid, "none"), None, fault)
+            status, code, detail, ours = missing_endpoint(table, name)
+            label = name if code == "endpoint_refused" else UNKNOWN
+            problem, fault = Problem(status, code, detail), BACKEND if ours else CLIENT
+            return await self._refuse(context, counted, t0, label, problem, trailers(rid, "none"), None, fault)
         key, response = admit(table, ep, headers, rid, t0)
         if response is not None:
             counted.append(response[0])

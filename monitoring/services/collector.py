@@ -28,6 +28,7 @@ from monitoring import collect, conf, lock_objects
 from monitoring.models import ScrapeState, Severity
 from monitoring.scraper import scraper
 from monitoring.services.alerts import alert_raise
+from monitoring.services.route_refusals import refused_entries, route_refusals_alert
 from monitoring.services.store import samples_store
 from monitoring.targets import ScrapeTarget, scrape_targets
 
@@ -41,6 +42,7 @@ class Scrape:
     fetched_at: datetime
     snapshot: dict | None = None  # the target's cumulative values, parsed
     error: str = ""
+    refused: list | None = None  # a gateway's refused route entries [(kind, name, code)] (route_refusals.py)
 
 
 @contextmanager
@@ -113,6 +115,8 @@ def scrape_all(targets: list[ScrapeTarget]) -> list[Scrape]:
         if reply.text is not None:
             try:
                 scrape.snapshot = _snapshot(target, reply.text)
+                if target.kind == "gateway":
+                    scrape.refused = refused_entries(reply.text, _names(target).prefix)
             except (ValueError, IndexError, KeyError) as exc:  # not (valid) Prometheus text
                 scrape.error = f"unparseable metrics: {exc}"[:2000]
         scrapes.append(scrape)
@@ -182,9 +186,11 @@ def metrics_collect(*, targets: list[ScrapeTarget] | None = None, now: datetime 
     targets = list(targets if targets is not None else scrape_targets())[: conf.get("MONITORING_SCRAPE_MAX_TARGETS")]
     summary = {"targets": len(targets), "scraped": 0, "failed": 0, "skipped": 0, "samples": 0, "errors": {}}
     if not targets:
+        summary["route_refused"] = 0
         return summary
     with _gc_paused():
         outages = _tick(targets, now, summary)
+    summary["route_refused"] = route_refusals_alert(summary.pop("_refused"))
     if outages:
         # Monitoring that cannot see is itself worth an alert: the judge would wait forever.
         alert_raise(
@@ -201,6 +207,7 @@ def _tick(targets: list[ScrapeTarget], now: datetime | None, summary: dict) -> d
     """Scrape, diff and store (the summary filled in); returns the targets down for long
     enough to alert on."""
     scrapes = scrape_all(targets)
+    summary["_refused"] = {(s.target.url, r): s.target.endpoint_teams for s in scrapes for r in s.refused or ()}
     at = now or timezone.now()
     parts, team_ids, outages, changed = [], {}, {}, []
     written_at = timezone.now()

@@ -123,14 +123,30 @@ def test_file_reload_and_last_good_table(gateway):
     time.sleep(0.6)
     detail = version(url)
     assert detail["version"] == "f2" and detail["stale"] is True and "not JSON" in detail["last_error"]
-    bad = table("f3", [dead])
-    bad["endpoints"][0]["variants"][0]["role"] = "canary"
+    routes.write_text(json.dumps({"version": "f3", "endpoints": {}}))  # not a route table: refused whole
+    time.sleep(0.6)
+    detail = version(url)
+    assert detail["version"] == "f2" and "endpoints: {} is not of type 'array'" in detail["last_error"]
+    text = requests.get(f"{url}/metrics", timeout=2).text
+    assert "gateway_route_table_stale 1.0" in text and 'gateway_route_fetches_total{result="invalid"}' in text
+    # one bad entry is refused alone (503 endpoint_refused naming why); the rest of f4 applies
+    bad = table("f4", [dead])
+    bad["endpoints"].append(json.loads(json.dumps(bad["endpoints"][0]).replace('"ctr"', '"ux"')))
+    bad["endpoints"][1]["variants"][0]["role"] = "canary"
+    bad["endpoints"][0]["timeout_ms"] = 400
     routes.write_text(json.dumps(bad))
     time.sleep(0.6)
     detail = version(url)
-    assert detail["version"] == "f2" and "exactly one variant with role 'stable'" in detail["last_error"]
+    assert detail["version"] == "f4" and detail["stale"] is False and detail["last_error"] is None
+    assert [(r["name"], r["code"]) for r in detail["refused"]] == [("ux", "stable_count")]
+    r = requests.post(f"{url}/v2/models/ux/infer", data=infer_body(), timeout=5)
+    assert r.status_code == 503 and r.json()["code"] == "endpoint_refused"
+    assert "exactly one variant with role 'stable'" in r.json()["error"]
+    assert (
+        requests.post(f"{url}/v2/models/ctr/infer", data=infer_body(), timeout=5).json()["code"] != "endpoint_refused"
+    )
     text = requests.get(f"{url}/metrics", timeout=2).text
-    assert "gateway_route_table_stale 1.0" in text and 'gateway_route_fetches_total{result="invalid"}' in text
+    assert 'gateway_route_refused{code="stable_count",kind="endpoint",name="ux"} 1.0' in text
 
 
 def test_no_route_table_yet_means_503(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gateway.routes import SCHEMA_PATH, RouteTableError, compile_table, validate
+from gateway.routes import SCHEMA_PATH, RouteTableError, compile_table, missing_endpoint, validate
 from tests.gateway.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,61 +35,150 @@ def test_schema_is_a_valid_json_schema_and_accepts_the_readme_example():
     validate(json.loads(example))
 
 
+BAD_SIGNATURES = {
+    "batch": {"max_batch_size": 8, "inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 2]}]},
+    "dup": {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [2]}, {"name": "x", "datatype": "FP32", "shape": [2]}]
+    },
+    "dtype": {"inputs": [{"name": "x", "datatype": "FLOAT", "shape": [2]}]},
+}
+ENDPOINT, KEYS, DOCUMENT = "endpoint", "key", "document"
+
+
+def _variant0(t, **changes):
+    t["endpoints"][0]["variants"][0].update(**changes)
+
+
 @pytest.mark.parametrize(
-    "mutate, message",
+    "mutate, message, refused, code",
     [
-        (lambda t: t["endpoints"][0]["variants"][1].update(weight_bp=2000), "sum to 11000"),
-        (lambda t: t["endpoints"][0]["variants"][1].update(role="stable"), "exactly one variant with role 'stable'"),
-        (lambda t: t["endpoints"][0]["variants"][1].update(name="stable"), "duplicate variant names"),
-        (lambda t: t["endpoints"][0]["variants"][0].update(replicas=["ftp://x"]), "endpoints/0/variants/0/replicas/0"),
-        (lambda t: t["endpoints"][0]["variants"][0].update(role="boss"), "endpoints/0/variants/0/role"),
-        (lambda t: t["endpoints"][0]["variants"][0].pop("triton_model"), "'triton_model' is a required property"),
-        (lambda t: t["endpoints"].append(copy.deepcopy(t["endpoints"][0])), "duplicate endpoint name"),
-        (lambda t: t["endpoints"][0].update(shadow_sample_rate=1.5), "endpoints/0/shadow_sample_rate"),
-        (lambda t: t.pop("version"), "'version' is a required property"),
+        (lambda t: t["endpoints"][0]["variants"][1].update(weight_bp=2000), "sum to 11000", ENDPOINT, "weights_sum"),
+        (
+            lambda t: t["endpoints"][0]["variants"][1].update(role="stable"),
+            "exactly one variant with role 'stable'",
+            ENDPOINT,
+            "stable_count",
+        ),
+        (
+            lambda t: t["endpoints"][0]["variants"][1].update(name="stable"),
+            "duplicate variant names",
+            ENDPOINT,
+            "duplicate_variant_names",
+        ),
+        (lambda t: _variant0(t, replicas=["ftp://x"]), "endpoints/0/variants/0/replicas/0", ENDPOINT, "invalid_entry"),
+        (lambda t: _variant0(t, role="boss"), "endpoints/0/variants/0/role", ENDPOINT, "invalid_entry"),
+        (
+            lambda t: t["endpoints"][0]["variants"][0].pop("triton_model"),
+            "'triton_model' is a required property",
+            ENDPOINT,
+            "invalid_entry",
+        ),
+        (
+            lambda t: t["endpoints"].append(copy.deepcopy(t["endpoints"][0])),
+            "duplicate endpoint name",
+            ENDPOINT,
+            "duplicate_endpoint",
+        ),
+        (
+            lambda t: t["endpoints"][0].update(shadow_sample_rate=1.5),
+            "endpoints/0/shadow_sample_rate",
+            ENDPOINT,
+            "invalid_entry",
+        ),
+        (lambda t: t.pop("version"), "'version' is a required property", DOCUMENT, None),
+        (lambda t: t.update(endpoints={"ctr": {}}), "endpoints", DOCUMENT, None),
+        (lambda t: t.update(extra=1), "Additional properties", DOCUMENT, None),
         (
             lambda t: t["endpoints"][0].update(auth={"keys": ["nobody"]}),
             "auth names keys that the table does not define",
+            ENDPOINT,
+            "unknown_keys",
         ),
-        (lambda t: t["endpoints"][0].update(auth={"public": "yes"}), "endpoints/0/auth/public"),
-        (lambda t: t.update(keys=[KEY, KEY]), "duplicate key id"),
-        (lambda t: t.update(keys=[KEY, {**KEY, "id": "k2"}]), "the same sha256 as another key"),
-        (lambda t: t.update(keys=[{**KEY, "sha256": "ABC"}]), "keys/0/sha256"),
-        (lambda t: t.update(keys=[{**KEY, "rate_per_s": 0}]), "keys/0/rate_per_s"),
+        (
+            lambda t: t["endpoints"][0].update(auth={"public": "yes"}),
+            "endpoints/0/auth/public",
+            ENDPOINT,
+            "invalid_entry",
+        ),
+        (lambda t: t["keys"].extend([KEY, KEY]), "another key has the same id or sha256", KEYS, "duplicate_key"),
+        (
+            lambda t: t["keys"].extend([KEY, {**KEY, "id": "k2"}]),
+            "another key has the same id or sha256",
+            KEYS,
+            "duplicate_key",
+        ),
+        (lambda t: t["keys"].append({**KEY, "sha256": "ABC"}), "keys/1/sha256", KEYS, "invalid_key"),
+        (lambda t: t["keys"].append({**KEY, "rate_per_s": 0}), "keys/1/rate_per_s", KEYS, "invalid_key"),
         (
             lambda t: t["endpoints"][0].update(timeout_ms=500, min_timeout_ms=800),
             "min_timeout_ms 800 is above timeout_ms 500",
+            ENDPOINT,
+            "timeout_order",
         ),
         (
-            lambda t: t["endpoints"][0]["variants"][0].update(
-                signature={"max_batch_size": 8, "inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 2]}]}
-            ),
+            lambda t: _variant0(t, signature=BAD_SIGNATURES["batch"]),
             "needs -1 as its first (batch) dimension",
+            ENDPOINT,
+            "invalid_signature",
         ),
         (
-            lambda t: t["endpoints"][0]["variants"][0].update(
-                signature={
-                    "inputs": [
-                        {"name": "x", "datatype": "FP32", "shape": [2]},
-                        {"name": "x", "datatype": "FP32", "shape": [2]},
-                    ]
-                }
-            ),
+            lambda t: _variant0(t, signature=BAD_SIGNATURES["dup"]),
             "duplicate input names",
+            ENDPOINT,
+            "invalid_signature",
         ),
         (
-            lambda t: t["endpoints"][0]["variants"][0].update(
-                signature={"inputs": [{"name": "x", "datatype": "FLOAT", "shape": [2]}]}
-            ),
+            lambda t: _variant0(t, signature=BAD_SIGNATURES["dtype"]),
             "signature/inputs/0/datatype",
+            ENDPOINT,
+            "invalid_entry",
+        ),
+        (
+            lambda t: _variant0(t, grpc_replicas=["127.0.0.1:1", "127.0.0.1:2"]),
+            "grpc_replicas needs one entry per replica",
+            ENDPOINT,
+            "grpc_replicas_mismatch",
         ),
     ],
 )
-def test_invalid_tables_are_rejected_with_the_place_and_reason(mutate, message):
+def test_a_bad_entry_or_key_is_refused_alone_and_a_bad_document_whole(mutate, message, refused, code):
+    """The strict check names the place and the reason; the gateway's compiler refuses
+    only the bad entry (endpoint "ctr") or key (k1) and applies the rest of the table:
+    endpoint "other" and key k9 (scoped to it) are served either way."""
     doc = table()
+    other = copy.deepcopy(doc["endpoints"][0])
+    other.update(name="other", auth={"public": False, "keys": ["k9"]})
+    doc["endpoints"].append(other)
+    doc["keys"] = [{**KEY, "id": "k9", "sha256": "9" * 64}]
     mutate(doc)
-    with pytest.raises(RouteTableError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        compile_table(doc, {})
+    pattern = message.replace("(", r"\(").replace(")", r"\)")
+    with pytest.raises(RouteTableError, match=pattern):
+        validate(doc)
+    if refused == DOCUMENT:
+        with pytest.raises(RouteTableError, match=pattern):
+            compile_table(doc, {})
+        return
+    compiled = compile_table(doc, {})
+    assert "other" in compiled.endpoints and "9" * 64 in compiled.keys
+    assert [(r.kind, r.code) for r in compiled.refusals] == [(refused, code)] * len(compiled.refusals)
+    assert compiled.refusals and all(message in r.reason for r in compiled.refusals)
+    if refused == ENDPOINT:
+        assert "ctr" not in compiled.endpoints and compiled.refused["ctr"].code == code
+    else:
+        assert "ctr" in compiled.endpoints and "a" * 64 not in compiled.keys and not compiled.refused
+
+
+def test_a_refused_endpoint_answers_503_naming_the_reason_and_unknown_ones_404():
+    doc = table()
+    bad = copy.deepcopy(doc["endpoints"][0])
+    bad["name"] = "ux-cli"
+    bad["variants"][1]["name"] = bad["variants"][0]["name"]
+    doc["endpoints"].append(bad)
+    compiled = compile_table(doc, {})
+    assert missing_endpoint(compiled, "ux-cli")[:2] == (503, "endpoint_refused")
+    assert "duplicate variant names" in missing_endpoint(compiled, "ux-cli")[2]
+    assert missing_endpoint(compiled, "nope")[:2] == (404, "unknown_endpoint")
+    assert missing_endpoint(None, "ctr")[:2] == (503, "no_routes")
 
 
 def test_shadow_with_weight_is_rejected():

@@ -1,0 +1,111 @@
+"""The route table contract from both sides (issue 21): any table the control plane can
+produce, the gateway's compiler accepts whole, with no refused entry or key.
+
+Configurations are drawn with a seeded generator (deterministic): endpoints public or
+closed, with and without ready replicas, rollouts in every active state and strategy
+(shadow, canary with and without the fair baseline, blue-green), experiments with two and
+three arms, keys scoped and unscoped, revoked and not; plus rows the API would refuse,
+written straight into the database (a candidate of another model with the stable's
+variant name, a GPU variant on a CPU pool, a rebuild of the stable's version and variant):
+those must cost only their own split, never an entry the gateway refuses."""
+
+import random
+
+import pytest
+
+from deployments.models import PoolModel, PoolModelState, Rollout
+from deployments.rollout_machine import ACTIVE, State, Strategy
+from deployments.routes import route_table
+from deployments.services import endpoints as endpoint_services
+from deployments.services import keys as key_services
+from experiments.services import online as experiment_services
+from gateway.routes import compile_table, validate
+from harness import factories
+from registry.models import Artifact, Build, BuildStatus
+
+pytestmark = pytest.mark.django_db
+SEED = 21
+ROUNDS = 24
+
+
+def accepted_whole(table: dict) -> None:
+    validate(table)  # strict: any refusal raises, naming it
+    compiled = compile_table(table, {})
+    assert compiled.refusals == [] and set(compiled.endpoints) == {e["name"] for e in table["endpoints"]}
+
+
+def rebuild_of(artifact: Artifact) -> Artifact:
+    """Another artifact of the same version and variant (a second build)."""
+    build = Build.objects.create(version=artifact.version, targets=[artifact.variant], status=BuildStatus.SUCCEEDED)
+    return Artifact.objects.create(
+        version=artifact.version,
+        build=build,
+        variant=artifact.variant,
+        status=artifact.status,
+        triton_model_name=artifact.triton_model_name,
+        path=artifact.path,
+        sha256=artifact.sha256,
+    )
+
+
+def _rollout(rng, endpoint, candidate):
+    state = rng.choice(sorted(s.value for s in ACTIVE))
+    strategy = rng.choice([s.value for s in Strategy])
+    steps = [10000] if strategy == Strategy.BLUE_GREEN else sorted(rng.sample([500, 1000, 2500, 5000], 2)) + [10000]
+    baseline = ""
+    if strategy == Strategy.CANARY and rng.random() < 0.5:  # with the fair baseline's copy of the stable
+        baseline = f"{endpoint.stable_artifact.triton_model_name}__baseline"
+    return factories.rollout(
+        endpoint,
+        candidate,
+        state=state,
+        strategy=strategy,
+        steps_bp=steps,
+        step_index=rng.randrange(len(steps)),
+        paused_from=State.CANARY if state == State.PAUSED else "",
+        shadow_seconds=30 if strategy == Strategy.BLUE_GREEN or rng.random() < 0.3 else 0,
+        shadow_sample_rate=rng.choice((0.1, 1.0)),
+        baseline_model=baseline,
+    )
+
+
+def test_every_table_the_control_plane_produces_is_accepted_whole(
+    deployer, team_a, artifact_factory, onnx_path, tmp_path
+):
+    rng = random.Random(SEED)
+    pools = [factories.pool(team_a, f"pool-{i}", ready_replicas=n) for i, n in enumerate((0, 1, 2))]
+    artifacts = [artifact_factory(team_a) for _ in range(4)]  # model "ctr" v1..v4
+    foreign = factories.artifact(team_a, onnx_path, tmp_path / "f", model_name="demo-ctr")  # also v1-onnx-fp32
+    gpu = factories.artifact(team_a, onnx_path, tmp_path / "g", variant="tensorrt")
+    kinds = []
+    for i in range(ROUNDS):
+        pool = rng.choice(pools)
+        stable, *others = rng.sample(artifacts, 3)
+        endpoint = endpoint_services.endpoint_create(
+            user=deployer, name=f"ep-{i}", pool=pool, stable_artifact=stable, public=rng.random() < 0.5
+        )
+        PoolModel.objects.filter(pool=pool).update(
+            state=PoolModelState.READY, replica_ready={"r0": True, "r1": rng.random() < 0.5}
+        )
+        kind = rng.choice(["none", "rollout", "experiment", "foreign", "gpu", "rebuild"])
+        kinds.append(kind)
+        if kind == "rollout":
+            _rollout(rng, endpoint, others[0])
+        elif kind == "experiment":
+            candidates = others[: rng.choice((1, 2))]
+            experiment = experiment_services.experiment_create(
+                user=deployer, endpoint=endpoint, name=f"exp-{i}", candidates=candidates, baseline_rate=0.2, mde=0.05
+            )
+            experiment_services.experiment_start(user=deployer, experiment=experiment)
+        elif kind in ("foreign", "gpu", "rebuild"):  # written around the API's check
+            candidate = {"foreign": foreign, "gpu": gpu, "rebuild": rebuild_of(stable)}[kind]
+            _rollout(rng, endpoint, candidate)
+        if rng.random() < 0.4:
+            key, _ = key_services.inference_key_create(
+                user=deployer, team=team_a, name=f"key-{i}", endpoints=[endpoint.name] if rng.random() < 0.5 else None
+            )
+            if rng.random() < 0.3:
+                key_services.inference_key_revoke(user=deployer, key=key)
+        accepted_whole(route_table())
+    assert {"rollout", "experiment", "foreign", "gpu", "rebuild"} <= set(kinds)  # every kind was drawn
+    assert Rollout.objects.count() >= 4
