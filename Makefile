@@ -67,11 +67,11 @@ lint: install
 # Independent tests run on PYTEST_WORKERS processes (pytest-xdist; each its own test database,
 # Redis db and VAR_DIR: tests/xdist_workers.py); PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 4
-XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-p tests.xdist_workers -n $(PYTEST_WORKERS) --dist load)
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-p tests.xdist_workers -n $(PYTEST_WORKERS) --dist worksteal)
 
 test: install system-deps lint $(CHECKOV)
 	@eval "$$($(PY) tests/services.py --exports)" && \
-	  $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	  $(PY) -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 test-fast: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
