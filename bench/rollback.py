@@ -21,9 +21,18 @@ p90, max) per model, rate and case and writes var/bench/rollback.json.
 Goals (issue 12): ≥ 20 A/A rollouts → 0 rollbacks; slow and errors rolled back every
 time, median ≤ 10 s, max ≤ 15 s; 0 client-visible errors. Not a test.
 
+Default plan (issue 21, --default-plan): every rollout starts as `modelplane rollout start`
+without --steps starts it: the steps the rollout forecast suggests for the endpoint's
+observed traffic (monitoring/forecast_api.endpoint_forecast, what the CLI and the form
+read; asked before each rollout), everything else the server's defaults (30 s and 200
+requests a step, 600 s deadline, 30 s promote grace, fair baseline, the endpoint's
+on_inconclusive), and endpoints with the demo's SLO (p99 50 ms, seed_demo). The issue's
+case: `--models demo --cases healthy --rates 20 --runs 20 --default-plan`, goal a healthy
+candidate promoted in ≥ 19 of 20 runs. The load average before and after goes to the JSON.
+
 Options: --runs N (5: 20 A/A rollouts over 2 models × 2 rates), --rates 200,20,
 --models demo,twotower, --cases healthy,slow,errors, --steps 5,25,50,100 (percent),
---no-fair-baseline, --step-min-seconds S (5), --step-deadline-seconds S (180),
+--default-plan, --no-fair-baseline, --step-min-seconds S (5), --step-deadline-seconds S (180),
 --out NAME (var/bench/NAME.json), --database-url / --broker-url (default: a fresh database on the local PostgreSQL and
 Redis db 9 when they answer, else SQLite and the filesystem broker in the bench's own
 VAR_DIR).
@@ -39,6 +48,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DEMO_SLO_P99_MS = 50.0  # config/management/commands/seed_demo.py: the endpoint the issue's case ran on
 
 
 def _fresh_postgres(name: str) -> str:
@@ -103,6 +113,11 @@ def _arguments(argv):
     parser.add_argument(
         "--steps", default="", help="percent per step, e.g. 5,25,50,100 (default: the suggested plan per rate)"
     )
+    parser.add_argument(
+        "--default-plan",
+        action="store_true",
+        help="the CLI's default plan: the forecast's steps, the server's defaults, the demo's SLO (50 ms)",
+    )
     parser.add_argument("--no-fair-baseline", action="store_true")
     parser.add_argument("--step-min-seconds", type=float, default=5.0)
     parser.add_argument("--step-deadline-seconds", type=float, default=180.0)
@@ -114,6 +129,9 @@ def _arguments(argv):
 
 def main(argv: list[str]) -> int:
     args = _arguments(argv)
+    if args.default_plan and (args.steps or args.no_fair_baseline):
+        print("--default-plan takes the forecast's steps and the fair baseline: drop --steps/--no-fair-baseline")
+        return 2
     import signal
 
     # A SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C so the child processes are stopped.
@@ -135,13 +153,10 @@ def main(argv: list[str]) -> int:
     from deployments.rollout_machine import TERMINAL, State
     from deployments.services import endpoints as endpoint_services
     from deployments.services import pools as pool_services
-    from deployments.services import rollouts as rollout_services
     from harness.artifacts import package_artifact
     from harness.load import Load
     from harness.onnx import write as write_onnx
     from harness.processes import spawn, stop, wait_for
-    from monitoring.forecast import suggest_steps
-    from monitoring.services.canary import judge_config_for
     from registry.models import Event, Role, TeamMembership
 
     call_command("migrate", interactive=False, verbosity=0)
@@ -201,6 +216,7 @@ def main(argv: list[str]) -> int:
     }
     gateway_url = f"http://127.0.0.1:{env['GATEWAY_PORT']}"
     rows: list[dict] = []
+    load_before = os.getloadavg()
     load = None
     scenarios = []
     import requests
@@ -218,7 +234,7 @@ def main(argv: list[str]) -> int:
                 name=name,
                 pool=pool,
                 stable_artifact=stable,
-                slo_p99_ms=250,
+                slo_p99_ms=DEMO_SLO_P99_MS if args.default_plan else 250,
                 slo_error_rate=0.01,
                 public=True,
             )  # the load has no key
@@ -260,18 +276,7 @@ def main(argv: list[str]) -> int:
                 settled = time.time() - 10
                 latencies = sorted(r[3] for r in load.records if r[1] == 200 and r[0] >= settled)
                 p50 = latencies[len(latencies) // 2]
-                steps = (
-                    [int(float(p) * 100) for p in args.steps.split(",")]
-                    if args.steps
-                    else suggest_steps(
-                        rate,
-                        judge_config_for(endpoint),
-                        step_deadline_seconds=args.step_deadline_seconds,
-                        step_min_seconds=args.step_min_seconds,
-                        step_min_requests=100,
-                        baseline=not args.no_fair_baseline,
-                    )
-                )
+                steps = _steps(args, user, endpoint, rate)
                 scenarios.append(
                     {"model": name, "rate_rps": rate, "stable_p50_ms": round(p50 * 1000, 3), "steps_bp": steps}
                 )
@@ -291,17 +296,7 @@ def main(argv: list[str]) -> int:
                             write_dir=spec["write_dir"],
                             **inject[case],
                         )
-                        rollout = rollout_services.rollout_start(
-                            user=user,
-                            endpoint=endpoint,
-                            candidate=candidate,
-                            steps_bp=steps,
-                            step_min_seconds=args.step_min_seconds,
-                            step_min_requests=100,
-                            step_deadline_seconds=args.step_deadline_seconds,
-                            promote_grace_seconds=2,
-                            fair_baseline=not args.no_fair_baseline,
-                        )
+                        rollout, observed_rps = _start(args, user, endpoint, candidate, steps)
                         onset_wall = time.time()
                         done = wait_for(
                             lambda: (r := Rollout.objects.get(pk=rollout.pk)).state in TERMINAL and r,
@@ -332,6 +327,8 @@ def main(argv: list[str]) -> int:
                             "client_errors_at_s": load.error_times_since(onset_wall)[:50],
                             "traffic_started_at_s": round(started.timestamp() - onset_wall, 2) if started else None,
                             "fair_baseline": bool(rollout.baseline_model),
+                            "steps_bp": list(rollout.steps_bp),
+                            "observed_rate_rps": observed_rps,
                             "reason": done.reason[:300],
                             "latency": first_step_latency(done) if case == "healthy" else None,
                         }
@@ -361,8 +358,12 @@ def main(argv: list[str]) -> int:
         for name in ("gateway", "pools", "beat", "worker", "web"):
             stop(procs.get(name))
 
+    load_after = os.getloadavg()
     summary = summarize(rows)
+    if args.default_plan:
+        print("plan: the CLI's default (the forecast's steps for the observed traffic, the server's defaults)")
     print_table(HEADERS, table_rows(summary))
+    print(f"load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}")
     path = write_json(
         args.out,
         {
@@ -371,18 +372,83 @@ def main(argv: list[str]) -> int:
             "models": list(models),
             "cases": cases,
             "fair_baseline": not args.no_fair_baseline,
-            "step_min_seconds": args.step_min_seconds,
-            "step_deadline_seconds": args.step_deadline_seconds,
+            "default_plan": args.default_plan,
+            "step_min_seconds": 30.0 if args.default_plan else args.step_min_seconds,
+            "step_deadline_seconds": 600.0 if args.default_plan else args.step_deadline_seconds,
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in load_after],
             "scenarios": scenarios,
             "summary": summary,
             "rollouts": rows,
-            "goals": {"aa_false_rollbacks": 0, "rollback_median_s": 10, "rollback_max_s": 15, "client_errors": 0},
+            "goals": {
+                "aa_false_rollbacks": 0,
+                "rollback_median_s": 10,
+                "rollback_max_s": 15,
+                "client_errors": 0,
+                "default_plan_promoted": "19 of 20 at 20 req/s",
+            },
             "database": env["DATABASE_URL"].split("@")[-1],
             "broker": env["CELERY_BROKER_URL"].split("@")[-1],
         },
     )
     print(f"wrote {path}")
     return 0
+
+
+def _steps(args, user, endpoint, rate: float) -> list[int]:
+    """The plan's steps: --steps, the forecast's for the observed traffic (--default-plan: the
+    CLI's), else the suggestion for the bench's own plan at `rate`."""
+    from harness.processes import wait_for
+    from monitoring.forecast import suggest_steps
+    from monitoring.forecast_api import endpoint_forecast
+    from monitoring.services.canary import judge_config_for
+
+    if args.steps:
+        return [int(float(p) * 100) for p in args.steps.split(",")]
+    if args.default_plan:  # the forecast reads the collector's samples: let it see the load first
+        wait_for(
+            lambda: endpoint_forecast(user=user, name=endpoint.name)["observed_rate_rps"],
+            timeout=90,
+            what=f"the forecast seeing {endpoint.name}'s traffic",
+        )
+        return endpoint_forecast(user=user, name=endpoint.name)["suggested_steps_bp"]
+    return suggest_steps(
+        rate,
+        judge_config_for(endpoint),
+        step_deadline_seconds=args.step_deadline_seconds,
+        step_min_seconds=args.step_min_seconds,
+        step_min_requests=100,
+        baseline=not args.no_fair_baseline,
+    )
+
+
+def _start(args, user, endpoint, candidate, steps):
+    """(the rollout, the observed req/s the forecast planned for: --default-plan only)."""
+    from deployments.services import rollouts as rollout_services
+    from monitoring.forecast_api import endpoint_forecast
+
+    if args.default_plan:  # what `modelplane rollout start` sends without --steps: the forecast's steps, no more
+        forecast = endpoint_forecast(user=user, name=endpoint.name)
+        rollout = rollout_services.rollout_start(
+            user=user, endpoint=endpoint, candidate=candidate, steps_bp=forecast["suggested_steps_bp"]
+        )
+        return rollout, forecast["observed_rate_rps"]
+    rollout = rollout_services.rollout_start(
+        user=user,
+        endpoint=endpoint,
+        candidate=candidate,
+        steps_bp=steps,
+        step_min_seconds=args.step_min_seconds,
+        step_min_requests=100,
+        step_deadline_seconds=args.step_deadline_seconds,
+        promote_grace_seconds=2,
+        fair_baseline=not args.no_fair_baseline,
+    )
+    return rollout, None
+
+
+def _load(load: tuple) -> str:
+    return " / ".join(f"{x:.2f}" for x in load)
 
 
 def _serves(requests, url: str, body: str) -> bool:

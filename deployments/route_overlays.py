@@ -6,12 +6,18 @@ importing it (the layers contract): at start-up it registers a provider here, an
 
 A provider takes the serving endpoints and returns {endpoint_id: Overlay}. An active
 rollout wins over an overlay (experiments refuse to start while one is in progress).
+
+The route table asks through `route_overlays_isolated`: a provider that raises for the
+whole batch is asked again endpoint by endpoint, so one experiment's bad rows cost only
+its own endpoint's split (named in the failures), never the table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from django.db import DatabaseError
 
 
 @dataclass(frozen=True)
@@ -36,3 +42,25 @@ def route_overlays(endpoints) -> dict:
     for provider in _providers:
         out.update(provider(endpoints))
     return out
+
+
+def route_overlays_isolated(endpoints) -> tuple[dict, dict]:
+    """({endpoint_id: Overlay}, {endpoint_id: why its overlay could not be read})."""
+    out: dict = {}
+    failures: dict = {}
+    for provider in _providers:
+        try:
+            out.update(provider(endpoints))
+            continue
+        except DatabaseError:
+            raise
+        except Exception:  # find the endpoint(s) it fails for; the others keep their splits
+            pass
+        for endpoint in endpoints:
+            try:
+                out.update(provider([endpoint]))
+            except DatabaseError:
+                raise
+            except Exception as exc:
+                failures[endpoint.pk] = f"{type(exc).__name__}: {exc}"[:300]
+    return out, failures

@@ -19,18 +19,39 @@ Variant names: an entry's variants are artifacts of one model (the stable's) wit
 distinct (version, variant) pairs (`_fits`, the same check the API applies), so
 `v{version}-{variant}` (and `-baseline` for the stable's copy) is unique within the entry
 by construction. The gateway still checks every entry and refuses only a bad one.
+
+Why this is one long module: it is the one builder of the route table contract (STYLE: one
+owner per contract), read top to bottom: the variants, the keys, and the per-entry guard
+that keeps one endpoint's bad rows from costing the others.
+
+Per endpoint, never as a whole (issue 21): each entry is built and checked against the
+schema (gateway/route_table.schema.json, the file the gateway validates with) on its own.
+An entry whose split cannot be built (a rollout row whose plan does not hold, an
+experiment provider that fails for it, an unreadable signature) or does not match the
+schema is sent with its stable alone; one whose stable entry cannot be built either is
+left out; a key whose row does not fit the schema is left out and no entry names it.
+`route_build()` returns the table and these problems (`RouteProblem`); the endpoint page
+shows them and monitoring's collector tick raises a `route_degraded` alert naming the
+endpoint. Database errors are not caught: without the database there is no table, and
+the gateway keeps its last good one.
 """
 
+import functools
 import hashlib
 import json
+import logging
 import math
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
+import jsonschema_rs
+from django.db import DatabaseError
 from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState
 from deployments.rollout_machine import FULL_BP
-from deployments.route_overlays import route_overlays
+from deployments.route_overlays import route_overlays_isolated
 from deployments.selectors.compatibility import serving_problem
 from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
@@ -110,82 +131,269 @@ def _fits(endpoint, artifacts) -> bool:
     return all(serving_problem(endpoint=endpoint, artifact=artifact) is None for artifact in artifacts)
 
 
-def route_table() -> dict:
-    """Every endpoint that has a stable artifact, with its current split."""
-    endpoints = serving_endpoints()
-    keys = active_inference_keys()
+log = logging.getLogger(__name__)
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "gateway" / "route_table.schema.json"
+SERVED_STABLE = "stable"  # RouteProblem.served: the endpoint serves its stable alone
+SERVED_NONE = "none"  # left out of the table: the gateway does not know the endpoint
+
+
+@dataclass(frozen=True)
+class RouteProblem:
+    """Why the route table does not carry what an endpoint's rows ask for (by name in
+    `route_build()`'s problems): `code` split_failed, split_invalid (its split could not
+    be built / does not match the schema: `served` stable), entry_failed, entry_invalid
+    (neither could its stable's entry: `served` none), key_invalid (a key left out)."""
+
+    code: str
+    reason: str
+    served: str
+    team_id: int | None = None  # the endpoint's or the key's team (whom the alert goes to)
+
+
+@functools.cache
+def _schema_validators() -> dict:
+    """{def name: validator} for an endpoint entry and a key, from the contract's own file."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    return {
+        name: jsonschema_rs.validator_for(
+            {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{name}"}
+        )
+        for name in ("endpoint", "key")
+    }
+
+
+@functools.cache
+def _replica_patterns() -> tuple[re.Pattern, re.Pattern]:
+    """The schema's patterns of a replica's HTTP base URL and gRPC address: a replica row
+    that does not match one is not routed (HTTP) or takes no gRPC, and costs nothing more."""
+    variant = json.loads(SCHEMA_PATH.read_text())["$defs"]["variant"]["properties"]
+    return re.compile(variant["replicas"]["items"]["pattern"]), re.compile(variant["grpc_replicas"]["items"]["pattern"])
+
+
+def _schema_error(kind: str, doc: dict) -> str | None:
+    """The first way `doc` does not match the schema's `kind` ("endpoint", "key"), or None."""
+    error = next(iter(_schema_validators()[kind].iter_errors(doc)), None)
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.instance_path) or "the entry"
+    return f"{where}: {error.message}"[:300]
+
+
+def _exception_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+@dataclass
+class _Sources:
+    """What every entry is built from: read once per table."""
+
+    team_keys: dict
+    rollouts: dict
+    overlays: dict
+    overlay_failures: dict
+    ready_models: dict
+    replicas: dict
+
+
+def _sources(endpoints, keys) -> _Sources:
     team_keys: dict[int, list] = {}
     for key, scope in keys:
         team_keys.setdefault(key.team_id, []).append((key, scope))
-    rollouts = active_rollouts(endpoints=endpoints)
-    overlays = route_overlays(endpoints)
     pool_ids = {e.pool_id for e in endpoints}
     ready_models = {
         (pm.pool_id, pm.triton_model_name): pm
         for pm in PoolModel.objects.filter(pool_id__in=pool_ids, state=PoolModelState.READY)
     }
     replicas: dict[int, list] = {}
+    http_ok, grpc_ok = _replica_patterns()
     for replica in ready_replicas(pool_ids=pool_ids):
+        if not http_ok.fullmatch(replica.http_url.rstrip("/") or "-"):  # not an address the schema takes: not routed
+            continue
+        if replica.grpc_url and not grpc_ok.fullmatch(replica.grpc_url):
+            replica.grpc_url = ""  # its variants then take no gRPC (the gateway answers UNAVAILABLE there)
         replicas.setdefault(replica.pool_id, []).append(replica)
+    overlays, failures = route_overlays_isolated(endpoints)
+    return _Sources(team_keys, active_rollouts(endpoints=endpoints), overlays, failures, ready_models, replicas)
 
-    table = []
-    for endpoint in endpoints:
-        stable = endpoint.stable_artifact
-        stable_urls = _ready_urls(endpoint.pool_id, triton_name(stable), ready_models, replicas)
-        rollout = rollouts.get(endpoint.pk)
-        entry = {
-            "name": endpoint.name,
-            "sticky_header": endpoint.sticky_header,
-            "timeout_ms": endpoint.timeout_ms,
-            # a client deadline below the endpoint's p99 SLO that expires is the client's doing
-            "min_timeout_ms": max(1, min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))),
-            "salt": rollout.salt if rollout else "",
-            "shadow_sample_rate": 0.0,
-            "auth": _auth(endpoint, team_keys),
-        }
-        variants = []
-        split = rollout.split if rollout else None
-        candidate = rollout.candidate_artifact if rollout else None
-        if split and split.candidate_role and candidate.pk != stable.pk and _fits(endpoint, [candidate]):
-            candidate_urls = _ready_urls(endpoint.pool_id, triton_name(candidate), ready_models, replicas)
-            variants.append(_variant(stable, "stable", split.stable_bp, stable_urls))
-            if split.candidate_role == "shadow":
-                entry["shadow_sample_rate"] = rollout.shadow_sample_rate
-                variants.append(_variant(candidate, "shadow", 0, candidate_urls))
-            else:
-                variants.append(_variant(candidate, "canary", split.candidate_bp, candidate_urls))
-                if split.baseline_bp:  # the fair baseline: the stable artifact's own copy, the candidate's share
-                    baseline = rollout.baseline_artifact
-                    baseline_urls = _ready_urls(endpoint.pool_id, rollout.baseline_model, ready_models, replicas)
-                    variants.append(
-                        _variant(
-                            baseline,
-                            "baseline",
-                            split.baseline_bp,
-                            baseline_urls,
-                            name=baseline_variant_name(baseline),
-                            triton_model=baseline_triton_name(baseline),
-                        )
-                    )
-        elif (
-            (overlay := overlays.get(endpoint.pk)) is not None
-            and overlay.arms[0][0].pk == stable.pk
-            and _fits(endpoint, [artifact for artifact, _ in overlay.arms[1:]])
-        ):
-            entry["salt"], entry["experiment"] = overlay.salt, overlay.name
-            if overlay.token_key:
-                entry["exposure_token_key"] = overlay.token_key
-            for i, (artifact, weight_bp) in enumerate(overlay.arms):
-                urls = (
-                    stable_urls
-                    if i == 0
-                    else _ready_urls(endpoint.pool_id, triton_name(artifact), ready_models, replicas)
-                )
-                variants.append(_variant(artifact, "stable" if i == 0 else "arm", weight_bp, urls))
+
+def _rollout_variants(endpoint, rollout, entry: dict, urls) -> list | None:
+    """The rollout's variants (stable, candidate, fair baseline), or None when it routes none now."""
+    stable = endpoint.stable_artifact
+    split = rollout.split
+    candidate = rollout.candidate_artifact
+    if not (split.candidate_role and candidate.pk != stable.pk and _fits(endpoint, [candidate])):
+        return None
+    variants = [_variant(stable, "stable", split.stable_bp, urls(triton_name(stable)))]
+    if split.candidate_role == "shadow":
+        entry["shadow_sample_rate"] = rollout.shadow_sample_rate
+        variants.append(_variant(candidate, "shadow", 0, urls(triton_name(candidate))))
+        return variants
+    variants.append(_variant(candidate, "canary", split.candidate_bp, urls(triton_name(candidate))))
+    if split.baseline_bp:  # the fair baseline: the stable artifact's own copy, the candidate's share
+        baseline = rollout.baseline_artifact
+        variants.append(
+            _variant(
+                baseline,
+                "baseline",
+                split.baseline_bp,
+                urls(rollout.baseline_model),
+                name=baseline_variant_name(baseline),
+                triton_model=baseline_triton_name(baseline),
+            )
+        )
+    return variants
+
+
+def _overlay_variants(endpoint, overlay, entry: dict, urls) -> list | None:
+    """An experiment's arms (the first is the stable), or None when they cannot serve here."""
+    if overlay.arms[0][0].pk != endpoint.stable_artifact.pk or not _fits(
+        endpoint, [artifact for artifact, _ in overlay.arms[1:]]
+    ):
+        return None
+    entry["salt"], entry["experiment"] = overlay.salt, overlay.name
+    if overlay.token_key:
+        entry["exposure_token_key"] = overlay.token_key
+    return [
+        _variant(artifact, "stable" if i == 0 else "arm", weight_bp, urls(triton_name(artifact)))
+        for i, (artifact, weight_bp) in enumerate(overlay.arms)
+    ]
+
+
+def _entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dict:
+    """The endpoint's entry: with its rollout's or experiment's split when `split`, else its stable alone."""
+    stable = endpoint.stable_artifact
+    rollout = sources.rollouts.get(endpoint.pk)
+    auth = _auth(endpoint, sources.team_keys)
+    auth["keys"] = [key for key in auth["keys"] if key in listed_keys]  # a key left out is named by no entry
+    entry = {
+        "name": endpoint.name,
+        "sticky_header": endpoint.sticky_header,
+        "timeout_ms": endpoint.timeout_ms,
+        # a client deadline below the endpoint's p99 SLO that expires is the client's doing
+        "min_timeout_ms": max(1, min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))),
+        "salt": rollout.salt if rollout and split else "",
+        "shadow_sample_rate": 0.0,
+        "auth": auth,
+    }
+
+    def urls(model_name: str) -> list[tuple[str, str]]:
+        return _ready_urls(endpoint.pool_id, model_name, sources.ready_models, sources.replicas)
+
+    variants = None
+    if split and rollout is not None:
+        variants = _rollout_variants(endpoint, rollout, entry, urls)
+    if split and variants is None and (overlay := sources.overlays.get(endpoint.pk)) is not None:
+        variants = _overlay_variants(endpoint, overlay, entry, urls)
+    entry["variants"] = variants or [_variant(stable, "stable", FULL_BP, urls(triton_name(stable)))]
+    return entry
+
+
+def _split_subject(endpoint, sources: _Sources) -> str:
+    rollout = sources.rollouts.get(endpoint.pk)
+    if rollout is not None:
+        return f"rollout #{rollout.pk}"
+    overlay = sources.overlays.get(endpoint.pk)
+    return f"experiment {overlay.name!r}" if overlay is not None else "its stable's entry"
+
+
+def _try_entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> tuple[dict | None, str, str]:
+    """(entry, "", "") or (None, code suffix "failed"/"invalid", why)."""
+    try:
+        entry = _entry(endpoint, sources, listed_keys, split=split)
+    except DatabaseError:
+        raise
+    except Exception as exc:  # a row written around the API's checks: its own endpoint pays, no other
+        return None, "failed", _exception_text(exc)
+    error = _schema_error("endpoint", entry)
+    return (entry, "", "") if error is None else (None, "invalid", f"does not match the route table schema ({error})")
+
+
+def _endpoint_entry(endpoint, sources: _Sources, listed_keys: set) -> tuple[dict | None, RouteProblem | None]:
+    """The endpoint's entry as its rows ask, else its stable alone, else none; and why not as asked."""
+    entry, failure, why = _try_entry(endpoint, sources, listed_keys, split=True)
+    overlay_failure = sources.overlay_failures.get(endpoint.pk)
+    if entry is not None and overlay_failure is not None and endpoint.pk not in sources.rollouts:
+        return entry, RouteProblem(  # its experiment's split could not be read: its stable alone
+            "split_failed",
+            f"The experiment split of endpoint {endpoint.name!r} could not be built ({overlay_failure}); "
+            "it serves its stable alone.",
+            SERVED_STABLE,
+            endpoint.team_id,
+        )
+    if entry is not None:
+        return entry, None
+    subject = _split_subject(endpoint, sources)
+    stable_entry, stable_failure, stable_why = _try_entry(endpoint, sources, listed_keys, split=False)
+    if stable_entry is not None:
+        return stable_entry, RouteProblem(
+            f"split_{failure}",
+            f"The route entry of endpoint {endpoint.name!r} with {subject} {why}; it serves its stable alone.",
+            SERVED_STABLE,
+            endpoint.team_id,
+        )
+    return None, RouteProblem(
+        f"entry_{stable_failure}",
+        f"The route entry of endpoint {endpoint.name!r} {stable_why}; it is left out of the route table "
+        "(the gateway answers 404 for it) while every other endpoint is served.",
+        SERVED_NONE,
+        endpoint.team_id,
+    )
+
+
+def _key_docs(keys) -> tuple[list[dict], dict[str, RouteProblem]]:
+    docs, problems = [], {}
+    for key, _ in keys:
+        try:
+            doc = _key(key)
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            error = _exception_text(exc)
         else:
-            variants.append(_variant(stable, "stable", FULL_BP, stable_urls))
-        entry["variants"] = variants
-        table.append(entry)
-    body = {"keys": [_key(key) for key, _ in keys], "endpoints": table}
+            error = _schema_error("key", doc)
+            if error is None:
+                docs.append(doc)
+                continue
+        problems[f"k{key.pk}"] = RouteProblem(
+            "key_invalid",
+            f"Inference key k{key.pk} is left out of the route table ({error}).",
+            SERVED_NONE,
+            key.team_id,
+        )
+    return docs, problems
+
+
+_logged: dict = {"problems": None}
+
+
+def route_build() -> tuple[dict, dict[str, RouteProblem], dict[str, RouteProblem]]:
+    """(the table, {endpoint name: RouteProblem}, {key id: RouteProblem}): every endpoint
+    that has a stable artifact, with its current split where its rows allow it."""
+    endpoints = serving_endpoints()
+    keys = active_inference_keys()
+    sources = _sources(endpoints, keys)
+    key_docs, key_problems = _key_docs(keys)
+    listed_keys = {doc["id"] for doc in key_docs}
+    table, problems = [], {}
+    for endpoint in endpoints:
+        entry, problem = _endpoint_entry(endpoint, sources, listed_keys)
+        if entry is not None:
+            table.append(entry)
+        if problem is not None:
+            problems[endpoint.name] = problem
+    if _logged["problems"] != (problems, key_problems):  # once per change, not once per poll
+        _logged["problems"] = (problems, key_problems)
+        for name, problem in sorted({**problems, **key_problems}.items()):
+            log.warning("route table: %s (%s): %s", name, problem.code, problem.reason)
+    body = {"keys": key_docs, "endpoints": table}
     version = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
-    return {"version": version, "generated_at": timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ"), **body}
+    return (
+        {"version": version, "generated_at": timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ"), **body},
+        problems,
+        key_problems,
+    )
+
+
+def route_table() -> dict:
+    """Every endpoint that has a stable artifact, with its current split (route_build's table)."""
+    return route_build()[0]

@@ -14,10 +14,12 @@ def collect() -> dict:
     """One collector tick (bounded batch of targets); a second concurrent tick skips
     the targets this one holds."""
     from monitoring.services.collector import metrics_collect
+    from monitoring.services.route_refusals import route_problems_alert
 
     summary = metrics_collect()
     if summary["failed"]:
         log.warning("metrics scrape failed for %s", summary["errors"])
+    summary["route_degraded"] = route_problems_alert()  # the builder's own side: entries it could not build
     return summary
 
 

@@ -22,7 +22,7 @@ import urllib.request
 
 from django.conf import settings
 
-from deployments.routes import route_table
+from deployments.routes import route_build, route_table
 from kernel.conf import setting
 
 CACHE_SECONDS = 2.0
@@ -96,10 +96,26 @@ def gateway_route_sync(*, url: str | None = None, timeout: float = 1.0, cached: 
     return value
 
 
+def route_table_problems() -> dict:
+    """What the control plane could not put in the route table as its rows ask (issue 21):
+    {"endpoints": {name: {code, reason, served, team_id}}, "keys": {key id: {...}}}, served
+    "stable" (its stable alone) or "none" (left out). For the collector's alerts."""
+    _, endpoints, keys = route_build()
+
+    def doc(problem) -> dict:
+        return {"code": problem.code, "reason": problem.reason, "served": problem.served, "team_id": problem.team_id}
+
+    return {
+        "endpoints": {name: doc(p) for name, p in endpoints.items()},
+        "keys": {name: doc(p) for name, p in keys.items()},
+    }
+
+
 def endpoint_route_state(*, endpoint, rollout=None) -> dict:
     """The endpoint page's line on routing: the table served vs desired, whether the
     gateway refused this endpoint's entry (and why), and whether the active rollout's
-    candidate is left out of the table by the shared check (and why)."""
+    candidate is left out of the table by the shared check (and why), and whether the
+    builder could not build the entry its rows ask for (`degraded`: code, reason, served)."""
     from deployments.rollout_machine import ACTIVE
     from deployments.selectors.compatibility import serving_problem
 
@@ -107,6 +123,7 @@ def endpoint_route_state(*, endpoint, rollout=None) -> dict:
     excluded = None
     if rollout is not None and rollout.state in ACTIVE:
         excluded = serving_problem(endpoint=endpoint, artifact=rollout.candidate_artifact)
+    degraded = route_table_problems()["endpoints"].get(endpoint.name)
     return {
         "served": sync["served"],
         "desired": sync["desired"],
@@ -114,4 +131,5 @@ def endpoint_route_state(*, endpoint, rollout=None) -> dict:
         "refused": sync["refused"].get(endpoint.name),
         "error": sync["error"],
         "excluded": excluded,
+        "degraded": degraded,
     }

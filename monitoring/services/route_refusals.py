@@ -8,12 +8,19 @@ critical alert per refused endpoint, naming it and the reason: that endpoint ans
 `/status` has the full sentence). A key left out is a warning. Alerts are deduplicated
 per endpoint and kind (monitoring/services/alerts.py), so a refusal that lasts is one
 open alert, not one per tick.
+
+The control plane's own side (`route_problems_alert`, the same tick): an endpoint whose
+rows the route table builder could not turn into the entry they ask for (a rollout whose
+plan does not hold, say) is served with its stable alone or left out of the table
+(deployments/routes.py); each is a `route_degraded` alert naming the endpoint and why
+(critical when left out), and a key left out is a `route_key_left_out` warning.
 """
 
 from __future__ import annotations
 
 from django.contrib.auth.models import Group
 
+from deployments.selectors.gateway_routes import route_table_problems
 from monitoring.models import Severity
 from monitoring.services.alerts import alert_raise
 
@@ -87,3 +94,38 @@ def route_refusals_alert(refused: dict) -> int:
             evidence={"gateway": url, "kind": kind, "name": name, "code": code},
         )
     return len(refused)
+
+
+DEGRADED = "route_degraded"
+KEY_LEFT_OUT = "route_key_left_out"
+
+
+def route_problems_alert() -> int:
+    """One alert per endpoint (and key) the route table builder could not build as its rows
+    ask. Returns how many."""
+    problems = route_table_problems()
+    teams = {
+        team.pk: team
+        for team in Group.objects.filter(
+            pk__in={p["team_id"] for kind in problems.values() for p in kind.values() if p["team_id"]}
+        )
+    }
+    for name, problem in sorted(problems["endpoints"].items()):
+        alert_raise(
+            kind=DEGRADED,
+            severity=Severity.CRITICAL if problem["served"] == "none" else Severity.WARNING,
+            endpoint=name,
+            team=teams.get(problem["team_id"]),
+            reason=problem["reason"] + " Fix or roll back the row that changed it.",
+            evidence={"endpoint": name, "code": problem["code"], "served": problem["served"]},
+        )
+    for name, problem in sorted(problems["keys"].items()):
+        alert_raise(
+            kind=KEY_LEFT_OUT,
+            severity=Severity.WARNING,
+            endpoint="",
+            team=teams.get(problem["team_id"]),
+            reason=problem["reason"],
+            evidence={"key": name, "code": problem["code"]},
+        )
+    return len(problems["endpoints"]) + len(problems["keys"])

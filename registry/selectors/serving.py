@@ -63,10 +63,13 @@ def _version_signature(artifact: Artifact) -> dict | None:
             )
         return out
 
-    inputs = tensors(raw.get("inputs"))
+    try:
+        inputs = tensors(raw.get("inputs"))
+        outputs = tensors(raw.get("outputs")) if inputs else None
+    except (AttributeError, TypeError, ValueError):  # a stored signature of another shape: unknown, not an error
+        return None
     if not inputs:
         return None
-    outputs = tensors(raw.get("outputs"))
     return {"max_batch_size": 0, "inputs": inputs, **({"outputs": outputs} if outputs else {})}
 
 

@@ -6,16 +6,18 @@ closed, with and without ready replicas, rollouts in every active state and stra
 (shadow, canary with and without the fair baseline, blue-green), experiments with two and
 three arms, keys scoped and unscoped, revoked and not; plus rows the API would refuse,
 written straight into the database (a candidate of another model with the stable's
-variant name, a GPU variant on a CPU pool, a rebuild of the stable's version and variant):
-those must cost only their own split, never an entry the gateway refuses."""
+variant name, a GPU variant on a CPU pool, a rebuild of the stable's version and variant,
+a rollout whose plan does not hold, an inference key whose digest is not one): those must
+cost only their own split (the endpoint serves its stable alone) or their own key, never
+an entry the gateway refuses nor a table the builder cannot make."""
 
 import random
 
 import pytest
 
-from deployments.models import PoolModel, PoolModelState, Rollout
+from deployments.models import InferenceKey, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import ACTIVE, State, Strategy
-from deployments.routes import route_table
+from deployments.routes import route_build
 from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as key_services
 from experiments.services import online as experiment_services
@@ -48,6 +50,25 @@ def rebuild_of(artifact: Artifact) -> Artifact:
     )
 
 
+BAD_PLANS = (  # rows no form or API accepts: each makes Rollout.plan raise
+    {"strategy": Strategy.BLUE_GREEN, "shadow_seconds": 0, "steps_bp": [10000]},
+    {"strategy": Strategy.CANARY, "steps_bp": [5000, 2500]},
+    {"strategy": Strategy.CANARY, "steps_bp": [1000, 10000], "on_inconclusive": "maybe"},
+    {"strategy": Strategy.CANARY, "steps_bp": [1000, 10000], "step_min_seconds": 60, "step_deadline_seconds": 5},
+)
+
+
+def _bad_plan_rollout(rng, endpoint, candidate):
+    state = rng.choice([State.SHADOW, State.CANARY, State.PAUSED, State.PROMOTING])
+    return factories.rollout(
+        endpoint,
+        candidate,
+        state=state,
+        paused_from=State.CANARY if state == State.PAUSED else "",
+        **rng.choice(BAD_PLANS),
+    )
+
+
 def _rollout(rng, endpoint, candidate):
     state = rng.choice(sorted(s.value for s in ACTIVE))
     strategy = rng.choice([s.value for s in Strategy])
@@ -77,7 +98,7 @@ def test_every_table_the_control_plane_produces_is_accepted_whole(
     artifacts = [artifact_factory(team_a) for _ in range(4)]  # model "ctr" v1..v4
     foreign = factories.artifact(team_a, onnx_path, tmp_path / "f", model_name="demo-ctr")  # also v1-onnx-fp32
     gpu = factories.artifact(team_a, onnx_path, tmp_path / "g", variant="tensorrt")
-    kinds = []
+    kinds, bad_keys = [], set()
     for i in range(ROUNDS):
         pool = rng.choice(pools)
         stable, *others = rng.sample(artifacts, 3)
@@ -87,7 +108,7 @@ def test_every_table_the_control_plane_produces_is_accepted_whole(
         PoolModel.objects.filter(pool=pool).update(
             state=PoolModelState.READY, replica_ready={"r0": True, "r1": rng.random() < 0.5}
         )
-        kind = rng.choice(["none", "rollout", "experiment", "foreign", "gpu", "rebuild"])
+        kind = rng.choice(["none", "rollout", "experiment", "foreign", "gpu", "rebuild", "bad-plan"])
         kinds.append(kind)
         if kind == "rollout":
             _rollout(rng, endpoint, others[0])
@@ -97,6 +118,8 @@ def test_every_table_the_control_plane_produces_is_accepted_whole(
                 user=deployer, endpoint=endpoint, name=f"exp-{i}", candidates=candidates, baseline_rate=0.2, mde=0.05
             )
             experiment_services.experiment_start(user=deployer, experiment=experiment)
+        elif kind == "bad-plan":  # written around the API's check: costs its split alone
+            _bad_plan_rollout(rng, endpoint, others[0])
         elif kind in ("foreign", "gpu", "rebuild"):  # written around the API's check
             candidate = {"foreign": foreign, "gpu": gpu, "rebuild": rebuild_of(stable)}[kind]
             _rollout(rng, endpoint, candidate)
@@ -106,6 +129,16 @@ def test_every_table_the_control_plane_produces_is_accepted_whole(
             )
             if rng.random() < 0.3:
                 key_services.inference_key_revoke(user=deployer, key=key)
-        accepted_whole(route_table())
-    assert {"rollout", "experiment", "foreign", "gpu", "rebuild"} <= set(kinds)  # every kind was drawn
+            elif rng.random() < 0.2:  # a row edited by hand: its digest is not one
+                InferenceKey.objects.filter(pk=key.pk).update(sha256=f"edited-{i}")
+                bad_keys.add(key.gateway_id)
+        table, problems, key_problems = route_build()
+        accepted_whole(table)
+        served = {e["name"]: e for e in table["endpoints"]}
+        assert set(served) == {f"ep-{j}" for j in range(i + 1)}  # every endpoint is served
+        bad = {f"ep-{j}" for j, k in enumerate(kinds) if k == "bad-plan"}
+        assert set(problems) == bad and set(key_problems) == bad_keys
+        assert all([v["role"] for v in served[name]["variants"]] == ["stable"] for name in bad)
+    assert {"rollout", "experiment", "foreign", "gpu", "rebuild", "bad-plan"} <= set(kinds)  # every kind was drawn
+    assert bad_keys  # and a bad key
     assert Rollout.objects.count() >= 4
