@@ -304,6 +304,15 @@ def _unload(rollout: Rollout, artifact: Artifact) -> str:
     return pool_model.state
 
 
+def _plan_problem(rollout: Rollout) -> str:
+    """Why the rollout's plan does not hold (Plan's own checks), or ""."""
+    try:
+        rollout.plan  # noqa: B018 - its checks run on construction
+    except ValueError as exc:
+        return str(exc)[:300]
+    return ""
+
+
 def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollout | None:
     """One reconcile step for a rollout; safe to run twice or concurrently (a row locked by
     another tick is skipped)."""
@@ -313,6 +322,11 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
         if locked is None or locked.state in TERMINAL:
             return locked
         state = State(locked.state)
+        if state != State.ROLLING_BACK and (problem := _plan_problem(locked)):
+            # a row written around the API's checks: it rolls back alone, the other rollouts go on
+            return _transition(
+                locked, State.ROLLING_BACK, actor=None, reason=f"its plan does not hold ({problem})", now=now
+            )
         if state in (State.PENDING, State.LOADING):
             return _reconcile_loading(locked, now)
         if state == State.ROLLING_BACK:

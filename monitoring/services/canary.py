@@ -9,6 +9,7 @@ deployments, never the other way round (../shared/DESIGN.md).
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from django.urls import reverse
@@ -24,6 +25,8 @@ from monitoring.models import Alert, Severity, Verdict, VerdictOutcome
 from monitoring.services.alerts import alert_dedupe_key, alert_raise
 from monitoring.sources import MetricSource, metric_source
 from registry.names import baseline_variant_name, variant_name
+
+log = logging.getLogger(__name__)
 
 
 def judge_tick(
@@ -199,9 +202,12 @@ def judge_rollout(rollout, *, now=None, source: MetricSource | None = None) -> d
 def canary_tick(*, limit: int = 50, now=None) -> list[dict]:
     now = now or timezone.now()
     source = metric_source()
-    results = [
-        judge_rollout(rollout, now=now, source=source) for rollout in rollout_selectors.rollouts_to_judge(limit=limit)
-    ]
+    results = []
+    for rollout in rollout_selectors.rollouts_to_judge(limit=limit):
+        try:
+            results.append(judge_rollout(rollout, now=now, source=source))
+        except ValueError:  # its plan does not hold (a row written around the API): reconcile rolls it back
+            log.exception("canary tick: rollout #%s cannot be judged; the others are", rollout.pk)
     for rollout in rollout_selectors.rollouts_failed_since(since=now - timedelta(minutes=10)):
         key = alert_dedupe_key(kind="rollout_failed", rollout_id=rollout.pk, endpoint=rollout.endpoint.name)
         if not Alert.objects.filter(dedupe_key=key).exists():

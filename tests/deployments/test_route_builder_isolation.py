@@ -208,3 +208,36 @@ def test_the_endpoint_page_and_an_alert_name_the_endpoint(serving, team_a):
     assert alerts["bad"].severity == Severity.WARNING and "serves its stable alone" in alerts["bad"].reason
     assert alerts["plain"].severity == Severity.CRITICAL and "left out" in alerts["plain"].reason
     assert alerts["bad"].team == team_a
+
+
+def test_the_control_loop_rolls_back_a_rollout_whose_plan_does_not_hold_and_goes_on(serving, deployer):
+    """The same row in the reconcile and the judge's ticks: oldest first, it used to stop
+    both loops for every rollout behind it; now it is rolled back alone, saying why."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deployments.models import Rollout
+    from deployments.tasks import rollouts_reconcile
+    from monitoring.services.canary import canary_tick
+
+    _, _, candidate, endpoints = serving
+    now = timezone.now()
+    bad = factories.rollout(
+        endpoints["bad"],
+        candidate,
+        state="canary",
+        strategy="blue-green",
+        shadow_seconds=0,
+        steps_bp=[10000],
+        state_entered_at=now - timedelta(minutes=5),
+        traffic_started_at=now - timedelta(minutes=5),
+    )
+    good = factories.rollout(
+        endpoints["good"], candidate, state="pending", steps_bp=[5000, 10000], state_entered_at=now, created_by=deployer
+    )
+    canary_tick()  # judges what it can, does not raise
+    assert rollouts_reconcile() == 2
+    bad, good = Rollout.objects.get(pk=bad.pk), Rollout.objects.get(pk=good.pk)
+    assert bad.state == "rolling_back" and "blue-green needs a shadow phase" in bad.reason
+    assert good.state != "pending"  # the rollout behind it went on
