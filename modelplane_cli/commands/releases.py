@@ -10,7 +10,7 @@ import click
 from modelplane_cli import exits
 from modelplane_cli.commands.builds import wait_options
 from modelplane_cli.commands.common import list_options, show_page
-from modelplane_cli.commands.rollouts import parse_steps
+from modelplane_cli.commands.rollouts import forecast_steps, parse_steps
 from modelplane_cli.output import fields, when
 from modelplane_cli.state import json_option, pass_state
 from modelplane_cli.watch import Clock, wait_build, watch_rollout
@@ -86,7 +86,12 @@ def release():
 @click.option("--slo-ms", type=click.FloatRange(min=0.1), help="Tune for this p99 (default: the endpoint's SLO).")
 @click.option("--tune-budget-s", type=click.FloatRange(5, 1200), help="The search's wall time (default 120 s).")
 @click.option("--max-trials", type=click.IntRange(2, 200), help="Configs measured at most.")
-@click.option("--steps", default=None, help="Canary steps in percent, e.g. 10,25,50,100.")
+@click.option(
+    "--steps",
+    default=None,
+    help="Canary steps in percent, e.g. 10,25,50,100 (default: the plan the rollout forecast suggests for the "
+    "endpoint's traffic, as `rollout start`; the server's 10,25,50,100 without one).",
+)
 @click.option("--step-min-seconds", type=click.FloatRange(min=0))
 @click.option("--step-min-requests", type=click.IntRange(min=0))
 @click.option("--step-deadline-seconds", type=click.FloatRange(min=1))
@@ -101,6 +106,10 @@ def release_start(state, endpoint_name, version_id, variant, slo_ms, steps, watc
         body["slo_p99_ms"] = slo_ms
     if steps:
         body["steps_bp"] = parse_steps(steps)
+    elif suggested := forecast_steps(
+        state, endpoint_name, options
+    ):  # the traffic now: the canary comes after the build
+        body["steps_bp"] = suggested
     body.update({key: value for key, value in options.items() if value is not None})
     started = state.api.post("releases/", body)
     if not watch:

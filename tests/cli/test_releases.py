@@ -53,3 +53,33 @@ def test_release_and_tune_from_the_cli(cli_as, deployer, team_a, onnx_path, tmp_
     assert usage.code == exits.USAGE and "--tune-slo-ms" in usage.err, usage
     refused = cli("build", "start", version.pk, "--no-wait", "--tune-slo-ms", "20", "--tune-variant", "onnx-fp16")
     assert refused.code == exits.API and "tune.variants" in refused.err, refused
+
+
+def test_release_without_steps_takes_the_forecasts_plan_and_says_so(cli_as, deployer, team_a, onnx_path, tmp_path):
+    """As `rollout start`: no --steps is the plan the rollout forecast suggests for the
+    endpoint's observed traffic (at 20 req/s 50/100 %), not the server's fixed 10/25/50/100."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from monitoring.services.store import samples_store
+
+    stable = factories.artifact(team_a, onnx_path, tmp_path)
+    pool = factories.pool(team_a, ready_replicas=1)
+    factories.endpoint(pool, stable, name="idle", slo_p99_ms=200)
+    factories.endpoint(pool, stable, name="busy", slo_p99_ms=200)
+    version = ModelVersion.objects.create(
+        model=stable.version.model, version=2, source=VersionSource.UPLOAD, file_sha256="0" * 64, file_path="x.onnx"
+    )
+    now = timezone.now()
+    for tick in range(30):  # 20 req/s over the last minute, as the collector stores it
+        samples_store(rows=[("busy", "v1", "requests", 40.0)], at=now - timedelta(seconds=2 * tick))
+    cli = cli_as(deployer)
+    idle = cli("release", "start", "idle", "--version", version.pk, "--json")
+    assert idle.code == 0, idle
+    assert idle.json()["rollout_options"]["steps_bp"] == [2500, 5000, 10000]
+    assert "Steps 25/50/100 % from the rollout forecast (no traffic observed yet)" in idle.err, idle
+    busy = cli("release", "start", "busy", "--version", version.pk, "--json")
+    assert busy.code == 0, busy
+    assert busy.json()["rollout_options"]["steps_bp"] == [5000, 10000]
+    assert "Steps 50/100 % from the rollout forecast (20 req/s observed)" in busy.err, busy
