@@ -122,6 +122,19 @@ def _range_problem(values: list, datatype: str, shape: list, nested: bool):
     return f"{_where(index, shape, nested)} = {values[index]} is outside {datatype}'s range {low}..{high}"
 
 
+def contents_range_problem(values, datatype: str, field: str):
+    """gRPC typed contents (`field`, e.g. "contents.int_contents") of `datatype` outside its
+    range, in the JSON path's words, or None. Protobuf carries INT8/INT16 as int32 and
+    UINT8/UINT16 as uint32, so only those can be out of range; wider ones fit their field."""
+    low, high = RANGE[datatype]
+    # the set of 8/16-bit values is at most the range's size, and cheaper to build than min + max
+    seen = set(values)
+    if not seen or (min(seen) >= low and max(seen) <= high):
+        return None
+    index = next(i for i, v in enumerate(values) if not low <= v <= high)
+    return f"{field}[{index}] = {values[index]} is outside {datatype}'s range {low}..{high}"
+
+
 def _value_problem(values: list, datatype: str, shape: list, nested: bool, kinds: set) -> str:
     """The first value that is not of a type `datatype` takes, in words."""
     if list in kinds:

@@ -6,7 +6,9 @@ builds from JSON, so one `Signature.check` serves both protocols, with the same
 model-independent checks first: each input a unique name (1-256 characters), a KServe v2
 datatype, a shape of at most 32 non-negative dimensions, and its data either in the typed
 `contents` field that datatype uses (`fp32_contents` for FP32, `int_contents` for
-INT8/16/32, …; FP16 and BF16 have none) holding exactly the shape's element count, or in
+INT8/16/32, …; FP16 and BF16 have none) holding exactly the shape's element count (and, for
+INT8/INT16/UINT8/UINT16, which protobuf carries as int32/uint32, values within the
+datatype's range, in the JSON path's words: `contents.contents_range_problem`), or in
 `raw_input_contents` (then one entry per input, none in `contents`) of exactly elements x
 the datatype's size bytes (BYTES: at least 4 per element, each a length prefix) — the
 binary sizes are checked as the HTTP binary extension's `binary_data_size` is, before a
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import grpc
 
+from ..contents import contents_range_problem
 from ..tensors import DATATYPE_SIZE, MAX_RANK, Parsed, Problem, _bad, _label
 
 # the typed field of InferTensorContents each datatype's values go in (None: raw only)
@@ -41,6 +44,7 @@ CONTENTS_FIELD = {
     "BF16": None,
 }
 ALL_FIELDS = tuple(sorted({f for f in CONTENTS_FIELD.values() if f}))
+NARROW = frozenset(("INT8", "INT16", "UINT8", "UINT16"))  # carried in a wider protobuf field: range checked
 SHARED_MEMORY = "shared_memory_region"
 
 HTTP_TO_GRPC = {
@@ -150,6 +154,10 @@ def parse_infer(request):  # noqa: C901 - one pass read top to bottom, as tensor
                 return _bad(
                     f"input {_label(name)}: shape {shape} declares {elements} elements but contents has {count}"
                 )
+            if datatype in NARROW and contents is not None:
+                problem = contents_range_problem(getattr(contents, field), datatype, f"contents.{field}")
+                if problem is not None:
+                    return _bad(f"input {_label(name)}: {problem}")
         inputs.append((name, datatype, shape))
     outputs = []
     for item in request.outputs:
