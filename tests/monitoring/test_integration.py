@@ -293,8 +293,8 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
     from django.utils import timezone
 
     from deployments.tritonserver import free_port
-    from monitoring import selectors
     from monitoring.judge import ArmWindow, JudgeConfig, judge
+    from monitoring.selectors import metrics as metric_selectors
     from tests.monitoring.conftest import ROOT, SLOW_MODEL
 
     stable_model = next(n for n, (_, v) in TRITON_MODELS.items() if v == "stable")
@@ -422,7 +422,7 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
         if s.name == "gateway_replica_circuit_open" and s.labels.get("model") == canary_model
     ]
     assert breaker in ([], [0.0]), breaker  # never opened
-    stable_arm, candidate_arm = selectors.judge_window(
+    stable_arm, candidate_arm = metric_selectors.judge_window(
         endpoint="ctr", stable_variant="stable", candidate_variant="canary", since=since, until=timezone.now()
     )
     config = JudgeConfig(min_requests=100)

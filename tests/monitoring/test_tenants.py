@@ -10,7 +10,7 @@ from deployments.services import keys as key_services
 from gateway.metrics import CLIENT, OK, HotPath
 from gateway.tenants import Key
 from harness import factories
-from monitoring import tenants
+from monitoring.selectors import tenants
 from registry.models import Role
 
 pytestmark = pytest.mark.django_db
