@@ -180,7 +180,7 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
     import sys
     import urllib.request
 
-    from deployments.tritonserver import free_port
+    from kernel.tritonserver import free_port
     from tests.monitoring.conftest import ROOT
 
     stable_model = next(name for name, (_, var) in TRITON_MODELS.items() if var == "stable")
@@ -292,7 +292,7 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
     import requests
     from django.utils import timezone
 
-    from deployments.tritonserver import free_port
+    from kernel.tritonserver import free_port
     from monitoring.judge import ArmWindow, JudgeConfig, judge
     from monitoring.selectors import metrics as metric_selectors
     from tests.monitoring.conftest import ROOT, SLOW_MODEL
