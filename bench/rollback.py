@@ -23,7 +23,7 @@ time, median ≤ 10 s, max ≤ 15 s; 0 client-visible errors. Not a test.
 
 Default plan (issue 21, --default-plan): every rollout starts as `modelplane rollout start`
 without --steps starts it: the steps the rollout forecast suggests for the endpoint's
-observed traffic (monitoring/forecast_api.endpoint_forecast, what the CLI and the form
+observed traffic (monitoring/api/forecast.endpoint_forecast, what the CLI and the form
 read; asked before each rollout), everything else the server's defaults (30 s and 200
 requests a step, 600 s deadline, 30 s promote grace, fair baseline, the endpoint's
 on_inconclusive), and endpoints with the demo's SLO (p99 50 ms, seed_demo). The issue's
@@ -399,8 +399,8 @@ def _steps(args, user, endpoint, rate: float) -> list[int]:
     """The plan's steps: --steps, the forecast's for the observed traffic (--default-plan: the
     CLI's), else the suggestion for the bench's own plan at `rate`."""
     from harness.processes import wait_for
+    from monitoring.api.forecast import endpoint_forecast
     from monitoring.forecast import suggest_steps
-    from monitoring.forecast_api import endpoint_forecast
     from monitoring.services.canary import judge_config_for
 
     if args.steps:
@@ -425,7 +425,7 @@ def _steps(args, user, endpoint, rate: float) -> list[int]:
 def _start(args, user, endpoint, candidate, steps):
     """(the rollout, the observed req/s the forecast planned for: --default-plan only)."""
     from deployments.services import rollouts as rollout_services
-    from monitoring.forecast_api import endpoint_forecast
+    from monitoring.api.forecast import endpoint_forecast
 
     if args.default_plan:  # what `modelplane rollout start` sends without --steps: the forecast's steps, no more
         forecast = endpoint_forecast(user=user, name=endpoint.name)
