@@ -25,7 +25,7 @@ from deployments.rollout_machine import DEFAULT_STEPS_BP, TERMINAL, Plan, State,
 from deployments.selectors.rollouts import active_rollouts
 from deployments.services import rollouts as rollout_services
 from kernel.errors import Conflict, InvalidInput, PlatformError
-from registry.models import ArtifactStatus, BuildStatus, ModelVersion, Role
+from registry.models import ArtifactStatus, BuildStatus, EventAction, ModelVersion, Role
 from registry.names import BUILT_VARIANTS as VARIANTS
 from registry.names import needs_gpu, tuned_variant, variant_name
 from registry.selectors.builds import build_artifacts
@@ -142,7 +142,7 @@ def release_start(
                 actor=user,
                 obj=release,
                 team=endpoint.team,
-                action="created",
+                action=EventAction.CREATED,
                 to_state=ReleaseState.BUILDING,
                 reason=release.reason,
                 data={"build": build.pk, "variant": variant, "slo_p99_ms": slo, "rollout": options},
@@ -164,7 +164,7 @@ def _finish(release: Release, state: str, reason: str, data: dict | None = None)
         actor=None,
         obj=release,
         team=release.endpoint.team,
-        action="status_changed",
+        action=EventAction.STATUS_CHANGED,
         from_state=old,
         to_state=state,
         reason=release.reason,

@@ -45,7 +45,7 @@ from deployments.selectors.compatibility import require_servable_beside_stable
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
 from kernel.errors import Conflict, InvalidInput
-from registry.models import Artifact, Role
+from registry.models import Artifact, EventAction, Role
 from registry.names import baseline_triton_name, triton_name
 from registry.services.events import event_record
 from registry.services.teams import require_role
@@ -140,7 +140,7 @@ def rollout_start(
                 actor=user,
                 obj=rollout,
                 team=endpoint.team,
-                action="created",
+                action=EventAction.CREATED,
                 to_state=State.PENDING,
                 data={
                     "candidate": candidate.pk,
@@ -209,7 +209,7 @@ def _transition(
         actor=actor,
         obj=rollout,
         team=rollout.endpoint.team,
-        action="transition",
+        action=EventAction.STATUS_CHANGED,
         from_state=_step_label(old_state, old_step),
         to_state=_step_label(to_state, new_step),
         reason=reason,
@@ -336,7 +336,7 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
             event_record(
                 actor=None,
                 obj=endpoint,
-                action="stable_changed",
+                action=EventAction.STABLE_CHANGED,
                 from_state=str(getattr(old_stable, "pk", "")),
                 to_state=str(locked.candidate_artifact_id),
                 reason=f"rollout #{locked.pk} promoted",
@@ -383,7 +383,7 @@ def _baseline_ready(locked: Rollout, now: datetime) -> bool:
             actor=None,
             obj=locked,
             team=locked.endpoint.team,
-            action="baseline_unavailable",
+            action=EventAction.BASELINE_UNAVAILABLE,
             reason=f"baseline copy {locked.baseline_model} could not be loaded ({why}); judging against the stable",
         )
         _unload_baseline(locked)

@@ -17,7 +17,7 @@ from kernel.errors import Conflict, InvalidInput, scrub_paths
 from registry.factory import DEFAULT_TARGETS, VARIANTS, conf, queue_for, stage_rows, stage_weight
 from registry.factory.tune import request as tune_request
 from registry.lock_objects import build_for_update
-from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, Role, VersionStatus
+from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, EventAction, ModelVersion, Role, VersionStatus
 from registry.services.catalog import version_set_status
 from registry.services.events import event_record
 from registry.services.teams import require_role
@@ -39,7 +39,7 @@ def _set_status(build: Build, status: str, *, actor=None, reason: str = "", data
         actor=actor,
         obj=build,
         team=_team(build),
-        action="status_changed",
+        action=EventAction.STATUS_CHANGED,
         from_state=old,
         to_state=status,
         reason=reason,
@@ -123,7 +123,7 @@ def build_start(
                 actor=user,
                 obj=build,
                 team=version.model.team,
-                action="created",
+                action=EventAction.CREATED,
                 to_state=BuildStatus.QUEUED,
                 data={"targets": targets, "queue": queue_for(targets), **({"tune": tune} if tune else {})},
             )
@@ -336,7 +336,7 @@ def builds_reclaim(*, limit: int | None = None) -> list[int]:
                     actor=None,
                     obj=build,
                     team=_team(build),
-                    action="redispatched",
+                    action=EventAction.REDISPATCHED,
                     from_state=build.status,
                     to_state=build.status,
                     reason="queued and unclaimed too long; sent again",
