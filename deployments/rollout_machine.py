@@ -92,9 +92,20 @@ DEFAULT_ON_INCONCLUSIVE = OnInconclusive.PAUSE  # never rolls a healthy-but-unpr
 DEFAULT_STEPS_BP = (1_000, 2_500, 5_000, FULL_BP)
 
 
+class StepsProblem(StrEnum):
+    """Why canary steps break the steps rule (each caller words it for its own readers)."""
+
+    EMPTY = "empty"
+    OUT_OF_RANGE = "out_of_range"  # a weight <= 0 or above FULL_BP
+    NOT_INCREASING = "not_increasing"
+
+
 @dataclass(frozen=True)
 class Plan:
-    """How a rollout proceeds: weights per step and what each step needs to pass."""
+    """How a rollout proceeds: weights per step and what each step needs to pass.
+
+    The one owner of the plan's defaults (`Plan()`, i.e. DEFAULT_PLAN: forms, serializers,
+    services and the forecast read them from here) and of the steps rule (`steps_problem`)."""
 
     strategy: Strategy = Strategy.CANARY
     steps_bp: tuple[int, ...] = DEFAULT_STEPS_BP
@@ -105,11 +116,23 @@ class Plan:
     on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
     baseline: bool = False  # a fresh copy of the stable gets the candidate's share (fair_baseline)
 
+    STEPS_RULE = f"strictly increasing weights in (0, {FULL_BP}]"  # basis points (a class constant, not a field)
+
+    @staticmethod
+    def steps_problem(steps_bp) -> StepsProblem | None:
+        """The steps rule: at least one weight, each in (0, FULL_BP], strictly increasing."""
+        steps = list(steps_bp)
+        if not steps:
+            return StepsProblem.EMPTY
+        if any(not 0 < s <= FULL_BP for s in steps):
+            return StepsProblem.OUT_OF_RANGE
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            return StepsProblem.NOT_INCREASING
+        return None
+
     def __post_init__(self):
-        steps = list(self.steps_bp)
-        if self.strategy == Strategy.CANARY:
-            if not steps or any(not 0 < s <= FULL_BP for s in steps) or steps != sorted(set(steps)):
-                raise ValueError("steps_bp must be strictly increasing weights in (0, 10000]")
+        if self.strategy == Strategy.CANARY and self.steps_problem(self.steps_bp):
+            raise ValueError(f"steps_bp must be {self.STEPS_RULE}")
         if self.strategy == Strategy.BLUE_GREEN and self.shadow_seconds <= 0:
             raise ValueError("blue-green needs a shadow phase (shadow_seconds > 0)")
         if self.on_inconclusive not in set(OnInconclusive):
@@ -120,6 +143,9 @@ class Plan:
             or self.step_deadline_seconds < self.step_min_seconds
         ):
             raise ValueError("step minimums must be >= 0 and the deadline >= the minimum time")
+
+
+DEFAULT_PLAN = Plan()  # what a rollout gets for every value it is not given
 
 
 @dataclass(frozen=True)

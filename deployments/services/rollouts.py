@@ -27,7 +27,7 @@ from deployments.lock_objects import endpoint_for_update, rollout_for_update
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
     ACTIVE,
-    DEFAULT_STEPS_BP,
+    DEFAULT_PLAN,
     FULL_BP,
     TERMINAL,
     Decision,
@@ -58,11 +58,11 @@ def rollout_start(
     candidate: Artifact,
     strategy: str = Strategy.CANARY,
     steps_bp=None,
-    shadow_seconds: float = 0.0,
+    shadow_seconds: float = DEFAULT_PLAN.shadow_seconds,
     shadow_sample_rate: float = 1.0,
-    step_min_seconds: float = 30.0,
-    step_min_requests: int = 200,
-    step_deadline_seconds: float = 600.0,
+    step_min_seconds: float = DEFAULT_PLAN.step_min_seconds,
+    step_min_requests: int = DEFAULT_PLAN.step_min_requests,
+    step_deadline_seconds: float = DEFAULT_PLAN.step_deadline_seconds,
     on_inconclusive: str | None = None,
     promote_grace_seconds: float = 30.0,
     fair_baseline: bool = True,
@@ -97,7 +97,7 @@ def rollout_start(
         )
     if strategy == Strategy.BLUE_GREEN:
         steps_bp = [FULL_BP]
-    steps = tuple(int(s) for s in (steps_bp or DEFAULT_STEPS_BP))
+    steps = tuple(int(s) for s in (steps_bp or DEFAULT_PLAN.steps_bp))
     on_inconclusive = on_inconclusive or endpoint.on_inconclusive
     baseline = bool(fair_baseline) and Strategy(strategy) == Strategy.CANARY and any(s < FULL_BP for s in steps)
     try:
