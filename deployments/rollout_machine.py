@@ -57,6 +57,17 @@ def check_transition(current: str, target: str) -> None:
         raise IllegalTransition(f"a rollout in state {current} cannot go to {target}")
 
 
+class VariantRole(StrEnum):
+    """A variant's role in the gateway's route table (gateway/route_table.schema.json keeps
+    the same words: the gateway imports nothing of Django)."""
+
+    STABLE = "stable"  # the fallback and the rest of the traffic
+    CANARY = "canary"  # a rollout's candidate
+    SHADOW = "shadow"  # copies only
+    BASELINE = "baseline"  # a fresh copy of the stable with the candidate's share (fair baseline)
+    ARM = "arm"  # an online experiment's arm
+
+
 class Strategy(StrEnum):
     CANARY = "canary"
     BLUE_GREEN = "blue-green"  # shadow, then switch
@@ -156,7 +167,7 @@ class Split:
 
     stable_bp: int
     candidate_bp: int
-    candidate_role: str  # "canary", "shadow" or "" (not routed)
+    candidate_role: str  # VariantRole.CANARY, VariantRole.SHADOW or "" (not routed)
     baseline_bp: int = 0
 
 
@@ -171,13 +182,13 @@ def split_for(state: str, step_index: int, plan: Plan, paused_from: str = "") ->
     if state == State.PAUSED:  # a paused rollout holds the traffic of the phase it paused in
         return split_for(paused_from or State.CANARY, step_index, plan)
     if state == State.SHADOW:
-        return Split(FULL_BP, 0, "shadow")
+        return Split(FULL_BP, 0, VariantRole.SHADOW)
     if state == State.CANARY:
         weight = plan.steps_bp[min(step_index, len(plan.steps_bp) - 1)]
         baseline = baseline_share(weight) if plan.baseline else 0
-        return Split(FULL_BP - weight - baseline, weight, "canary", baseline)
+        return Split(FULL_BP - weight - baseline, weight, VariantRole.CANARY, baseline)
     if state in (State.PROMOTING, State.SUCCEEDED):
-        return Split(0, FULL_BP, "canary")
+        return Split(0, FULL_BP, VariantRole.CANARY)
     return Split(FULL_BP, 0, "")  # pending, loading, rolling back, rolled back, failed
 
 

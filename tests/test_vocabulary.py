@@ -138,3 +138,37 @@ def test_the_cli_steps_rule_is_the_plans(text):
         assert problem is not None, f"the CLI refuses {text!r}, the plan takes it"
     else:
         assert problem is None, f"the CLI takes {text!r}, the plan refuses it ({problem})"
+
+
+def test_variant_roles_are_the_route_tables():
+    """deployments owns the roles; the gateway's schema (no Django import) keeps the same words."""
+    import json
+
+    from deployments.rollout_machine import VariantRole
+
+    schema = json.loads((ROOT / "gateway" / "route_table.schema.json").read_text())
+    roles = []
+
+    def find(node):
+        if isinstance(node, dict):
+            if "role" in node.get("properties", {}):
+                roles.extend(node["properties"]["role"]["enum"])
+            for value in node.values():
+                find(value)
+        elif isinstance(node, list):
+            for value in node:
+                find(value)
+
+    find(schema)
+    assert roles and sorted(roles) == sorted(VariantRole)
+
+
+def test_the_arm_judge_says_every_guardrail_status_and_the_results_schema_lists_them():
+    from experiments.analysis import ArmDecision
+    from experiments.api.results_schema import DECISIONS, GUARDRAIL_STATUS
+    from monitoring.evidence import GuardrailStatus
+    from monitoring.services.arm_guardrails import STATUS
+
+    assert set(STATUS.values()) == set(GuardrailStatus)
+    assert GUARDRAIL_STATUS == ["pass", "pending", "fail"] and DECISIONS == ["ship", "stop", "continue", "blocked"]
+    assert set(DECISIONS) == set(ArmDecision)

@@ -255,7 +255,7 @@ def experiment_ship(*, user, experiment: Experiment, reason: str = ""):
     require_role(user=user, team=experiment.endpoint.team, role=Role.DEPLOYER)
     with transaction.atomic():
         locked = _locked(experiment)
-        if locked.state != S.DECIDED or locked.decision != analysis.SHIP or locked.winner_id is None:
+        if locked.state != S.DECIDED or locked.decision != analysis.ArmDecision.SHIP or locked.winner_id is None:
             raise Conflict(
                 f"experiment {locked.name!r} has no ship decision (state {locked.state}, decision "
                 f"{locked.decision or 'none'}).",
