@@ -18,8 +18,6 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e ".[test,torch]"
 	rm -f $(VENV)/.installed-* && touch $@
 
-install: $(STAMP)
-
 # checkov (the manifests' security review in make test) in a virtualenv of its own: its
 # pinned dependencies would fight the platform's.
 CHECKOV := $(VENV)/checkov/bin/checkov
@@ -27,10 +25,15 @@ $(CHECKOV): | $(PY)
 	$(PYTHON) -m venv $(VENV)/checkov
 	$(VENV)/checkov/bin/pip install -q "checkov>=3.3,<3.4"
 
+# Everything `make run` and `make test` need: the virtualenv, checkov's own one, and the
+# Debian packages the tests drive (system-deps); `make test` then spends its time on tests.
+install: $(STAMP) $(CHECKOV) system-deps
+
+
 # A Redis answering on 127.0.0.1:6379 becomes the broker and the exposure streams (db 1;
 # `make test` uses db 0) unless CELERY_BROKER_URL is set; otherwise the embedded
 # filesystem broker, and experiments count no exposures (README, The demo experiment).
-run: install
+run: $(STAMP)
 	@if [ -z "$$CELERY_BROKER_URL" ] && timeout 1 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null; then \
 	  export CELERY_BROKER_URL=redis://127.0.0.1:6379/1; echo "make run: Redis answers: broker and exposure streams on $$CELERY_BROKER_URL"; fi; \
 	  $(PY) manage.py run_platform
@@ -59,7 +62,7 @@ system-deps:
 # back to SQLite + kombu's filesystem broker when not; tests/services.py says which.
 # One format and the checks ruff runs (complexity included), then the import directions
 # between the apps, the kernel and the gateway ([tool.ruff], [tool.importlinter] in pyproject.toml).
-lint: install
+lint: $(STAMP)
 	$(VENV)/bin/ruff format --check --quiet . || { echo "make lint: run .venv/bin/ruff format ."; exit 1; }
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/lint-imports --no-logo
@@ -69,7 +72,7 @@ lint: install
 PYTEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-p tests.xdist_workers -n $(PYTEST_WORKERS) --dist worksteal)
 
-test: install system-deps lint $(CHECKOV)
+test: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
 	  $(PY) -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS)
 

@@ -191,7 +191,7 @@ def main(argv=None) -> int:  # noqa: C901 - the run reads top to bottom: start, 
     from django.core.management import call_command
     from django.test.utils import override_settings
 
-    from deployments.tritonserver import free_port
+    from kernel.tritonserver import free_port
     from monitoring.collect import TritonModelMap
     from monitoring.models import MetricSample, ScrapeState
     from monitoring.services.collector import metrics_collect

@@ -46,8 +46,8 @@ def gateway_cost(phase_requests: int, phases: int) -> dict:
     import requests
     from django.conf import settings
 
-    from deployments.tritonserver import TritonProcess, free_port
     from harness.triton_models import SIGNATURE, ctr_model, infer_body
+    from kernel.tritonserver import TritonProcess, free_port
 
     stream_url = settings.EXPOSURE_STREAM_URL or "redis://127.0.0.1:6379/0"
     work = Path(tempfile.mkdtemp(prefix="bench-exp-"))

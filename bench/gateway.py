@@ -525,8 +525,8 @@ def main(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom; s
         return openloop.open_loop_main(args.open_loop, args.rate, args.duration, args.body, args.warmup)
 
     sys.path.insert(0, str(ROOT))
-    from deployments.tritonserver import TritonNotAvailable, TritonProcess, free_port
     from harness.triton_models import ctr_model, infer_body
+    from kernel.tritonserver import TritonNotAvailable, TritonProcess, free_port
 
     if not shutil.which("wrk"):
         print("wrk not installed (apt-get install -y wrk): cannot measure capacity", file=sys.stderr)

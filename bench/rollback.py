@@ -68,7 +68,7 @@ def _local_redis(db: int) -> str:
 
 
 def _environment(args) -> dict:
-    from deployments.tritonserver import free_port
+    from kernel.tritonserver import free_port
 
     base = Path(os.environ.get("VAR_DIR", ROOT / "var")).resolve()
     os.environ.setdefault("BENCH_DIR", str(base / "bench"))

@@ -203,7 +203,7 @@ GATEWAY_GRPC_PORT = int(os.environ.get("GATEWAY_GRPC_PORT", "8081"))  # KServe v
 # deployments, the gateway and each pool replica serving an endpoint.
 MONITORING_TARGET_SOURCES = env_list(
     "MONITORING_TARGET_SOURCES",
-    "monitoring.targets.targets_from_settings,monitoring.deployment_targets.from_deployments",
+    "monitoring.targets.targets_from_settings,monitoring.selectors.targets.from_deployments",
 )
 PORT = int(os.environ.get("PORT", "8000"))
 

@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from config.health import healthz
 from deployments.api import urls as deployments_api
 from experiments.api import urls as experiments_api
-from monitoring import api_urls as monitoring_api
+from monitoring.api import urls as monitoring_api
 from registry.api import urls as registry_api
 
 # One "api" namespace for /api/v1/; each app contributes its urlpatterns here.

@@ -2,7 +2,7 @@
 load/unload, statistics and metrics over Triton's HTTP/REST API, with model control over
 gRPC when the replica has a gRPC URL. Plain Python with no Django import; in the kernel
 with its launcher (kernel/tritonserver.py), which the pools and the factory's tune stage
-share. `deployments.drivers.triton` is this module under its old name."""
+share. `kernel.triton` is this module under its old name."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ kernel/triton.py.
 Plain Python with no Django import, in the kernel because two apps start servers: the
 local pool driver (deployments/drivers/local.py) and the factory's tune stage (a scratch
 server per build, registry/factory/tune/), and the registry may not import deployments.
-The gateway benchmark and the tests use it too (`deployments.tritonserver` is this module
+The gateway benchmark and the tests use it too (`kernel.tritonserver` is this module
 under its old name).
 The binary comes from TRITONSERVER_BIN, the nvidia-pytriton wheel, or PATH. The
 python backend needs a backend directory of our own (links to the wheel's

@@ -11,8 +11,10 @@ from django.views.decorators.vary import vary_on_headers
 
 from kernel.errors import PlatformError
 from kernel.redirects import redirect_next
-from monitoring import charts, selectors
+from monitoring import charts
 from monitoring.models import AlertStatus
+from monitoring.selectors import alerts as alert_selectors
+from monitoring.selectors import metrics as metric_selectors
 from monitoring.services import alerts as services
 from monitoring.sources import metric_source
 from monitoring.sources.prometheus import PrometheusError
@@ -38,16 +40,16 @@ def overview(request):
     since = charts.range_start(time_range, now)
     source = metric_source()  # the judge's: the store, or Prometheus with PROMETHEUS_URL
     try:
-        endpoints = selectors.series_index(user=request.user, since=since, source=source)
+        endpoints = metric_selectors.series_index(user=request.user, since=since, source=source)
         for entry in endpoints:
-            entry["summary"] = selectors.latest_values(
+            entry["summary"] = metric_selectors.latest_values(
                 user=request.user, endpoint=entry["endpoint"], since=since, metrics=SUMMARY_METRICS, source=source
             )
             for values in entry["summary"].values():
                 for name in ("error_rate", "utilization"):
                     if name in values:
                         values[f"{name}_pct"] = values[name] * 100
-        unknown, source_error = selectors.unknown_traffic(user=request.user, since=since, source=source), ""
+        unknown, source_error = metric_selectors.unknown_traffic(user=request.user, since=since, source=source), ""
     except PrometheusError as exc:
         endpoints, unknown, source_error = [], None, exc.detail
     context = {
@@ -75,7 +77,7 @@ def alert_list(request):
     status = request.GET.get("status", "")
     if status not in AlertStatus.values:
         status = ""
-    alerts = selectors.alert_list(user=request.user, status=status or None).order_by("-last_seen", "-id")
+    alerts = alert_selectors.alert_list(user=request.user, status=status or None).order_by("-last_seen", "-id")
     page = Paginator(alerts, 50).get_page(request.GET.get("page"))
     context = {"page": page, "status": status, "statuses": AlertStatus.choices}
     if request.htmx:
@@ -85,17 +87,17 @@ def alert_list(request):
 
 @login_required
 def alert_detail(request, pk):
-    alert = selectors.alert_get(user=request.user, alert_id=pk)
+    alert = alert_selectors.alert_get(user=request.user, alert_id=pk)
     context = {
         "alert": alert,
-        "deliveries": selectors.delivery_list(alert=alert),
+        "deliveries": alert_selectors.delivery_list(alert=alert),
         "events": event_list(user=request.user, object_type="monitoring.alert", object_id=str(alert.pk))[:20],
     }
     return render(request, "monitoring/alert_detail.html", context)
 
 
 def _alert_action(request, pk, service, done: str):
-    alert = selectors.alert_get(user=request.user, alert_id=pk)
+    alert = alert_selectors.alert_get(user=request.user, alert_id=pk)
     try:
         alert = service(user=request.user, alert=alert, note=request.POST.get("note", ""))
     except PlatformError as exc:
@@ -112,7 +114,7 @@ def _alert_action(request, pk, service, done: str):
             return render(
                 request,
                 "monitoring/alert_list.html#alert-row",
-                {"alert": selectors.alert_get(user=request.user, alert_id=pk)},
+                {"alert": alert_selectors.alert_get(user=request.user, alert_id=pk)},
             )
         messages.success(request, f"Alert {alert.pk} {done}.")
     return redirect_next(request, "monitoring:alert-list")

@@ -56,7 +56,7 @@ def test_healthz_asks_the_gateway_over_http_and_a_hung_gateway_reads_as_down(cli
 
     import requests
 
-    from deployments.tritonserver import free_port
+    from kernel.tritonserver import free_port
 
     routes = tmp_path / "routes.json"
     routes.write_text(json.dumps({"version": "h1", "endpoints": []}))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from deployments.tritonserver import free_port
+from kernel.tritonserver import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 GATEWAY_BACK_WITHIN_S = 3.0

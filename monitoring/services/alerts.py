@@ -11,8 +11,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from kernel.errors import Conflict, Forbidden, InvalidInput
-from monitoring import conf, lock_objects, selectors
+from monitoring import conf, lock_objects
 from monitoring.models import Alert, AlertStatus, Severity
+from monitoring.selectors import alerts as alert_selectors
 from monitoring.tasks import deliver_notification
 from registry.models import EventAction, Role
 from registry.services.events import event_record
@@ -114,7 +115,7 @@ def _default_links(alert: Alert) -> dict:
 
 
 def _queue_notifications(alert: Alert) -> None:
-    for kind, target in selectors.channels_for_alert(alert):
+    for kind, target in alert_selectors.channels_for_alert(alert):
         args = (alert.pk, kind, target, alert.notify_round)
         transaction.on_commit(lambda args=args: _dispatch_delivery(args))
 

@@ -63,9 +63,9 @@ class StoreSource:
     name = "store"
 
     def judge_arms(self, *, endpoint, variants, since, until=None):
-        from monitoring import selectors
+        from monitoring.selectors import metrics as metric_selectors
 
-        return selectors.judge_arms(endpoint=endpoint, variants=variants, since=since, until=until)
+        return metric_selectors.judge_arms(endpoint=endpoint, variants=variants, since=since, until=until)
 
     def metric_series(
         self, *, user, endpoint=None, variant=None, metrics=None, since: datetime, until=None, resolution="auto"

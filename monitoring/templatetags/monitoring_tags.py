@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from django import template
 
 from deployments.selectors.rollouts import endpoint_list
-from monitoring import selectors
+from monitoring.selectors import alerts as alert_selectors
+from monitoring.selectors.tenants import key_traffic
+from monitoring.selectors.verdicts import TREND_LENGTH, canary_measured, summarize
 from monitoring.sources.prometheus import PrometheusError
-from monitoring.tenants import key_traffic
-from monitoring.verdict_summary import TREND_LENGTH, canary_measured, summarize
 
 register = template.Library()
 
@@ -22,7 +22,7 @@ def open_alerts_banner(context):
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"alerts": [], "total": 0}
-    alerts = selectors.open_alerts(user=user)
+    alerts = alert_selectors.open_alerts(user=user)
     return {"alerts": list(alerts[:3]), "total": alerts.count(), "request": request}
 
 
@@ -30,7 +30,7 @@ def open_alerts_banner(context):
 def rollout_verdicts(context, rollout, ticks: int = TREND_LENGTH):
     """The judge on `rollout`, as far as the user may see: its latest verdict and one row
     per check (latest outcome, trend over the last `ticks` verdicts, progress)."""
-    verdicts = list(selectors.verdict_list(user=context["request"].user, rollout_id=rollout.pk)[:ticks])
+    verdicts = list(alert_selectors.verdict_list(user=context["request"].user, rollout_id=rollout.pk)[:ticks])
     latest = verdicts[0] if verdicts else None
     return {
         "latest": latest,
@@ -47,7 +47,7 @@ def release_measured(context, release, prediction=None):
     judge's verdicts), shown on the endpoint page beside what the tune predicted."""
     measured = None
     if release is not None and release.rollout_id:
-        verdicts = selectors.verdict_list(user=context["request"].user, rollout_id=release.rollout_id)[:50]
+        verdicts = alert_selectors.verdict_list(user=context["request"].user, rollout_id=release.rollout_id)[:50]
         measured = canary_measured(verdicts)
     return {"measured": measured, "prediction": prediction, "release": release}
 
@@ -91,7 +91,7 @@ def evidence(value):
 def rollout_forecast(context, endpoint):
     """Before a rollout starts: the endpoint's traffic, the steps that fit it, and each
     step's expected time to a verdict with a warning where it cannot conclude in time."""
-    from monitoring.forecast_api import endpoint_forecast
+    from monitoring.api.forecast import endpoint_forecast
 
     try:
         plan = endpoint_forecast(user=context["request"].user, name=endpoint.name)
@@ -104,7 +104,7 @@ def rollout_forecast(context, endpoint):
 @register.simple_tag(takes_context=True)
 def suggested_steps_pct(context, endpoint) -> str:
     """The steps (in percent, "10,25,50,100") that fit the endpoint's traffic: the start form's default."""
-    from monitoring.forecast_api import endpoint_forecast
+    from monitoring.api.forecast import endpoint_forecast
 
     try:
         steps = endpoint_forecast(user=context["request"].user, name=endpoint.name)["suggested_steps_bp"]

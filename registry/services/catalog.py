@@ -2,9 +2,12 @@
 or MLflow models). Each service takes keyword arguments and the acting user, checks the
 user's role, and writes its audit Event in the same transaction."""
 
+import io
 import re
+import tempfile
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import transaction
@@ -23,6 +26,7 @@ from registry.models import (
     VersionSource,
     VersionStatus,
 )
+from registry.selectors.catalog import model_list
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -301,3 +305,32 @@ def version_set_status(*, user, version: ModelVersion, status: str, reason: str 
 def version_archive(*, user, version: ModelVersion, reason: str = "") -> ModelVersion:
     require_role(user=user, team=version.model.team, role=Role.DEVELOPER)
     return version_set_status(user=user, version=version, status=VersionStatus.ARCHIVED, reason=reason or "archived")
+
+
+def version_register_trained(
+    *, user, name: str, team, source_uri: str, metrics: dict, tags: dict, validation: dict, description: str = ""
+) -> ModelVersion:
+    """A model trained here and logged to MLflow, registered as the next version of `name` (the
+    model is created in `team` when the user has none of that name), with its labelled
+    validation set stored as NPZ (arrays only, never pickles) and named in the version's
+    `validation_set` tag for the builds' quality report. When the version cannot be created the
+    stored set goes again, unless another version names the same content."""
+    model = model_list(user=user).filter(name=name).first()
+    if model is None:
+        model = model_create(user=user, name=name, team=team, description=description)
+    buffer = io.BytesIO()
+    np.savez(buffer, **validation)
+    with tempfile.NamedTemporaryFile(dir=storage.tmp_dir(), delete=False, suffix=".npz") as fh:
+        fh.write(buffer.getvalue())
+    tmp = Path(fh.name)
+    try:
+        rel = storage.put_file(tmp, storage.sha256_of(tmp), ".npz")
+    finally:
+        tmp.unlink(missing_ok=True)
+    try:
+        return version_create_from_mlflow(
+            user=user, model=model, source_uri=source_uri, metrics=metrics, tags={**tags, "validation_set": rel}
+        )
+    except Exception:
+        storage.delete_if_unreferenced(rel, ModelVersion.objects.filter(tags__validation_set=rel).exists())
+        raise

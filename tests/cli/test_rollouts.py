@@ -237,10 +237,13 @@ def test_start_without_steps_takes_the_forecasts_plan_and_says_so(setup):
 def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     """Under a pseudo-terminal the watch redraws one status line (step, split, step timer,
     generation, the judge's latest outcome) below the event lines."""
+    import fcntl
     import os
     import pty
+    import struct
     import subprocess
     import sys
+    import termios
 
     from tests.cli.conftest import ROOT
 
@@ -267,6 +270,9 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     canary.judge_rollout(Rollout.objects.get(pk=rollout_id), now=rollout.traffic_started_at + timedelta(seconds=3))
 
     leader, follower = pty.openpty()
+    # a terminal 200 columns wide, whatever COLUMNS the run inherited (the status line fits it)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    env = {k: v for k, v in cli.env.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -281,7 +287,7 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
             "0.3",
         ],
         cwd=ROOT,
-        env=cli.env,
+        env=env,
         stdout=follower,
         stderr=follower,
         stdin=subprocess.DEVNULL,

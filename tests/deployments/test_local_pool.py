@@ -16,10 +16,10 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
-from deployments import tritonserver
 from deployments.drivers.base import DrainTimeout, LoadFailed, ModelDir, PoolSpec
 from deployments.drivers.local import LocalDriver
 from harness.packaging import write_model_dir
+from kernel import tritonserver
 from registry import triton_config
 
 pytestmark = pytest.mark.integration

@@ -18,11 +18,11 @@ import tritonclient.grpc as grpcclient
 from django.conf import settings
 from django.core.management import call_command
 
-from deployments import tritonserver
-from deployments.drivers.triton import TritonHTTP
 from deployments.models import ServingPool
 from harness import factories
 from harness.processes import wait_for, wait_for_line
+from kernel import tritonserver
+from kernel.triton import TritonHTTP
 from registry.models import Event
 from tests.conftest import require_service
 

@@ -11,7 +11,7 @@ from deployments.services import releases as services
 from harness import factories
 from harness.packaging import write_model_dir
 from kernel.errors import Conflict, Forbidden, InvalidInput
-from monitoring.verdict_summary import canary_measured
+from monitoring.selectors.verdicts import canary_measured
 from registry import storage
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, Event, ModelVersion, Role, VersionSource
 from registry.names import triton_model_name

@@ -18,10 +18,10 @@ import time
 import pytest
 from django.urls import reverse
 
-from deployments import tritonserver
 from deployments.models import PoolReplica, ReplicaStatus
 from deployments.services import pools as pool_services
 from harness.processes import spawn, stop, wait_for
+from kernel import tritonserver
 from registry.models import Event
 from tests.conftest import require_service
 

@@ -21,7 +21,6 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
-from deployments import tritonserver
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
 from deployments.services import endpoints as endpoint_services
@@ -32,6 +31,7 @@ from harness.artifacts import package_artifact
 from harness.gateway import GatewayProcess
 from harness.load import Load
 from harness.processes import CeleryWorker, spawn, stop, wait_for
+from kernel import tritonserver
 from monitoring.models import Alert, MetricSample, Verdict
 from tests.conftest import require_service
 

@@ -14,7 +14,6 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
-from deployments import tritonserver
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import TERMINAL, State
 from deployments.services import endpoints as endpoint_services
@@ -25,6 +24,7 @@ from harness.artifacts import package_artifact
 from harness.gateway import GatewayProcess
 from harness.load import Load
 from harness.processes import CeleryWorker, spawn, stop, wait_for
+from kernel import tritonserver
 from monitoring.models import Verdict
 from registry.names import baseline_variant_name, variant_name
 from tests.conftest import require_service

@@ -17,7 +17,6 @@ from django.conf import settings
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
-from deployments import tritonserver
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
 from deployments.services import endpoints as endpoint_services
@@ -27,6 +26,7 @@ from harness.artifacts import package_artifact
 from harness.gateway import GatewayProcess
 from harness.load import Load
 from harness.processes import CeleryWorker, spawn, stop, wait_for
+from kernel import tritonserver
 from tests.browser import login
 from tests.conftest import require_service
 

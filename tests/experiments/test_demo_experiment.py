@@ -113,8 +113,8 @@ def test_make_run_seeds_a_running_experiment_and_simulated_clicks_lift_the_candi
     real gateway give v2 a positive lift over v1."""
     import redis
 
-    from deployments.tritonserver import free_port
     from experiments.services import ingest
+    from kernel.tritonserver import free_port
     from tests.conftest import require_service
 
     require_service("redis")

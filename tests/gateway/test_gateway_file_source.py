@@ -12,9 +12,9 @@ import time
 import pytest
 import requests
 
-from deployments.tritonserver import free_port
 from harness.gateway import ROOT
 from harness.triton_models import infer_body
+from kernel.tritonserver import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -494,7 +494,7 @@ def test_killing_the_canary_replica_under_load_gives_zero_client_errors(env):
 def test_restarted_canary_replica_is_probed_back_in(env, tmp_path):
     """After the kill above: a new tritonserver on the same ports; the breaker's probe
     (GET /v2/models/{model}/ready) closes the circuit and the canary serves again."""
-    from deployments.tritonserver import TritonProcess
+    from kernel.tritonserver import TritonProcess
 
     old = env.b
     b = TritonProcess(

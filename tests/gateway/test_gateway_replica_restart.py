@@ -12,9 +12,9 @@ import time
 import pytest
 import requests
 
-from deployments.tritonserver import TritonProcess
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
 from harness.triton_models import ctr_model, infer_body
+from kernel.tritonserver import TritonProcess
 from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from deployments.tritonserver import TritonNotAvailable, TritonProcess
+from kernel.tritonserver import TritonNotAvailable, TritonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 # The gateway's buckets (gateway/metrics.py), repeated so this registry is independent of its module.

@@ -127,7 +127,7 @@ def test_email_channel_uses_djangos_email_backend(team_a, settings):
 
 
 def test_channels_for_alert_team_global_severity_and_env(team_a, team_b, settings):
-    from monitoring.selectors import channels_for_alert
+    from monitoring.selectors.alerts import channels_for_alert
 
     settings.MONITORING_ALERT_WEBHOOKS = ["http://hooks.example.test/all"]
     NotificationChannel.objects.create(team=team_a, kind="webhook", target="http://a.example.test/")

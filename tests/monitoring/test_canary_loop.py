@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from deployments.models import PoolReplica, Rollout
 from deployments.rollout_machine import State
-from monitoring import selectors
 from monitoring.judge import judge
 from monitoring.models import Alert, Verdict
+from monitoring.selectors import metrics as metric_selectors
 from monitoring.services import canary
 from registry.names import variant_name
 from tests.monitoring.canary_feed import feed, start_rollout
@@ -70,7 +70,7 @@ def test_latency_is_compared_within_the_step_and_not_at_all_without_a_stable_bes
     step_start = rollout.step_started_at
     feed(rollout, ticks=15, start=step_start, stable_rps=500, cand_rps=500, stable_slow=1.5, cand_slow=1.5, seed=6)
     now = step_start + timedelta(seconds=15)
-    anchored = selectors.judge_window(
+    anchored = metric_selectors.judge_window(
         endpoint="ctr",
         stable_variant=variant_name(rollout.baseline_artifact),
         candidate_variant=variant_name(rollout.candidate_artifact),
@@ -120,7 +120,7 @@ def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings)
 
 
 def test_collector_counts_instances_from_the_artifacts_config(live_rollout):
-    from monitoring import deployment_targets
+    from monitoring.selectors import targets as deployment_targets
     from registry.storage import artifact_model_dir
 
     PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")

@@ -180,7 +180,7 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
     import sys
     import urllib.request
 
-    from deployments.tritonserver import free_port
+    from kernel.tritonserver import free_port
     from tests.monitoring.conftest import ROOT
 
     stable_model = next(name for name, (_, var) in TRITON_MODELS.items() if var == "stable")
@@ -292,9 +292,9 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
     import requests
     from django.utils import timezone
 
-    from deployments.tritonserver import free_port
-    from monitoring import selectors
+    from kernel.tritonserver import free_port
     from monitoring.judge import ArmWindow, JudgeConfig, judge
+    from monitoring.selectors import metrics as metric_selectors
     from tests.monitoring.conftest import ROOT, SLOW_MODEL
 
     stable_model = next(n for n, (_, v) in TRITON_MODELS.items() if v == "stable")
@@ -422,7 +422,7 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
         if s.name == "gateway_replica_circuit_open" and s.labels.get("model") == canary_model
     ]
     assert breaker in ([], [0.0]), breaker  # never opened
-    stable_arm, candidate_arm = selectors.judge_window(
+    stable_arm, candidate_arm = metric_selectors.judge_window(
         endpoint="ctr", stable_variant="stable", candidate_variant="canary", since=since, until=timezone.now()
     )
     config = JudgeConfig(min_requests=100)

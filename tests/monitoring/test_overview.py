@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.metrics import CLIENT, OK, UNKNOWN_ENDPOINT, HotPath
 from harness import factories
-from monitoring import charts, collect, selectors
+from monitoring import charts, collect
+from monitoring.selectors import metrics as metric_selectors
 from monitoring.services.store import samples_store
 
 pytestmark = pytest.mark.django_db
@@ -92,7 +93,7 @@ def test_requests_to_unknown_endpoints_are_one_bucket_not_an_endpoint(alice, sta
     samples_store(rows=rows, at=timezone.now(), team_ids={"ctr": team_a.pk})
 
     since = timezone.now() - timedelta(minutes=15)
-    assert [e["endpoint"] for e in selectors.series_index(user=staff, since=since)] == ["ctr"]
+    assert [e["endpoint"] for e in metric_selectors.series_index(user=staff, since=since)] == ["ctr"]
     staff_page = _web(staff).get("/monitoring/").content.decode()
     assert (
         'data-endpoint="ctr"' in staff_page and UNKNOWN_ENDPOINT not in staff_page and "unknown/none" not in staff_page

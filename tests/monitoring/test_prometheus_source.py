@@ -269,7 +269,7 @@ def test_dashboards_show_the_same_series_from_both_sources(
         assert odd.status_code == 200 and odd.json()["series"] == [], odd.content
 
     # Prometheus down: the API says so (503, JSON), the page says so (200)
-    from deployments.tritonserver import free_port
+    from kernel.tritonserver import free_port
 
     settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
     down = api_for(alice).get("/api/v1/metrics/", {"endpoint": "pq-slow", "metric": "request_rate"})

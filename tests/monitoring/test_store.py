@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from monitoring import selectors
 from monitoring.models import MetricRollup, MetricSample, Verdict
+from monitoring.selectors import metrics as metric_selectors
 from monitoring.services.canary import judge_tick
 from monitoring.services.collector import metrics_collect
 from monitoring.services.store import retention_sweep, rollups_refresh, samples_store
@@ -155,7 +155,7 @@ def test_judge_tick_reads_the_store_and_records_the_verdict(team_a):
                 ("ctr", variant, "latency_bucket:0.005", n * 0.4),
             ]
         samples_store(rows=rows, at=at, team_ids={"ctr": team_a.pk})
-    stable, canary = selectors.judge_window(
+    stable, canary = metric_selectors.judge_window(
         endpoint="ctr", stable_variant="stable", candidate_variant="canary", since=start
     )
     assert len(stable.ticks) == len(canary.ticks) == 100
@@ -201,7 +201,7 @@ def test_score_samples_api_is_for_platform_components(alice_api, api_for, staff,
     assert alice_api.post("/api/v1/score-samples/", payload, format="json").status_code == 403
     response = api_for(staff).post("/api/v1/score-samples/", payload, format="json")
     assert response.status_code == 201 and response.json()["bins"] == [1, 2, 0, 0, 0, 0, 0, 0, 0, 1]
-    bins = selectors.score_distribution(
+    bins = metric_selectors.score_distribution(
         user=staff, endpoint="ctr", variant="canary", since=timezone.now() - timedelta(minutes=1)
     )
     assert bins == [1, 2, 0, 0, 0, 0, 0, 0, 0, 1]

@@ -10,7 +10,7 @@ from deployments.services import keys as key_services
 from gateway.metrics import CLIENT, OK, HotPath
 from gateway.tenants import Key
 from harness import factories
-from monitoring import tenants
+from monitoring.selectors import tenants
 from registry.models import Role
 
 pytestmark = pytest.mark.django_db
@@ -89,7 +89,7 @@ def test_keys_page_shows_its_keys_traffic_and_only_the_viewers(
 
 
 def test_keys_page_says_when_the_gateway_cannot_be_read(monkeypatch, deployer):
-    from deployments.tritonserver import free_port
+    from kernel.tritonserver import free_port
 
     monkeypatch.setenv("GATEWAY_METRICS_URL", f"http://127.0.0.1:{free_port()}/metrics")
     client = Client()

@@ -1,9 +1,9 @@
-"""monitoring.verdict_summary: the judge's ticks as one row per check (pure functions)."""
+"""monitoring.selectors.verdicts: the judge's ticks as one row per check (pure functions)."""
 
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from monitoring.verdict_summary import eta_text, progress_text, summarize
+from monitoring.selectors.verdicts import eta_text, progress_text, summarize
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -82,3 +82,25 @@ def test_membership_set_needs_team_admin(alice, team_a, staff):
     membership = membership_set(user=staff, team=team_a, member=newcomer, role=Role.DEPLOYER)
     assert membership.role == Role.DEPLOYER
     assert newcomer.groups.filter(pk=team_a.pk).exists()
+
+
+def test_a_trained_version_that_cannot_be_registered_leaves_no_stored_validation_set(alice, team_a):
+    """version_register_trained stores the validation set, then creates the version; when the
+    creation is refused (here: not an MLflow URI) the stored set is removed again."""
+    import numpy as np
+
+    from registry.services.catalog import version_register_trained
+
+    validation = {"dense": np.zeros((4, 3), dtype=np.float32), "label": np.array([0, 1, 0, 1])}
+    with pytest.raises(InvalidInput, match="source_uri"):
+        version_register_trained(
+            user=alice,
+            name="trained",
+            team=team_a,
+            source_uri="s3://elsewhere/model",
+            metrics={},
+            tags={},
+            validation=validation,
+        )
+    assert [p for p in storage.root().rglob("*.npz") if p.is_file()] == []
+    assert not list(storage.tmp_dir().glob("*.npz"))

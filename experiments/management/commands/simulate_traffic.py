@@ -46,7 +46,8 @@ class Command(BaseCommand):
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         pool = data.generate(20_000, seed=seed + 101)
         truth = true_click_probability(pool)
-        sent = clicks = errors = unsent = 0
+        sent = clicks = errors = unsent = refused = 0
+        refusals: dict[int, int] = {}  # clicks the gateway refused, by status
         statuses: dict[int, int] = {}  # error replies by status, said in the progress lines
         pending: list[dict] = []
         per_arm: dict[str, list[int]] = {}
@@ -112,7 +113,11 @@ class Command(BaseCommand):
                         timeout=5,
                     )
                     if fb.status_code != 202:
-                        raise CommandError(f"feedback refused ({fb.status_code}): {fb.text[:300]}")
+                        # e.g. the experiment ended and its tokens are no longer accepted: say it, go on
+                        refused += len(pending)
+                        if fb.status_code not in refusals:
+                            self.stderr.write(f"feedback refused ({fb.status_code}): {fb.text[:300]}")
+                        refusals[fb.status_code] = refusals.get(fb.status_code, 0) + len(pending)
                     pending = []
                 if time.monotonic() >= t_report:
                     t_report += 5
@@ -128,6 +133,7 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"done: {sent} requests, {errors} errors{_by_status(statuses)}, {clicks} clicks"
                 + (f" ({unsent} not sent: no key, and their replies carried no exposure token)" if unsent else "")
+                + (f"; {refused} refused{_by_status(refusals)}" if refused else "")
             )
         )
 

@@ -3,11 +3,6 @@ log params, AUC, logloss and the model to MLflow, and optionally register it as 
 version (`--register MODEL_NAME`) through registry.services.catalog.version_create_from_mlflow.
 """
 
-import io
-import tempfile
-from pathlib import Path
-
-import numpy as np
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
@@ -124,30 +119,18 @@ class Command(BaseCommand):
         return None
 
     def _register(self, *, user, name, team, uri, result, tags):
-        from registry import storage
-        from registry.selectors.catalog import model_list
-        from registry.services.catalog import model_create, version_create_from_mlflow
+        from registry.services.catalog import version_register_trained
 
         try:
-            model = model_list(user=user).filter(name=name).first()
-            if model is None:
-                model = model_create(
-                    user=user, name=name, team=team, description="Reference CTR ranker (synthetic clicks)."
-                )
-            # The labelled validation set goes to the artifact store (npz, no pickles) so
-            # builds can report AUC/logloss deltas on real labels.
-            buffer = io.BytesIO()
-            np.savez(buffer, **result.validation.arrays())
-            with tempfile.NamedTemporaryFile(dir=storage.tmp_dir(), delete=False, suffix=".npz") as fh:
-                fh.write(buffer.getvalue())
-            tmp = Path(fh.name)
-            rel = storage.put_file(tmp, storage.sha256_of(tmp), ".npz")
-            return version_create_from_mlflow(
+            return version_register_trained(
                 user=user,
-                model=model,
+                name=name,
+                team=team,
                 source_uri=uri,
                 metrics={k: float(v) for k, v in result.metrics.items()},
-                tags={**tags, "validation_set": rel, "params": result.params},
+                tags={**tags, "params": result.params},
+                validation=result.validation.arrays(),
+                description="Reference CTR ranker (synthetic clicks).",
             )
         except PlatformError as exc:
             raise CommandError(exc.detail) from exc

@@ -22,7 +22,7 @@ from collections import defaultdict
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring import conf
-from monitoring.deployment_targets import gateway_metrics_url
+from monitoring.selectors.targets import gateway_metrics_url
 from monitoring.services.collector import fetch_metrics
 
 FAMILIES = (

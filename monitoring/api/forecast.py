@@ -15,8 +15,8 @@ from deployments.rollout_machine import DEFAULT_PLAN, Plan
 from deployments.selectors.rollouts import endpoint_get
 from kernel.errors import InvalidInput
 from kernel.serializers import QuerySerializer, StrictCharField
-from monitoring import selectors
 from monitoring.forecast import forecast, suggest_steps
+from monitoring.selectors import metrics as metric_selectors
 from monitoring.services.canary import judge_config_for
 
 
@@ -64,7 +64,7 @@ def endpoint_forecast(
     fair_baseline=True,
 ) -> dict:
     endpoint = endpoint_get(user=user, name=name)  # another team's endpoint: 404
-    observed = selectors.endpoint_request_rate(endpoint=endpoint.name)
+    observed = metric_selectors.endpoint_request_rate(endpoint=endpoint.name)
     rate = rate_rps or observed
     config = judge_config_for(endpoint)
     plan = dict(
