@@ -61,7 +61,10 @@ class StageStatus(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-    SKIPPED = "skipped"  # counted as done by the progress bar
+    SKIPPED = "skipped"
+
+
+STAGE_DONE = frozenset({StageStatus.SUCCEEDED, StageStatus.SKIPPED})  # what the progress bar counts as done
 
 
 def stages_for(tune: bool) -> tuple[str, ...]:

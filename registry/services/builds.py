@@ -14,7 +14,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from kernel.errors import Conflict, InvalidInput, scrub_paths
-from registry.factory import DEFAULT_TARGETS, VARIANTS, StageStatus, conf, queue_for, stage_rows, stage_weight
+from registry import factory
+from registry.factory import DEFAULT_TARGETS, VARIANTS, conf, queue_for, stage_rows, stage_weight
 from registry.factory.tune import request as tune_request
 from registry.lock_objects import build_for_update
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, EventAction, ModelVersion, Role, VersionStatus
@@ -241,20 +242,16 @@ def build_stage_update(
         build = _fenced(build_id, owner)
         stages = build.stages
         entry = next(s for s in stages if s["name"] == stage)
-        if status == StageStatus.RUNNING and not entry.get("started_at"):
+        if status == factory.StageStatus.RUNNING and not entry.get("started_at"):
             entry["started_at"] = timezone.now().isoformat()
-        entry["status"] = str(StageStatus(status))  # an unknown status is a ValueError, never stored
+        entry["status"] = str(factory.StageStatus(status))  # an unknown status is a ValueError, never stored
         if log:
             entry["log"] = (entry.get("log") or "") + scrub_paths(log)
         if duration_s is not None:
             entry["duration_s"] = round(duration_s, 3)
         tuned = bool(build.tune)
-        done = sum(
-            stage_weight(s["name"], tuned)
-            for s in stages
-            if s["status"] in (StageStatus.SUCCEEDED, StageStatus.SKIPPED)
-        )
-        if status == StageStatus.RUNNING and share is not None:
+        done = sum(stage_weight(s["name"], tuned) for s in stages if s["status"] in factory.STAGE_DONE)
+        if status == factory.StageStatus.RUNNING and share is not None:
             done += stage_weight(stage, tuned) * max(0.0, min(1.0, float(share)))
         build.stages = stages
         build.progress = min(100, int(done + 1e-6))
