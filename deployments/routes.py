@@ -29,7 +29,7 @@ import re
 from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState
-from deployments.rollout_machine import FULL_BP
+from deployments.rollout_machine import FULL_BP, VariantRole
 from deployments.route_overlays import route_overlays
 from deployments.selectors.compatibility import serving_problem
 from deployments.selectors.keys import active_inference_keys
@@ -56,7 +56,7 @@ def _variant(artifact, role, weight_bp, urls, *, name: str = "", triton_model: s
         "name": name or variant_name(artifact),
         "model_version": str(artifact.version.version),
         "triton_model": triton_model or triton_name(artifact),
-        "role": role,
+        "role": str(role),  # a VariantRole
         "weight_bp": int(weight_bp),
         "replicas": [http for http, _ in urls],
     }
@@ -148,19 +148,19 @@ def route_table() -> dict:
         candidate = rollout.candidate_artifact if rollout else None
         if split and split.candidate_role and candidate.pk != stable.pk and _fits(endpoint, [candidate]):
             candidate_urls = _ready_urls(endpoint.pool_id, triton_name(candidate), ready_models, replicas)
-            variants.append(_variant(stable, "stable", split.stable_bp, stable_urls))
-            if split.candidate_role == "shadow":
+            variants.append(_variant(stable, VariantRole.STABLE, split.stable_bp, stable_urls))
+            if split.candidate_role == VariantRole.SHADOW:
                 entry["shadow_sample_rate"] = rollout.shadow_sample_rate
-                variants.append(_variant(candidate, "shadow", 0, candidate_urls))
+                variants.append(_variant(candidate, VariantRole.SHADOW, 0, candidate_urls))
             else:
-                variants.append(_variant(candidate, "canary", split.candidate_bp, candidate_urls))
+                variants.append(_variant(candidate, VariantRole.CANARY, split.candidate_bp, candidate_urls))
                 if split.baseline_bp:  # the fair baseline: the stable artifact's own copy, the candidate's share
                     baseline = rollout.baseline_artifact
                     baseline_urls = _ready_urls(endpoint.pool_id, rollout.baseline_model, ready_models, replicas)
                     variants.append(
                         _variant(
                             baseline,
-                            "baseline",
+                            VariantRole.BASELINE,
                             split.baseline_bp,
                             baseline_urls,
                             name=baseline_variant_name(baseline),
@@ -181,9 +181,9 @@ def route_table() -> dict:
                     if i == 0
                     else _ready_urls(endpoint.pool_id, triton_name(artifact), ready_models, replicas)
                 )
-                variants.append(_variant(artifact, "stable" if i == 0 else "arm", weight_bp, urls))
+                variants.append(_variant(artifact, VariantRole.STABLE if i == 0 else VariantRole.ARM, weight_bp, urls))
         else:
-            variants.append(_variant(stable, "stable", FULL_BP, stable_urls))
+            variants.append(_variant(stable, VariantRole.STABLE, FULL_BP, stable_urls))
         entry["variants"] = variants
         table.append(entry)
     body = {"keys": [_key(key) for key, _ in keys], "endpoints": table}
