@@ -233,7 +233,7 @@ def time_to_decision(sims: int) -> dict:
         "planned_units_per_arm_fixed": plan.fixed_units_per_arm,
         "sequential_median_units_to_decision": float(np.median(seq_units)),
         "sequential_mean_units_to_decision": float(np.mean(seq_units)),
-        "sequential_shipped": float((first == A.SHIP).mean()),
+        "sequential_shipped": float((first == A.ArmDecision.SHIP).mean()),
         "fixed_units_to_decision": float(units[:, fixed_look].mean()),
         "fixed_shipped": float(fixed_ship.mean()),
     }

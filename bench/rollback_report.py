@@ -14,7 +14,7 @@ def first_step_latency(rollout) -> dict | None:
     from the metric store, and the ratios candidate/baseline and candidate/stable."""
     from monitoring.selectors.metrics import judge_arms
     from monitoring.statistics import histogram_quantile
-    from registry.models import Event
+    from registry.models import Event, EventAction
     from registry.names import baseline_variant_name, variant_name
 
     start = rollout.traffic_started_at
@@ -24,7 +24,7 @@ def first_step_latency(rollout) -> dict | None:
         Event.objects.filter(
             object_type="deployments.rollout",
             object_id=str(rollout.pk),
-            action="transition",
+            action=EventAction.STATUS_CHANGED,
             from_state__in=["canary[0]", "shadow"],
         )
         .order_by("time")

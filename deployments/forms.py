@@ -6,6 +6,7 @@ from django import forms
 
 from deployments.models import DeviceKind
 from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
+from deployments.rollout_machine import DEFAULT_PLAN, Plan, StepsProblem
 from deployments.selectors.rollouts import candidate_artifacts_for_pool, endpoint_list
 from deployments.services import keys as key_services
 from kernel.errors import PlatformError
@@ -56,7 +57,8 @@ class InferenceKeyCreateForm(forms.Form):
 
 
 STEPS_EXAMPLE = "5, 25, 50, 100"
-DEFAULT_STEPS = "10, 25, 50, 100"  # the default plan (monitoring/forecast.py: detection time at 200 req/s)
+DEFAULT_STEPS = ", ".join(f"{s / 100:g}" for s in DEFAULT_PLAN.steps_bp)  # "10, 25, 50, 100"
+MIN_SECONDS = f"{DEFAULT_PLAN.step_min_seconds:g}"
 _SECONDS = forms.NumberInput(
     attrs={"step": "any", "style": "width:90px;padding:7px 9px;border:1px solid #d0d5dd;border-radius:6px"}
 )
@@ -84,20 +86,20 @@ class RolloutStartForm(forms.Form):
     )
     step_min_seconds = forms.FloatField(
         label="Min s/step",
-        initial=30,
+        initial=MIN_SECONDS,
         min_value=0,
         max_value=86_400,
         widget=_SECONDS,
         error_messages={
-            "required": "Give the minimum seconds per step, e.g. 30.",
-            "invalid": "Minimum seconds per step must be a number, e.g. 30.",
+            "required": f"Give the minimum seconds per step, e.g. {MIN_SECONDS}.",
+            "invalid": f"Minimum seconds per step must be a number, e.g. {MIN_SECONDS}.",
             "min_value": "Minimum seconds per step cannot be negative.",
             "max_value": "Minimum seconds per step: at most a day (86400).",
         },
     )
     shadow_seconds = forms.FloatField(
         label="Shadow s",
-        initial=0,
+        initial=f"{DEFAULT_PLAN.shadow_seconds:g}",
         min_value=0,
         max_value=86_400,
         required=False,
@@ -156,11 +158,12 @@ class RolloutStartForm(forms.Form):
             raise forms.ValidationError(
                 f"{bad!r} is not a number: give percentages separated by commas, e.g. {STEPS_EXAMPLE}."
             ) from None
-        if not steps:
+        problem = Plan.steps_problem([s * 100 for s in steps])  # the plan's rule, in basis points
+        if problem == StepsProblem.EMPTY:
             raise forms.ValidationError(f"Give at least one step, e.g. {STEPS_EXAMPLE}.")
-        if any(not 0 < s <= 100 for s in steps):
+        if problem == StepsProblem.OUT_OF_RANGE:
             raise forms.ValidationError(f"Each step is a percentage above 0 and at most 100, e.g. {STEPS_EXAMPLE}.")
-        if any(b <= a for a, b in zip(steps, steps[1:])):
+        if problem == StepsProblem.NOT_INCREASING:
             raise forms.ValidationError(f"Steps must increase, e.g. {STEPS_EXAMPLE}.")
         if any(round(s * 100) != s * 100 for s in steps):
             raise forms.ValidationError("Steps can have at most two decimals, e.g. 0.5, 5, 50, 100.")

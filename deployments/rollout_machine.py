@@ -57,6 +57,17 @@ def check_transition(current: str, target: str) -> None:
         raise IllegalTransition(f"a rollout in state {current} cannot go to {target}")
 
 
+class VariantRole(StrEnum):
+    """A variant's role in the gateway's route table (gateway/route_table.schema.json keeps
+    the same words: the gateway imports nothing of Django)."""
+
+    STABLE = "stable"  # the fallback and the rest of the traffic
+    CANARY = "canary"  # a rollout's candidate
+    SHADOW = "shadow"  # copies only
+    BASELINE = "baseline"  # a fresh copy of the stable with the candidate's share (fair baseline)
+    ARM = "arm"  # an online experiment's arm
+
+
 class Strategy(StrEnum):
     CANARY = "canary"
     BLUE_GREEN = "blue-green"  # shadow, then switch
@@ -92,9 +103,20 @@ DEFAULT_ON_INCONCLUSIVE = OnInconclusive.PAUSE  # never rolls a healthy-but-unpr
 DEFAULT_STEPS_BP = (1_000, 2_500, 5_000, FULL_BP)
 
 
+class StepsProblem(StrEnum):
+    """Why canary steps break the steps rule (each caller words it for its own readers)."""
+
+    EMPTY = "empty"
+    OUT_OF_RANGE = "out_of_range"  # a weight <= 0 or above FULL_BP
+    NOT_INCREASING = "not_increasing"
+
+
 @dataclass(frozen=True)
 class Plan:
-    """How a rollout proceeds: weights per step and what each step needs to pass."""
+    """How a rollout proceeds: weights per step and what each step needs to pass.
+
+    The one owner of the plan's defaults (`Plan()`, i.e. DEFAULT_PLAN: forms, serializers,
+    services and the forecast read them from here) and of the steps rule (`steps_problem`)."""
 
     strategy: Strategy = Strategy.CANARY
     steps_bp: tuple[int, ...] = DEFAULT_STEPS_BP
@@ -105,11 +127,23 @@ class Plan:
     on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
     baseline: bool = False  # a fresh copy of the stable gets the candidate's share (fair_baseline)
 
+    STEPS_RULE = f"strictly increasing weights in (0, {FULL_BP}]"  # basis points (a class constant, not a field)
+
+    @staticmethod
+    def steps_problem(steps_bp) -> StepsProblem | None:
+        """The steps rule: at least one weight, each in (0, FULL_BP], strictly increasing."""
+        steps = list(steps_bp)
+        if not steps:
+            return StepsProblem.EMPTY
+        if any(not 0 < s <= FULL_BP for s in steps):
+            return StepsProblem.OUT_OF_RANGE
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            return StepsProblem.NOT_INCREASING
+        return None
+
     def __post_init__(self):
-        steps = list(self.steps_bp)
-        if self.strategy == Strategy.CANARY:
-            if not steps or any(not 0 < s <= FULL_BP for s in steps) or steps != sorted(set(steps)):
-                raise ValueError("steps_bp must be strictly increasing weights in (0, 10000]")
+        if self.strategy == Strategy.CANARY and self.steps_problem(self.steps_bp):
+            raise ValueError(f"steps_bp must be {self.STEPS_RULE}")
         if self.strategy == Strategy.BLUE_GREEN and self.shadow_seconds <= 0:
             raise ValueError("blue-green needs a shadow phase (shadow_seconds > 0)")
         if self.on_inconclusive not in set(OnInconclusive):
@@ -122,6 +156,9 @@ class Plan:
             raise ValueError("step minimums must be >= 0 and the deadline >= the minimum time")
 
 
+DEFAULT_PLAN = Plan()  # what a rollout gets for every value it is not given
+
+
 @dataclass(frozen=True)
 class Split:
     """Traffic implied by a state: weights of stable, candidate and baseline (a fresh copy
@@ -130,7 +167,7 @@ class Split:
 
     stable_bp: int
     candidate_bp: int
-    candidate_role: str  # "canary", "shadow" or "" (not routed)
+    candidate_role: str  # VariantRole.CANARY, VariantRole.SHADOW or "" (not routed)
     baseline_bp: int = 0
 
 
@@ -145,13 +182,13 @@ def split_for(state: str, step_index: int, plan: Plan, paused_from: str = "") ->
     if state == State.PAUSED:  # a paused rollout holds the traffic of the phase it paused in
         return split_for(paused_from or State.CANARY, step_index, plan)
     if state == State.SHADOW:
-        return Split(FULL_BP, 0, "shadow")
+        return Split(FULL_BP, 0, VariantRole.SHADOW)
     if state == State.CANARY:
         weight = plan.steps_bp[min(step_index, len(plan.steps_bp) - 1)]
         baseline = baseline_share(weight) if plan.baseline else 0
-        return Split(FULL_BP - weight - baseline, weight, "canary", baseline)
+        return Split(FULL_BP - weight - baseline, weight, VariantRole.CANARY, baseline)
     if state in (State.PROMOTING, State.SUCCEEDED):
-        return Split(0, FULL_BP, "canary")
+        return Split(0, FULL_BP, VariantRole.CANARY)
     return Split(FULL_BP, 0, "")  # pending, loading, rolling back, rolled back, failed
 
 

@@ -50,7 +50,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState
-from deployments.rollout_machine import FULL_BP
+from deployments.rollout_machine import FULL_BP, VariantRole
 from deployments.route_overlays import route_overlays_isolated
 from deployments.selectors.compatibility import serving_problem
 from deployments.selectors.keys import active_inference_keys
@@ -77,7 +77,7 @@ def _variant(artifact, role, weight_bp, urls, *, name: str = "", triton_model: s
         "name": name or variant_name(artifact),
         "model_version": str(artifact.version.version),
         "triton_model": triton_model or triton_name(artifact),
-        "role": role,
+        "role": str(role),  # a VariantRole
         "weight_bp": int(weight_bp),
         "replicas": [http for http, _ in urls],
     }
@@ -223,18 +223,18 @@ def _rollout_variants(endpoint, rollout, entry: dict, urls) -> list | None:
     candidate = rollout.candidate_artifact
     if not (split.candidate_role and candidate.pk != stable.pk and _fits(endpoint, [candidate])):
         return None
-    variants = [_variant(stable, "stable", split.stable_bp, urls(triton_name(stable)))]
-    if split.candidate_role == "shadow":
+    variants = [_variant(stable, VariantRole.STABLE, split.stable_bp, urls(triton_name(stable)))]
+    if split.candidate_role == VariantRole.SHADOW:
         entry["shadow_sample_rate"] = rollout.shadow_sample_rate
-        variants.append(_variant(candidate, "shadow", 0, urls(triton_name(candidate))))
+        variants.append(_variant(candidate, VariantRole.SHADOW, 0, urls(triton_name(candidate))))
         return variants
-    variants.append(_variant(candidate, "canary", split.candidate_bp, urls(triton_name(candidate))))
+    variants.append(_variant(candidate, VariantRole.CANARY, split.candidate_bp, urls(triton_name(candidate))))
     if split.baseline_bp:  # the fair baseline: the stable artifact's own copy, the candidate's share
         baseline = rollout.baseline_artifact
         variants.append(
             _variant(
                 baseline,
-                "baseline",
+                VariantRole.BASELINE,
                 split.baseline_bp,
                 urls(rollout.baseline_model),
                 name=baseline_variant_name(baseline),
@@ -254,7 +254,7 @@ def _overlay_variants(endpoint, overlay, entry: dict, urls) -> list | None:
     if overlay.token_key:
         entry["exposure_token_key"] = overlay.token_key
     return [
-        _variant(artifact, "stable" if i == 0 else "arm", weight_bp, urls(triton_name(artifact)))
+        _variant(artifact, VariantRole.STABLE if i == 0 else VariantRole.ARM, weight_bp, urls(triton_name(artifact)))
         for i, (artifact, weight_bp) in enumerate(overlay.arms)
     ]
 
@@ -284,7 +284,7 @@ def _entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dic
         variants = _rollout_variants(endpoint, rollout, entry, urls)
     if split and variants is None and (overlay := sources.overlays.get(endpoint.pk)) is not None:
         variants = _overlay_variants(endpoint, overlay, entry, urls)
-    entry["variants"] = variants or [_variant(stable, "stable", FULL_BP, urls(triton_name(stable)))]
+    entry["variants"] = variants or [_variant(stable, VariantRole.STABLE, FULL_BP, urls(triton_name(stable)))]
     return entry
 
 

@@ -34,9 +34,12 @@ simulation in `make test`; they were therefore written here rather than adding a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 from scipy import optimize, special, stats
+
+from monitoring.evidence import GuardrailStatus
 
 SUMS = ("units", "n", "c", "nn", "cc", "nc")  # per-unit sufficient statistics of (exposures n, clicks c)
 
@@ -195,7 +198,13 @@ def plan_sample(
     return Plan(int(np.ceil(seq)), int(np.ceil(fixed)), exposures_per_unit, baseline, mde, alpha, power)
 
 
-SHIP, STOP, CONTINUE, BLOCKED = "ship", "stop", "continue", "blocked"
+class ArmDecision(StrEnum):
+    """What the rule says of a candidate arm at a tick (the results API's `decision`)."""
+
+    SHIP = "ship"
+    STOP = "stop"
+    CONTINUE = "continue"
+    BLOCKED = "blocked"  # a flagged sample-ratio mismatch: the lift is not a test
 
 
 def decide(*, lower, upper, mde: float, srm_flagged, guardrails_ok=True):
@@ -216,10 +225,10 @@ def decide(*, lower, upper, mde: float, srm_flagged, guardrails_ok=True):
         good = lower > 0 if mde > 0 else upper < 0
         harm = upper < 0 if mde > 0 else lower > 0
     guard = np.asarray(guardrails_ok, dtype=bool)
-    out = np.where(good & guard, SHIP, CONTINUE)
-    out = np.where(harm, STOP, out)
-    out = np.where(np.asarray(srm_flagged, dtype=bool), BLOCKED, out)
-    return np.where(~guard, STOP, out)
+    out = np.where(good & guard, ArmDecision.SHIP, ArmDecision.CONTINUE)
+    out = np.where(harm, ArmDecision.STOP, out)
+    out = np.where(np.asarray(srm_flagged, dtype=bool), ArmDecision.BLOCKED, out)
+    return np.where(~guard, ArmDecision.STOP, out)
 
 
 def summarize_arm(s: dict, conversions: float = 0.0, value: float | None = 0.0) -> dict:
@@ -249,8 +258,8 @@ def analyze(
 ) -> dict:
     """One experiment's results: per-arm summary, per-candidate lift/interval/decision, SRM.
 
-    `guardrails`: each candidate's machine-guardrail status ("pass", "pending", "fail";
-    missing = pending): a failing arm's decision is `stop` even before its lift has data."""
+    `guardrails`: each candidate's machine-guardrail status (a GuardrailStatus; missing =
+    pending): a failing arm's decision is `stop` even before its lift has data."""
     names = list(arms)
     counts = np.array([float(arms[a]["units"]) for a in names])
     e = float(srm_evalue(counts, [allocation[a] for a in names])) if counts.sum() else 1.0
@@ -268,12 +277,13 @@ def analyze(
             continue
         lf = lift(arms[control], arms[a], alpha=alpha, mde=mde)
         vals = {k: (float(v) if np.isfinite(v) else None) for k, v in lf.items() if k != "theta"}
-        guard_ok = guardrails.get(a, "pending") != "fail"
+        status = guardrails.get(a, GuardrailStatus.PENDING)
+        guard_ok = status != GuardrailStatus.FAIL
         bounds = (
             (vals["lower"], vals["upper"])
             if vals["lower"] is not None and vals["upper"] is not None
             else (np.nan, np.nan)
         )
         decision = str(decide(lower=bounds[0], upper=bounds[1], mde=mde, srm_flagged=srm_flag, guardrails_ok=guard_ok))
-        out["candidates"][a] = {**vals, "decision": decision, "guardrails": guardrails.get(a, "pending")}
+        out["candidates"][a] = {**vals, "decision": decision, "guardrails": str(status)}
     return out

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from experiments.analysis import SHIP, STOP
-
-RUNNING, DECIDED = "running", "decided"
+from experiments.analysis import ArmDecision
+from experiments.models import ExperimentState
 
 
 @dataclass(frozen=True)
@@ -51,33 +50,33 @@ def decide_experiment(
 ) -> ExperimentDecision:
     """`candidates`: {arm: {"decision": ship|stop|continue|blocked, "lift": float|None, …}};
     `failed_guardrails`: {arm: {"reason", "checks": [failing checks]}} (empty when none fail)."""
-    if state != RUNNING:
+    if state != ExperimentState.RUNNING:
         return STAY
     srm = srm or {}
     if failed_guardrails:
         return ExperimentDecision(
-            DECIDED,
-            STOP,
+            ExperimentState.DECIDED,
+            ArmDecision.STOP,
             control,
             harm_reason(failed_guardrails)[:4000],
             harm=True,
             data={"guardrails": failed_guardrails, "candidates": candidates, "srm": srm},
         )
-    shipping = [name for name, c in candidates.items() if c.get("decision") == SHIP]
+    shipping = [name for name, c in candidates.items() if c.get("decision") == ArmDecision.SHIP]
     if shipping:
         best = max(shipping, key=lambda name: candidates[name].get("lift") or 0.0)
         return ExperimentDecision(
-            DECIDED,
-            SHIP,
+            ExperimentState.DECIDED,
+            ArmDecision.SHIP,
             best,
             f"{best}: lower bound of the lift above 0",
             data={"candidate": candidates[best], "srm": srm},
         )
     decisions = {c.get("decision") for c in candidates.values()}
-    if decisions and decisions <= {STOP}:
+    if decisions and decisions <= {ArmDecision.STOP}:
         return ExperimentDecision(
-            DECIDED,
-            STOP,
+            ExperimentState.DECIDED,
+            ArmDecision.STOP,
             control,
             "every candidate harms the primary metric",
             data={"candidates": candidates, "srm": srm},

@@ -50,8 +50,8 @@ def simulate(
 
 def first_decision(decisions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per simulation: the first non-'continue' decision and the look it came at (-1 if none)."""
-    decided = decisions != analysis.CONTINUE
+    decided = decisions != analysis.ArmDecision.CONTINUE
     any_ = decided.any(axis=-1)
     look = np.where(any_, decided.argmax(axis=-1), -1)
-    first = np.where(any_, decisions[np.arange(len(look)), np.maximum(look, 0)], analysis.CONTINUE)
+    first = np.where(any_, decisions[np.arange(len(look)), np.maximum(look, 0)], analysis.ArmDecision.CONTINUE)
     return first, look

@@ -30,7 +30,7 @@ SIGNATURE = {
     "outputs": [{"name": "ctr", "datatype": "FP32", "shape": [-1, 1]}],
 }
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ADAPTER = ROOT / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
 
 BEHAVIOUR_PY = """

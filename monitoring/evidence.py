@@ -2,7 +2,8 @@
 evidence dict every check stores (with its `progress`: how much of the sample it needs it
 has, and when at the current pace it will have it).
 
-Pure (numpy only). The progress contract (shared with the endpoint page and the CLI):
+Pure (numpy only), so experiments' pure analysis may read `GuardrailStatus` from here.
+The progress contract (shared with the endpoint page and the CLI):
 `"progress": {"have": int, "need": int | None, "unit": "requests" | "samples" | "scores"}`
 and `"eta_seconds": float | None` (None: cannot be estimated, e.g. no traffic yet, or
 the sample is complete and the check waits for something else).
@@ -12,8 +13,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 import numpy as np
+
+
+class GuardrailStatus(StrEnum):
+    """An experiment arm's machine guardrails at a tick (monitoring/services/arm_guardrails.py
+    says it; experiments read it: the one vocabulary both sides use)."""
+
+    PASS = "pass"  # every check passed
+    PENDING = "pending"  # a check lacks the data to conclude (or was not judged yet)
+    FAIL = "fail"  # a check failed: the experiment stops for harm
 
 
 @dataclass

@@ -19,7 +19,7 @@ deadline; low-traffic endpoints get larger first steps rather than verdicts that
 
 from __future__ import annotations
 
-from deployments.rollout_machine import FULL_BP, baseline_share
+from deployments.rollout_machine import DEFAULT_PLAN, FULL_BP, baseline_share
 from monitoring.evidence import JudgeConfig
 
 LADDER = (500, 1000, 2500, 5000)
@@ -39,9 +39,9 @@ def forecast(
     steps_bp,
     config: JudgeConfig,
     *,
-    step_min_seconds: float = 30.0,
-    step_min_requests: int = 200,
-    step_deadline_seconds: float = 600.0,
+    step_min_seconds: float = DEFAULT_PLAN.step_min_seconds,
+    step_min_requests: int = DEFAULT_PLAN.step_min_requests,
+    step_deadline_seconds: float = DEFAULT_PLAN.step_deadline_seconds,
     baseline: bool = True,
     stable_score_rate: float = 0.05,
 ) -> dict:
@@ -132,9 +132,9 @@ def suggest_steps(
     rate_rps: float | None,
     config: JudgeConfig,
     *,
-    step_deadline_seconds: float = 600.0,
-    step_min_seconds: float = 30.0,
-    step_min_requests: int = 200,
+    step_deadline_seconds: float = DEFAULT_PLAN.step_deadline_seconds,
+    step_min_seconds: float = DEFAULT_PLAN.step_min_seconds,
+    step_min_requests: int = DEFAULT_PLAN.step_min_requests,
     baseline: bool = True,
 ) -> list[int]:
     """The plan for this traffic: the smallest first share from LADDER at which the

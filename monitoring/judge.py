@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from deployments.rollout_machine import Verdict
+from deployments.rollout_machine import VariantRole, Verdict
 from monitoring import eprocess
 from monitoring.evidence import ArmWindow, JudgeConfig, progress
 from monitoring.evidence import make_check as _check
@@ -259,7 +259,7 @@ def judge(
     now_s: float | None = None,
     seconds: float | None = None,
     step_seconds: float | None = None,
-    control: str = "stable",
+    control: str = VariantRole.STABLE,
 ) -> Decision:
     """Fail if any check fails; pass if every check passes (or is skipped); otherwise
     inconclusive.
@@ -335,7 +335,7 @@ def _waiting(check: dict) -> str:
     return f"{check['name']} ({pace['have']} of {pace['need']} {pace['unit']}{f', ~{eta:.0f} s' if eta is not None else ''})"
 
 
-def _describe(check: dict, control: str = "stable", pooled: bool = False) -> str:
+def _describe(check: dict, control: str = VariantRole.STABLE, pooled: bool = False) -> str:
     name = check["name"]
     if name == "error_rate":
         rates = check["rates"]

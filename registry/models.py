@@ -227,6 +227,45 @@ class Artifact(models.Model):
         return self.triton_model_name or f"{self.version} {self.variant}"
 
 
+class EventAction(models.TextChoices):
+    """Every audit action (`Event.action`), one word per thing that happens; `event_record`
+    takes only these. A state change of any object (a rollout's step, an experiment's
+    decision, a build's or a pool's status) is STATUS_CHANGED with from_state -> to_state."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+    STATUS_CHANGED = "status_changed"
+    ROLE_SET = "role_set"  # a team membership's role
+    DATA_ATTACHED = "data_attached"  # a version's sample or validation data
+    DATA_REMOVED = "data_removed"
+    REDISPATCHED = "redispatched"  # a build whose worker vanished, queued again
+    ACCESS_CHANGED = "access_changed"  # an endpoint's public flag or keys
+    REVOKED = "revoked"  # an inference key
+    SCALED = "scaled"
+    DELETE_REQUESTED = "delete_requested"
+    DELETE_FAILED = "delete_failed"
+    MODEL_LOAD_REQUESTED = "model_load_requested"
+    MODEL_LOADED = "model_loaded"
+    MODEL_LOAD_FAILED = "model_load_failed"
+    MODEL_RELOADED = "model_reloaded"
+    MODEL_RELOAD_FAILED = "model_reload_failed"
+    MODEL_DRAIN_STARTED = "model_drain_started"
+    MODEL_UNLOADED = "model_unloaded"
+    MODEL_UNLOAD_FAILED = "model_unload_failed"
+    REPLICA_DOWN = "replica_down"
+    REPLICA_RESTARTED = "replica_restarted"
+    REPLICA_RETIRING = "replica_retiring"
+    STABLE_CHANGED = "stable_changed"  # an endpoint's stable artifact, by a rollout's promotion
+    BASELINE_UNAVAILABLE = "baseline_unavailable"  # a rollout's fair baseline could not be loaded
+    ALERT_RAISED = "alert_raised"
+    ALERT_REOPENED = "alert_reopened"
+    ALERT_ACKNOWLEDGED = "alert_acknowledged"
+    ALERT_RESOLVED = "alert_resolved"
+    CHANNEL_CREATED = "channel_created"
+    CHANNEL_DELETED = "channel_deleted"
+
+
 class Event(models.Model):
     """Audit trail: every state change, written in the same transaction as the change."""
 
@@ -239,7 +278,7 @@ class Event(models.Model):
     object_type = models.CharField(max_length=64)  # "registry.modelversion"
     object_id = models.CharField(max_length=64)
     object_repr = models.CharField(max_length=200)
-    action = models.CharField(max_length=64)  # "created", "status_changed", …
+    action = models.CharField(max_length=64, choices=EventAction.choices)
     from_state = models.CharField(max_length=64, blank=True)
     to_state = models.CharField(max_length=64, blank=True)
     reason = models.TextField(blank=True)

@@ -69,6 +69,7 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
             "beat",
             "pools",
             "gateway",
+            "routes",  # the route table the gateway serves is the one desired (issue 21)
         }
         output = log_path.read_text()
         password = re.search(r"login: admin / (\S+)", output).group(1)

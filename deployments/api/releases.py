@@ -11,6 +11,7 @@ from rest_framework import mixins, serializers
 
 from deployments.models import Release
 from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
+from deployments.rollout_machine import FULL_BP
 from deployments.selectors import releases as selectors
 from deployments.selectors import rollouts as rollout_selectors
 from deployments.services import releases as services
@@ -101,7 +102,7 @@ class ReleaseCreateSerializer(serializers.Serializer):
     tune_budget_s = serializers.FloatField(required=False, min_value=5, max_value=1_200)
     max_trials = serializers.IntegerField(required=False, min_value=2, max_value=200)
     search_space = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()), required=False)
-    steps_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=10_000), required=False)
+    steps_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=FULL_BP), required=False)
     step_min_seconds = serializers.FloatField(required=False, min_value=0, max_value=86_400)
     step_min_requests = serializers.IntegerField(required=False, min_value=0, max_value=10_000_000)
     step_deadline_seconds = serializers.FloatField(required=False, min_value=1, max_value=86_400)

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from deployments.models import Endpoint, Rollout
 from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
-from deployments.rollout_machine import FULL_BP, Strategy
+from deployments.rollout_machine import DEFAULT_PLAN, FULL_BP, Strategy
 from deployments.routes import route_table
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
@@ -155,11 +155,11 @@ class RolloutCreateSerializer(serializers.Serializer):
     candidate_artifact = serializers.IntegerField(help_text="A servable artifact id of the endpoint's team.")
     strategy = serializers.ChoiceField(choices=[s.value for s in Strategy], default=Strategy.CANARY)
     steps_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=FULL_BP), required=False)
-    shadow_seconds = serializers.FloatField(min_value=0, default=0.0)
+    shadow_seconds = serializers.FloatField(min_value=0, default=DEFAULT_PLAN.shadow_seconds)
     shadow_sample_rate = serializers.FloatField(min_value=0, max_value=1, default=1.0)
-    step_min_seconds = serializers.FloatField(min_value=0, default=30.0)
-    step_min_requests = serializers.IntegerField(min_value=0, default=200)
-    step_deadline_seconds = serializers.FloatField(min_value=0, default=600.0)
+    step_min_seconds = serializers.FloatField(min_value=0, default=DEFAULT_PLAN.step_min_seconds)
+    step_min_requests = serializers.IntegerField(min_value=0, default=DEFAULT_PLAN.step_min_requests)
+    step_deadline_seconds = serializers.FloatField(min_value=0, default=DEFAULT_PLAN.step_deadline_seconds)
     on_inconclusive = serializers.ChoiceField(
         choices=ON_INCONCLUSIVE_CHOICES,
         required=False,

@@ -15,6 +15,7 @@ from django.db.models import Q
 from deployments.rollout_machine import (
     ACTIVE,
     DEFAULT_ON_INCONCLUSIVE,
+    DEFAULT_PLAN,
     FULL_BP,
     OnInconclusive,
     Plan,
@@ -89,11 +90,11 @@ class Rollout(models.Model):
     steps_bp = models.JSONField(
         default=list, help_text="Canary weights in basis points, e.g. [500, 2500, 5000, 10000]."
     )
-    shadow_seconds = models.FloatField(default=0.0)
+    shadow_seconds = models.FloatField(default=DEFAULT_PLAN.shadow_seconds)
     shadow_sample_rate = models.FloatField(default=1.0)
-    step_min_seconds = models.FloatField(default=30.0)
-    step_min_requests = models.PositiveIntegerField(default=200)
-    step_deadline_seconds = models.FloatField(default=600.0)
+    step_min_seconds = models.FloatField(default=DEFAULT_PLAN.step_min_seconds)
+    step_min_requests = models.PositiveIntegerField(default=DEFAULT_PLAN.step_min_requests)
+    step_deadline_seconds = models.FloatField(default=DEFAULT_PLAN.step_deadline_seconds)
     on_inconclusive = models.CharField(max_length=16, default=DEFAULT_ON_INCONCLUSIVE, choices=ON_INCONCLUSIVE_CHOICES)
     # The fair baseline's Triton name (a fresh copy of the stable artifact with the
     # candidate's share, judged against it); "" when the rollout runs without one.

@@ -12,7 +12,7 @@ from deployments.models import Endpoint, ServingPool
 from deployments.rollout_machine import OnInconclusive
 from deployments.services import pools as pool_services
 from kernel.errors import Conflict, InvalidInput
-from registry.models import Artifact, ArtifactStatus, Role
+from registry.models import Artifact, ArtifactStatus, EventAction, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -92,7 +92,7 @@ def endpoint_create(
         event_record(
             actor=user,
             obj=endpoint,
-            action="created",
+            action=EventAction.CREATED,
             to_state="serving" if stable_artifact else "empty",
             data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None)},
         )
@@ -114,12 +114,12 @@ def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
         for key, value in values.items():
             setattr(locked, key, value)
         locked.save()
-        event_record(actor=user, obj=locked, action="updated", data={k: str(v) for k, v in values.items()})
+        event_record(actor=user, obj=locked, action=EventAction.UPDATED, data={k: str(v) for k, v in values.items()})
         if "public" in values and before["public"] != values["public"]:  # who may call it: its own line in the trail
             event_record(
                 actor=user,
                 obj=locked,
-                action="access_changed",
+                action=EventAction.ACCESS_CHANGED,
                 from_state="public" if before["public"] else "keys only",
                 to_state="public" if values["public"] else "keys only",
             )

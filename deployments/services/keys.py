@@ -19,7 +19,7 @@ from deployments.lock_objects import inference_key_for_update
 from deployments.models import Endpoint, InferenceKey
 from deployments.models.keys import DISPLAY_PREFIX_LENGTH, SECRET_PREFIX
 from kernel.errors import Conflict, InvalidInput
-from registry.models import Role
+from registry.models import EventAction, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -150,7 +150,7 @@ def inference_key_create(
             event_record(
                 actor=user,
                 obj=key,
-                action="created",
+                action=EventAction.CREATED,
                 to_state="active",
                 data={"prefix": key.prefix, "endpoints": "all" if scope is None else [e.name for e in scope], **limits},
             )
@@ -177,7 +177,7 @@ def inference_key_revoke(*, user, key: InferenceKey, reason: str = "") -> Infere
         event_record(
             actor=user,
             obj=locked,
-            action="revoked",
+            action=EventAction.REVOKED,
             from_state="active",
             to_state="revoked",
             reason=reason,

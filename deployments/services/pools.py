@@ -24,7 +24,7 @@ from deployments.tasks import pool_model_load_task, pool_model_unload_task, pool
 from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound
 from kernel.tritonserver import TritonNotAvailable, find_binary
-from registry.models import Artifact, ArtifactStatus, Role
+from registry.models import Artifact, ArtifactStatus, EventAction, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -230,7 +230,11 @@ def pool_create(
             created_by=user,
         )
         event_record(
-            actor=user, obj=pool, action="created", to_state=pool.status, data={"driver": driver, "replicas": replicas}
+            actor=user,
+            obj=pool,
+            action=EventAction.CREATED,
+            to_state=pool.status,
+            data={"driver": driver, "replicas": replicas},
         )
         _after_commit(pool_reconcile_task, pool.pk)
     return pool
@@ -283,7 +287,10 @@ def pool_update(*, user, pool: ServingPool, **changes) -> ServingPool:
         locked.generation += 1
         locked.save(update_fields=[*changed, "generation", "updated_at"])
         event_record(
-            actor=user, obj=locked, action="updated", data={"fields": changed, "generation": locked.generation}
+            actor=user,
+            obj=locked,
+            action=EventAction.UPDATED,
+            data={"fields": changed, "generation": locked.generation},
         )
         _after_commit(pool_reconcile_task, locked.pk)
     return locked
@@ -323,7 +330,7 @@ def pool_scale(*, user, pool: ServingPool, replicas) -> ServingPool:
         locked.replicas = replicas
         locked.generation += 1
         locked.save(update_fields=["replicas", "generation", "updated_at"])
-        event_record(actor=user, obj=locked, action="scaled", from_state=str(old), to_state=str(replicas))
+        event_record(actor=user, obj=locked, action=EventAction.SCALED, from_state=str(old), to_state=str(replicas))
         _after_commit(pool_reconcile_task, locked.pk)
     return locked
 
@@ -344,7 +351,11 @@ def pool_delete(*, user, pool: ServingPool) -> ServingPool:
             locked.status = PoolStatus.DELETING
             locked.save(update_fields=["status", "updated_at"])
             event_record(
-                actor=user, obj=locked, action="delete_requested", from_state=old, to_state=PoolStatus.DELETING
+                actor=user,
+                obj=locked,
+                action=EventAction.DELETE_REQUESTED,
+                from_state=old,
+                to_state=PoolStatus.DELETING,
             )
         _after_commit(pool_teardown_task, locked.pk)
     return locked
@@ -394,7 +405,7 @@ def pool_load_request(*, user, pool: ServingPool, artifact: Artifact, model_name
         event_record(
             actor=user,
             obj=locked,
-            action="model_load_requested",
+            action=EventAction.MODEL_LOAD_REQUESTED,
             from_state=old,
             to_state=PoolModelState.LOADING,
             reason=model_dir.name,
@@ -429,7 +440,7 @@ def pool_unload_request(
         event_record(
             actor=user,
             obj=locked,
-            action="model_drain_started",
+            action=EventAction.MODEL_DRAIN_STARTED,
             from_state=old,
             to_state=PoolModelState.DRAINING,
             reason=model_name,

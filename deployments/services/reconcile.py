@@ -28,7 +28,7 @@ from deployments.models import (
 from kernel.errors import InvalidInput
 from kernel.triton import TritonError
 from registry import storage, triton_config
-from registry.models import Artifact
+from registry.models import Artifact, EventAction
 from registry.names import triton_name
 from registry.services.events import event_record
 
@@ -91,7 +91,7 @@ def pool_model_load(*, pool_model_id: int) -> PoolModel:
             event_record(
                 actor=locked.requested_by,
                 obj=locked.pool,
-                action="model_load_failed",
+                action=EventAction.MODEL_LOAD_FAILED,
                 from_state=PoolModelState.LOADING,
                 to_state=PoolModelState.FAILED,
                 reason=error[:2000],
@@ -102,7 +102,7 @@ def pool_model_load(*, pool_model_id: int) -> PoolModel:
             event_record(
                 actor=locked.requested_by,
                 obj=locked.pool,
-                action="model_loaded",
+                action=EventAction.MODEL_LOADED,
                 from_state=PoolModelState.LOADING,
                 to_state=PoolModelState.READY,
                 reason=f"{locked.triton_model_name} READY on {', '.join(sorted(ready))}",
@@ -139,7 +139,7 @@ def pool_model_unload(
             event_record(
                 actor=None,
                 obj=locked.pool,
-                action="model_unload_failed",
+                action=EventAction.MODEL_UNLOAD_FAILED,
                 from_state=PoolModelState.DRAINING,
                 to_state=PoolModelState.READY,
                 reason=error,
@@ -150,7 +150,7 @@ def pool_model_unload(
             event_record(
                 actor=None,
                 obj=locked.pool,
-                action="model_unloaded",
+                action=EventAction.MODEL_UNLOADED,
                 from_state=PoolModelState.DRAINING,
                 to_state=PoolModelState.UNLOADED,
                 reason=f"{locked.triton_model_name} drained in {report.get('waited_s', 0)}s",
@@ -219,7 +219,7 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one p
             event_record(
                 actor=None,
                 obj=locked,
-                action="model_reloaded",
+                action=EventAction.MODEL_RELOADED,
                 to_state="ready",
                 reason=f"{name} on {replica}",
                 data={"model": name, "replica": replica},
@@ -228,7 +228,7 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one p
             event_record(
                 actor=None,
                 obj=locked,
-                action="model_reload_failed",
+                action=EventAction.MODEL_RELOAD_FAILED,
                 reason=message[:2000],
                 data={"model": name, "replica": replica},
             )
@@ -244,7 +244,12 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one p
             locked.save(update_fields=["status", "status_reason", "updated_at"])
             if old != status:
                 event_record(
-                    actor=None, obj=locked, action="status_changed", from_state=old, to_state=status, reason=reason
+                    actor=None,
+                    obj=locked,
+                    action=EventAction.STATUS_CHANGED,
+                    from_state=old,
+                    to_state=status,
+                    reason=reason,
                 )
     return locked
 
@@ -263,7 +268,7 @@ def _replica_down(pool_id: int, info) -> None:
         event_record(
             actor=None,
             obj=pool,
-            action="replica_down",
+            action=EventAction.REPLICA_DOWN,
             from_state=old,
             to_state=ReplicaStatus.DOWN,
             reason=info.error,
@@ -275,7 +280,7 @@ def _replica_down(pool_id: int, info) -> None:
             event_record(
                 actor=None,
                 obj=pool,
-                action="status_changed",
+                action=EventAction.STATUS_CHANGED,
                 from_state=PoolStatus.READY,
                 to_state=PoolStatus.DEGRADED,
                 reason=pool.status_reason,
@@ -292,7 +297,7 @@ def _pool_failed(pool: ServingPool, reason: str) -> ServingPool:
             event_record(
                 actor=None,
                 obj=locked,
-                action="status_changed",
+                action=EventAction.STATUS_CHANGED,
                 from_state=old,
                 to_state=PoolStatus.FAILED,
                 reason=reason,
@@ -322,7 +327,7 @@ def _retiring_replicas(pool: ServingPool) -> set[str]:
                 event_record(
                     actor=None,
                     obj=pool,
-                    action="replica_retiring",
+                    action=EventAction.REPLICA_RETIRING,
                     from_state=ReplicaStatus.READY,
                     to_state=ReplicaStatus.STOPPED,
                     reason=f"{row.name}: scaled down to {pool.replicas}",
@@ -358,7 +363,7 @@ def _sync_replicas(pool: ServingPool, replicas, retiring: set[str] = frozenset()
             event_record(
                 actor=None,
                 obj=pool,
-                action="replica_down",
+                action=EventAction.REPLICA_DOWN,
                 from_state=row.status,
                 to_state=info.status,
                 reason=info.error,
@@ -368,7 +373,7 @@ def _sync_replicas(pool: ServingPool, replicas, retiring: set[str] = frozenset()
             event_record(
                 actor=None,
                 obj=pool,
-                action="replica_restarted",
+                action=EventAction.REPLICA_RESTARTED,
                 to_state=info.status,
                 reason=info.error,
                 data={"replica": info.name, "restarts": info.restarts, "pid": info.pid},
@@ -398,10 +403,12 @@ def pool_teardown(*, pool_id: int) -> None:
             locked = pool_for_update(pool.pk)
             locked.status_reason = f"delete failed: {exc}"
             locked.save(update_fields=["status_reason", "updated_at"])
-            event_record(actor=None, obj=locked, action="delete_failed", reason=str(exc))
+            event_record(actor=None, obj=locked, action=EventAction.DELETE_FAILED, reason=str(exc))
         raise
     with transaction.atomic():
         locked = pool_for_update(pool.pk)
-        event_record(actor=None, obj=locked, action="deleted", from_state=PoolStatus.DELETING, to_state="deleted")
+        event_record(
+            actor=None, obj=locked, action=EventAction.DELETED, from_state=PoolStatus.DELETING, to_state="deleted"
+        )
         PoolModel.objects.filter(pool=locked).delete()
         locked.delete()

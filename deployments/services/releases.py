@@ -21,11 +21,11 @@ from django.utils import timezone
 
 from deployments.lock_objects import release_for_update
 from deployments.models import Endpoint, Release, ReleaseState
-from deployments.rollout_machine import DEFAULT_STEPS_BP, TERMINAL, Plan, State, Strategy
+from deployments.rollout_machine import DEFAULT_PLAN, TERMINAL, Plan, State, Strategy
 from deployments.selectors.rollouts import active_rollouts
 from deployments.services import rollouts as rollout_services
 from kernel.errors import Conflict, InvalidInput, PlatformError
-from registry.models import ArtifactStatus, BuildStatus, ModelVersion, Role
+from registry.models import ArtifactStatus, BuildStatus, EventAction, ModelVersion, Role
 from registry.names import BUILT_VARIANTS as VARIANTS
 from registry.names import needs_gpu, tuned_variant, variant_name
 from registry.selectors.builds import build_artifacts
@@ -54,10 +54,10 @@ def _check_plan(endpoint: Endpoint, options: dict) -> dict:
     try:
         Plan(
             strategy=Strategy.CANARY,
-            steps_bp=tuple(int(s) for s in (options.get("steps_bp") or DEFAULT_STEPS_BP)),
-            step_min_seconds=float(options.get("step_min_seconds", 30.0)),
-            step_min_requests=int(options.get("step_min_requests", 200)),
-            step_deadline_seconds=float(options.get("step_deadline_seconds", 600.0)),
+            steps_bp=tuple(int(s) for s in (options.get("steps_bp") or DEFAULT_PLAN.steps_bp)),
+            step_min_seconds=float(options.get("step_min_seconds", DEFAULT_PLAN.step_min_seconds)),
+            step_min_requests=int(options.get("step_min_requests", DEFAULT_PLAN.step_min_requests)),
+            step_deadline_seconds=float(options.get("step_deadline_seconds", DEFAULT_PLAN.step_deadline_seconds)),
             on_inconclusive=options.get("on_inconclusive") or endpoint.on_inconclusive,
             baseline=bool(options.get("fair_baseline", True)),
         )
@@ -142,7 +142,7 @@ def release_start(
                 actor=user,
                 obj=release,
                 team=endpoint.team,
-                action="created",
+                action=EventAction.CREATED,
                 to_state=ReleaseState.BUILDING,
                 reason=release.reason,
                 data={"build": build.pk, "variant": variant, "slo_p99_ms": slo, "rollout": options},
@@ -164,7 +164,7 @@ def _finish(release: Release, state: str, reason: str, data: dict | None = None)
         actor=None,
         obj=release,
         team=release.endpoint.team,
-        action="status_changed",
+        action=EventAction.STATUS_CHANGED,
         from_state=old,
         to_state=state,
         reason=release.reason,

@@ -27,7 +27,7 @@ from deployments.lock_objects import endpoint_for_update, rollout_for_update
 from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import (
     ACTIVE,
-    DEFAULT_STEPS_BP,
+    DEFAULT_PLAN,
     FULL_BP,
     TERMINAL,
     Decision,
@@ -45,7 +45,7 @@ from deployments.selectors.compatibility import require_servable_beside_stable
 from deployments.services import pools as pool_services
 from deployments.services.endpoints import require_servable
 from kernel.errors import Conflict, InvalidInput
-from registry.models import Artifact, Role
+from registry.models import Artifact, EventAction, Role
 from registry.names import baseline_triton_name, triton_name
 from registry.services.events import event_record
 from registry.services.teams import require_role
@@ -58,11 +58,11 @@ def rollout_start(
     candidate: Artifact,
     strategy: str = Strategy.CANARY,
     steps_bp=None,
-    shadow_seconds: float = 0.0,
+    shadow_seconds: float = DEFAULT_PLAN.shadow_seconds,
     shadow_sample_rate: float = 1.0,
-    step_min_seconds: float = 30.0,
-    step_min_requests: int = 200,
-    step_deadline_seconds: float = 600.0,
+    step_min_seconds: float = DEFAULT_PLAN.step_min_seconds,
+    step_min_requests: int = DEFAULT_PLAN.step_min_requests,
+    step_deadline_seconds: float = DEFAULT_PLAN.step_deadline_seconds,
     on_inconclusive: str | None = None,
     promote_grace_seconds: float = 30.0,
     fair_baseline: bool = True,
@@ -97,7 +97,7 @@ def rollout_start(
         )
     if strategy == Strategy.BLUE_GREEN:
         steps_bp = [FULL_BP]
-    steps = tuple(int(s) for s in (steps_bp or DEFAULT_STEPS_BP))
+    steps = tuple(int(s) for s in (steps_bp or DEFAULT_PLAN.steps_bp))
     on_inconclusive = on_inconclusive or endpoint.on_inconclusive
     baseline = bool(fair_baseline) and Strategy(strategy) == Strategy.CANARY and any(s < FULL_BP for s in steps)
     try:
@@ -140,7 +140,7 @@ def rollout_start(
                 actor=user,
                 obj=rollout,
                 team=endpoint.team,
-                action="created",
+                action=EventAction.CREATED,
                 to_state=State.PENDING,
                 data={
                     "candidate": candidate.pk,
@@ -209,7 +209,7 @@ def _transition(
         actor=actor,
         obj=rollout,
         team=rollout.endpoint.team,
-        action="transition",
+        action=EventAction.STATUS_CHANGED,
         from_state=_step_label(old_state, old_step),
         to_state=_step_label(to_state, new_step),
         reason=reason,
@@ -350,7 +350,7 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
             event_record(
                 actor=None,
                 obj=endpoint,
-                action="stable_changed",
+                action=EventAction.STABLE_CHANGED,
                 from_state=str(getattr(old_stable, "pk", "")),
                 to_state=str(locked.candidate_artifact_id),
                 reason=f"rollout #{locked.pk} promoted",
@@ -397,7 +397,7 @@ def _baseline_ready(locked: Rollout, now: datetime) -> bool:
             actor=None,
             obj=locked,
             team=locked.endpoint.team,
-            action="baseline_unavailable",
+            action=EventAction.BASELINE_UNAVAILABLE,
             reason=f"baseline copy {locked.baseline_model} could not be loaded ({why}); judging against the stable",
         )
         _unload_baseline(locked)

@@ -12,6 +12,7 @@ from rest_framework.exceptions import NotAuthenticated, Throttled
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from deployments.rollout_machine import FULL_BP
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as endpoint_selectors
 from deployments.selectors.keys import inference_key_for_endpoint
@@ -83,7 +84,7 @@ class ExperimentCreateSerializer(serializers.Serializer):
         child=serializers.IntegerField(), min_length=1, max_length=8, help_text="Artifact ids of the candidate arms."
     )
     allocation_bp = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=10_000),
+        child=serializers.IntegerField(min_value=1, max_value=FULL_BP),
         required=False,
         help_text="Per arm, control first, summing to 10000 (default: equal).",
     )

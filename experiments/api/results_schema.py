@@ -5,8 +5,10 @@ tests/experiments/test_online_api.py checks the two agree key for key)."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-DECISIONS = ["ship", "stop", "continue", "blocked"]
-GUARDRAIL_STATUS = ["pass", "pending", "fail"]
+from experiments.analysis import ArmDecision, GuardrailStatus
+
+DECISIONS = [d.value for d in ArmDecision]
+GUARDRAIL_STATUS = [s.value for s in GuardrailStatus]
 
 CHECK_SCHEMA = {
     "type": "object",

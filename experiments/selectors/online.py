@@ -3,6 +3,7 @@
 from django.db.models import QuerySet
 from django.urls import reverse
 
+from deployments.rollout_machine import FULL_BP
 from deployments.route_overlays import Overlay
 from experiments import analysis
 from experiments.models import DeadLetter, Experiment, ExperimentState
@@ -55,7 +56,7 @@ def experiment_results(*, experiment: Experiment, store=None) -> dict:
     result = analysis.analyze(
         {a.name: sums[a.pk] for a in arms},
         control=control.name,
-        allocation={a.name: a.allocation_bp / 10_000 for a in arms},
+        allocation={a.name: a.allocation_bp / FULL_BP for a in arms},
         alpha=experiment.alpha,
         mde=experiment.mde,
         srm_alpha=experiment.srm_alpha,

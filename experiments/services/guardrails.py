@@ -13,9 +13,15 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from deployments.rollout_machine import Verdict
+from experiments.analysis import GuardrailStatus
 from monitoring.services.arm_guardrails import arm_guardrail_alert, arm_guardrails_judge
 
-PENDING = {"status": "pending", "reason": "not judged yet: the experiment has not run an analysis tick", "checks": []}
+PENDING = {
+    "status": str(GuardrailStatus.PENDING),
+    "reason": "not judged yet: the experiment has not run an analysis tick",
+    "checks": [],
+}
 
 
 def experiment_guardrails(*, experiment, arms, now) -> dict[str, dict]:
@@ -46,9 +52,9 @@ def stored_guardrails(experiment) -> dict[str, dict]:
 def failing(guardrails: dict[str, dict]) -> dict[str, dict]:
     """The arms whose guardrails fail, with the failing checks only."""
     return {
-        name: {"reason": g["reason"], "checks": [c for c in g["checks"] if c.get("outcome") == "fail"]}
+        name: {"reason": g["reason"], "checks": [c for c in g["checks"] if c.get("outcome") == Verdict.FAIL]}
         for name, g in guardrails.items()
-        if g["status"] == "fail"
+        if g["status"] == GuardrailStatus.FAIL
     }
 
 

@@ -28,7 +28,7 @@ from experiments.models import Arm, Experiment, ExperimentState
 from experiments.services import guardrails, mlflow_log
 from experiments.store import default_store
 from kernel.errors import Conflict, InvalidInput
-from registry.models import Role
+from registry.models import EventAction, Role
 from registry.names import variant_name
 from registry.services.events import event_record
 from registry.services.teams import require_role
@@ -66,7 +66,7 @@ def _transition(experiment: Experiment, to: str, *, actor, reason: str, data: di
         actor=actor,
         obj=experiment,
         team=experiment.endpoint.team,
-        action="state_changed",
+        action=EventAction.STATUS_CHANGED,
         from_state=from_state,
         to_state=to,
         reason=reason,
@@ -153,7 +153,7 @@ def experiment_create(
             actor=user,
             obj=experiment,
             team=endpoint.team,
-            action="created",
+            action=EventAction.CREATED,
             to_state=S.DRAFT,
             data={
                 "arms": [variant_name(a) for a in arms],
@@ -255,7 +255,7 @@ def experiment_ship(*, user, experiment: Experiment, reason: str = ""):
     require_role(user=user, team=experiment.endpoint.team, role=Role.DEPLOYER)
     with transaction.atomic():
         locked = _locked(experiment)
-        if locked.state != S.DECIDED or locked.decision != analysis.SHIP or locked.winner_id is None:
+        if locked.state != S.DECIDED or locked.decision != analysis.ArmDecision.SHIP or locked.winner_id is None:
             raise Conflict(
                 f"experiment {locked.name!r} has no ship decision (state {locked.state}, decision "
                 f"{locked.decision or 'none'}).",

@@ -27,6 +27,16 @@ ROLLOUT_COLUMNS = [
 ]
 
 
+# The server's plan defaults (deployments/rollout_machine.py, DEFAULT_PLAN), said in --help.
+# The CLI imports nothing of the server; tests/cli/test_units.py checks these agree with it.
+PLAN_DEFAULTS = {
+    "steps_bp": (1000, 2500, 5000, 10000),
+    "step_min_seconds": 30.0,
+    "step_min_requests": 200,
+    "step_deadline_seconds": 600.0,
+}
+
+
 def parse_steps(text: str) -> list[int]:
     """ "5,25,50,100" (percent of traffic to the candidate) → basis points [500, 2500, 5000, 10000]."""
     try:
@@ -103,20 +113,27 @@ def rollout():
     "--steps",
     default=None,
     help="Candidate traffic per step in percent, e.g. 5,25,50,100 (default: the plan the rollout forecast "
-    "suggests for the endpoint's traffic, as the endpoint page's form; the server's 10,25,50,100 without one).",
+    "suggests for the endpoint's traffic, as the endpoint page's form; the server's "
+    f"{','.join(f'{s / 100:g}' for s in PLAN_DEFAULTS['steps_bp'])} without one).",
 )
 @click.option(
     "--shadow-seconds", type=click.FloatRange(min=0), help="Shadow phase before the canary (blue-green needs it)."
 )
 @click.option("--shadow-sample-rate", type=click.FloatRange(0, 1), help="Share of requests copied to the shadow.")
-@click.option("--step-min-seconds", type=click.FloatRange(min=0), help="Least time in each step (default 30).")
 @click.option(
-    "--step-min-requests", type=click.IntRange(min=0), help="Least candidate requests in each step (default 200)."
+    "--step-min-seconds",
+    type=click.FloatRange(min=0),
+    help=f"Least time in each step (default {PLAN_DEFAULTS['step_min_seconds']:g}).",
+)
+@click.option(
+    "--step-min-requests",
+    type=click.IntRange(min=0),
+    help=f"Least candidate requests in each step (default {PLAN_DEFAULTS['step_min_requests']}).",
 )
 @click.option(
     "--step-deadline-seconds",
     type=click.FloatRange(min=0),
-    help="A step without a conclusive verdict by then (default 600)…",
+    help=f"A step without a conclusive verdict by then (default {PLAN_DEFAULTS['step_deadline_seconds']:g})…",
 )
 @click.option(
     "--on-inconclusive",

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deployments.rollout_machine import FULL_BP
+from deployments.rollout_machine import DEFAULT_PLAN, Plan
 from deployments.selectors.rollouts import endpoint_get
 from kernel.errors import InvalidInput
 from kernel.serializers import QuerySerializer, StrictCharField
@@ -33,9 +33,11 @@ class ForecastQuerySerializer(QuerySerializer):
         max_value=1e7,
         help_text="Assume this traffic instead of the observed one (requests/s).",
     )
-    step_min_seconds = serializers.FloatField(required=False, min_value=0, default=30.0)
-    step_min_requests = serializers.IntegerField(required=False, min_value=0, default=200)
-    step_deadline_seconds = serializers.FloatField(required=False, min_value=1, default=600.0)
+    step_min_seconds = serializers.FloatField(required=False, min_value=0, default=DEFAULT_PLAN.step_min_seconds)
+    step_min_requests = serializers.IntegerField(required=False, min_value=0, default=DEFAULT_PLAN.step_min_requests)
+    step_deadline_seconds = serializers.FloatField(
+        required=False, min_value=1, default=DEFAULT_PLAN.step_deadline_seconds
+    )
     fair_baseline = serializers.BooleanField(required=False, default=True)
 
     def validate_steps_bp(self, value):
@@ -45,8 +47,8 @@ class ForecastQuerySerializer(QuerySerializer):
             raise serializers.ValidationError(
                 "give comma-separated whole numbers of basis points, e.g. 1000,2500,10000."
             ) from None
-        if not steps or any(not 0 < s <= FULL_BP for s in steps) or steps != sorted(set(steps)):
-            raise serializers.ValidationError("steps must be strictly increasing weights in (0, 10000].")
+        if Plan.steps_problem(steps):
+            raise serializers.ValidationError(f"steps must be {Plan.STEPS_RULE}.")
         return steps
 
 
@@ -56,9 +58,9 @@ def endpoint_forecast(
     name: str,
     steps_bp=None,
     rate_rps=None,
-    step_min_seconds=30.0,
-    step_min_requests=200,
-    step_deadline_seconds=600.0,
+    step_min_seconds=DEFAULT_PLAN.step_min_seconds,
+    step_min_requests=DEFAULT_PLAN.step_min_requests,
+    step_deadline_seconds=DEFAULT_PLAN.step_deadline_seconds,
     fair_baseline=True,
 ) -> dict:
     endpoint = endpoint_get(user=user, name=name)  # another team's endpoint: 404

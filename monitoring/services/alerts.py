@@ -15,7 +15,7 @@ from monitoring import conf, lock_objects
 from monitoring.models import Alert, AlertStatus, Severity
 from monitoring.selectors import alerts as alert_selectors
 from monitoring.tasks import deliver_notification
-from registry.models import Role
+from registry.models import EventAction, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -78,7 +78,7 @@ def alert_raise(
                     actor=user,
                     obj=alert,
                     team=team,
-                    action="alert_raised",
+                    action=EventAction.ALERT_RAISED,
                     to_state=AlertStatus.OPEN,
                     reason=reason,
                     data={"kind": kind, "severity": severity, "rollout_id": rollout_id},
@@ -98,7 +98,7 @@ def alert_raise(
                 actor=user,
                 obj=alert,
                 team=alert.team,
-                action="alert_reopened",
+                action=EventAction.ALERT_REOPENED,
                 from_state=from_state,
                 to_state=AlertStatus.OPEN,
                 reason=reason,
@@ -150,7 +150,7 @@ def alert_acknowledge(*, user, alert: Alert, note: str = "") -> Alert:
             actor=user,
             obj=alert,
             team=alert.team,
-            action="alert_acknowledged",
+            action=EventAction.ALERT_ACKNOWLEDGED,
             from_state=AlertStatus.OPEN,
             to_state=AlertStatus.ACKNOWLEDGED,
             reason=note,
@@ -171,7 +171,7 @@ def alert_resolve(*, user, alert: Alert, note: str = "") -> Alert:
             actor=user,
             obj=alert,
             team=alert.team,
-            action="alert_resolved",
+            action=EventAction.ALERT_RESOLVED,
             from_state=from_state,
             to_state=AlertStatus.RESOLVED,
             reason=note,

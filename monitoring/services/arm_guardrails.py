@@ -19,14 +19,14 @@ from datetime import datetime
 from django.utils import timezone
 
 from monitoring import conf
-from monitoring.evidence import ArmWindow, make_check
+from monitoring.evidence import ArmWindow, GuardrailStatus, make_check
 from monitoring.judge import FAIL, INCONCLUSIVE, PASS, SKIPPED, JudgeConfig, judge
 from monitoring.models import Severity
 from monitoring.services.alerts import alert_raise
 from monitoring.sources import MetricSource, metric_source
 from monitoring.statistics import psi as psi_index
 
-STATUS = {PASS: "pass", FAIL: "fail", INCONCLUSIVE: "pending"}
+STATUS = {PASS: GuardrailStatus.PASS, FAIL: GuardrailStatus.FAIL, INCONCLUSIVE: GuardrailStatus.PENDING}
 
 
 def arm_config(endpoint) -> JudgeConfig:
@@ -90,7 +90,7 @@ def arm_guardrails_judge(
         if not psi:
             decision.checks.append(_psi_shown(arms[control], arms[name], config))
         out[name] = {
-            "status": STATUS[decision.outcome],
+            "status": str(STATUS[decision.outcome]),  # stored in the experiment's evidence (JSON)
             "reason": decision.reason,
             "checks": decision.checks,
             "judged_at": until.isoformat(),

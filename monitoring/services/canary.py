@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from django.urls import reverse
 from django.utils import timezone
 
-from deployments.rollout_machine import State
+from deployments.rollout_machine import State, VariantRole
 from deployments.selectors import rollouts as rollout_selectors
 from deployments.services.rollouts import rollout_apply_verdict
 from kernel.errors import InvalidInput
@@ -86,7 +86,7 @@ def judge_tick(
         now_s=until.timestamp(),
         seconds=(until - since).total_seconds(),
         step_seconds=step_seconds,
-        control="baseline" if stable_variant.endswith("-baseline") else "stable",
+        control=VariantRole.BASELINE if stable_variant.endswith("-baseline") else VariantRole.STABLE,
     )
     return Verdict.objects.create(
         rollout_id=rollout_id,

@@ -16,7 +16,7 @@ from kernel.errors import Conflict, Forbidden, InvalidInput
 from kernel.outbound import OutboundRefused, Unresolvable, post_json, vet_url
 from monitoring import conf
 from monitoring.models import Alert, ChannelKind, DeliveryStatus, NotificationDelivery, Severity
-from registry.models import Role
+from registry.models import EventAction, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -171,7 +171,11 @@ def channel_create(*, user, team, kind: str, target: str, min_severity: str = Se
             team=team, kind=kind, target=target, min_severity=min_severity, enabled=enabled
         )
         event_record(
-            actor=user, obj=channel, team=team, action="channel_created", data={"kind": kind, "target": target}
+            actor=user,
+            obj=channel,
+            team=team,
+            action=EventAction.CHANNEL_CREATED,
+            data={"kind": kind, "target": target},
         )
     return channel
 
@@ -187,7 +191,7 @@ def channel_delete(*, user, channel) -> None:
             actor=user,
             obj=channel,
             team=channel.team,
-            action="channel_deleted",
+            action=EventAction.CHANNEL_DELETED,
             data={"kind": channel.kind, "target": channel.target},
         )
         channel.delete()

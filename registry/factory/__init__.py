@@ -39,6 +39,8 @@ ARTIFACT_ROOT; the directory's own name in the store is its sha256, so a pool co
 links it into its model repository under Artifact.triton_model_name.
 """
 
+from enum import StrEnum
+
 CPU_VARIANTS = ("onnx-fp32", "onnx-int8")
 GPU_VARIANTS = ("onnx-fp32-gpu", "onnx-fp16", "tensorrt")
 VARIANTS = CPU_VARIANTS + GPU_VARIANTS
@@ -52,6 +54,19 @@ TUNE_STAGE = "tune"
 TUNE_WEIGHT = 150
 
 
+class StageStatus(StrEnum):
+    """A build stage's status in Build.stages (the API and the build page show it)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+STAGE_DONE = frozenset({StageStatus.SUCCEEDED, StageStatus.SKIPPED})  # what the progress bar counts as done
+
+
 def stages_for(tune: bool) -> tuple[str, ...]:
     return STAGES + ((TUNE_STAGE,) if tune else ())
 
@@ -59,7 +74,7 @@ def stages_for(tune: bool) -> tuple[str, ...]:
 def stage_rows(tune: dict | None) -> list[dict]:
     """A build's stage records as it starts: every stage pending."""
     return [
-        {"name": s, "status": "pending", "started_at": None, "duration_s": None, "log": ""}
+        {"name": s, "status": str(StageStatus.PENDING), "started_at": None, "duration_s": None, "log": ""}
         for s in stages_for(bool(tune))
     ]
 

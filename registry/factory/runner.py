@@ -20,7 +20,7 @@ from pathlib import Path
 from django.db import connection
 
 from registry import storage
-from registry.factory import GPU_VARIANTS, box, conf, numerics, stages, stages_for
+from registry.factory import GPU_VARIANTS, StageStatus, box, conf, numerics, stages, stages_for
 from registry.models import ArtifactStatus, Build, VersionData
 from registry.services import builds as build_services
 
@@ -160,7 +160,7 @@ class _StageLog:
                 build_id=self.build_id,
                 owner=self.owner,
                 stage=self.stage,
-                status="running",
+                status=StageStatus.RUNNING,
                 log=self.rest(),
                 share=share,
             )
@@ -186,7 +186,7 @@ def run(build_id: int, *, owner: str) -> str:
         for current in plan:
             if heartbeat.lost.is_set():
                 raise build_services.LeaseLost(f"lost the lease of build #{build_id}")
-            build_services.build_stage_update(build_id=build_id, owner=owner, stage=current, status="running")
+            build_services.build_stage_update(build_id=build_id, owner=owner, stage=current, status=StageStatus.RUNNING)
             started = time.monotonic()
             sink.start(current)
             try:
@@ -197,7 +197,7 @@ def run(build_id: int, *, owner: str) -> str:
                     build_id=build_id,
                     owner=owner,
                     stage=current,
-                    status="failed",
+                    status=StageStatus.FAILED,
                     log=sink.rest(),
                     duration_s=time.monotonic() - started,
                 )
@@ -220,7 +220,7 @@ def run(build_id: int, *, owner: str) -> str:
                 build_id=build_id,
                 owner=owner,
                 stage=current,
-                status="succeeded",
+                status=StageStatus.SUCCEEDED,
                 log=sink.rest(),
                 duration_s=time.monotonic() - started,
             )
@@ -251,7 +251,7 @@ def run(build_id: int, *, owner: str) -> str:
         try:
             sink.append(reason)
             build_services.build_stage_update(
-                build_id=build_id, owner=owner, stage=current, status="failed", log=sink.rest()
+                build_id=build_id, owner=owner, stage=current, status=StageStatus.FAILED, log=sink.rest()
             )
             build_services.build_fail(
                 build_id=build_id, owner=owner, reason=f"{current}: {reason}", code="internal_error"

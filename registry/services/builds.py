@@ -14,10 +14,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from kernel.errors import Conflict, InvalidInput, scrub_paths
+from registry import factory
 from registry.factory import DEFAULT_TARGETS, VARIANTS, conf, queue_for, stage_rows, stage_weight
 from registry.factory.tune import request as tune_request
 from registry.lock_objects import build_for_update
-from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, ModelVersion, Role, VersionStatus
+from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, EventAction, ModelVersion, Role, VersionStatus
 from registry.services.catalog import version_set_status
 from registry.services.events import event_record
 from registry.services.teams import require_role
@@ -39,7 +40,7 @@ def _set_status(build: Build, status: str, *, actor=None, reason: str = "", data
         actor=actor,
         obj=build,
         team=_team(build),
-        action="status_changed",
+        action=EventAction.STATUS_CHANGED,
         from_state=old,
         to_state=status,
         reason=reason,
@@ -123,7 +124,7 @@ def build_start(
                 actor=user,
                 obj=build,
                 team=version.model.team,
-                action="created",
+                action=EventAction.CREATED,
                 to_state=BuildStatus.QUEUED,
                 data={"targets": targets, "queue": queue_for(targets), **({"tune": tune} if tune else {})},
             )
@@ -241,16 +242,16 @@ def build_stage_update(
         build = _fenced(build_id, owner)
         stages = build.stages
         entry = next(s for s in stages if s["name"] == stage)
-        if status == "running" and not entry.get("started_at"):
+        if status == factory.StageStatus.RUNNING and not entry.get("started_at"):
             entry["started_at"] = timezone.now().isoformat()
-        entry["status"] = status
+        entry["status"] = str(factory.StageStatus(status))  # an unknown status is a ValueError, never stored
         if log:
             entry["log"] = (entry.get("log") or "") + scrub_paths(log)
         if duration_s is not None:
             entry["duration_s"] = round(duration_s, 3)
         tuned = bool(build.tune)
-        done = sum(stage_weight(s["name"], tuned) for s in stages if s["status"] in ("succeeded", "skipped"))
-        if status == "running" and share is not None:
+        done = sum(stage_weight(s["name"], tuned) for s in stages if s["status"] in factory.STAGE_DONE)
+        if status == factory.StageStatus.RUNNING and share is not None:
             done += stage_weight(stage, tuned) * max(0.0, min(1.0, float(share)))
         build.stages = stages
         build.progress = min(100, int(done + 1e-6))
@@ -336,7 +337,7 @@ def builds_reclaim(*, limit: int | None = None) -> list[int]:
                     actor=None,
                     obj=build,
                     team=_team(build),
-                    action="redispatched",
+                    action=EventAction.REDISPATCHED,
                     from_state=build.status,
                     to_state=build.status,
                     reason="queued and unclaimed too long; sent again",

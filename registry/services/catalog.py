@@ -16,7 +16,16 @@ from django.db.models import Max
 from kernel.errors import Conflict, InvalidInput, NotFound, TooLarge
 from registry import names, onnx_files, storage
 from registry.lock_objects import model_for_update, version_for_update
-from registry.models import Framework, ModelVersion, RegisteredModel, Role, Task, VersionSource, VersionStatus
+from registry.models import (
+    EventAction,
+    Framework,
+    ModelVersion,
+    RegisteredModel,
+    Role,
+    Task,
+    VersionSource,
+    VersionStatus,
+)
 from registry.selectors.catalog import model_list
 from registry.services.events import event_record
 from registry.services.teams import require_role
@@ -47,7 +56,7 @@ def model_create(*, user, name: str, team: Group, description: str = "", task: s
         model = RegisteredModel.objects.create(
             name=name, team=team, description=description, task=task, created_by=user
         )
-        event_record(actor=user, obj=model, action="created", to_state="registered")
+        event_record(actor=user, obj=model, action=EventAction.CREATED, to_state="registered")
     return model
 
 
@@ -69,7 +78,7 @@ def model_update(
         for key, value in changes.items():
             setattr(model, key, value)
         model.save(update_fields=[*changes, "updated_at"])
-        event_record(actor=user, obj=model, action="updated", data={"fields": sorted(changes)})
+        event_record(actor=user, obj=model, action=EventAction.UPDATED, data={"fields": sorted(changes)})
     return model
 
 
@@ -83,7 +92,7 @@ def model_delete(*, user, model: RegisteredModel) -> None:
             raise Conflict(
                 f"Model {model.name!r} has {count} version(s); archive or delete them first.", code="model_in_use"
             )
-        event_record(actor=user, obj=model, action="deleted", from_state="registered", to_state="deleted")
+        event_record(actor=user, obj=model, action=EventAction.DELETED, from_state="registered", to_state="deleted")
         model.delete()
 
 
@@ -153,7 +162,7 @@ def version_create_from_upload(
                 actor=user,
                 obj=version,
                 team=locked.team,
-                action="created",
+                action=EventAction.CREATED,
                 to_state=version.status,
                 data={"source": "upload", "sha256": sha, "size": size},
             )
@@ -264,7 +273,7 @@ def version_create_from_mlflow(
             actor=user,
             obj=version,
             team=locked.team,
-            action="created",
+            action=EventAction.CREATED,
             to_state=version.status,
             data={"source": "mlflow", "source_uri": source_uri},
         )
@@ -285,7 +294,7 @@ def version_set_status(*, user, version: ModelVersion, status: str, reason: str 
             actor=user,
             obj=locked,
             team=locked.model.team,
-            action="status_changed",
+            action=EventAction.STATUS_CHANGED,
             from_state=old,
             to_state=status,
             reason=reason,

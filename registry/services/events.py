@@ -7,7 +7,7 @@ import logging
 
 from django.db import transaction
 
-from registry.models import Event
+from registry.models import Event, EventAction
 
 log = logging.getLogger("modelplane.events")
 
@@ -16,14 +16,18 @@ def event_record(
     *,
     actor,
     obj,
-    action: str,
+    action: EventAction,
     team=None,
     from_state: str = "",
     to_state: str = "",
     reason: str = "",
     data: dict | None = None,
 ) -> Event:
-    """Append one audit event; call inside the transaction of the change it records."""
+    """Append one audit event; call inside the transaction of the change it records.
+    `action` is a member of EventAction (the trail's one vocabulary); anything else is a
+    programming error, refused before anything is written."""
+    if not isinstance(action, EventAction):
+        raise TypeError(f"event_record: action {action!r} is not an EventAction (registry.models.EventAction)")
     if team is None:
         team = getattr(obj, "team", None)
     event = Event.objects.create(

@@ -4,7 +4,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from kernel.errors import Forbidden, InvalidInput
-from registry.models import Role, TeamMembership
+from registry.models import EventAction, Role, TeamMembership
 from registry.selectors.teams import user_role_in
 from registry.services.events import event_record
 
@@ -21,7 +21,7 @@ def team_create(*, user, name: str) -> Group:
     with transaction.atomic():
         team, created = Group.objects.get_or_create(name=name)
         if created:
-            event_record(actor=user, obj=team, team=team, action="created", to_state="active")
+            event_record(actor=user, obj=team, team=team, action=EventAction.CREATED, to_state="active")
     return team
 
 
@@ -38,5 +38,5 @@ def membership_set(*, user, team: Group, member, role: str) -> TeamMembership:
         membership.role = role
         membership.save(update_fields=["role"])
         member.groups.add(team)
-        event_record(actor=user, obj=membership, team=team, action="role_set", from_state=old, to_state=role)
+        event_record(actor=user, obj=membership, team=team, action=EventAction.ROLE_SET, from_state=old, to_state=role)
     return membership

@@ -15,7 +15,7 @@ from django.db import transaction
 from kernel.errors import InvalidInput, TooLarge
 from registry import data_files, storage
 from registry.lock_objects import version_for_update
-from registry.models import DataKind, ModelVersion, Role, VersionData
+from registry.models import DataKind, EventAction, ModelVersion, Role, VersionData
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -75,7 +75,7 @@ def _replace(
                 actor=user,
                 obj=locked,
                 team=locked.model.team,
-                action="data_attached",
+                action=EventAction.DATA_ATTACHED,
                 data={"kind": kind, "format": fmt, "rows": row.rows, "sha256": sha, "label": row.label},
             )
     except BaseException:
@@ -129,6 +129,8 @@ def version_data_remove(*, user, version: ModelVersion, kind: str) -> bool:
             return False
         path = row.path
         row.delete()
-        event_record(actor=user, obj=locked, team=locked.model.team, action="data_removed", data={"kind": kind})
+        event_record(
+            actor=user, obj=locked, team=locked.model.team, action=EventAction.DATA_REMOVED, data={"kind": kind}
+        )
     storage.delete_if_unreferenced(path, VersionData.objects.filter(path=path).exists())
     return True

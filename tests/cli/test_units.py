@@ -16,7 +16,7 @@ import pytest
 from modelplane_cli import config, exits, output
 from modelplane_cli.commands.rollouts import parse_steps
 from modelplane_cli.exits import CliError
-from modelplane_cli.watch import state_text, verdict_line
+from modelplane_cli.watch import event_line, state_text, verdict_line
 from tests.cli.conftest import ROOT
 
 
@@ -93,6 +93,15 @@ def test_progress_redraws_on_a_terminal_and_prints_lines_elsewhere(monkeypatch, 
         assert "\r\x1b[2Kbuild 1 [######------------------]  25%" in text and text.count("\r\x1b[2K") == 4
     else:
         assert text == "  stage canonicalize succeeded in 0.4s\n"
+
+
+def test_a_state_change_reads_as_a_move_and_other_actions_are_named():
+    steps = [1000, 10000]
+    moved = {"time": "2026-11-23T10:00:00Z", "from_state": "canary[0]", "to_state": "canary[1]", "reason": "passed"}
+    for action in ("status_changed", "transition"):  # "transition": what servers before issue 23 wrote
+        line = event_line({**moved, "action": action}, steps)
+        assert "canary step 1/2 (10%) → canary step 2/2 (100%)" in line and action not in line, line
+    assert "baseline_unavailable: canary step 1/2" in event_line({**moved, "action": "baseline_unavailable"}, steps)
 
 
 def test_rollout_lines_count_steps_from_one():

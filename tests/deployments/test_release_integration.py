@@ -12,21 +12,14 @@ steady traffic through it.
    candidate, the stable untouched.
 """
 
-import sys
-
 import pytest
-from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 
-from deployments.models import Endpoint, PoolModel, PoolModelState, Release, ReleaseState, Rollout
+from deployments.models import Endpoint, Release, ReleaseState, Rollout
 from deployments.services import endpoints as endpoint_services
-from deployments.services import pools as pool_services
 from deployments.services import releases as release_services
 from harness import factories
-from harness.artifacts import package_artifact
-from harness.gateway import GatewayProcess
-from harness.load import Load
-from harness.processes import CeleryWorker, spawn, stop, wait_for
+from harness.closed_loop import ClosedLoop
+from harness.processes import wait_for
 from kernel import tritonserver
 from registry.models import Artifact, Build
 from tests.conftest import require_service
@@ -60,53 +53,17 @@ def test_build_tune_canary_promoted_then_a_config_over_the_slo_rolled_back(
 ):
     require_service("postgres", "redis")
     tritonserver.find_binary()
-    gateway_user = factories.user("gateway-svc")
-    gateway_user.user_permissions.add(Permission.objects.get(codename="read_routes"))
-    gateway = GatewayProcess(
+    with ClosedLoop(
+        live_server.url,
+        subprocess_env,
         tmp_path,
-        {
-            "GATEWAY_ROUTES_URL": f"{live_server.url}/api/v1/gateway/routes",
-            "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
-            "GATEWAY_POLL_INTERVAL_MS": "250",
-        },
-    )
-    env = {
-        **subprocess_env,
-        **fast_build_env(),
-        **TUNE_ENV,
-        "POOLS_DIR": str(pools_dir),
-        "GATEWAY_METRICS_URL": f"{gateway.url}/metrics",
-        "MONITORING_PUBLIC_URL": live_server.url,
-    }
-    procs = {
-        "pools": spawn(
-            [sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"],
-            env,
-            tmp_path / "pools.log",
-        ),
-        "beat": spawn(
-            [sys.executable, "-m", "celery", "-A", "config", "beat", f"--schedule={tmp_path / 'beat-schedule'}"],
-            env,
-            tmp_path / "beat.log",
-        ),
-    }
-    control = CeleryWorker(env, tmp_path / "control.log", queues="control").start()
-    builder = CeleryWorker(env, tmp_path / "build.log", queues="build-cpu").start()
-    load = None
-    try:
-        stable = package_artifact(team_a, onnx_path, tmp_path)
-        pool = pool_services.pool_create(user=deployer, name="rel", team=team_a, replicas=1)
-        endpoint = endpoint_services.endpoint_create(
-            user=deployer, name="ctr", pool=pool, stable_artifact=stable, slo_p99_ms=500, public=True
-        )
-        wait_for(
-            lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(),
-            timeout=90,
-            what="stable READY",
-        )
-        gateway.start(timeout=30)
-        load = Load(f"{gateway.url}/v2/models/ctr/infer", rate=80, threads=2).start()
-        wait_for(lambda: load.statuses.count(200) > 30, timeout=30, what="traffic through the gateway")
+        pools_dir,
+        env={**fast_build_env(), **TUNE_ENV},
+        queues=("control", "build-cpu"),
+        beat_args=(),
+    ) as loop:
+        stable, pool, endpoint = loop.serve(team_a, deployer, onnx_path, pool="rel")
+        load = loop.load("ctr", rate=80, threads=2, warm=30)
 
         # 1. build -> tune -> canary -> promoted ------------------------------------------------------
         v2 = upload_version(deployer, stable.version.model, onnx_path)
@@ -148,7 +105,9 @@ def test_build_tune_canary_promoted_then_a_config_over_the_slo_rolled_back(
             slo_p99_ms=2000,
             tune_budget_s=8,
             max_trials=3,
-            rollout_options={**CANARY, "step_min_seconds": 60},
+            # one step at 100 %: below it the p99 guardrail also asks that the candidate be worse than
+            # the baseline copy, and here both are over a 1 ms SLO (issue 21); alone, the SLO applies
+            rollout_options={**CANARY, "steps_bp": [10000], "step_min_seconds": 60},
         )
         assert release.slo_p99_ms == 2000
         done = wait_for(lambda: _ended(release.pk), timeout=420, what="the second release to end", interval=1)
@@ -165,11 +124,3 @@ def test_build_tune_canary_promoted_then_a_config_over_the_slo_rolled_back(
         client.force_login(page)
         card = client.get("/deployments/endpoints/ctr/release/").content.decode()
         assert "Rolled back" in card and "Measured by the canary" in card
-    finally:
-        if load:
-            load.stop()
-        control.stop()
-        builder.stop()
-        gateway.stop()
-        for proc in procs.values():
-            stop(proc)

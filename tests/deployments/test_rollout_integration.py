@@ -12,25 +12,18 @@ Three rollouts on one endpoint, in order:
 
 import json
 import signal
-import sys
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 
-from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
+from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import State
-from deployments.services import endpoints as endpoint_services
-from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
-from harness import factories
 from harness.artifacts import package_artifact
-from harness.gateway import GatewayProcess
-from harness.load import Load
-from harness.processes import CeleryWorker, spawn, stop, wait_for
+from harness.closed_loop import ClosedLoop
+from harness.processes import wait_for
 from kernel import tritonserver
 from monitoring.models import Alert, MetricSample, Verdict
 from tests.conftest import require_service
@@ -62,182 +55,127 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
     require_service("postgres", "redis")
     tritonserver.find_binary()
     webhook = Webhook()
-    gateway_user = factories.user("gateway-svc")
-    gateway_user.user_permissions.add(Permission.objects.get(codename="read_routes"))
-    gateway = GatewayProcess(
-        tmp_path,
-        {
-            "GATEWAY_ROUTES_URL": f"{live_server.url}/api/v1/gateway/routes",
-            "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
-            "GATEWAY_POLL_INTERVAL_MS": "250",
-        },
-    )
-    env = {
-        **subprocess_env,
-        "POOLS_DIR": str(pools_dir),
-        "MONITORING_ALERT_WEBHOOKS": webhook.url,
-        "OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",  # the receiver is local: the operator allows it
-        "GATEWAY_METRICS_URL": f"{gateway.url}/metrics",
-        "MONITORING_PUBLIC_URL": live_server.url,
-    }
-    beat_args = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "config",
-        "beat",
-        "--loglevel=INFO",
-        f"--schedule={tmp_path / 'beat-schedule'}",
-    ]
-    procs = {
-        "pools": spawn(
-            [sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"],
-            env,
-            tmp_path / "pools.log",
-        ),
-        "beat": spawn(beat_args, env, tmp_path / "beat.log"),
-    }
-    worker = CeleryWorker(env, tmp_path / "worker.log", queues="control").start()
-    load = None
     try:
-        stable = package_artifact(team_a, onnx_path, tmp_path)
-        pool = pool_services.pool_create(user=deployer, name="loop", team=team_a, replicas=1)
-        endpoint = endpoint_services.endpoint_create(
-            user=deployer,
-            name="ctr",
-            pool=pool,
-            stable_artifact=stable,
-            slo_p99_ms=500,
-            slo_error_rate=0.02,
-            public=True,
-        )  # the load has no key
-        wait_for(
-            lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(),
-            timeout=90,
-            what="stable READY",
-        )
-        gateway.start(timeout=30)
-        load = Load(f"{gateway.url}/v2/models/ctr/infer", rate=120, threads=3).start()
-        wait_for(lambda: load.statuses.count(200) > 50, timeout=30, what="traffic through the gateway")
+        with ClosedLoop(
+            live_server.url,
+            subprocess_env,
+            tmp_path,
+            pools_dir,
+            env={"MONITORING_ALERT_WEBHOOKS": webhook.url, "OUTBOUND_ALLOWED_HOSTS": "127.0.0.1"},
+        ) as loop:
+            stable, pool, endpoint = loop.serve(team_a, deployer, onnx_path, pool="loop", slo_error_rate=0.02)
+            load = loop.load("ctr", rate=120, threads=3, warm=50)
 
-        # 1. restart safety mid-canary ------------------------------------------------------------
-        slow = package_artifact(team_a, onnx_path, tmp_path)
-        rollout = rollout_services.rollout_start(
-            user=deployer,
-            endpoint=endpoint,
-            candidate=slow,
-            steps_bp=[2000, 10000],
-            step_min_seconds=600,
-            step_deadline_seconds=900,
-        )
-        wait_for(lambda: Rollout.objects.get(pk=rollout.pk).state == State.CANARY, timeout=90, what="canary")
-        before = Rollout.objects.get(pk=rollout.pk)
-        wait_for(lambda: Verdict.objects.filter(rollout_id=rollout.pk).exists(), timeout=30, what="first verdict")
-        worker.kill(signal.SIGKILL)
-        stop(procs["beat"], signal.SIGKILL)
-        procs["beat"] = spawn(beat_args, env, tmp_path / "beat-2.log")
-        worker = CeleryWorker(env, tmp_path / "worker-2.log", queues="control").start()
-        seen = Verdict.objects.filter(rollout_id=rollout.pk).count()
-        wait_for(
-            lambda: Verdict.objects.filter(rollout_id=rollout.pk).count() > seen + 2,
-            timeout=30,
-            what="judging after restart",
-        )
-        after = Rollout.objects.get(pk=rollout.pk)
-        assert (after.state, after.step_index, after.step_started_at) == (State.CANARY, 0, before.step_started_at)
-        assert (
-            2000 / 10000 - 0.08
-            < load.variants[-200:].count(f"v{slow.version.version}-onnx-fp32") / 200
-            < 2000 / 10000 + 0.08
-        )
-        rollout_services.rollout_rollback(user=deployer, rollout=after, reason="end of the restart check")
-        wait_for(
-            lambda: Rollout.objects.get(pk=rollout.pk).state == State.ROLLED_BACK,
-            timeout=60,
-            what="manual rollback done",
-        )
+            # 1. restart safety mid-canary ------------------------------------------------------------
+            slow = package_artifact(team_a, onnx_path, tmp_path)
+            rollout = rollout_services.rollout_start(
+                user=deployer,
+                endpoint=endpoint,
+                candidate=slow,
+                steps_bp=[2000, 10000],
+                step_min_seconds=600,
+                step_deadline_seconds=900,
+            )
+            wait_for(lambda: Rollout.objects.get(pk=rollout.pk).state == State.CANARY, timeout=90, what="canary")
+            before = Rollout.objects.get(pk=rollout.pk)
+            wait_for(lambda: Verdict.objects.filter(rollout_id=rollout.pk).exists(), timeout=30, what="first verdict")
+            loop.crash_control_plane(signal.SIGKILL)
+            seen = Verdict.objects.filter(rollout_id=rollout.pk).count()
+            wait_for(
+                lambda: Verdict.objects.filter(rollout_id=rollout.pk).count() > seen + 2,
+                timeout=30,
+                what="judging after restart",
+            )
+            after = Rollout.objects.get(pk=rollout.pk)
+            assert (after.state, after.step_index, after.step_started_at) == (State.CANARY, 0, before.step_started_at)
+            assert (
+                2000 / 10000 - 0.08
+                < load.variants[-200:].count(f"v{slow.version.version}-onnx-fp32") / 200
+                < 2000 / 10000 + 0.08
+            )
+            rollout_services.rollout_rollback(user=deployer, rollout=after, reason="end of the restart check")
+            wait_for(
+                lambda: Rollout.objects.get(pk=rollout.pk).state == State.ROLLED_BACK,
+                timeout=60,
+                what="manual rollback done",
+            )
 
-        # 2. a bad candidate is rolled back by the judge, clients see no errors ------------------
-        phase_start = len(load.records)
-        bad = package_artifact(team_a, onnx_path, tmp_path, error_rate=0.2)
-        rollout = rollout_services.rollout_start(
-            user=deployer,
-            endpoint=endpoint,
-            candidate=bad,
-            steps_bp=[2000, 10000],
-            step_min_seconds=60,
-            step_deadline_seconds=120,
-        )
-        wait_for(
-            lambda: Rollout.objects.get(pk=rollout.pk).traffic_started_at, timeout=90, what="bad candidate gets traffic"
-        )
-        onset = Rollout.objects.get(pk=rollout.pk).traffic_started_at
-        rolled = wait_for(
-            lambda: (r := Rollout.objects.get(pk=rollout.pk)).traffic_stopped_at and r,
-            timeout=60,
-            what="automatic rollback",
-        )
-        assert rolled.state in (State.ROLLING_BACK, State.ROLLED_BACK) and "judge" in rolled.reason
-        assert (rolled.traffic_stopped_at - onset).total_seconds() < 30
-        alert = wait_for(
-            lambda: Alert.objects.filter(rollout_id=rollout.pk, kind="rollout_rolled_back").first(),
-            timeout=15,
-            what="rollback alert",
-        )  # raised right after the transition commits
-        assert alert.severity == "critical" and alert.evidence["checks"]
-        delivered = wait_for(
-            lambda: [m for m in webhook.received if m.get("alert", {}).get("rollout_id") == rollout.pk],
-            timeout=30,
-            what="webhook delivery",
-        )
-        assert "text" in delivered[0] and "rolled back" in delivered[0]["text"]
-        # Failover: no client sees the bad candidate's failures. (Overload of this 2-core
-        # machine can still time out a few requests on stable; those are bounded, not zero.)
-        bad_variant = f"v{bad.version.version}-onnx-fp32"
-        phase = load.records[phase_start:]
-        assert [r for r in phase if r[1] != 200 and r[2] == bad_variant] == []
-        assert sum(1 for r in phase if r[1] != 200) <= max(3, len(phase) // 100), Counter(r[1] for r in phase)
-        wait_for(
-            lambda: Rollout.objects.get(pk=rollout.pk).state == State.ROLLED_BACK,
-            timeout=60,
-            what="bad candidate unloaded",
-        )
+            # 2. a bad candidate is rolled back by the judge, clients see no errors ------------------
+            phase_start = len(load.records)
+            bad = package_artifact(team_a, onnx_path, tmp_path, error_rate=0.2)
+            rollout = rollout_services.rollout_start(
+                user=deployer,
+                endpoint=endpoint,
+                candidate=bad,
+                steps_bp=[2000, 10000],
+                step_min_seconds=60,
+                step_deadline_seconds=120,
+            )
+            wait_for(
+                lambda: Rollout.objects.get(pk=rollout.pk).traffic_started_at,
+                timeout=90,
+                what="bad candidate gets traffic",
+            )
+            onset = Rollout.objects.get(pk=rollout.pk).traffic_started_at
+            rolled = wait_for(
+                lambda: (r := Rollout.objects.get(pk=rollout.pk)).traffic_stopped_at and r,
+                timeout=60,
+                what="automatic rollback",
+            )
+            assert rolled.state in (State.ROLLING_BACK, State.ROLLED_BACK) and "judge" in rolled.reason
+            assert (rolled.traffic_stopped_at - onset).total_seconds() < 30
+            alert = wait_for(
+                lambda: Alert.objects.filter(rollout_id=rollout.pk, kind="rollout_rolled_back").first(),
+                timeout=15,
+                what="rollback alert",
+            )  # raised right after the transition commits
+            assert alert.severity == "critical" and alert.evidence["checks"]
+            delivered = wait_for(
+                lambda: [m for m in webhook.received if m.get("alert", {}).get("rollout_id") == rollout.pk],
+                timeout=30,
+                what="webhook delivery",
+            )
+            assert "text" in delivered[0] and "rolled back" in delivered[0]["text"]
+            # Failover: no client sees the bad candidate's failures. (Overload of this 2-core
+            # machine can still time out a few requests on stable; those are bounded, not zero.)
+            bad_variant = f"v{bad.version.version}-onnx-fp32"
+            phase = load.records[phase_start:]
+            assert [r for r in phase if r[1] != 200 and r[2] == bad_variant] == []
+            assert sum(1 for r in phase if r[1] != 200) <= max(3, len(phase) // 100), Counter(r[1] for r in phase)
+            wait_for(
+                lambda: Rollout.objects.get(pk=rollout.pk).state == State.ROLLED_BACK,
+                timeout=60,
+                what="bad candidate unloaded",
+            )
 
-        # 3. a healthy candidate is promoted --------------------------------------------------------
-        good = package_artifact(team_a, onnx_path, tmp_path)
-        rollout = rollout_services.rollout_start(
-            user=deployer,
-            endpoint=endpoint,
-            candidate=good,
-            steps_bp=[5000, 10000],
-            step_min_seconds=2,
-            step_min_requests=50,
-            step_deadline_seconds=120,
-            promote_grace_seconds=1,
-        )
-        wait_for(
-            lambda: Rollout.objects.get(pk=rollout.pk).state in (State.SUCCEEDED, State.ROLLED_BACK, State.FAILED),
-            timeout=150,
-            what="healthy rollout finished",
-        )
-        done = Rollout.objects.get(pk=rollout.pk)
-        assert done.state == State.SUCCEEDED, done.reason
-        assert Endpoint.objects.get(pk=endpoint.pk).stable_artifact_id == good.pk
-        wait_for(
-            lambda: load.variants[-1] == f"v{good.version.version}-onnx-fp32",
-            timeout=10,
-            what="gateway serving the new stable",
-        )
-        # the gateway's sampled prediction scores reached the store (the PSI guardrail's feed)
-        assert MetricSample.objects.filter(
-            endpoint="ctr", variant=f"v{stable.version.version}-onnx-fp32", metric__startswith="score_bin:"
-        ).exists()
+            # 3. a healthy candidate is promoted --------------------------------------------------------
+            good = package_artifact(team_a, onnx_path, tmp_path)
+            rollout = rollout_services.rollout_start(
+                user=deployer,
+                endpoint=endpoint,
+                candidate=good,
+                steps_bp=[5000, 10000],
+                step_min_seconds=2,
+                step_min_requests=50,
+                step_deadline_seconds=120,
+                promote_grace_seconds=1,
+            )
+            wait_for(
+                lambda: Rollout.objects.get(pk=rollout.pk).state in (State.SUCCEEDED, State.ROLLED_BACK, State.FAILED),
+                timeout=150,
+                what="healthy rollout finished",
+            )
+            done = Rollout.objects.get(pk=rollout.pk)
+            assert done.state == State.SUCCEEDED, done.reason
+            assert Endpoint.objects.get(pk=endpoint.pk).stable_artifact_id == good.pk
+            wait_for(
+                lambda: load.variants[-1] == f"v{good.version.version}-onnx-fp32",
+                timeout=10,
+                what="gateway serving the new stable",
+            )
+            # the gateway's sampled prediction scores reached the store (the PSI guardrail's feed)
+            assert MetricSample.objects.filter(
+                endpoint="ctr", variant=f"v{stable.version.version}-onnx-fp32", metric__startswith="score_bin:"
+            ).exists()
     finally:
-        if load:
-            load.stop()
-        worker.stop()
-        gateway.stop()
-        for proc in procs.values():
-            stop(proc)
         webhook.server.shutdown()

@@ -8,24 +8,16 @@ agree (issue 15: "the header says rolled_back while the table says loading; the 
 timer keeps counting after a rollback"). Two rollouts: a healthy one started from the
 form and watched step by step to success, then one rolled back from the page's button."""
 
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 
-from deployments.models import PoolModel, PoolModelState, Rollout
+from deployments.models import Rollout
 from deployments.rollout_machine import State
-from deployments.services import endpoints as endpoint_services
-from deployments.services import pools as pool_services
-from harness import factories
 from harness.artifacts import package_artifact
-from harness.gateway import GatewayProcess
-from harness.load import Load
-from harness.processes import CeleryWorker, spawn, stop, wait_for
+from harness.closed_loop import ClosedLoop
 from kernel import tritonserver
 from tests.browser import login
 from tests.conftest import require_service
@@ -83,67 +75,11 @@ def test_a_rollout_watched_on_the_endpoint_page(
     require_service("postgres", "redis")
     tritonserver.find_binary()
     page = browser_page
-    gateway_user = factories.user("gateway-svc")
-    gateway_user.user_permissions.add(Permission.objects.get(codename="read_routes"))
-    gateway = GatewayProcess(
-        tmp_path,
-        {
-            "GATEWAY_ROUTES_URL": f"{live_server.url}/api/v1/gateway/routes",
-            "GATEWAY_TOKEN": Token.objects.create(user=gateway_user).key,
-            "GATEWAY_POLL_INTERVAL_MS": "250",
-        },
-    )
-    env = {
-        **subprocess_env,
-        "POOLS_DIR": str(pools_dir),
-        "GATEWAY_METRICS_URL": f"{gateway.url}/metrics",
-        "MONITORING_PUBLIC_URL": live_server.url,
-    }
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    procs = {
-        "pools": spawn(
-            [sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"],
-            env,
-            tmp_path / "pools.log",
-        ),
-        "beat": spawn(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "beat",
-                "--loglevel=INFO",
-                f"--schedule={tmp_path / 'beat-schedule'}",
-            ],
-            env,
-            tmp_path / "beat.log",
-        ),
-    }
-    worker = CeleryWorker(env, tmp_path / "worker.log", queues="control").start()
-    load = None
-    try:
-        stable = package_artifact(team_a, onnx_path, tmp_path)
-        pool = pool_services.pool_create(user=deployer, name="watch", team=team_a, replicas=1)
-        endpoint = endpoint_services.endpoint_create(
-            user=deployer,
-            name="ctr",
-            pool=pool,
-            stable_artifact=stable,
-            slo_p99_ms=500,
-            slo_error_rate=0.05,
-            public=True,
-            timeout_ms=5000,
+    with ClosedLoop(live_server.url, subprocess_env, tmp_path, pools_dir) as loop:
+        stable, pool, endpoint = loop.serve(
+            team_a, deployer, onnx_path, pool="watch", slo_error_rate=0.05, timeout_ms=5000
         )
-        wait_for(
-            lambda: PoolModel.objects.filter(artifact=stable, state=PoolModelState.READY).exists(),
-            timeout=90,
-            what="stable READY",
-        )
-        gateway.start(timeout=30)
-        load = Load(f"{gateway.url}/v2/models/ctr/infer", rate=80, threads=3).start()
-        wait_for(lambda: load.statuses.count(200) > 50, timeout=30, what="traffic through the gateway")
+        loop.load("ctr", rate=80, threads=3, warm=50)
         good = package_artifact(team_a, onnx_path, tmp_path)
 
         # 1. start from the form and watch it step to success --------------------------------------------
@@ -199,10 +135,3 @@ def test_a_rollout_watched_on_the_endpoint_page(
         assert Rollout.objects.get(pk=rollout.pk).state == State.ROLLED_BACK
         assert "watched it, rolling back" in page.inner_text("#rollout-card")
         page.screenshot(path=str(out / "rollout-rolled-back.png"), full_page=True)
-    finally:
-        if load:
-            load.stop()
-        worker.stop()
-        gateway.stop()
-        for proc in procs.values():
-            stop(proc)

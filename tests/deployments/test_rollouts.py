@@ -130,7 +130,7 @@ def test_steps_advance_on_pass_after_min_time_and_sample_then_promotion(deployer
         PoolModel.objects.get(pool=pool, artifact=old_stable).state == PoolModelState.DRAINING
     )  # unload with drain asked
     trail = list(
-        Event.objects.filter(object_type="deployments.rollout", action="transition")
+        Event.objects.filter(object_type="deployments.rollout", action="status_changed")
         .order_by("id")
         .values_list("from_state", "to_state")
     )
@@ -239,7 +239,7 @@ def test_concurrent_promote_and_rollback_end_in_one_consistent_state(deployer, e
         t.join()
     final = Rollout.objects.get(pk=rollout.pk)
     assert final.state in (State.PROMOTING, State.ROLLING_BACK)
-    trail = list(Event.objects.filter(object_type="deployments.rollout", action="transition").order_by("id"))
+    trail = list(Event.objects.filter(object_type="deployments.rollout", action="status_changed").order_by("id"))
     for before, after in zip(trail, trail[1:]):
         assert after.from_state == before.to_state  # one serial history, no lost update
     assert trail[-1].to_state == final.state and final.generation == len(trail) + 1

@@ -104,7 +104,7 @@ def test_an_erroring_arm_stops_the_experiment_for_harm_naming_the_check(experime
     assert (exp.state, exp.decision, exp.winner.name) == ("decided", "stop", control)
     assert result["guardrails"][bad]["status"] == "fail" and result["guardrails"][good]["status"] != "fail"
     assert result["candidates"][bad]["decision"] == "stop" and result["guardrails_ok"] is False
-    event = Event.objects.filter(object_id=exp.pk, action="state_changed", to_state="decided").get()
+    event = Event.objects.filter(object_id=exp.pk, action="status_changed", to_state="decided").get()
     assert f"guardrail failed on {bad} (" in event.reason and "error_rate" in event.reason and good not in event.reason
     failed = event.data["guardrails"]
     assert list(failed) == [bad] and "error_rate" in {c["name"] for c in failed[bad]["checks"]}

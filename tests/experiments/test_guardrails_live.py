@@ -188,7 +188,7 @@ def test_arms_judged_from_real_gateway_metrics_aa_runs_on_and_a_failing_arm_stop
     g = result["guardrails"][broken_arm]
     failed = {c["name"] for c in g["checks"] if c["outcome"] == "fail"}
     assert g["status"] == "fail" and {"error_rate", "error_slo"} <= failed, g["reason"]
-    event = Event.objects.get(object_id=exp.pk, action="state_changed", to_state="decided")
+    event = Event.objects.get(object_id=exp.pk, action="status_changed", to_state="decided")
     assert (
         event.reason.startswith(f"stopped for harm: guardrail failed on {broken_arm} (")
         and "error_rate" in event.reason

@@ -42,13 +42,13 @@ def test_continuously_monitored_aa_false_ship_rate_is_at_most_alpha(plan):
     _, lf = _run(np.random.default_rng(20261123), plan, {"control": BASE, "candidate": BASE}, sims=240)
     decisions = A.decide(lower=lf["lower"], upper=lf["upper"], mde=MDE, srm_flagged=False)
     first, _ = S.first_decision(decisions)  # looked at after every one of 50 batches
-    false_ship = (first == A.SHIP).mean()
-    false_any = (first != A.CONTINUE).mean()
+    false_ship = (first == A.ArmDecision.SHIP).mean()
+    false_any = (first != A.ArmDecision.CONTINUE).mean()
     assert false_ship <= ALPHA and false_any <= ALPHA
     # The same data peeked at with a fixed-horizon interval ships far more often: the
     # simulation has the power to catch an invalid interval.
     peek = S.first_decision(A.decide(lower=lf["fixed_lower"], upper=lf["fixed_upper"], mde=MDE, srm_flagged=False))[0]
-    assert (peek != A.CONTINUE).mean() > 2 * ALPHA
+    assert (peek != A.ArmDecision.CONTINUE).mean() > 2 * ALPHA
 
 
 def test_five_percent_lift_is_detected_with_80_percent_power_at_the_planned_sample(plan):
@@ -56,10 +56,10 @@ def test_five_percent_lift_is_detected_with_80_percent_power_at_the_planned_samp
     arms, lf = _run(np.random.default_rng(7), plan, {"control": BASE, "candidate": BASE * (1 + MDE)}, sims=240)
     assert abs(arms["control"]["units"][:, -1].mean() / plan.units_per_arm - 1) < 0.03
     first, look = S.first_decision(A.decide(lower=lf["lower"], upper=lf["upper"], mde=MDE, srm_flagged=False))
-    assert (first == A.SHIP).mean() >= 0.8
-    assert (first == A.STOP).mean() == 0
+    assert (first == A.ArmDecision.SHIP).mean() >= 0.8
+    assert (first == A.ArmDecision.STOP).mean() == 0
     # Sequential stops early on average.
-    assert np.median(look[first == A.SHIP]) < LOOKS - 1
+    assert np.median(look[first == A.ArmDecision.SHIP]) < LOOKS - 1
 
 
 def test_srm_flags_a_one_percent_skew_by_400k_units_and_never_flags_a_fair_split():
@@ -76,12 +76,12 @@ def test_srm_flags_a_one_percent_skew_by_400k_units_and_never_flags_a_fair_split
 
 
 def test_srm_blocks_a_decision_even_with_a_clear_lift():
-    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=True) == A.BLOCKED
-    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=False) == A.SHIP
-    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=False, guardrails_ok=False) == A.STOP
-    assert A.decide(lower=-0.3, upper=-0.1, mde=MDE, srm_flagged=False) == A.STOP
+    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=True) == A.ArmDecision.BLOCKED
+    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=False) == A.ArmDecision.SHIP
+    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=False, guardrails_ok=False) == A.ArmDecision.STOP
+    assert A.decide(lower=-0.3, upper=-0.1, mde=MDE, srm_flagged=False) == A.ArmDecision.STOP
     # A metric planned to fall (negative MDE) ships on the other side.
-    assert A.decide(lower=-0.3, upper=-0.1, mde=-MDE, srm_flagged=False) == A.SHIP
+    assert A.decide(lower=-0.3, upper=-0.1, mde=-MDE, srm_flagged=False) == A.ArmDecision.SHIP
 
 
 def test_delta_method_covers_where_the_per_exposure_binomial_variance_does_not():
@@ -121,7 +121,7 @@ def test_analyze_reports_arms_lift_and_srm():
         arms[name] = A.sums_from_units(n, rng.binomial(n, rate))
     res = A.analyze(arms, control="control", allocation={"control": 0.5, "candidate": 0.5}, alpha=ALPHA, mde=MDE)
     cand = res["candidates"]["candidate"]
-    assert cand["lower"] < 0.2 < cand["upper"] and cand["decision"] == A.SHIP
+    assert cand["lower"] < 0.2 < cand["upper"] and cand["decision"] == A.ArmDecision.SHIP
     assert res["arms"]["control"]["units"] == 20000 and not res["srm"]["flagged"]
 
 
@@ -132,13 +132,13 @@ def test_plan_rejects_nonsense():
 
 def test_a_failing_guardrail_stops_for_harm_even_under_a_flagged_srm_and_pending_blocks_nothing():
     # machine harm is real whatever the split: a failing guardrail stops where SRM would block
-    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=True, guardrails_ok=False) == A.STOP
-    assert A.decide(lower=np.nan, upper=np.nan, mde=MDE, srm_flagged=False, guardrails_ok=False) == A.STOP
-    assert A.decide(lower=np.nan, upper=np.nan, mde=MDE, srm_flagged=False) == A.CONTINUE
+    assert A.decide(lower=0.1, upper=0.3, mde=MDE, srm_flagged=True, guardrails_ok=False) == A.ArmDecision.STOP
+    assert A.decide(lower=np.nan, upper=np.nan, mde=MDE, srm_flagged=False, guardrails_ok=False) == A.ArmDecision.STOP
+    assert A.decide(lower=np.nan, upper=np.nan, mde=MDE, srm_flagged=False) == A.ArmDecision.CONTINUE
     vec = A.decide(
         lower=[0.1, 0.1, -0.2], upper=[0.3, 0.3, -0.1], mde=MDE, srm_flagged=False, guardrails_ok=[True, False, True]
     )
-    assert list(vec) == [A.SHIP, A.STOP, A.STOP]
+    assert list(vec) == [A.ArmDecision.SHIP, A.ArmDecision.STOP, A.ArmDecision.STOP]
 
     rng = np.random.default_rng(2)
     arms = {}
@@ -156,8 +156,12 @@ def test_a_failing_guardrail_stops_for_harm_even_under_a_flagged_srm_and_pending
     cands = res["candidates"]
     # a pending guardrail (not enough data yet) does not hold a clear lift; a failing one stops,
     # with or without a lift to read (one unit: no interval) — though a 20 000-unit SRM is flagged here
-    assert res["srm"]["flagged"] and cands["good"]["decision"] == A.BLOCKED
-    assert cands["slow"]["decision"] == A.STOP and cands["new"]["decision"] == A.STOP and cands["new"]["lower"] is None
+    assert res["srm"]["flagged"] and cands["good"]["decision"] == A.ArmDecision.BLOCKED
+    assert (
+        cands["slow"]["decision"] == A.ArmDecision.STOP
+        and cands["new"]["decision"] == A.ArmDecision.STOP
+        and cands["new"]["lower"] is None
+    )
     assert [cands[n]["guardrails"] for n in ("good", "slow", "new")] == ["pending", "fail", "fail"]
     balanced = A.analyze(
         {k: arms[k] for k in ("control", "good")},
@@ -167,4 +171,4 @@ def test_a_failing_guardrail_stops_for_harm_even_under_a_flagged_srm_and_pending
         mde=MDE,
         guardrails={"good": "pending"},
     )
-    assert balanced["candidates"]["good"]["decision"] == A.SHIP
+    assert balanced["candidates"]["good"]["decision"] == A.ArmDecision.SHIP

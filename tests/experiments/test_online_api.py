@@ -221,7 +221,7 @@ def test_experiment_page_shows_arms_progress_srm_chart_and_decision(setup, deplo
     assert control in page and 'id="lift-chart"' in page and "lift-chart-data" in page
     assert f"100 of {exp.planned_units_per_arm} units per arm" in page
     assert "sample ratio mismatch" in page  # 300 vs 100 units is flagged
-    assert "blocked" in page and "state_changed" in page
+    assert "blocked" in page and "status_changed" in page
     other = Client()
     other.force_login(bob)
     assert other.get(f"/experiments/{exp.pk}/").status_code == 404

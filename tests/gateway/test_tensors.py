@@ -261,8 +261,9 @@ def test_check_costs_a_bounded_multiple_of_the_parse():
     import orjson
 
     image = body(tensor("pixels", "UINT8", [1, 3, 224, 224], [[[[0] * 224] * 224] * 3]))
-    parse_time = min(_timed(lambda: orjson.loads(image)) for _ in range(3))
-    check_time = min(_timed(lambda: problem(image, signature=IMAGE)) for _ in range(3))
+    # CPU time of this process, the best of five: other work on the machine does not count
+    parse_time = min(_timed(lambda: orjson.loads(image)) for _ in range(5))
+    check_time = min(_timed(lambda: problem(image, signature=IMAGE)) for _ in range(5))
     assert problem(image, signature=IMAGE) is None
     assert check_time < 10 * parse_time + 0.002, (check_time, parse_time)
 
@@ -270,16 +271,16 @@ def test_check_costs_a_bounded_multiple_of_the_parse():
         return problem(ctr(64), signature=CTR)
 
     assert _run() is None
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(200):
         _run()
-    per_request = (time.perf_counter() - t0) / 200
+    per_request = (time.process_time() - t0) / 200
     assert per_request < 0.002, per_request  # ~0.1 ms on this machine; generous for a busy one
 
 
 def _timed(fn):
     import time
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     fn()
-    return time.perf_counter() - t0
+    return time.process_time() - t0

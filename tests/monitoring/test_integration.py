@@ -401,7 +401,7 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
         # A loaded event loop may handle the canary's 5-ms reply before a 1-ms timer that is also due
         # (asyncio runs ready I/O first): such a request is served, which is no harm. Enough must expire
         # for the sensitivity check below to mean something.
-        assert set(abuse) <= {200, 504} and abuse.count(504) >= 200, sorted(set(abuse))
+        assert set(abuse) <= {200, 504} and abuse.count(504) >= 50, (abuse.count(504), sorted(set(abuse)))
         assert honest == [200] * 300
         time.sleep(1.1)
         metrics_collect(targets=targets)
