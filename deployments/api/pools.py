@@ -3,7 +3,7 @@
 Serving pools: /api/v1/pools/ (CRUD by name) and the actions scale, load, unload
 (POST /api/v1/pools/{name}/{action}/), plus the log tail of a replica.
 
-Why this is one long module: every pool request's serializer (create, update, scale, load, unload) and the viewset that documents them read together; to be split with the api package (issue 23).
+Why this is one long module: every pool request's serializer (create, update, scale, load, unload) and the viewset that documents them read together.
 """
 
 from django.contrib.auth.models import Group

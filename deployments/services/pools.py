@@ -5,7 +5,7 @@ pool_unload_request check the user's role, validate, record the wanted state wit
 audit Event in one transaction, and send a Celery task after commit that does the driver
 work (reconcile.py). Nothing is half-written: a bad request changes nothing.
 
-Why this is one long module: every write to a pool and its loads validates through the same field checks; to be split with the services package (issue 23).
+Why this is one long module: every write to a pool and its loads validates through the same field checks, and every load or unload request locks the pool the same way.
 """
 
 from __future__ import annotations

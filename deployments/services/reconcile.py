@@ -3,7 +3,7 @@ pool_teardown, run by the Celery tasks the pool requests send (pools.py) and by 
 `run_pools` supervisor. Idempotent: the rows say what remains. No row lock is held while
 a driver talks to processes or pods.
 
-Why this is one long module: a pool's reconcile and its replicas' sync read as one loop; to be split with the services package (issue 23).
+Why this is one long module: a pool's reconcile and its replicas' sync read as one loop, one lock and one state file per replica.
 """
 
 from __future__ import annotations

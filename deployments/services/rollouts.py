@@ -13,7 +13,9 @@ Two drivers move a rollout:
 Manual controls (promote, pause, resume, rollback) are services too; the API, the
 dashboard and the admin call them.
 
-Why this is one long module: the rollout's writes (start, reconcile, verdicts, manual controls) share its transition helper; ruff's 120-column format took it past the limit and it is to be split into a package (issue 23).
+Why this is one long module: the rollout's writes (start, reconcile, verdicts, manual controls)
+all go through one transition helper that checks the machine and records the event; the pool
+side (its models loaded, waited on and unloaded) is in rollout_loads.py.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from deployments.lock_objects import endpoint_for_update, rollout_for_update
-from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
+from deployments.models import Endpoint, PoolModelState, Rollout
 from deployments.rollout_machine import (
-    ACTIVE,
     DEFAULT_PLAN,
     FULL_BP,
     TERMINAL,
@@ -43,10 +44,11 @@ from deployments.rollout_machine import (
 from deployments.route_overlays import route_overlays
 from deployments.selectors.compatibility import require_servable_beside_stable
 from deployments.services import pools as pool_services
+from deployments.services import rollout_loads as loads
 from deployments.services.endpoints import require_servable
 from kernel.errors import Conflict, InvalidInput
 from registry.models import Artifact, EventAction, Role
-from registry.names import baseline_triton_name, triton_name
+from registry.names import baseline_triton_name
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -151,7 +153,7 @@ def rollout_start(
                 },
             )
             pool_services.pool_load_request(user=user, pool=endpoint.pool, artifact=candidate)
-            _request_baseline(rollout, user)
+            loads.baseline_request(rollout, user)
             _transition(rollout, State.LOADING, actor=user, reason="candidate load requested", now=now)
     except IntegrityError:
         raise Conflict(
@@ -218,92 +220,6 @@ def _transition(
     return rollout
 
 
-def _pool_model(rollout: Rollout, artifact: Artifact, name: str = "") -> PoolModel | None:
-    return PoolModel.objects.filter(
-        pool_id=rollout.endpoint.pool_id, triton_model_name=name or triton_name(artifact)
-    ).first()
-
-
-def _request_baseline(rollout: Rollout, user) -> None:
-    """Ask the pool for the rollout's baseline copy unless it is there or on its way; a copy
-    still draining from the rollout before is asked for again at the next tick."""
-    if not rollout.baseline_model:
-        return
-    pool_model = _pool_model(rollout, rollout.baseline_artifact, rollout.baseline_model)
-    if pool_model is not None and pool_model.state in (
-        PoolModelState.READY,
-        PoolModelState.LOADING,
-        PoolModelState.DRAINING,
-    ):
-        return
-    pool_services.pool_load_request(
-        user=user, pool=rollout.endpoint.pool, artifact=rollout.baseline_artifact, model_name=rollout.baseline_model
-    )
-
-
-def _baseline_used_elsewhere(rollout: Rollout) -> bool:
-    return (
-        Rollout.objects.filter(
-            endpoint__pool_id=rollout.endpoint.pool_id,
-            baseline_model=rollout.baseline_model,
-            state__in=[s.value for s in ACTIVE],
-        )
-        .exclude(pk=rollout.pk)
-        .exists()
-    )
-
-
-def _unload_baseline(rollout: Rollout) -> None:
-    """Drain and unload the rollout's baseline copy (unless another rollout on the pool uses it)."""
-    if not rollout.baseline_model or _baseline_used_elsewhere(rollout):
-        return
-    pool_model = _pool_model(rollout, rollout.baseline_artifact, rollout.baseline_model)
-    if pool_model is not None and pool_model.state in (
-        PoolModelState.READY,
-        PoolModelState.LOADING,
-        PoolModelState.FAILED,
-    ):
-        pool_services.pool_unload_request(
-            user=rollout.created_by,
-            pool=rollout.endpoint.pool,
-            model_name=pool_model.triton_model_name,
-            drain_timeout_s=30.0,
-            force=True,
-        )
-
-
-def _still_used(artifact: Artifact, pool_id: int, excluding_rollout: int) -> bool:
-    """Is the artifact served by an endpoint on this pool or wanted by another rollout?"""
-    if Endpoint.objects.filter(pool_id=pool_id, stable_artifact=artifact).exists():
-        return True
-    return (
-        Rollout.objects.filter(
-            endpoint__pool_id=pool_id, candidate_artifact=artifact, state__in=[s.value for s in ACTIVE]
-        )
-        .exclude(pk=excluding_rollout)
-        .exists()
-    )
-
-
-def _unload(rollout: Rollout, artifact: Artifact) -> str:
-    """Ask the pool to drain and unload `artifact` unless something still uses it; returns
-    the pool model's state ("" when it is not in the pool)."""
-    pool_model = _pool_model(rollout, artifact)
-    if pool_model is None:
-        return ""
-    if pool_model.state in (PoolModelState.READY, PoolModelState.LOADING) and not _still_used(
-        artifact, rollout.endpoint.pool_id, rollout.pk
-    ):
-        pool_model = pool_services.pool_unload_request(
-            user=rollout.created_by,
-            pool=rollout.endpoint.pool,
-            model_name=pool_model.triton_model_name,
-            drain_timeout_s=30.0,
-            force=True,
-        )
-    return pool_model.state
-
-
 def _plan_problem(rollout: Rollout) -> str:
     """Why the rollout's plan does not hold (Plan's own checks), or ""."""
     try:
@@ -330,9 +246,9 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
         if state in (State.PENDING, State.LOADING):
             return _reconcile_loading(locked, now)
         if state == State.ROLLING_BACK:
-            _unload_baseline(locked)
-            pool_state = _unload(locked, locked.candidate_artifact)
-            if pool_state in ("", PoolModelState.UNLOADED, PoolModelState.FAILED) or _still_used(
+            loads.baseline_unload(locked)
+            pool_state = loads.artifact_unload(locked, locked.candidate_artifact)
+            if pool_state in ("", PoolModelState.UNLOADED, PoolModelState.FAILED) or loads.still_used(
                 locked.candidate_artifact, locked.endpoint.pool_id, locked.pk
             ):
                 return _transition(
@@ -363,52 +279,11 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
                 now=now,
                 reason=f"promotion held for {locked.promote_grace_seconds:g}s; old stable unloaded",
             )
-            _unload_baseline(rollout)
+            loads.baseline_unload(rollout)
             if old_stable is not None and old_stable.pk != locked.candidate_artifact_id:
-                _unload(rollout, old_stable)
+                loads.artifact_unload(rollout, old_stable)
             return rollout
         return locked  # shadow / canary / paused: the judge (monitoring) or a person decides
-
-
-def _ready_everywhere(pool_model: PoolModel | None) -> bool:
-    return (
-        pool_model is not None
-        and pool_model.state == PoolModelState.READY
-        and bool(pool_model.replica_ready)
-        and all(pool_model.replica_ready.values())
-    )
-
-
-def _baseline_ready(locked: Rollout, now: datetime) -> bool:
-    """Is the baseline copy READY (or given up on: then the rollout goes on against the stable)?"""
-    if not locked.baseline_model:
-        return True
-    pool_model = _pool_model(locked, locked.baseline_artifact, locked.baseline_model)
-    if _ready_everywhere(pool_model):
-        return True
-    waited = (now - locked.created_at).total_seconds()
-    if (
-        pool_model is not None and pool_model.state == PoolModelState.FAILED
-    ) or waited > locked.load_timeout_seconds / 2:
-        why = (
-            pool_model.error[:1500] if pool_model is not None and pool_model.error else f"not READY after {waited:.0f}s"
-        )
-        event_record(
-            actor=None,
-            obj=locked,
-            team=locked.endpoint.team,
-            action=EventAction.BASELINE_UNAVAILABLE,
-            reason=f"baseline copy {locked.baseline_model} could not be loaded ({why}); judging against the stable",
-        )
-        _unload_baseline(locked)
-        locked.baseline_model = ""
-        locked.save(update_fields=["baseline_model"])
-        return True
-    try:
-        _request_baseline(locked, locked.created_by)  # a copy that was still draining from the rollout before
-    except Conflict:
-        pass
-    return False
 
 
 def _reconcile_loading(locked: Rollout, now: datetime) -> Rollout:
@@ -417,13 +292,13 @@ def _reconcile_loading(locked: Rollout, now: datetime) -> Rollout:
             user=locked.created_by, pool=locked.endpoint.pool, artifact=locked.candidate_artifact
         )
         return _transition(locked, State.LOADING, actor=None, reason="candidate load requested", now=now)
-    pool_model = _pool_model(locked, locked.candidate_artifact)
+    pool_model = loads.pool_model_of(locked, locked.candidate_artifact)
     if pool_model is not None and pool_model.state == PoolModelState.FAILED:
-        _unload_baseline(locked)
+        loads.baseline_unload(locked)
         return _transition(
             locked, State.FAILED, actor=None, now=now, reason=f"candidate failed to load: {pool_model.error[:1500]}"
         )
-    if _ready_everywhere(pool_model) and _baseline_ready(locked, now):
+    if loads.ready_everywhere(pool_model) and loads.baseline_ready(locked, now):
         decision = after_loaded(locked.plan)
         reason = decision.reason + (
             f" beside a fresh baseline copy of the stable ({locked.baseline_model})" if locked.baseline_model else ""
@@ -433,7 +308,7 @@ def _reconcile_loading(locked: Rollout, now: datetime) -> Rollout:
         )
     waited = (now - locked.created_at).total_seconds()
     if waited > locked.load_timeout_seconds:
-        _unload_baseline(locked)
+        loads.baseline_unload(locked)
         return _transition(
             locked,
             State.FAILED,
