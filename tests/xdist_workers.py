@@ -6,9 +6,8 @@ streams (db 2+N; `make test` alone uses db 0, `make run` db 1) and its own VAR_D
 store, the generated secret key). pytest-django already gives each worker its own test
 database (`test_<name>_gwN`), and every process a test starts listens on a free port.
 
-The order of the collection (below) gives every worker its share of the slow tests at the
-start of its block, the longest first, so that no worker is left with several of them at
-the end of the run.
+The order of the collection (below) starts the longest modules first, so that no worker is
+left with one of them at the end of the run.
 """
 
 import os
@@ -46,32 +45,25 @@ LONGEST = (
 )
 
 
-def _rank(item) -> int:
-    name = item.path.name
-    if name in LONGEST:
-        return LONGEST.index(name)
-    return len(LONGEST) if item.get_closest_marker("integration") or item.get_closest_marker("browser") else -1
-
-
 def pytest_collection_modifyitems(config, items):
-    """With `--dist worksteal` each worker first gets an equal contiguous block of the collection
-    (then idle workers steal from the busiest). Order it so that every block begins with its
-    share of the slow tests, longest first, dealt round robin, and goes on with fast ones in
-    collection order (a module's tests together). Every worker computes the same order."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    if not WORKER or workers < 2:
+    """With `--dist loadscope` a module's tests run on one worker, in order (several share one
+    started stack, and some go on from what the one before did), and each idle worker takes the
+    next module. Order the modules so that the longest start first and the slow ones before the
+    quick: a module's rank is its best item's; within a module the order stays the collection's.
+    Every worker computes the same order."""
+    if not WORKER:
         return
-    slow = sorted((item for item in items if _rank(item) >= 0), key=_rank)
-    fast = [item for item in items if _rank(item) < 0]
-    dealt = [slow[n::workers] for n in range(workers)]
-    ordered, remaining = [], len(items)
-    for n in range(workers):
-        size = remaining // (workers - n)  # worksteal's first split (xdist/scheduler/worksteal.py)
-        remaining -= size
-        block = dealt[n][:size]
-        fill = size - len(block)
-        block += fast[:fill]
-        del fast[:fill]
-        ordered += block
-    ordered += fast  # only when the slow share overflowed a block
-    items[:] = ordered
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        rank[module] = min(rank.get(module, 1 << 30), _order(item))
+    first_seen = {module: n for n, module in enumerate(dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items))}
+    items.sort(key=lambda item: (rank[m := item.nodeid.split("::", 1)[0]], first_seen[m]))
+
+
+def _order(item) -> int:
+    """0.. for the longest (LONGEST's order), then the other slow ones, then the rest."""
+    if item.path.name in LONGEST:
+        return LONGEST.index(item.path.name)
+    slow = item.get_closest_marker("integration") or item.get_closest_marker("browser")
+    return len(LONGEST) if slow else len(LONGEST) + 1

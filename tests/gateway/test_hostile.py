@@ -866,7 +866,8 @@ def test_abuse_aimed_at_the_canary_is_the_clients_fault_and_reaches_neither_judg
     )
     slow = collect.derive(totals[("slowcanary", "slow")])
     assert slow["errors"] >= 3, slow  # each timed-out attempt is the candidate's
-    assert [r.status_code for r in served[:3]] == [504] * 3, [(r.status_code, r.text[:100]) for r in served]
+    # the client sees a 504, or a 200 when its retry on the stable still fits in its deadline
+    assert {r.status_code for r in served} <= {200, 504}, [(r.status_code, r.text[:100]) for r in served]
     assert env.metric("gateway_replica_circuit_open", model=SLOW) == 1  # three backend timeouts in a row
     # with the canary ejected, its users are served by the stable
     assert (served[3].status_code, served[3].headers["X-Model-Variant"]) == (200, "v1")
