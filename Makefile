@@ -70,7 +70,7 @@ lint: $(STAMP)
 # Independent tests run on PYTEST_WORKERS processes (pytest-xdist; each its own test database,
 # Redis db and VAR_DIR: tests/xdist_workers.py); PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 4
-XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-p tests.xdist_workers -n $(PYTEST_WORKERS) --dist loadscope)
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-p tests.xdist_workers -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 
 test: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \

@@ -71,22 +71,7 @@ class ClosedLoop:
                 self.env,
                 self.work / "pools.log",
             )
-            self.procs["beat"] = spawn(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "config",
-                    "beat",
-                    *self.beat_args,
-                    f"--schedule={self.work / 'beat-schedule'}",
-                ],
-                self.env,
-                self.work / "beat.log",
-            )
-            for queue in self.queues:
-                self.workers.append(CeleryWorker(self.env, self.work / f"worker-{queue}.log", queues=queue).start())
+            self._start_beat_and_workers("")
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -101,29 +86,23 @@ class ClosedLoop:
         for proc in self.procs.values():
             stop(proc)
 
+    def _start_beat_and_workers(self, suffix: str) -> None:
+        beat = [sys.executable, "-m", "celery", "-A", "config", "beat", *self.beat_args]
+        self.procs["beat"] = spawn(
+            [*beat, f"--schedule={self.work / 'beat-schedule'}"], self.env, self.work / f"beat{suffix}.log"
+        )
+        self.workers = []
+        for queue in self.queues:  # one by one: a worker that fails to start leaves the others stoppable
+            self.workers.append(CeleryWorker(self.env, self.work / f"worker-{queue}{suffix}.log", queues=queue))
+            self.workers[-1].start()
+
     def crash_control_plane(self, sig) -> None:
         """Kill beat and every worker with `sig` (as an OOM kill or a lost node would), then start
         them again (logs `beat-2.log`, `worker-<queue>-2.log`)."""
         for worker in self.workers:
             worker.kill(sig)
         stop(self.procs["beat"], sig)
-        self.procs["beat"] = spawn(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "beat",
-                *self.beat_args,
-                f"--schedule={self.work / 'beat-schedule'}",
-            ],
-            self.env,
-            self.work / "beat-2.log",
-        )
-        self.workers = [
-            CeleryWorker(self.env, self.work / f"worker-{queue}-2.log", queues=queue).start() for queue in self.queues
-        ]
+        self._start_beat_and_workers("-2")
 
     def serve(self, team, deployer, onnx_path: Path, *, pool: str, name: str = "ctr", **endpoint_fields):
         """A stable artifact on a new one-replica pool behind a public endpoint `name` (the load

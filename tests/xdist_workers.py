@@ -46,9 +46,10 @@ LONGEST = (
 
 
 def pytest_collection_modifyitems(config, items):
-    """With `--dist loadscope` a module's tests run on one worker, in order (several share one
-    started stack, and some go on from what the one before did), and each idle worker takes the
-    next module. Order the modules so that the longest start first and the slow ones before the
+    """With `--dist loadscope --no-loadscope-reorder` a module's tests run on one worker, in order
+    (several share one started stack, and some go on from what the one before did), and each idle
+    worker takes the next module in this order (xdist's own reorder would put the modules with
+    most tests first, and the longest single tests last). Order the modules so that the longest start first and the slow ones before the
     quick: a module's rank is its best item's; within a module the order stays the collection's.
     Every worker computes the same order."""
     if not WORKER:
