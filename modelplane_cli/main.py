@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 
 import click
 
@@ -78,4 +79,8 @@ for group in (
 
 
 def main() -> None:
+    # Ctrl-C stops a wait or a watch (exit 130) even when the parent started us with SIGINT
+    # ignored (an ignored signal stays ignored across exec, and Python then leaves it so).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     cli.main(prog_name="modelplane")

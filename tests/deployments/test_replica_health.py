@@ -5,7 +5,7 @@ Frozen (SIGSTOP): not ready within seconds, named on /healthz, and not killed on
 missed probe; SIGCONT: ready again, same process. Frozen for longer than the kill window:
 killed and restarted with the real reason ("not live: N probes failed over 12.4 s:
 timeout …"), not "not live 60s after start". SIGKILL: on /healthz within seconds and
-restarted with "killed by SIGKILL". The kill window is 12 s here (6 s by default) so the
+restarted with "killed by SIGKILL". The kill window is 20 s here (6 s by default) so the
 test can watch a frozen replica that is not killed on a loaded machine.
 """
 
@@ -26,7 +26,7 @@ from registry.models import Event
 from tests.conftest import require_service
 
 pytestmark = pytest.mark.integration
-KILL_WINDOW_S = 12.0
+KILL_WINDOW_S = 20.0  # long enough for two missed probes to be recorded on a busy machine
 
 
 def _replica(pool_name: str) -> PoolReplica | None:
