@@ -269,6 +269,10 @@ class LocalDriver(PoolDriver):
                 self._write_state(name, state)
                 return
             if triton.is_live():
+                # live from now on: a probe missed from here is judged as a live replica's, not
+                # as one still starting (which would get the whole start grace)
+                state["probe"] = liveness.ProbeRecord(live_since=time.time()).to_dict()
+                self._write_state(name, state)
                 return
             time.sleep(0.05)
 
