@@ -88,12 +88,19 @@ def replica_log_tail(*, pool: ServingPool, replica: str, lines: int = 60) -> str
 
 
 def ready_replicas(*, pool_ids) -> list[PoolReplica]:
-    """READY replicas of these pools, by pool and name (not user-scoped: for the platform)."""
-    return list(
-        PoolReplica.objects.filter(pool_id__in=pool_ids, status=ReplicaStatus.READY)
+    """READY replicas of these pools, by pool and name (not user-scoped: for the platform).
+
+    A pool none of whose replicas is READY keeps its DOWN ones (missed probes: slow or gone),
+    as Envoy's panic routing does: a replica that still answers slowly beats a certain 503
+    for every request, and the gateway's breakers and failover judge each one by its replies
+    (a gone one refuses connections and is not tried)."""
+    rows = list(
+        PoolReplica.objects.filter(pool_id__in=pool_ids, status__in=[ReplicaStatus.READY, ReplicaStatus.DOWN])
         .select_related("pool")
         .order_by("pool_id", "name")
     )
+    has_ready = {row.pool_id for row in rows if row.status == ReplicaStatus.READY}
+    return [row for row in rows if row.status == ReplicaStatus.READY or row.pool_id not in has_ready]
 
 
 def pool_health_problems() -> dict[str, dict[str, str]]:
