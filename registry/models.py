@@ -43,6 +43,7 @@ class Task(models.TextChoices):
     CLASSIFICATION = "classification", "Classification"
     REGRESSION = "regression", "Regression"
     EMBEDDING = "embedding", "Embedding"
+    LLM = "llm", "Large language model (OpenAI API endpoints)"
     OTHER = "other", "Other"
 
 

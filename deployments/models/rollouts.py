@@ -42,6 +42,22 @@ class Endpoint(models.Model):
     team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="endpoints")
     pool = models.ForeignKey("deployments.ServingPool", on_delete=models.PROTECT, related_name="endpoints")
     stable_artifact = models.ForeignKey(Artifact, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(
+        max_length=8,
+        choices=[("tensor", "tensor (KServe v2)"), ("llm", "LLM (OpenAI API)")],
+        default="tensor",
+        help_text="tensor: POST /v2/models/{name}/infer; llm: the OpenAI API (/v1/chat/completions, model={name}).",
+    )
+    ttft_slo_ms = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="LLM endpoints: candidate time-to-first-token p99 above this fails the guardrail.",
+    )
+    itl_slo_ms = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="LLM endpoints: candidate inter-token latency p99 above this fails the guardrail.",
+    )
     slo_p99_ms = models.FloatField(default=50.0, help_text="Candidate p99 above this fails the guardrail.")
     slo_error_rate = models.FloatField(default=0.01, help_text="Candidate error rate above this fails the guardrail.")
     psi_threshold = models.FloatField(default=0.25, help_text="Prediction-score PSI (candidate vs stable) guardrail.")
