@@ -72,6 +72,8 @@ def _is_polling(record: logging.LogRecord) -> bool:
     if path.startswith(POLLED_PATHS):
         return True
     headers = {k.lower(): v for k, v in atoms.items() if isinstance(k, str) and k.startswith("{") and k.endswith("}i")}
+    if atoms.get("m") == "GET" and headers.get("{if-none-match}i", "-") not in ("", "-"):
+        return True  # a conditional GET is a poll (`modelplane rollout watch`): 304 while nothing changed
     return atoms.get("m") == "GET" and headers.get("{hx-request}i") == "true"
 
 

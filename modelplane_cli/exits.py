@@ -8,9 +8,11 @@ API = 4  # the API refused the request: bad input, not found, conflict (stale ge
 NETWORK = 5  # cannot reach the server, no answer in time, or a 5xx
 TIMEOUT = 6  # gave up waiting (--timeout) for a build or a rollout that is still going
 BUILD_FAILED = 10  # the build ended failed or cancelled
-ROLLED_BACK = 11  # the rollout ended rolled back (by the judge or a person)
+ROLLED_BACK = 11  # the rollout ended rolled back by the judge (or the platform)
 ROLLOUT_FAILED = 12  # the rollout ended failed (the candidate never became ready)
 PAUSED = 13  # the rollout is paused and waits for a person (watch stops there unless --through-pause)
+ABORTED = 14  # the rollout ended rolled back by a person (`rollout abort` / `rollout rollback`)
+EXPERIMENT_STOPPED = 15  # the experiment ended without shipping (stopped, or decided to stop)
 INTERRUPTED = 130  # Ctrl-C while waiting; the build or rollout goes on server-side
 
 # (code, name, meaning) in the order the README shows them.
@@ -23,9 +25,11 @@ TABLE = [
     (NETWORK, "network", "server unreachable, no answer in time, or a 5xx"),
     (TIMEOUT, "timeout", "--timeout passed while waiting; the build or rollout goes on"),
     (BUILD_FAILED, "build-failed", "the build failed or was cancelled"),
-    (ROLLED_BACK, "rolled-back", "the rollout was rolled back"),
+    (ROLLED_BACK, "rolled-back", "the judge rolled the rollout back (or the platform: a plan that no longer holds)"),
     (ROLLOUT_FAILED, "rollout-failed", "the rollout failed (candidate never ready)"),
     (PAUSED, "paused", "the rollout is paused, waiting for a person (`--through-pause` keeps watching)"),
+    (ABORTED, "aborted", "a person rolled the rollout back (`rollout abort` / `rollout rollback`)"),
+    (EXPERIMENT_STOPPED, "experiment-stopped", "the experiment ended without shipping (stopped, or decided to stop)"),
     (INTERRUPTED, "interrupted", "Ctrl-C while waiting"),
 ]
 

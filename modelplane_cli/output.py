@@ -97,6 +97,7 @@ class Output:
         self.stream = sys.stderr if as_json else sys.stdout  # progress never mixes with JSON on stdout
         self.tty = self.stream.isatty()
         self._status = False
+        self._panel = 0  # lines of the live panel drawn below the events
 
     # --- results ---------------------------------------------------------------------------
     def result(self, data, human=None) -> None:
@@ -133,10 +134,41 @@ class Output:
         self.stream.flush()
         self._status = True
 
+    def panel(self, lines: list[str]) -> None:
+        """A live block of lines under the events, redrawn in place (only on a terminal):
+        the cursor goes back to the block's first line, the screen below is cleared, and
+        the block is written again, each line cut at the terminal's width."""
+        if not self.tty:
+            return
+        width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
+        self.clear_status()
+        click.echo("\n".join(_cut(line, width) for line in lines), file=self.stream, nl=False)
+        self.stream.flush()
+        self._panel = len(lines)
+
     def clear_status(self) -> None:
+        if self._panel:
+            up = f"\x1b[{self._panel - 1}A" if self._panel > 1 else ""
+            click.echo(f"\r{up}\x1b[J", file=self.stream, nl=False)
+            self._panel = 0
         if self._status:
             click.echo("\r\x1b[2K", file=self.stream, nl=False)
             self._status = False
+
+
+def _cut(line: str, width: int) -> str:
+    """`line` cut to `width` visible characters (ANSI colour codes do not count)."""
+    shown, out, index = 0, [], 0
+    while index < len(line) and shown < width:
+        if line[index] == "\x1b" and (end := line.find("m", index)) != -1:
+            out.append(line[index : end + 1])
+            index = end + 1
+            continue
+        out.append(line[index])
+        shown += 1
+        index += 1
+    text = "".join(out)
+    return text + "\x1b[0m" if "\x1b[" in text and not text.endswith("\x1b[0m") else text
 
 
 def bar(fraction: float, width: int = 24) -> str:

@@ -101,10 +101,15 @@ def test_gunicorn_access_log_leaves_out_polling():
     _access(logger, "/api/v1/gateway/routes", "500 Internal Server Error")  # a failing poll is news
     _access(logger, "/models/")  # a person opening a page
     _access(logger, "/api/v1/rollouts/", method="POST", headers=[("HX-REQUEST", "true")])  # an action
+    # `modelplane rollout watch`: its first poll is a line, its conditional polls (304 or 200) are not
+    _access(logger, "/api/v1/rollouts/7/status/")
+    _access(logger, "/api/v1/rollouts/7/status/", "304 Not Modified", headers=[("IF-NONE-MATCH", '"ab"')])
+    _access(logger, "/api/v1/rollouts/7/status/", headers=[("IF-NONE-MATCH", '"ab"')])
     lines = stream.getvalue().splitlines()
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines
     assert "/api/v1/gateway/routes" in lines[0] and '" 500 ' in lines[0]
     assert "GET /models/" in lines[1] and "POST /api/v1/rollouts/" in lines[2]
+    assert "GET /api/v1/rollouts/7/status/" in lines[3] and '" 200 ' in lines[3]
 
 
 def test_bad_log_level_is_refused_by_name(tmp_path):

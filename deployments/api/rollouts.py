@@ -1,7 +1,8 @@
 """REST API v1 for endpoints, rollouts and the gateway's route table.
 
 /api/v1/endpoints/ (by name), /api/v1/endpoints/{name}/rollouts/,
-/api/v1/rollouts/{id}/ with POST …/{promote|pause|resume|rollback}/, and
+/api/v1/rollouts/{id}/ with POST …/{promote|pause|resume|rollback|retry}/,
+POST /api/v1/endpoints/{name}/undo/ (back to the previous stable), and
 /api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
 """
 
@@ -18,6 +19,7 @@ from deployments.routes import route_table
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
 from deployments.services import endpoints as endpoint_services
+from deployments.services import rollout_restarts
 from deployments.services import rollouts as services
 from kernel.api import created
 from kernel.errors import InvalidInput, NotFound
@@ -180,6 +182,22 @@ class RolloutActionSerializer(serializers.Serializer):
     )
 
 
+class RolloutRetrySerializer(serializers.Serializer):
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class EndpointUndoSerializer(serializers.Serializer):
+    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=2000)
+    steps_bp = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=FULL_BP),
+        required=False,
+        help_text="Default [10000]: one step, all traffic to the previous stable once it is READY.",
+    )
+    step_min_seconds = serializers.FloatField(min_value=0, max_value=86400, default=0.0)
+    step_min_requests = serializers.IntegerField(min_value=0, max_value=10**9, default=0)
+    promote_grace_seconds = serializers.FloatField(min_value=0, max_value=86400, default=0.0)
+
+
 def _artifact(user, artifact_id: int, field: str):
     try:
         return pool_selectors.artifact_get(user=user, artifact_id=artifact_id)
@@ -262,6 +280,20 @@ class EndpointViewSet(
         rollout = services.rollout_start(user=request.user, endpoint=endpoint, candidate=candidate, **data)
         return created(RolloutSerializer(rollout).data)
 
+    @extend_schema(
+        request=EndpointUndoSerializer,
+        responses={201: RolloutSerializer},
+        summary="Undo: a rollout back to the stable the endpoint had before its last promotion "
+        "(409 no_previous_stable when there is none)",
+    )
+    @action(detail=True, methods=["post"])
+    def undo(self, request, name=None):
+        endpoint = self.get_object()
+        payload = EndpointUndoSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        rollout = rollout_restarts.rollout_undo(user=request.user, endpoint=endpoint, **payload.validated_data)
+        return created(RolloutSerializer(rollout).data)
+
 
 class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
     """/api/v1/rollouts/{id}/ and its manual controls (the same services as the dashboard)."""
@@ -309,6 +341,21 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
     @action(detail=True, methods=["post"])
     def rollback(self, request, pk=None):
         return self._act(request, services.rollout_rollback)
+
+    @extend_schema(
+        request=RolloutRetrySerializer,
+        responses={201: RolloutSerializer},
+        summary="Retry a rolled back or failed rollout: a new rollout with its candidate and plan "
+        "(409 not_retryable otherwise)",
+    )
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        payload = RolloutRetrySerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        rollout = rollout_restarts.rollout_retry(
+            user=request.user, rollout=self.get_object(), reason=payload.validated_data["reason"]
+        )
+        return created(RolloutSerializer(rollout).data)
 
 
 class CanReadRoutes(permissions.BasePermission):

@@ -68,6 +68,8 @@ def rollout_start(
     on_inconclusive: str | None = None,
     promote_grace_seconds: float = 30.0,
     fair_baseline: bool = True,
+    origin: dict | None = None,
+    origin_reason: str = "",
 ) -> Rollout:
     """Start bringing `candidate` into `endpoint`: it is loaded into the endpoint's pool and
     gets traffic only once READY on every replica. One rollout per endpoint at a time.
@@ -77,7 +79,8 @@ def rollout_start(
     the candidate with it (both arms small, both equally cold), the stable serves the rest,
     and the copy is unloaded when the rollout ends. If the copy cannot be loaded the
     rollout goes on against the stable and says so. `on_inconclusive`: the endpoint's
-    policy unless given."""
+    policy unless given. `origin` / `origin_reason`: why this rollout was started (a retry,
+    an undo), recorded on its creation event."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
     require_servable(candidate, endpoint.team, "candidate")
     if endpoint.stable_artifact_id is None:
@@ -144,12 +147,14 @@ def rollout_start(
                 team=endpoint.team,
                 action=EventAction.CREATED,
                 to_state=State.PENDING,
+                reason=origin_reason,
                 data={
                     "candidate": candidate.pk,
                     "baseline": endpoint.stable_artifact_id,
                     "steps_bp": list(plan.steps_bp),
                     "fair_baseline": rollout.baseline_model,
                     "on_inconclusive": plan.on_inconclusive,
+                    **(origin or {}),
                 },
             )
             pool_services.pool_load_request(user=user, pool=endpoint.pool, artifact=candidate)

@@ -32,16 +32,26 @@ ARTIFACT_COLUMNS = [
 ]
 
 
-def wait_options(command):
-    command = click.option(
-        "--timeout",
-        type=click.FloatRange(min=0),
-        default=None,
-        help="Give up waiting after this many seconds (exit 6); default: no limit.",
-    )(command)
-    return click.option(
-        "--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True, help="Seconds between polls."
-    )(command)
+def wait_options(command=None, *, interval: float = 1.0):
+    """--timeout and --interval (seconds between polls, `interval` by default); usable as
+    @wait_options or @wait_options(interval=2.0)."""
+
+    def add(command):
+        command = click.option(
+            "--timeout",
+            type=click.FloatRange(min=0),
+            default=None,
+            help="Give up waiting after this many seconds (exit 6); default: no limit.",
+        )(command)
+        return click.option(
+            "--interval",
+            type=click.FloatRange(min=0.2),
+            default=interval,
+            show_default=True,
+            help="Seconds between polls.",
+        )(command)
+
+    return add(command) if command is not None else add
 
 
 def finish_build(state, build: dict, code: int) -> None:

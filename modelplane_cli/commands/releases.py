@@ -13,7 +13,7 @@ from modelplane_cli.commands.common import list_options, show_page
 from modelplane_cli.commands.rollouts import forecast_steps, parse_steps
 from modelplane_cli.output import fields, when
 from modelplane_cli.state import json_option, pass_state
-from modelplane_cli.watch import Clock, wait_build, watch_rollout
+from modelplane_cli.watch import WATCH_INTERVAL_S, Clock, wait_build, watch_rollout
 
 RELEASE_COLUMNS = [
     ("id", "id"),
@@ -96,7 +96,7 @@ def release():
 @click.option("--step-min-requests", type=click.IntRange(min=0))
 @click.option("--step-deadline-seconds", type=click.FloatRange(min=1))
 @click.option("--watch", is_flag=True, help="Follow it to the end (exit 0 promoted, 11 rolled back, 12 failed).")
-@wait_options
+@wait_options(interval=WATCH_INTERVAL_S)
 @json_option
 @pass_state
 def release_start(state, endpoint_name, version_id, variant, slo_ms, steps, watch, interval, timeout, **options):
@@ -121,7 +121,7 @@ def release_start(state, endpoint_name, version_id, variant, slo_ms, steps, watc
 
 @release.command("watch")
 @click.argument("release_id", type=int)
-@wait_options
+@wait_options(interval=WATCH_INTERVAL_S)
 @json_option
 @pass_state
 def release_watch(state, release_id, interval, timeout):

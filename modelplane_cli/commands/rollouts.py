@@ -1,6 +1,6 @@
 """Rollouts: start one on an endpoint, watch it step by step with the judge's verdicts,
-promote / pause / resume / roll back (with the generation you saw: 409 if it moved),
-list and get."""
+promote / pause / resume / roll back or abort (with the generation you saw: 409 if it
+moved), retry one that rolled back, undo an endpoint's last promotion, list and get."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from modelplane_cli.commands.common import list_options, segment, show_page
 from modelplane_cli.exits import CliError
 from modelplane_cli.output import fields, when
 from modelplane_cli.state import json_option, pass_state
-from modelplane_cli.watch import step_text, verdict_line, watch_rollout
+from modelplane_cli.watch import WATCH_INTERVAL_S, step_text, verdict_line, watch_rollout
 
 ROLLOUT_COLUMNS = [
     ("id", "id"),
@@ -92,12 +92,20 @@ def follow(state, rollout: dict, *, watch: bool, interval: float, timeout: float
 
 
 def watch_options(command):
-    command = wait_options(command)
+    command = wait_options(command, interval=WATCH_INTERVAL_S)
     return click.option(
         "--through-pause",
         is_flag=True,
         help="Keep watching while paused (default: stop with exit 13, it waits for a person).",
     )(command)
+
+
+watch_flag = click.option(
+    "--watch",
+    is_flag=True,
+    help="Then watch it to the end (exit 0 succeeded, 11 rolled back by the judge, 14 by a person, 12 failed, "
+    "13 paused).",
+)
 
 
 @click.group()
@@ -145,9 +153,7 @@ def rollout():
     type=click.FloatRange(min=0),
     help="Hold at 100 % before the old stable goes (default 30).",
 )
-@click.option(
-    "--watch", is_flag=True, help="Then watch it to the end (exit 0 succeeded, 11 rolled back, 12 failed, 13 paused)."
-)
+@watch_flag
 @watch_options
 @json_option
 @pass_state
@@ -175,8 +181,10 @@ def rollout_start(state, endpoint_name, candidate, strategy, steps, watch, inter
 @json_option
 @pass_state
 def rollout_watch(state, rollout_id, interval, timeout, through_pause):
-    """Follow a rollout step by step with the judge's verdicts until it ends:
-    exit 0 succeeded, 11 rolled back, 12 failed, 13 paused, 6 --timeout."""
+    """Follow a rollout step by step with the judge's verdicts until it ends: on a terminal
+    a live view (state, step, every arm's share, guardrails, last decision) redrawn in place.
+    Exit 0 succeeded, 11 rolled back by the judge, 14 by a person, 12 failed, 13 paused,
+    6 --timeout."""
     follow(state, {"id": rollout_id}, watch=True, interval=interval, timeout=timeout, through_pause=through_pause)
 
 
@@ -251,6 +259,109 @@ _action("promote", "promoted", "Promote now: skip the remaining steps (100 % to 
 _action("pause", "paused", "Pause: hold the split and stop the step timer.")
 _action("resume", "resumed", "Resume where it paused, with the step timer where it stopped.")
 _action("rollback", "rolled back", "Roll back now: the candidate's weight goes to 0, then it is drained and unloaded.")
+
+
+@rollout.command("abort")
+@click.argument("rollout_id", type=int)
+@click.option(
+    "--generation",
+    type=int,
+    default=None,
+    help="The generation you saw (`rollout get`): the API answers 409 (exit 4) if the rollout moved since.",
+)
+@click.option("--reason", default="", help="Recorded in the audit trail.")
+@click.option("--watch", is_flag=True, help="Then watch it drain to rolled_back (exit 14: rolled back by a person).")
+@watch_options
+@json_option
+@pass_state
+def rollout_abort(state, rollout_id, generation, reason, watch, interval, timeout, through_pause):
+    """Abort a running rollout (a manual rollback): the candidate's weight goes to 0 at once,
+    then it is drained and unloaded; the stable keeps serving. A watch of it ends with exit 14
+    (rolled back by a person), not 11 (by the judge)."""
+    body = {"reason": reason} if reason else {}
+    if generation is not None:
+        body["generation"] = generation
+    done = state.api.post(f"rollouts/{rollout_id}/rollback/", body)
+    if not watch:
+        state.out.result(
+            done, lambda r: f"Rollout #{r['id']} aborted: now {r['state']} (generation {r['generation']})."
+        )
+        return
+    if not state.out.as_json:
+        state.out.event(f"Aborted rollout #{done['id']}: now {done['state']}.")
+    follow(state, done, watch=True, interval=interval, timeout=timeout, through_pause=through_pause)
+
+
+@rollout.command("retry")
+@click.argument("rollout_id", type=int)
+@click.option("--reason", default="", help="Recorded in the audit trail.")
+@watch_flag
+@watch_options
+@json_option
+@pass_state
+def rollout_retry(state, rollout_id, reason, watch, interval, timeout, through_pause):
+    """Start a rolled back or failed rollout again: a new rollout with the same candidate and
+    plan (steps, minimums, deadline, policy), against the endpoint's stable now."""
+    started = state.api.post(f"rollouts/{rollout_id}/retry/", {"reason": reason} if reason else {})
+    if watch and not state.out.as_json:
+        state.out.event(
+            f"Retrying rollout #{rollout_id} as rollout #{started['id']} (generation {started['generation']})."
+        )
+    elif not watch:
+        state.out.note(f"Rollout #{rollout_id} retried as rollout #{started['id']}.")
+    follow(state, started, watch=watch, interval=interval, timeout=timeout, through_pause=through_pause)
+
+
+@rollout.command("undo")
+@click.argument("endpoint_name")
+@click.option("--reason", default="", help="Recorded in the audit trail.")
+@click.option(
+    "--steps",
+    default=None,
+    help="Traffic to the previous stable per step in percent (default 100: all of it once it is READY).",
+)
+@click.option(
+    "--step-min-seconds", type=click.FloatRange(min=0), help="Least time in each step (default 0: the first pass)."
+)
+@click.option("--promote-grace-seconds", type=click.FloatRange(min=0), help="Hold at 100 % first (default 0).")
+@watch_flag
+@watch_options
+@json_option
+@pass_state
+def rollout_undo(
+    state,
+    endpoint_name,
+    reason,
+    steps,
+    step_min_seconds,
+    promote_grace_seconds,
+    watch,
+    interval,
+    timeout,
+    through_pause,
+):
+    """Roll an endpoint back to its previous stable (what it served before its last
+    promotion), as a rollout: loaded, then all traffic once READY and judged. Exit 4 with
+    no_previous_stable when its stable never changed."""
+    body = {"reason": reason} if reason else {}
+    if steps:
+        body["steps_bp"] = parse_steps(steps)
+    if step_min_seconds is not None:
+        body["step_min_seconds"] = step_min_seconds
+    if promote_grace_seconds is not None:
+        body["promote_grace_seconds"] = promote_grace_seconds
+    started = state.api.post(f"endpoints/{segment(endpoint_name)}/undo/", body)
+    if watch and not state.out.as_json:
+        state.out.event(
+            f"Undo on {endpoint_name}: rollout #{started['id']} brings back {started['candidate_variant']} "
+            f"(artifact {started['candidate_artifact']})."
+        )
+    elif not watch:
+        state.out.note(
+            f"Undo on {endpoint_name}: rollout #{started['id']} brings back {started['candidate_variant']} "
+            f"(artifact {started['candidate_artifact']})."
+        )
+    follow(state, started, watch=watch, interval=interval, timeout=timeout, through_pause=through_pause)
 
 
 def _rollout_text(r: dict) -> str:

@@ -234,9 +234,11 @@ def test_start_without_steps_takes_the_forecasts_plan_and_says_so(setup):
     assert "forecast" not in chosen.err  # --steps: the user's plan, no forecast asked
 
 
-def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
-    """Under a pseudo-terminal the watch redraws one status line (step, split, step timer,
-    generation, the judge's latest outcome) below the event lines."""
+def test_on_a_terminal_the_watch_is_a_live_view_redrawn_in_place(setup):
+    """Under a pseudo-terminal the watch redraws a block below the event lines with what the
+    endpoint page shows: state and step, step timer, generation, every arm's share (the
+    stable, the fair baseline copy and the candidate), the judge's guardrails and the last
+    decision with its reason."""
     import fcntl
     import os
     import pty
@@ -270,7 +272,7 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     canary.judge_rollout(Rollout.objects.get(pk=rollout_id), now=rollout.traffic_started_at + timedelta(seconds=3))
 
     leader, follower = pty.openpty()
-    # a terminal 200 columns wide, whatever COLUMNS the run inherited (the status line fits it)
+    # a terminal 200 columns wide, whatever COLUMNS the run inherited (the lines fit it)
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     env = {k: v for k, v in cli.env.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.Popen(
@@ -305,12 +307,20 @@ def test_on_a_terminal_the_watch_keeps_a_live_status_line(setup):
     os.close(leader)
     assert proc.wait(30) == exits.TIMEOUT
     screen = b"".join(chunks).decode()
-    assert "\r\x1b[2K" in screen  # the status line is redrawn in place
-    assert re.search(
-        rf"\r\x1b\[2Krollout #{rollout_id} canary step 1/2 · candidate 5% · step timer \ds/5s · judge inconclusive · gen 3",
-        screen,
-    ), screen
-    assert "judge \x1b[33minconclusive\x1b[0m" in screen  # coloured on a terminal
+    view = rf"rollout #{rollout_id} ctr · canary step 1/2 \(5%\) · step timer \ds/5s · gen 3\r?\n"
+    view += rf"  stable +{stable_variant(stable)} +90%\r?\n"
+    view += rf"  baseline +{stable_variant(stable)}-baseline +5%\r?\n"
+    view += rf"  candidate +v{candidate.version.version}-onnx-fp32 +5%\r?\n"
+    view += r"guardrails: judge \x1b\[33minconclusive\x1b\[0m at \d\d:\d\d:\d\d \(step 1/2 \(5%\)\)  p99_slo=\w+"
+    assert re.search(view, screen), screen
+    assert re.search(r"last decision: \d\d:\d\d:\d\d  loading → canary step 1/2 \(5%\)  candidate READY", screen)
+    assert "\r\x1b[5A\x1b[J" in screen  # the six-line view goes back to its first line and is drawn again
+    assert screen.count("gen 3") >= 3  # redrawn at each poll (the step timer moves), not appended as lines
+    assert "traffic:" not in screen  # a terminal has the live view; the traffic lines are for logs
+
+
+def stable_variant(artifact) -> str:
+    return f"v{artifact.version.version}-onnx-fp32"
 
 
 def test_ctrl_c_stops_watching_and_leaves_the_rollout_alone(setup, tmp_path):
