@@ -1,12 +1,20 @@
 """REST API v1 for endpoints, rollouts and the gateway's route table.
 
+GET /api/v1/rollouts/{id}/status/ is a rollout's live status in one request (ETag; 304 on
+If-None-Match), what `modelplane rollout watch` polls.
+
 /api/v1/endpoints/ (by name), /api/v1/endpoints/{name}/rollouts/,
 /api/v1/rollouts/{id}/ with POST …/{promote|pause|resume|rollback|retry}/,
 POST /api/v1/endpoints/{name}/undo/ (back to the previous stable), and
 /api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
 """
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
+import hashlib
+import json
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils.http import parse_etags
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -18,6 +26,7 @@ from deployments.rollout_machine import DEFAULT_PLAN, FULL_BP, Strategy
 from deployments.routes import route_table
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
+from deployments.selectors.rollout_status import rollout_status
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollout_restarts
 from deployments.services import rollouts as services
@@ -182,6 +191,26 @@ class RolloutActionSerializer(serializers.Serializer):
     )
 
 
+class RolloutStatusSerializer(serializers.Serializer):
+    """The shape of GET /rollouts/{id}/status/ (documentation: the view builds the body)."""
+
+    rollout = RolloutSerializer()
+    events = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Transitions, oldest first: id, time, actor, action, from_state, to_state, reason (the last 100).",
+    )
+    verdicts = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="The judge's latest verdicts, oldest first: id, step, outcome, reason, checks [{name, kind, "
+        "outcome}], created_at (the last 10).",
+    )
+    rolled_back_by = serializers.DictField(
+        allow_null=True,
+        help_text='Who rolled it back: {"kind": "person"|"judge"|"platform", "actor", "reason", "time"}; null if '
+        "it never went to rolling_back.",
+    )
+
+
 class RolloutRetrySerializer(serializers.Serializer):
     reason = StrictCharField(required=False, allow_blank=True, default="", max_length=2000)
 
@@ -315,6 +344,24 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
             expected_generation=payload.validated_data.get("generation"),
         )
         return Response(RolloutSerializer(rollout).data)
+
+    @extend_schema(
+        responses={200: RolloutStatusSerializer, 304: OpenApiResponse(description="Not modified (If-None-Match)")},
+        summary="A rollout's live status in one request: the rollout, its transitions, the judge's latest "
+        "verdicts, who rolled it back (ETag; 304 on If-None-Match)",
+    )
+    @action(detail=True, methods=["get"])
+    def status(self, request, pk=None):
+        rollout = self.get_object()
+        body = {"rollout": RolloutSerializer(rollout).data, **rollout_status(user=request.user, rollout=rollout)}
+        # the ETag is a digest of the body: any change a watcher would see makes a new one
+        canonical = json.dumps(body, cls=DjangoJSONEncoder, sort_keys=True, separators=(",", ":"))
+        etag = f'"{hashlib.sha256(canonical.encode()).hexdigest()[:32]}"'
+        offered = parse_etags(request.headers.get("If-None-Match", ""))
+        response = Response(status=304) if etag in offered or offered == ["*"] else Response(body)
+        response["ETag"] = etag
+        response["Cache-Control"] = "no-cache"
+        return response
 
     @extend_schema(
         request=RolloutActionSerializer, responses=RolloutSerializer, summary="Promote now (skip remaining steps)"

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from monitoring.api import alerts, forecast, metrics, rollout_status
+from monitoring.api import alerts, forecast, metrics
 
 router = SimpleRouter()
 router.register("alerts", alerts.AlertViewSet, basename="alert")
@@ -11,7 +11,6 @@ router.register("notification-channels", alerts.ChannelViewSet, basename="notifi
 urlpatterns = [
     path("metrics/", metrics.MetricsView.as_view(), name="metrics"),
     path("score-samples/", metrics.ScoreSamplesView.as_view(), name="score-samples"),
-    path("rollouts/<int:pk>/status/", rollout_status.RolloutStatusView.as_view(), name="rollout-status"),
     path("rollout-forecast/", forecast.RolloutForecastView.as_view(), name="rollout-forecast"),
     path("", include(router.urls)),
 ]

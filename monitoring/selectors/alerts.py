@@ -23,6 +23,26 @@ def verdict_list(*, user, rollout_id: int | None = None, endpoint: str | None = 
     return qs
 
 
+def rollout_verdicts(*, user, rollout_id: int, limit: int) -> list[dict]:
+    """The latest verdicts on a rollout, newest first, with each check's outcome (not its
+    evidence): what a rollout's status shows (deployments.rollout_verdicts)."""
+    return [
+        {
+            "id": v.id,
+            "step": v.step,
+            "outcome": v.outcome,
+            "reason": v.reason,
+            "checks": [
+                {"name": c.get("name"), "kind": c.get("kind"), "outcome": c.get("outcome")}
+                for c in (v.checks or [])
+                if isinstance(c, dict)
+            ],
+            "created_at": v.created_at,
+        }
+        for v in verdict_list(user=user, rollout_id=rollout_id).order_by("-id")[:limit]
+    ]
+
+
 # --- alerts --------------------------------------------------------------------------------------------
 def alert_list(
     *, user, status: str | None = None, endpoint: str | None = None, rollout_id: int | None = None
