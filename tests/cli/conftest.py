@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,3 +91,53 @@ def cli_as(live_server, cli_home):
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pool_model_state(artifact, state):
+    """What the pool supervisor reports once a model is READY on every replica, or unloaded
+    (no tritonserver: a pool without processes, as harness/factories.py makes)."""
+    from deployments.models import PoolModel, PoolModelState
+
+    PoolModel.objects.filter(artifact=artifact).update(state=state, replica_ready={"r0": state == PoolModelState.READY})
+
+
+def wait_log(path, needle, proc, timeout=30.0):
+    """The text of a child's log once it holds `needle` (an AssertionError if the child ends first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text()
+        if needle in text:
+            return text
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"{needle!r} not in the watch output (exit {proc.poll()}):\n{path.read_text()}")
+
+
+@pytest.fixture
+def rollout_setup(cli_as, deployer, team_a, artifact_factory):
+    """Endpoint `ctr` on pool `cpu-pool` made with the CLI by a deployer: (cli, pool, stable, [3 candidates])."""
+    from deployments.models import PoolModelState
+    from harness import factories
+
+    pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
+    stable, *candidates = (artifact_factory(team_a) for _ in range(4))
+    cli = cli_as(deployer)
+    created = cli(
+        "endpoint",
+        "create",
+        "ctr",
+        "--pool",
+        "cpu-pool",
+        "--stable-artifact",
+        stable.pk,
+        "--slo-p99-ms",
+        "200",
+        "--slo-error-rate",
+        "0.05",
+        "--json",
+    )
+    assert created.code == 0, created
+    assert created.json()["stable_artifact"] == stable.pk and created.json()["pool"] == "cpu-pool"
+    pool_model_state(stable, PoolModelState.READY)
+    return cli, pool, stable, candidates

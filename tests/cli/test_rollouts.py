@@ -5,68 +5,25 @@ and the verdicts come from the real canary judge over synthetic metric samples (
 tests/monitoring/test_canary_loop.py does). The CLI runs as a child process over HTTP."""
 
 import re
-import time
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from deployments.models import PoolModel, PoolModelState, Rollout
+from deployments.models import PoolModelState, Rollout
 from deployments.services import rollouts as rollout_services
 from harness import factories
 from modelplane_cli import exits
 from monitoring.services import canary
 from monitoring.services.store import samples_store
-from tests.cli.conftest import popen_cli
+from tests.cli.conftest import pool_model_state, popen_cli, wait_log
 from tests.monitoring.canary_feed import feed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-def _pool_model_state(artifact, state):
-    """What the pool supervisor reports once a model is READY on every replica, or unloaded."""
-    PoolModel.objects.filter(artifact=artifact).update(state=state, replica_ready={"r0": state == PoolModelState.READY})
-
-
-def _wait_log(path, needle, proc, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_text()
-        if needle in text:
-            return text
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"{needle!r} not in the watch output (exit {proc.poll()}):\n{path.read_text()}")
-
-
-@pytest.fixture
-def setup(cli_as, deployer, team_a, artifact_factory):
-    pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
-    stable, *candidates = (artifact_factory(team_a) for _ in range(4))
-    cli = cli_as(deployer)
-    created = cli(
-        "endpoint",
-        "create",
-        "ctr",
-        "--pool",
-        "cpu-pool",
-        "--stable-artifact",
-        stable.pk,
-        "--slo-p99-ms",
-        "200",
-        "--slo-error-rate",
-        "0.05",
-        "--json",
-    )
-    assert created.code == 0, created
-    assert created.json()["stable_artifact"] == stable.pk and created.json()["pool"] == "cpu-pool"
-    _pool_model_state(stable, PoolModelState.READY)
-    return cli, pool, stable, candidates
-
-
-def test_endpoint_pool_and_artifact_commands(setup, cli_as, alice):
-    cli, pool, stable, (candidate, *_) = setup
+def test_endpoint_pool_and_artifact_commands(rollout_setup, cli_as, alice):
+    cli, pool, stable, (candidate, *_) = rollout_setup
     listed = cli("endpoint", "list")
     assert listed.code == 0 and "ctr" in listed.out and "cpu-pool" in listed.out, listed
     assert (
@@ -95,8 +52,8 @@ def test_endpoint_pool_and_artifact_commands(setup, cli_as, alice):
     assert not Rollout.objects.exists()
 
 
-def test_watch_a_rollout_the_judge_rolls_back(setup, tmp_path):
-    cli, pool, stable, (candidate, *_) = setup
+def test_watch_a_rollout_the_judge_rolls_back(rollout_setup, tmp_path):
+    cli, pool, stable, (candidate, *_) = rollout_setup
     started = cli(
         "rollout", "start", "ctr", "--candidate", candidate.pk, "--steps", "5,100", "--step-min-seconds", "5", "--json"
     )
@@ -107,23 +64,23 @@ def test_watch_a_rollout_the_judge_rolls_back(setup, tmp_path):
     log = tmp_path / "watch.log"
     watch = popen_cli("rollout", "watch", rollout_id, "--interval", "0.3", env=cli.env, log=log)
     try:
-        _wait_log(log, "pending → loading", watch)
-        _pool_model_state(candidate, PoolModelState.READY)
-        _pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
+        wait_log(log, "pending → loading", watch)
+        pool_model_state(candidate, PoolModelState.READY)
+        pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
         rollout = rollout_services.rollout_reconcile(rollout_id=rollout_id)
         assert rollout.state == "canary"
-        _wait_log(log, "loading → canary step 1/2 (5%)", watch)
+        wait_log(log, "loading → canary step 1/2 (5%)", watch)
 
         start = rollout.traffic_started_at
         feed(rollout, ticks=12, start=start, cand_err=0.08)  # the candidate fails 8 % of requests
         result = canary.judge_rollout(Rollout.objects.get(pk=rollout_id), now=start + timedelta(seconds=12))
         assert result["verdict"] == "fail"
-        _wait_log(log, "judge fail", watch)
-        _wait_log(log, "canary step 1/2 (5%) → rolling_back", watch)
+        wait_log(log, "judge fail", watch)
+        wait_log(log, "canary step 1/2 (5%) → rolling_back", watch)
         assert watch.poll() is None  # still draining: the watch waits for the end
 
         rollout_services.rollout_reconcile(rollout_id=rollout_id)  # asks the pool to drain and unload
-        _pool_model_state(candidate, PoolModelState.UNLOADED)
+        pool_model_state(candidate, PoolModelState.UNLOADED)
         assert rollout_services.rollout_reconcile(rollout_id=rollout_id).state == "rolled_back"
         assert watch.wait(30) == exits.ROLLED_BACK, log.read_text()
     finally:
@@ -144,8 +101,8 @@ def test_watch_a_rollout_the_judge_rolls_back(setup, tmp_path):
     assert late.code == exits.API and "illegal_transition" in late.err and "HTTP 409" in late.err, late
 
 
-def test_pause_resume_promote_with_generations(setup, tmp_path):
-    cli, pool, stable, (candidate, stuck, _) = setup
+def test_pause_resume_promote_with_generations(rollout_setup, tmp_path):
+    cli, pool, stable, (candidate, stuck, _) = rollout_setup
     log = tmp_path / "start-watch.log"
     watch = popen_cli(
         "rollout",
@@ -164,12 +121,12 @@ def test_pause_resume_promote_with_generations(setup, tmp_path):
         log=log,
     )
     try:
-        text = _wait_log(log, "Started rollout #", watch)
+        text = wait_log(log, "Started rollout #", watch)
         rollout_id = int(text.split("Started rollout #")[1].split()[0])
-        _pool_model_state(candidate, PoolModelState.READY)
-        _pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
+        pool_model_state(candidate, PoolModelState.READY)
+        pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
         rollout_services.rollout_reconcile(rollout_id=rollout_id)
-        _wait_log(log, "→ canary step 1/2 (50%)", watch)
+        wait_log(log, "→ canary step 1/2 (50%)", watch)
 
         seen = cli("rollout", "get", rollout_id, "--json").json()
         assert seen["state"] == "canary" and seen["traffic"] == {
@@ -211,11 +168,11 @@ def test_pause_resume_promote_with_generations(setup, tmp_path):
     assert len(cli("rollout", "list", "--json").json()["results"]) == 2
 
 
-def test_start_without_steps_takes_the_forecasts_plan_and_says_so(setup):
+def test_start_without_steps_takes_the_forecasts_plan_and_says_so(rollout_setup):
     """As the endpoint page's form: no --steps is the plan the rollout forecast suggests for
     the endpoint's observed traffic (at 20 req/s, 50/100 %: a 10 % canary would get 2 req/s,
     too little for its tests to act within seconds), not the server's fixed 10/25/50/100."""
-    cli, pool, stable, (candidate, *_) = setup
+    cli, pool, stable, (candidate, *_) = rollout_setup
     idle = cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--json")
     assert idle.code == 0, idle
     assert idle.json()["steps_bp"] == [2500, 5000, 10000]  # no traffic seen: the forecast's plan for that
@@ -234,7 +191,7 @@ def test_start_without_steps_takes_the_forecasts_plan_and_says_so(setup):
     assert "forecast" not in chosen.err  # --steps: the user's plan, no forecast asked
 
 
-def test_on_a_terminal_the_watch_is_a_live_view_redrawn_in_place(setup):
+def test_on_a_terminal_the_watch_is_a_live_view_redrawn_in_place(rollout_setup):
     """Under a pseudo-terminal the watch redraws a block below the event lines with what the
     endpoint page shows: state and step, step timer, generation, every arm's share (the
     stable, the fair baseline copy and the candidate), the judge's guardrails and the last
@@ -249,7 +206,7 @@ def test_on_a_terminal_the_watch_is_a_live_view_redrawn_in_place(setup):
 
     from tests.cli.conftest import ROOT
 
-    cli, pool, stable, (candidate, *_) = setup
+    cli, pool, stable, (candidate, *_) = rollout_setup
     rollout_id = int(
         cli(
             "rollout",
@@ -265,8 +222,8 @@ def test_on_a_terminal_the_watch_is_a_live_view_redrawn_in_place(setup):
             "id",
         ).out
     )
-    _pool_model_state(candidate, PoolModelState.READY)
-    _pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
+    pool_model_state(candidate, PoolModelState.READY)
+    pool_model_state(stable, PoolModelState.READY)  # and the rollout's fair-baseline copy of it
     rollout = rollout_services.rollout_reconcile(rollout_id=rollout_id)
     feed(rollout, ticks=3, start=rollout.traffic_started_at)  # too little evidence yet: inconclusive
     canary.judge_rollout(Rollout.objects.get(pk=rollout_id), now=rollout.traffic_started_at + timedelta(seconds=3))
@@ -323,15 +280,15 @@ def stable_variant(artifact) -> str:
     return f"v{artifact.version.version}-onnx-fp32"
 
 
-def test_ctrl_c_stops_watching_and_leaves_the_rollout_alone(setup, tmp_path):
+def test_ctrl_c_stops_watching_and_leaves_the_rollout_alone(rollout_setup, tmp_path):
     import signal
 
-    cli, pool, stable, (candidate, *_) = setup
+    cli, pool, stable, (candidate, *_) = rollout_setup
     rollout_id = int(cli("rollout", "start", "ctr", "--candidate", candidate.pk, "--field", "id").out)
     log = tmp_path / "watch.log"
     watch = popen_cli("rollout", "watch", rollout_id, "--interval", "0.3", env=cli.env, log=log)
     try:
-        _wait_log(log, "pending → loading", watch)
+        wait_log(log, "pending → loading", watch)
         watch.send_signal(signal.SIGINT)
         assert watch.wait(30) == exits.INTERRUPTED
     finally:
