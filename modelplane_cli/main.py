@@ -27,6 +27,15 @@ def report(error: CliError, as_json: bool) -> None:
 
 
 class Root(click.Group):
+    aliases: dict[str, str] = {}  # `keys` → `key`, `experiments` → `experiment` (hidden from --help)
+
+    def get_command(self, ctx, cmd_name):
+        return super().get_command(ctx, self.aliases.get(cmd_name, cmd_name))
+
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        return (command.name if command else name), command, rest
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -59,13 +68,24 @@ def cli(ctx, url, token, http_timeout, as_json, field):
     """modelplane: models, builds, endpoints and rollouts from a shell or a CI job.
 
     Exit codes: 0 ok, 1 unexpected answer, 2 usage, 3 auth, 4 API refused the request,
-    5 network/5xx, 6 wait timed out, 10 build failed, 11 rollout rolled back,
-    12 rollout failed, 13 rollout paused, 130 interrupted.
+    5 network/5xx, 6 wait timed out, 10 build failed, 11 rollout rolled back by the judge,
+    12 rollout failed, 13 rollout paused, 14 rollout rolled back by a person (abort),
+    15 experiment ended without shipping, 130 interrupted.
     """
     ctx.obj = State(url=url, token=token, http_timeout=http_timeout, as_json=as_json, field=field)
 
 
-from modelplane_cli.commands import auth, builds, deploy, models, releases, rollouts  # noqa: E402  (they use State)
+from modelplane_cli.commands import (  # noqa: E402  (they use State)
+    auth,
+    builds,
+    deploy,
+    experiments,
+    feedback,
+    keys,
+    models,
+    releases,
+    rollouts,
+)
 
 for group in (
     *auth.COMMANDS,
@@ -74,8 +94,12 @@ for group in (
     *deploy.COMMANDS,
     *rollouts.COMMANDS,
     *releases.COMMANDS,
+    *keys.COMMANDS,
+    *experiments.COMMANDS,
+    *feedback.COMMANDS,
 ):
     cli.add_command(group)
+Root.aliases = {**keys.ALIASES, **experiments.ALIASES}
 
 
 def main() -> None:
