@@ -131,10 +131,10 @@ def test_experiment_start_feedback_watch_ship_and_stop(cli_as, deployer, served,
     shipped = cli("experiment", "ship", exp_id, "--reason", "clear win")
     assert shipped.code == 0 and f"Experiment {exp_id}: shipping (rollout #" in shipped.out, shipped
 
-    other = cli(
-        "experiment", "create", "ctr-two", "other", "--candidate", candidate.pk, *plan, "--start", "--field", "id"
-    )
-    assert other.code == 0, other
+    other = cli("experiment", "create", "ctr-two", "other", "--candidate", candidate.pk, *plan, "--field", "id")
+    assert other.code == 0 and Experiment.objects.get(pk=int(other.out.strip()[4:])).state == "draft", other
+    started = cli("experiment", "start", other.out.strip())
+    assert started.code == 0 and f"Experiment {other.out.strip()} started: running." in started.out, started
     stopped = cli("experiment", "stop", other.out.strip(), "--reason", "wrong audience")
     assert stopped.code == 0 and "stopped" in stopped.out, stopped
     ended = cli("experiment", "watch", other.out.strip())
