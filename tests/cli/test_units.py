@@ -14,9 +14,10 @@ import click
 import pytest
 
 from modelplane_cli import config, exits, output
+from modelplane_cli.client import origin
 from modelplane_cli.commands.rollouts import parse_steps
 from modelplane_cli.exits import CliError
-from modelplane_cli.watch import event_line, state_text, verdict_line
+from modelplane_cli.watch import arms_of, event_line, panel_lines, state_text, verdict_line
 from tests.cli.conftest import ROOT
 
 
@@ -178,3 +179,49 @@ def test_the_wheel_installs_the_cli_and_nothing_else(tmp_path):
     assert {"modelplane_cli/commands/rollouts.py", "modelplane_cli/__main__.py"} <= set(names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "Requires-Dist: click" in metadata and "Requires-Dist: requests-toolbelt" in metadata
+
+
+def test_origins_compare_scheme_host_and_port_with_default_ports():
+    assert origin("http://Example.com/api/v1/") == origin("http://example.com:80/x") == ("http", "example.com", 80)
+    assert origin("https://example.com") != origin("http://example.com")
+    assert origin("http://example.com:8000") != origin("http://example.com")
+    assert origin("http://user:pw@evil.example/") == ("http", "evil.example", 80)
+
+
+def test_the_live_view_shows_the_apis_arms_when_it_has_them_else_the_split():
+    rollout = {
+        "id": 4,
+        "endpoint": "ctr",
+        "state": "canary",
+        "step_index": 0,
+        "steps_bp": [2000, 10000],
+        "generation": 5,
+        "baseline_variant": "v1-onnx-fp32",
+        "candidate_variant": "v2-onnx-fp32",
+        "fair_baseline": {"variant": "v1-onnx-fp32-baseline"},
+        "traffic": {"stable_bp": 6000, "candidate_bp": 2000, "baseline_bp": 2000, "candidate_role": "canary"},
+    }
+    assert [(a["role"], a["weight_bp"]) for a in arms_of(rollout)] == [
+        ("stable", 6000),
+        ("baseline", 2000),
+        ("candidate", 2000),
+    ]
+    given = [
+        {"role": "stable", "variant": "v1", "weight_bp": 6000},
+        {"role": "baseline", "variant": "v1-b", "weight_bp": 2000},
+        {"role": "candidate", "variant": "v2", "weight_bp": 2000},
+    ]
+    lines = panel_lines({"rollout": {**rollout, "arms": given}, "verdicts": []}, None)
+    assert lines[0] == "rollout #4 ctr · canary step 1/2 (20%) · gen 5"
+    assert [line.split() for line in lines[1:4]] == [
+        ["stable", "v1", "60%"],
+        ["baseline", "v1-b", "20%"],
+        ["candidate", "v2", "20%"],
+    ]
+    assert lines[4] == "guardrails: no verdict yet"
+
+
+def test_a_cut_line_keeps_its_colours_closed():
+    red = click.style("fail", fg="red")
+    assert output._cut("judge " + red + " and more", 8) == "judge " + "\x1b[31mfa\x1b[0m"
+    assert output._cut("plain text", 5) == "plain"
