@@ -357,8 +357,8 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
         # the ETag is a digest of the body: any change a watcher would see makes a new one
         canonical = json.dumps(body, cls=DjangoJSONEncoder, sort_keys=True, separators=(",", ":"))
         etag = f'"{hashlib.sha256(canonical.encode()).hexdigest()[:32]}"'
-        offered = parse_etags(request.headers.get("If-None-Match", ""))
-        response = Response(status=304) if etag in offered or offered == ["*"] else Response(body)
+        offered = [tag.removeprefix("W/") for tag in parse_etags(request.headers.get("If-None-Match", ""))]
+        response = Response(status=304) if etag in offered or offered == ["*"] else Response(body)  # weak comparison
         response["ETag"] = etag
         response["Cache-Control"] = "no-cache"
         return response
