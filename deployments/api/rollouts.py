@@ -9,26 +9,20 @@ POST /api/v1/endpoints/{name}/undo/ (back to the previous stable), and
 /api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
 """
 
-import hashlib
-import json
-
-from django.core.serializers.json import DjangoJSONEncoder
-from django.utils.http import parse_etags
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from deployments.api.rollout_controls import EndpointUndoMixin, RolloutStatusRetryMixin
 from deployments.models import Endpoint, Rollout
 from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
 from deployments.rollout_machine import DEFAULT_PLAN, FULL_BP, Strategy
 from deployments.routes import route_table
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
-from deployments.selectors.rollout_status import rollout_status
 from deployments.services import endpoints as endpoint_services
-from deployments.services import rollout_restarts
 from deployments.services import rollouts as services
 from kernel.api import created
 from kernel.errors import InvalidInput, NotFound
@@ -191,42 +185,6 @@ class RolloutActionSerializer(serializers.Serializer):
     )
 
 
-class RolloutStatusSerializer(serializers.Serializer):
-    """The shape of GET /rollouts/{id}/status/ (documentation: the view builds the body)."""
-
-    rollout = RolloutSerializer()
-    events = serializers.ListField(
-        child=serializers.DictField(),
-        help_text="Transitions, oldest first: id, time, actor, action, from_state, to_state, reason (the last 100).",
-    )
-    verdicts = serializers.ListField(
-        child=serializers.DictField(),
-        help_text="The judge's latest verdicts, oldest first: id, step, outcome, reason, checks [{name, kind, "
-        "outcome}], created_at (the last 10).",
-    )
-    rolled_back_by = serializers.DictField(
-        allow_null=True,
-        help_text='Who rolled it back: {"kind": "person"|"judge"|"platform", "actor", "reason", "time"}; null if '
-        "it never went to rolling_back.",
-    )
-
-
-class RolloutRetrySerializer(serializers.Serializer):
-    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=2000)
-
-
-class EndpointUndoSerializer(serializers.Serializer):
-    reason = StrictCharField(required=False, allow_blank=True, default="", max_length=2000)
-    steps_bp = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=FULL_BP),
-        required=False,
-        help_text="Default [10000]: one step, all traffic to the previous stable once it is READY.",
-    )
-    step_min_seconds = serializers.FloatField(min_value=0, max_value=86400, default=0.0)
-    step_min_requests = serializers.IntegerField(min_value=0, max_value=10**9, default=0)
-    promote_grace_seconds = serializers.FloatField(min_value=0, max_value=86400, default=0.0)
-
-
 def _artifact(user, artifact_id: int, field: str):
     try:
         return pool_selectors.artifact_get(user=user, artifact_id=artifact_id)
@@ -246,8 +204,10 @@ def _artifact(user, artifact_id: int, field: str):
         request=EndpointUpdateSerializer, summary="Change SLOs, sticky header, timeout, public"
     ),
     update=extend_schema(request=EndpointUpdateSerializer),
+    undo=extend_schema(responses={201: RolloutSerializer}),
 )
 class EndpointViewSet(
+    EndpointUndoMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
@@ -255,6 +215,7 @@ class EndpointViewSet(
     TeamScopedViewSet,
 ):
     serializer_class = EndpointSerializer
+    rollout_serializer = RolloutSerializer  # undo's answer (deployments/api/rollout_controls.py)
     lookup_field = "name"
     lookup_value_regex = r"[a-z0-9][a-z0-9_-]*"
     ordering = ["name"]
@@ -309,25 +270,14 @@ class EndpointViewSet(
         rollout = services.rollout_start(user=request.user, endpoint=endpoint, candidate=candidate, **data)
         return created(RolloutSerializer(rollout).data)
 
-    @extend_schema(
-        request=EndpointUndoSerializer,
-        responses={201: RolloutSerializer},
-        summary="Undo: a rollout back to the stable the endpoint had before its last promotion "
-        "(409 no_previous_stable when there is none)",
-    )
-    @action(detail=True, methods=["post"])
-    def undo(self, request, name=None):
-        endpoint = self.get_object()
-        payload = EndpointUndoSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        rollout = rollout_restarts.rollout_undo(user=request.user, endpoint=endpoint, **payload.validated_data)
-        return created(RolloutSerializer(rollout).data)
 
-
-class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
-    """/api/v1/rollouts/{id}/ and its manual controls (the same services as the dashboard)."""
+@extend_schema_view(retry=extend_schema(responses={201: RolloutSerializer}))
+class RolloutViewSet(RolloutStatusRetryMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    """/api/v1/rollouts/{id}/ and its manual controls (the same services as the dashboard);
+    status and retry in deployments/api/rollout_controls.py."""
 
     serializer_class = RolloutSerializer
+    rollout_serializer = RolloutSerializer
     ordering = ["-created_at"]
     filterset_fields = ["state"]
 
@@ -344,24 +294,6 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
             expected_generation=payload.validated_data.get("generation"),
         )
         return Response(RolloutSerializer(rollout).data)
-
-    @extend_schema(
-        responses={200: RolloutStatusSerializer, 304: OpenApiResponse(description="Not modified (If-None-Match)")},
-        summary="A rollout's live status in one request: the rollout, its transitions, the judge's latest "
-        "verdicts, who rolled it back (ETag; 304 on If-None-Match)",
-    )
-    @action(detail=True, methods=["get"])
-    def status(self, request, pk=None):
-        rollout = self.get_object()
-        body = {"rollout": RolloutSerializer(rollout).data, **rollout_status(user=request.user, rollout=rollout)}
-        # the ETag is a digest of the body: any change a watcher would see makes a new one
-        canonical = json.dumps(body, cls=DjangoJSONEncoder, sort_keys=True, separators=(",", ":"))
-        etag = f'"{hashlib.sha256(canonical.encode()).hexdigest()[:32]}"'
-        offered = [tag.removeprefix("W/") for tag in parse_etags(request.headers.get("If-None-Match", ""))]
-        response = Response(status=304) if etag in offered or offered == ["*"] else Response(body)  # weak comparison
-        response["ETag"] = etag
-        response["Cache-Control"] = "no-cache"
-        return response
 
     @extend_schema(
         request=RolloutActionSerializer, responses=RolloutSerializer, summary="Promote now (skip remaining steps)"
@@ -388,21 +320,6 @@ class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
     @action(detail=True, methods=["post"])
     def rollback(self, request, pk=None):
         return self._act(request, services.rollout_rollback)
-
-    @extend_schema(
-        request=RolloutRetrySerializer,
-        responses={201: RolloutSerializer},
-        summary="Retry a rolled back or failed rollout: a new rollout with its candidate and plan "
-        "(409 not_retryable otherwise)",
-    )
-    @action(detail=True, methods=["post"])
-    def retry(self, request, pk=None):
-        payload = RolloutRetrySerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        rollout = rollout_restarts.rollout_retry(
-            user=request.user, rollout=self.get_object(), reason=payload.validated_data["reason"]
-        )
-        return created(RolloutSerializer(rollout).data)
 
 
 class CanReadRoutes(permissions.BasePermission):

@@ -15,8 +15,9 @@ from django.db import transaction
 
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import FULL_BP, State
+from deployments.selectors.pools import artifact_get
 from deployments.services.rollouts import rollout_start
-from kernel.errors import Conflict
+from kernel.errors import Conflict, NotFound
 from registry.models import Artifact, EventAction, Role
 from registry.names import variant_name
 from registry.selectors.events import event_list
@@ -69,7 +70,10 @@ def previous_stable(*, user, endpoint: Endpoint) -> Artifact | None:
     )
     if change is None or not change.from_state.isdigit():
         return None
-    return Artifact.objects.select_related("version__model").filter(pk=int(change.from_state)).first()
+    try:
+        return artifact_get(user=user, artifact_id=int(change.from_state))
+    except NotFound:  # deleted since, or no longer visible
+        return None
 
 
 def rollout_undo(
