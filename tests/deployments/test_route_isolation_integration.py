@@ -125,7 +125,7 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
         refused = infer("ux-cli")
         assert refused.status_code == 503 and refused.json()["code"] == "endpoint_refused"
         assert "duplicate variant names" in refused.json()["error"] and "ux-cli" in refused.json()["error"]
-        assert infer("demo-ctr").json()["code"] == "missing_key"
+        assert infer("demo-ctr").json()["code"] == "unknown_endpoint"  # closed now, no key: as if unknown
         assert status()["routes"]["stale"] is False  # the rest of the table is current
         metrics_text = requests.get(f"{gateway.url}/metrics", timeout=5).text
         assert 'gateway_route_refused{code="duplicate_variant_names",kind="endpoint",name="ux-cli"} 1.0' in metrics_text
