@@ -238,7 +238,8 @@ def _require_team_source(source_uri: str, team: Group) -> None:
 
     if mlflow_config.source_team(source_uri) != team.name:
         raise NotFound(
-            f"source_uri: no MLflow run or registered model {source_uri!r} in team {team.name!r}.",
+            f"source_uri: no MLflow run or registered model {source_uri!r} in team {team.name!r}. "
+            + mlflow_config.NOT_YOURS_HINT,
             code="source_not_found",
             field="source_uri",
         )
