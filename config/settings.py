@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from config import client_ip as _client_ip
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -136,12 +138,19 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 # --- login throttling (django-axes) -----------------------------------------------------
 # LOGIN_FAILURE_LIMIT wrong passwords for one username from one address lock that pair out
-# for LOGIN_LOCKOUT_MINUTES (the right password included: 429 with the lockout page); a
-# successful login resets the count. `manage.py axes_reset` unlocks everyone.
+# for LOGIN_LOCKOUT_MINUTES (the right password included: 429 with the lockout page); the
+# same username from another address is not locked; a successful login resets the count.
+# The address is the peer's, or behind TRUSTED_PROXIES the client's from X-Forwarded-For
+# (config/client_ip.py); TRUSTED_ADMIN_NETWORKS are never locked out. `manage.py
+# axes_reset_username NAME` unlocks one username, `manage.py axes_reset` everyone.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+TRUSTED_PROXIES = _client_ip.parse_networks("TRUSTED_PROXIES", env_list("TRUSTED_PROXIES", ""))
+TRUSTED_ADMIN_NETWORKS = _client_ip.parse_networks("TRUSTED_ADMIN_NETWORKS", env_list("TRUSTED_ADMIN_NETWORKS", ""))
+AXES_CLIENT_IP_CALLABLE = "config.client_ip.client_ip"
+AXES_WHITELIST_CALLABLE = "config.client_ip.never_locked"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "auth/locked.html"
 AXES_VERBOSE = False
