@@ -190,6 +190,9 @@ MLFLOW_ARTIFACT_ROOT = os.environ.get("MLFLOW_ARTIFACT_ROOT", str(VAR_DIR / "mlr
 # /healthz: components besides database and broker that must be up (set by `make run`).
 HEALTHZ_EXPECT = env_list("HEALTHZ_EXPECT", "")
 HEALTHZ_MAX_AGE_S = int(os.environ.get("HEALTHZ_MAX_AGE_S", "20"))
+# /healthz tells anyone ok/degraded; the components (hosts, pids, errors) only to staff or to
+# `Authorization: Bearer $HEALTHZ_TOKEN` (`make run` makes one: VAR_DIR/healthz_token)
+HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")
 # Hosts that user-configured outbound URLs (alert webhooks) may reach even when they
 # resolve to loopback/private/link-local addresses (kernel/outbound.py); exact names.
 OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS", "")

@@ -141,7 +141,8 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
 
         # /healthz and the endpoint page: the table the gateway has not applied, and why
         settings.HEALTHZ_EXPECT = [f"gateway={gateway.url}"]
-        client = Client()
+        settings.HEALTHZ_TOKEN = "health-token-for-tests"  # the components are for staff and the token
+        client = Client(HTTP_AUTHORIZATION="Bearer health-token-for-tests")
         health = client.get("/healthz")
         assert health.status_code == 503 and health.json()["components"]["gateway"]["state"] == "up"
         routes = health.json()["components"]["routes"]
