@@ -134,7 +134,7 @@ def test_keys_through_the_api_reach_the_gateway(
         # (a list: a 404 Response is falsy, and wait_for waits for a truthy answer)
         [foreign] = wait_for(
             lambda: (
-                (r := infer("ctr", other["secret"]))
+                [r := infer("ctr", other["secret"])]
                 and gateway.metric("gateway_auth_rejections_total", reason="forbidden", key=other["gateway_id"]) >= 1
                 and [r]
             ),

@@ -113,8 +113,8 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
             roles = sorted(v["role"] for v in detail["endpoints"].get("rolling", {}).get("variants", {}).values())
             return (
                 [(r["name"], r["code"]) for r in detail["routes"]["refused"]] == [("ux-cli", "duplicate_variant_names")]
-                and infer("demo-ctr").status_code == 401
-                and infer("keyed", secret).status_code == 401
+                and infer("demo-ctr").status_code == 404  # closed: as if unknown without a key
+                and infer("keyed", secret).status_code == 404  # a revoked key: likewise
                 and roles == ["canary", "stable"]
             )
 
