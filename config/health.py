@@ -1,5 +1,12 @@
-"""GET /healthz: 200 only when every component this process depends on answers."""
+"""GET /healthz: 200 only when every component this process depends on answers.
 
+Anyone (a load balancer, a readiness probe) reads the status alone: 200 `{"status": "ok"}`
+or 503 `{"status": "degraded"}`. What each component is and why it is down (hosts, child
+pids, broker URLs, replica errors) is for staff sessions and for a caller sending
+`Authorization: Bearer <HEALTHZ_TOKEN>` (make run, the tests and the closed-loop tooling).
+"""
+
+import hmac
 import time
 import urllib.error
 import urllib.request
@@ -135,6 +142,18 @@ def _expected_checks() -> dict:
     return checks
 
 
+def may_read_components(request) -> bool:
+    """Staff, or the health token (compared in constant time)."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and user.is_staff:
+        return True
+    token = settings.HEALTHZ_TOKEN
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    return (
+        bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+    )
+
+
 @never_cache
 @require_GET
 def healthz(request):
@@ -146,6 +165,7 @@ def healthz(request):
             components[name] = {"state": "down", "error": f"{type(exc).__name__}: {exc}"[:300]}
             components[name].update(getattr(exc, "detail", {}))
     healthy = all(c["state"] == "up" for c in components.values())
-    return JsonResponse(
-        {"status": "ok" if healthy else "degraded", "components": components}, status=200 if healthy else 503
-    )
+    body = {"status": "ok" if healthy else "degraded"}
+    if may_read_components(request):
+        body["components"] = components
+    return JsonResponse(body, status=200 if healthy else 503)

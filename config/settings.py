@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from config import client_ip as _client_ip
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -136,12 +138,19 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 # --- login throttling (django-axes) -----------------------------------------------------
 # LOGIN_FAILURE_LIMIT wrong passwords for one username from one address lock that pair out
-# for LOGIN_LOCKOUT_MINUTES (the right password included: 429 with the lockout page); a
-# successful login resets the count. `manage.py axes_reset` unlocks everyone.
+# for LOGIN_LOCKOUT_MINUTES (the right password included: 429 with the lockout page); the
+# same username from another address is not locked; a successful login resets the count.
+# The address is the peer's, or behind TRUSTED_PROXIES the client's from X-Forwarded-For
+# (config/client_ip.py); TRUSTED_ADMIN_NETWORKS are never locked out. `manage.py
+# axes_reset_username NAME` unlocks one username, `manage.py axes_reset` everyone.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+TRUSTED_PROXIES = _client_ip.parse_networks("TRUSTED_PROXIES", env_list("TRUSTED_PROXIES", ""))
+TRUSTED_ADMIN_NETWORKS = _client_ip.parse_networks("TRUSTED_ADMIN_NETWORKS", env_list("TRUSTED_ADMIN_NETWORKS", ""))
+AXES_CLIENT_IP_CALLABLE = "config.client_ip.client_ip"
+AXES_WHITELIST_CALLABLE = "config.client_ip.never_locked"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "auth/locked.html"
 AXES_VERBOSE = False
@@ -181,6 +190,9 @@ MLFLOW_ARTIFACT_ROOT = os.environ.get("MLFLOW_ARTIFACT_ROOT", str(VAR_DIR / "mlr
 # /healthz: components besides database and broker that must be up (set by `make run`).
 HEALTHZ_EXPECT = env_list("HEALTHZ_EXPECT", "")
 HEALTHZ_MAX_AGE_S = int(os.environ.get("HEALTHZ_MAX_AGE_S", "20"))
+# /healthz tells anyone ok/degraded; the components (hosts, pids, errors) only to staff or to
+# `Authorization: Bearer $HEALTHZ_TOKEN` (`make run` makes one: VAR_DIR/healthz_token)
+HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")
 # Hosts that user-configured outbound URLs (alert webhooks) may reach even when they
 # resolve to loopback/private/link-local addresses (kernel/outbound.py); exact names.
 OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS", "")
@@ -261,8 +273,55 @@ REST_FRAMEWORK = {
     # JSON bodies only (anything else is a 415); the version upload adds multipart itself.
     "DEFAULT_PARSER_CLASSES": ["kernel.parsers.StrictJSONParser"],
 }
+# API docs grouped by area: each operation's tag is that of the last resource word in its
+# path found here (/endpoints/{name}/rollouts/ -> rollouts; /versions/{id}/builds/ -> builds),
+# kernel.schema.AutoSchema.get_tags; tests/security/test_api_docs.py checks every operation
+# has a tag of SPECTACULAR_SETTINGS["TAGS"] and none is left under "v1".
+API_RESOURCE_TAGS = {
+    "models": "registry",
+    "versions": "registry",
+    "data": "registry",
+    "aliases": "registry",
+    "events": "audit",
+    "teams": "teams",
+    "builds": "builds",
+    "artifacts": "builds",
+    "pools": "deployments",
+    "endpoints": "deployments",
+    "gateway": "deployments",
+    "inference-keys": "keys",
+    "rollouts": "rollouts",
+    "rollout-forecast": "rollouts",
+    "releases": "releases",
+    "metrics": "monitoring",
+    "score-samples": "monitoring",
+    "verdicts": "monitoring",
+    "alerts": "alerts",
+    "silences": "alerts",
+    "notification-channels": "alerts",
+    "experiments": "experiments",
+    "feedback": "feedback",
+    "training-experiments": "training",
+}
+API_TAGS = [
+    ("registry", "Registered models, their versions (uploads and MLflow sources), signatures and data."),
+    ("builds", "The artifact factory: builds of a version into serving variants, and their artifacts."),
+    ("deployments", "Serving pools, endpoints, and the gateway's route table."),
+    ("keys", "Inference keys: who may call a team's endpoints, at what rate."),
+    ("rollouts", "Canary rollouts of an endpoint's candidate, their steps, and the traffic forecast."),
+    ("releases", "Releases: build, tune and canary a version in one request."),
+    ("monitoring", "Per-variant metrics, score samples and the canary judge's verdicts."),
+    ("alerts", "Alerts, their notification channels."),
+    ("experiments", "Online A/B experiments on endpoints: arms, results, ship and stop."),
+    ("feedback", "Clicks, conversions and values fed back for online experiments."),
+    ("training", "MLflow training experiments and runs of your teams."),
+    ("teams", "Your teams and your role in each."),
+    ("audit", "The audit trail: who changed what, when, from and to."),
+]
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "modelplane API",
+    "TAGS": [{"name": name, "description": description} for name, description in API_TAGS],
     "DESCRIPTION": "Registry, builds, serving pools, rollouts and monitoring for online inference.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,

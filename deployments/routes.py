@@ -267,6 +267,7 @@ def _entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dic
     auth["keys"] = [key for key in auth["keys"] if key in listed_keys]  # a key left out is named by no entry
     entry = {
         "name": endpoint.name,
+        "team": team_label(endpoint.team),  # who gets 403 rather than the unknown endpoint's 404
         "sticky_header": endpoint.sticky_header,
         "timeout_ms": endpoint.timeout_ms,
         # a client deadline below the endpoint's p99 SLO that expires is the client's doing

@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 from time import monotonic, perf_counter
 
-from .access import rejected
+from .access import concealed, conceals, missing, rejected
 from .feedback_rules import check_feedback, read_exposure_token
 from .ids import request_id
 from .responses import error, plain_headers
-from .routes import missing_endpoint
 from .tenants import EndpointAuth, authenticate, release
 from .tensors import Problem
 
@@ -70,14 +69,15 @@ async def feedback(gateway, request):
     table = gateway.table
     ep = table.endpoints.get(name) if table is not None else None
     if ep is None:
-        status, code, detail, _ = missing_endpoint(table, name)
-        return error(status, code, detail, rid)
+        return missing(table, name, request.headers, rid)[0]
     # the team's keys, public endpoint or not (its feedback moves an experiment)
-    team_only = EndpointAuth(False, ep.auth.allowed)
+    team_only = EndpointAuth(False, ep.auth.allowed, ep.auth.teams)
     key, rejection = authenticate(request.headers, team_only, table.keys, name, perf_counter())
     if rejection is not None:
         problem, reason, wait = rejection
         if not (reason == "missing_key" and _token_only(ep, name, events)):
+            if not ep.auth.public and conceals(reason, key, ep.auth):  # a closed endpoint: as if unknown
+                return concealed(reason, rid, name, key)
             if reason == "missing_key":
                 problem = Problem(
                     401,

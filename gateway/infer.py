@@ -22,7 +22,7 @@ import random
 from time import perf_counter, time
 
 from . import metrics
-from .access import admit
+from .access import admit, missing
 from .failover import (
     BACKEND,
     CLIENT,
@@ -42,7 +42,6 @@ from .ids import request_id
 from .metadata import unknown_version
 from .replies import public_reply, rename_error
 from .responses import IHCL, error, unavailable
-from .routes import missing_endpoint
 from .tenants import release
 from .tensors import Problem, inflate, parse_request
 from .upstream import UpstreamError
@@ -79,11 +78,11 @@ class Inference:
         table = self.gateway.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
-            status, code, detail, ours = missing_endpoint(table, name)
+            response, ours = missing(table, name, headers, rid)
             # a refused entry counts on its endpoint (a name of the table); anything else in one
             # "(unknown)" bucket, never the client's string: metric cardinality stays bounded
-            label = name if code == "endpoint_refused" else metrics.UNKNOWN_ENDPOINT
-            return self._done(request, error(status, code, detail, rid), t0, label, "none", BACKEND if ours else CLIENT)
+            label = name if ours and table is not None else metrics.UNKNOWN_ENDPOINT
+            return self._done(request, response, t0, label, "none", BACKEND if ours else CLIENT)
         key, response = admit(table, ep, headers, rid, t0)
         if response is not None:
             return self._done(request, response, t0, name, "none", CLIENT, key)

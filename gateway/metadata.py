@@ -1,6 +1,7 @@
 """What a KServe v2 / Triton client reads besides inference, under the endpoint's name
 (never the Triton model's or another team's), with the same keys as /infer unless the
-endpoint is public:
+endpoint is public (a request that may not read a closed endpoint gets the unknown
+endpoint's 404, access.py):
 
 - `GET /v2`: the gateway's own server metadata (name, version, the protocol extensions it
   serves);
@@ -18,16 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from hashlib import sha256
 from importlib import metadata as package_metadata
 from time import perf_counter
 
-from .access import admit
+from .access import admit, missing
 from .ids import request_id
 from .replies import public_config, public_metadata, public_stats, rename_error
 from .responses import JSON_CT, error, header_safe, plain_headers
-from .routes import missing_endpoint
-from .tenants import MAX_KEY_LENGTH, presented_key, release
+from .tenants import lookup_key, release
 from .upstream import UpstreamError
 
 # KServe v2 / Triton extensions the gateway serves itself (not Triton's repository, shared
@@ -73,8 +72,7 @@ def _endpoint_for_read(gateway, request, name: str, rid: str):
     table = gateway.table
     ep = table.endpoints.get(name) if table else None
     if ep is None:
-        status, code, detail, _ = missing_endpoint(table, name)
-        return None, error(status, code, detail, rid)
+        return None, missing(table, name, request.headers, rid)[0]
     key, response = admit(table, ep, request.headers, rid, perf_counter())
     if response is not None:
         return None, response
@@ -184,10 +182,7 @@ async def model_stats(gateway, request, name: str, version: str | None = None):
 def readable_endpoints(table, headers) -> list:
     """The endpoints a caller may read without naming one: the public ones, and those its
     key is scoped to (no rate token is taken: this lists, it does not call)."""
-    token = presented_key(headers)
-    key = None
-    if type(token) is str and len(token) <= MAX_KEY_LENGTH:
-        key = table.keys.get(sha256(token.encode("latin-1")).hexdigest())
+    _, key = lookup_key(headers, table.keys)
     return [ep for ep in table.endpoints.values() if ep.auth.public or (key is not None and key.id in ep.auth.allowed)][
         :MAX_LISTED
     ]

@@ -187,18 +187,25 @@ class RouteTable:
         return {(e[0].base, e[0].model) for ep in self.endpoints.values() for v in ep.variants for e in v.replicas}
 
 
+def unknown_endpoint_detail(name: str) -> str:
+    """The message of the 404 `unknown_endpoint`: the one answer for a name the table lacks
+    and for an endpoint the request may not call (access.py), so it names both."""
+    return f"unknown endpoint {name[:200]!r}, or one this request may not call (send a key of its team)"
+
+
 def missing_endpoint(table: RouteTable | None, name: str) -> tuple[int, str, str, bool]:
     """(status, code, detail, the platform's fault?) for a request to an endpoint the
     serving table lacks: no table yet (503), an entry the gateway refused (503
     `endpoint_refused`, naming the reason: the control plane sent what this gateway
-    cannot serve), or no such endpoint (404, the client's)."""
+    cannot serve), or no such endpoint (404, the client's; the same answer as for an
+    endpoint the request may not call: access.py)."""
     if table is None:
         return 503, "no_routes", "no route table loaded yet", True
     refusal = table.refused.get(name)
     if refusal is not None:
         detail = f"the gateway refused the route entry of endpoint {name!r} ({refusal.code}): {refusal.reason}"
         return 503, "endpoint_refused", detail[:600], True
-    return 404, "unknown_endpoint", f"unknown endpoint {name[:200]!r}", False
+    return 404, "unknown_endpoint", unknown_endpoint_detail(name), False
 
 
 def compile_table(document, states: dict, pools: dict | None = None, keys: dict | None = None) -> RouteTable:
@@ -214,14 +221,15 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
     refusals = list(checked.refusals)
     endpoints = {}
     signatures: dict[str, Signature] = {}  # variants serving the same model share one object
+    key_documents = [document.get("keys", [])[i] for i in checked.keys]
+    key_teams = {doc["id"]: doc["team"] for doc in key_documents}
     for index in checked.endpoints:
         ep = document["endpoints"][index]
         try:
-            endpoints[ep["name"]] = _compile_endpoint(ep, states, pools, signatures)
+            endpoints[ep["name"]] = _compile_endpoint(ep, states, pools, signatures, key_teams)
         except (ValueError, TypeError, KeyError) as exc:  # a rule the checks missed: this entry only
             reason = f"endpoints/{index} ({ep['name']}): {type(exc).__name__}: {exc}"[:500]
             refusals.append(Refusal("endpoint", ep["name"], "invalid_entry", reason))
-    key_documents = [document.get("keys", [])[i] for i in checked.keys]
     return RouteTable(
         version=document["version"],
         endpoints=endpoints,
@@ -255,7 +263,7 @@ def _replicas(v: dict, states: dict, pools: dict) -> list:
     return replicas
 
 
-def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict) -> Endpoint:
+def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict, key_teams: dict | None = None) -> Endpoint:
     timeout_ms = ep.get("timeout_ms", 1000)
     variants = []
     for v in ep["variants"]:
@@ -290,7 +298,7 @@ def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict) -> 
         stable=next(v for v in variants if v.role == "stable"),
         live=[v for v in variants if v.role != "shadow" and v.weight_bp > 0],
         shadows=[v for v in variants if v.role == "shadow" and v.replicas],
-        auth=compile_auth(ep.get("auth")),
+        auth=compile_auth(ep.get("auth"), ep.get("team"), key_teams),
         min_timeout_s=ep.get("min_timeout_ms", timeout_ms) / 1000.0,
         experiment=ep.get("experiment", ""),
         exposure_token_key=bytes.fromhex(ep.get("exposure_token_key", "")),

@@ -14,6 +14,8 @@ whose hash nobody can invert). Outcomes, each a JSON error:
   no key                                   401 missing_key
   unknown or revoked key (not in the table) 401 invalid_key
   a key not scoped to this endpoint         403 forbidden
+(on a closed endpoint the gateway answers all three as an unknown endpoint's 404 unless the
+key is a valid one of the endpoint's team: access.py; feedback on a public endpoint keeps them)
   over the key's rate (token bucket)        429 rate_limited, Retry-After
   over the key's concurrency quota          429 concurrency_limit, Retry-After
 
@@ -93,11 +95,17 @@ class Key:
 
 
 class EndpointAuth:
-    __slots__ = ("public", "allowed")
+    """Who may call an endpoint: anyone (`public`), or the keys whose ids are in `allowed`.
+    `teams` owns the endpoint (the entry's `team`, else the teams of its allowed keys): a
+    valid key of one of them that may not call it gets 403, any other refusal the unknown
+    endpoint's 404 (access.py)."""
 
-    def __init__(self, public: bool, allowed: frozenset):
+    __slots__ = ("public", "allowed", "teams")
+
+    def __init__(self, public: bool, allowed: frozenset, teams: frozenset = frozenset()):
         self.public = public
         self.allowed = allowed
+        self.teams = teams
 
 
 def compile_keys(documents: list[dict], previous: dict | None = None) -> dict[str, Key]:
@@ -114,10 +122,17 @@ def compile_keys(documents: list[dict], previous: dict | None = None) -> dict[st
     return out
 
 
-def compile_auth(document: dict | None) -> EndpointAuth:
+def compile_auth(document: dict | None, team: str | None = None, key_teams: dict | None = None) -> EndpointAuth:
+    """The entry's `auth`; `team` the entry's owning team, `key_teams` {key id: team} of
+    the table (the owners when the entry names no team: the teams of its keys)."""
+    allowed = frozenset((document or {}).get("keys", ()))
+    if team:
+        teams = frozenset((team,))
+    else:
+        teams = frozenset(key_teams[k] for k in allowed if k in (key_teams or {}))
     if document is None:
-        return EndpointAuth(False, frozenset())
-    return EndpointAuth(bool(document.get("public", False)), frozenset(document.get("keys", ())))
+        return EndpointAuth(False, frozenset(), teams)
+    return EndpointAuth(bool(document.get("public", False)), allowed, teams)
 
 
 def presented_key(headers: dict):
@@ -132,13 +147,22 @@ def presented_key(headers: dict):
     return headers.get("x-api-key")
 
 
+def lookup_key(headers: dict, keys: dict[str, Key]):
+    """(what the client sent: str, None or a Problem for a malformed one; its Key or None)."""
+    token = presented_key(headers)
+    key = None
+    if type(token) is str and len(token) <= MAX_KEY_LENGTH:
+        key = keys.get(sha256(token.encode("latin-1")).hexdigest())
+    return token, key
+
+
 def authenticate(headers: dict, auth: EndpointAuth, keys: dict[str, Key], endpoint: str, now: float):
     """(PUBLIC, None) for a public endpoint; (Key, None) when the key may call now (its
     in-flight count is taken: the caller must `release` it); else
     (Key or None, (Problem, reason, retry_after_s))."""
     if auth.public:
         return PUBLIC, None
-    token = presented_key(headers)
+    token, key = lookup_key(headers, keys)
     if token is None:
         return None, (
             Problem(
@@ -151,9 +175,6 @@ def authenticate(headers: dict, auth: EndpointAuth, keys: dict[str, Key], endpoi
         )
     if type(token) is Problem:
         return None, (token, "invalid_key", 0.0)
-    key = None
-    if len(token) <= MAX_KEY_LENGTH:
-        key = keys.get(sha256(token.encode("latin-1")).hexdigest())
     if key is None:
         return None, (Problem(401, "invalid_key", "unknown or revoked inference key"), "invalid_key", 0.0)
     shown = key.prefix or key.id

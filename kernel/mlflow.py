@@ -2,10 +2,14 @@
 what lives there.
 
 A team owns an MLflow experiment through its tag `modelplane.team`; runs logged through
-the platform carry the same tag. A registered model (`models:/…`) belongs to a team
-through the same tag on the registered model, or else through the run its version was
-logged by. `source_team` answers whose a `runs:/` or `models:/` URI is, so the registry
-can refuse another team's source with the 404 it gives for any other team's object.
+the platform carry the same tag. ONE rule says whose a run is, `run_team`: the run's own
+`modelplane.team` tag, else its experiment's. Both the run pages (experiments.selectors.
+training: who sees a run) and registration (`source_team`: who may make a version from
+it) read it, so a developer who can create a version from a run can see it, and the other
+way round. A registered model (`models:/…`) belongs to a team through the same tag on the
+registered model, or else through its version's run. Another team's run, an untagged one
+and one that does not exist all get one 404, whose message says what to tag
+(`NOT_YOURS_HINT`).
 """
 
 import os
@@ -64,21 +68,37 @@ def experiment_id(name: str, team: str | None = None) -> str:
     return tracking.create_experiment(name, artifact_location=f"{location.rstrip('/')}/{name}", tags=tags)
 
 
+NOT_YOURS_HINT = (
+    f"A run belongs to the team its MLflow tag {TEAM_TAG} names, on the run or else on its experiment: "
+    f"tag the run (or its experiment) with {TEAM_TAG}=<team> to see it here and register versions from it."
+)
+
+
+def run_team(run, experiment_tags: dict | None = None, tracking=None) -> str:
+    """Whose run this is (the one rule): its own TEAM_TAG, else its experiment's (read
+    from `experiment_tags` when the caller has them, else from the store); "" for nobody's."""
+    from mlflow.exceptions import MlflowException
+
+    team = run.data.tags.get(TEAM_TAG)
+    if team:
+        return team
+    if experiment_tags is not None:
+        return experiment_tags.get(TEAM_TAG) or ""
+    try:
+        return (tracking or client()).get_experiment(run.info.experiment_id).tags.get(TEAM_TAG) or ""
+    except MlflowException:
+        return ""
+
+
 def _run_team(tracking, run_id: str) -> str | None:
-    """The run's team tag, else its experiment's; None when the run does not exist."""
+    """run_team of the run `run_id`; None when the run does not exist."""
     from mlflow.exceptions import MlflowException
 
     try:
         run = tracking.get_run(run_id)
     except MlflowException:
         return None
-    team = run.data.tags.get(TEAM_TAG)
-    if team:
-        return team
-    try:
-        return tracking.get_experiment(run.info.experiment_id).tags.get(TEAM_TAG) or ""
-    except MlflowException:
-        return ""
+    return run_team(run, tracking=tracking)
 
 
 def _model_version(tracking, name: str, alias: str | None, ref: str | None):

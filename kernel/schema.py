@@ -67,6 +67,17 @@ def _model_field_nullable(field) -> bool:
 
 
 class AutoSchema(SpectacularAutoSchema):
+    def get_tags(self) -> list[str]:
+        """The area of the operation (settings.API_RESOURCE_TAGS): the tag of the last
+        resource word of its path that has one, so nested paths go with what they act on."""
+        from django.conf import settings
+
+        tags = getattr(settings, "API_RESOURCE_TAGS", {})
+        for segment in reversed(self._tokenize_path()):
+            if segment in tags:
+                return [tags[segment]]
+        return super().get_tags()
+
     def _map_serializer_field(self, field, direction, bypass_extensions=False):
         meta = super()._map_serializer_field(field, direction, bypass_extensions)
         if (

@@ -139,6 +139,7 @@ class VersionData(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = verbose_name_plural = "version data"  # a mass noun: not "version datas"
         ordering = ["version", "kind"]
         constraints = [models.UniqueConstraint(fields=["version", "kind"], name="uniq_version_data_kind")]
 

@@ -16,12 +16,18 @@
   (`/models/{name}/`) would be another page's URL (`/models/new/` is the registration
   form). tests/registry/test_names.py checks every literal segment of the registry's
   URLs is here, so a new page cannot silently shadow a model.
+- Taken names (models, pools, endpoints: one namespace each across teams): `name_conflict`
+  is the one answer. A name held by a team the user can see says so ("already exists in
+  team 'ads'"); a name held by any other team and a reserved word get the same 409
+  `name_unavailable`, word for word, so a create never tells whether another team holds a
+  name (issue 28: no name oracle).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kernel.errors import Conflict
 from registry.factory import CPU_VARIANTS, VARIANTS
 
 if TYPE_CHECKING:
@@ -56,11 +62,32 @@ RESERVED_MODEL_NAMES = frozenset(
 def reserved_name_problem(name: str) -> str | None:
     """A human sentence saying why `name` cannot be a model's name, or None when it can."""
     if name in RESERVED_MODEL_NAMES:
-        return (
-            f"name: {name!r} is a reserved word (it is part of the site's addresses, e.g. /models/{name}/); "
-            "choose another name, e.g. {name}-model."
-        ).replace("{name}", name)
+        return unavailable_message("model", name)
     return None
+
+
+def unavailable_message(kind: str, name: str) -> str:
+    """The one sentence for a name that cannot be had: a reserved word, or one a team the
+    user is not in holds (which of the two is not said)."""
+    return (
+        f"name: {name!r} is not available for a {kind} (a reserved word of the site's addresses, or in use "
+        f"by a team you are not in); choose another name, e.g. {name}-2."
+    )
+
+
+def name_conflict(*, user, kind: str, name: str, holder_team=None) -> Conflict:
+    """The 409 for a create whose `name` is reserved (holder_team None) or held by
+    `holder_team`: "already exists in team …" only when `user` may see that team (a member
+    or staff), else the reserved word's answer (`name_unavailable`), the same bytes."""
+    from registry.selectors.teams import user_role_in
+
+    if holder_team is not None and user_role_in(user=user, team=holder_team) is not None:
+        return Conflict(
+            f"name: a {kind} named {name!r} already exists in team {holder_team.name!r}.",
+            code="name_taken",
+            field="name",
+        )
+    return Conflict(unavailable_message(kind, name), code="name_unavailable", field="name")
 
 
 BUILT_VARIANTS = VARIANTS  # what a build may target (registry/factory/__init__.py)

@@ -4,6 +4,36 @@ from django.utils import timezone
 from config.models import ComponentHeartbeat
 
 pytestmark = pytest.mark.django_db
+TOKEN = "health-token-for-tests"
+
+
+@pytest.fixture
+def client(client, settings):
+    """A caller that may read the components: the health token (as make run's tooling sends it)."""
+    settings.HEALTHZ_TOKEN = TOKEN
+    client.defaults["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
+    return client
+
+
+def test_anyone_reads_the_status_alone(settings, staff):
+    """Issue 28: anonymous /healthz listed child pids and the worker's host."""
+    from django.test import Client
+
+    settings.HEALTHZ_TOKEN = TOKEN
+    assert Client().get("/healthz").json() == {"status": "ok"}
+    assert Client(HTTP_AUTHORIZATION="Bearer wrong").get("/healthz").json() == {"status": "ok"}
+    assert (
+        Client(HTTP_AUTHORIZATION=f"Bearer {TOKEN}").get("/healthz").json()["components"]["database"]["state"] == "up"
+    )
+    staff_client = Client()
+    staff_client.force_login(staff)
+    assert "components" in staff_client.get("/healthz").json()
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    settings.HEALTHZ_EXPECT = ["worker"]
+    down = Client().get("/healthz")
+    assert down.status_code == 503 and down.json() == {"status": "degraded"}  # not which, nor the broker's address
+    settings.HEALTHZ_TOKEN = ""  # no token configured: an empty bearer reads nothing either
+    assert "components" not in Client(HTTP_AUTHORIZATION="Bearer ").get("/healthz").json()
 
 
 def test_healthz_names_each_component(client):

@@ -35,7 +35,15 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}
+        if k
+        not in {
+            "DATABASE_URL",
+            "CELERY_BROKER_URL",
+            "MLFLOW_TRACKING_URI",
+            "ARTIFACT_ROOT",
+            "POOLS_DIR",
+            "HEALTHZ_TOKEN",
+        }
     }
     env.update(VAR_DIR=str(tmp_path / "var"), GATEWAY_PORT=str(gateway_port), PYTHONUNBUFFERED="1")
     log_path = tmp_path / "run.log"
@@ -61,6 +69,12 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
                 pass
             time.sleep(0.5)
         assert health is not None and health.status_code == 200, log_path.read_text()[-4000:]
+        assert health.json() == {"status": "ok"}  # anyone: the status alone (issue 28)
+        token = (tmp_path / "var" / "healthz_token").read_text().strip()  # make run's, 0600
+        assert (tmp_path / "var" / "healthz_token").stat().st_mode & 0o777 == 0o600
+        health = requests.get(
+            f"http://127.0.0.1:{port}/healthz", headers={"Authorization": f"Bearer {token}"}, timeout=5
+        )
         assert set(health.json()["components"]) == {
             "database",
             "broker",

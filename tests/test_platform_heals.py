@@ -51,9 +51,13 @@ class Load(threading.Thread):
             time.sleep(0.02)
 
 
-def _supervised(port: int, name: str) -> dict | None:
+def _supervised(port: int, name: str, var: Path) -> dict | None:
+    """The supervisor's record of child `name`, read with make run's health token."""
+    token = (var / "healthz_token").read_text().strip()
     try:
-        health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=3).json()
+        health = requests.get(
+            f"http://127.0.0.1:{port}/healthz", headers={"Authorization": f"Bearer {token}"}, timeout=3
+        ).json()
     except (requests.RequestException, ValueError):
         return None
     return health["components"].get("supervisor", {}).get("children", {}).get(name)
@@ -74,9 +78,18 @@ def test_killed_children_come_back_and_inference_never_notices(tmp_path):
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "MLFLOW_TRACKING_URI", "ARTIFACT_ROOT", "POOLS_DIR"}
+        if k
+        not in {
+            "DATABASE_URL",
+            "CELERY_BROKER_URL",
+            "MLFLOW_TRACKING_URI",
+            "ARTIFACT_ROOT",
+            "POOLS_DIR",
+            "HEALTHZ_TOKEN",
+        }
     }
-    env.update(VAR_DIR=str(tmp_path / "var"), GATEWAY_PORT=str(gateway_port), PYTHONUNBUFFERED="1")
+    var = tmp_path / "var"
+    env.update(VAR_DIR=str(var), GATEWAY_PORT=str(gateway_port), PYTHONUNBUFFERED="1")
     log_path = tmp_path / "run.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -112,11 +125,13 @@ def test_killed_children_come_back_and_inference_never_notices(tmp_path):
         time.sleep(2)
 
         for name in ("worker", "beat", "web"):
-            before = _wait_for(lambda name=name: _supervised(port, name), 30, f"{name} on /healthz", log_path)
+            before = _wait_for(lambda name=name: _supervised(port, name, var), 30, f"{name} on /healthz", log_path)
             assert before["state"] == "up" and before["restarts"] == 0
             os.kill(before["pid"], signal.SIGKILL)
             after = _wait_for(
-                lambda name=name: (s := _supervised(port, name)) and s["restarts"] == 1 and s["state"] == "up" and s,
+                lambda name=name: (
+                    (s := _supervised(port, name, var)) and s["restarts"] == 1 and s["state"] == "up" and s
+                ),
                 60,
                 f"{name} restarted",
                 log_path,
@@ -131,7 +146,7 @@ def test_killed_children_come_back_and_inference_never_notices(tmp_path):
         assert failed == [], f"{len(failed)} of {len(load.results)} inference requests failed: {failed[:10]}"
         assert re.search(r"worker \(pid \d+\) exited: killed by SIGKILL", log_path.read_text())
 
-        gateway = _supervised(port, "gateway")
+        gateway = _supervised(port, "gateway", var)
         killed_at = time.monotonic()
         os.kill(gateway["pid"], signal.SIGKILL)
         session = requests.Session()
@@ -150,7 +165,9 @@ def test_killed_children_come_back_and_inference_never_notices(tmp_path):
         assert back_after < GATEWAY_BACK_WITHIN_S, f"gateway back only after {back_after:.2f}s"
         # the gateway's own workers may answer before the supervisor has noticed its death (they
         # are killed with their group before the restart); the restart follows within a poll
-        _wait_for(lambda: _supervised(port, "gateway")["restarts"] == 1, 15, "the gateway restarted once", log_path)
+        _wait_for(
+            lambda: _supervised(port, "gateway", var)["restarts"] == 1, 15, "the gateway restarted once", log_path
+        )
         _wait_for(healthy, 90, "/healthz 200 after all restarts", log_path)
     finally:
         load.done.set()

@@ -42,6 +42,7 @@ LONGEST = (
     "test_rollout_watch_browser.py",
     "test_experiment_page_browser.py",
     "test_rollout_integration.py",
+    "test_mlflow_scope.py",  # a real MLflow store per test: ~80 s under load since the one-rule tests
 )
 
 

@@ -94,7 +94,7 @@ def serving_endpoints() -> list:
     the route table and the metrics collector act for the platform)."""
     return list(
         Endpoint.objects.filter(stable_artifact__isnull=False)
-        .select_related("pool", "stable_artifact__version__model")
+        .select_related("team", "pool", "stable_artifact__version__model")
         .order_by("name")
     )
 

@@ -11,8 +11,9 @@ from deployments.lock_objects import endpoint_for_update
 from deployments.models import Endpoint, ServingPool
 from deployments.rollout_machine import OnInconclusive
 from deployments.services import pools as pool_services
-from kernel.errors import Conflict, InvalidInput
+from kernel.errors import InvalidInput
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
+from registry.names import name_conflict
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -84,8 +85,9 @@ def endpoint_create(
     if stable_artifact is not None:
         require_servable(stable_artifact, pool.team, "stable_artifact")
     with transaction.atomic():
-        if Endpoint.objects.filter(name=name).exists():
-            raise Conflict(f"name: an endpoint named {name!r} already exists.", code="name_taken", field="name")
+        holder = Endpoint.objects.filter(name=name).select_related("team").first()
+        if holder is not None:  # another team's name reads as a reserved one (no name oracle)
+            raise name_conflict(user=user, kind="endpoint", name=name, holder_team=holder.team)
         endpoint = Endpoint.objects.create(
             name=name, team=pool.team, pool=pool, stable_artifact=stable_artifact, created_by=user, **values
         )

@@ -25,6 +25,7 @@ from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound
 from kernel.tritonserver import TritonNotAvailable, find_binary
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
+from registry.names import name_conflict
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -206,8 +207,9 @@ def pool_create(
             field="model_repository",
         )
     with transaction.atomic():
-        if ServingPool.objects.filter(name=name).exists():
-            raise Conflict(f"name: a serving pool named {name!r} already exists.", code="name_taken", field="name")
+        holder = ServingPool.objects.filter(name=name).select_related("team").first()
+        if holder is not None:  # another team's name reads as a reserved one (no name oracle)
+            raise name_conflict(user=user, kind="serving pool", name=name, holder_team=holder.team)
         pool = ServingPool.objects.create(
             name=name,
             team=team,

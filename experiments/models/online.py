@@ -176,6 +176,7 @@ class Feedback(models.Model):
     exposure_unit = models.CharField(max_length=200, blank=True)
 
     class Meta:
+        verbose_name = verbose_name_plural = "feedback"  # a mass noun: the admin said "Feedbacks"
         constraints = [models.UniqueConstraint(fields=["team", "event_id"], name="feedback_event_per_team")]
         indexes = [
             models.Index(fields=["received_at"], name="feedback_received_idx"),  # retention

@@ -1,7 +1,10 @@
 """Reads of training experiments and runs from the MLflow tracking store.
 
-An experiment belongs to a team through its MLflow tag `modelplane.team` (set by the
-training command); users see their teams' experiments, staff see all.
+Who sees a run follows the one rule registration follows (kernel.mlflow.run_team): the
+run's own `modelplane.team` tag, else its experiment's. A user sees the runs of their
+teams (staff: all), and an experiment when it is one of their teams' or holds a run of
+theirs (a run tagged for the team in an untagged experiment); another team's run, an
+untagged one and a missing one are one 404 that says what to tag.
 """
 
 import re
@@ -29,7 +32,12 @@ def _visible_team_names(user) -> set[str] | None:
     return set(team_list(user=user).values_list("name", flat=True))
 
 
-def experiment_list(*, user, max_results: int = 200) -> list[ExperimentRow]:
+def _visible(run, exp, teams: set[str] | None) -> bool:
+    return teams is None or mlflow_config.run_team(run, exp.tags) in teams
+
+
+def _experiment_rows(user, max_results: int = 200) -> list[tuple[ExperimentRow, list]]:
+    """(row, the runs of it the user may see) for every experiment the user may see."""
     from mlflow.entities import ViewType
 
     client = mlflow_config.client()
@@ -37,11 +45,15 @@ def experiment_list(*, user, max_results: int = 200) -> list[ExperimentRow]:
     rows = []
     for exp in client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=max_results):
         team = exp.tags.get(TEAM_TAG, "")
-        if teams is not None and team not in teams:
+        runs = [run for run in client.search_runs([exp.experiment_id], max_results=1000) if _visible(run, exp, teams)]
+        if teams is not None and team not in teams and not runs:
             continue
-        runs = client.search_runs([exp.experiment_id], max_results=1000)
-        rows.append(ExperimentRow(exp.experiment_id, exp.name, team, len(runs), exp.artifact_location))
-    return sorted(rows, key=lambda r: r.name)
+        rows.append((ExperimentRow(exp.experiment_id, exp.name, team, len(runs), exp.artifact_location), runs))
+    return sorted(rows, key=lambda r: r[0].name)
+
+
+def experiment_list(*, user, max_results: int = 200) -> list[ExperimentRow]:
+    return [row for row, _ in _experiment_rows(user, max_results)]
 
 
 def experiment_get(*, user, experiment_id: str) -> ExperimentRow:
@@ -66,11 +78,14 @@ def _run_row(run) -> dict:
 
 
 def run_list(*, user, experiment_id: str, max_results: int = 100) -> list[dict]:
-    """Runs of one experiment, newest first, with params, metrics and tags."""
+    """Runs of one experiment the user may see (kernel.mlflow.run_team), newest first, with
+    params, metrics and tags."""
     experiment_get(user=user, experiment_id=experiment_id)
     client = mlflow_config.client()
+    tags = client.get_experiment(str(experiment_id)).tags
+    teams = _visible_team_names(user)
     runs = client.search_runs([str(experiment_id)], max_results=max_results, order_by=["attributes.start_time DESC"])
-    return [_run_row(run) for run in runs]
+    return [_run_row(run) for run in runs if teams is None or mlflow_config.run_team(run, tags) in teams]
 
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -78,23 +93,37 @@ MAX_ARTIFACTS = 200
 
 
 def run_get(*, user, run_id: str, experiment_id: str | None = None) -> dict:
-    """One run the user may see (its experiment is one of their teams'), else NotFound."""
+    """One run the user may see, by the rule registration uses (kernel.mlflow.run_team: the
+    run's team tag, else its experiment's), else NotFound — the same for another team's
+    run, an untagged one and a missing one, saying what to tag."""
     from mlflow.exceptions import MlflowException
 
-    missing = NotFound(f"No training run with id {run_id}.", code="run_not_found")
+    missing = NotFound(
+        f"No training run with id {str(run_id)[:64]!r} in your teams. {mlflow_config.NOT_YOURS_HINT}",
+        code="run_not_found",
+    )
     if not RUN_ID.match(str(run_id)):
         raise missing
+    client = mlflow_config.client()
     try:
-        run = mlflow_config.client().get_run(run_id)
+        run = client.get_run(run_id)
+        experiment = client.get_experiment(run.info.experiment_id)
     except MlflowException:
         raise missing from None
     if experiment_id is not None and run.info.experiment_id != str(experiment_id):
         raise missing
-    try:
-        experiment = experiment_get(user=user, experiment_id=run.info.experiment_id)
-    except NotFound:
-        raise missing from None
-    return {**_run_row(run), "experiment": experiment}
+    teams = _visible_team_names(user)
+    team = mlflow_config.run_team(run, experiment.tags)
+    if teams is not None and team not in teams:
+        raise missing
+    row = ExperimentRow(
+        experiment.experiment_id,
+        experiment.name,
+        experiment.tags.get(TEAM_TAG, ""),
+        0,  # not counted here: the page links to the experiment, which counts what the user sees
+        experiment.artifact_location,
+    )
+    return {**_run_row(run), "team": team, "experiment": row}
 
 
 def metric_history(run_id: str, keys) -> dict[str, list[dict]]:

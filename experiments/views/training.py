@@ -8,6 +8,7 @@ from django.shortcuts import render
 
 from experiments.figures import metric_table, rounded, run_label
 from experiments.selectors import training as selectors
+from kernel.errors import NotFound
 from registry.selectors.catalog import versions_from_run
 
 MAX_COMPARE = 6
@@ -49,7 +50,10 @@ def experiment_detail(request, experiment_id):
 
 @login_required
 def run_detail(request, run_id):
-    run = selectors.run_get(user=request.user, run_id=run_id)
+    try:
+        run = selectors.run_get(user=request.user, run_id=run_id)
+    except NotFound as exc:  # the site's 404 page, with what to tag (the same for every run not shown)
+        return render(request, "404.html", {"request_path": request.path, "hint": exc.detail}, status=404)
     history = selectors.metric_history(run_id, run["metrics"].keys())
     charts = [
         {"metric": name, "points": [{"x": p["step"], "y": p["value"]} for p in points]}

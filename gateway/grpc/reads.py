@@ -13,11 +13,10 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
-from ..access import admit
+from ..access import admit, missing
 from ..ids import request_id
 from ..metadata import SERVER_METADATA, read_variant, readable_endpoints, unknown_version
 from ..replies import public_config, public_stats
-from ..routes import missing_endpoint
 from ..tenants import release
 from ..tensors import Problem
 from .convert import grpc_code, metadata_dict
@@ -45,8 +44,7 @@ class ReadRPCs:
         table = self.gateway.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
-            status, _, detail, _ = missing_endpoint(table, name)
-            await abort(context, status, detail, trailers(rid, "none"))
+            await abort_http(context, missing(table, name, headers, rid)[0], rid)
         key, response = admit(table, ep, headers, rid, perf_counter())
         if response is not None:
             await abort_http(context, response, rid)
@@ -58,13 +56,27 @@ class ReadRPCs:
         return ep, variant, rid
 
     async def ModelReady(self, request, context):
+        """ready: false for an endpoint or version the table lacks, as Triton answers for a
+        model it lacks, and alike for one the caller may not read (access.py)."""
+        headers = metadata_dict(context.invocation_metadata())
+        if type(headers) is Problem:
+            await abort(context, headers[0], headers[2], new_trailers("none"))
+        rid = request_id(headers)
         table = self.gateway.table
-        if table is None or request.name not in table.endpoints:
-            return pb.ModelReadyResponse(ready=False)  # as Triton answers for a model it lacks
-        ep = table.endpoints[request.name]
-        if request.version and request.version not in ep.versions:
+        ep = table.endpoints.get(request.name) if table is not None else None
+        if ep is None:
+            missing(table, request.name, headers, rid)  # the work a closed endpoint's refusal costs
             return pb.ModelReadyResponse(ready=False)
-        _, variant, rid = await self._readable(context, request.name, request.version)
+        key, response = admit(table, ep, headers, rid, perf_counter())
+        if response is not None:
+            if response[0] == 404:  # not the caller's to see: as if it were not there
+                return pb.ModelReadyResponse(ready=False)
+            await abort_http(context, response, rid)
+        if key is not None:
+            release(key)
+        variant = read_variant(ep, request.version or None, headers.get(ep.sticky_key))
+        if variant is None:
+            return pb.ModelReadyResponse(ready=False)
         context.set_trailing_metadata(trailers(rid, variant.name))
         return pb.ModelReadyResponse(ready=variant.available)
 

@@ -30,13 +30,12 @@ from time import perf_counter, time
 import grpc
 from tritonclient.grpc import service_pb2_grpc
 
-from ..access import admit
+from ..access import admit, missing
 from ..failover import BACKEND, CLIENT, OK, UNAVAILABLE_STATUSES, FailureReason, failure_detail
 from ..feedback_rules import sign_exposure
 from ..ids import request_id
 from ..infer import UpstreamFailure
 from ..metadata import unknown_version
-from ..routes import missing_endpoint
 from ..tenants import release
 from ..tensors import Problem
 from .convert import http_status, metadata_dict, parse_infer
@@ -112,10 +111,11 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
         table = self.gateway.table
         ep = table.endpoints.get(name) if table is not None else None
         if ep is None:
-            status, code, detail, ours = missing_endpoint(table, name)
-            label = name if code == "endpoint_refused" else UNKNOWN
-            problem, fault = Problem(status, code, detail), BACKEND if ours else CLIENT
-            return await self._refuse(context, counted, t0, label, problem, trailers(rid, "none"), None, fault)
+            response, ours = missing(table, name, headers, rid)
+            label = name if ours and table is not None else UNKNOWN
+            counted.append(response[0])
+            self.hot.done(label, "none", response[0], perf_counter() - t0, BACKEND if ours else CLIENT)
+            await abort_http(context, response, rid)
         key, response = admit(table, ep, headers, rid, t0)
         if response is not None:
             counted.append(response[0])

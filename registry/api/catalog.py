@@ -59,6 +59,9 @@ class ModelSerializer(StrictModelSerializer):
             "updated_at",
         ]
         read_only_fields = ["created_by", "created_at", "updated_at"]
+        # not DRF's UniqueValidator ("…with this name already exists" for any team's name):
+        # the service answers a taken name (registry/names.name_conflict: no name oracle)
+        extra_kwargs = {"name": {"validators": []}}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

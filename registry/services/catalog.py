@@ -40,19 +40,21 @@ def _validate_name(name: str) -> None:
             "name: use 1-64 lower-case letters, digits, '-' or '_', starting with a letter or digit.",
             field="name",
         )
-    problem = names.reserved_name_problem(name)
-    if problem:
-        raise InvalidInput(problem, code="name_reserved", field="name")
 
 
 def model_create(*, user, name: str, team: Group, description: str = "", task: str = Task.CTR) -> RegisteredModel:
+    """Register a model. A reserved word and a name another team holds get the same 409
+    (names.name_conflict: no name oracle); one of the user's own teams' names says so."""
     _validate_name(name)
     if task not in Task.values:
         raise InvalidInput(f"task: unknown task {task!r}; one of {', '.join(Task.values)}.", field="task")
     require_role(user=user, team=team, role=Role.DEVELOPER)
+    if names.reserved_name_problem(name):
+        raise names.name_conflict(user=user, kind="model", name=name)
     with transaction.atomic():
-        if RegisteredModel.objects.filter(name=name).exists():
-            raise Conflict(f"name: a model named {name!r} already exists.", code="name_taken", field="name")
+        holder = RegisteredModel.objects.filter(name=name).select_related("team").first()
+        if holder is not None:
+            raise names.name_conflict(user=user, kind="model", name=name, holder_team=holder.team)
         model = RegisteredModel.objects.create(
             name=name, team=team, description=description, task=task, created_by=user
         )
@@ -236,7 +238,8 @@ def _require_team_source(source_uri: str, team: Group) -> None:
 
     if mlflow_config.source_team(source_uri) != team.name:
         raise NotFound(
-            f"source_uri: no MLflow run or registered model {source_uri!r} in team {team.name!r}.",
+            f"source_uri: no MLflow run or registered model {source_uri!r} in team {team.name!r}. "
+            + mlflow_config.NOT_YOURS_HINT,
             code="source_not_found",
             field="source_uri",
         )

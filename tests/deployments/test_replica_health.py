@@ -71,6 +71,8 @@ def test_frozen_and_killed_replicas_show_on_healthz_and_are_judged_on_several_pr
         [sys.executable, "manage.py", "run_pools", "--interval", "0.3", "--stop-replicas-on-exit"], env, log_path
     )
     client.force_login(deployer)
+    settings.HEALTHZ_TOKEN = "health-token-for-tests"  # the components are for staff and the token
+    client.defaults["HTTP_AUTHORIZATION"] = "Bearer health-token-for-tests"
     frozen = None
     try:
         pool_services.pool_create(user=deployer, name="truth", team=team_a, replicas=1)

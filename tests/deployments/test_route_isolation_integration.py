@@ -113,8 +113,8 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
             roles = sorted(v["role"] for v in detail["endpoints"].get("rolling", {}).get("variants", {}).values())
             return (
                 [(r["name"], r["code"]) for r in detail["routes"]["refused"]] == [("ux-cli", "duplicate_variant_names")]
-                and infer("demo-ctr").status_code == 401
-                and infer("keyed", secret).status_code == 401
+                and infer("demo-ctr").status_code == 404  # closed: as if unknown without a key
+                and infer("keyed", secret).status_code == 404  # a revoked key: likewise
                 and roles == ["canary", "stable"]
             )
 
@@ -125,7 +125,7 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
         refused = infer("ux-cli")
         assert refused.status_code == 503 and refused.json()["code"] == "endpoint_refused"
         assert "duplicate variant names" in refused.json()["error"] and "ux-cli" in refused.json()["error"]
-        assert infer("demo-ctr").json()["code"] == "missing_key"
+        assert infer("demo-ctr").json()["code"] == "unknown_endpoint"  # closed now, no key: as if unknown
         assert status()["routes"]["stale"] is False  # the rest of the table is current
         metrics_text = requests.get(f"{gateway.url}/metrics", timeout=5).text
         assert 'gateway_route_refused{code="duplicate_variant_names",kind="endpoint",name="ux-cli"} 1.0' in metrics_text
@@ -141,7 +141,8 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
 
         # /healthz and the endpoint page: the table the gateway has not applied, and why
         settings.HEALTHZ_EXPECT = [f"gateway={gateway.url}"]
-        client = Client()
+        settings.HEALTHZ_TOKEN = "health-token-for-tests"  # the components are for staff and the token
+        client = Client(HTTP_AUTHORIZATION="Bearer health-token-for-tests")
         health = client.get("/healthz")
         assert health.status_code == 503 and health.json()["components"]["gateway"]["state"] == "up"
         routes = health.json()["components"]["routes"]

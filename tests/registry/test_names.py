@@ -36,9 +36,10 @@ def test_every_literal_registry_url_word_is_reserved():
 @pytest.mark.parametrize("name", ["new", "builds", "versions", "edit"])
 def test_api_refuses_reserved_names(alice_api, team_a, name):
     response = alice_api.post(MODELS, {"name": name, "team": "team-a", "task": "ctr"}, format="json")
-    assert response.status_code == 400, response.json()
+    assert response.status_code == 409, response.json()
     body = response.json()
-    assert body["code"] == "name_reserved" and body["detail"].startswith("name:") and "reserved" in body["detail"]
+    # the answer another team's name gets too (tests/security/test_name_oracle.py)
+    assert body["code"] == "name_unavailable" and body["detail"].startswith("name:") and "reserved" in body["detail"]
     assert not RegisteredModel.objects.filter(name=name).exists()
 
 
@@ -48,7 +49,7 @@ def test_form_refuses_reserved_name_and_keeps_input(alice, team_a):
     response = web.post("/models/new/", {"name": "new", "team": "team-a", "task": "ctr", "description": "kept text"})
     page = response.content.decode()
     assert response.status_code == 200
-    assert "is a reserved word" in page and "name: " not in page  # shown under the field, no field prefix
+    assert "is not available for a model (a reserved word" in page and "name: " not in page  # under the field
     assert "kept text" in page
     assert not RegisteredModel.objects.filter(name="new").exists()
 

@@ -52,7 +52,7 @@ def test_register_model_form(alice_web, team_a):
     assert response.status_code == 302 and response["Location"] == "/models/from-ui/"
     assert RegisteredModel.objects.get(name="from-ui").created_by.username == "alice"
     again = alice_web.post("/models/new/", {"name": "from-ui", "team": "team-a", "task": "ctr"})
-    assert again.status_code == 200 and "already exists" in again.content.decode()
+    assert again.status_code == 200 and "already exists in team &#x27;team-a&#x27;" in again.content.decode()
 
 
 def test_upload_version_form_and_pages(alice_web, team_a, onnx_path):

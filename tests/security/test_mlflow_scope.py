@@ -108,3 +108,87 @@ def test_members_see_their_teams_experiments_created_through_the_platform(
     assert [e["name"] for e in alice_api.get("/api/v1/training-experiments/").json()] == ["red-exp"]
     assert [e["name"] for e in bob_api.get("/api/v1/training-experiments/").json()] == ["blue-exp"]
     assert {e["name"] for e in api_for(staff).get("/api/v1/training-experiments/").json()} >= {"red-exp", "blue-exp"}
+
+
+# --- one rule for seeing a run and registering from it (issue 28) --------------------------------------
+def _run_page(web, run_id):
+    return web.get(f"/experiments/training/runs/{run_id}/")
+
+
+def _run_api(api, run):
+    experiment_id = mlflow_config.client().get_run(run).info.experiment_id
+    return api.get(f"/api/v1/training-experiments/{experiment_id}/runs/{run}/")
+
+
+def test_a_run_tagged_for_the_team_under_an_untagged_experiment_is_seen_and_registered(
+    store, alice, alice_api, bob_api, team_a, team_b
+):
+    """Registration read the run's tag, visibility the experiment's: a developer could make
+    a version from a run yet got 404 on it. Both now follow kernel.mlflow.run_team."""
+    from django.test import Client
+
+    factories.registered_model(team_a, name="red")
+    with mlflow.start_run(
+        experiment_id=mlflow_config.experiment_id("shared-untagged"), tags={mlflow_config.TEAM_TAG: "team-a"}
+    ) as run:
+        mlflow.log_metric("auc", 0.71)
+    run_id = run.info.run_id
+    web = Client()
+    web.force_login(alice)
+    # seen: the run's page and API, and its experiment listed with the one run alice may see
+    assert _run_page(web, run_id).status_code == 200
+    detail = _run_api(alice_api, run_id)
+    assert detail.status_code == 200 and detail.json()["metrics"] == {"auc": 0.71}
+    listed = {e["name"]: e for e in alice_api.get("/api/v1/training-experiments/").json()}
+    assert listed["shared-untagged"]["run_count"] == 1 and listed["shared-untagged"]["team"] == ""
+    runs = alice_api.get(f"/api/v1/training-experiments/{listed['shared-untagged']['id']}/runs/").json()
+    assert [r["run_id"] for r in runs] == [run_id]
+    # and registered from (the same rule), while another team neither sees nor registers it
+    assert mlflow_config.source_team(f"runs:/{run_id}/model") == "team-a"
+    assert _run_api(bob_api, run_id).status_code == 404
+    assert "shared-untagged" not in {e["name"] for e in bob_api.get("/api/v1/training-experiments/").json()}
+
+
+def test_a_run_of_another_team_inside_our_experiment_is_neither_seen_nor_registered(
+    store, alice_api, bob_api, team_a, team_b
+):
+    factories.registered_model(team_a, name="red")
+    factories.registered_model(team_b, name="blue")
+    ours = store("red-exp", "team-a")
+    with mlflow.start_run(
+        experiment_id=mlflow_config.experiment_id("red-exp"), tags={mlflow_config.TEAM_TAG: "team-b"}
+    ) as run:
+        mlflow.log_metric("auc", 0.7)
+    theirs = run.info.run_id  # in team-a's experiment, but the run says team-b: it is team-b's
+    red_exp = mlflow_config.client().get_experiment_by_name("red-exp").experiment_id
+    assert [r["run_id"] for r in alice_api.get(f"/api/v1/training-experiments/{red_exp}/runs/").json()] == [ours]
+    assert _run_api(alice_api, theirs).status_code == 404
+    assert _link(alice_api, "red", f"runs:/{theirs}/model").status_code == 404
+    assert _run_api(bob_api, theirs).status_code == 200  # team-b sees it, in team-a's experiment
+    assert _link(bob_api, "blue", f"runs:/{theirs}/model").status_code != 404
+
+
+def test_untagged_foreign_and_missing_runs_are_one_404_that_says_what_to_tag(store, alice, alice_api, team_a):
+    from django.test import Client
+
+    factories.registered_model(team_a, name="red")
+    untagged = store("loose", None)
+    foreign = store("blue-exp", "team-b")
+    missing = "0123456789abcdef0123456789abcdef"
+    web = Client()
+    web.force_login(alice)
+    details, registrations = set(), set()
+    for run_id in (untagged, foreign, missing):
+        reply = alice_api.get(f"/api/v1/training-experiments/1/runs/{run_id}/")
+        assert reply.status_code == 404 and reply.json()["code"] == "run_not_found"
+        details.add(reply.json()["detail"].replace(run_id, "<id>"))
+        page = _run_page(web, run_id)
+        assert page.status_code == 404 and "modelplane.team=&lt;team&gt;" in page.content.decode()
+        linked = _link(alice_api, "red", f"runs:/{run_id}/model")
+        assert linked.status_code == 404 and linked.json()["code"] == "source_not_found"
+        registrations.add(linked.json()["detail"].replace(run_id, "<id>"))
+    assert len(details) == 1 and len(registrations) == 1  # nothing tells the three apart
+    (detail,) = details
+    (registration,) = registrations
+    for message in (detail, registration):
+        assert "modelplane.team=<team>" in message and "or its experiment" in message

@@ -55,6 +55,21 @@ def ensure_admin(stdout) -> None:
     stdout.write(f"login: admin / {password}   (shown once; kept in {password_file})")
 
 
+def ensure_healthz_token() -> str:
+    """HEALTHZ_TOKEN, else one made once and kept in VAR_DIR/healthz_token (0600): what
+    reads /healthz's components (`curl -H "Authorization: Bearer $(cat var/healthz_token)"`)."""
+    if settings.HEALTHZ_TOKEN:
+        return settings.HEALTHZ_TOKEN
+    token_file = Path(settings.VAR_DIR) / "healthz_token"
+    if token_file.exists():
+        return token_file.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    return token
+
+
 class Heartbeat(threading.Thread):
     """Records the supervisor's status as heartbeat row "supervisor" (what /healthz shows)
     every few seconds and right after a change, off the supervising loop: a slow or
@@ -166,6 +181,7 @@ class Command(BaseCommand):
             # the gateway's /metrics and /status need a token; its scrapers (worker, web) get the same
             GATEWAY_METRICS_TOKEN=os.environ.get("GATEWAY_METRICS_TOKEN") or secrets.token_urlsafe(32),
             GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL,
+            HEALTHZ_TOKEN=ensure_healthz_token(),
         )
         supervisor = Supervisor(
             self.processes(port),
@@ -181,6 +197,12 @@ class Command(BaseCommand):
         heartbeat.start()
         self.stdout.write(
             self.style.SUCCESS(f"dashboard: http://127.0.0.1:{port}/   health: http://127.0.0.1:{port}/healthz")
+        )
+        self.stdout.write(
+            f'health per component: curl -H "Authorization: Bearer $(cat {Path(settings.VAR_DIR) / "healthz_token"})" '
+            f"http://127.0.0.1:{port}/healthz"
+            if not settings.HEALTHZ_TOKEN
+            else "health per component: /healthz with Authorization: Bearer $HEALTHZ_TOKEN"
         )
         self.stdout.write(
             f"API: http://127.0.0.1:{port}/api/v1/   docs: http://127.0.0.1:{port}/api/docs/   data: {settings.VAR_DIR}"
