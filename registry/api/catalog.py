@@ -77,6 +77,7 @@ class VersionSerializer(StrictModelSerializer):
     model = StrictCharField(source="model.name", read_only=True)
     created_by = serializers.StringRelatedField()
     signature = SignatureSerializer(read_only=True)
+    aliases = serializers.SerializerMethodField()
     url = serializers.HyperlinkedIdentityField(view_name="api:version-detail")
 
     class Meta:
@@ -96,10 +97,15 @@ class VersionSerializer(StrictModelSerializer):
             "signature",
             "metrics",
             "tags",
+            "aliases",
             "created_by",
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_aliases(self, version) -> list[str]:
+        """The model's aliases that point at this version (models:/{model}@{alias})."""
+        return sorted(alias.name for alias in version.aliases.all())
 
 
 class VersionCreateSerializer(serializers.Serializer):
@@ -226,7 +232,7 @@ class ModelVersionViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, TeamSc
         return selectors.model_get(user=self.request.user, name=self.kwargs["model_name"])
 
     def scoped_queryset(self, user):
-        return selectors.version_list(user=user, model=self.get_model())
+        return selectors.version_list(user=user, model=self.get_model()).prefetch_related("aliases")
 
     @extend_schema(
         request={"multipart/form-data": VersionCreateSerializer, "application/json": VersionCreateSerializer},
@@ -301,7 +307,7 @@ class VersionViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, TeamScope
     ordering = ["-created_at"]
 
     def scoped_queryset(self, user):
-        return selectors.version_list(user=user)
+        return selectors.version_list(user=user).prefetch_related("aliases")
 
     @extend_schema(request=None, responses={200: VersionSerializer}, summary="Archive a version")
     @action(detail=True, methods=["post"])
