@@ -71,6 +71,7 @@ def alias_set(*, user, model: RegisteredModel, name: str, version: ModelVersion)
             action=EventAction.ALIAS_SET,
             from_state=f"v{before}" if before else "",
             to_state=f"v{version.version}",
+            reason=f"@{name}",
             data={"alias": name, "version": version.version, "from_version": before},
         )
         if version.source_uri:
@@ -92,6 +93,8 @@ def alias_delete(*, user, model: RegisteredModel, name: str) -> None:
             obj=locked,
             action=EventAction.ALIAS_DELETED,
             from_state=f"v{version.version}",
+            to_state="deleted",
+            reason=f"@{name}",
             data={"alias": name, "version": version.version},
         )
         if version.source_uri:

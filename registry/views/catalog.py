@@ -10,7 +10,9 @@ from django.views.decorators.vary import vary_on_headers
 from kernel.errors import PlatformError
 from registry.forms import ModelCreateForm, VersionCreateForm
 from registry.selectors import catalog as selectors
+from registry.selectors.aliases import alias_list
 from registry.selectors.events import event_list
+from registry.services import aliases as alias_services
 from registry.services import catalog as services
 
 
@@ -53,7 +55,7 @@ def model_detail(request, name):
     model = selectors.model_get(user=request.user, name=name)
     versions = selectors.version_list(user=request.user, model=model).order_by("-version")
     events = event_list(user=request.user, object_type="registry.registeredmodel", object_id=model.pk)[:20]
-    context = {"model": model, "versions": versions, "events": events}
+    context = {"model": model, "versions": versions, "events": events, "aliases": alias_list(model=model)}
     if request.htmx:
         return render(request, "registry/model_detail.html#version-rows", context)
     return render(request, "registry/model_detail.html", context)
@@ -91,5 +93,48 @@ def version_detail(request, pk):
     return render(
         request,
         "registry/version_detail.html",
-        {"version": version, "events": events, "run_id": selectors.version_run_id(version)},
+        {
+            "version": version,
+            "events": events,
+            "run_id": selectors.version_run_id(version),
+            "aliases": alias_list(model=version.model),
+        },
     )
+
+
+@login_required
+@require_http_methods(["POST"])
+def alias_set(request, name):
+    """Set or move an alias from the model or version page; back to the version it now names."""
+    model = selectors.model_get(user=request.user, name=name)
+    alias = request.POST.get("alias", "").strip()
+    number = request.POST.get("version", "")
+    version = (
+        selectors.version_list(user=request.user, model=model).filter(version=int(number)).first()
+        if number.isdigit() and len(number) < 10
+        else None
+    )
+    if version is None:
+        messages.error(request, f"version: model {model.name} has no version {number[:20]!r}.")
+        return redirect("registry:model-detail", name=model.name)
+    try:
+        alias_services.alias_set(user=request.user, model=model, name=alias, version=version)
+    except PlatformError as exc:
+        if exc.status in (403, 404):
+            raise
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, f"models:/{model.name}@{alias} now names v{version.version}.")
+    return redirect("registry:version-detail", pk=version.pk)
+
+
+@login_required
+@require_http_methods(["POST"])
+def alias_delete(request, name, alias):
+    model = selectors.model_get(user=request.user, name=name)
+    alias_services.alias_delete(user=request.user, model=model, name=alias)
+    messages.success(request, f"Deleted alias @{alias} of {model.name}.")
+    back = request.POST.get("version_id", "")
+    if back.isdigit() and selectors.version_list(user=request.user, model=model).filter(pk=int(back)).exists():
+        return redirect("registry:version-detail", pk=int(back))
+    return redirect("registry:model-detail", name=model.name)
