@@ -3,6 +3,7 @@ or MLflow models). Each service takes keyword arguments and the acting user, che
 user's role, and writes its audit Event in the same transaction."""
 
 import io
+import math
 import re
 import tempfile
 from pathlib import Path
@@ -96,6 +97,31 @@ def model_delete(*, user, model: RegisteredModel) -> None:
         model.delete()
 
 
+MAX_METRICS = 200
+MAX_METRIC_NAME = 250  # MLflow's limit on a metric key
+
+
+def metrics_checked(metrics) -> dict:
+    """A version's metrics as sent: a JSON object of name -> finite number, bounded; else a
+    400 on the `metrics` field saying which entry is wrong."""
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, dict):
+        raise InvalidInput('metrics: give a JSON object of name -> number, e.g. {"auc": 0.78}.', field="metrics")
+    if len(metrics) > MAX_METRICS:
+        raise InvalidInput(f"metrics: {len(metrics)} entries; at most {MAX_METRICS}.", field="metrics")
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_METRIC_NAME:
+            raise InvalidInput(
+                f"metrics: the name {str(name)[:60]!r} is not 1-{MAX_METRIC_NAME} characters.", field="metrics"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidInput(
+                f"metrics: {name[:60]!r} is {str(value)[:40]!r}, not a finite number (e.g. 0.78).", field="metrics"
+            )
+    return dict(metrics)
+
+
 def _next_version(model: RegisteredModel) -> int:
     return (model.versions.aggregate(v=Max("version"))["v"] or 0) + 1
 
@@ -129,6 +155,7 @@ def version_create_from_upload(
     """
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
     _check_filename(filename)
+    metrics = metrics_checked(metrics)
     limit = settings.MAX_UPLOAD_MB * 1024 * 1024
     if size is not None and size > limit:
         raise TooLarge(
@@ -247,6 +274,7 @@ def version_create_from_mlflow(
 ) -> ModelVersion:
     """Register an MLflow model (runs:/ or models:/ URI, onnx or pytorch flavor) as a version."""
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
+    metrics = metrics_checked(metrics)
     source_uri = (source_uri or "").strip()
     if not source_uri.startswith(MLFLOW_SCHEMES):
         raise InvalidInput(

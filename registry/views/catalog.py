@@ -9,11 +9,13 @@ from django.views.decorators.vary import vary_on_headers
 
 from kernel.errors import PlatformError
 from registry.forms import ModelCreateForm, VersionCreateForm
+from registry.models import DataKind
 from registry.selectors import catalog as selectors
 from registry.selectors.aliases import alias_list
 from registry.selectors.events import event_list
 from registry.services import aliases as alias_services
 from registry.services import catalog as services
+from registry.services import version_data
 
 
 def _form_error(form, exc: PlatformError) -> None:
@@ -67,17 +69,30 @@ def version_create(request, name):
     model = selectors.model_get(user=request.user, name=name)
     form = VersionCreateForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        raw_names = getattr(request, "upload_raw_names", {})  # file names checked as sent
+        files = tuple(
+            version_data.DataUpload(
+                "validation_data", DataKind.VALIDATION, raw_names.get(f.name, f.name), f.chunks(), f.size
+            )
+            for f in [data.get("validation_data")]
+            if f
+        )
+        model_file = data.get("file")
         try:
-            if form.cleaned_data.get("file"):
-                upload = form.cleaned_data["file"]
-                filename = getattr(request, "upload_raw_names", {}).get(upload.name, upload.name)  # checked as sent
-                version = services.version_create_from_upload(
-                    user=request.user, model=model, filename=filename, chunks=upload.chunks(), size=upload.size
+            version = version_data.version_create_with_data(
+                user=request.user,
+                model=model,
+                source_uri=data.get("source_uri") or "",
+                upload=version_data.DataUpload(
+                    "file", "", raw_names.get(model_file.name, model_file.name), model_file.chunks(), model_file.size
                 )
-            else:
-                version = services.version_create_from_mlflow(
-                    user=request.user, model=model, source_uri=form.cleaned_data["source_uri"]
-                )
+                if model_file
+                else None,
+                metrics=data.get("metrics"),
+                data=files,
+                label=data.get("label") or None,
+            )
         except PlatformError as exc:
             _form_error(form, exc)
         else:
