@@ -240,7 +240,7 @@ class EndpointForm(forms.Form):
     CREATE_ONLY = ("name", "kind", "pool", "stable_artifact")
 
     def __init__(self, *args, user, endpoint=None, **kwargs):
-        if endpoint is not None and not args and "initial" not in kwargs:
+        if endpoint is not None and "initial" not in kwargs:
             kwargs["initial"] = {f: getattr(endpoint, f) for f in EDITABLE_FIELDS}
             kwargs["initial"]["public"] = "true" if endpoint.public else "false"
         super().__init__(*args, **kwargs)
@@ -268,6 +268,8 @@ class EndpointForm(forms.Form):
         """What endpoint_create / endpoint_update take; an empty optional SLO is left unset."""
         data = dict(self.cleaned_data)
         out = {key: data[key] for key in EDITABLE_FIELDS if key in data and data[key] not in (None, "")}
+        if self.endpoint is not None:  # an edit records what changed, not every field shown
+            out = {key: value for key, value in out.items() if key in self.changed_data}
         if self.endpoint is None:
             out["name"] = data["name"]
             out["kind"] = data.get("kind") or "tensor"
