@@ -245,6 +245,9 @@ class EndpointForm(forms.Form):
             kwargs["initial"]["public"] = "true" if endpoint.public else "false"
         super().__init__(*args, **kwargs)
         self.endpoint = endpoint
+        for field in self.fields.values():
+            if isinstance(field, forms.FloatField):
+                field.widget.attrs["step"] = "any"  # 0.01 is a valid error rate, not a step-1 mistake
         if endpoint is not None:  # name, pool and stable are fixed (the stable changes by rollout)
             for name in self.CREATE_ONLY:
                 del self.fields[name]
