@@ -94,11 +94,7 @@ class EndpointCreateSerializer(EndpointUpdateSerializer):
     name = StrictSlugField(max_length=64)
     pool = StrictCharField(help_text="Name of a serving pool of your team.")
     kind = serializers.ChoiceField(choices=["tensor", "llm"], required=False, default="tensor")
-    stable_artifact = IdOrModelUriField(
-        required=False,
-        help_text="A servable artifact id, or a model URI (models:/ctr@champion, models:/ctr/3): that "
-        "version's servable artifact (stable_variant picks one when it has several).",
-    )
+    stable_artifact = IdOrModelUriField(required=False, help_text="A servable artifact id or models:/ctr@champion.")
     stable_variant = StrictCharField(required=False, max_length=64, help_text="With a model URI: which variant.")
 
 
@@ -171,10 +167,11 @@ class RolloutSerializer(StrictModelSerializer):
 
 class RolloutCreateSerializer(serializers.Serializer):
     candidate_artifact = IdOrModelUriField(
-        help_text="A servable artifact id of the endpoint's team, or a model URI (models:/ctr@challenger, "
-        "models:/ctr/4): that version's servable artifact in the stable's variant (or `variant`)."
+        help_text="A servable artifact id or models:/ctr@challenger (models:/ctr/4)."
     )
-    variant = StrictCharField(required=False, max_length=64, help_text="With a model URI: which variant.")
+    variant = StrictCharField(
+        required=False, max_length=64, help_text="With a model URI: which variant (default: the stable's)."
+    )
     strategy = serializers.ChoiceField(choices=[s.value for s in Strategy], default=Strategy.CANARY)
     steps_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=FULL_BP), required=False)
     shadow_seconds = serializers.FloatField(min_value=0, default=DEFAULT_PLAN.shadow_seconds)
@@ -238,14 +235,8 @@ class EndpointViewSet(
             raise InvalidInput(
                 f"pool: no serving pool named {request.data.get('pool')!r}.", code="pool_not_found", field="pool"
             ) from None
-        variant = data.pop("stable_variant", None)
-        stable = (
-            artifact_for_ref(
-                user=request.user, ref=data.pop("stable_artifact"), field="stable_artifact", variant=variant
-            )
-            if "stable_artifact" in data
-            else None
-        )
+        ref, variant = data.pop("stable_artifact", None), data.pop("stable_variant", None)
+        stable = artifact_for_ref(user=request.user, ref=ref, field="stable_artifact", variant=variant)
         endpoint = endpoint_services.endpoint_create(
             user=request.user, name=data.pop("name"), pool=pool, stable_artifact=stable, **data
         )

@@ -57,7 +57,9 @@ def artifact_of_version(*, user, version: ModelVersion, field: str, variant: str
 
 def artifact_for_ref(*, user, ref, field: str, variant: str | None = None, endpoint=None):
     """The artifact `ref` names: an id, or a model URI (its version's servable artifact; a
-    model of another team answers 404 as an unknown one)."""
+    model of another team answers 404 as an unknown one); None for None."""
+    if ref is None:
+        return None
     if is_model_uri(ref):
         version = version_resolve(user=user, uri=ref, field=field)
         prefer = endpoint.stable_artifact.variant if endpoint is not None and endpoint.stable_artifact_id else ""

@@ -3,7 +3,6 @@ or MLflow models). Each service takes keyword arguments and the acting user, che
 user's role, and writes its audit Event in the same transaction."""
 
 import io
-import math
 import re
 import tempfile
 from pathlib import Path
@@ -17,6 +16,7 @@ from django.db.models import Max
 from kernel.errors import Conflict, InvalidInput, NotFound, TooLarge
 from registry import names, onnx_files, storage
 from registry.lock_objects import model_for_update, version_for_update
+from registry.metrics_input import metrics_checked
 from registry.models import (
     EventAction,
     Framework,
@@ -95,31 +95,6 @@ def model_delete(*, user, model: RegisteredModel) -> None:
             )
         event_record(actor=user, obj=model, action=EventAction.DELETED, from_state="registered", to_state="deleted")
         model.delete()
-
-
-MAX_METRICS = 200
-MAX_METRIC_NAME = 250  # MLflow's limit on a metric key
-
-
-def metrics_checked(metrics) -> dict:
-    """A version's metrics as sent: a JSON object of name -> finite number, bounded; else a
-    400 on the `metrics` field saying which entry is wrong."""
-    if metrics is None:
-        return {}
-    if not isinstance(metrics, dict):
-        raise InvalidInput('metrics: give a JSON object of name -> number, e.g. {"auc": 0.78}.', field="metrics")
-    if len(metrics) > MAX_METRICS:
-        raise InvalidInput(f"metrics: {len(metrics)} entries; at most {MAX_METRICS}.", field="metrics")
-    for name, value in metrics.items():
-        if not isinstance(name, str) or not name.strip() or len(name) > MAX_METRIC_NAME:
-            raise InvalidInput(
-                f"metrics: the name {str(name)[:60]!r} is not 1-{MAX_METRIC_NAME} characters.", field="metrics"
-            )
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InvalidInput(
-                f"metrics: {name[:60]!r} is {str(value)[:40]!r}, not a finite number (e.g. 0.78).", field="metrics"
-            )
-    return dict(metrics)
 
 
 def _next_version(model: RegisteredModel) -> int:

@@ -3,7 +3,6 @@ set @champion on v1, move it to v2 from v2's page, delete it; the model page lis
 
 import pytest
 
-from harness import factories
 from registry.models import Event, VersionAlias
 from tests.browser import login
 
