@@ -24,6 +24,10 @@ def test_create_an_endpoint_with_a_refusal_first(live_server, browser_page, depl
     page.goto(f"{live_server.url}/deployments/endpoints/")
     page.click("#new-endpoint")
     page.wait_for_selector("#endpoint-form")
+    assert not page.is_visible("#id_ttft_slo_ms")  # an LLM SLO, shown for kind LLM only
+    page.select_option("#id_kind", "llm")
+    assert page.is_visible("#id_ttft_slo_ms")
+    page.select_option("#id_kind", "tensor")
     page.fill("#id_name", "ads-ranker")
     page.select_option("#id_pool", "cpu-pool")
     page.select_option("#id_stable_artifact", str(fp16.pk))
