@@ -138,6 +138,8 @@ class ServingPoolAdmin(ServiceAdmin):
         if obj is None:  # adding: pool_create validates every field
             return ["status", "status_reason", "generation", "created_by", "created_at", "updated_at"]
         fixed = ["name", "team", "driver", "device_kind", "gpus_per_replica", "namespace"]
+        if obj.driver != "kubernetes":  # what pool_update refuses for a local pool is not offered
+            fixed += list(pool_services.KUBERNETES_ONLY)
         return [*fixed, *self.readonly_fields]
 
     def get_inlines(self, request, obj):

@@ -171,8 +171,27 @@ def test_admin_adds_a_pool_through_the_service(admin_web, staff, team_a):
         "/admin/deployments/servingpool/add/", {**fields, "name": "p1", "device_kind": "nvidia-t4"}
     )
     assert refused.status_code == 200 and not ServingPool.objects.exists()
+    assert "local pools run on this machine&#x27;s CPU" in refused.content.decode()
     response = admin_web.post("/admin/deployments/servingpool/add/", {**fields, "name": "p1"})
     assert response.status_code == 302, response.content.decode()[:3000]
     pool = ServingPool.objects.get(name="p1")
     assert pool.team == team_a and str(pool.cost_per_replica_hour) == "0.5000" and pool.created_by == staff
     assert Event.objects.filter(object_type="deployments.servingpool", action=EventAction.CREATED).exists()
+
+    for page in ("servingpool/add/", f"servingpool/{pool.pk}/change/", "endpoint/add/"):
+        assert admin_web.get(f"/admin/deployments/{page}").status_code == 200, page
+    changed = admin_web.post(
+        f"/admin/deployments/servingpool/{pool.pk}/change/",
+        {
+            **{k: fields[k] for k in ("resources", "image", "min_replicas", "max_replicas", "max_queue_size")},
+            "queue_timeout_ms": "0",
+            "replicas": "1",
+            "cost_per_replica_hour": "1.25",
+            **{f"{inline}-{n}": "0" for inline in ("replica_set", "models") for n in ("TOTAL_FORMS", "INITIAL_FORMS")},
+        },
+    )
+    assert changed.status_code == 302, changed.content.decode()[:3000]
+    pool.refresh_from_db()
+    assert str(pool.cost_per_replica_hour) == "1.2500"
+    update = Event.objects.get(object_type="deployments.servingpool", action=EventAction.UPDATED)
+    assert "cost_per_replica_hour" in str(update.data)
