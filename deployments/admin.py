@@ -1,5 +1,6 @@
 """Admin console of deployments; actions call the same services as the API and the dashboard."""
 
+from django import forms
 from django.contrib import admin, messages
 
 from deployments.models import Endpoint, InferenceKey, PoolModel, PoolReplica, Rollout, ServingPool
@@ -8,6 +9,42 @@ from deployments.services import keys as key_services
 from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
 from kernel.errors import PlatformError
+
+
+class ServiceForm(forms.ModelForm):
+    """An admin form whose save is a service call (the same rules and audit events as the
+    API and the dashboard): the service runs in clean(), so a refusal is shown on the
+    field it names. super().clean() is not called: the service checks names, uniqueness
+    included, and the admin's "already exists" check would answer first."""
+
+    user = None  # set by ServiceAdmin.get_form
+
+    def call_service(self, data: dict):
+        raise NotImplementedError
+
+    def clean(self):
+        data = self.cleaned_data
+        if self.errors:
+            return data
+        try:
+            self.instance = self.call_service(data)
+        except PlatformError as exc:
+            field = exc.field if exc.field in self.fields else None
+            self.add_error(field, exc.detail.removeprefix(f"{field}: ") if field else exc.detail)
+        return data
+
+    def given(self, data: dict, names) -> dict:
+        """The fields among `names` that the form shows and the user changed from their defaults."""
+        return {name: data[name] for name in names if name in self.changed_data and name in data}
+
+
+class ServiceAdmin(admin.ModelAdmin):
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        return type(form.__name__, (form,), {"user": request.user})
+
+    def save_model(self, request, obj, form, change):
+        pass  # the service saved it in the form's clean()
 
 
 class PoolReplicaInline(admin.TabularInline):
@@ -37,8 +74,41 @@ class PoolModelInline(admin.TabularInline):
     fields = readonly_fields
 
 
+POOL_CREATE_FIELDS = (
+    "driver",
+    "replicas",
+    "device_kind",
+    "gpus_per_replica",
+    "resources",
+    "model_repository",
+    "namespace",
+    "image",
+    "min_replicas",
+    "max_replicas",
+    "max_queue_size",
+    "queue_timeout_ms",
+    "cost_per_replica_hour",
+    "autoscale_metric",
+    "autoscale_target",
+    "repository_secret",
+)
+
+
+class PoolForm(ServiceForm):
+    def call_service(self, data):
+        if self.instance.pk is None:
+            return pool_services.pool_create(
+                user=self.user, name=data["name"], team=data["team"], **self.given(data, POOL_CREATE_FIELDS)
+            )
+        changes = self.given(data, pool_services.UPDATABLE_FIELDS)
+        pool = pool_services.pool_update(user=self.user, pool=self.instance, **changes) if changes else self.instance
+        if "replicas" in self.changed_data:
+            pool = pool_services.pool_scale(user=self.user, pool=pool, replicas=data["replicas"])
+        return pool
+
+
 @admin.register(ServingPool)
-class ServingPoolAdmin(admin.ModelAdmin):
+class ServingPoolAdmin(ServiceAdmin):
     list_display = [
         "name",
         "team",
@@ -51,6 +121,7 @@ class ServingPoolAdmin(admin.ModelAdmin):
     ]
     list_filter = ["driver", "status", "device_kind", "team"]
     search_fields = ["name"]
+    form = PoolForm
     readonly_fields = [
         "status",
         "status_reason",
@@ -63,8 +134,16 @@ class ServingPoolAdmin(admin.ModelAdmin):
     inlines = [PoolReplicaInline, PoolModelInline]
     actions = ["reconcile", "delete_pools"]
 
-    def has_add_permission(self, request):
-        return False  # pools are created through the API or the dashboard (services validate)
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:  # adding: pool_create validates every field
+            return ["status", "status_reason", "generation", "created_by", "created_at", "updated_at"]
+        fixed = ["name", "team", "driver", "device_kind", "gpus_per_replica", "namespace"]
+        if obj.driver != "kubernetes":  # what pool_update refuses for a local pool is not offered
+            fixed += list(pool_services.KUBERNETES_ONLY)
+        return [*fixed, *self.readonly_fields]
+
+    def get_inlines(self, request, obj):
+        return self.inlines if obj is not None else []
 
     def has_delete_permission(self, request, obj=None):
         return False  # deleting stops processes: the "delete pools" action goes through the service
@@ -86,20 +165,35 @@ class ServingPoolAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{pool.name}: {exc.detail}", messages.ERROR)
 
 
+class EndpointForm(ServiceForm):
+    def call_service(self, data):
+        values = {f: data[f] for f in endpoint_services.ENDPOINT_FIELDS if f in data}
+        if self.instance.pk is None:  # endpoint_create loads the stable on the pool
+            return endpoint_services.endpoint_create(
+                user=self.user,
+                name=data["name"],
+                pool=data["pool"],
+                stable_artifact=data.get("stable_artifact"),
+                kind=data.get("kind") or "tensor",
+                **values,
+            )
+        changes = self.given(data, endpoint_services.ENDPOINT_FIELDS)
+        return endpoint_services.endpoint_update(user=self.user, endpoint=self.instance, **changes)
+
+
 @admin.register(Endpoint)
-class EndpointAdmin(admin.ModelAdmin):
+class EndpointAdmin(ServiceAdmin):
+    form = EndpointForm
     list_display = ["name", "team", "pool", "public", "stable_artifact", "slo_p99_ms", "slo_error_rate", "updated_at"]
     list_filter = ["team", "pool", "public"]
     search_fields = ["name"]
-    readonly_fields = ["name", "team", "pool", "stable_artifact", "created_by", "created_at", "updated_at"]
+    readonly_fields = ["name", "team", "kind", "pool", "stable_artifact", "created_by", "created_at", "updated_at"]
+    raw_id_fields = ["stable_artifact"]
 
-    def has_add_permission(self, request):
-        return False  # endpoints are created through the API or the dashboard (the service loads the stable)
-
-    def save_model(self, request, obj, form, change):
-        endpoint_services.endpoint_update(
-            user=request.user, endpoint=obj, **{f: getattr(obj, f) for f in endpoint_services.ENDPOINT_FIELDS}
-        )
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:  # the team is the pool's; the stable changes later only by rollout
+            return ["team", "created_by", "created_at", "updated_at"]
+        return self.readonly_fields
 
 
 def _action(service, label):

@@ -5,12 +5,14 @@ import re
 from django import forms
 
 from deployments.models import DeviceKind
-from deployments.models.rollouts import ON_INCONCLUSIVE_CHOICES
+from deployments.models.rollouts import DEFAULT_ON_INCONCLUSIVE, ON_INCONCLUSIVE_CHOICES
 from deployments.rollout_machine import DEFAULT_PLAN, Plan, StepsProblem
+from deployments.selectors.pools import pool_list
 from deployments.selectors.rollouts import candidate_artifacts_for_pool, endpoint_list
 from deployments.services import keys as key_services
 from kernel.errors import PlatformError
 from registry.models import Role
+from registry.selectors.builds import servable_artifacts
 from registry.selectors.teams import team_list
 
 
@@ -197,3 +199,102 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+class EndpointForm(forms.Form):
+    """Create an endpoint (name, kind, pool, stable) or edit its SLOs, access and policy. The
+    form only shapes input; `endpoint_create`/`endpoint_update` decide (the same rules as
+    the API) and their refusals come back on the field they name."""
+
+    name = forms.CharField(max_length=64, help_text="Part of its URLs: /v2/models/{name}/infer.")
+    kind = forms.ChoiceField(
+        choices=[("tensor", "tensor (KServe v2)"), ("llm", "LLM (OpenAI API)")], initial="tensor", required=False
+    )
+    pool = forms.ChoiceField(help_text="A serving pool of a team where you are a deployer; the endpoint is its team's.")
+    stable_artifact = forms.ChoiceField(
+        label="Stable", required=False, help_text="A servable artifact of the pool's team; empty: no stable yet."
+    )
+    slo_p99_ms = forms.FloatField(label="SLO p99 (ms)", initial=50.0)
+    slo_error_rate = forms.FloatField(label="SLO error rate", initial=0.01, help_text="A fraction: 0.01 = 1 %.")
+    ttft_slo_ms = forms.FloatField(
+        label="SLO time to first token p99 (ms)", required=False, help_text="LLM endpoints; empty: not checked."
+    )
+    itl_slo_ms = forms.FloatField(
+        label="SLO inter-token latency p99 (ms)", required=False, help_text="LLM endpoints; empty: not checked."
+    )
+    psi_threshold = forms.FloatField(label="PSI threshold", initial=0.25, help_text="Prediction drift guardrail.")
+    latency_margin = forms.FloatField(
+        initial=0.2, help_text="The candidate's latency may exceed the stable's by this fraction (0.2 = 20 %)."
+    )
+    on_inconclusive = forms.ChoiceField(label="If a step stays inconclusive", choices=ON_INCONCLUSIVE_CHOICES)
+    timeout_ms = forms.IntegerField(label="Timeout (ms)", initial=1000)
+    sticky_header = forms.CharField(max_length=100, initial="X-User-Id", help_text="Pins a caller to one A/B arm.")
+    public = forms.TypedChoiceField(
+        label="Access",
+        choices=[("false", "keys only (the team's inference keys)"), ("true", "public (no key needed)")],
+        coerce=lambda value: value == "true",
+        initial="false",
+        widget=forms.RadioSelect,
+    )
+
+    CREATE_ONLY = ("name", "kind", "pool", "stable_artifact")
+
+    def __init__(self, *args, user, endpoint=None, **kwargs):
+        if endpoint is not None and "initial" not in kwargs:
+            kwargs["initial"] = {f: getattr(endpoint, f) for f in EDITABLE_FIELDS}
+            kwargs["initial"]["public"] = "true" if endpoint.public else "false"
+        super().__init__(*args, **kwargs)
+        self.endpoint = endpoint
+        for field in self.fields.values():
+            if isinstance(field, forms.FloatField):
+                field.widget.attrs["step"] = "any"  # 0.01 is a valid error rate, not a step-1 mistake
+        if endpoint is not None:  # name, pool and stable are fixed (the stable changes by rollout)
+            for name in self.CREATE_ONLY:
+                del self.fields[name]
+            return
+        deployer_teams = team_list(user=user, min_role=Role.DEPLOYER)
+        self.pools = {p.name: p for p in pool_list(user=user).filter(team__in=deployer_teams).order_by("name")}
+        self.fields["pool"].choices = [(n, f"{p.team.name} / {n} ({p.device_kind})") for n, p in self.pools.items()]
+        self.artifacts = {
+            str(a.pk): a
+            for a in servable_artifacts(user=user)
+            .filter(version__model__team__in=deployer_teams)
+            .select_related("version__model")[:300]
+        }
+        self.fields["stable_artifact"].choices = [("", "— none yet —")] + [
+            (pk, f"{a.version.model.name} v{a.version.version} · {a.variant} (#{pk})")
+            for pk, a in self.artifacts.items()
+        ]
+        self.fields["on_inconclusive"].initial = DEFAULT_ON_INCONCLUSIVE
+
+    def service_arguments(self) -> dict:
+        """What endpoint_create / endpoint_update take; an empty optional SLO is left unset."""
+        data = dict(self.cleaned_data)
+        out = {key: data[key] for key in EDITABLE_FIELDS if key in data and data[key] not in (None, "")}
+        if self.endpoint is not None:  # an edit records what changed, not every field shown
+            out = {key: value for key, value in out.items() if key in self.changed_data}
+        if self.endpoint is None:
+            out["name"] = data["name"]
+            out["kind"] = data.get("kind") or "tensor"
+            out["pool"] = self.pools[data["pool"]]
+            out["stable_artifact"] = self.artifacts.get(data.get("stable_artifact") or "")
+        return out
+
+    def add_service_error(self, exc: PlatformError) -> None:
+        """A refusal of the service, under the field it names (without the field's name twice)."""
+        field = exc.field if exc.field in self.fields else None
+        self.add_error(field, exc.detail.removeprefix(f"{field}: ") if field else exc.detail)
+
+
+EDITABLE_FIELDS = (
+    "slo_p99_ms",
+    "slo_error_rate",
+    "ttft_slo_ms",
+    "itl_slo_ms",
+    "psi_threshold",
+    "latency_margin",
+    "on_inconclusive",
+    "timeout_ms",
+    "sticky_header",
+    "public",
+)

@@ -1,5 +1,6 @@
 from django.urls import path, re_path
 
+from deployments.views import endpoints as endpoint_views
 from deployments.views import keys as key_views
 from deployments.views import pools as views
 from deployments.views import releases as release_views
@@ -14,6 +15,8 @@ urlpatterns = [
     path("pools/<slug:name>/unload/", views.pool_unload, name="pool-unload"),
     # endpoints and rollouts (deployments/rollout_views.py)
     path("endpoints/", rollout_views.endpoint_list, name="endpoint-list"),
+    path("endpoints/new/", endpoint_views.endpoint_create, name="endpoint-create"),  # "new" is no endpoint's name
+    path("endpoints/<slug:name>/edit/", endpoint_views.endpoint_edit, name="endpoint-edit"),
     path("endpoints/<slug:name>/", rollout_views.endpoint_detail, name="endpoint-detail"),
     path("endpoints/<slug:name>/rollouts/", rollout_views.rollout_start, name="rollout-start"),
     # releases: build -> tune -> canary (deployments/views/releases.py)

@@ -2,20 +2,7 @@
 0.7412345678 in a table), and chart data with one chart per metric, so metrics with
 different units (AUC, train_seconds) never share an axis."""
 
-import math
-
-
-def rounded(value) -> str:
-    """0.741234 → "0.7412", 1234.56 → "1235", 3 → "3", None → "—"."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    if not isinstance(value, (int, float)):
-        return str(value)
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    if abs(value) >= 1000:
-        return f"{value:.0f}"
-    return f"{value:.4g}"
+from kernel.figures import rounded
 
 
 def run_label(run: dict) -> str:

@@ -7,6 +7,7 @@ uses these (`StrictModelSerializer` maps the model's text fields to them).
 """
 
 from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 
@@ -66,3 +67,40 @@ class QuerySerializer(serializers.Serializer):
                     {name: ["give a value, or leave the parameter out."] for name in empty}, code="invalid_parameter"
                 )
         return super().to_internal_value(data)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1},
+            {"type": "string", "maxLength": 200, "pattern": "^models:/", "example": "models:/ctr@champion"},
+        ]
+    }
+)
+class IdOrModelUriField(serializers.Field):
+    """An id (integer), or a model URI (`models:/name@alias`, `models:/name/3`) passed on as
+    a string for registry/selectors/aliases.py to resolve (and to say what is wrong with it)."""
+
+    default_error_messages = {
+        "invalid": "give an id (an integer) or a model URI such as models:/ctr@champion or models:/ctr/3.",
+        "too_long": "a model URI has at most 200 characters.",
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        if isinstance(data, int):
+            if not 1 <= data <= 2**63 - 1:
+                self.fail("invalid")
+            return data
+        if isinstance(data, str):
+            if data.isdigit() and len(data) < 19:
+                return int(data)
+            if data.startswith("models:"):
+                if len(data) > 200:
+                    self.fail("too_long")
+                return data
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value

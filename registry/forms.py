@@ -1,3 +1,5 @@
+import json
+
 from django import forms
 
 from registry.models import Role, Task
@@ -20,6 +22,33 @@ class VersionCreateForm(forms.Form):
     source_uri = forms.CharField(
         required=False, max_length=1024, help_text="…or an MLflow model URI (runs:/… or models:/…)."
     )
+
+    metrics = forms.CharField(
+        required=False,
+        max_length=20_000,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": '{"auc": 0.78, "logloss": 0.41}'}),
+        help_text="Training metrics: a JSON object of name -> number.",
+    )
+    validation_data = forms.FileField(
+        required=False,
+        help_text="A labelled validation set (NPZ, Parquet or JSON lines keyed by input name, plus the label): "
+        "builds score every artifact on it.",
+    )
+    label = forms.CharField(
+        required=False, max_length=128, initial="label", help_text="The label column/array in the validation set."
+    )
+
+    def clean_metrics(self):
+        """Text to a JSON value; whether it is an object of numbers is the service's rule (catalog.metrics_checked)."""
+        raw = self.cleaned_data["metrics"].strip()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(
+                f'Not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); e.g. {{"auc": 0.78}}.'
+            ) from None
 
     def clean(self):
         data = super().clean()

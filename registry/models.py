@@ -114,6 +114,25 @@ class ModelVersion(models.Model):
         return f"{self.model.name} v{self.version}"
 
 
+class VersionAlias(models.Model):
+    """A named pointer to one version of a model, as MLflow's @champion / @challenger:
+    pipelines deploy `models:/{model}@{alias}` and moving the alias changes what they get."""
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="aliases")
+    name = models.CharField(max_length=64, help_text="Lower-case letters, digits, - and _, e.g. champion.")
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="aliases")
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model", "name"]
+        verbose_name_plural = "version aliases"
+        constraints = [models.UniqueConstraint(fields=["model", "name"], name="uniq_model_alias")]
+
+    def __str__(self):
+        return f"{self.model.name}@{self.name}"
+
+
 class DataKind(models.TextChoices):
     EXAMPLE = "example", "Input example"
     VALIDATION = "validation", "Labelled validation set"
@@ -258,6 +277,8 @@ class EventAction(models.TextChoices):
     REPLICA_DOWN = "replica_down"
     REPLICA_RESTARTED = "replica_restarted"
     REPLICA_RETIRING = "replica_retiring"
+    ALIAS_SET = "alias_set"  # a model's alias (e.g. @champion) set on a version or moved to another
+    ALIAS_DELETED = "alias_deleted"
     STABLE_CHANGED = "stable_changed"  # an endpoint's stable artifact, by a rollout's promotion
     BASELINE_UNAVAILABLE = "baseline_unavailable"  # a rollout's fair baseline could not be loaded
     ALERT_RAISED = "alert_raised"

@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from kernel.errors import Conflict
@@ -137,3 +138,54 @@ def needs_gpu(variant: str) -> bool:
     """Whether a replica needs a GPU to serve the variant (every variant but the CPU ones
     and their tuned configs)."""
     return base_variant(variant) not in CPU_VARIANTS
+
+
+# --- version aliases and model URIs ------------------------------------------------------------
+# An alias (MLflow's @champion): lower-case, bounded, and never something a version number or
+# MLflow's own words could be read as ("latest", "3", "v3").
+ALIAS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+RESERVED_ALIASES = frozenset({"latest"})
+VERSION_ALIKE_RE = re.compile(r"^v\d+$")
+MODEL_URI_MAX = 200
+MODEL_NAME_PART = r"[a-z0-9][a-z0-9_-]{0,63}"
+MODEL_URI_RE = re.compile(rf"^models:/(?P<model>{MODEL_NAME_PART})(?:@(?P<alias>[^/@]+)|/(?P<version>[0-9]{{1,9}}))$")
+
+
+def alias_problem(name: str) -> str | None:
+    """Why `name` cannot be an alias (a sentence starting with "alias:"), or None."""
+    if not isinstance(name, str) or not ALIAS_RE.match(name):
+        return (
+            "alias: use 1-64 lower-case letters, digits, '-' or '_', starting with a letter (e.g. champion); "
+            f"got {str(name)[:80]!r}."
+        )
+    if name in RESERVED_ALIASES or VERSION_ALIKE_RE.match(name):
+        return f"alias: {name!r} reads as a version (MLflow reserves 'latest' and v<number>); choose another."
+    return None
+
+
+def parse_model_uri(uri: str) -> tuple[str, str | None, int | None]:
+    """`models:/name@alias` -> (name, alias, None); `models:/name/3` -> (name, None, 3).
+    Raises ValueError with a sentence naming what is wrong."""
+    if not isinstance(uri, str) or not uri:
+        raise ValueError("give a model URI: models:/<model>@<alias> or models:/<model>/<version>.")
+    if len(uri) > MODEL_URI_MAX:
+        raise ValueError(f"the model URI is {len(uri)} characters; at most {MODEL_URI_MAX}.")
+    if not uri.startswith("models:/"):
+        raise ValueError(f"{uri[:80]!r} is not a model URI: give models:/<model>@<alias> or models:/<model>/<version>.")
+    match = MODEL_URI_RE.match(uri)
+    if match is None:
+        rest = uri[len("models:/") :]
+        name = re.split(r"[@/]", rest, maxsplit=1)[0]
+        if not re.fullmatch(MODEL_NAME_PART, name):
+            raise ValueError(f"{uri[:80]!r}: {name[:70]!r} is not a model name (lower-case letters, digits, - and _).")
+        raise ValueError(
+            f"{uri[:80]!r}: after the model name give @<alias> or /<version number>, e.g. models:/{name}@champion."
+        )
+    if match["alias"] is not None:
+        problem = alias_problem(match["alias"])
+        if problem:
+            raise ValueError(f"{uri[:80]!r}: {problem}")
+        return match["model"], match["alias"], None
+    if int(match["version"]) < 1:
+        raise ValueError(f"{uri[:80]!r}: version numbers start at 1.")
+    return match["model"], None, int(match["version"])

@@ -11,4 +11,6 @@ urlpatterns = [
     path("versions/<int:pk>/", views.version_detail, name="version-detail"),
     path("<slug:name>/", views.model_detail, name="model-detail"),
     path("<slug:name>/versions/new/", views.version_create, name="version-create"),
+    path("<slug:name>/aliases/", views.alias_set, name="alias-set"),
+    path("<slug:name>/aliases/<str:alias>/delete/", views.alias_delete, name="alias-delete"),
 ]

@@ -17,9 +17,10 @@ from deployments.selectors import rollouts as rollout_selectors
 from deployments.services import releases as services
 from kernel.api import created
 from kernel.errors import InvalidInput, NotFound
-from kernel.serializers import StrictCharField, StrictModelSerializer
+from kernel.serializers import IdOrModelUriField, StrictCharField, StrictModelSerializer
 from kernel.viewsets import TeamScopedViewSet
 from registry.names import BUILT_VARIANTS, variant_name
+from registry.selectors.aliases import is_model_uri, version_resolve
 from registry.selectors.catalog import version_get
 
 
@@ -92,7 +93,10 @@ class ReleaseSerializer(StrictModelSerializer):
 
 class ReleaseCreateSerializer(serializers.Serializer):
     endpoint = StrictCharField(max_length=64, help_text="The endpoint to release to (its pool, stable and SLO).")
-    version = serializers.IntegerField(help_text="The model version to build: a version of the endpoint's model.")
+    version = IdOrModelUriField(
+        help_text="The model version to build, a version of the endpoint's model: its id, or a model URI "
+        "(models:/ctr@challenger, models:/ctr/4)."
+    )
     variant = serializers.ChoiceField(
         choices=BUILT_VARIANTS, default="onnx-int8", help_text="The variant to build and tune."
     )
@@ -140,16 +144,24 @@ class ReleaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScope
                 code="endpoint_not_found",
                 field="endpoint",
             ) from None
+        ref = data.pop("version")
+        if is_model_uri(ref):  # another team's model answers 404 as an unknown one
+            version = version_resolve(user=request.user, uri=ref, field="version")
+        else:
+            version = self._version_by_id(request, ref)
+        options = {k: data.pop(k) for k in list(data) if k in services.ROLLOUT_OPTIONS}
+        release = services.release_start(
+            user=request.user, endpoint=endpoint, version=version, rollout_options=options, **data
+        )
+        return created(ReleaseSerializer(selectors.release_get(user=request.user, release_id=release.pk)).data)
+
+    @staticmethod
+    def _version_by_id(request, version_id: int):
         try:
-            version = version_get(user=request.user, version_id=data.pop("version"))
+            return version_get(user=request.user, version_id=version_id)
         except NotFound:
             raise InvalidInput(
                 f"version: no version with id {request.data.get('version')!r}.",
                 code="version_not_found",
                 field="version",
             ) from None
-        options = {k: data.pop(k) for k in list(data) if k in services.ROLLOUT_OPTIONS}
-        release = services.release_start(
-            user=request.user, endpoint=endpoint, version=version, rollout_options=options, **data
-        )
-        return created(ReleaseSerializer(selectors.release_get(user=request.user, release_id=release.pk)).data)

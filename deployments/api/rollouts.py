@@ -22,11 +22,18 @@ from deployments.rollout_machine import DEFAULT_PLAN, FULL_BP, Strategy
 from deployments.routes import route_table
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
+from deployments.selectors.artifact_refs import artifact_for_ref
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from kernel.api import created
 from kernel.errors import InvalidInput, NotFound
-from kernel.serializers import StrictCharField, StrictModelSerializer, StrictRegexField, StrictSlugField
+from kernel.serializers import (
+    IdOrModelUriField,
+    StrictCharField,
+    StrictModelSerializer,
+    StrictRegexField,
+    StrictSlugField,
+)
 from kernel.viewsets import TeamScopedViewSet
 from registry.names import baseline_variant_name, variant_name
 
@@ -47,8 +54,11 @@ class EndpointSerializer(StrictModelSerializer):
             "pool",
             "stable_artifact",
             "stable_variant",
+            "kind",
             "slo_p99_ms",
             "slo_error_rate",
+            "ttft_slo_ms",
+            "itl_slo_ms",
             "psi_threshold",
             "latency_margin",
             "on_inconclusive",
@@ -67,6 +77,8 @@ class EndpointSerializer(StrictModelSerializer):
 class EndpointUpdateSerializer(serializers.Serializer):
     slo_p99_ms = serializers.FloatField(required=False)
     slo_error_rate = serializers.FloatField(required=False)
+    ttft_slo_ms = serializers.FloatField(required=False, help_text="LLM endpoints: time-to-first-token p99 SLO.")
+    itl_slo_ms = serializers.FloatField(required=False, help_text="LLM endpoints: inter-token latency p99 SLO.")
     psi_threshold = serializers.FloatField(required=False)
     latency_margin = serializers.FloatField(required=False)
     on_inconclusive = serializers.ChoiceField(
@@ -86,7 +98,9 @@ class EndpointUpdateSerializer(serializers.Serializer):
 class EndpointCreateSerializer(EndpointUpdateSerializer):
     name = StrictSlugField(max_length=64)
     pool = StrictCharField(help_text="Name of a serving pool of your team.")
-    stable_artifact = serializers.IntegerField(required=False, help_text="A servable artifact id.")
+    kind = serializers.ChoiceField(choices=["tensor", "llm"], required=False, default="tensor")
+    stable_artifact = IdOrModelUriField(required=False, help_text="A servable artifact id or models:/ctr@champion.")
+    stable_variant = StrictCharField(required=False, max_length=64, help_text="With a model URI: which variant.")
 
 
 class RolloutSerializer(StrictModelSerializer):
@@ -157,7 +171,12 @@ class RolloutSerializer(StrictModelSerializer):
 
 
 class RolloutCreateSerializer(serializers.Serializer):
-    candidate_artifact = serializers.IntegerField(help_text="A servable artifact id of the endpoint's team.")
+    candidate_artifact = IdOrModelUriField(
+        help_text="A servable artifact id or models:/ctr@challenger (models:/ctr/4)."
+    )
+    variant = StrictCharField(
+        required=False, max_length=64, help_text="With a model URI: which variant (default: the stable's)."
+    )
     strategy = serializers.ChoiceField(choices=[s.value for s in Strategy], default=Strategy.CANARY)
     steps_bp = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=FULL_BP), required=False)
     shadow_seconds = serializers.FloatField(min_value=0, default=DEFAULT_PLAN.shadow_seconds)
@@ -183,15 +202,6 @@ class RolloutActionSerializer(serializers.Serializer):
     generation = serializers.IntegerField(
         required=False, help_text="The generation you saw; 409 if it changed meanwhile."
     )
-
-
-def _artifact(user, artifact_id: int, field: str):
-    try:
-        return pool_selectors.artifact_get(user=user, artifact_id=artifact_id)
-    except NotFound:  # an artifact the user may not see is reported like a missing one
-        raise InvalidInput(
-            f"{field}: no artifact with id {artifact_id}.", code="artifact_not_found", field=field
-        ) from None
 
 
 @extend_schema_view(
@@ -233,11 +243,8 @@ class EndpointViewSet(
             raise InvalidInput(
                 f"pool: no serving pool named {request.data.get('pool')!r}.", code="pool_not_found", field="pool"
             ) from None
-        stable = (
-            _artifact(request.user, data.pop("stable_artifact"), "stable_artifact")
-            if "stable_artifact" in data
-            else None
-        )
+        ref, variant = data.pop("stable_artifact", None), data.pop("stable_variant", None)
+        stable = artifact_for_ref(user=request.user, ref=ref, field="stable_artifact", variant=variant)
         endpoint = endpoint_services.endpoint_create(
             user=request.user, name=data.pop("name"), pool=pool, stable_artifact=stable, **data
         )
@@ -266,7 +273,13 @@ class EndpointViewSet(
         payload = RolloutCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = dict(payload.validated_data)
-        candidate = _artifact(request.user, data.pop("candidate_artifact"), "candidate_artifact")
+        candidate = artifact_for_ref(
+            user=request.user,
+            ref=data.pop("candidate_artifact"),
+            field="candidate_artifact",
+            variant=data.pop("variant", None),
+            endpoint=endpoint,
+        )
         rollout = services.rollout_start(user=request.user, endpoint=endpoint, candidate=candidate, **data)
         return created(RolloutSerializer(rollout).data)
 

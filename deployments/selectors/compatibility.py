@@ -63,6 +63,16 @@ def signature_problem(stable: dict | None, other: dict | None) -> str | None:
     return None
 
 
+def stable_problem(*, pool, artifact) -> ServingProblem | None:
+    """Why `pool` cannot serve `artifact` as an endpoint's stable (a GPU variant on a CPU pool), or None."""
+    if needs_gpu(artifact.variant) and not DeviceKind.is_gpu(pool.device_kind):
+        return ServingProblem(
+            "variant_not_servable_here",
+            f"{_describe(artifact)} needs a GPU; pool {pool.name!r} is {pool.device_kind}.",
+        )
+    return None
+
+
 def serving_problem(*, endpoint, artifact) -> ServingProblem | None:
     """Why `endpoint` cannot serve `artifact` beside its stable (a candidate or an arm), or None."""
     stable = endpoint.stable_artifact
@@ -80,11 +90,9 @@ def serving_problem(*, endpoint, artifact) -> ServingProblem | None:
             f"{_describe(artifact)} is the same version and variant as the stable ({_describe(stable)}); "
             "promote or roll back between different versions or variants.",
         )
-    if needs_gpu(artifact.variant) and not DeviceKind.is_gpu(endpoint.pool.device_kind):
-        return ServingProblem(
-            "variant_not_servable_here",
-            f"{_describe(artifact)} needs a GPU; pool {endpoint.pool.name!r} is {endpoint.pool.device_kind}.",
-        )
+    device = stable_problem(pool=endpoint.pool, artifact=artifact)
+    if device is not None:
+        return device
     problem = signature_problem(artifact_serving_signature(stable), artifact_serving_signature(artifact))
     if problem:
         return ServingProblem(

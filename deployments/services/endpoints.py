@@ -10,6 +10,7 @@ from django.db import transaction
 from deployments.lock_objects import endpoint_for_update
 from deployments.models import Endpoint, ServingPool
 from deployments.rollout_machine import OnInconclusive
+from deployments.selectors.compatibility import stable_problem
 from deployments.services import pools as pool_services
 from kernel.errors import InvalidInput
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
@@ -19,9 +20,15 @@ from registry.services.teams import require_role
 
 # The endpoint API's URL pattern (deployments/api/rollouts.py) and the gateway's path segment.
 ENDPOINT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+STICKY_HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,100}$")
+# The dashboard's page for a new endpoint (/deployments/endpoints/new/) takes this name's place.
+RESERVED_ENDPOINT_NAMES = frozenset({"new"})
+ENDPOINT_KINDS = ("tensor", "llm")
 ENDPOINT_FIELDS = (
     "slo_p99_ms",
     "slo_error_rate",
+    "ttft_slo_ms",
+    "itl_slo_ms",
     "psi_threshold",
     "latency_margin",
     "sticky_header",
@@ -52,7 +59,7 @@ def _endpoint_values(changes: dict) -> dict:
         value = changes[key]
         if key == "slo_error_rate" and not 0 <= float(value) <= 1:
             raise InvalidInput("slo_error_rate: give a fraction in 0..1.", field=key)
-        if key in ("slo_p99_ms", "psi_threshold") and float(value) <= 0:
+        if key in ("slo_p99_ms", "psi_threshold", "ttft_slo_ms", "itl_slo_ms") and float(value) <= 0:
             raise InvalidInput(f"{key}: must be positive.", field=key)
         if key == "latency_margin" and not 0 <= float(value) <= 5:
             raise InvalidInput("latency_margin: give a fraction in 0..5 (0.2 = 20 % slower is tolerated).", field=key)
@@ -62,6 +69,10 @@ def _endpoint_values(changes: dict) -> dict:
             raise InvalidInput(
                 f"on_inconclusive: {value!r} is not a policy; give rollback, pause or promote.", field=key
             )
+        if key == "sticky_header" and not STICKY_HEADER_RE.match(str(value)):
+            raise InvalidInput(
+                "sticky_header: give an HTTP header name: 1-100 letters, digits and '-', e.g. X-User-Id.", field=key
+            )
         if key == "public" and not isinstance(value, bool):
             raise InvalidInput("public: give true or false.", field=key)
         values[key] = value
@@ -69,11 +80,18 @@ def _endpoint_values(changes: dict) -> dict:
 
 
 def endpoint_create(
-    *, user, name: str, pool: ServingPool, stable_artifact: Artifact | None = None, **settings_
+    *,
+    user,
+    name: str,
+    pool: ServingPool,
+    stable_artifact: Artifact | None = None,
+    kind: str = "tensor",
+    **settings_,
 ) -> Endpoint:
     """Create an endpoint on `pool` (the endpoint's team is the pool's); with a stable
     artifact, ask the pool to load it (traffic flows once it is READY everywhere). It is
-    closed (only the team's inference keys) unless created with public=True."""
+    closed (only the team's inference keys) unless created with public=True. The API, the
+    dashboard's form and the admin's Add all come here: one set of rules."""
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
     if not ENDPOINT_NAME_RE.match(name or ""):
         raise InvalidInput(
@@ -81,15 +99,32 @@ def endpoint_create(
             "(it is part of the endpoint's URLs, e.g. /v2/models/{name}/infer).",
             field="name",
         )
+    if name in RESERVED_ENDPOINT_NAMES:
+        raise InvalidInput(
+            f"name: {name!r} is reserved (the dashboard's /deployments/endpoints/{name}/); choose another.",
+            code="name_reserved",
+            field="name",
+        )
+    if kind not in ENDPOINT_KINDS:
+        raise InvalidInput(f"kind: {kind!r} is not a kind; give tensor or llm.", field="kind")
     values = _endpoint_values(settings_)
     if stable_artifact is not None:
         require_servable(stable_artifact, pool.team, "stable_artifact")
+        problem = stable_problem(pool=pool, artifact=stable_artifact)
+        if problem is not None:
+            raise InvalidInput(f"stable_artifact: {problem.message}", code=problem.code, field="stable_artifact")
     with transaction.atomic():
         holder = Endpoint.objects.filter(name=name).select_related("team").first()
         if holder is not None:  # another team's name reads as a reserved one (no name oracle)
             raise name_conflict(user=user, kind="endpoint", name=name, holder_team=holder.team)
         endpoint = Endpoint.objects.create(
-            name=name, team=pool.team, pool=pool, stable_artifact=stable_artifact, created_by=user, **values
+            name=name,
+            team=pool.team,
+            pool=pool,
+            stable_artifact=stable_artifact,
+            kind=kind,
+            created_by=user,
+            **values,
         )
         event_record(
             actor=user,

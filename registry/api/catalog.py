@@ -3,7 +3,6 @@ validate, call a service, serialize (teams and the audit trail: registry/api/tea
 
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.db import transaction
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, parsers, serializers
@@ -11,12 +10,11 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from kernel.api import created
-from kernel.errors import PlatformError, TooLarge
+from kernel.errors import TooLarge
 from kernel.parsers import StrictJSONParser
 from kernel.serializers import StrictCharField, StrictModelSerializer
 from kernel.viewsets import TeamScopedViewSet
-from registry import storage
-from registry.models import DataKind, ModelVersion, RegisteredModel, Role, Task, VersionData
+from registry.models import DataKind, ModelVersion, RegisteredModel, Role, Task
 from registry.parsers import StrictMultiPartParser
 from registry.selectors import catalog as selectors
 from registry.selectors.teams import team_list
@@ -80,6 +78,7 @@ class VersionSerializer(StrictModelSerializer):
     model = StrictCharField(source="model.name", read_only=True)
     created_by = serializers.StringRelatedField()
     signature = SignatureSerializer(read_only=True)
+    aliases = serializers.SerializerMethodField()
     url = serializers.HyperlinkedIdentityField(view_name="api:version-detail")
 
     class Meta:
@@ -99,10 +98,15 @@ class VersionSerializer(StrictModelSerializer):
             "signature",
             "metrics",
             "tags",
+            "aliases",
             "created_by",
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_aliases(self, version) -> list[str]:
+        """The model's aliases that point at this version (models:/{model}@{alias})."""
+        return sorted(alias.name for alias in version.aliases.all())
 
 
 class VersionCreateSerializer(serializers.Serializer):
@@ -229,7 +233,7 @@ class ModelVersionViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, TeamSc
         return selectors.model_get(user=self.request.user, name=self.kwargs["model_name"])
 
     def scoped_queryset(self, user):
-        return selectors.version_list(user=user, model=self.get_model())
+        return selectors.version_list(user=user, model=self.get_model()).prefetch_related("aliases")
 
     @extend_schema(
         request={"multipart/form-data": VersionCreateSerializer, "application/json": VersionCreateSerializer},
@@ -241,58 +245,23 @@ class ModelVersionViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, TeamSc
         payload = VersionCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        # The version and its data are one write: data the signature refuses leaves no version.
-        stored = []
-        try:
-            with transaction.atomic():
-                if data.get("file"):
-                    upload = data["file"]
-                    version = services.version_create_from_upload(
-                        user=request.user,
-                        model=model,
-                        filename=upload.name,
-                        chunks=upload.chunks(),
-                        size=upload.size,
-                        metrics=data.get("metrics"),
-                        tags=data.get("tags"),
-                    )
-                    stored.append(version.file_path)
-                else:
-                    version = services.version_create_from_mlflow(
-                        user=request.user,
-                        model=model,
-                        source_uri=data["source_uri"],
-                        metrics=data.get("metrics"),
-                        tags=data.get("tags"),
-                    )
-                for field, kind in (("validation_data", DataKind.VALIDATION), ("input_example", DataKind.EXAMPLE)):
-                    if data.get(field):
-                        stored.append(_attach(request, version, field, kind, data[field], data.get("label")).path)
-        except PlatformError:
-            for rel in stored:  # files stored a moment ago that belong to nothing now
-                referenced = (
-                    ModelVersion.objects.filter(file_path=rel).exists() or VersionData.objects.filter(path=rel).exists()
-                )
-                storage.delete_if_unreferenced(rel, referenced)
-            raise
-        return created(VersionSerializer(version, context=self.get_serializer_context()).data)
-
-
-def _attach(request, version, field: str, kind: str, upload, label: str | None) -> VersionData:
-    try:
-        return version_data.version_data_attach(
-            user=request.user,
-            version=version,
-            kind=kind,
-            filename=upload.name,
-            chunks=upload.chunks(),
-            size=upload.size,
-            label=label,
+        files = tuple(
+            version_data.DataUpload(field, kind, data[field].name, data[field].chunks(), data[field].size)
+            for field, kind in (("validation_data", DataKind.VALIDATION), ("input_example", DataKind.EXAMPLE))
+            if data.get(field)
         )
-    except PlatformError as exc:  # name the form field the file came in
-        exc.field, exc.detail = field, exc.detail.replace("file:", f"{field}:", 1)
-        exc.args = (exc.detail,)
-        raise
+        upload = data.get("file")
+        version = version_data.version_create_with_data(
+            user=request.user,
+            model=model,
+            source_uri=data.get("source_uri", ""),
+            upload=version_data.DataUpload("file", "", upload.name, upload.chunks(), upload.size) if upload else None,
+            metrics=data.get("metrics"),
+            tags=data.get("tags"),
+            data=files,
+            label=data.get("label"),
+        )
+        return created(VersionSerializer(version, context=self.get_serializer_context()).data)
 
 
 class VersionViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, TeamScopedViewSet):
@@ -304,7 +273,7 @@ class VersionViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, TeamScope
     ordering = ["-created_at"]
 
     def scoped_queryset(self, user):
-        return selectors.version_list(user=user)
+        return selectors.version_list(user=user).prefetch_related("aliases")
 
     @extend_schema(request=None, responses={200: VersionSerializer}, summary="Archive a version")
     @action(detail=True, methods=["post"])

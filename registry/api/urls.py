@@ -12,7 +12,11 @@ router.register("teams", teams_api.TeamViewSet, basename="team")
 
 model_versions = api.ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 
+# Aliases and model URIs (registry/api/aliases.py); before the router, so "resolve" is no version id.
+from registry.api import aliases as alias_api  # noqa: E402
+
 urlpatterns = [
+    *alias_api.urlpatterns,
     path("models/<slug:model_name>/versions/", model_versions, name="model-versions"),
     path("", include(router.urls)),
 ]

@@ -16,6 +16,7 @@ from django.db.models import Max
 from kernel.errors import Conflict, InvalidInput, NotFound, TooLarge
 from registry import names, onnx_files, storage
 from registry.lock_objects import model_for_update, version_for_update
+from registry.metrics_input import metrics_checked
 from registry.models import (
     EventAction,
     Framework,
@@ -131,6 +132,7 @@ def version_create_from_upload(
     """
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
     _check_filename(filename)
+    metrics = metrics_checked(metrics)
     limit = settings.MAX_UPLOAD_MB * 1024 * 1024
     if size is not None and size > limit:
         raise TooLarge(
@@ -250,6 +252,7 @@ def version_create_from_mlflow(
 ) -> ModelVersion:
     """Register an MLflow model (runs:/ or models:/ URI, onnx or pytorch flavor) as a version."""
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
+    metrics = metrics_checked(metrics)
     source_uri = (source_uri or "").strip()
     if not source_uri.startswith(MLFLOW_SCHEMES):
         raise InvalidInput(

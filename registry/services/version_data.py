@@ -7,12 +7,14 @@ with its audit Event; a refused file leaves nothing behind and the previous data
 place. A developer of the version's team may attach or remove data; builds started
 afterwards use it."""
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 
-from kernel.errors import InvalidInput, TooLarge
+from kernel.errors import InvalidInput, PlatformError, TooLarge
 from registry import data_files, storage
 from registry.lock_objects import version_for_update
 from registry.models import DataKind, EventAction, ModelVersion, Role, VersionData
@@ -134,3 +136,75 @@ def version_data_remove(*, user, version: ModelVersion, kind: str) -> bool:
         )
     storage.delete_if_unreferenced(path, VersionData.objects.filter(path=path).exists())
     return True
+
+
+@dataclass(frozen=True)
+class DataUpload:
+    """A file sent with a new version: the form/API field it came in, its kind, name and bytes."""
+
+    field: str  # validation_data or input_example
+    kind: str
+    filename: str
+    chunks: Iterable[bytes]
+    size: int | None = None
+
+
+def version_create_with_data(
+    *,
+    user,
+    model,
+    source_uri: str = "",
+    upload: DataUpload | None = None,
+    metrics: dict | None = None,
+    tags: dict | None = None,
+    data: tuple[DataUpload, ...] = (),
+    label: str | None = None,
+) -> ModelVersion:
+    """Register a version (an uploaded ONNX file, or an MLflow `source_uri`) with its data in
+    one write: data the signature refuses leaves no version, and files stored on the way
+    that end up belonging to nothing are removed. A refusal of a data file names the field
+    it came in (validation_data: …). The API and the dashboard's upload form both call it."""
+    from registry.services import catalog
+
+    stored = []
+    try:
+        with transaction.atomic():
+            if upload is not None:
+                version = catalog.version_create_from_upload(
+                    user=user,
+                    model=model,
+                    filename=upload.filename,
+                    chunks=upload.chunks,
+                    size=upload.size,
+                    metrics=metrics,
+                    tags=tags,
+                )
+                stored.append(version.file_path)
+            else:
+                version = catalog.version_create_from_mlflow(
+                    user=user, model=model, source_uri=source_uri, metrics=metrics, tags=tags
+                )
+            for item in data:
+                try:
+                    row = version_data_attach(
+                        user=user,
+                        version=version,
+                        kind=item.kind,
+                        filename=item.filename,
+                        chunks=item.chunks,
+                        size=item.size,
+                        label=label,
+                    )
+                except PlatformError as exc:  # name the field the file came in
+                    exc.field, exc.detail = item.field, exc.detail.replace("file:", f"{item.field}:", 1)
+                    exc.args = (exc.detail,)
+                    raise
+                stored.append(row.path)
+    except PlatformError:
+        for rel in stored:
+            referenced = (
+                ModelVersion.objects.filter(file_path=rel).exists() or VersionData.objects.filter(path=rel).exists()
+            )
+            storage.delete_if_unreferenced(rel, referenced)
+        raise
+    return version
