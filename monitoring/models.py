@@ -174,6 +174,12 @@ class Silence(models.Model):
     def is_active(self, now) -> bool:
         return self.starts_at <= now < self.ends_at
 
+    @property
+    def active(self) -> bool:
+        from django.utils import timezone
+
+        return self.is_active(timezone.now())
+
     def matches(self, alert) -> bool:
         """The one matching rule (the selector's query says the same in SQL)."""
         return (

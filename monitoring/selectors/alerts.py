@@ -27,7 +27,7 @@ def verdict_list(*, user, rollout_id: int | None = None, endpoint: str | None = 
 def alert_list(
     *, user, status: str | None = None, endpoint: str | None = None, rollout_id: int | None = None
 ) -> QuerySet:
-    qs = team_scoped(Alert.objects.select_related("team", "acknowledged_by"), user)
+    qs = team_scoped(Alert.objects.select_related("team", "acknowledged_by", "silenced_by__created_by"), user)
     if status:
         qs = qs.filter(status=status)
     if endpoint:
