@@ -5,7 +5,7 @@
 /api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
 """
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, permissions, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -17,6 +17,7 @@ from deployments.rollout_machine import DEFAULT_PLAN, FULL_BP, Strategy
 from deployments.routes import route_table
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
+from deployments.selectors.rollout_page import ARM_ROLES, rollout_arms
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from kernel.api import created
@@ -84,6 +85,12 @@ class EndpointCreateSerializer(EndpointUpdateSerializer):
     stable_artifact = serializers.IntegerField(required=False, help_text="A servable artifact id.")
 
 
+class ArmSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=list(ARM_ROLES))
+    variant = serializers.CharField()
+    weight_bp = serializers.IntegerField(help_text="Share of live traffic in basis points (a shadow's is 0).")
+
+
 class RolloutSerializer(StrictModelSerializer):
     endpoint = StrictCharField(source="endpoint.name", read_only=True)
     candidate_artifact = serializers.IntegerField(source="candidate_artifact_id", read_only=True)
@@ -92,6 +99,7 @@ class RolloutSerializer(StrictModelSerializer):
     baseline_variant = serializers.SerializerMethodField()
     fair_baseline = serializers.SerializerMethodField()
     traffic = serializers.SerializerMethodField()
+    arms = serializers.SerializerMethodField()
     created_by = serializers.StringRelatedField()
 
     class Meta:
@@ -119,6 +127,7 @@ class RolloutSerializer(StrictModelSerializer):
             "generation",
             "reason",
             "traffic",
+            "arms",
             "state_entered_at",
             "step_started_at",
             "traffic_started_at",
@@ -140,6 +149,11 @@ class RolloutSerializer(StrictModelSerializer):
         if not rollout.baseline_model:
             return None
         return {"variant": baseline_variant_name(rollout.baseline_artifact), "triton_model": rollout.baseline_model}
+
+    @extend_schema_field(ArmSerializer(many=True))
+    def get_arms(self, rollout) -> list:
+        """Every arm's share now, the baseline included (deployments.selectors.rollout_page.rollout_arms)."""
+        return rollout_arms(rollout)
 
     def get_traffic(self, rollout) -> dict:
         split = rollout.split
