@@ -33,6 +33,7 @@ MAX_DEPTH = 4
 # Epoch seconds between 2001 and 2286: a time, never a count (no count here is that large and a time).
 EPOCH_RANGE = (1e9, 1e10)
 CONTROLS = ("baseline", "stable", "control")
+FIRST_KEYS = ("name", "check", "outcome")
 
 # (label, unit) of a known check's `statistic` and `threshold`; None: not a figure that decided.
 CHECK_WORDS: dict[str, dict[str, tuple[str, str] | None]] = {
@@ -168,8 +169,9 @@ def render(value, depth: int = 0, unit: str = "") -> SafeString:
         return format_html('<dl class="props evidence">{}</dl>', items)
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(item, dict) for item in value):
+            records = ({**{k: r[k] for k in FIRST_KEYS if k in r}, **r} for r in value)  # name and outcome first
             return format_html_join(
-                "", '<div class="evidence-record">{}</div>', ((render(item, depth + 1, unit),) for item in value)
+                "", '<div class="evidence-record">{}</div>', ((render(item, depth + 1, unit),) for item in records)
             )
         return inline(value, depth, unit)
     return scalar(value, unit)
