@@ -40,7 +40,7 @@ def test_endpoint_pages_and_rollout_from_the_dashboard(setup):
     page = client.get(f"/deployments/endpoints/ctr/?rollout={rollout.pk}").content.decode()
     assert (
         'id="rollout-status"' in page
-        and "candidate <strong>10.0 %</strong>" in page
+        and "candidate <strong>10 %</strong>" in page
         and 'hx-trigger="every 2s"' in page
     )
     assert 'id="chart-request_rate"' in page and "rollout_charts.js" in page
