@@ -70,14 +70,18 @@ def silence_create(
     if len(comment) > MAX_COMMENT:
         raise InvalidInput(f"comment: at most {MAX_COMMENT} characters.", field="comment")
     starts_at = starts_at or now
+    if abs(starts_at - now) > MAX_DURATION:
+        raise InvalidInput("starts_at: within 30 days of now.", field="starts_at")
     if ends_at is None:
         if duration is None:
             raise InvalidInput("Give ends_at or a duration.", field="ends_at")
+        if not timedelta(0) < duration <= MAX_DURATION:
+            raise InvalidInput("A silence lasts at most 30 days.", field="duration_s")
         ends_at = starts_at + duration
     if ends_at <= starts_at or ends_at <= now:
         raise InvalidInput("ends_at: must be after the start and in the future.", field="ends_at")
-    if ends_at - starts_at > MAX_DURATION or starts_at - now > MAX_DURATION:
-        raise InvalidInput("A silence lasts at most 30 days (and starts within 30 days).", field="ends_at")
+    if ends_at - starts_at > MAX_DURATION:
+        raise InvalidInput("A silence lasts at most 30 days.", field="ends_at")
     with transaction.atomic():
         silence = Silence.objects.create(
             team=team,

@@ -154,6 +154,18 @@ def test_silences_api_create_list_expire_delete(alice_api, bob_api, team_a, alic
     assert refused.status_code == 400 and "team" in str(refused.json())
     bad = alice_api.post("/api/v1/silences/", {"team": team_a.name, "duration_s": 3600, "comment": "x"}, format="json")
     assert bad.status_code == 400 and bad.json()["code"] == "no_matcher"
+    far = alice_api.post(
+        "/api/v1/silences/",
+        {
+            "team": team_a.name,
+            "endpoint": "ctr",
+            "starts_at": "9999-12-31T23:59:59Z",
+            "duration_s": 3600,
+            "comment": "x",
+        },
+        format="json",
+    )
+    assert far.status_code == 400 and far.json()["code"] == "invalid"  # bounded at the door, never an overflow
     assert alice_api.get("/api/v1/silences/", {"state": "active"}).json()["count"] == 1
     assert alice_api.get("/api/v1/silences/", {"state": "nope"}).status_code == 400
     expired = alice_api.post(f"/api/v1/silences/{body['id']}/expire/")
