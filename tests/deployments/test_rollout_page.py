@@ -176,6 +176,8 @@ def test_every_arm_has_its_share_the_baseline_included(setup, deployer, team_a, 
     shares = html[html.index('id="arm-shares"') : html.index("steps ", html.index('id="arm-shares"'))]
     text = " ".join(re.sub(r"<[^>]+>", " ", shares).split())
     assert "candidate 25 % · baseline 25 % · stable 50 %" in text
+    listing = client.get("/deployments/endpoints/").content.decode()
+    assert "candidate 25 % · baseline 25 % · stable 50 %" in listing  # the endpoints list says the same
     body = api_for(deployer).get(f"/api/v1/rollouts/{rollout.pk}/").json()
     assert body["arms"] == arms and sum(a["weight_bp"] for a in body["arms"]) == 10000
     Rollout.objects.filter(pk=rollout.pk).update(step_index=1)  # 50 %: the baseline takes what the stable had

@@ -25,7 +25,7 @@ def setup(deployer, team_a, artifact_factory):
 def test_endpoint_pages_and_rollout_from_the_dashboard(setup):
     endpoint, candidate, client = setup
     listing = client.get("/deployments/endpoints/").content.decode()
-    assert "ctr" in listing and "100 % stable" in listing
+    assert "ctr" in listing and "stable 100 %" in listing
     page = client.get("/deployments/endpoints/ctr/").content.decode()
     assert "No rollout yet" in page and 'name="candidate_artifact"' in page
     response = client.post(
