@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from kernel.errors import NotFound
 from monitoring import conf
@@ -45,10 +46,16 @@ def alert_get(*, user, alert_id: int) -> Alert:
 
 
 def open_alerts(*, user) -> QuerySet:
-    """Open (not yet acknowledged) alerts of the user's teams: the dashboard banner."""
+    """Open (not yet acknowledged) alerts of the user's teams that no active silence holds:
+    the dashboard banner (a silenced alert stays on the alerts page, marked)."""
     if not getattr(user, "is_authenticated", False):
         return Alert.objects.none()
-    return alert_list(user=user, status=AlertStatus.OPEN).order_by("-last_seen", "-id")
+    now = timezone.now()
+    return (
+        alert_list(user=user, status=AlertStatus.OPEN)
+        .exclude(silenced_by__starts_at__lte=now, silenced_by__ends_at__gt=now)
+        .order_by("-last_seen", "-id")
+    )
 
 
 def delivery_list(*, alert: Alert) -> QuerySet:

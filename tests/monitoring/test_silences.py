@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from kernel.errors import Conflict, Forbidden, InvalidInput
 from monitoring.models import Alert, NotificationChannel, Silence
+from monitoring.selectors.alerts import alert_list, open_alerts
 from monitoring.selectors.silences import silence_matching
 from monitoring.services.alerts import alert_raise, notification_plan
 from monitoring.services.notifications import alert_payload, notification_deliver
@@ -54,6 +55,15 @@ def test_a_silenced_alert_is_recorded_but_not_notified(team_a, alice, django_cap
     with django_capture_on_commit_callbacks() as other_queued:  # another endpoint: not matched
         other = _raise(team_a, endpoint="search", rollout_id=7)
     assert len(_sends(other_queued)) == 1 and other.silenced_by is None
+
+
+def test_the_banner_leaves_out_alerts_an_active_silence_holds(team_a, alice):
+    alert = _raise(team_a)
+    assert list(open_alerts(user=alice)) == [alert]
+    silence = _silence(alice, team_a)
+    assert list(open_alerts(user=alice)) == [] and list(alert_list(user=alice)) == [alert]  # still listed
+    silence_expire(user=alice, silence=silence)
+    assert list(open_alerts(user=alice)) == [alert]
 
 
 def test_another_teams_silence_never_silences_my_alerts(team_a, team_b, bob, alice):
