@@ -90,6 +90,9 @@ class ArmSerializer(serializers.Serializer):
     variant = serializers.CharField()
     weight_bp = serializers.IntegerField(help_text="Share of live traffic in basis points (a shadow's is 0).")
 
+    class Meta:
+        ref_name = "RolloutArm"
+
 
 class RolloutSerializer(StrictModelSerializer):
     endpoint = StrictCharField(source="endpoint.name", read_only=True)

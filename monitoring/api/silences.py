@@ -54,7 +54,11 @@ class SilenceSerializer(StrictModelSerializer):
             "expired_by",
         ]
         read_only_fields = ["id", "state", "created_by", "created_at", "expired_by"]
-        extra_kwargs = {"ends_at": {"required": False}, "starts_at": {"required": False}}
+        extra_kwargs = {
+            "ends_at": {"required": False},
+            "starts_at": {"required": False},
+            "comment": {"max_length": 2000},
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
