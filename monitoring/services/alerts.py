@@ -129,6 +129,8 @@ def notification_plan(*, alert: Alert, carrier: Alert | None, now: datetime, win
     if window_s <= 0 or carrier is None or carrier.notified_at is None:
         return "now", now
     if carrier.notified_at > now:  # the group's next notification is still to go: ride along
+        if Severity.rank(alert.severity) > Severity.rank(carrier.severity):
+            return "later", carrier.notified_at  # a graver alert reaches its own channels (min_severity)
         return "carried", carrier.notified_at
     if carrier.notified_at <= now - timedelta(seconds=window_s):
         return "now", now

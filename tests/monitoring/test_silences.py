@@ -200,6 +200,10 @@ def test_notification_plan_groups_within_the_window():
     )
     assert notification_plan(alert=alert, carrier=ahead, now=now, window_s=300) == ("carried", ahead.notified_at)
     assert notification_plan(alert=alert, carrier=sent, now=now, window_s=0) == ("now", now)
+    graver = Alert(kind="k", severity="critical")
+    assert notification_plan(
+        alert=graver, carrier=Alert(notified_at=ahead.notified_at, severity="warning"), now=now, window_s=300
+    ) == ("later", ahead.notified_at)
 
 
 def test_alerts_of_one_endpoint_and_kind_go_out_as_one_notification(
