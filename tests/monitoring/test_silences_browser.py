@@ -136,7 +136,7 @@ def test_silence_from_an_alert_then_expire_it(live_server, browser_page, alice, 
     assert "silenced" in page.inner_text(f"#alert-{again.pk}")
 
     # expire it: it moves to the expired list and the alert says it was silenced
-    page.goto(f"{live_server.url}/monitoring/silences/")
+    page.goto(f"{live_server.url}/monitoring/alerts/silences/")
     page.click(f"#silence-{silence.pk} button:has-text('Expire')")
     page.wait_for_selector(f"#silences-expired #silence-{silence.pk}")
     assert "expired by alice" in page.inner_text(f"#silences-expired #silence-{silence.pk}")
