@@ -241,3 +241,33 @@ def test_a_silence_created_while_a_notification_waits_holds_it_back(team_a, alic
     assert notification_deliver(alert_id=waiting.pk, kind="webhook", target=HOOK, notify_round=1) == ("skipped", 0.0)
     waiting.refresh_from_db()
     assert waiting.silenced_by == silence
+
+
+def test_silence_form_prefills_from_an_alert_and_says_what_is_wrong(client, alice, bob, team_a):
+    alert = _raise(team_a)
+    client.force_login(alice)
+    page = client.get(f"/monitoring/alerts/silences/?alert={alert.pk}").content.decode()
+    assert 'value="rollout_rolled_back"' in page and 'value="ctr"' in page and f"alert {alert.pk}" in page
+    empty = client.post(
+        "/monitoring/alerts/silences/new/",
+        {"team": team_a.pk, "endpoint": "", "check": "", "severity": "", "duration_s": "3600", "comment": "x"},
+    )
+    assert empty.status_code == 400 and "at least one matcher" in empty.content.decode()
+    made = client.post(
+        "/monitoring/alerts/silences/new/",
+        {
+            "team": team_a.pk,
+            "endpoint": "ctr",
+            "duration_s": "3600",
+            "comment": "fixing",
+            "next": "/monitoring/alerts/",
+        },
+    )
+    assert made.status_code == 302 and made["Location"] == "/monitoring/alerts/" and Silence.objects.count() == 1
+    client.force_login(bob)  # another team: A's alert is a 404 and A is not a team bob can pick
+    assert client.get(f"/monitoring/alerts/silences/?alert={alert.pk}").status_code == 404
+    refused = client.post(
+        "/monitoring/alerts/silences/new/", {"team": team_a.pk, "endpoint": "ctr", "duration_s": "3600", "comment": "x"}
+    )
+    assert refused.status_code == 400 and Silence.objects.count() == 1
+    assert "fixing" not in client.get("/monitoring/alerts/silences/").content.decode()  # nor sees A's silences
