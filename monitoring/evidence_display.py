@@ -84,16 +84,32 @@ def when(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def unit_of(key: str) -> str:
-    """The unit a key's name implies: "ms", "s", "%", "time" or ""."""
-    key = str(key).lower()
-    if key.endswith("_ms"):
+def iso_time(text: str) -> str:
+    """An ISO 8601 time as "2026-11-23 12:00:00 UTC"; any other text as it is."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    if moment.tzinfo is None:
+        return text
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def unit_of(key) -> str:
+    """The unit a key's name implies: "ms", "s", "%", "time" or "". Only a snake_case name
+    says one (a variant name, a URL or an arm's name says nothing: its values keep the
+    unit of the key above them), and by whole words ("separate" is no rate)."""
+    key = str(key)
+    if not key.isidentifier() or key.lower() != key:
+        return ""
+    words = key.split("_")
+    if words[-1] == "ms":
         return "ms"
-    if key.endswith(("_at", "_since", "_time")) or key in ("time", "since", "until"):
+    if words[-1] in ("at", "since", "time", "until") or key == "time":
         return "time"
-    if key.endswith(("_s", "_seconds")):
+    if words[-1] in ("s", "seconds"):
         return "s"
-    if "rate" in key or "share" in key:
+    if {"rate", "rates", "share", "shares"} & set(words):
         return "%"
     return ""
 
@@ -119,6 +135,8 @@ def scalar(value, unit: str = "") -> SafeString:
     if isinstance(value, (int, float)):
         return conditional_escape(with_unit(value, unit) if unit else number(float(value)))
     text = str(value)
+    if unit == "time":
+        text = iso_time(text)
     if text.lower() in OUTCOMES:
         return format_html('<span class="badge {}">{}</span>', OUTCOMES[text.lower()], text)
     return conditional_escape(text)
@@ -259,5 +277,7 @@ def evidence_summary(evidence) -> dict:
     if isinstance(evidence, dict):
         for key, value in evidence.items():
             if isinstance(value, (str, int, float, bool)) or value is None:
-                facts.append((label(key), with_unit(value, unit_of(key)) if not isinstance(value, str) else value))
+                unit = unit_of(key)
+                text = iso_time(value) if isinstance(value, str) and unit == "time" else value
+                facts.append((label(key), with_unit(text, unit) if not isinstance(text, str) else text))
     return {"checks": shown[:6], "facts": facts[:8], "more": len(checks) - len(shown[:6])}

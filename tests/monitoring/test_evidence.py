@@ -123,7 +123,7 @@ def test_scrape_outage_evidence_nests_definition_lists():
             }
         }
     )
-    assert html.count("<dl") == 3 and "<dt>Failing since</dt><dd>2026-11-23T12:00:00+00:00</dd>" in html
+    assert html.count("<dl") == 3 and "<dt>Failing since</dt><dd>2026-11-23 12:00:00 UTC</dd>" in html
     assert render({}) == '<span class="muted">none</span>' and render([1.0, 2.5, None]).startswith("1, 2.5, ")
     assert (
         render({"progress": {"have": 40, "need": None, "unit": "scores"}})
@@ -131,3 +131,17 @@ def test_scrape_outage_evidence_nests_definition_lists():
     )
     summary = evidence_summary({"endpoint": "ctr", "code": "bad_weight", "served": "stable"})
     assert summary["checks"] == [] and ("Code", "bad_weight") in summary["facts"]
+
+
+def test_units_come_from_snake_case_words_only():
+    html = render(
+        {
+            "failed": {
+                "ctr-separate-towers": {"samples": 1200, "error_rate": 0.02},
+                "http://hooks.example.test/rate": {"attempts": 3},
+            },
+            "rates": {"control": 0.01, "treatment": 0.015},
+        }
+    )
+    assert "<dt>Samples</dt><dd>1200</dd>" in html and "<dt>Error rate</dt><dd>2 %</dd>" in html
+    assert "<dt>Attempts</dt><dd>3</dd>" in html and "<dt>Treatment</dt><dd>1.5 %</dd>" in html
