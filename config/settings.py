@@ -354,6 +354,7 @@ SPECTACULAR_SETTINGS = {
         "OnInconclusiveEnum": "deployments.models.rollouts.ON_INCONCLUSIVE_CHOICES",
         "GuardrailStatusEnum": "experiments.api.results_schema.GUARDRAIL_STATUS",
         "BuildVariantEnum": "registry.factory.VARIANTS",  # build targets and a release's variant: one set
+        "RolloutArmRoleEnum": "deployments.selectors.rollout_page.ARM_ROLES",
     },
 }
 

@@ -11,9 +11,11 @@ from monitoring.models import (
     NotificationChannel,
     NotificationDelivery,
     ScrapeState,
+    Silence,
     Verdict,
 )
 from monitoring.services.alerts import alert_acknowledge, alert_resolve
+from monitoring.services.silences import silence_expire
 
 
 @admin.register(MetricSample)
@@ -96,3 +98,25 @@ class NotificationChannelAdmin(admin.ModelAdmin):
 class NotificationDeliveryAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "alert", "kind", "target", "attempt", "status", "response_code"]
     list_filter = ["status", "kind"]
+
+
+@admin.register(Silence)
+class SilenceAdmin(ReadOnlyAdmin):
+    """Made on the dashboard or through the API (the service checks the matchers and the
+    role); here they are read and expired."""
+
+    list_display = ["id", "team", "endpoint", "kind", "severity", "starts_at", "ends_at", "created_by", "comment"]
+    list_filter = ["severity"]
+    search_fields = ["endpoint", "kind", "comment", "team__name"]
+    actions = ["expire"]
+
+    @admin.action(description="Expire selected silences now")
+    def expire(self, request, queryset):
+        done = 0
+        for silence in queryset:
+            try:
+                silence_expire(user=request.user, silence=silence)
+                done += 1
+            except PlatformError as exc:
+                self.message_user(request, f"{silence}: {exc.detail}", messages.WARNING)
+        self.message_user(request, f"{done} silence(s) expired.")

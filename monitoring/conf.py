@@ -23,6 +23,9 @@ DEFAULTS = {
     "MONITORING_NOTIFY_MAX_ATTEMPTS": 5,
     "MONITORING_NOTIFY_BACKOFF_S": 2.0,  # first retry after this, doubling each time
     "MONITORING_NOTIFY_TIMEOUT_S": 5.0,
+    # Alerts of one team, endpoint and kind inside this window go out as one notification
+    # (the first at once, the rest together at the end of the window); 0: each on its own.
+    "MONITORING_ALERT_GROUP_WINDOW_S": 300.0,
     "MONITORING_PSI_THRESHOLD": 0.25,
     "MONITORING_JUDGE_ALPHA": 0.05,
     # lists: comma-separated in the environment

@@ -15,3 +15,21 @@ def scrape_states_for_update(keys: list[str]) -> dict[str, ScrapeState]:
     """The scrape states of `keys` that no concurrent collector tick holds (skip_locked)."""
     rows = ScrapeState.objects.select_for_update(skip_locked=True).filter(target__in=keys)
     return {row.target: row for row in rows}
+
+
+def group_carrier_for_update(alert: Alert) -> Alert | None:
+    """The latest alert of `alert`'s group (team, endpoint, kind) that carries its own
+    notification, locked: the one a new alert of the group may join."""
+    return (
+        Alert.objects.select_for_update()
+        .filter(
+            team_id=alert.team_id,
+            endpoint=alert.endpoint,
+            kind=alert.kind,
+            notified_with__isnull=True,
+            notified_at__isnull=False,
+        )
+        .exclude(pk=alert.pk)
+        .order_by("-notified_at", "-id")
+        .first()
+    )

@@ -129,9 +129,73 @@ class AlertStatus(models.TextChoices):
     RESOLVED = "resolved", "Resolved"
 
 
+class Silence(models.Model):
+    """Alertmanager's silence, scoped to one team: while it is active (starts_at <= now <
+    ends_at) an alert of that team whose endpoint, kind ("check") and severity match is
+    still recorded and shown ("silenced by ..."), but not notified. An empty matcher
+    matches any value; at least one matcher is set (monitoring.services.silences)."""
+
+    team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.CASCADE, related_name="silences")
+    endpoint = models.CharField(max_length=64, blank=True, help_text="Exact endpoint name; empty: any.")
+    # The "check" matcher (what the API and the page call it): the alert's kind, e.g. rollout_rolled_back.
+    kind = models.CharField(max_length=64, blank=True, help_text="Exact alert kind (check); empty: any.")
+    severity = models.CharField(max_length=16, choices=Severity.choices, blank=True, help_text="Empty: any.")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    comment = models.TextField(help_text="Why: what is being done about it.")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expired_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-ends_at", "-id"]
+        indexes = [models.Index(fields=["team", "ends_at"], name="silence_team_ends_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(ends_at__gt=models.F("starts_at")), name="silence_ends_after_start"
+            )
+        ]
+
+    def __str__(self):
+        return f"silence #{self.pk} ({self.matchers_text()})"
+
+    def matchers_text(self) -> str:
+        parts = [
+            f"{name}={value}"
+            for name, value in (("endpoint", self.endpoint), ("check", self.kind), ("severity", self.severity))
+            if value
+        ]
+        return ", ".join(parts) or "everything"
+
+    def is_active(self, now) -> bool:
+        return self.starts_at <= now < self.ends_at
+
+    @property
+    def active(self) -> bool:
+        from django.utils import timezone
+
+        return self.is_active(timezone.now())
+
+    def matches(self, alert) -> bool:
+        """The one matching rule (the selector's query says the same in SQL)."""
+        return (
+            self.team_id == alert.team_id
+            and self.endpoint in ("", alert.endpoint)
+            and self.kind in ("", alert.kind)
+            and self.severity in ("", alert.severity)
+        )
+
+
 class Alert(models.Model):
     """Something a person should know; one row per rollout and kind (raising again
-    bumps `occurrences` instead of making a second alert)."""
+    bumps `occurrences` instead of making a second alert). A notification round of an
+    alert is either sent on its own, carried by an earlier alert of the same group
+    (`notified_with`: team, endpoint and kind within MONITORING_ALERT_GROUP_WINDOW_S),
+    or not sent because a silence matched (`silenced_by`)."""
 
     team = models.ForeignKey(Group, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts")
     severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.WARNING)
@@ -153,10 +217,22 @@ class Alert(models.Model):
     )
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    silenced_by = models.ForeignKey(Silence, null=True, blank=True, on_delete=models.SET_NULL, related_name="alerts")
+    # When its own notification of the current round goes out (may be ahead: the end of its group's window).
+    notified_at = models.DateTimeField(null=True, blank=True)
+    notified_with = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="carried")
 
     class Meta:
         ordering = ["-last_seen", "-id"]
-        indexes = [models.Index(fields=["status", "team"], name="alert_status_team_idx")]
+        indexes = [
+            models.Index(fields=["status", "team"], name="alert_status_team_idx"),
+            models.Index(fields=["team", "endpoint", "kind", "-notified_at"], name="alert_group_idx"),
+        ]
+
+    @property
+    def group_key(self) -> str:
+        """Alerts with the same key inside the group window go out as one notification."""
+        return f"{self.team_id or '-'}:{self.endpoint or '-'}:{self.kind}"
 
     def __str__(self):
         return f"[{self.severity}] {self.endpoint or 'platform'}: {self.kind}"

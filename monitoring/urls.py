@@ -9,4 +9,7 @@ urlpatterns = [
     path("alerts/<int:pk>/", views.alert_detail, name="alert-detail"),
     path("alerts/<int:pk>/acknowledge/", views.alert_acknowledge, name="alert-acknowledge"),
     path("alerts/<int:pk>/resolve/", views.alert_resolve, name="alert-resolve"),
+    path("alerts/silences/", views.silence_list, name="silence-list"),
+    path("alerts/silences/new/", views.silence_create, name="silence-create"),
+    path("alerts/silences/<int:pk>/expire/", views.silence_expire, name="silence-expire"),
 ]

@@ -12,10 +12,14 @@ from django.views.decorators.vary import vary_on_headers
 from kernel.errors import PlatformError
 from kernel.redirects import redirect_next
 from monitoring import charts
+from monitoring.evidence_display import evidence_summary
+from monitoring.forms import SilenceForm
 from monitoring.models import AlertStatus
 from monitoring.selectors import alerts as alert_selectors
 from monitoring.selectors import metrics as metric_selectors
+from monitoring.selectors import silences as silence_selectors
 from monitoring.services import alerts as services
+from monitoring.services import silences as silence_services
 from monitoring.sources import metric_source
 from monitoring.sources.prometheus import PrometheusError
 from registry.selectors.events import event_list
@@ -90,6 +94,8 @@ def alert_detail(request, pk):
     alert = alert_selectors.alert_get(user=request.user, alert_id=pk)
     context = {
         "alert": alert,
+        "summary": evidence_summary(alert.evidence),
+        "carried": list(alert.carried.all()[:20]),
         "deliveries": alert_selectors.delivery_list(alert=alert),
         "events": event_list(user=request.user, object_type="monitoring.alert", object_id=str(alert.pk))[:20],
     }
@@ -130,3 +136,71 @@ def alert_acknowledge(request, pk):
 @require_POST
 def alert_resolve(request, pk):
     return _alert_action(request, pk, services.alert_resolve, "resolved")
+
+
+# --- silences ---------------------------------------------------------------------------------------------------
+def _silence_initial(request) -> dict:
+    """The form's fields prefilled from an alert (?alert=<id>: its team, endpoint, kind, severity)."""
+    if not request.GET.get("alert", "").isdigit():
+        return {}
+    alert = alert_selectors.alert_get(user=request.user, alert_id=int(request.GET["alert"]))
+    return {
+        "team": str(alert.team_id or ""),
+        "endpoint": alert.endpoint,
+        "check": alert.kind,
+        "severity": alert.severity,
+        "alert": alert,
+    }
+
+
+def _silence_page(request, *, form=None, status: int = 200):
+    now = timezone.now()
+    initial = _silence_initial(request) if form is None else {}
+    if form is None:
+        form = SilenceForm(user=request.user, initial={k: v for k, v in initial.items() if k != "alert"})
+    silences = list(silence_selectors.silence_list(user=request.user, now=now)[:200])
+    for silence in silences:
+        silence.state = silence_selectors.silence_state(silence, now)
+    context = {
+        "form": form,
+        "from_alert": initial.get("alert"),
+        "current": [s for s in silences if s.state != "expired"],
+        "expired": [s for s in silences if s.state == "expired"][:50],
+        "now": now,
+    }
+    return render(request, "monitoring/silence_list.html", context, status=status)
+
+
+@login_required
+def silence_list(request):
+    return _silence_page(request)
+
+
+@login_required
+@require_POST
+def silence_create(request):
+    form = SilenceForm(request.POST, user=request.user)
+    if form.is_valid():
+        try:
+            silence = silence_services.silence_create(user=request.user, **form.service_arguments())
+        except PlatformError as exc:
+            if exc.status in (403, 404):
+                raise
+            form.add_error(exc.field if exc.field in form.fields else None, exc.detail)
+        else:
+            messages.success(request, f"Silence #{silence.pk} active until {silence.ends_at:%Y-%m-%d %H:%M} UTC.")
+            return redirect_next(request, "monitoring:silence-list")
+    return _silence_page(request, form=form, status=400)
+
+
+@login_required
+@require_POST
+def silence_expire(request, pk):
+    silence = silence_selectors.silence_get(user=request.user, silence_id=pk)
+    try:
+        silence_services.silence_expire(user=request.user, silence=silence)
+    except PlatformError as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, f"Silence #{silence.pk} expired: matching alerts are notified again.")
+    return redirect_next(request, "monitoring:silence-list")

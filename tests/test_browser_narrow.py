@@ -25,6 +25,7 @@ PAGES = [
     "/deployments/keys/",
     "/monitoring/",
     "/monitoring/alerts/",
+    "/monitoring/alerts/silences/",
     "/no-such-page/",
 ]
 

@@ -9,7 +9,7 @@ POST /api/v1/endpoints/{name}/undo/ (back to the previous stable), and
 /api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
 """
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, permissions, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -23,6 +23,7 @@ from deployments.routes import route_table
 from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as selectors
 from deployments.selectors.artifact_refs import artifact_for_ref
+from deployments.selectors.rollout_page import ARM_ROLES, rollout_arms
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from kernel.api import created
@@ -103,6 +104,15 @@ class EndpointCreateSerializer(EndpointUpdateSerializer):
     stable_variant = StrictCharField(required=False, max_length=64, help_text="With a model URI: which variant.")
 
 
+class ArmSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=list(ARM_ROLES))
+    variant = serializers.CharField()
+    weight_bp = serializers.IntegerField(help_text="Share of live traffic in basis points (a shadow's is 0).")
+
+    class Meta:
+        ref_name = "RolloutArm"
+
+
 class RolloutSerializer(StrictModelSerializer):
     endpoint = StrictCharField(source="endpoint.name", read_only=True)
     candidate_artifact = serializers.IntegerField(source="candidate_artifact_id", read_only=True)
@@ -111,6 +121,7 @@ class RolloutSerializer(StrictModelSerializer):
     baseline_variant = serializers.SerializerMethodField()
     fair_baseline = serializers.SerializerMethodField()
     traffic = serializers.SerializerMethodField()
+    arms = serializers.SerializerMethodField()
     created_by = serializers.StringRelatedField()
 
     class Meta:
@@ -138,6 +149,7 @@ class RolloutSerializer(StrictModelSerializer):
             "generation",
             "reason",
             "traffic",
+            "arms",
             "state_entered_at",
             "step_started_at",
             "traffic_started_at",
@@ -159,6 +171,11 @@ class RolloutSerializer(StrictModelSerializer):
         if not rollout.baseline_model:
             return None
         return {"variant": baseline_variant_name(rollout.baseline_artifact), "triton_model": rollout.baseline_model}
+
+    @extend_schema_field(ArmSerializer(many=True))
+    def get_arms(self, rollout) -> list:
+        """Every arm's share now, the baseline included (deployments.selectors.rollout_page.rollout_arms)."""
+        return rollout_arms(rollout)
 
     def get_traffic(self, rollout) -> dict:
         split = rollout.split

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from deployments.rollout_machine import ACTIVE, TERMINAL, State
+from deployments.rollout_machine import ACTIVE, TERMINAL, State, VariantRole
 from deployments.selectors.rollouts import rollout_list
-from registry.names import variant_name
+from registry.names import baseline_variant_name, variant_name
 from registry.selectors.events import event_list
 
 TABLE_ROWS = 20
@@ -25,6 +25,44 @@ _BADGE = {
     State.ROLLING_BACK: "failed",
     State.PAUSED: "warning",
 }
+
+
+# The words of `arms` (the rollout API's field, the page and the CLI): the route table's
+# roles, with the rollout's canary called "candidate" as people say it.
+ARM_ROLES = ("stable", "baseline", "candidate", "shadow", "arm")
+# One colour per role, the same on every page and in every rollout (never per variant name).
+ROLE_COLORS = {
+    "stable": "#2f5bea",
+    "baseline": "#7a5af8",
+    "candidate": "#f79009",
+    "shadow": "#667085",
+    "arm": "#12805c",
+}
+
+
+def rollout_arms(rollout) -> list[dict]:
+    """Every arm of a rollout with its share now: [{"role", "variant", "weight_bp"}], the
+    candidate first, then the fair baseline (when the rollout has one), then the stable;
+    the weights add up to 10,000 bp (a shadow's copies are weight 0). The one source of
+    the rollout API's `arms`, the endpoint page's split and the CLI's watch view."""
+    split = rollout.split
+    role = "shadow" if split.candidate_role == VariantRole.SHADOW else "candidate"
+    arms = [{"role": role, "variant": variant_name(rollout.candidate_artifact), "weight_bp": split.candidate_bp}]
+    if rollout.baseline_model:
+        arms.append(
+            {
+                "role": "baseline",
+                "variant": baseline_variant_name(rollout.baseline_artifact),
+                "weight_bp": split.baseline_bp,
+            }
+        )
+    arms.append({"role": "stable", "variant": variant_name(rollout.baseline_artifact), "weight_bp": split.stable_bp})
+    return arms
+
+
+def arms_text(arms: list[dict]) -> str:
+    """ "candidate 25 % · baseline 25 % · stable 50 %": what the page and the CLI print."""
+    return " · ".join(f"{arm['role']} {arm['weight_bp'] / 100:g} %" for arm in arms)
 
 
 @dataclass(frozen=True)
@@ -51,6 +89,8 @@ class RolloutStatus:
     timer: StepTimer | None
     candidate_variant: str
     baseline_variant: str
+    arms: list  # rollout_arms(), each with its "pct" and "color" for the page
+    arms_text: str
 
 
 def step_label(rollout) -> str:
@@ -103,6 +143,7 @@ def rollout_status(rollout, *, now: datetime | None = None) -> RolloutStatus:
     split = rollout.split
     state = State(rollout.state)
     stepping = state == State.CANARY or (state == State.PAUSED and rollout.paused_from == State.CANARY)
+    arms = rollout_arms(rollout)
     return RolloutStatus(
         rollout=rollout,
         state=state.value,
@@ -118,7 +159,29 @@ def rollout_status(rollout, *, now: datetime | None = None) -> RolloutStatus:
         timer=_timer(rollout, now),
         candidate_variant=variant_name(rollout.candidate_artifact),
         baseline_variant=variant_name(rollout.baseline_artifact),
+        arms=[{**arm, "pct": arm["weight_bp"] / 100, "color": ROLE_COLORS[arm["role"]]} for arm in arms],
+        arms_text=arms_text(arms),
     )
+
+
+def chart_config(rollout, *, now: datetime | None = None) -> dict:
+    """What the endpoint page's three charts share: one time range (from a minute before
+    the rollout started to now, or to a minute after its traffic stopped once it is over)
+    and the rollout's arms with their role colours (only these variants are drawn)."""
+    now = now or timezone.now()
+    since = rollout.created_at - timedelta(minutes=1)
+    ended = None
+    if rollout.state in TERMINAL:
+        ended = rollout.traffic_stopped_at or rollout.finished_at or rollout.state_entered_at
+    until = min(now, ended + timedelta(minutes=1)) if ended else None
+    return {
+        "since": since.isoformat(),
+        "until": until.isoformat() if until else None,  # None: the range ends now and moves on
+        "arms": [
+            {"role": arm["role"], "variant": arm["variant"], "color": ROLE_COLORS[arm["role"]]}
+            for arm in rollout_arms(rollout)
+        ],
+    }
 
 
 def endpoint_page(*, user, endpoint, rollout_id: int | None = None, now: datetime | None = None) -> dict:

@@ -73,16 +73,28 @@ def rollouts_failed_since(*, since) -> list:
     )
 
 
+def _one_per_variant(artifacts) -> list:
+    """The newest artifact of each (version, variant): a version built twice offers its
+    latest build once, not two identical "v2 · onnx-fp32" entries. `artifacts` newest first."""
+    seen, out = set(), []
+    for artifact in artifacts:
+        key = (artifact.version_id, artifact.variant)
+        if key not in seen:
+            seen.add(key)
+            out.append(artifact)
+    return out
+
+
 def candidate_artifacts_for_pool(*, user, endpoint) -> tuple[list, int]:
     """What the rollout form offers: servable artifacts of the endpoint's own model (not
-    the stable) in variants its pool can run, and how many GPU variants were left out
+    the stable; the newest build of each version and variant) in variants its pool can run, and how many GPU variants were left out
     because the pool has no GPU."""
     if not endpoint.stable_artifact_id:
         return [], 0
     qs = servable_artifacts(user=user, team_id=endpoint.team_id).filter(
         version__model_id=endpoint.stable_artifact.version.model_id
     )
-    artifacts = list(qs.exclude(pk=endpoint.stable_artifact_id).select_related("version__model")[:200])
+    artifacts = _one_per_variant(qs.exclude(pk=endpoint.stable_artifact_id).select_related("version__model")[:200])
     if DeviceKind.is_gpu(endpoint.pool.device_kind):
         return artifacts, 0
     fits = [a for a in artifacts if not needs_gpu(a.variant)]

@@ -1,7 +1,5 @@
 """Dashboard pages for endpoints and rollouts; thin: selectors to read, services to write."""
 
-from datetime import timedelta
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
@@ -14,7 +12,7 @@ from deployments.rollout_machine import ACTIVE
 from deployments.route_overlays import route_overlays
 from deployments.selectors import rollouts as selectors
 from deployments.selectors.gateway_routes import endpoint_route_state
-from deployments.selectors.rollout_page import endpoint_page, rollout_events, rollout_status, step_label
+from deployments.selectors.rollout_page import chart_config, endpoint_page, rollout_events, rollout_status, step_label
 from deployments.services import rollouts as services
 from kernel.errors import PlatformError
 
@@ -63,7 +61,7 @@ def _page(request, endpoint, *, form=None, status: int = 200):
         "refresh": bool(request.htmx),
         "route": endpoint_route_state(endpoint=endpoint, rollout=state["active_status"].rollout if active else None),
         "events": rollout_events(user=request.user, rollout=rollout) if rollout else [],
-        "chart_since": (rollout.created_at - timedelta(minutes=1)).isoformat() if rollout else "",
+        "chart_config": {"endpoint": endpoint.name, **chart_config(rollout)} if rollout else None,
     }
     if request.htmx and request.GET.get("partial") == "status":
         response = render(request, "deployments/endpoint_detail.html#rollout-status", context)

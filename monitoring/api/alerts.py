@@ -1,4 +1,5 @@
-"""REST API v1 for monitoring's judgements: verdicts, alerts (acknowledge, resolve, notes) and notification channels."""
+"""REST API v1 for monitoring's judgements: verdicts, alerts (acknowledge, resolve, notes) and
+notification channels (silences: monitoring/api/silences.py)."""
 
 from django.contrib.auth.models import Group
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -10,7 +11,14 @@ from kernel.api import created
 from kernel.errors import InvalidInput
 from kernel.serializers import StrictCharField, StrictModelSerializer
 from kernel.viewsets import TeamScopedViewSet
-from monitoring.models import Alert, AlertStatus, NotificationChannel, NotificationDelivery, Verdict, VerdictOutcome
+from monitoring.models import (
+    Alert,
+    AlertStatus,
+    NotificationChannel,
+    NotificationDelivery,
+    Verdict,
+    VerdictOutcome,
+)
 from monitoring.selectors import alerts as alert_selectors
 from monitoring.services.alerts import alert_acknowledge, alert_resolve
 from monitoring.services.notifications import channel_create, channel_delete
@@ -94,6 +102,12 @@ class AlertSerializer(StrictModelSerializer):
     team = serializers.StringRelatedField()
     acknowledged_by = serializers.StringRelatedField()
     deliveries = DeliverySerializer(many=True, read_only=True)
+    silenced_by = serializers.PrimaryKeyRelatedField(
+        read_only=True, help_text="The silence that held this alert's notification back (null: none)."
+    )
+    notified_with = serializers.PrimaryKeyRelatedField(
+        read_only=True, help_text="The alert of the same group whose notification carried this one (null: its own)."
+    )
 
     class Meta:
         model = Alert
@@ -114,6 +128,9 @@ class AlertSerializer(StrictModelSerializer):
             "acknowledged_by",
             "acknowledged_at",
             "resolved_at",
+            "silenced_by",
+            "notified_with",
+            "notified_at",
             "deliveries",
         ]
         read_only_fields = fields

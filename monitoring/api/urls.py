@@ -1,10 +1,11 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from monitoring.api import alerts, forecast, metrics
+from monitoring.api import alerts, forecast, metrics, silences
 
 router = SimpleRouter()
 router.register("alerts", alerts.AlertViewSet, basename="alert")
+router.register("silences", silences.SilenceViewSet, basename="silence")
 router.register("verdicts", alerts.VerdictViewSet, basename="verdict")
 router.register("notification-channels", alerts.ChannelViewSet, basename="notification-channel")
 

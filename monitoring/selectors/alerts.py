@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from kernel.errors import NotFound
 from monitoring import conf
@@ -47,7 +48,7 @@ def rollout_verdicts(*, user, rollout_id: int, limit: int) -> list[dict]:
 def alert_list(
     *, user, status: str | None = None, endpoint: str | None = None, rollout_id: int | None = None
 ) -> QuerySet:
-    qs = team_scoped(Alert.objects.select_related("team", "acknowledged_by"), user)
+    qs = team_scoped(Alert.objects.select_related("team", "acknowledged_by", "silenced_by__created_by"), user)
     if status:
         qs = qs.filter(status=status)
     if endpoint:
@@ -65,10 +66,16 @@ def alert_get(*, user, alert_id: int) -> Alert:
 
 
 def open_alerts(*, user) -> QuerySet:
-    """Open (not yet acknowledged) alerts of the user's teams: the dashboard banner."""
+    """Open (not yet acknowledged) alerts of the user's teams that no active silence holds:
+    the dashboard banner (a silenced alert stays on the alerts page, marked)."""
     if not getattr(user, "is_authenticated", False):
         return Alert.objects.none()
-    return alert_list(user=user, status=AlertStatus.OPEN).order_by("-last_seen", "-id")
+    now = timezone.now()
+    return (
+        alert_list(user=user, status=AlertStatus.OPEN)
+        .exclude(silenced_by__starts_at__lte=now, silenced_by__ends_at__gt=now)
+        .order_by("-last_seen", "-id")
+    )
 
 
 def delivery_list(*, alert: Alert) -> QuerySet:

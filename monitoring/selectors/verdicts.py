@@ -43,13 +43,36 @@ def detail(check: dict) -> str:
         parts.append(f"e={check['e_value']:.2f}")
     if isinstance(check.get("threshold"), (int, float)):
         parts.append(f"threshold {_number(check['threshold'], 3)}")
-    if (
-        isinstance(check.get("breaches"), int) and check["breaches"] > 0
-    ):  # a sustained guardrail: how close to its limit
-        parts.append(f"breach {check['breaches']} of {check.get('failure_limit', '?')}")
+    if isinstance(check.get("breaches"), int) and check["breaches"] > 0:  # a sustained guardrail
+        parts.append(breach_text(check))
     if isinstance(check.get("samples"), (int, float)):
         parts.append(f"{int(check['samples'])} samples")
     return " · ".join(parts)
+
+
+def breach_text(check: dict) -> str:
+    """How far a sustained guardrail is from failing, in words that hold at every count:
+    "breach 1 of 3 needed to fail"; at the count but not yet for long enough, "breaching
+    at 3 looks for 4 s of 10 s needed to fail"; once failed, "failed after 3 breaches"."""
+    count, limit = check["breaches"], check.get("failure_limit")
+    if check.get("outcome") == "fail":
+        return f"failed after {count} breach{'es' if count != 1 else ''}"
+    if not isinstance(limit, int) or count < limit:
+        return f"breach {count} of {limit if isinstance(limit, int) else '?'} needed to fail"
+    held, sustain = check.get("breach_held_s"), check.get("sustain_s")
+    if isinstance(held, (int, float)) and isinstance(sustain, (int, float)):
+        return f"breaching at {count} looks for {held:.0f} s of {sustain:.0f} s needed to fail"
+    return f"breaching at {count} looks"
+
+
+def windows_text(check: dict) -> str:
+    """The p99 guardrail's disjoint windows over the SLO against the count it needs."""
+    count, limit = check["windows_over"], check.get("failure_limit")
+    if check.get("outcome") == "fail" or not isinstance(limit, int):
+        return f"over in {count} window{'s' if count != 1 else ''}"
+    if count < limit:
+        return f"over in {count} of {limit} windows needed to fail"
+    return f"over in {count} windows ({limit} needed to fail: met; the e-values decide)"
 
 
 def _exceedance_detail(check: dict) -> str:
@@ -68,7 +91,7 @@ def _exceedance_detail(check: dict) -> str:
     if isinstance(check.get("e_value_control"), (int, float)):
         parts.append(f"e={check['e_value_control']:.2f}{needed} vs control")
     if isinstance(check.get("windows_over"), int):
-        parts.append(f"over in {check['windows_over']} windows ({check.get('failure_limit', '?')} needed)")
+        parts.append(windows_text(check))
     if isinstance(check.get("statistic"), (int, float)):
         parts.append(f"p99 {_number(check['statistic'], 3)} ms")
     return " · ".join(parts)

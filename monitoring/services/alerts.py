@@ -1,10 +1,18 @@
 """Alerts: raised once per rollout (or endpoint) and kind, counted when raised again,
 acknowledged and resolved by people; each new or reopened alert is notified on every
-channel after commit (notifications.py delivers)."""
+channel after commit (notifications.py delivers), unless a silence matches it
+(services/silences.py) or an earlier alert of its group carries it.
+
+Grouping: the group key is (team, endpoint, kind); the window is
+MONITORING_ALERT_GROUP_WINDOW_S (300 s). The first alert of a group goes out at once;
+alerts of the group raised within the window after it go out together as one
+notification at the end of that window (the first of them carries the others, listed in
+its payload); after a quiet window the next alert goes out at once again."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.urls import reverse
@@ -14,6 +22,7 @@ from kernel.errors import Conflict, Forbidden, InvalidInput
 from monitoring import conf, lock_objects
 from monitoring.models import Alert, AlertStatus, Severity
 from monitoring.selectors import alerts as alert_selectors
+from monitoring.selectors.silences import silence_matching
 from monitoring.tasks import deliver_notification
 from registry.models import EventAction, Role
 from registry.services.events import event_record
@@ -83,7 +92,7 @@ def alert_raise(
                     reason=reason,
                     data={"kind": kind, "severity": severity, "rollout_id": rollout_id},
                 )
-                _queue_notifications(alert)
+                _notify(alert, now)
                 return alert, True
         alert.occurrences += 1
         alert.last_seen = now
@@ -105,7 +114,7 @@ def alert_raise(
             )
         alert.save()
         if notify:
-            _queue_notifications(alert)
+            _notify(alert, now)
     return alert, notify
 
 
@@ -114,17 +123,50 @@ def _default_links(alert: Alert) -> dict:
     return {"alert": f"{base}{reverse('monitoring:alert-detail', args=[alert.pk])}"}
 
 
-def _queue_notifications(alert: Alert) -> None:
+def notification_plan(*, alert: Alert, carrier: Alert | None, now: datetime, window_s: float) -> tuple[str, datetime]:
+    """Pure: how a new round of `alert` is notified, given the latest alert of its group
+    that carries its own notification. ("now"|"later", when) or ("carried", when the carrier goes)."""
+    if window_s <= 0 or carrier is None or carrier.notified_at is None:
+        return "now", now
+    if carrier.notified_at > now:  # the group's next notification is still to go: ride along
+        if Severity.rank(alert.severity) > Severity.rank(carrier.severity):
+            return "later", carrier.notified_at  # a graver alert reaches its own channels (min_severity)
+        return "carried", carrier.notified_at
+    if carrier.notified_at <= now - timedelta(seconds=window_s):
+        return "now", now
+    return "later", carrier.notified_at + timedelta(seconds=window_s)
+
+
+def _notify(alert: Alert, now: datetime) -> str:
+    """Decide and queue the notification of an alert's new round (inside the raise's
+    transaction): "silenced", "carried" (by an earlier alert of its group), or "queued"."""
+    silence = silence_matching(alert, now)
+    if silence is not None:
+        alert.silenced_by, alert.notified_at, alert.notified_with = silence, None, None
+        alert.save(update_fields=["silenced_by", "notified_at", "notified_with"])
+        return "silenced"
+    carrier = lock_objects.group_carrier_for_update(alert)
+    how, when = notification_plan(
+        alert=alert, carrier=carrier, now=now, window_s=float(conf.get("MONITORING_ALERT_GROUP_WINDOW_S"))
+    )
+    alert.silenced_by = None
+    alert.notified_with = carrier if how == "carried" else None
+    alert.notified_at = None if how == "carried" else when
+    alert.save(update_fields=["silenced_by", "notified_at", "notified_with"])
+    if how == "carried":
+        return "carried"
+    delay = max(0.0, (when - now).total_seconds())
     for kind, target in alert_selectors.channels_for_alert(alert):
         args = (alert.pk, kind, target, alert.notify_round)
-        transaction.on_commit(lambda args=args: _dispatch_delivery(args))
+        transaction.on_commit(lambda args=args: _dispatch_delivery(args, delay))
+    return "queued"
 
 
-def _dispatch_delivery(args: tuple) -> None:
+def _dispatch_delivery(args: tuple, countdown: float = 0.0) -> None:
     """Queue one delivery; a broker outage must not fail the change that raised the alert
     (the alert is committed and on the dashboard either way)."""
     try:
-        deliver_notification.apply_async(args=args, queue="control")
+        deliver_notification.apply_async(args=args, queue="control", countdown=countdown or None)
     except Exception:  # kombu raises transport-specific errors
         log.exception("could not queue the notification of alert %s to %s:%s", args[0], args[1], args[2])
 

@@ -16,19 +16,36 @@ from kernel.errors import Conflict, Forbidden, InvalidInput
 from kernel.outbound import OutboundRefused, Unresolvable, post_json, vet_url
 from monitoring import conf
 from monitoring.models import Alert, ChannelKind, DeliveryStatus, NotificationDelivery, Severity
+from monitoring.selectors.silences import silence_matching
 from registry.models import EventAction, Role
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
 
 def alert_payload(alert: Alert) -> dict:
-    """The webhook body: Slack-compatible `text` plus the alert as structured data."""
+    """The webhook body: Slack-compatible `text` plus the alert as structured data; the
+    alerts of its group it carries (raised within the group window) are listed in `grouped`."""
     where = alert.endpoint or "platform"
     rollout = f" (rollout {alert.rollout_id})" if alert.rollout_id is not None else ""
     link = alert.links.get("alert", "")
+    carried = list(alert.carried.order_by("first_seen", "id")[:50])
     text = f"[{alert.severity.upper()}] {where}{rollout}: {alert.reason}" + (f" <{link}|details>" if link else "")
+    if carried:
+        window = conf.get("MONITORING_ALERT_GROUP_WINDOW_S")
+        text += f" (+{len(carried)} more {alert.kind} on {where} within {window / 60:g} min)"
     return {
         "text": text,
+        "group": {"key": alert.group_key, "window_s": conf.get("MONITORING_ALERT_GROUP_WINDOW_S")},
+        "grouped": [
+            {
+                "id": other.pk,
+                "severity": other.severity,
+                "rollout_id": other.rollout_id,
+                "reason": other.reason,
+                "link": other.links.get("alert", ""),
+            }
+            for other in carried
+        ],
         "alert": {
             "id": alert.pk,
             "severity": alert.severity,
@@ -104,7 +121,10 @@ def notification_deliver(*, alert_id: int, kind: str, target: str, notify_round:
     if kind not in ChannelKind.values:
         raise InvalidInput(f"unknown channel kind {kind!r}.", field="kind")
     alert = Alert.objects.filter(pk=alert_id).first()
-    if alert is None or alert.notify_round != notify_round:
+    if alert is None or alert.notify_round != notify_round or alert.notified_with_id is not None:
+        return "skipped", 0.0  # gone, a later round, or carried by another alert's notification
+    if (silence := silence_matching(alert)) is not None:  # silenced after it was queued (e.g. during its group window)
+        Alert.objects.filter(pk=alert.pk).update(silenced_by=silence)
         return "skipped", 0.0
     done = NotificationDelivery.objects.filter(alert=alert, notify_round=notify_round, kind=kind, target=target)
     if done.filter(status=DeliveryStatus.DELIVERED).exists() or done.filter(status=DeliveryStatus.GAVE_UP).exists():

@@ -1,6 +1,7 @@
 """The endpoint page from one source of truth (deployments.selectors.rollout_page) and the
 rollout form that helps (deployments.forms.RolloutStartForm): issue 15 items 1 and 2."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -9,10 +10,11 @@ from django.utils import timezone
 
 from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
-from deployments.selectors.rollout_page import endpoint_page
+from deployments.selectors.rollout_page import chart_config, endpoint_page, rollout_arms
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from harness import factories
+from registry.models import Artifact, Build
 
 pytestmark = pytest.mark.django_db
 
@@ -159,3 +161,59 @@ def test_events_name_steps_like_the_header(setup, deployer, team_a, artifact_fac
     html = client.get(f"/deployments/endpoints/demo-ctr/?rollout={rollout.pk}").content.decode()
     events = html[html.index("<h2>Events</h2>") :]
     assert "loading → canary · step 1 of 3" in events and "canary[0]" not in events
+
+
+def test_every_arm_has_its_share_the_baseline_included(setup, deployer, team_a, artifact_factory, api_for):
+    """Issue 28: step 1 read "candidate 50 % · stable 0 %", the other 50 % (the baseline) unlabelled.
+    One selector (rollout_arms) gives the page and the API's `arms` field."""
+    endpoint, client = setup
+    rollout = _canary(deployer, endpoint, artifact_factory(team_a, model_name="ctr"), steps_bp=(2500, 5000, 10000))
+    assert rollout.baseline_model  # the fair baseline is on by default
+    arms = rollout_arms(rollout)
+    assert [(a["role"], a["weight_bp"]) for a in arms] == [("candidate", 2500), ("baseline", 2500), ("stable", 5000)]
+    assert arms[1]["variant"] == "v1-onnx-fp32-baseline" and arms[2]["variant"] == "v1-onnx-fp32"
+    html = client.get(f"/deployments/endpoints/demo-ctr/?rollout={rollout.pk}").content.decode()
+    shares = html[html.index('id="arm-shares"') : html.index("steps ", html.index('id="arm-shares"'))]
+    text = " ".join(re.sub(r"<[^>]+>", " ", shares).split())
+    assert "candidate 25 % · baseline 25 % · stable 50 %" in text
+    listing = client.get("/deployments/endpoints/").content.decode()
+    assert "candidate 25 % · baseline 25 % · stable 50 %" in listing  # the endpoints list says the same
+    body = api_for(deployer).get(f"/api/v1/rollouts/{rollout.pk}/").json()
+    assert body["arms"] == arms and sum(a["weight_bp"] for a in body["arms"]) == 10000
+    Rollout.objects.filter(pk=rollout.pk).update(step_index=1)  # 50 %: the baseline takes what the stable had
+    rollout.refresh_from_db()
+    assert [(a["role"], a["weight_bp"]) for a in rollout_arms(rollout)] == [
+        ("candidate", 5000),
+        ("baseline", 5000),
+        ("stable", 0),
+    ]
+
+
+def test_arms_of_a_shadow_and_of_a_rollout_without_baseline(setup, deployer, team_a, artifact_factory):
+    endpoint, _ = setup
+    candidate = artifact_factory(team_a, model_name="ctr")
+    shadow = factories.rollout(endpoint, candidate, state=State.SHADOW, steps_bp=[10000])
+    assert [(a["role"], a["weight_bp"]) for a in rollout_arms(shadow)] == [("shadow", 0), ("stable", 10000)]
+    Rollout.objects.filter(pk=shadow.pk).update(state=State.ROLLED_BACK)
+    plain = factories.rollout(endpoint, candidate, state=State.CANARY, steps_bp=[1000, 10000])
+    assert [(a["role"], a["weight_bp"]) for a in rollout_arms(plain)] == [("candidate", 1000), ("stable", 9000)]
+    config = chart_config(plain)
+    assert {a["role"]: a["color"] for a in config["arms"]} == {"candidate": "#f79009", "stable": "#2f5bea"}
+    assert config["until"] is None  # live: the range ends now
+
+
+def test_a_version_built_twice_is_offered_once(setup, deployer, team_a, artifact_factory):
+    endpoint, client = setup
+    candidate = artifact_factory(team_a, model_name="ctr")
+    rebuilt = Build.objects.create(version=candidate.version, targets=["onnx-fp32"], status="succeeded")
+    newer = Artifact.objects.create(
+        version=candidate.version,
+        build=rebuilt,
+        variant="onnx-fp32",
+        status=candidate.status,
+        triton_model_name=candidate.triton_model_name,
+        path=candidate.path,
+        sha256=candidate.sha256,
+    )
+    html = client.get("/deployments/endpoints/demo-ctr/").content.decode()
+    assert html.count("ctr v2 · onnx-fp32") == 1 and f'value="{newer.pk}"' in html

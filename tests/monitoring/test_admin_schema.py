@@ -42,6 +42,8 @@ def test_openapi_schema_lists_the_monitoring_endpoints(alice_api):
         "/api/v1/verdicts/",
         "/api/v1/notification-channels/",
         "/api/v1/score-samples/",
+        "/api/v1/silences/",
+        "/api/v1/silences/{id}/expire/",
     ):
         assert path in paths, path
     params = {p["name"] for p in paths["/api/v1/metrics/"]["get"]["parameters"]}

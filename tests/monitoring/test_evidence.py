@@ -1,35 +1,95 @@
-"""Alert evidence rendered for people (monitoring/evidence_display.py): the judge's checks as a
-table with one row per check, mappings as definition lists, numbers rounded, outcomes as
-badges, everything escaped — not a Python pprint dump."""
+"""Alert evidence rendered for people (monitoring/evidence_display.py, issue 28): the
+figures that decided first (candidate vs control, threshold, p-/e-value, sample sizes)
+with units, epoch seconds as UTC times, the rest folded in a <details> as one small
+definition list per check (never a table with a column per key), everything escaped."""
+
+import re
 
 import pytest
 
-from monitoring.evidence_display import render
+from monitoring.evidence_display import evidence_summary, render
 from monitoring.services.alerts import alert_raise
 
 pytestmark = pytest.mark.django_db
 
+# The shapes the judge stores (monitoring/judge.py, guardrails.py, p99_guardrail.py).
 EVIDENCE = {
     "verdict_id": 41,
     "outcome": "fail",
-    "stable": "v1-onnx-fp32",
-    "candidate": "v2-onnx-int8",
+    "stable": "ctr-v1-onnx-fp32__baseline",
+    "candidate": "ctr-v2-onnx-int8",
     "step_index": 1,
     "checks": [
         {
             "name": "error_rate",
+            "kind": "test",
             "outcome": "fail",
-            "candidate": 0.0691234567,
-            "stable": 0.0100001,
-            "p_value": 1.234e-7,
-            "progress": {"have": 312, "need": 500, "unit": "requests"},
+            "test": "mixture e-process (conditional binomial LR, Ville)",
+            "samples": {"stable": 4810.0, "candidate": 1212.0},
+            "errors": {"stable": 48.0, "candidate": 84.0},
+            "rates": {"stable": 0.0099792, "candidate": 0.0693069},
+            "statistic": 0.0593277,
+            "e_value": 1.8e9,
+            "threshold": 20.0,
+            "min_samples": 500,
+            "margin": 0.01,
+            "progress": {"have": 1212, "need": 500, "unit": "requests"},
+            "eta_seconds": 0.0,
         },
-        {"name": "latency_p99", "outcome": "pass", "candidate": 4.81234, "stable": 4.5, "window": "step"},
+        {
+            "name": "psi",
+            "kind": "guardrail",
+            "outcome": "inconclusive",
+            "samples": {"stable": 900.0, "candidate": 300.0},
+            "statistic": 0.31,
+            "threshold": 0.25,
+            "breaches": 2,
+            "breach_since": 1795554625.3,
+            "breach_held_s": 4.01,
+            "failure_limit": 3,
+            "sustain_s": 10.0,
+        },
+        {
+            "name": "latency",
+            "kind": "test",
+            "outcome": "pass",
+            "samples": {"stable": 4810.0, "candidate": 1212.0},
+            "quantiles_ms": {
+                "stable": {"p50": 2.1, "p95": 3.9, "p99": 5.2},
+                "candidate": {"p50": 2.2, "p95": 4.0, "p99": 5.4},
+            },
+            "statistic": 123456.0,
+            "p_value": 0.4,
+            "threshold": 0.001,
+        },
     ],
 }
 
 
-def test_judge_evidence_is_a_table_of_checks(client, alice, team_a):
+def test_the_figures_that_decided_come_first_with_units():
+    summary = evidence_summary(EVIDENCE)
+    assert [c["name"] for c in summary["checks"]] == ["error_rate"]  # the check that failed, not every check
+    figures = dict(summary["checks"][0]["figures"])
+    assert figures["Rates"] == "candidate 6.93 % vs stable 0.998 %"
+    assert figures["Samples"] == "candidate 1212 vs stable 4810"
+    assert figures["Error-rate difference"] == "5.93 %" and figures["e-value needed"] == "20"
+    assert figures["e-value"] == "1.8e+09"
+    assert "Test" not in figures and "Margin" not in figures  # folded, not decisive
+    assert ("Candidate", "ctr-v2-onnx-int8") in summary["facts"] and summary["more"] == 2
+
+
+def test_an_inconclusive_guardrail_reads_its_breach_time_as_a_time():
+    html = str(render(EVIDENCE))
+    assert "2026-11-24 21:10:25 UTC" in html  # breach_since, never "1,795,554,625.3"
+    assert "1,795,554,625" not in html and "1795554625" not in html
+    assert "<table" not in html and html.count('class="evidence-record"') == 3  # one small list per check
+    assert "<dt>Breach held s</dt><dd>4.01 s</dd>" in html and "<dt>Progress</dt><dd>1212 of 500 requests</dd>" in html
+    summary = evidence_summary({"checks": EVIDENCE["checks"][1:]})  # nothing failed: the inconclusive one decides
+    assert [c["name"] for c in summary["checks"]] == ["psi"]
+    assert dict(summary["checks"][0]["figures"])["Breaches"] == "2 (fails at 3, held 10 s)"
+
+
+def test_alert_page_shows_the_summary_and_folds_the_rest(client, alice, team_a):
     alert, _ = alert_raise(
         kind="rollout_rolled_back",
         severity="critical",
@@ -42,14 +102,14 @@ def test_judge_evidence_is_a_table_of_checks(client, alice, team_a):
     client.force_login(alice)
     page = client.get(f"/monitoring/alerts/{alert.pk}/").content.decode()
     section = page[page.index('id="evidence"') : page.index("Notification attempts")]
-    assert "<table" in section and section.count("<tr>") == 3  # header + one row per check
-    assert "<th>Name</th><th>Outcome</th>" in section  # the identifying columns first
-    assert "0.06912" in section and "0.0691234567" not in section and "1.234e-07" in section  # rounded
-    assert "<td>312 of 500 requests</td>" in section  # the judge's progress contract, read as a sentence
-    assert '<span class="badge failed">fail</span>' in section and '<span class="badge ok">pass</span>' in section
-    assert "<dt>Verdict id</dt><dd>41</dd>" in section and "<dt>Step index</dt><dd>1</dd>" in section
+    summary, folded = section.split('<details id="evidence-all">')
+    assert 'data-check="error_rate"' in summary and 'data-check="latency"' not in summary
+    assert "<dt>Rates</dt><dd>candidate 6.93 % vs stable 0.998 %</dd>" in summary
+    assert "2 other checks passed or had nothing to say" in summary
+    assert "<summary>All evidence</summary>" in folded and "<table" not in section
     assert "&lt;script&gt;" in section and "<script>alert" not in section  # escaped
     assert "{'" not in section and "'checks':" not in section  # no pprint dump
+    assert not re.search(r"\d{1,3}(,\d{3}){3}", section)  # no 10-digit figure (an epoch) anywhere
 
 
 def test_scrape_outage_evidence_nests_definition_lists():
@@ -63,9 +123,25 @@ def test_scrape_outage_evidence_nests_definition_lists():
             }
         }
     )
-    assert html.count("<dl") == 3 and "<dt>Failing since</dt><dd>2026-11-23T12:00:00+00:00</dd>" in html
+    assert html.count("<dl") == 3 and "<dt>Failing since</dt><dd>2026-11-23 12:00:00 UTC</dd>" in html
     assert render({}) == '<span class="muted">none</span>' and render([1.0, 2.5, None]).startswith("1, 2.5, ")
     assert (
         render({"progress": {"have": 40, "need": None, "unit": "scores"}})
         == '<dl class="props evidence"><dt>Progress</dt><dd>40 scores</dd></dl>'
     )
+    summary = evidence_summary({"endpoint": "ctr", "code": "bad_weight", "served": "stable"})
+    assert summary["checks"] == [] and ("Code", "bad_weight") in summary["facts"]
+
+
+def test_units_come_from_snake_case_words_only():
+    html = render(
+        {
+            "failed": {
+                "ctr-separate-towers": {"samples": 1200, "error_rate": 0.02},
+                "http://hooks.example.test/rate": {"attempts": 3},
+            },
+            "rates": {"control": 0.01, "treatment": 0.015},
+        }
+    )
+    assert "<dt>Samples</dt><dd>1200</dd>" in html and "<dt>Error rate</dt><dd>2 %</dd>" in html
+    assert "<dt>Attempts</dt><dd>3</dd>" in html and "<dt>Treatment</dt><dd>1.5 %</dd>" in html

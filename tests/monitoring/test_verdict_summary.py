@@ -3,7 +3,7 @@
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from monitoring.selectors.verdicts import eta_text, progress_text, summarize
+from monitoring.selectors.verdicts import detail, eta_text, progress_text, summarize
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -53,3 +53,16 @@ def test_a_skipped_check_reads_as_skipped_not_unknown():
         ]
     )
     assert [t["symbol"] for t in rows[0].trend] == ["✓", "–"]
+
+
+def test_breach_counts_are_worded_for_what_they_mean():
+    """Never "breach 3 of 3 needed to fail" while the check has not failed (issue 28)."""
+    psi = {"name": "psi", "failure_limit": 3, "sustain_s": 10.0}
+    assert detail({**psi, "outcome": "inconclusive", "breaches": 1}) == "breach 1 of 3 needed to fail"
+    held = detail({**psi, "outcome": "inconclusive", "breaches": 3, "breach_held_s": 4.2})
+    assert held == "breaching at 3 looks for 4 s of 10 s needed to fail"
+    assert detail({**psi, "outcome": "fail", "breaches": 4}) == "failed after 4 breaches"
+    p99 = {"name": "p99_slo", "failure_limit": 3, "over": {"candidate": 0}, "share_over": {"candidate": 0.0}}
+    assert "over in 1 of 3 windows needed to fail" in detail({**p99, "outcome": "inconclusive", "windows_over": 1})
+    assert "3 needed to fail: met" in detail({**p99, "outcome": "inconclusive", "windows_over": 3})
+    assert "over in 3 windows" in detail({**p99, "outcome": "fail", "windows_over": 3})
