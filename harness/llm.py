@@ -61,27 +61,46 @@ def tiny_llm_dir(*, seed: int = 7, cache: Path | None = None) -> Path:
     return path
 
 
+class SSEData:
+    """Server-sent events' `data`, line by line (WHATWG's rules for that field: a `data:` line,
+    one optional space after the colon; several lines joined by \\n; a blank line ends the
+    event; other fields and comments skipped). `feed(line)` returns an event's data when a
+    line completes one; OpenAI's `[DONE]` sets `done`."""
+
+    def __init__(self):
+        self.buffer: list[str] = []
+        self.done = False
+
+    def feed(self, raw) -> str | None:
+        line = (raw.decode("utf-8") if isinstance(raw, bytes) else raw).rstrip("\r\n")
+        if line:
+            field, _, value = line.partition(":")
+            if field == "data":
+                self.buffer.append(value[1:] if value.startswith(" ") else value)
+            return None
+        if not self.buffer:
+            return None
+        data, self.buffer = "\n".join(self.buffer), []
+        if data == "[DONE]":
+            self.done = True
+            return None
+        return data
+
+
 def sse_data(lines):
-    """The `data` of each server-sent event, from an iterator of the stream's lines (bytes or
-    str, without their line ends, as requests' iter_lines gives them): WHATWG's rules for the
-    field (a `data:` line, one optional space after the colon; several lines joined by \\n;
-    a blank line ends the event), other fields and comments skipped; OpenAI's `[DONE]` ends it."""
-    buffer: list[str] = []
-    for raw in lines:
-        line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        if not line:
-            if buffer:
-                data = "\n".join(buffer)
-                buffer = []
-                if data == "[DONE]":
-                    return
-                yield data
-            continue
-        field, _, value = line.partition(":")
-        if field == "data":
-            buffer.append(value[1:] if value.startswith(" ") else value)
-    if buffer and buffer != ["[DONE]"]:
-        yield "\n".join(buffer)
+    """The `data` of each event from an iterator of a stream's lines (requests' iter_lines)."""
+    parser = SSEData()
+    for raw in _with_end(lines):
+        data = parser.feed(raw)
+        if parser.done:
+            return
+        if data is not None:
+            yield data
+
+
+def _with_end(lines):
+    yield from lines
+    yield b""  # a stream that ends without its blank line still ends its last event
 
 
 class _Started:
