@@ -13,7 +13,8 @@ Measured:
             p50 (goals: <= 1 ms TTFT, <= 0.2 ms ITL). The same client (aiohttp, SSE read line
             by line) reads both, so its own cost cancels out.
   streams per core   C concurrent streams through the gateway for a window: tokens/s and the
-            gateway's CPU (its process, from /proc); streams per core = C / cores it used.
+            gateway's CPU (its process, from /proc); streams per core = C / cores it used, at
+            the pace the backend streams (the tiny model on Triton: ~1,500 tokens/s here).
   failover  the first request on an endpoint whose first backend is dead and whose second is
             the live Triton: `refused` (nothing listens: connect fails at once) and `blackhole`
             (a listener whose backlog is full: connect waits out connect_timeout_ms). Failover
@@ -282,6 +283,8 @@ async def measure(args, backends: dict, gateway_url: str | None, gateway_pid: in
             }
         pids = process_tree(gateway_pid) if gateway_pid else []
         results["streams_per_core"] = []
+        # warm: the backend's first burst of concurrent streams (threads, allocations) is not measured
+        await concurrent(session, paths["triton"], max(args.concurrency), min(1.0, args.window), [])
         for streams in args.concurrency:
             direct = await concurrent(session, paths["triton"], streams, args.window, [])
             row = {"concurrency": streams, "direct_tokens_per_s": round(direct["tokens_per_s"], 1)}

@@ -99,12 +99,21 @@ def test_triton_slower_model_delays_the_first_token_and_each_next(triton):
 
 
 def test_triton_stops_generating_when_the_client_leaves(triton):
-    """The slow model runs one stream at a time: had the abandoned stream (200 tokens, 40 ms
-    each) kept generating, the next request would wait seconds for its first token."""
-    url = triton.generate_url("slow__v1__llm")
+    """A model of its own that runs one stream at a time: had the abandoned stream (200 tokens,
+    40 ms each) kept generating, the next request would wait seconds for its first token; and
+    the abandoned request is ended, not left in flight (unloading waits for requests in flight)."""
+    name = triton.add_model("cancel__v1__llm", delay_per_token_ms=40, max_streams=1)
+    url = triton.generate_url(name)
     _stream(url, {"text_input": "the ranker", "max_tokens": 200}, stop_after=2)
     events = _stream(url, {"text_input": "the ranker", "max_tokens": 2})
     assert events[0][0] < 1.5, f"first token after {events[0][0]:.2f}s: the abandoned stream went on"
+    triton.triton.unload(name, timeout=30)
+    wait_for(lambda: _state(triton, name) == "UNAVAILABLE", timeout=8, what="the model unloaded (none in flight)")
+
+
+def _state(triton, name: str) -> str:
+    index = requests.post(f"{triton.url}/v2/repository/index", json={}, timeout=5).json()
+    return next((m.get("state", "") for m in index if m["name"] == name), "")
 
 
 # --- backend kind (b): a real OpenAI-compatible server --------------------------------------------

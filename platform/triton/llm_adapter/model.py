@@ -175,7 +175,7 @@ class TritonPythonModel:
 
     def _stream(self, job: dict, sender) -> None:
         if sender.is_cancelled():
-            return  # the client left while this request waited for a stream slot
+            return _cancelled(sender)  # the client left while this request waited for a stream slot
         generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
         generated, sent, finish = [], "", "length"
         past, step_ids = None, torch.tensor([job["prompt_ids"]])
@@ -195,7 +195,7 @@ class TritonPythonModel:
                     break
                 time.sleep(self.delay_first_s if step == 0 else self.delay_token_s)
                 if sender.is_cancelled():
-                    return  # the client went away: Triton has ended the request, free the slot
+                    return _cancelled(sender)  # the client went away: stop generating
                 ready = _releasable(text, job["stop"])
                 if job["stream"] and len(ready) > len(sent):
                     sender.send(pb_utils.InferenceResponse(output_tensors=[_string("text_output", ready[len(sent) :])]))
@@ -210,6 +210,13 @@ class TritonPythonModel:
             ]
         )
         sender.send(final, flags=FINAL)
+
+
+def _cancelled(sender) -> None:
+    """End a cancelled request: without its final flag Triton counts it in flight for ever
+    (and waits for it when shutting down)."""
+    error = pb_utils.TritonError("the request was cancelled", pb_utils.TritonError.CANCELLED)
+    sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
 
 def _cut_at_stop(text: str, stop: list) -> tuple:
