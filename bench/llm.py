@@ -143,8 +143,8 @@ def route_table(backends: dict, dead: dict, samples: int) -> dict:
             [_backend("provider", "openai", f"{provider.url}/v1", provider.model, secret=PROVIDER_SECRET)],
         )
     )
-    for how, url in dead.items():
-        for n in range(samples):
+    for how, urls in dead.items():
+        for n, url in enumerate(urls[:samples]):
             first = _backend(f"dead-{how}-{n}", "triton", url, triton.name, 0)
             endpoints.append(_endpoint(f"failover-{how}-{n}", [first, live(f"live-{how}-{n}", 1)]))
     return {
@@ -213,9 +213,33 @@ async def concurrent(session, path: dict, streams: int, window: float, pids: lis
     await asyncio.gather(*(worker() for _ in range(streams)))
     wall = time.monotonic() - wall_before
     cores = (sum(cpu_seconds(pids)) - cpu_before) / wall if pids else None
-    row = {"concurrency": streams, "streams_per_s": totals["streams"] / wall, "tokens_per_s": totals["tokens"] / wall}
-    row["errors"] = totals["errors"]
+    row = {
+        "streams_per_s": totals["streams"] / wall,
+        "tokens_per_s": totals["tokens"] / wall,
+        "errors": totals["errors"],
+    }
     if cores is not None:
+        row["gateway_cores"] = cores
+    return row
+
+
+async def alternating(session, direct_path, through_path, streams: int, window: float, pids: list[int]) -> dict:
+    """Direct and through-the-gateway windows taking turns (four halves each), so the machine's
+    other load hits both alike; the gateway's figures over its own windows."""
+    direct, through = [], []
+    for _ in range(4):
+        direct.append(await concurrent(session, direct_path, streams, window / 4, []))
+        if through_path is not None:
+            through.append(await concurrent(session, through_path, streams, window / 4, pids))
+    row = {
+        "concurrency": streams,
+        "direct_tokens_per_s": round(sum(r["tokens_per_s"] for r in direct) / len(direct), 1),
+    }
+    if through:
+        row["tokens_per_s"] = round(sum(r["tokens_per_s"] for r in through) / len(through), 1)
+        row["streams_per_s"] = round(sum(r["streams_per_s"] for r in through) / len(through), 1)
+        row["errors"] = sum(r["errors"] for r in through)
+        cores = sum(r["gateway_cores"] for r in through) / len(through)
         row["gateway_cores"] = round(cores, 3)
         row["streams_per_core"] = round(streams / cores, 1) if cores > 0 else None
         row["tokens_per_s_per_core"] = round(row["tokens_per_s"] / cores, 1) if cores > 0 else None
@@ -285,15 +309,10 @@ async def measure(args, backends: dict, gateway_url: str | None, gateway_pid: in
         results["streams_per_core"] = []
         # warm: the backend's first burst of concurrent streams (threads, allocations) is not measured
         await concurrent(session, paths["triton"], max(args.concurrency), min(1.0, args.window), [])
+        through_path = gateway_path(gateway_url, "bench-triton", args.max_tokens) if has_v1 else None
         for streams in args.concurrency:
-            direct = await concurrent(session, paths["triton"], streams, args.window, [])
-            row = {"concurrency": streams, "direct_tokens_per_s": round(direct["tokens_per_s"], 1)}
-            if has_v1:
-                through = await concurrent(
-                    session, gateway_path(gateway_url, "bench-triton", args.max_tokens), streams, args.window, pids
-                )
-                row.update({k: v for k, v in through.items() if k != "concurrency"})
-            else:
+            row = await alternating(session, paths["triton"], through_path, streams, args.window, pids)
+            if not has_v1:
                 row["gateway"] = NO_V1
             results["streams_per_core"].append(row)
         if has_v1:
@@ -358,9 +377,13 @@ def main(argv: list[str]) -> int:
     backends, gateway, holes = {}, None, []
     try:
         backends = start_backends(work, args)
-        listener, filler, hole_url = blackhole()
-        holes = [listener, filler]
-        dead = {"refused": f"http://127.0.0.1:{free_port()}", "blackhole": hole_url}
+        # a dead backend of its own per sample: breakers are per replica URL, and a sample must
+        # be the first request that meets its dead backend
+        dead = {"refused": [f"http://127.0.0.1:{free_port()}" for _ in range(args.failover_samples)], "blackhole": []}
+        for _ in range(args.failover_samples):
+            listener, filler, hole_url = blackhole()
+            holes += [listener, filler]
+            dead["blackhole"].append(hole_url)
         routes = work / "routes.json"
         routes.write_text(json.dumps(route_table(backends, dead, args.failover_samples)))
         gateway, port = start_gateway(routes, work)
