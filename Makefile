@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune clean lint security
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm clean lint security
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -119,6 +119,12 @@ bench-tune: install
 	$(PY) -m bench tune $(TUNE_ARGS)
 
 # The GPU check (runs anywhere; on a machine without a GPU its GPU rows say why they are skipped).
+# LLM streams: TTFT and ITL the gateway adds over each backend (Triton, transformers serve, the
+# provider stand-in), streams per core, failover past a dead backend (var/bench/llm.json).
+# e.g. make bench-llm LLM_ARGS="--quick"
+bench-llm: install
+	$(PY) -m bench llm $(LLM_ARGS)
+
 bench-gpu: install
 	$(PY) -m bench gpu --reference
 

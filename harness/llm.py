@@ -1,0 +1,255 @@
+"""LLM backends as real processes, the one way tests and benchmarks start them:
+
+- `tiny_llm_dir()`: the project's tiny model (registry/llm/tiny.py), made once per machine
+  and code version under VAR_DIR/llm-cache/ (a few seconds the first time) and reused.
+- `TritonLLM`: a real tritonserver serving a model dir through the decoupled python-backend
+  adapter (registry/llm/triton.py): `POST {url}/v2/models/{name}/generate_stream`.
+- `OpenAIServer`: backend kind (b), a real OpenAI-compatible server on this CPU:
+  `transformers serve` (transformers' own server: /v1/chat/completions, /v1/completions,
+  /v1/models; streaming and usage) with the model dir preloaded. Its model id is the dir's path.
+- `ProviderStandIn`: backend kind (c), a stand-in for an external provider requiring a bearer
+  key (harness/llm_provider.py; a fake, since providers are on the internet), with switches
+  for 429 / 5xx / a slow first token / connect refused.
+
+Each has start() and stop() and is a context manager; module-scoped fixtures share one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import requests
+
+from harness.processes import free_port, spawn, stop, wait_for
+from kernel.tritonserver import TritonProcess
+from registry.llm import tiny
+from registry.llm.triton import write_llm_model
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_NAME = "tiny__v1__llm"
+PROVIDER_MODEL = "provider-tiny"
+
+
+def _var_dir() -> Path:
+    return Path(os.environ.get("VAR_DIR", ROOT / "var"))
+
+
+def tiny_llm_dir(*, seed: int = 7, cache: Path | None = None) -> Path:
+    """The tiny model's directory, made on first use. Keyed by the making code's hash, so a
+    change to registry/llm/tiny.py makes a new one; written aside and renamed into place, so
+    concurrent test workers never see half a directory."""
+    digest = hashlib.sha256(Path(tiny.__file__).read_bytes()).hexdigest()[:12]
+    cache = cache or _var_dir() / "llm-cache"
+    path = cache / f"tiny-s{seed}-{digest}"
+    if (path / "model.safetensors").is_file():
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
+    try:
+        tiny.make_tiny_llm(scratch, seed=seed)
+        os.rename(scratch, path)
+    except OSError:
+        if not (path / "model.safetensors").is_file():  # not lost to another worker's rename
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path
+
+
+class SSEData:
+    """Server-sent events' `data`, line by line (WHATWG's rules for that field: a `data:` line,
+    one optional space after the colon; several lines joined by \\n; a blank line ends the
+    event; other fields and comments skipped). `feed(line)` returns an event's data when a
+    line completes one; OpenAI's `[DONE]` sets `done`."""
+
+    def __init__(self):
+        self.buffer: list[str] = []
+        self.done = False
+
+    def feed(self, raw) -> str | None:
+        line = (raw.decode("utf-8") if isinstance(raw, bytes) else raw).rstrip("\r\n")
+        if line:
+            field, _, value = line.partition(":")
+            if field == "data":
+                self.buffer.append(value[1:] if value.startswith(" ") else value)
+            return None
+        if not self.buffer:
+            return None
+        data, self.buffer = "\n".join(self.buffer), []
+        if data == "[DONE]":
+            self.done = True
+            return None
+        return data
+
+
+def sse_data(lines):
+    """The `data` of each event from an iterator of a stream's lines (requests' iter_lines)."""
+    parser = SSEData()
+    for raw in _with_end(lines):
+        data = parser.feed(raw)
+        if parser.done:
+            return
+        if data is not None:
+            yield data
+
+
+def _with_end(lines):
+    yield from lines
+    yield b""  # a stream that ends without its blank line still ends its last event
+
+
+class _Started:
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class TritonLLM(_Started):
+    """tritonserver with one LLM model `name` serving `hf_dir` (delays: a slower model)."""
+
+    def __init__(
+        self,
+        work: Path,
+        hf_dir: Path,
+        *,
+        name: str = TINY_NAME,
+        **serving,
+    ):
+        """`serving`: write_llm_model's settings (delay_first_token_ms, delay_per_token_ms, max_streams...)."""
+        self.work, self.hf_dir, self.name, self.serving = Path(work), Path(hf_dir), name, serving
+        self.repo = self.work / "repo"
+        self.triton: TritonProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return self.triton.http_url
+
+    @property
+    def generate_stream_url(self) -> str:
+        return self.generate_url(self.name, stream=True)
+
+    def generate_url(self, name: str, *, stream: bool = True) -> str:
+        return f"{self.url}/v2/models/{name}/generate{'_stream' if stream else ''}"
+
+    def add_model(self, name: str, hf_dir: Path | None = None, *, timeout: float = 120.0, **serving) -> str:
+        """Write and load another LLM model (e.g. a slower one) into the running server."""
+        write_llm_model(self.repo, name, hf_dir or self.hf_dir, **serving)
+        self.triton.load(name, timeout=timeout)
+        return name
+
+    def start(self, timeout: float = 120.0) -> TritonLLM:
+        write_llm_model(self.repo, self.name, self.hf_dir, **self.serving)
+        self.triton = TritonProcess(model_repository=self.repo, work_dir=self.work).start()
+        try:
+            self.triton.wait_live(60)
+            self.triton.load(self.name, timeout=timeout)
+        except Exception:
+            self.triton.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.triton is not None:
+            self.triton.stop()
+
+
+class OpenAIServer(_Started):
+    """`transformers serve` with `hf_dir` preloaded on 127.0.0.1:{port}; OpenAI API at {url}/v1."""
+
+    def __init__(self, work: Path, hf_dir: Path, *, port: int = 0):
+        self.work, self.hf_dir = Path(work), Path(hf_dir)
+        self.port = port or free_port()
+        self.log = self.work / f"transformers-serve-{self.port}.log"
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def model(self) -> str:
+        """The model id requests name (transformers serve calls a local model by its path)."""
+        return str(self.hf_dir)
+
+    def start(self, timeout: float = 90.0) -> OpenAIServer:
+        self.work.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(self.hf_dir)]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "warning"]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        self.proc = spawn(command, env, self.log)
+        try:
+            wait_for(self._ready, timeout=timeout, what=f"transformers serve on {self.url} (log {self.log})")
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"transformers serve exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+        try:
+            return requests.get(f"{self.url}/health", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+class ProviderStandIn(_Started):
+    """The external-provider stand-in (harness/llm_provider.py) serving `hf_dir` as `model`,
+    requiring `Authorization: Bearer {key}`."""
+
+    def __init__(self, work: Path, hf_dir: Path, *, key: str = "sk-stand-in-key", model: str = PROVIDER_MODEL):
+        self.work, self.hf_dir, self.key, self.model = Path(work), Path(hf_dir), key, model
+        self.port, self.admin_port = free_port(), free_port()
+        self.log = self.work / f"provider-{self.port}.log"
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ProviderStandIn:
+        self.work.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "harness.llm_provider", "--model-dir", str(self.hf_dir), "--model", self.model]
+        command += ["--port", str(self.port), "--admin-port", str(self.admin_port)]
+        env = {**os.environ, "PROVIDER_API_KEY": self.key, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.proc = spawn(command, env, self.log)
+        try:
+            wait_for(self._ready, timeout=timeout, what=f"provider stand-in on {self.url} (log {self.log})")
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"provider stand-in exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+        try:
+            return requests.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def control(self, **change) -> dict:
+        """status=429|500|200, first_token_delay_ms=N, token_delay_ms=N, listening=False|True (connect refused)."""
+        reply = requests.post(f"http://127.0.0.1:{self.admin_port}/control", json=change, timeout=5)
+        reply.raise_for_status()
+        return reply.json()
+
+    def healthy(self) -> dict:
+        """Back to normal: answering, 200s, no delay."""
+        return self.control(status=200, first_token_delay_ms=0, token_delay_ms=0, listening=True)
+
+    def stats(self) -> dict:
+        return requests.get(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5).json()
+
+    def stop(self) -> None:
+        stop(self.proc)

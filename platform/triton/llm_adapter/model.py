@@ -1,0 +1,238 @@
+"""Triton python-backend adapter that streams a Hugging Face causal LM's tokens (decoupled).
+
+Copied into `<model dir>/1/model.py` by registry/llm/triton.py, next to the model directory
+itself (`1/model/`). Served through Triton's generate extension:
+`POST /v2/models/{name}/generate_stream` answers with server-sent events, one per response:
+one response per generated token carrying `text_output` (the new text of that step), then a
+final one with `finish_reason` ("stop" | "length"), `prompt_tokens` and `completion_tokens`
+(and `text_output` "" or the text held back until then). `/generate` with `"stream": false`
+answers with one JSON holding the whole text and the counts.
+
+Inputs (all but one of text_input / messages_json optional):
+  text_input     the prompt, as is (/v1/completions)
+  messages_json  an OpenAI messages array as JSON, rendered with the tokenizer's chat template (chat)
+  max_tokens     new tokens at most (default: parameter max_tokens_default; capped by the context)
+  temperature    0 (default): greedy; > 0: sampling from softmax(logits / temperature)
+  stop           strings that end the completion (not included in it)
+  stream         true (default): a response per token; false: one response with the whole text
+                 (what `/generate` needs: it accepts exactly one response)
+A bad request gets one error response naming the input and what is wrong.
+
+Each request runs in a thread of its own (up to `max_streams` at once, the rest queue), so
+streams interleave; a request the client has cancelled (Triton cancels it when the HTTP client
+goes away) stops at the next token. Greedy decoding with the model's KV cache.
+
+Config parameters (config.pbtxt `parameters`): `hf_dir` (default "model", relative to the
+version directory), `max_tokens_default` (64), `max_streams` (8), `torch_threads` (1),
+`delay_first_token_ms` and `delay_per_token_ms` (0): a deliberately slower model for
+canary tests, the delay added before the first token and before each later one.
+"""
+
+import inspect
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+MAX_STOP_STRINGS = 4
+MAX_MESSAGES_JSON = 1 << 20
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def _param(config: dict, key: str, default: str) -> str:
+    return config.get("parameters", {}).get(key, {}).get("string_value", default) or default
+
+
+def _input(request, name: str):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _string(name: str, value: str):
+    return pb_utils.Tensor(name, np.array([value.encode("utf-8")], dtype=np.object_))
+
+
+def _int32(name: str, value: int):
+    return pb_utils.Tensor(name, np.array([value], dtype=np.int32))
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        torch.set_num_threads(int(_param(config, "torch_threads", "1")))
+        hf_dir = os.path.join(version_dir, _param(config, "hf_dir", "model"))
+        self.tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+        eos = self.model.generation_config.eos_token_id
+        self.stop_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        # transformers 5.24 renamed the KV cache argument (past_key_values -> cache)
+        self.cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        self.context_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
+        self.max_tokens_default = int(_param(config, "max_tokens_default", "64"))
+        self.delay_first_s = float(_param(config, "delay_first_token_ms", "0")) / 1000.0
+        self.delay_token_s = float(_param(config, "delay_per_token_ms", "0")) / 1000.0
+        self.streams = ThreadPoolExecutor(max_workers=int(_param(config, "max_streams", "8")))
+        # Warm: the first live request does not pay the first forward pass's allocations.
+        with torch.inference_mode():
+            self.model(input_ids=torch.tensor([[0, 1]]), use_cache=True)
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                job = self._parse(request)
+            except BadRequest as error:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))), flags=FINAL)
+                continue
+            self.streams.submit(self._run, job, sender)
+        return None
+
+    def finalize(self):
+        self.streams.shutdown(wait=True, cancel_futures=True)
+
+    # --- one request -----------------------------------------------------------------------
+    def _parse(self, request) -> dict:
+        text = _input(request, "text_input")
+        messages = _input(request, "messages_json")
+        if (text is None) == (messages is None):
+            raise BadRequest("send exactly one of text_input (a prompt) and messages_json (chat messages)")
+        if messages is not None:
+            prompt_ids = self._chat_ids(_text(messages[0]))
+        else:
+            prompt_ids = self.tokenizer(_text(text[0]), add_special_tokens=False)["input_ids"]
+        if not prompt_ids:
+            raise BadRequest("text_input is empty")
+        if len(prompt_ids) >= self.context_length:
+            raise BadRequest(f"the prompt is {len(prompt_ids)} tokens; the context length is {self.context_length}")
+        max_tokens = _input(request, "max_tokens")
+        max_tokens = self.max_tokens_default if max_tokens is None else int(max_tokens[0])
+        if max_tokens < 1:
+            raise BadRequest(f"max_tokens must be at least 1, not {max_tokens}")
+        temperature = _input(request, "temperature")
+        temperature = 0.0 if temperature is None else float(temperature[0])
+        if not 0.0 <= temperature <= 2.0:
+            raise BadRequest(f"temperature must be between 0 and 2, not {temperature}")
+        stop = _input(request, "stop")
+        stop = [] if stop is None else [s for s in (_text(v) for v in stop) if s]
+        if len(stop) > MAX_STOP_STRINGS:
+            raise BadRequest(f"stop holds {len(stop)} strings; at most {MAX_STOP_STRINGS}")
+        stream = _input(request, "stream")
+        return {
+            "stream": True if stream is None else bool(stream[0]),
+            "prompt_ids": prompt_ids,
+            "max_tokens": min(max_tokens, self.context_length - len(prompt_ids)),
+            "temperature": temperature,
+            "stop": stop,
+        }
+
+    def _chat_ids(self, raw: str) -> list:
+        if len(raw) > MAX_MESSAGES_JSON:
+            raise BadRequest(f"messages_json is longer than {MAX_MESSAGES_JSON} characters")
+        try:
+            messages = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise BadRequest(f"messages_json is not valid JSON: {error}") from None
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("messages_json must be a non-empty JSON array of messages")
+        for n, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise BadRequest(f"messages_json[{n}] must be an object with a string role")
+            if not isinstance(message.get("content"), (str, list)):
+                raise BadRequest(f"messages_json[{n}].content must be a string or a list of parts")
+        try:
+            rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as error:  # the template's own complaint (jinja) about these messages
+            raise BadRequest(f"messages_json cannot be rendered with the model's chat template: {error}") from None
+        return self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+    def _run(self, job: dict, sender) -> None:
+        try:
+            self._stream(job, sender)
+        except Exception as error:  # a failure inside generation ends this stream only
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {error}")), flags=FINAL
+            )
+
+    def _next_token(self, logits, temperature: float, generator) -> int:
+        if temperature <= 0.0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits / temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    def _stream(self, job: dict, sender) -> None:
+        if sender.is_cancelled():
+            return _cancelled(sender)  # the client left while this request waited for a stream slot
+        generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+        generated, sent, finish = [], "", "length"
+        past, step_ids = None, torch.tensor([job["prompt_ids"]])
+        with torch.inference_mode():
+            for step in range(job["max_tokens"]):
+                out = self.model(input_ids=step_ids, use_cache=True, **{self.cache_arg: past})
+                past = out.past_key_values
+                token = self._next_token(out.logits[0, -1], job["temperature"], generator)
+                if token in self.stop_ids:
+                    finish = "stop"
+                    break
+                generated.append(token)
+                step_ids = torch.tensor([[token]])
+                text, stopped = _cut_at_stop(self.tokenizer.decode(generated, skip_special_tokens=True), job["stop"])
+                if stopped:
+                    finish = "stop"  # the text before the stop string goes out with the final response
+                    break
+                time.sleep(self.delay_first_s if step == 0 else self.delay_token_s)
+                if sender.is_cancelled():
+                    return _cancelled(sender)  # the client went away: stop generating
+                ready = _releasable(text, job["stop"])
+                if job["stream"] and len(ready) > len(sent):
+                    sender.send(pb_utils.InferenceResponse(output_tensors=[_string("text_output", ready[len(sent) :])]))
+                    sent = ready
+        text, _ = _cut_at_stop(self.tokenizer.decode(generated, skip_special_tokens=True), job["stop"])
+        final = pb_utils.InferenceResponse(
+            output_tensors=[
+                _string("text_output", text[len(sent) :]),
+                _string("finish_reason", finish),
+                _int32("prompt_tokens", len(job["prompt_ids"])),
+                _int32("completion_tokens", len(generated)),
+            ]
+        )
+        sender.send(final, flags=FINAL)
+
+
+def _cancelled(sender) -> None:
+    """End a cancelled request: without its final flag Triton counts it in flight for ever
+    (and waits for it when shutting down)."""
+    error = pb_utils.TritonError("the request was cancelled", pb_utils.TritonError.CANCELLED)
+    sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+
+
+def _cut_at_stop(text: str, stop: list) -> tuple:
+    """(text before the first stop string, whether one was found)."""
+    cut = min((text.find(s) for s in stop if s in text), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def _releasable(text: str, stop: list) -> str:
+    """The part of `text` that can be sent now: without an incomplete UTF-8 character at the
+    end, nor a tail that may be the start of a stop string."""
+    text = text.rstrip("\ufffd")
+    hold = 0
+    for s in stop:
+        for n in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                hold = max(hold, n)
+                break
+    return text[: len(text) - hold] if hold else text
