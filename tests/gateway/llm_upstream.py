@@ -8,11 +8,16 @@ This is a fake, on purpose and only until the real servers land on main: the pro
 tiny model on tritonserver and an OpenAI-compatible server are being built in parallel
 (`harness/llm.py`, branch llm-model). What the gateway must do with a backend (stream, fall
 back before the first token, stop generating when the client leaves) is observable here:
-the server records each request, can fail (status before the first token) or stall, and
-counts the streams whose client went away before the end (`cancelled`).
+the server records each request, and counts the streams whose client went away before the
+end (`cancelled`). What a model does is in its name (the route table's backend `model`):
 
-The "model" writes the words `w0 w1 w2 ...` (one per token, `delay_s` apart), max_tokens of
-them; prompt tokens are the prompt's whitespace-separated words.
+  fail-<status>  answers that status before any token;
+  stall-<ms>     waits that long before the first token;
+  slow-<ms>      waits that long between tokens;
+  anything else  streams at once.
+
+The "model" writes the words `w0 w1 w2 ...` (one per token), max_tokens of them; prompt
+tokens are the prompt's whitespace-separated words.
 """
 
 from __future__ import annotations
@@ -27,12 +32,9 @@ from kernel.tritonserver import free_port
 
 
 class LlmUpstream:
-    def __init__(self, *, api_key: str | None = None, delay_s: float = 0.0):
+    def __init__(self, *, api_key: str | None = None):
         self.port = free_port()
         self.api_key = api_key
-        self.delay_s = delay_s
-        self.first_token_delay_s = 0.0
-        self.fail_status = 0  # answer this status before any token (0: serve)
         self.requests: list[dict] = []
         self.cancelled = 0
         self.completed = 0
@@ -74,18 +76,22 @@ class LlmUpstream:
         self.loop = None
 
     # --- protocols -----------------------------------------------------------------------
-    async def _stream(self, request, events, body: dict):
+    async def _stream(self, request, events, body: dict, model: str):
         self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
-        if self.fail_status:
-            return web.json_response({"error": f"failing on purpose ({self.fail_status})"}, status=self.fail_status)
+        kind, _, number = model.partition("-")
+        number = int(number) if number.isdigit() else 0
+        if kind == "fail":
+            return web.json_response({"error": f"failing on purpose ({number})"}, status=number)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
-            await asyncio.sleep(self.first_token_delay_s)
+            if kind == "stall":
+                await asyncio.sleep(number / 1000)
             for event in events:
                 data = event.encode() if type(event) is str else json.dumps(event).encode()
                 await response.write(b"data: " + data + b"\n\n")
-                await asyncio.sleep(self.delay_s)
+                if kind == "slow":
+                    await asyncio.sleep(number / 1000)
             await response.write_eof()
             self.completed += 1
         except (asyncio.CancelledError, ConnectionResetError):
@@ -100,7 +106,7 @@ class LlmUpstream:
         prompt = len(text.split())
         events = [{"model_name": request.match_info["model"], "text_output": f"w{i} "} for i in range(n)]
         events.append({"text_output": "", "prompt_tokens": prompt, "completion_tokens": n, "finish_reason": "length"})
-        return await self._stream(request, events, body)
+        return await self._stream(request, events, body, request.match_info["model"])
 
     async def _openai(self, request):
         if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
@@ -118,4 +124,4 @@ class LlmUpstream:
         usage = {"prompt_tokens": len(text.split()), "completion_tokens": n, "total_tokens": len(text.split()) + n}
         events.append({"id": "x", "model": body["model"], "choices": [], "usage": usage})
         events.append("[DONE]")
-        return await self._stream(request, events, body)
+        return await self._stream(request, events, body, body["model"])
