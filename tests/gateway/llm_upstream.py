@@ -14,6 +14,7 @@ end (`cancelled`). What a model does is in its name (the route table's backend `
   fail-<status>  answers that status before any token;
   stall-<ms>     waits that long before the first token;
   slow-<ms>      waits that long between tokens;
+  die-<n>        drops the connection after n tokens (a backend that dies mid-stream);
   anything else  streams at once.
 
 The "model" writes the words `w0 w1 w2 ...` (one per token), max_tokens of them; prompt
@@ -87,7 +88,10 @@ class LlmUpstream:
         try:
             if kind == "stall":
                 await asyncio.sleep(number / 1000)
-            for event in events:
+            for i, event in enumerate(events):
+                if kind == "die" and i == number:
+                    request.transport.close()
+                    return response
                 data = event.encode() if type(event) is str else json.dumps(event).encode()
                 await response.write(b"data: " + data + b"\n\n")
                 if kind == "slow":

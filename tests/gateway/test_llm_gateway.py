@@ -14,6 +14,7 @@ import openai
 import pytest
 import requests
 
+from gateway.feedback_rules import read_exposure_token
 from harness.gateway import METRICS_TOKEN, start_gateway, stop_gateway
 from kernel.tritonserver import free_port
 
@@ -25,6 +26,7 @@ KEY_A = "sk-team-a-4f1c2b9e8d7a6b5c"
 KEY_Q = "sk-team-q-0a9b8c7d6e5f4a3b"
 KEY_B = "sk-team-b-1122334455667788"
 PROVIDER_SECRET = "sk-provider-secret-value-42"
+EXPOSURE_KEY = bytes(range(32))
 OPERATOR = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 
@@ -82,6 +84,8 @@ def table(up: LlmUpstream, dead_url: str) -> dict:
             _endpoint("stall-llm", [_triton("stalled", up.url, "stall-3000")], fallbacks=[_triton("quick", up.url)])
             | {"first_token_timeout_ms": 300},
             _endpoint("slow-llm", [_triton("slow", up.url, "slow-50")]),
+            _endpoint("die-llm", [_triton("dies", up.url, "die-2")], fallbacks=[_triton("unused", up.url)]),
+            _endpoint("exp-llm", [_triton("e", up.url)], experiment="exp-7", exposure_token_key=EXPOSURE_KEY.hex()),
             _endpoint("quota-llm", [_triton("q", up.url)], auth={"keys": ["kq"]}, context_length=200),
             # one tenant's broken entry (its secret is not in the table): refused alone
             _endpoint("bad-llm", [_triton("x", up.url, secret="nowhere")]),
@@ -272,3 +276,28 @@ def test_status_shows_llm_endpoints_without_secrets_and_refuses_the_bad_entry_al
     assert refused == {"bad-llm": "unknown_secret"}
     resp = requests.post(f"{base}/v1/completions", json={"model": "tri-llm", "prompt": "a", "max_tokens": 1}, timeout=5)
     assert resp.status_code == 200  # the others are served
+
+
+def test_a_backend_dying_after_the_first_token_ends_the_stream_with_an_error_not_a_retry(stack):
+    up, base, _ = stack
+    served = len(up.requests)
+    stream = client(base).completions.create(model="die-llm", prompt="x", max_tokens=10, stream=True)
+    texts = []
+    with pytest.raises(openai.APIError, match="after its first token"):
+        for chunk in stream:
+            texts.append(chunk.choices[0].text)
+    assert texts == ["w0 ", "w1 "]
+    assert len(up.requests) == served + 1  # no second backend continued someone else's sentence
+    assert metric(base, "gateway_llm_requests_total", endpoint="die-llm", status="502", fault="backend") == 1
+
+
+def test_an_experiment_endpoint_signs_an_exposure_token(stack):
+    _, base, _ = stack
+    resp = requests.post(
+        f"{base}/v1/chat/completions",
+        json={"model": "exp-llm", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "user": "u-9"},
+        timeout=5,
+    )
+    assert resp.status_code == 200
+    claims = read_exposure_token(resp.headers["X-Exposure-Token"], {"exp-7": EXPOSURE_KEY}.get)
+    assert claims[:4] == ["exp-7", "exp-llm", "stable", resp.headers["X-Request-Id"]]
