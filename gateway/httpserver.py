@@ -279,6 +279,13 @@ class HttpProtocol(asyncio.Protocol):
         self.eof = True
         if self.lingering:
             return None  # both sides done: close
+        if self.busy and self.cancellable and not self.queue:
+            # a client that half-closes while its LLM request runs has left (HTTP clients do
+            # not half-close to wait for a reply; nginx's proxy_ignore_client_abort off reads
+            # it the same way): stop the work now rather than generate for nobody
+            self.lost = True
+            self.task.cancel()
+            return None
         if self.busy or self.failed is not None:
             return True  # keep our side open for the replies
         if self.started:  # half a request, and no more will come

@@ -408,7 +408,7 @@ class Call:
         ep, variant = self.ep, self.variant
         streams = self.metrics.streams
         streams[ep.name] -= 1
-        used = None
+        used = 0  # nothing served: the estimate goes back
         if self.attempt is not None:
             replica = self.attempt.replica
             self._release(self.attempt, replica)

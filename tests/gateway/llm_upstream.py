@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections import Counter
 
 from aiohttp import web
 
@@ -37,8 +38,8 @@ class LlmUpstream:
         self.port = free_port()
         self.api_key = api_key
         self.requests: list[dict] = []
-        self.cancelled = 0
-        self.completed = 0
+        self.cancelled: Counter = Counter()  # model -> streams whose client left before the end
+        self.completed: Counter = Counter()
         self.loop = None
         self.runner = None
         self.thread = None
@@ -97,9 +98,9 @@ class LlmUpstream:
                 if kind == "slow":
                     await asyncio.sleep(number / 1000)
             await response.write_eof()
-            self.completed += 1
+            self.completed[model] += 1
         except (asyncio.CancelledError, ConnectionResetError):
-            self.cancelled += 1
+            self.cancelled[model] += 1
             raise
         return response
 

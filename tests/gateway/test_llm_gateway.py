@@ -159,6 +159,9 @@ def test_chat_and_completions_streamed_and_not_on_both_backend_kinds(stack):
     assert metric(base, "gateway_llm_cost_total", endpoint="oai-llm", key="ka") > 0
     assert metric(base, "gateway_llm_ttft_seconds_count", endpoint="oai-llm", variant="stable") >= 2
 
+    stopped = c.completions.create(model="tri-llm", prompt="a", max_tokens=8, stop=["w2", "never"])
+    assert (stopped.choices[0].text, stopped.choices[0].finish_reason) == ("w0 w1 ", "stop")  # applied by the gateway
+
     raw = requests.post(f"{base}/v1/completions", json={"model": "tri-llm", "prompt": "a", "max_tokens": 1}, timeout=5)
     assert raw.headers["X-Model-Variant"] == "stable" and len(raw.headers["X-Request-Id"]) == 32
 
@@ -249,7 +252,7 @@ def test_backend_dead_or_failing_before_first_token_falls_back_in_the_same_reque
 
 def test_client_disconnect_mid_stream_cancels_the_upstream(stack):
     up, base, _ = stack
-    cancelled = up.cancelled
+    cancelled = up.cancelled["slow-50"]
     body = json.dumps({"model": "slow-llm", "prompt": "x", "max_tokens": 200, "stream": True}).encode()
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
@@ -260,10 +263,23 @@ def test_client_disconnect_mid_stream_cancels_the_upstream(stack):
         assert b"200 OK" in sock.recv(4096)
         time.sleep(0.2)  # a few tokens of 200 (50 ms apart)
     deadline = time.monotonic() + 5
-    while up.cancelled == cancelled and time.monotonic() < deadline:
+    while up.cancelled["slow-50"] == cancelled and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert up.cancelled == cancelled + 1  # the backend saw its stream closed long before its 10 s
+    assert up.cancelled["slow-50"] == cancelled + 1  # the backend saw its stream closed long before its 10 s
     assert metric(base, "gateway_llm_requests_total", endpoint="slow-llm", status="499", fault="client") == 1
+
+    body = json.dumps({"model": "slow-llm", "prompt": "x", "max_tokens": 200}).encode()  # not streamed: the same
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        time.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while up.cancelled["slow-50"] == cancelled + 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert up.cancelled["slow-50"] == cancelled + 2
+    assert metric(base, "gateway_llm_requests_total", endpoint="slow-llm", status="499", fault="client") == 2
     assert metric(base, "gateway_llm_streams_in_flight", endpoint="slow-llm") == 0
 
 
