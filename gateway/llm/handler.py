@@ -15,7 +15,7 @@ clients raise as an APIError) and `data: [DONE]`; a reply that is not streamed g
 A client that goes away cancels the handler (httpserver's `cancellable`): the upstream
 connection is closed at once, so the backend stops generating.
 
-Why one module over the house's ~300 lines: the request's life (admission, attempts, the two
+Why this is one long module: the request's life (admission, attempts, the two
 reply shapes, the accounting every exit must do once) shares one set of locals; split, each
 part would pass all of them around.
 """
