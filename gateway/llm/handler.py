@@ -48,6 +48,7 @@ from .requests import MAX_USER, estimate_tokens, fit_context, parse
 PATHS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET, HEAD"}
 SSE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
+MAX_REPLY_CHARS = 16 << 20  # a reply that is not streamed is held whole: bounded whatever the backend sends
 
 
 class LlmService:
@@ -190,7 +191,9 @@ class Call:
     async def first(self) -> None:
         ep, req = self.ep, self.req
         breakers = self.service.breakers
-        prefix = routing.prefix_of(ep, req.rendered)
+        # a session's key keeps its conversation on one replica (its growing prompt's prefix
+        # would move once it passes prefix_affinity_chars); without one, the prompt's prefix
+        prefix = self.sticky.encode("utf-8", "surrogatepass") if self.sticky else routing.prefix_of(ep, req.rendered)
         last: BackendFailure | None = None
         saw_replica = False
         for backend in routing.chain(ep, self.variant):
@@ -209,10 +212,10 @@ class Call:
                 replica.tokens += self.cost
                 attempt = Attempt(self.service.session, backend, replica, req)
                 pieces = attempt.pieces()
+                queued = perf_counter() - self.t0  # arrival -> this attempt's request sent
                 try:
                     async with asyncio.timeout(min(ep.first_token_timeout_s, remaining)):
                         await attempt.open()
-                        self.metrics.observe(self.metrics.queue, (ep.name, self.variant.name), perf_counter() - self.t0)
                         try:
                             piece = await anext(pieces)
                         except StopAsyncIteration:
@@ -226,6 +229,7 @@ class Call:
                     await pieces.aclose()
                     raise
                 else:
+                    self.metrics.observe(self.metrics.queue, (ep.name, self.variant.name), queued)
                     routing.succeeded(replica)
                     self.attempt, self.backend, self.pieces, self.first_piece = attempt, backend, pieces, piece
                     self._count(piece)
@@ -384,6 +388,8 @@ class Call:
                 except StopAsyncIteration:
                     break
                 parts.append(piece.text)
+                if self.text_chars > MAX_REPLY_CHARS:
+                    raise BackendFailure("protocol", f"a reply longer than {MAX_REPLY_CHARS} characters")
             await self._rest()
         except BackendFailure as failure:
             raise LlmError(502, "upstream_error", f"the generation failed: {failure.message}") from None

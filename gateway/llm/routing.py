@@ -3,11 +3,12 @@ what a failure does to a replica's breaker. Pure decisions over the replicas' st
 the breaker's clock); the handler (handler.py) does the I/O.
 
 Replica choice, among the replicas whose breaker lets traffic through:
-  prefix affinity  with prefix_affinity_chars > 0 and a prompt at least that long... or
-                   shorter (its whole text is the prefix): rendezvous hashing of the prompt's
-                   first prefix_affinity_chars characters over the replicas' URLs, so prompts
-                   sharing a prefix (a system prompt, a conversation so far) reach the replica
-                   whose prefix cache holds it, and a replica leaving moves only its own share;
+  affinity         rendezvous hashing over the replicas' URLs of an affinity key: the
+                   request's sticky key when it has one (a conversation stays on one replica
+                   however long its prompt grows), else the prompt's first
+                   prefix_affinity_chars characters (0: off), so prompts sharing a prefix (a
+                   system prompt) reach the replica whose prefix cache holds it, and a replica
+                   leaving moves only its own share;
   bounded load     ... unless that replica's outstanding tokens (with this request's) would
                    pass LOAD_BOUND x the mean (consistent hashing with bounded loads, Mirrokni
                    et al. 2018): then the least loaded, so one hot prefix cannot drown a replica;
