@@ -24,6 +24,7 @@ as the probe (half-open): success closes it, failure doubles the cooldown (up to
 
 from __future__ import annotations
 
+import itertools
 import time
 from hashlib import blake2b
 
@@ -31,6 +32,7 @@ from .. import metrics
 
 LOAD_BOUND = 1.25
 MAX_REPLICAS_PER_BACKEND = 2  # replicas of one backend tried in one request before the next backend
+_turn = itertools.count()  # where the least-tokens scan starts: ties go round robin
 
 
 def usable(replica, now: float) -> bool:
@@ -44,7 +46,8 @@ def pick(backend, prefix: bytes | None, cost: int, now: float, exclude=()):
         return None
     if len(candidates) == 1:
         return candidates[0]
-    least = min(candidates, key=lambda r: r.tokens)
+    start = next(_turn) % len(candidates)
+    least = min(candidates[start:] + candidates[:start], key=lambda r: r.tokens)
     if prefix:
         best = max(candidates, key=lambda r: blake2b(prefix + r.base.encode(), digest_size=8).digest())
         mean = (sum(r.tokens for r in candidates) + cost) / len(candidates)

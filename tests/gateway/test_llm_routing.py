@@ -46,6 +46,8 @@ def replicas(*loads):
 def test_least_outstanding_tokens_without_affinity():
     backend = replicas(500, 20, 300)
     assert routing.pick(backend, None, 100, time.monotonic()) is backend.replicas[1]
+    idle = replicas(0, 0, 0)
+    assert len({routing.pick(idle, None, 1, time.monotonic()) for _ in range(6)}) == 3  # ties: round robin
 
 
 def test_prefix_affinity_sticks_to_one_replica_and_spreads_prefixes():
