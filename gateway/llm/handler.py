@@ -36,7 +36,7 @@ from ..feedback_rules import sign_exposure
 from ..headers import deadline_s
 from ..httpserver import Streamed
 from ..ids import new_id, request_id
-from ..metrics import UNKNOWN_ENDPOINT
+from ..metrics import AUTH_REJECTIONS, UNKNOWN_ENDPOINT
 from ..tenants import MAX_KEY_LENGTH, presented_key
 from ..tensors import Problem
 from . import quotas, routing
@@ -138,6 +138,8 @@ class LlmService:
             admission = quotas.admit(tenant, t0, cost) if tenant is not None else None
         except LlmError as exc:
             self.metrics.done(name, variant_name, exc.status, BACKEND if exc.status >= 500 else CLIENT)
+            if exc.status == 429 and tenant is not None:  # a key over its limits, as on the tensor path
+                AUTH_REJECTIONS.labels(name, tenant.team, tenant.id, exc.code).inc()
             return reply(exc, rid)
         variant = ep.choose(sticky)
         call = Call(self, ep, variant, req, tenant, admission, rid, t0, t0 + timeout, cost, sticky)

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from gateway.feedback_rules import read_exposure_token
-from harness.gateway import METRICS_TOKEN, start_gateway, stop_gateway
+from harness.gateway import METRICS_TOKEN, GatewayProcess, start_gateway, stop_gateway
 from kernel.tritonserver import free_port
 
 from .llm_upstream import LlmUpstream
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.integration
 KEY_A = "sk-team-a-4f1c2b9e8d7a6b5c"
 KEY_Q = "sk-team-q-0a9b8c7d6e5f4a3b"
 KEY_B = "sk-team-b-1122334455667788"
+KEY_W = "sk-team-w-8899aabbccddeeff"
 PROVIDER_SECRET = "sk-provider-secret-value-42"
 EXPOSURE_KEY = bytes(range(32))
 OPERATOR = {"Authorization": f"Bearer {METRICS_TOKEN}"}
@@ -317,3 +318,52 @@ def test_an_experiment_endpoint_signs_an_exposure_token(stack):
     assert resp.status_code == 200
     claims = read_exposure_token(resp.headers["X-Exposure-Token"], {"exp-7": EXPOSURE_KEY}.get)
     assert claims[:4] == ["exp-7", "exp-llm", "stable", resp.headers["X-Request-Id"]]
+
+
+def test_stream_and_token_limits_hold_across_two_workers(stack, tmp_path):
+    """Two worker processes on one port (gateway/workers.py): connections land on either, and a
+    key's one stream and its tokens per minute are the host's, not each worker's."""
+    up, _, _ = stack
+    routes = tmp_path / "routes.json"
+    doc = table(up, f"http://127.0.0.1:{free_port()}")
+    doc["keys"].append(_key("kw", KEY_W, "team-w", tokens_per_minute=300, max_streams=1))
+    doc["llm_endpoints"].append(_endpoint("workers-llm", [_triton("s", up.url, "slow-100")], auth={"keys": ["kw"]}))
+    doc["llm_endpoints"].append(_endpoint("workers-fast", [_triton("f", up.url)], auth={"keys": ["kw"]}))
+    routes.write_text(json.dumps(doc))
+    gateway = GatewayProcess(
+        tmp_path, {"GATEWAY_ROUTES_FILE": str(routes), "GATEWAY_WORKERS": "2", "GATEWAY_METRICS_TOKEN": METRICS_TOKEN}
+    ).start()
+    try:
+        held = client(gateway.url, KEY_W).completions.create(
+            model="workers-llm", prompt="x", max_tokens=20, stream=True
+        )  # its first chunk is in: the stream is held for ~2 s
+        codes = []
+        for _ in range(8):  # new connections: both workers answer some of them
+            with requests.Session() as session:
+                resp = session.post(
+                    f"{gateway.url}/v1/completions",
+                    json={"model": "workers-llm", "prompt": "x", "max_tokens": 1},
+                    headers={"Authorization": f"Bearer {KEY_W}", "Connection": "close"},
+                    timeout=5,
+                )
+                codes.append((resp.status_code, resp.json()["error"]["code"]))
+        assert codes == [(429, "max_streams")] * 8
+        assert len(list(held)) > 1
+        pids = set()
+        spent = []
+        for _ in range(8):
+            with requests.Session() as session:
+                resp = session.post(
+                    f"{gateway.url}/v1/completions",
+                    json={"model": "workers-fast", "prompt": "x", "max_tokens": 100},
+                    headers={"Authorization": f"Bearer {KEY_W}", "Connection": "close"},
+                    timeout=10,
+                )
+                spent.append(resp.status_code)
+                status = session.get(f"{gateway.url}/status", headers=OPERATOR, timeout=5).json()
+                pids.add(status["worker"]["pid"])
+        # 300 tokens a minute: the stream took ~21, then two requests of ~101, then none
+        assert spent[:2] == [200, 200] and set(spent[2:]) == {429}
+        assert len(pids) == 2  # both workers served
+    finally:
+        gateway.stop()
