@@ -102,7 +102,14 @@ def _str(value):
     return value if type(value) is str else None
 
 
-async def _failed_status(resp: aiohttp.ClientResponse) -> BackendFailure:
+def redact(message: str, authorization: str | None) -> str:
+    """A backend's words with the secret it was sent taken out (a provider may quote the key)."""
+    if authorization:
+        return message.replace(authorization.removeprefix("Bearer "), "[secret]")
+    return message
+
+
+async def _failed_status(resp: aiohttp.ClientResponse, authorization: str | None) -> BackendFailure:
     try:
         raw = await resp.content.read(MAX_ERROR_BODY)
     except (aiohttp.ClientError, OSError):
@@ -114,8 +121,11 @@ async def _failed_status(resp: aiohttp.ClientResponse) -> BackendFailure:
             message = message.get("message")
     except orjson.JSONDecodeError:
         message = None
-    message = str(message or raw[:200].decode("utf-8", "replace"))[:300]
+    message = str(message or raw[:200].decode("utf-8", "replace"))
+    message = redact(message, authorization)[:300]
     status = resp.status
+    if status in (401, 403):
+        return BackendFailure("refused", f"the backend refused the gateway's credentials ({status})", status)
     if status == 429:
         return BackendFailure("429", f"the backend is rate limited (429): {message}", status)
     if status >= 500:
@@ -170,7 +180,7 @@ class Attempt:
         except (aiohttp.ClientError, OSError) as exc:
             raise BackendFailure("5xx", f"the backend connection failed: {type(exc).__name__}") from None
         if resp.status != 200:
-            failure = await _failed_status(resp)
+            failure = await _failed_status(resp, self.backend.authorization)
             self.close()
             raise failure
 
@@ -223,7 +233,9 @@ class Attempt:
             if "error" in event:
                 error = event["error"]
                 message = error.get("message") if isinstance(error, dict) else error
-                raise BackendFailure("5xx", f"the backend failed: {str(message)[:300]}")
+                raise BackendFailure(
+                    "5xx", f"the backend failed: {redact(str(message), self.backend.authorization)[:300]}"
+                )
             text, finish = "", None
             choices = event.get("choices")
             if isinstance(choices, list) and choices and isinstance(choices[0], dict):

@@ -163,3 +163,13 @@ def test_secrets_are_checked_per_entry_and_never_quoted():
     assert "sk-fine" not in json.dumps(ep.describe()) and "sk-fine" not in repr(ep.stable.backends)
     duplicated = document(secrets=[{"id": "s", "value": "a"}, {"id": "s", "value": "b"}])
     assert refusals(duplicated) == {("secret", "s"): "duplicate_secret"}
+
+
+def test_a_backend_quoting_its_secret_is_redacted():
+    from gateway.llm.backends import redact
+
+    assert (
+        redact("Incorrect API key provided: sk-live-123", "Bearer sk-live-123")
+        == "Incorrect API key provided: [secret]"
+    )
+    assert redact("plain", None) == "plain"
