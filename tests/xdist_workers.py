@@ -42,6 +42,7 @@ LONGEST = (
     "test_rollout_watch_browser.py",
     "test_experiment_page_browser.py",
     "test_rollout_integration.py",
+    "test_llm_real_backends.py",  # tritonserver, transformers serve and the provider stand-in (~80 s)
 )
 
 
