@@ -4,11 +4,13 @@ gateway calls, Triton's generate extension (POST /v2/models/{m}/generate_stream,
 the OpenAI API (POST /v1/chat/completions and /v1/completions with stream: true, usage in the
 last chunk, optional bearer key as an external provider would require).
 
-This is a fake, on purpose and only until the real servers land on main: the project's own
-tiny model on tritonserver and an OpenAI-compatible server are being built in parallel
-(`harness/llm.py`, branch llm-model). What the gateway must do with a backend (stream, fall
-back before the first token, stop generating when the client leaves) is observable here:
-the server records each request, and counts the streams whose client went away before the
+This is a fake, on purpose: the same behaviours are checked against the real servers
+(tritonserver with the project's tiny model, `transformers serve`, the provider stand-in of
+harness/llm.py) in test_llm_real_backends.py, which takes ~80 s to start them; this one
+starts in milliseconds, writes exact, known tokens (so quotas and usage are checked to the
+token) and fails in ways a real server cannot be made to on cue (a connection dropped after
+the n-th token). What the gateway must do with a backend is observable here: the server
+records each request, and counts per model the streams whose client went away before the
 end (`cancelled`). What a model does is in its name (the route table's backend `model`):
 
   fail-<status>  answers that status before any token;
