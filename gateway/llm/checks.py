@@ -7,11 +7,14 @@ Pure: no I/O, no state. Secrets are named by id only: no message here carries a 
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 BP = 10000
 
 CODES = (
     "unknown_secret",  # a backend names a secret the table does not carry (or one it refused)
     "duplicate_backend_ids",  # two backends of one entry with one id (metric labels, fallback reports)
+    "credentials_in_url",  # a backend URL with user:password@ (shown in /status and metrics): use a secret
 )
 
 
@@ -41,6 +44,13 @@ def llm_entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str], s
                 "unknown_secret",
                 f"backend {backend['id']!r} names secret {secret!r}, which the table does not carry",
             )
+    for backend in backends:
+        for url in backend["urls"]:
+            if "@" in urlsplit(url).netloc:
+                return "credentials_in_url", (
+                    f"backend {backend['id']!r} has credentials in a URL (shown in /status and metrics): "
+                    "name a secret instead"
+                )
     for v in variants:
         ids = [b["id"] for b in v["backends"]]
         if len(set(ids)) != len(ids):

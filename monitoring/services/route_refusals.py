@@ -44,6 +44,7 @@ REASONS = {
     "duplicate_secret": "another secret has the same id",
     "unknown_secret": "a backend names a secret the table does not carry",
     "duplicate_backend_ids": "two of its backends have the same id",
+    "credentials_in_url": "a backend URL carries credentials (name a secret instead)",
 }
 ENTRY_KINDS = ("endpoint", "llm_endpoint")  # tensor and LLM endpoints: one namespace
 

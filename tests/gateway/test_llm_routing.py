@@ -129,6 +129,7 @@ def refusals(doc) -> dict:
         (lambda e: e.update(auth={"keys": ["nobody"]}), "unknown_keys"),
         (lambda e: e["variants"][0]["backends"][0].update(secret="missing"), "unknown_secret"),
         (lambda e: e["variants"][0]["backends"].append(backend_doc()), "duplicate_backend_ids"),
+        (lambda e: e["variants"][0]["backends"][0].update(urls=["https://me:pw@p.example/v1"]), "credentials_in_url"),
         (lambda e: e.update(colour="blue"), "invalid_entry"),
         (lambda e: e["variants"][0]["backends"][0].update(kind="grpc"), "invalid_entry"),
     ],
