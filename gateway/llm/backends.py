@@ -128,7 +128,9 @@ async def _failed_status(resp: aiohttp.ClientResponse, authorization: str | None
         return BackendFailure("refused", f"the backend refused the gateway's credentials ({status})", status)
     if status == 429:
         return BackendFailure("429", f"the backend is rate limited (429): {message}", status)
-    if status >= 500:
+    if status >= 500 or status == 404 or "unknown model" in message.lower():
+        # 404 / Triton's "unknown model": the model is not loaded there (a replica restarting
+        # or loading it): the replica's failure, tried elsewhere (counted with the 5xx)
         return BackendFailure("5xx", f"the backend failed ({status}): {message}", status)
     return BackendFailure("refused", f"the backend refused the request ({status}): {message}", status)
 
