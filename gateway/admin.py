@@ -72,6 +72,7 @@ def status_page(gateway, request):
         "routes": gateway.status.detail(),
         "keys": len(table.keys) if table else 0,
         "endpoints": {name: _endpoint_detail(ep) for name, ep in (table.endpoints.items() if table else ())},
+        "llm_endpoints": {name: ep.describe() for name, ep in (table.llm.items() if table else ())},  # no secrets
     }
     return 200, {"Content-Type": JSON_CT, "X-Request-Id": rid, "X-Model-Variant": "none"}, json.dumps(detail).encode()
 

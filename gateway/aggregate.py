@@ -34,6 +34,7 @@ log = logging.getLogger("gateway")
 SUM_GAUGES = frozenset(
     (
         "gateway_in_flight_requests",
+        "gateway_llm_streams_in_flight",
         "gateway_shadow_queue_depth",
         "gateway_exposure_buffer",
         "process_resident_memory_bytes",

@@ -32,8 +32,15 @@ Why this is one long module: the connection protocol (llhttp callbacks, the limi
 pipelining, lingering close) is one state machine whose parts read each other's state on
 every callback; uvicorn keeps its httptools protocol in one module for the same reason.
 
-The handler is `async handler(Request) -> (status, headers: dict[str, str], body: bytes)`;
-header values it returns must be safe (the gateway validates what it echoes).
+The handler is `async handler(Request) -> (status, headers: dict[str, str], body)`; header
+values it returns must be safe (the gateway validates what it echoes). `body` is bytes, or a
+`Streamed` (an async iterator of byte chunks: server-sent events, gateway/llm/): then the reply
+goes out with `Transfer-Encoding: chunked`, one chunk per item, and the next item is asked for
+only once the transport's buffer is below its high-water mark (`pause_writing`), so a client
+that reads slowly slows the producer (and, through it, the upstream's TCP connection) instead
+of growing a buffer. A handler that sets `request.conn.cancellable` is cancelled
+(asyncio.CancelledError in its task) when the client's connection is lost, streaming or not:
+the upstream request it awaits is cancelled with it.
 
 Longer than the house's ~300 lines: one protocol class whose parser callbacks, limits
 and reply loop share per-connection state; split, each part would need all of it.
@@ -76,6 +83,26 @@ SINGLETON_HEADERS = frozenset(
         "inference-header-content-length",
     )
 )
+
+
+class Streamed:
+    """A reply body produced as it goes: `chunks` is an async generator of bytes; `done`, a
+    callable run once whatever happens (written whole, cut, or never started because the
+    client left first): what the handler holds for the stream is released there."""
+
+    __slots__ = ("chunks", "done")
+
+    def __init__(self, chunks, done=None):
+        self.chunks = chunks
+        self.done = done
+
+    async def finish(self) -> None:
+        try:
+            await self.chunks.aclose()
+        finally:
+            if self.done is not None:
+                done, self.done = self.done, None
+                done()
 
 
 class Request:
@@ -183,6 +210,8 @@ class HttpProtocol(asyncio.Protocol):
         "closing_since",
         "paused_since",
         "lingering",
+        "task",
+        "cancellable",
     )
 
     def __init__(self, server: HttpServer):
@@ -208,6 +237,8 @@ class HttpProtocol(asyncio.Protocol):
         self.closing_since = 0.0
         self.paused_since = 0.0
         self.progress = False
+        self.task: asyncio.Task | None = None  # the task answering this connection's requests
+        self.cancellable = False  # the handler asked to be cancelled when the client goes away
         self._reset_message()
 
     def _reset_message(self):
@@ -239,12 +270,22 @@ class HttpProtocol(asyncio.Protocol):
         drain = self.drain
         if drain is not None and not drain.done():
             drain.set_result(None)
+        task = self.task
+        if self.cancellable and task is not None and not task.done():
+            task.cancel()  # nobody will read the reply: stop the work (and the upstream request) now
 
     def eof_received(self):
         """The client half-closed (sent everything): answer what is in progress, then close."""
         self.eof = True
         if self.lingering:
             return None  # both sides done: close
+        if self.busy and self.cancellable and not self.queue:
+            # a client that half-closes while its LLM request runs has left (HTTP clients do
+            # not half-close to wait for a reply; nginx's proxy_ignore_client_abort off reads
+            # it the same way): stop the work now rather than generate for nobody
+            self.lost = True
+            self.task.cancel()
+            return None
         if self.busy or self.failed is not None:
             return True  # keep our side open for the replies
         if self.started:  # half a request, and no more will come
@@ -429,7 +470,7 @@ class HttpProtocol(asyncio.Protocol):
             self._update_reading()
         else:
             self.busy = True
-            self.loop.create_task(self._run(request))
+            self.task = self.loop.create_task(self._run(request))
 
     # --- replies --------------------------------------------------------------------------
     def _update_reading(self):
@@ -495,6 +536,12 @@ class HttpProtocol(asyncio.Protocol):
         while True:
             try:
                 status, headers, body = await handler(request)
+            except asyncio.CancelledError:
+                self.cancellable = False
+                if self.lost:  # the client went away (connection_lost cancelled the handler)
+                    self.busy = False
+                    return
+                raise
             except Exception:
                 log.exception("handler failed on %s %s", request.method, request.path)
                 status, headers, body = (
@@ -504,6 +551,8 @@ class HttpProtocol(asyncio.Protocol):
                 )
             if self.closed:
                 self.busy = False
+                if type(body) is Streamed:
+                    await body.finish()
                 return
             queue = self.queue
             close = (
@@ -511,7 +560,15 @@ class HttpProtocol(asyncio.Protocol):
                 or self.server.stopping
                 or (not queue and (self.close_after or (self.eof and self.failed is None)))
             )
-            self.transport.write(encode_response(status, headers, b"" if request.method == "HEAD" else body, close))
+            if type(body) is Streamed:
+                if not await self._stream(status, headers, body, close):
+                    self.busy = False
+                    if not self.closed:
+                        self._close()
+                    return
+            else:
+                self.cancellable = False
+                self.transport.write(encode_response(status, headers, b"" if request.method == "HEAD" else body, close))
             if close:
                 self.busy = False
                 self.failed = None
@@ -534,6 +591,51 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 self._update_reading()
             return
+
+    async def _stream(self, status: int, headers: dict, body: Streamed, close: bool) -> bool:
+        """Write a chunked reply as its chunks come, waiting for the client to drain its
+        buffer before asking for the next one. True when the reply went out whole."""
+        transport = self.transport
+        head = "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
+        transport.write(
+            b"HTTP/1.1 %d %s\r\nTransfer-Encoding: chunked\r\n%s%s\r\n"
+            % (
+                status,
+                REASONS.get(status, b"Unknown"),
+                head.encode("latin-1"),
+                b"Connection: close\r\n" if close else b"",
+            )
+        )
+        chunks = body.chunks
+        whole = False
+        try:
+            async for piece in chunks:
+                if self.closed:
+                    break
+                if piece:
+                    transport.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                if self.writing_paused and not self.closed:  # a slow reader: no next chunk until it drains
+                    self.drain = self.loop.create_future()
+                    await self.drain
+                    self.drain = None
+                    if self.closed:
+                        break
+            else:
+                if not self.closed:
+                    transport.write(b"0\r\n\r\n")
+                    whole = True
+        except asyncio.CancelledError:
+            if not self.lost:
+                raise
+        except Exception:
+            log.exception("streamed reply failed")
+            if not self.closed:
+                self.closed = True
+                transport.abort()  # a reply cut in the middle must not look whole to the client
+        finally:
+            self.cancellable = False
+            await body.finish()
+        return whole
 
 
 def _target(url: bytes) -> tuple[str, str]:

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import jsonschema
 
+from .llm.checks import CODES as LLM_CODES
+from .llm.checks import llm_entry_problem
+
 SCHEMA_PATH = Path(__file__).with_name("route_table.schema.json")
 BP = 10000  # basis points: weights of the live variants of an endpoint sum to this
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # the schema's `name`
@@ -40,7 +43,11 @@ CODES = (
     "shadow_weight",  # a shadow with a weight
     "invalid_key",  # a key that does not match the schema
     "duplicate_key",  # two keys with one id or one sha256: both left out
+    "invalid_secret",  # a secret that does not match the schema (its value is never shown)
+    "duplicate_secret",  # two secrets with one id: both left out
+    *LLM_CODES,
 )
+ENTRY_LISTS = ("endpoints", "keys", "llm_endpoints", "secrets")  # checked per entry
 
 
 class RouteTableError(ValueError):
@@ -68,6 +75,8 @@ class Checked:
     endpoints: list[int]
     keys: list[int]
     refusals: list[Refusal]
+    llm_endpoints: list[int] = None
+    secrets: list[int] = None
 
 
 @lru_cache(maxsize=1)
@@ -77,20 +86,25 @@ def _validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
-def _schema_errors(document) -> tuple[list[str], dict[int, str], dict[int, str]]:
-    """(document-level errors, {entry index: first error}, {key index: first error})."""
+def _schema_errors(document) -> tuple[list[str], dict[str, dict[int, str]]]:
+    """(document-level errors, {list name: {entry index: first error}}) for the lists of ENTRY_LISTS.
+    A secret's error never quotes the instance (it may be the value)."""
     top: list[str] = []
-    entries: dict[int, str] = {}
-    keys: dict[int, str] = {}
+    per_list: dict[str, dict[int, str]] = {name: {} for name in ENTRY_LISTS}
     errors = sorted(_validator().iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path])
     for err in errors:
         path = list(err.absolute_path)
-        message = f"{'/'.join(str(p) for p in path) or '(root)'}: {err.message}"
-        if len(path) >= 2 and path[0] in ("endpoints", "keys") and isinstance(path[1], int):
-            (entries if path[0] == "endpoints" else keys).setdefault(path[1], message)
+        where = "/".join(str(p) for p in path) or "(root)"
+        if len(path) >= 2 and path[0] in per_list and isinstance(path[1], int):
+            message = f"{where}: {err.message}"
+            if path[0] == "secrets":
+                message = f"{where}: does not match the schema ({err.validator}); the value is not shown"
+            per_list[path[0]].setdefault(path[1], message)
+        elif path and path[0] == "secrets":  # never quote what may be a secret's value
+            top.append(f"{where}: does not match the schema ({err.validator})")
         else:
-            top.append(message)
-    return top, entries, keys
+            top.append(f"{where}: {err.message}")
+    return top, per_list
 
 
 def _entry_name(entry, index: int) -> str:
@@ -173,41 +187,80 @@ def entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str]) -> tu
     return _variants_problem(entry["variants"])
 
 
+def _check_secrets(secrets: list, bad: dict[int, str], refusals: list[Refusal]) -> list[int]:
+    ids: dict[str, list[int]] = {}
+    for i, secret in enumerate(secrets):
+        if i not in bad:
+            ids.setdefault(secret["id"], []).append(i)
+    kept = []
+    for i, secret in enumerate(secrets):
+        sid = secret.get("id") if isinstance(secret, dict) and isinstance(secret.get("id"), str) else ""
+        if i in bad:
+            name = sid[:64] if NAME_RE.fullmatch(sid or "") else f"secrets/{i}"
+            refusals.append(Refusal("secret", name, "invalid_secret", bad[i]))
+        elif len(ids[sid]) > 1:
+            reason = f"secrets/{i} ({sid}): another secret has the same id; both are left out"
+            refusals.append(Refusal("secret", sid, "duplicate_secret", reason))
+        else:
+            kept.append(i)
+    return kept
+
+
 def check(document) -> Checked:
     """What to apply and what to refuse. Raises RouteTableError only for a document that is
-    not a route table (then nothing of it can be trusted)."""
+    not a route table (then nothing of it can be trusted). Tensor endpoints and LLM endpoints
+    share one namespace: a name used in both lists refuses every entry that has it."""
     if not isinstance(document, dict):
         raise RouteTableError(f"(root): the route table must be a JSON object, not {type(document).__name__}")
-    top, bad_entries, bad_keys = _schema_errors(document)
+    top, bad = _schema_errors(document)
     if top:
         raise RouteTableError(top[0])
     refusals: list[Refusal] = []
     keys = document.get("keys", [])
-    kept_keys = _check_keys(keys, bad_keys, refusals)
+    kept_keys = _check_keys(keys, bad["keys"], refusals)
     key_ids = {keys[i]["id"] for i in kept_keys}
     left_out = {r.name for r in refusals} - key_ids
-    entries = document["endpoints"]
+    secrets = document.get("secrets", [])
+    kept_secrets = _check_secrets(secrets, bad["secrets"], refusals)
+    secret_ids = {secrets[i]["id"] for i in kept_secrets}
+    lists = (("endpoints", "endpoint"), ("llm_endpoints", "llm_endpoint"))
     counts: dict[str, int] = {}
-    for i, entry in enumerate(entries):
-        if i not in bad_entries:
-            counts[entry["name"]] = counts.get(entry["name"], 0) + 1
-    kept = []
-    for i, entry in enumerate(entries):
-        name = _entry_name(entry, i)
-        if i in bad_entries:
-            problem = ("invalid_entry", bad_entries[i])
-        elif counts[entry["name"]] > 1:
-            problem = (
-                "duplicate_endpoint",
-                f"duplicate endpoint name: {counts[name]} entries are named {name!r}, all refused",
+    for list_name, _ in lists:
+        for i, entry in enumerate(document.get(list_name, [])):
+            if i not in bad[list_name]:
+                counts[entry["name"]] = counts.get(entry["name"], 0) + 1
+    kept: dict[str, list[int]] = {}
+    for list_name, kind in lists:
+        kept[list_name] = []
+        for i, entry in enumerate(document.get(list_name, [])):
+            name = (
+                _entry_name(entry, i)
+                if list_name == "endpoints"
+                else _entry_name(entry, i).replace("endpoints/", "llm_endpoints/")
             )
-        else:
-            problem = entry_problem(entry, key_ids, left_out)
-        if problem is None:
-            kept.append(i)
-        else:
-            refusals.append(Refusal("endpoint", name, problem[0], f"endpoints/{i} ({name}): {problem[1]}"))
-    return Checked(endpoints=kept, keys=kept_keys, refusals=refusals)
+            if i in bad[list_name]:
+                problem = ("invalid_entry", bad[list_name][i])
+            elif counts[entry["name"]] > 1:
+                problem = (
+                    "duplicate_endpoint",
+                    f"duplicate endpoint name: {counts[name]} entries (endpoints and llm_endpoints) are named "
+                    f"{name!r}, all refused",
+                )
+            elif list_name == "endpoints":
+                problem = entry_problem(entry, key_ids, left_out)
+            else:
+                problem = llm_entry_problem(entry, key_ids, left_out, secret_ids)
+            if problem is None:
+                kept[list_name].append(i)
+            else:
+                refusals.append(Refusal(kind, name, problem[0], f"{list_name}/{i} ({name}): {problem[1]}"))
+    return Checked(
+        endpoints=kept["endpoints"],
+        keys=kept_keys,
+        refusals=refusals,
+        llm_endpoints=kept["llm_endpoints"],
+        secrets=kept_secrets,
+    )
 
 
 def validate(document) -> None:

@@ -9,18 +9,17 @@ checks, and the server calls the same function.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
-from hashlib import blake2b
 
+from .llm.table import compile_llm_endpoints
 from .replies import reply_prefixes
 from .route_checks import BP, SCHEMA_PATH, Refusal, RouteTableError, check, validate
+from .split import Split
 from .tenants import EndpointAuth, Key, compile_auth, compile_keys
 from .tensors import Signature
 from .upstream import Pool
 
 __all__ = ["BP", "SCHEMA_PATH", "Refusal", "RouteTable", "RouteTableError", "compile_table", "validate"]
-GOLDEN = 0.6180339887498949  # additive recurrence: low-discrepancy split without randomness
 
 
 class ReplicaState:
@@ -104,7 +103,7 @@ class Variant:
 
 
 @dataclass(eq=False)
-class Endpoint:
+class Endpoint(Split):
     name: str
     sticky_header: str
     salt: str
@@ -141,38 +140,6 @@ class Endpoint:
             self._bounds.append(total)
         self._hash_prefix = f"{self.name}\x1f{self.salt}\x1f".encode()
 
-    def choose(self, sticky_key: str | None = None) -> Variant:
-        """The variant for one request: sticky (rendezvous) with a key, weighted split without."""
-        live = self.live
-        if len(live) == 1:
-            return live[0]
-        if sticky_key:
-            return self.sticky(sticky_key)
-        # Additive recurrence on the golden ratio: over any N requests each variant's
-        # share is within ~1/N of its weight, and successive requests interleave.
-        self._x = x = (self._x + GOLDEN) % 1.0
-        point = x * BP
-        for variant, bound in zip(live, self._bounds):
-            if point < bound:
-                return variant
-        return live[-1]
-
-    def sticky(self, key: str) -> Variant:
-        """Weighted rendezvous hashing: the arm is a pure function of (key, endpoint, salt)
-        and the variants' names and weights. Each variant gets weight/10000 of the keys,
-        and changing weights only moves keys to the variants whose weight grew (the
-        fewest possible)."""
-        prefix = self._hash_prefix + key.encode("utf-8", "surrogatepass") + b"\x1f"
-        best = None
-        best_score = math.inf
-        for variant in self.live:
-            digest = blake2b(prefix + variant.name.encode(), digest_size=8).digest()
-            u = (int.from_bytes(digest, "big") + 0.5) / 18446744073709551616.0
-            score = -math.log(u) / variant.weight_bp
-            if score < best_score:
-                best, best_score = variant, score
-        return best
-
 
 @dataclass(eq=False)
 class RouteTable:
@@ -182,6 +149,7 @@ class RouteTable:
     keys: dict[str, Key] = field(default_factory=dict)  # sha256 hex -> Key
     refusals: list[Refusal] = field(default_factory=list)  # entries and keys of `raw` not applied
     refused: dict[str, Refusal] = field(default_factory=dict)  # endpoint name -> why its entry was refused
+    llm: dict = field(default_factory=dict)  # LLM endpoint name -> gateway/llm/table.LlmEndpoint
 
     def replica_keys(self) -> set[tuple[str, str]]:
         return {(e[0].base, e[0].model) for ep in self.endpoints.values() for v in ep.variants for e in v.replicas}
@@ -208,7 +176,9 @@ def missing_endpoint(table: RouteTable | None, name: str) -> tuple[int, str, str
     return 404, "unknown_endpoint", unknown_endpoint_detail(name), False
 
 
-def compile_table(document, states: dict, pools: dict | None = None, keys: dict | None = None) -> RouteTable:
+def compile_table(
+    document, states: dict, pools: dict | None = None, keys: dict | None = None, llm_states: dict | None = None
+) -> RouteTable:
     """Check the document (route_checks.check: raises RouteTableError only for a document
     that is not a route table) and build the hot-path objects of every entry and key it
     may apply; the refused ones are listed in `refusals` (endpoints also in `refused`).
@@ -230,13 +200,18 @@ def compile_table(document, states: dict, pools: dict | None = None, keys: dict 
         except (ValueError, TypeError, KeyError) as exc:  # a rule the checks missed: this entry only
             reason = f"endpoints/{index} ({ep['name']}): {type(exc).__name__}: {exc}"[:500]
             refusals.append(Refusal("endpoint", ep["name"], "invalid_entry", reason))
+    llm_states = {} if llm_states is None else llm_states
+    llm, failed = compile_llm_endpoints(document, checked.llm_endpoints, checked.secrets, llm_states)
+    for index, name, what in failed:
+        refusals.append(Refusal("llm_endpoint", name, "invalid_entry", f"llm_endpoints/{index} ({name}): {what}"))
     return RouteTable(
+        llm=llm,
         version=document["version"],
         endpoints=endpoints,
         raw=document,
         keys=compile_keys(key_documents, keys),
         refusals=refusals,
-        refused={r.name: r for r in refusals if r.kind == "endpoint"},
+        refused={r.name: r for r in refusals if r.kind in ("endpoint", "llm_endpoint")},
     )
 
 

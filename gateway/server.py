@@ -29,6 +29,8 @@ from .feedback import EventBuckets, feedback
 from .httpserver import HttpServer, Request
 from .ids import request_id
 from .infer import Inference
+from .llm.handler import LlmService
+from .llm.table import llm_replicas
 from .metadata import model_config, model_metadata, model_ready, model_stats, server_metadata
 from .responses import error, method_not_allowed
 from .routes import ReplicaState, RouteTable, compile_table
@@ -55,6 +57,8 @@ class Gateway:
         self.exposures = ExposureLog(settings.exposure_stream_url)
         self.feedback_buckets = EventBuckets(settings.feedback_events_per_s)
         self.breakers = Breakers(settings, self.states)
+        self.llm_states: dict = {}  # (base URL, model) -> llm.table.LlmReplica, kept across reloads
+        self.llm = LlmService(self)
         self.shadows = Shadows(settings.shadow_queue, self.breakers, self.scores)
         self.inference = Inference(self)
         self.grpc_service = None  # gateway/grpc/service.py, set when the gRPC port is served
@@ -86,7 +90,13 @@ class Gateway:
         are returned (route_checks.Refusal) and counted in gateway_route_refused. Raises
         RouteTableError (nothing changed) only for a document that is not a route table."""
         previous_keys = self.table.keys if self.table is not None else None
-        table = compile_table(document, self.states, self.pools, previous_keys)
+        table = compile_table(document, self.states, self.pools, previous_keys, self.llm_states)
+        in_use = {(r.base, r.model) for ep in table.llm.values() for r in llm_replicas(ep)}
+        for key in list(self.llm_states):
+            if key not in in_use:
+                state = self.llm_states.pop(key)
+                if state.broken:
+                    metrics.BREAKER_OPEN.labels(state.base, state.model).set(0)
         keep = table.replica_keys()
         for key in list(self.states):
             if key not in keep:
@@ -111,6 +121,7 @@ class Gateway:
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self.session = aiohttp.ClientSession()  # control plane only; replicas use upstream.Pool
+        await self.llm.start()  # LLM backends: their own client (gateway/llm/backends.py says why)
         self.shadows.start()
         if isinstance(self.source, FileRouteSource):
             self.source.check()  # serve from the first request on when the file is good
@@ -139,6 +150,7 @@ class Gateway:
                 EXPOSURES_DROPPED.labels("shutdown").inc(len(self.exposures.buffer))
         if self.session:
             await self.session.close()
+        await self.llm.close()
         for pool in self.pools.values():
             pool.close()
 
@@ -151,6 +163,8 @@ class Gateway:
             if method == "POST" and rest.endswith("/infer") and "/" not in rest[:-6]:  # the hot path
                 return await self.inference.infer(request, rest[:-6])
             return await self._model_path(request, rest, method)
+        if path.startswith("/v1/"):  # the OpenAI API of LLM endpoints
+            return await self.llm.handle(request)
         if path == "/v2/feedback":
             if method != "POST":
                 return method_not_allowed("POST", path, request_id(request.headers))

@@ -125,6 +125,42 @@ class SharedLimits:
             if locked:
                 lock.release()
 
+    def take(self, slot: int, now: float, rate: float, burst: float, amount: float, need: float) -> float:
+        """A token bucket of `amount`s (an LLM key's tokens per minute, gateway/llm/quotas.py) in the
+        slot's tokens and stamp: 0.0 when at least `need` tokens are there (then `amount` is taken,
+        the bucket may go below zero: a debt the refill pays first), else the seconds until `need`."""
+        values = self.values
+        base = slot * FIELDS
+        lock = self.lock
+        locked = lock.acquire(True, LOCK_WAIT_S)
+        try:
+            tokens = values[base + 1]
+            if tokens == -1.0 and values[base + 2] == 0.0:  # never used: a full bucket
+                tokens = burst
+                values[base + 2] = now
+            elif now > values[base + 2]:
+                tokens = min(burst, tokens + (now - values[base + 2]) * rate)
+                values[base + 2] = now
+            if tokens < need:
+                values[base + 1] = tokens
+                return (need - tokens) / rate
+            values[base + 1] = tokens - amount
+            return 0.0
+        finally:
+            if locked:
+                lock.release()
+
+    def give(self, slot: int, amount: float, burst: float) -> None:
+        """Correct a `take` once the real count is known: `amount` back (negative: more taken)."""
+        values = self.values
+        lock = self.lock
+        locked = lock.acquire(True, LOCK_WAIT_S)
+        try:
+            values[slot * FIELDS + 1] = min(burst, values[slot * FIELDS + 1] + amount)
+        finally:
+            if locked:
+                lock.release()
+
     def in_flight(self, slot: int) -> int:
         return int(self.values[slot * FIELDS + 3])
 

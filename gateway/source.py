@@ -101,10 +101,11 @@ class RouteSource:
         self.status.last_error = None
         self._ok()
         log.info(
-            "route table installed: version %s, %d endpoints, %d refused",
+            "route table installed: version %s, %d endpoints, %d LLM endpoints, %d refused",
             self.status.version,
             len(document["endpoints"]),
-            sum(1 for r in refused if r.kind == "endpoint"),
+            len(document.get("llm_endpoints", ())),
+            sum(1 for r in refused if r.kind in ("endpoint", "llm_endpoint")),
         )
         return True
 

@@ -57,7 +57,19 @@ class Key:
     """One inference key and its live state (token bucket, requests in flight), kept
     across route-table reloads by id."""
 
-    __slots__ = ("id", "prefix", "team", "rate_per_s", "burst", "max_concurrency", "tokens", "stamp", "in_flight")
+    __slots__ = (
+        "id",
+        "prefix",
+        "team",
+        "rate_per_s",
+        "burst",
+        "max_concurrency",
+        "tokens",
+        "stamp",
+        "in_flight",
+        "tokens_per_minute",
+        "max_streams",
+    )
 
     def __init__(self, doc: dict):
         self.id = doc["id"]
@@ -75,6 +87,10 @@ class Key:
         self.burst = max(1.0, float(doc.get("burst") or max(1.0, rate or 1.0)) * share)
         concurrency = doc.get("max_concurrency") or None
         self.max_concurrency = max(1, math.ceil(concurrency * share)) if concurrency else None
+        tpm = doc.get("tokens_per_minute") or None  # LLM limits (gateway/llm/quotas.py)
+        self.tokens_per_minute = tpm * share if tpm else None
+        streams = doc.get("max_streams") or None
+        self.max_streams = max(1, math.ceil(streams * share)) if streams else None
         if self.tokens is None or self.tokens > self.burst:
             self.tokens = self.burst
 
@@ -184,23 +200,41 @@ def authenticate(headers: dict, auth: EndpointAuth, keys: dict[str, Key], endpoi
             "forbidden",
             0.0,
         )
+    refusal = take(key, now)
+    return key, refusal
+
+
+def take(key: Key, now: float):
+    """Admit one request of `key` against its rate and concurrency (held across the host's
+    workers when shared): None, and one in flight taken (`release` it), or (Problem, reason,
+    retry_after_s)."""
+    shown = key.prefix or key.id
     if _shared is not None:
         slot = _shared.slot(key.id)
         if slot >= 0:  # else the shared table is full: this worker's own counters
             refusal = _shared.admit(slot, now, key.rate_per_s, key.burst, key.max_concurrency)
             if refusal is None:
                 key.in_flight += 1  # this worker's part, for `release`
-                return key, None
+                return None
             if refusal[0] == "concurrency_limit":
-                return key, _over_concurrency(key, int(refusal[1]), shown)
-            return key, _over_rate(key, refusal[1], shown)
+                return _over_concurrency(key, int(refusal[1]), shown)
+            return _over_rate(key, refusal[1], shown)
     if key.max_concurrency is not None and key.in_flight >= key.max_concurrency:
-        return key, _over_concurrency(key, key.in_flight, shown)
+        return _over_concurrency(key, key.in_flight, shown)
     wait = key.take(now)
     if wait:
-        return key, _over_rate(key, wait, shown)
+        return _over_rate(key, wait, shown)
     key.in_flight += 1
-    return key, None
+    return None
+
+
+def shared_store():
+    """The host's shared limits (gateway/sharedlimits.py), or None in a single process."""
+    return _shared
+
+
+def replica_share() -> float:
+    return _replica_share
 
 
 def _over_concurrency(key: Key, in_flight: int, shown: str):

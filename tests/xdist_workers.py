@@ -43,6 +43,7 @@ LONGEST = (
     "test_experiment_page_browser.py",
     "test_rollout_integration.py",
     "test_mlflow_scope.py",  # a real MLflow store per test: ~80 s under load since the one-rule tests
+    "test_llm_real_backends.py",  # tritonserver, transformers serve and the provider stand-in (~80 s)
 )
 
 

@@ -40,7 +40,13 @@ REASONS = {
     "shadow_weight": "a shadow variant has a weight",
     "invalid_key": "the key does not match the route table schema",
     "duplicate_key": "another key has the same id or sha256",
+    "invalid_secret": "the secret does not match the route table schema",
+    "duplicate_secret": "another secret has the same id",
+    "unknown_secret": "a backend names a secret the table does not carry",
+    "duplicate_backend_ids": "two of its backends have the same id",
+    "credentials_in_url": "a backend URL carries credentials (name a secret instead)",
 }
+ENTRY_KINDS = ("endpoint", "llm_endpoint")  # tensor and LLM endpoints: one namespace
 
 
 def _labels(inner: str) -> dict:
@@ -75,11 +81,17 @@ def route_refusals_alert(refused: dict) -> int:
     """One alert per refused entry: {(gateway URL, (kind, name, code)): {endpoint: team id}}. Returns how many."""
     for (url, (kind, name, code)), endpoint_teams in sorted(refused.items()):
         why = REASONS.get(code, code)
-        team_id = endpoint_teams.get(name) if kind == "endpoint" else None
-        if kind == "endpoint":
+        entry = kind in ENTRY_KINDS
+        team_id = endpoint_teams.get(name) if entry else None
+        if entry:
             reason = (
                 f"The gateway refused the route entry of endpoint {name!r} ({code}: {why}); it answers 503 "
                 "endpoint_refused there while every other endpoint is served. Fix or roll back what changed it."
+            )
+        elif kind == "secret":
+            reason = (
+                f"The gateway left secret {name!r} out of its route table ({code}: {why}); the LLM endpoints whose "
+                "backends name it are refused."
             )
         else:
             reason = (
@@ -87,8 +99,8 @@ def route_refusals_alert(refused: dict) -> int:
             )
         alert_raise(
             kind=REFUSED,
-            severity=Severity.CRITICAL if kind == "endpoint" else Severity.WARNING,
-            endpoint=name if kind == "endpoint" else "",
+            severity=Severity.CRITICAL if entry else Severity.WARNING,
+            endpoint=name if entry else "",
             team=Group.objects.filter(pk=team_id).first() if team_id else None,
             reason=reason,
             evidence={"gateway": url, "kind": kind, "name": name, "code": code},

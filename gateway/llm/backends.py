@@ -1,0 +1,277 @@
+"""One attempt against one LLM backend replica, read as a stream of `Piece`s whatever the
+backend's kind:
+
+  triton  POST {url}/v2/models/{model}/generate_stream (Triton's generate extension, the
+          model decoupled): {"text_input": prompt} for /v1/completions or {"messages_json":
+          the messages as JSON} for chat (the model applies its own chat template),
+          "max_tokens", "temperature" when set. Each SSE event is one response: `text_output`
+          (the new text), and on the last one `prompt_tokens`/`completion_tokens` (and
+          `finish_reason` when the model sends it); {"error": ...} is a failure. Stop
+          sequences are applied here (the model takes none), holding back the few characters
+          that could start one.
+  openai  POST {url}/chat/completions or {url}/completions with the upstream model id, always
+          `stream: true` with `stream_options.include_usage` (so the gateway sees the first
+          token, to fail over before it, and the usage), and `Authorization: Bearer <secret>`
+          when the backend names one. Chunks are read for their text, finish_reason and usage
+          and the gateway writes its own (the client's model name, the gateway's id).
+
+Why aiohttp's client and not upstream.py's: upstream.py reads a whole reply into one buffer,
+which is what a tensor reply wants and a stream must not do; aiohttp's StreamReader hands
+out lines as they arrive, pauses reading the socket past its high-water mark (so a slow
+client's backpressure reaches the backend through TCP), speaks TLS (external providers) and
+closes the connection when the response is released early (a client that went away cancels
+its generation upstream). Its per-request cost (~0.25 ms) is small beside a generation.
+
+SSE framing: a strict line parser (WHATWG's rules: `data:` lines joined by \\n, a blank line
+ends an event, `:` comments and other fields ignored), lines bounded by MAX_LINE and events by
+MAX_EVENT; no maintained SSE parser ships with the project's dependencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import orjson
+from aiohttp.http_exceptions import HttpProcessingError
+
+MAX_LINE = 256 * 1024
+MAX_EVENT = 1024 * 1024
+MAX_ERROR_BODY = 16 * 1024
+
+
+class BackendFailure(Exception):
+    """An attempt that failed; `reason` is a fallback reason (connect, timeout, 429, 5xx) or
+    "refused" (a 4xx other than 429: the backend will not take this request: not retried)
+    or "protocol" (a reply the gateway cannot read)."""
+
+    def __init__(self, reason: str, message: str, status: int = 0):
+        super().__init__(message)
+        self.reason, self.message, self.status = reason, message, status
+
+
+class Piece:
+    __slots__ = ("text", "finish_reason", "prompt_tokens", "completion_tokens")
+
+    def __init__(self, text: str = "", finish_reason=None, prompt_tokens=None, completion_tokens=None):
+        self.text = text
+        self.finish_reason = finish_reason
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+
+
+async def sse_events(content: aiohttp.StreamReader):
+    """The data of each server-sent event (bytes), strictly framed and bounded."""
+    data: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            line = await content.readline(max_line_length=MAX_LINE)
+        except (ValueError, HttpProcessingError) as exc:
+            raise BackendFailure("protocol", f"a server-sent event line longer than {MAX_LINE} bytes") from exc
+        if not line:
+            if data:
+                yield b"\n".join(data)
+            return
+        line = line.rstrip(b"\r\n") if line.endswith(b"\n") else line
+        if not line:
+            if data:
+                yield b"\n".join(data)
+                data, size = [], 0
+            continue
+        if line.startswith(b":"):
+            continue
+        name, _, value = line.partition(b":")
+        if name == b"data":
+            value = value[1:] if value.startswith(b" ") else value
+            size += len(value)
+            if size > MAX_EVENT:
+                raise BackendFailure("protocol", f"a server-sent event larger than {MAX_EVENT} bytes")
+            data.append(value)
+
+
+def _int(value):
+    if isinstance(value, list) and value:
+        value = value[0]
+    return value if type(value) is int and value >= 0 else None
+
+
+def _str(value):
+    if isinstance(value, list) and value:
+        value = value[0]
+    return value if type(value) is str else None
+
+
+def redact(message: str, authorization: str | None) -> str:
+    """A backend's words with the secret it was sent taken out (a provider may quote the key)."""
+    if authorization:
+        return message.replace(authorization.removeprefix("Bearer "), "[secret]")
+    return message
+
+
+async def _failed_status(resp: aiohttp.ClientResponse, authorization: str | None) -> BackendFailure:
+    try:
+        raw = await resp.content.read(MAX_ERROR_BODY)
+    except (aiohttp.ClientError, OSError):
+        raw = b""
+    try:
+        body = orjson.loads(raw)
+        message = body.get("error") if isinstance(body, dict) else None
+        if isinstance(message, dict):
+            message = message.get("message")
+    except orjson.JSONDecodeError:
+        message = None
+    message = str(message or raw[:200].decode("utf-8", "replace"))
+    message = redact(message, authorization)[:300]
+    status = resp.status
+    if status in (401, 403):
+        return BackendFailure("refused", f"the backend refused the gateway's credentials ({status})", status)
+    if status == 429:
+        return BackendFailure("429", f"the backend is rate limited (429): {message}", status)
+    if status >= 500 or status == 404 or "unknown model" in message.lower():
+        # 404 / Triton's "unknown model": the model is not loaded there (a replica restarting
+        # or loading it): the replica's failure, tried elsewhere (counted with the 5xx)
+        return BackendFailure("5xx", f"the backend failed ({status}): {message}", status)
+    return BackendFailure("refused", f"the backend refused the request ({status}): {message}", status)
+
+
+class Attempt:
+    """An upstream request in progress: `pieces()` yields its Pieces; `close()` releases the
+    connection (closing it when the stream is not finished: the backend sees the cancel)."""
+
+    def __init__(self, session: aiohttp.ClientSession, backend, replica, req):
+        self.session, self.backend, self.replica, self.req = session, backend, replica, req
+        self.resp: aiohttp.ClientResponse | None = None
+        self.sent_at = 0.0
+        self.finished = False  # the backend ended the stream: its connection may be reused
+
+    def _request(self):
+        backend, req = self.backend, self.req
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if backend.kind == "triton":
+            url = f"{self.replica.base}/v2/models/{backend.model}/generate_stream"
+            body = {"max_tokens": req.max_tokens}
+            if req.chat:
+                body["messages_json"] = orjson.dumps(req.messages).decode()
+            else:
+                body["text_input"] = req.prompt
+            if req.temperature is not None:
+                body["temperature"] = req.temperature
+        else:
+            url = f"{self.replica.base}/{'chat/completions' if req.chat else 'completions'}"
+            body = {"model": backend.model, "stream": True, "stream_options": {"include_usage": True}}
+            if req.chat:
+                body["messages"] = req.messages
+            else:
+                body["prompt"] = req.prompt
+            body.update(req.upstream_options())
+            if backend.authorization:
+                headers["Authorization"] = backend.authorization
+        return url, headers, orjson.dumps(body)
+
+    async def open(self) -> None:
+        """Send the request and read the reply's head (raises BackendFailure)."""
+        url, headers, body = self._request()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.backend.connect_timeout_s)
+        loop = asyncio.get_running_loop()
+        self.sent_at = loop.time()
+        try:
+            self.resp = resp = await self.session.post(url, data=body, headers=headers, timeout=timeout)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            raise BackendFailure("connect", f"cannot connect to the backend: {type(exc).__name__}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise BackendFailure("5xx", f"the backend connection failed: {type(exc).__name__}") from None
+        if resp.status != 200:
+            failure = await _failed_status(resp, self.backend.authorization)
+            self.close()
+            raise failure
+
+    async def pieces(self):
+        try:
+            if self.backend.kind == "triton":
+                async for piece in self._triton():
+                    yield piece
+            else:
+                async for piece in self._openai():
+                    yield piece
+            self.finished = self.resp is not None and self.resp.content.at_eof()
+        except (aiohttp.ClientError, OSError) as exc:
+            raise BackendFailure("5xx", f"the backend connection failed: {type(exc).__name__}") from None
+
+    async def _triton(self):
+        stops = self.req.stop
+        hold = max((len(s) for s in stops), default=1) - 1
+        pending = ""
+        async for data in sse_events(self.resp.content):
+            event = _event(data)
+            error = event.get("error")
+            if error is not None:
+                raise BackendFailure("5xx", f"the backend failed: {str(error)[:300]}")
+            text = _str(event.get("text_output")) or ""
+            finish = _str(event.get("finish_reason"))
+            prompt_tokens, completion_tokens = _int(event.get("prompt_tokens")), _int(event.get("completion_tokens"))
+            if stops:
+                pending += text
+                cut = min((i for i in (pending.find(s) for s in stops) if i >= 0), default=-1)
+                if cut >= 0:
+                    yield Piece(pending[:cut], "stop", prompt_tokens, completion_tokens)
+                    return
+                keep = len(pending) - hold if not (finish or completion_tokens is not None) else len(pending)
+                text, pending = pending[: max(0, keep)], pending[max(0, keep) :]
+            if text or finish or prompt_tokens is not None or completion_tokens is not None:
+                yield Piece(text, finish, prompt_tokens, completion_tokens)
+        if pending:
+            yield Piece(pending)
+
+    async def _openai(self):
+        chat = self.req.chat
+        done = False
+        async for data in sse_events(self.resp.content):
+            # after [DONE] the body ends (read to its end so the connection can be reused)
+            if done or data == b"[DONE]":
+                done = True
+                continue
+            event = _event(data)
+            if "error" in event:
+                error = event["error"]
+                message = error.get("message") if isinstance(error, dict) else error
+                raise BackendFailure(
+                    "5xx", f"the backend failed: {redact(str(message), self.backend.authorization)[:300]}"
+                )
+            text, finish = "", None
+            choices = event.get("choices")
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                choice = choices[0]
+                if chat:
+                    delta = choice.get("delta")
+                    text = _str(delta.get("content")) if isinstance(delta, dict) else None
+                else:
+                    text = _str(choice.get("text"))
+                finish = _str(choice.get("finish_reason"))
+            usage = event.get("usage")
+            prompt_tokens = completion_tokens = None
+            if isinstance(usage, dict):
+                prompt_tokens, completion_tokens = (
+                    _int(usage.get("prompt_tokens")),
+                    _int(usage.get("completion_tokens")),
+                )
+            if text or finish or prompt_tokens is not None:
+                yield Piece(text or "", finish, prompt_tokens, completion_tokens)
+
+    def close(self) -> None:
+        resp, self.resp = self.resp, None
+        if resp is not None:
+            if self.finished:
+                resp.release()
+            else:
+                resp.close()  # an unfinished stream's connection is closed (the backend sees the cancel)
+
+
+def _event(data: bytes) -> dict:
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise BackendFailure("protocol", "the backend sent an event that is not JSON") from None
+    if type(event) is not dict:
+        raise BackendFailure("protocol", "the backend sent an event that is not a JSON object")
+    return event

@@ -1,0 +1,141 @@
+"""The LLM metric families (LLM_CONTRACT.md; the collector and the canary judge read them),
+kept as plain ints and lists like metrics.HotPath and rendered only when /metrics is scraped:
+
+  gateway_llm_requests{endpoint,variant,status,fault}      counter (fault none|client|backend)
+  gateway_llm_ttft_seconds{endpoint,variant}               arrival -> first token sent to the client
+                                                           (a reply that is not streamed: first
+                                                           token received by the gateway)
+  gateway_llm_itl_seconds{endpoint,variant}                gaps between streamed chunks
+  gateway_llm_queue_seconds{endpoint,variant}              arrival -> the serving attempt sent
+  gateway_llm_tokens{endpoint,variant,team,key,kind}       kind prompt|completion; "" for public calls
+  gateway_llm_cost{endpoint,variant,team,key}              from the backend's cost_per_1k_*
+  gateway_llm_fallbacks{endpoint,backend,reason}           reason connect|timeout|429|5xx
+  gateway_llm_streams_in_flight{endpoint}                  gauge
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from prometheus_client import REGISTRY
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from ..metrics import BUCKETS
+
+ITL_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.05,
+    0.075,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+)
+
+
+class LlmMetrics:
+    def __init__(self, registry=REGISTRY):
+        self.requests: dict[tuple, int] = {}
+        self.ttft: dict[tuple, list] = {}
+        self.itl: dict[tuple, list] = {}
+        self.queue: dict[tuple, list] = {}
+        self.tokens: dict[tuple, int] = {}
+        self.cost: dict[tuple, float] = {}
+        self.fallbacks: dict[tuple, int] = {}
+        self.streams: dict[str, int] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def done(self, endpoint: str, variant: str, status: int, fault: str) -> None:
+        key = (endpoint, variant, status, fault)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def observe(self, table: dict, key: tuple, seconds: float, buckets=BUCKETS) -> None:
+        slots = table.get(key)
+        if slots is None:
+            slots = table[key] = [0] * (len(buckets) + 1) + [0.0]
+        slots[bisect_left(buckets, seconds)] += 1
+        slots[-1] += seconds
+
+    def usage(self, endpoint: str, variant: str, tenant, prompt: int, completion: int, cost: float) -> None:
+        team, key = (tenant.team, tenant.id) if tenant is not None else ("", "")
+        for kind, count in (("prompt", prompt), ("completion", completion)):
+            label = (endpoint, variant, team, key, kind)
+            self.tokens[label] = self.tokens.get(label, 0) + count
+        label = (endpoint, variant, team, key)
+        self.cost[label] = self.cost.get(label, 0.0) + cost
+
+    def fallback(self, endpoint: str, backend: str, reason: str) -> None:
+        key = (endpoint, backend, reason)
+        self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
+
+    def collect(self):
+        requests = CounterMetricFamily(
+            "gateway_llm_requests",
+            "LLM requests by endpoint, variant, HTTP status and whose outcome it is",
+            labels=["endpoint", "variant", "status", "fault"],
+        )
+        for (endpoint, variant, status, fault), count in list(self.requests.items()):
+            requests.add_metric([endpoint, variant, str(status), fault], count)
+        yield requests
+        yield _histogram("gateway_llm_ttft_seconds", "Time to first token (arrival to first token)", self.ttft)
+        yield _histogram(
+            "gateway_llm_itl_seconds", "Inter-token latency (gap between streamed chunks)", self.itl, ITL_BUCKETS
+        )
+        yield _histogram("gateway_llm_queue_seconds", "Arrival to the serving upstream request sent", self.queue)
+        tokens = CounterMetricFamily(
+            "gateway_llm_tokens",
+            "Tokens by endpoint, variant, team, key and kind (prompt|completion) from the backend's usage",
+            labels=["endpoint", "variant", "team", "key", "kind"],
+        )
+        for labels, count in list(self.tokens.items()):
+            tokens.add_metric(list(labels), count)
+        yield tokens
+        cost = CounterMetricFamily(
+            "gateway_llm_cost",
+            "Cost of the tokens (backend's cost_per_1k_*)",
+            labels=["endpoint", "variant", "team", "key"],
+        )
+        for labels, value in list(self.cost.items()):
+            cost.add_metric(list(labels), value)
+        yield cost
+        fallbacks = CounterMetricFamily(
+            "gateway_llm_fallbacks",
+            "Attempts that failed before the first token and moved the request on (connect|timeout|429|5xx)",
+            labels=["endpoint", "backend", "reason"],
+        )
+        for labels, count in list(self.fallbacks.items()):
+            fallbacks.add_metric(list(labels), count)
+        yield fallbacks
+        streams = GaugeMetricFamily("gateway_llm_streams_in_flight", "LLM requests in progress", labels=["endpoint"])
+        for endpoint, count in list(self.streams.items()):
+            streams.add_metric([endpoint], count)
+        yield streams
+
+    def describe(self):
+        return []
+
+
+def _histogram(name: str, documentation: str, table: dict, buckets=BUCKETS) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation, labels=["endpoint", "variant"])
+    n = len(buckets)
+    for (endpoint, variant), slots in list(table.items()):
+        cumulative, total = [], 0
+        for bound, count in zip(buckets, slots):
+            total += count
+            cumulative.append((floatToGoString(bound), total))
+        total += slots[n]
+        cumulative.append(("+Inf", total))
+        family.add_metric([endpoint, variant], cumulative, slots[-1])
+    return family

@@ -1,0 +1,99 @@
+"""Per-key LLM limits: requests per second and in flight (the key's rate_per_s, burst and
+max_concurrency, tenants.take), LLM requests in flight (max_streams) and tokens per minute
+(tokens_per_minute), held in total by every worker of the host like the existing ones
+(gateway/sharedlimits.py: the same shared mapping, one slot per key and limit), split 1/R
+across gateway replicas (tenants.set_replicas).
+
+Tokens per minute is a token bucket of `tokens_per_minute` refilled at tokens_per_minute/60
+per second. Before a request: its estimate (prompt characters / 4 + max_tokens, requests.py)
+must be in the bucket (at most the whole bucket: a request larger than a minute's tokens
+waits for a full one) and is taken; after it: the backend's usage replaces the estimate (the
+difference goes back, or is taken: the bucket may go below zero, a debt later requests wait
+for). At the limit: 429 `rate_limit_exceeded` with Retry-After (seconds until the estimate
+fits).
+"""
+
+from __future__ import annotations
+
+from .. import tenants
+from ..sharedlimits import SharedLimits
+from .errors import LlmError
+
+_local: SharedLimits | None = None
+
+
+def _store() -> SharedLimits:
+    """The host's shared store; a process of its own (one worker, tests) gets a private one."""
+    global _local
+    shared = tenants.shared_store()
+    if shared is not None:
+        return shared
+    if _local is None:
+        _local = SharedLimits(rows=1, capacity=4096)
+    return _local
+
+
+class Admission:
+    __slots__ = ("key", "store", "streams_slot", "tokens_slot", "estimate")
+
+    def __init__(self, key, store):
+        self.key, self.store = key, store
+        self.streams_slot = -1
+        self.tokens_slot = -1
+        self.estimate = 0
+
+
+def admit(key, now: float, estimate: int) -> Admission:
+    """Take one request of `key` (an Admission to `finish`), or raise LlmError 429."""
+    refusal = tenants.take(key, now)
+    shown = key.prefix or key.id
+    if refusal is not None:
+        problem, reason, wait = refusal
+        raise LlmError(429, reason, problem[2], None, wait)
+    store = _store()
+    admission = Admission(key, store)
+    try:
+        if key.max_streams is not None:
+            slot = store.slot(f"{key.id}\x1fstreams")
+            if slot >= 0:
+                refused = store.admit(slot, now, None, 1.0, key.max_streams)
+                if refused is not None:
+                    raise LlmError(
+                        429,
+                        "max_streams",
+                        f"key {shown}… already has {int(refused[1])} LLM requests in flight "
+                        f"(its limit is {key.max_streams})",
+                        None,
+                        1.0,
+                    )
+                admission.streams_slot = slot
+        tpm = key.tokens_per_minute
+        if tpm is not None:
+            slot = store.slot(f"{key.id}\x1ftpm")
+            if slot >= 0:
+                wait = store.take(slot, now, tpm / 60.0, float(tpm), float(estimate), float(min(estimate, tpm)))
+                if wait:
+                    raise LlmError(
+                        429,
+                        "tokens_per_minute",
+                        f"key {shown}… is over its {tpm:g} tokens per minute (this request needs about {estimate})",
+                        None,
+                        wait,
+                    )
+                admission.tokens_slot = slot
+                admission.estimate = estimate
+    except LlmError:
+        finish(admission, None)
+        raise
+    return admission
+
+
+def finish(admission: Admission, used: int | None) -> None:
+    """Release what `admit` took; `used`: the tokens the request really used (None: the estimate stands)."""
+    store = admission.store
+    key = admission.key
+    if admission.tokens_slot >= 0 and used is not None:
+        store.give(admission.tokens_slot, float(admission.estimate - used), float(key.tokens_per_minute))
+    if admission.streams_slot >= 0:
+        store.release(admission.streams_slot)
+    tenants.release(key)

@@ -1,0 +1,134 @@
+"""A stand-in LLM backend for the gateway's LLM tests: one aiohttp server (in a thread of the
+test process, real HTTP to the gateway process) that speaks both backend protocols the
+gateway calls, Triton's generate extension (POST /v2/models/{m}/generate_stream, SSE) and
+the OpenAI API (POST /v1/chat/completions and /v1/completions with stream: true, usage in the
+last chunk, optional bearer key as an external provider would require).
+
+This is a fake, on purpose: the same behaviours are checked against the real servers
+(tritonserver with the project's tiny model, `transformers serve`, the provider stand-in of
+harness/llm.py) in test_llm_real_backends.py, which takes ~80 s to start them; this one
+starts in milliseconds, writes exact, known tokens (so quotas and usage are checked to the
+token) and fails in ways a real server cannot be made to on cue (a connection dropped after
+the n-th token). What the gateway must do with a backend is observable here: the server
+records each request, and counts per model the streams whose client went away before the
+end (`cancelled`). What a model does is in its name (the route table's backend `model`):
+
+  fail-<status>  answers that status before any token;
+  stall-<ms>     waits that long before the first token;
+  slow-<ms>      waits that long between tokens;
+  die-<n>        drops the connection after n tokens (a backend that dies mid-stream);
+  anything else  streams at once.
+
+The "model" writes the words `w0 w1 w2 ...` (one per token), max_tokens of them; prompt
+tokens are the prompt's whitespace-separated words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import Counter
+
+from aiohttp import web
+
+from kernel.tritonserver import free_port
+
+
+class LlmUpstream:
+    def __init__(self, *, api_key: str | None = None):
+        self.port = free_port()
+        self.api_key = api_key
+        self.requests: list[dict] = []
+        self.cancelled: Counter = Counter()  # model -> streams whose client left before the end
+        self.completed: Counter = Counter()
+        self.loop = None
+        self.runner = None
+        self.thread = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # --- server --------------------------------------------------------------------------
+    def start(self) -> LlmUpstream:
+        ready = threading.Event()
+
+        def run():
+            self.loop = asyncio.new_event_loop()
+            app = web.Application()
+            app.router.add_post("/v2/models/{model}/generate_stream", self._triton)
+            app.router.add_post("/v1/chat/completions", self._openai)
+            app.router.add_post("/v1/completions", self._openai)
+            self.runner = web.AppRunner(app)
+            self.loop.run_until_complete(self.runner.setup())
+            self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+            ready.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self.loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop = None
+
+    # --- protocols -----------------------------------------------------------------------
+    async def _stream(self, request, events, body: dict, model: str):
+        self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
+        kind, _, number = model.partition("-")
+        number = int(number) if number.isdigit() else 0
+        if kind == "fail":
+            return web.json_response({"error": f"failing on purpose ({number})"}, status=number)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            if kind == "stall":
+                await asyncio.sleep(number / 1000)
+            for i, event in enumerate(events):
+                if kind == "die" and i == number:
+                    request.transport.close()
+                    return response
+                data = event.encode() if type(event) is str else json.dumps(event).encode()
+                await response.write(b"data: " + data + b"\n\n")
+                if kind == "slow":
+                    await asyncio.sleep(number / 1000)
+            await response.write_eof()
+            self.completed[model] += 1
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.cancelled[model] += 1
+            raise
+        return response
+
+    async def _triton(self, request):
+        body = await request.json()
+        text = body.get("text_input") or " ".join(m["content"] for m in json.loads(body.get("messages_json", "[]")))
+        n = int(body.get("max_tokens", 16))
+        prompt = len(text.split())
+        events = [{"model_name": request.match_info["model"], "text_output": f"w{i} "} for i in range(n)]
+        events.append({"text_output": "", "prompt_tokens": prompt, "completion_tokens": n, "finish_reason": "length"})
+        return await self._stream(request, events, body, request.match_info["model"])
+
+    async def _openai(self, request):
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": {"message": "bad key", "type": "authentication_error"}}, status=401)
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        text = " ".join(m["content"] for m in body["messages"]) if chat else body["prompt"]
+        n = int(body.get("max_tokens", 16))
+        events = []
+        for i in range(n):
+            choice = {"index": 0, "delta": {"content": f"w{i} "}} if chat else {"index": 0, "text": f"w{i} "}
+            events.append({"id": "x", "model": body["model"], "choices": [{**choice, "finish_reason": None}]})
+        last = {"index": 0, "delta": {}} if chat else {"index": 0, "text": ""}
+        events.append({"id": "x", "model": body["model"], "choices": [{**last, "finish_reason": "length"}]})
+        usage = {"prompt_tokens": len(text.split()), "completion_tokens": n, "total_tokens": len(text.split()) + n}
+        events.append({"id": "x", "model": body["model"], "choices": [], "usage": usage})
+        events.append("[DONE]")
+        return await self._stream(request, events, body, body["model"])

@@ -1,0 +1,124 @@
+"""LLM endpoints through the real gateway against the real backends (harness/llm.py): the
+project's tiny model on tritonserver (generate extension), `transformers serve` (an
+OpenAI-compatible server, kind b) and the external-provider stand-in requiring a bearer key
+(kind c; a fake, since providers are on the internet, harness/llm_provider.py says so),
+each with the `openai` client, streamed and not; a provider failing before the first token
+falls back to Triton in the same request; a client leaving mid-stream frees Triton."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import openai
+import pytest
+import requests
+
+from harness.gateway import METRICS_TOKEN, start_gateway, stop_gateway
+
+from .conftest import require_triton
+
+llm = pytest.importorskip("harness.llm", reason="the real LLM backends (harness/llm.py) are not merged yet")
+
+pytestmark = pytest.mark.integration
+PROVIDER_KEY = "sk-provider-for-gateway-tests"
+CHAT = [{"role": "user", "content": "what is the canary?"}]
+
+
+def backend(bid: str, kind: str, url: str, model: str, **extra) -> dict:
+    return {"id": bid, "kind": kind, "urls": [url], "model": model, **extra}
+
+
+def endpoint(name: str, backends: list, fallbacks=(), **extra) -> dict:
+    variant = {"name": "stable", "model_version": "1", "role": "stable", "weight_bp": 10000, "backends": backends}
+    return {"name": name, "auth": {"public": True}, "variants": [variant], "fallbacks": list(fallbacks), **extra}
+
+
+@pytest.fixture(scope="module")
+def backends(tmp_path_factory):
+    require_triton()
+    hf_dir = llm.tiny_llm_dir()
+    work = tmp_path_factory.mktemp("llm-real")
+    with (
+        llm.TritonLLM(work / "triton", hf_dir) as triton,
+        llm.ProviderStandIn(work / "provider", hf_dir, key=PROVIDER_KEY) as provider,
+        llm.OpenAIServer(work / "openai", hf_dir) as server,
+    ):
+        triton.add_model("slow__v1__llm", delay_first_token_ms=0, delay_per_token_ms=40, max_streams=1)
+        yield triton, provider, server
+
+
+@pytest.fixture(scope="module")
+def gateway(backends, tmp_path_factory):
+    triton, provider, server = backends
+    work = tmp_path_factory.mktemp("llm-real-gateway")
+    triton_backend = backend("triton", "triton", triton.url, llm.TINY_NAME)
+    provider_backend = backend("provider", "openai", f"{provider.url}/v1", provider.model, secret="provider")
+    document = {
+        "version": "real-1",
+        "endpoints": [],
+        "secrets": [{"id": "provider", "value": PROVIDER_KEY}],
+        "llm_endpoints": [
+            endpoint("tiny-triton", [triton_backend]),
+            endpoint("tiny-openai", [backend("serve", "openai", f"{server.url}/v1", server.model)]),
+            endpoint("tiny-provider", [provider_backend]),
+            endpoint("tiny-fallback", [provider_backend], fallbacks=[triton_backend]),
+            endpoint("tiny-slow", [backend("slow", "triton", triton.url, "slow__v1__llm")]),
+        ],
+    }
+    routes = work / "routes.json"
+    routes.write_text(json.dumps(document))
+    proc, port = start_gateway(routes, work, GATEWAY_BREAKER_FAILURES="1000")
+    yield f"http://127.0.0.1:{port}"
+    stop_gateway(proc)
+
+
+def client(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.mark.parametrize("model", ["tiny-triton", "tiny-openai", "tiny-provider"])
+def test_each_backend_kind_streamed_and_not(gateway, model):
+    c = client(gateway)
+    chunks = list(
+        c.chat.completions.create(
+            model=model, messages=CHAT, max_tokens=8, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text and chunks[-1].usage.completion_tokens <= 8 and chunks[-1].usage.prompt_tokens > 3
+    assert all(ch.model == model for ch in chunks)
+    reply = c.completions.create(model=model, prompt="the ranker", max_tokens=6)
+    assert reply.choices[0].text and reply.usage.completion_tokens <= 6 and reply.usage.prompt_tokens > 0
+
+
+def test_a_provider_failing_before_the_first_token_falls_back_to_triton(gateway, backends):
+    _, provider, _ = backends
+    try:
+        for change in ({"status": 500}, {"status": 429}, {"status": 200, "listening": False}):
+            provider.control(**change)
+            reply = client(gateway).chat.completions.create(model="tiny-fallback", messages=CHAT, max_tokens=4)
+            assert reply.choices[0].message.content
+    finally:
+        provider.healthy()
+    text = requests.get(f"{gateway}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5).text
+    reasons = {
+        line.split('reason="')[1].split('"')[0]
+        for line in text.splitlines()
+        if line.startswith('gateway_llm_fallbacks_total{backend="provider",endpoint="tiny-fallback"')
+    }
+    assert reasons == {"5xx", "429", "connect"}
+
+
+def test_a_client_leaving_mid_stream_frees_the_triton_model(gateway):
+    """The slow model runs one stream at a time (40 ms a token): had the gateway kept the
+    abandoned stream (200 tokens: 8 s) going, the next request would wait for it."""
+    stream = client(gateway).completions.create(model="tiny-slow", prompt="the ranker", max_tokens=200, stream=True)
+    for n, _ in enumerate(stream):
+        if n == 2:
+            break
+    stream.close()
+    started = time.monotonic()
+    reply = client(gateway).completions.create(model="tiny-slow", prompt="the ranker", max_tokens=2)
+    assert reply.choices[0].text
+    assert time.monotonic() - started < 1.5
