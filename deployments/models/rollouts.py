@@ -58,6 +58,22 @@ class Endpoint(models.Model):
         blank=True,
         help_text="LLM endpoints: candidate inter-token latency p99 above this fails the guardrail.",
     )
+    # LLM endpoints (kind llm): the route table's llm_endpoint settings (gateway/route_table.schema.json)
+    first_token_timeout_ms = models.PositiveIntegerField(
+        default=30_000, help_text="LLM: an attempt without a first token by then fails over to the next backend."
+    )
+    context_length = models.PositiveIntegerField(
+        null=True, blank=True, help_text="LLM: prompt + max_tokens above this is a 400; empty: the stable version's."
+    )
+    max_tokens_default = models.PositiveIntegerField(default=256, help_text="LLM: max_tokens when a request gives none.")
+    prefix_affinity_chars = models.PositiveIntegerField(
+        default=256, help_text="LLM: prompts sharing this many leading characters go to one replica (0: off)."
+    )
+    llm_fallbacks = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="LLM: ids of LLM artifacts (of the team) tried in this order after the chosen variant's backends.",
+    )
     slo_p99_ms = models.FloatField(default=50.0, help_text="Candidate p99 above this fails the guardrail.")
     slo_error_rate = models.FloatField(default=0.01, help_text="Candidate error rate above this fails the guardrail.")
     psi_threshold = models.FloatField(default=0.25, help_text="Prediction-score PSI (candidate vs stable) guardrail.")
