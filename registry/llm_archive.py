@@ -184,7 +184,10 @@ def _check_weights(root: Path, files: list[str]) -> None:
 
 def _tokenizer(root: Path, files: list[str]) -> dict:
     present = sorted(name for name in files if PurePosixPath(name).name in TOKENIZER_FILES)
-    if not any(PurePosixPath(n).name in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model") for n in present):
+    if not any(
+        PurePosixPath(n).name in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+        for n in present
+    ):
         raise _bad(
             "no tokenizer in the model directory (tokenizer.json, tokenizer.model, vocab.json or vocab.txt).",
             "no_tokenizer",

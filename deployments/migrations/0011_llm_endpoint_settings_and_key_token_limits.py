@@ -5,55 +5,84 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('deployments', '0010_llm_kinds'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("deployments", "0010_llm_kinds"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='endpoint',
-            name='context_length',
-            field=models.PositiveIntegerField(blank=True, help_text="LLM: prompt + max_tokens above this is a 400; empty: the stable version's.", null=True),
+            model_name="endpoint",
+            name="context_length",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="LLM: prompt + max_tokens above this is a 400; empty: the stable version's.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='endpoint',
-            name='first_token_timeout_ms',
-            field=models.PositiveIntegerField(default=30000, help_text='LLM: an attempt without a first token by then fails over to the next backend.'),
+            model_name="endpoint",
+            name="first_token_timeout_ms",
+            field=models.PositiveIntegerField(
+                default=30000, help_text="LLM: an attempt without a first token by then fails over to the next backend."
+            ),
         ),
         migrations.AddField(
-            model_name='endpoint',
-            name='llm_fallbacks',
-            field=models.JSONField(blank=True, default=list, help_text="LLM: ids of LLM artifacts (of the team) tried in this order after the chosen variant's backends."),
+            model_name="endpoint",
+            name="llm_fallbacks",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="LLM: ids of LLM artifacts (of the team) tried in this order after the chosen variant's backends.",
+            ),
         ),
         migrations.AddField(
-            model_name='endpoint',
-            name='max_tokens_default',
-            field=models.PositiveIntegerField(default=256, help_text='LLM: max_tokens when a request gives none.'),
+            model_name="endpoint",
+            name="max_tokens_default",
+            field=models.PositiveIntegerField(default=256, help_text="LLM: max_tokens when a request gives none."),
         ),
         migrations.AddField(
-            model_name='endpoint',
-            name='prefix_affinity_chars',
-            field=models.PositiveIntegerField(default=256, help_text='LLM: prompts sharing this many leading characters go to one replica (0: off).'),
+            model_name="endpoint",
+            name="prefix_affinity_chars",
+            field=models.PositiveIntegerField(
+                default=256, help_text="LLM: prompts sharing this many leading characters go to one replica (0: off)."
+            ),
         ),
         migrations.AddField(
-            model_name='inferencekey',
-            name='max_streams',
-            field=models.PositiveIntegerField(blank=True, help_text='LLM requests (streamed or not) in flight at once; empty: no limit.', null=True),
+            model_name="inferencekey",
+            name="max_streams",
+            field=models.PositiveIntegerField(
+                blank=True, help_text="LLM requests (streamed or not) in flight at once; empty: no limit.", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='inferencekey',
-            name='tokens_per_minute',
-            field=models.PositiveIntegerField(blank=True, help_text='LLM tokens (prompt + completion) per minute; empty: no token limit.', null=True),
+            model_name="inferencekey",
+            name="tokens_per_minute",
+            field=models.PositiveIntegerField(
+                blank=True, help_text="LLM tokens (prompt + completion) per minute; empty: no token limit.", null=True
+            ),
         ),
         migrations.AddConstraint(
-            model_name='inferencekey',
-            constraint=models.CheckConstraint(condition=models.Q(('tokens_per_minute__isnull', True), models.Q(('tokens_per_minute__gte', 1), ('tokens_per_minute__lte', 1000000000)), _connector='OR'), name='key_tokens_per_minute_bounds'),
+            model_name="inferencekey",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("tokens_per_minute__isnull", True),
+                    models.Q(("tokens_per_minute__gte", 1), ("tokens_per_minute__lte", 1000000000)),
+                    _connector="OR",
+                ),
+                name="key_tokens_per_minute_bounds",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='inferencekey',
-            constraint=models.CheckConstraint(condition=models.Q(('max_streams__isnull', True), models.Q(('max_streams__gte', 1), ('max_streams__lte', 1000000)), _connector='OR'), name='key_max_streams_bounds'),
+            model_name="inferencekey",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("max_streams__isnull", True),
+                    models.Q(("max_streams__gte", 1), ("max_streams__lte", 1000000)),
+                    _connector="OR",
+                ),
+                name="key_max_streams_bounds",
+            ),
         ),
     ]

@@ -65,7 +65,9 @@ class Endpoint(models.Model):
     context_length = models.PositiveIntegerField(
         null=True, blank=True, help_text="LLM: prompt + max_tokens above this is a 400; empty: the stable version's."
     )
-    max_tokens_default = models.PositiveIntegerField(default=256, help_text="LLM: max_tokens when a request gives none.")
+    max_tokens_default = models.PositiveIntegerField(
+        default=256, help_text="LLM: max_tokens when a request gives none."
+    )
     prefix_affinity_chars = models.PositiveIntegerField(
         default=256, help_text="LLM: prompts sharing this many leading characters go to one replica (0: off)."
     )

@@ -64,7 +64,7 @@ def route_sync(status: dict | None, desired: str, error: str = "") -> dict:
     endpoints = {
         r.get("name"): {"code": r.get("code"), "reason": r.get("reason")}
         for r in refused
-        if r.get("kind") == "endpoint"
+        if r.get("kind") in ("endpoint", "llm_endpoint")  # one namespace of names (the schema)
     }
     stale = bool(routes.get("stale"))
     return {

@@ -10,9 +10,12 @@ from django.db import transaction
 from deployments.lock_objects import endpoint_for_update
 from deployments.models import Endpoint, ServingPool
 from deployments.rollout_machine import OnInconclusive
+from deployments.selectors.compatibility import require_kind
 from deployments.services import pools as pool_services
+from deployments.services.llm_endpoints import LLM_DEFAULTS, llm_values
 from kernel.errors import Conflict, InvalidInput
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
+from registry.names import LLM_BACKEND_VARIANT
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -27,6 +30,8 @@ ENDPOINT_FIELDS = (
     "timeout_ms",
     "public",
     "on_inconclusive",
+    "ttft_slo_ms",
+    "itl_slo_ms",
 )
 
 
@@ -51,7 +56,7 @@ def _endpoint_values(changes: dict) -> dict:
         value = changes[key]
         if key == "slo_error_rate" and not 0 <= float(value) <= 1:
             raise InvalidInput("slo_error_rate: give a fraction in 0..1.", field=key)
-        if key in ("slo_p99_ms", "psi_threshold") and float(value) <= 0:
+        if key in ("slo_p99_ms", "psi_threshold", "ttft_slo_ms", "itl_slo_ms") and not 0 < float(value) <= 3_600_000:
             raise InvalidInput(f"{key}: must be positive.", field=key)
         if key == "latency_margin" and not 0 <= float(value) <= 5:
             raise InvalidInput("latency_margin: give a fraction in 0..5 (0.2 = 20 % slower is tolerated).", field=key)
@@ -68,12 +73,27 @@ def _endpoint_values(changes: dict) -> dict:
 
 
 def endpoint_create(
-    *, user, name: str, pool: ServingPool, stable_artifact: Artifact | None = None, **settings_
+    *,
+    user,
+    name: str,
+    pool: ServingPool,
+    stable_artifact: Artifact | None = None,
+    kind: str = "tensor",
+    **settings_,
 ) -> Endpoint:
     """Create an endpoint on `pool` (the endpoint's team is the pool's); with a stable
-    artifact, ask the pool to load it (traffic flows once it is READY everywhere). It is
-    closed (only the team's inference keys) unless created with public=True."""
+    artifact, ask the pool to load it (traffic flows once it is READY everywhere; an LLM
+    backend reference has nothing to load). It is closed (only the team's inference keys)
+    unless created with public=True. `kind` llm: an OpenAI API endpoint (its stable an LLM
+    artifact, its LLM settings and fallbacks checked by services/llm_endpoints.py)."""
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
+    if kind not in ("tensor", "llm"):
+        raise InvalidInput(f"kind: {kind!r} is not an endpoint kind; give tensor or llm.", field="kind")
+    if kind == "llm":
+        settings_ = {
+            **{k: v for k, v in LLM_DEFAULTS.items() if settings_.get(k) is None},
+            **{k: v for k, v in settings_.items() if v is not None},
+        }
     if not ENDPOINT_NAME_RE.match(name or ""):
         raise InvalidInput(
             "name: use 1-64 lowercase letters, digits, - and _, starting with a letter or digit "
@@ -83,20 +103,22 @@ def endpoint_create(
     values = _endpoint_values(settings_)
     if stable_artifact is not None:
         require_servable(stable_artifact, pool.team, "stable_artifact")
+        require_kind(kind=kind, artifact=stable_artifact, field="stable_artifact")
+    values.update(llm_values(settings_, kind=kind, team=pool.team, stable=stable_artifact))
     with transaction.atomic():
         if Endpoint.objects.filter(name=name).exists():
             raise Conflict(f"name: an endpoint named {name!r} already exists.", code="name_taken", field="name")
         endpoint = Endpoint.objects.create(
-            name=name, team=pool.team, pool=pool, stable_artifact=stable_artifact, created_by=user, **values
+            name=name, team=pool.team, pool=pool, stable_artifact=stable_artifact, kind=kind, created_by=user, **values
         )
         event_record(
             actor=user,
             obj=endpoint,
             action=EventAction.CREATED,
             to_state="serving" if stable_artifact else "empty",
-            data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None)},
+            data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None), "kind": kind},
         )
-        if stable_artifact is not None:
+        if stable_artifact is not None and stable_artifact.variant != LLM_BACKEND_VARIANT:
             pool_services.pool_load_request(user=user, pool=pool, artifact=stable_artifact)
     return endpoint
 
@@ -106,6 +128,7 @@ def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
     changes only by rollout)."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
     values = _endpoint_values(changes)
+    values.update(llm_values(changes, kind=endpoint.kind, team=endpoint.team, stable=endpoint.stable_artifact))
     if not values:
         return endpoint
     with transaction.atomic():

@@ -6,92 +6,168 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('registry', '0005_llm_kinds'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("registry", "0005_llm_kinds"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LLMSpec',
+            name="LLMSpec",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('dir', 'Model directory served by a Triton pool'), ('openai', 'OpenAI-compatible backend')], max_length=8)),
-                ('context_length', models.PositiveIntegerField(help_text='Prompt + completion tokens the model takes.')),
-                ('tokenizer', models.JSONField(blank=True, default=dict)),
-                ('base_url', models.CharField(blank=True, help_text='openai: the base URL ending in /v1.', max_length=2000)),
-                ('upstream_model', models.CharField(blank=True, help_text='openai: the model id sent upstream.', max_length=256)),
-                ('cost_per_1k_prompt', models.FloatField(default=0.0)),
-                ('cost_per_1k_completion', models.FloatField(default=0.0)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("dir", "Model directory served by a Triton pool"),
+                            ("openai", "OpenAI-compatible backend"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "context_length",
+                    models.PositiveIntegerField(help_text="Prompt + completion tokens the model takes."),
+                ),
+                ("tokenizer", models.JSONField(blank=True, default=dict)),
+                (
+                    "base_url",
+                    models.CharField(blank=True, help_text="openai: the base URL ending in /v1.", max_length=2000),
+                ),
+                (
+                    "upstream_model",
+                    models.CharField(blank=True, help_text="openai: the model id sent upstream.", max_length=256),
+                ),
+                ("cost_per_1k_prompt", models.FloatField(default=0.0)),
+                ("cost_per_1k_completion", models.FloatField(default=0.0)),
             ],
         ),
         migrations.CreateModel(
-            name='ProviderSecret',
+            name="ProviderSecret",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(help_text="What backend references call it, e.g. 'openai-prod'.", max_length=64)),
-                ('ciphertext', models.TextField()),
-                ('last4', models.CharField(blank=True, help_text="The value's last characters (of a long value).", max_length=4)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.SlugField(help_text="What backend references call it, e.g. 'openai-prod'.", max_length=64),
+                ),
+                ("ciphertext", models.TextField()),
+                (
+                    "last4",
+                    models.CharField(
+                        blank=True, help_text="The value's last characters (of a long value).", max_length=4
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['team__name', 'name'],
+                "ordering": ["team__name", "name"],
             },
         ),
         migrations.RemoveConstraint(
-            model_name='modelversion',
-            name='version_has_source',
+            model_name="modelversion",
+            name="version_has_source",
         ),
         migrations.AlterField(
-            model_name='modelversion',
-            name='framework',
-            field=models.CharField(choices=[('onnx', 'ONNX'), ('pytorch', 'PyTorch'), ('transformers', 'Hugging Face model directory'), ('openai', 'OpenAI-compatible API')], default='onnx', max_length=16),
+            model_name="modelversion",
+            name="framework",
+            field=models.CharField(
+                choices=[
+                    ("onnx", "ONNX"),
+                    ("pytorch", "PyTorch"),
+                    ("transformers", "Hugging Face model directory"),
+                    ("openai", "OpenAI-compatible API"),
+                ],
+                default="onnx",
+                max_length=16,
+            ),
         ),
         migrations.AlterField(
-            model_name='modelversion',
-            name='source',
-            field=models.CharField(choices=[('upload', 'Uploaded ONNX file'), ('mlflow', 'MLflow model URI'), ('llm_dir', 'Uploaded LLM model directory'), ('llm_backend', 'LLM backend reference (OpenAI-compatible server)')], max_length=16),
+            model_name="modelversion",
+            name="source",
+            field=models.CharField(
+                choices=[
+                    ("upload", "Uploaded ONNX file"),
+                    ("mlflow", "MLflow model URI"),
+                    ("llm_dir", "Uploaded LLM model directory"),
+                    ("llm_backend", "LLM backend reference (OpenAI-compatible server)"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='modelversion',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('source__in', ['upload', 'llm_dir']), models.Q(('file_sha256', ''), _negated=True)), models.Q(('source__in', ['mlflow', 'llm_backend']), models.Q(('source_uri', ''), _negated=True)), _connector='OR'), name='version_has_source'),
+            model_name="modelversion",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("source__in", ["upload", "llm_dir"]), models.Q(("file_sha256", ""), _negated=True)),
+                    models.Q(("source__in", ["mlflow", "llm_backend"]), models.Q(("source_uri", ""), _negated=True)),
+                    _connector="OR",
+                ),
+                name="version_has_source",
+            ),
         ),
         migrations.AddField(
-            model_name='llmspec',
-            name='version',
-            field=models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='llm', to='registry.modelversion'),
+            model_name="llmspec",
+            name="version",
+            field=models.OneToOneField(
+                on_delete=django.db.models.deletion.CASCADE, related_name="llm", to="registry.modelversion"
+            ),
         ),
         migrations.AddField(
-            model_name='providersecret',
-            name='created_by',
-            field=models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="providersecret",
+            name="created_by",
+            field=models.ForeignKey(
+                null=True, on_delete=django.db.models.deletion.SET_NULL, related_name="+", to=settings.AUTH_USER_MODEL
+            ),
         ),
         migrations.AddField(
-            model_name='providersecret',
-            name='team',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='provider_secrets', to='auth.group'),
+            model_name="providersecret",
+            name="team",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, related_name="provider_secrets", to="auth.group"
+            ),
         ),
         migrations.AddField(
-            model_name='llmspec',
-            name='secret',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='registry.providersecret'),
+            model_name="llmspec",
+            name="secret",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="registry.providersecret",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='providersecret',
-            constraint=models.UniqueConstraint(fields=('team', 'name'), name='uniq_secret_name_per_team'),
+            model_name="providersecret",
+            constraint=models.UniqueConstraint(fields=("team", "name"), name="uniq_secret_name_per_team"),
         ),
         migrations.AddConstraint(
-            model_name='llmspec',
-            constraint=models.CheckConstraint(condition=models.Q(('context_length__gte', 1), ('context_length__lte', 10000000)), name='llm_context_bounds'),
+            model_name="llmspec",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("context_length__gte", 1), ("context_length__lte", 10000000)),
+                name="llm_context_bounds",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='llmspec',
-            constraint=models.CheckConstraint(condition=models.Q(('kind', 'dir'), models.Q(models.Q(('base_url', ''), _negated=True), models.Q(('upstream_model', ''), _negated=True)), _connector='OR'), name='llm_openai_has_url'),
+            model_name="llmspec",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("kind", "dir"),
+                    models.Q(
+                        models.Q(("base_url", ""), _negated=True), models.Q(("upstream_model", ""), _negated=True)
+                    ),
+                    _connector="OR",
+                ),
+                name="llm_openai_has_url",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='llmspec',
-            constraint=models.CheckConstraint(condition=models.Q(('cost_per_1k_completion__gte', 0), ('cost_per_1k_prompt__gte', 0)), name='llm_cost_non_negative'),
+            model_name="llmspec",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("cost_per_1k_completion__gte", 0), ("cost_per_1k_prompt__gte", 0)),
+                name="llm_cost_non_negative",
+            ),
         ),
     ]

@@ -32,4 +32,7 @@ def llm_spec_of(artifact) -> LLMSpec | None:
 
 def llm_specs_for(version_ids) -> dict[int, LLMSpec]:
     """{version id: LLMSpec} with their secrets, read once (the route table)."""
-    return {spec.version_id: spec for spec in LLMSpec.objects.filter(version_id__in=set(version_ids)).select_related("secret")}
+    return {
+        spec.version_id: spec
+        for spec in LLMSpec.objects.filter(version_id__in=set(version_ids)).select_related("secret")
+    }

@@ -65,6 +65,7 @@ URL_RE = re.compile(r"^https?://[^\s/]+(/[^\s]*)?$")
 MAX_COST = 1_000_000
 MAX_TOKENIZER_NAME = 200
 DEFAULT_BACKEND_CONTEXT = 4096
+MAX_DELAY_MS = 10_000
 
 
 # --- provider secrets ----------------------------------------------------------------------
@@ -114,7 +115,9 @@ def _team_secret(team, name: str | None) -> ProviderSecret | None:
         return None
     secret = ProviderSecret.objects.filter(team=team, name=name).first()
     if secret is None:
-        raise NotFound(f"secret: team {team.name!r} has no secret named {name!r}.", code="secret_not_found", field="secret")
+        raise NotFound(
+            f"secret: team {team.name!r} has no secret named {name!r}.", code="secret_not_found", field="secret"
+        )
     return secret
 
 
@@ -168,7 +171,9 @@ def _base_url(value: str) -> str:
     parsed = urllib.parse.urlsplit(url) if URL_RE.match(url) and len(url) <= 2000 else None
     if parsed is None or not parsed.hostname:
         raise InvalidInput(
-            "base_url: give the server's http(s) base URL, e.g. http://10.0.0.5:8000/v1.", code="bad_base_url", field="base_url"
+            "base_url: give the server's http(s) base URL, e.g. http://10.0.0.5:8000/v1.",
+            code="bad_base_url",
+            field="base_url",
         )
     if parsed.username or parsed.password or parsed.query or parsed.fragment:
         raise InvalidInput(
@@ -179,6 +184,12 @@ def _base_url(value: str) -> str:
     return url
 
 
+def _delay(value, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DELAY_MS:
+        raise InvalidInput(f"{field}: give 0..{MAX_DELAY_MS} milliseconds.", field=field)
+    return value
+
+
 def _tokenizer_name(value) -> str:
     name = str(value or "").strip()
     if len(name) > MAX_TOKENIZER_NAME or any(ord(c) < 32 for c in name):
@@ -187,14 +198,14 @@ def _tokenizer_name(value) -> str:
 
 
 # --- the version's one artifact ---------------------------------------------------------------
-def _package_triton(hf_root: Path, triton_name: str) -> tuple[str, str, int]:
+def _package_triton(hf_root: Path, triton_name: str, delays: dict) -> tuple[str, str, int]:
     """Write the Triton generate model for `hf_root` (llm-model's writer) and store it:
     (rel path, sha256, size)."""
     from registry.llm.triton import write_llm_model
 
     staging = Path(tempfile.mkdtemp(dir=storage.tmp_dir(), prefix="llm-triton-"))
     try:
-        write_llm_model(staging, triton_name, hf_root)
+        write_llm_model(staging, triton_name, hf_root, **delays)
         model_dir = staging / triton_name
         size = sum(p.stat().st_size for p in model_dir.rglob("*") if p.is_file())
         rel, sha = storage.put_dir(model_dir)
@@ -247,15 +258,24 @@ def llm_version_create_from_archive(
     context_length=None,
     cost_per_1k_prompt=0,
     cost_per_1k_completion=0,
+    delay_first_token_ms=0,
+    delay_per_token_ms=0,
     metrics: dict | None = None,
     tags: dict | None = None,
 ) -> ModelVersion:
     """Register an uploaded model directory (kind a) as the next version of `model`, with
-    its `llm` artifact. Nothing is stored when anything in it is refused."""
+    its `llm` artifact. Nothing is stored when anything in it is refused. The delays make
+    its Triton model deliberately slower (a canary that should be rolled back, a demo)."""
     _require_llm_model(user, model)
+    delays = {
+        "delay_first_token_ms": _delay(delay_first_token_ms, "delay_first_token_ms"),
+        "delay_per_token_ms": _delay(delay_per_token_ms, "delay_per_token_ms"),
+    }
     limit = int(setting("LLM_MAX_ARCHIVE_MB", settings.MAX_UPLOAD_MB)) * 1024 * 1024
     if size is not None and size > limit:
-        raise TooLarge(f"archive: {size} bytes is over the {limit >> 20} MB limit (LLM_MAX_ARCHIVE_MB).", field="archive")
+        raise TooLarge(
+            f"archive: {size} bytes is over the {limit >> 20} MB limit (LLM_MAX_ARCHIVE_MB).", field="archive"
+        )
     costs = _cost(cost_per_1k_prompt, "cost_per_1k_prompt"), _cost(cost_per_1k_completion, "cost_per_1k_completion")
     _context_length(context_length, limit=None)  # a bad value is refused before the upload is unpacked
     try:
@@ -278,7 +298,9 @@ def llm_version_create_from_archive(
         with transaction.atomic():
             locked = model_for_update(model.pk)
             number = _next_version(locked)
-            triton_dir = _package_triton(storage.absolute(hf_rel), names.triton_model_name(locked.name, number, names.LLM_VARIANT))
+            triton_dir = _package_triton(
+                storage.absolute(hf_rel), names.triton_model_name(locked.name, number, names.LLM_VARIANT), delays
+            )
             stored.append(triton_dir[0])
             version = ModelVersion.objects.create(
                 model=locked,
@@ -318,7 +340,7 @@ def llm_version_create_from_archive(
                 team=locked.team,
                 action=EventAction.CREATED,
                 to_state=version.status,
-                data={"source": "llm_dir", "sha256": hf_sha, "size": found.size, "artifact": artifact.pk},
+                data={"source": "llm_dir", "sha256": hf_sha, "size": found.size, "artifact": artifact.pk, **delays},
             )
         return version
     except BaseException:
