@@ -12,8 +12,15 @@ router.register("teams", teams_api.TeamViewSet, basename="team")
 
 model_versions = api.ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 
+# LLM versions and provider secrets (issue 27)
+from registry.api import llm as llm_api  # noqa: E402
+
+router.register("secrets", llm_api.SecretViewSet, basename="secret")
+llm_versions = llm_api.LLMVersionViewSet.as_view({"post": "create"})
+
 urlpatterns = [
     path("models/<slug:model_name>/versions/", model_versions, name="model-versions"),
+    path("models/<slug:model_name>/llm-versions/", llm_versions, name="model-llm-versions"),
     path("", include(router.urls)),
 ]
 

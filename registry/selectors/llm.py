@@ -22,12 +22,17 @@ def secret_get(*, user, secret_id: int) -> ProviderSecret:
     return secret
 
 
-def llm_spec_of(artifact) -> LLMSpec | None:
-    """The LLM spec of an artifact's version, or None for a tensor model's artifact."""
+def llm_spec_of_version(version) -> LLMSpec | None:
+    """The version's LLM spec, or None for a tensor model's version."""
     try:
-        return artifact.version.llm
+        return version.llm
     except LLMSpec.DoesNotExist:
         return None
+
+
+def llm_spec_of(artifact) -> LLMSpec | None:
+    """The LLM spec of an artifact's version, or None for a tensor model's artifact."""
+    return llm_spec_of_version(artifact.version)
 
 
 def llm_specs_for(version_ids) -> dict[int, LLMSpec]:
