@@ -63,8 +63,8 @@ from deployments.selectors.compatibility import serving_problem
 from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
-from registry.models import Artifact
 from registry.names import baseline_triton_name, baseline_variant_name, triton_name, variant_name
+from registry.selectors.llm import artifacts_by_id
 from registry.selectors.serving import artifact_serving_signature
 
 
@@ -224,9 +224,7 @@ def _sources(endpoints, keys) -> _Sources:
         replicas.setdefault(replica.pool_id, []).append(replica)
     overlays, failures = route_overlays_isolated(endpoints)
     fallback_ids = {pk for e in endpoints if e.kind == "llm" for pk in (e.llm_fallbacks or ()) if isinstance(pk, int)}
-    fallback_artifacts = {
-        a.pk: a for a in Artifact.objects.filter(pk__in=fallback_ids).select_related("version__model")
-    }
+    fallback_artifacts = artifacts_by_id(fallback_ids)
     return _Sources(
         team_keys,
         active_rollouts(endpoints=endpoints),

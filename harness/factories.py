@@ -114,10 +114,10 @@ def llm_artifact(
     cost_per_1k_prompt: float = 0.0,
     cost_per_1k_completion: float = 0.0,
 ) -> Artifact:
-    """An LLM version's artifact row: kind "triton" (variant llm, a Triton generate model;
-    no files: the route builder reads rows only) or "openai" (variant llm-backend, a
-    reference to `base_url`), with its LLMSpec. Registration itself is tested through
-    registry.services.llm."""
+    """An LLM version's artifact row: kind "triton" (variant llm: a stored directory with a
+    decoupled python-backend config.pbtxt, enough for a pool load request; no model code)
+    or "openai" (variant llm-backend, a reference to `base_url`), with its LLMSpec.
+    Registration itself is tested through registry.services.llm."""
     from registry.models import Framework, LLMKind, LLMSpec, Task, VersionStatus
     from registry.names import LLM_BACKEND_VARIANT, LLM_VARIANT
 
@@ -146,12 +146,29 @@ def llm_artifact(
     )
     variant = LLM_BACKEND_VARIANT if openai else LLM_VARIANT
     build = Build.objects.create(version=version, targets=[variant], status=BuildStatus.SUCCEEDED)
+    name = "" if openai else triton_model_name(model.name, version.version, variant)
+    rel = sha = ""
+    if not openai:
+        import tempfile
+        from pathlib import Path
+
+        staged = Path(tempfile.mkdtemp(dir=storage.tmp_dir())) / name
+        staged.mkdir()
+        (staged / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+            "model_transaction_policy { decoupled: true }\n"
+            'input [{ name: "text_input" data_type: TYPE_STRING dims: [1] }]\n'
+            'output [{ name: "text_output" data_type: TYPE_STRING dims: [1] }]\n'
+        )
+        rel, sha = storage.put_dir(staged)
     return Artifact.objects.create(
         version=version,
         build=build,
         variant=variant,
         status=ArtifactStatus.SERVABLE,
-        triton_model_name="" if openai else triton_model_name(model.name, version.version, variant),
+        triton_model_name=name,
+        path=rel,
+        sha256=sha,
     )
 
 

@@ -3,6 +3,9 @@
 /api/v1/endpoints/ (by name), /api/v1/endpoints/{name}/rollouts/,
 /api/v1/rollouts/{id}/ with POST …/{promote|pause|resume|rollback}/, and
 /api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
+
+Why this is one long module: the endpoint serializers carry the LLM settings (issue 27)
+beside the tensor ones, and endpoints, rollouts and the route table view share them.
 """
 
 from drf_spectacular.utils import extend_schema, extend_schema_view

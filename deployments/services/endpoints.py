@@ -16,6 +16,7 @@ from deployments.services.llm_endpoints import LLM_DEFAULTS, llm_values
 from kernel.errors import Conflict, InvalidInput
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
 from registry.names import LLM_BACKEND_VARIANT
+from registry.selectors.llm import artifacts_by_id
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -120,7 +121,15 @@ def endpoint_create(
         )
         if stable_artifact is not None and stable_artifact.variant != LLM_BACKEND_VARIANT:
             pool_services.pool_load_request(user=user, pool=pool, artifact=stable_artifact)
+        _load_fallbacks(user, endpoint)
     return endpoint
+
+
+def _load_fallbacks(user, endpoint: Endpoint) -> None:
+    """An LLM endpoint's fallbacks that are Triton models are loaded into its pool (idempotent)."""
+    for artifact in artifacts_by_id(endpoint.llm_fallbacks or [], team=endpoint.team).values():
+        if artifact.variant != LLM_BACKEND_VARIANT:
+            pool_services.pool_load_request(user=user, pool=endpoint.pool, artifact=artifact)
 
 
 def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
@@ -138,6 +147,8 @@ def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
             setattr(locked, key, value)
         locked.save()
         event_record(actor=user, obj=locked, action=EventAction.UPDATED, data={k: str(v) for k, v in values.items()})
+        if "llm_fallbacks" in values:
+            _load_fallbacks(user, locked)
         if "public" in values and before["public"] != values["public"]:  # who may call it: its own line in the trail
             event_record(
                 actor=user,

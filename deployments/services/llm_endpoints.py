@@ -6,8 +6,9 @@ the chosen variant's own backends (e.g. an external provider behind an internal 
 from __future__ import annotations
 
 from kernel.errors import InvalidInput
-from registry.models import MAX_CONTEXT_LENGTH, Artifact, ArtifactStatus
+from registry.models import MAX_CONTEXT_LENGTH, ArtifactStatus
 from registry.names import is_llm_variant
+from registry.selectors.llm import artifacts_by_id
 
 LLM_FIELDS = (
     "first_token_timeout_ms",
@@ -50,7 +51,7 @@ def _fallbacks(value, team) -> list[int]:
         if item in ids:
             raise InvalidInput(f"llm_fallbacks: artifact {item} is listed twice.", field="llm_fallbacks")
         ids.append(item)
-    found = {a.pk: a for a in Artifact.objects.filter(pk__in=ids, version__model__team=team)}
+    found = artifacts_by_id(ids, team=team)
     for pk in ids:
         artifact = found.get(pk)
         if artifact is None:  # another team's artifact reads as an unknown one

@@ -41,3 +41,14 @@ def llm_specs_for(version_ids) -> dict[int, LLMSpec]:
         spec.version_id: spec
         for spec in LLMSpec.objects.filter(version_id__in=set(version_ids)).select_related("secret")
     }
+
+
+def artifacts_by_id(ids, *, team=None) -> dict:
+    """{id: Artifact} of `ids` (of `team` when given; another team's reads as absent), with
+    version and model: an LLM endpoint's fallbacks."""
+    from registry.models import Artifact
+
+    qs = Artifact.objects.filter(pk__in=[pk for pk in ids if isinstance(pk, int)]).select_related("version__model")
+    if team is not None:
+        qs = qs.filter(version__model__team=team)
+    return {artifact.pk: artifact for artifact in qs}

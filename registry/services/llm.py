@@ -16,6 +16,9 @@ loads it like any artifact); kind (b): variant `llm-backend`, no files (nothing 
 
 Provider secrets: Fernet-encrypted at rest (registry/secret_box.py); `secret_create`
 returns the value once, nothing else ever does.
+
+Why this is one long module: both kinds of LLM version share the model, cost and
+context checks and the inline artifact, and the secrets are what kind (b) names.
 """
 
 from __future__ import annotations
