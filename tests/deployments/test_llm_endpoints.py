@@ -214,3 +214,33 @@ def test_one_bad_llm_endpoint_costs_only_itself(chat, external, pool, team_a, ar
     assert problems["unreadable"].served == SERVED_NONE and "decrypted" in problems["unreadable"].reason
     assert table["secrets"] == []  # the unreadable endpoint's secret is named by no emitted backend
     assert InferenceKey.objects.count() == 0
+
+
+# --- the Keys page ------------------------------------------------------------------------------
+def test_keys_page_stores_a_provider_secret_and_shows_its_value_once(admin_a, deployer, team_b):
+    from django.test import Client
+
+    other_admin = factories.user("bea")
+    factories.member(other_admin, team_b, Role.ADMIN)
+    llm_services.secret_create(user=other_admin, team=team_b, name="their-secret", value="sk-of-team-b-00000000")
+    client = Client()
+    client.force_login(admin_a)
+    value = "sk-page-abcdefghijklmn-TAIL"
+    stored = client.post("/deployments/keys/secrets/", {"team": "team-a", "name": "page-secret", "value": value})
+    assert stored.status_code == 200 and value in stored.content.decode()
+    page = client.get("/deployments/keys/").content.decode()
+    assert "page-secret" in page and "…TAIL" in page and value not in page
+    assert "their-secret" not in page
+    created = client.post(
+        "/deployments/keys/",
+        {"team": "team-a", "name": "llm-key", "tokens_per_minute": 5000, "max_streams": 2, "rate_per_s": 10},
+    )
+    assert created.status_code == 200 and "5000 · 2" in created.content.decode()
+    assert InferenceKey.objects.get(name="llm-key").tokens_per_minute == 5000
+
+    deployer_client = Client()
+    deployer_client.force_login(deployer)  # a deployer, not an admin: stores no secret
+    refused = deployer_client.post(
+        "/deployments/keys/secrets/", {"team": "team-a", "name": "nope", "value": "sk-x-000000000000"}, follow=True
+    )
+    assert "admin role" in refused.content.decode() and not ProviderSecret.objects.filter(name="nope").exists()
