@@ -244,3 +244,16 @@ def test_keys_page_stores_a_provider_secret_and_shows_its_value_once(admin_a, de
         "/deployments/keys/secrets/", {"team": "team-a", "name": "nope", "value": "sk-x-000000000000"}, follow=True
     )
     assert "admin role" in refused.content.decode() and not ProviderSecret.objects.filter(name="nope").exists()
+
+
+def test_the_endpoint_pages_show_an_llm_endpoint(deployer, chat, external, pool):
+    from django.test import Client
+
+    factories.endpoint(pool, chat, name="chat", kind="llm", llm_fallbacks=[external.pk])
+    client = Client()
+    client.force_login(deployer)
+    assert client.get("/deployments/endpoints/").status_code == 200
+    page = client.get("/deployments/endpoints/chat/")
+    text = page.content.decode()
+    assert page.status_code == 200 and "chat v1 llm" in text
+    assert 'model="chat"' in text and "1 fallback" in text
