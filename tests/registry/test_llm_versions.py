@@ -272,3 +272,14 @@ def test_the_key_can_be_rotated_with_provider_secrets_key(settings):
     assert secret_box.open_sealed(sealed) == "sk-new"
     with pytest.raises(secret_box.SecretUnreadable):
         secret_box.open_sealed(old)
+
+
+def test_the_model_and_version_pages_show_an_llm_version(alice, llm_model):
+    from django.test import Client
+
+    artifact = factories.llm_artifact(llm_model.team, model_name="chat", kind="openai")
+    client = Client()
+    client.force_login(alice)
+    assert client.get("/models/chat/").status_code == 200
+    page = client.get(f"/models/versions/{artifact.version_id}/")
+    assert page.status_code == 200 and "llm-backend" in page.content.decode()
