@@ -257,3 +257,13 @@ def test_the_endpoint_pages_show_an_llm_endpoint(deployer, chat, external, pool)
     text = page.content.decode()
     assert page.status_code == 200 and "chat v1 llm" in text
     assert 'model="chat"' in text and "1 fallback" in text
+
+
+def test_a_release_on_an_llm_endpoint_is_refused(deployer, chat, pool):
+    from deployments.services.releases import release_start
+    from kernel.errors import InvalidInput
+
+    endpoint = factories.endpoint(pool, chat, name="chat", kind="llm")
+    with pytest.raises(InvalidInput) as refused:
+        release_start(user=deployer, endpoint=endpoint, version=chat.version)
+    assert refused.value.code == "llm_endpoint"
