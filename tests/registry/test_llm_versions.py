@@ -283,3 +283,18 @@ def test_the_model_and_version_pages_show_an_llm_version(alice, llm_model):
     assert client.get("/models/chat/").status_code == 200
     page = client.get(f"/models/versions/{artifact.version_id}/")
     assert page.status_code == 200 and "llm-backend" in page.content.decode()
+
+
+def test_the_admin_console_shows_a_secrets_name_never_its_value(staff, team_a, admin_a):
+    from django.test import Client
+
+    from registry.services.llm import secret_create
+
+    secret = secret_create(user=admin_a, team=team_a, name="provider", value="sk-admin-view-0123456789")
+    client = Client()
+    client.force_login(staff)
+    for url in ("/admin/registry/providersecret/", f"/admin/registry/providersecret/{secret.pk}/change/"):
+        page = client.get(url)
+        text = page.content.decode()
+        assert page.status_code == 200 and "provider" in text
+        assert "sk-admin-view" not in text and secret.ciphertext not in text
