@@ -454,7 +454,10 @@ def route_build() -> tuple[dict, dict[str, RouteProblem], dict[str, RouteProblem
         named = set().union(*(llm_routes.secret_ids(entry) for entry in llm_table))
         body["llm_endpoints"] = llm_table
         body["secrets"] = [{"id": sid, "value": sources.llm.values[sid]} for sid in sorted(named)]
-    version = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
+    # the version (shown in /status and /healthz) digests the secrets by id, never by value: a
+    # secret's value never changes under its id (a new value is a new secret)
+    digested = {**body, "secrets": [s["id"] for s in body["secrets"]]} if "secrets" in body else body
+    version = hashlib.sha256(json.dumps(digested, sort_keys=True).encode()).hexdigest()[:20]
     return (
         {"version": version, "generated_at": timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ"), **body},
         problems,

@@ -267,3 +267,15 @@ def test_a_release_on_an_llm_endpoint_is_refused(deployer, chat, pool):
     with pytest.raises(InvalidInput) as refused:
         release_start(user=deployer, endpoint=endpoint, version=chat.version)
     assert refused.value.code == "llm_endpoint"
+
+
+def test_the_table_version_does_not_digest_secret_values(external, pool):
+    import hashlib
+
+    factories.endpoint(pool, external, name="ext", kind="llm")
+    table = route_build()[0]
+    assert table["secrets"][0]["value"] == "sk-provider-0123456789"
+    body = {k: v for k, v in table.items() if k not in ("version", "generated_at")}
+    assert hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20] != table["version"]
+    body["secrets"] = [s["id"] for s in body["secrets"]]
+    assert hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20] == table["version"]
