@@ -36,6 +36,15 @@ class InferenceKeyCreateForm(forms.Form):
         label="Max in flight",
         help_text="Empty: no quota.",
     )
+    tokens_per_minute = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="LLM tokens per minute",
+        help_text="Prompt + completion tokens of its LLM requests; empty: no token limit.",
+    )
+    max_streams = forms.IntegerField(
+        required=False, min_value=1, label="LLM streams in flight", help_text="Empty: no limit."
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -52,6 +61,8 @@ class InferenceKeyCreateForm(forms.Form):
             "endpoints": data["endpoints"] or None,
             "rate_per_s": data["rate_per_s"],
             "max_concurrency": data["max_concurrency"],
+            "tokens_per_minute": data["tokens_per_minute"],
+            "max_streams": data["max_streams"],
         }
         if data["burst"] is not None:
             out["burst"] = data["burst"]

@@ -24,6 +24,12 @@ Why this is one long module: it is the one builder of the route table contract (
 owner per contract), read top to bottom: the variants, the keys, and the per-entry guard
 that keeps one endpoint's bad rows from costing the others.
 
+LLM endpoints (kind llm, issue 27) go to `llm_endpoints`: the same variants (stable,
+rollout candidate and fair baseline, experiment arms) with their backends, the endpoint's
+fallbacks and LLM settings (deployments/llm_routes.py), checked per entry the same way;
+`secrets` lists the provider secrets that the emitted backends name, and only those.
+Keys carry their LLM limits (tokens_per_minute, max_streams) too.
+
 Per endpoint, never as a whole (issue 21): each entry is built and checked against the
 schema (gateway/route_table.schema.json, the file the gateway validates with) on its own.
 An entry whose split cannot be built (a rollout row whose plan does not hold, an
@@ -49,6 +55,7 @@ import jsonschema_rs
 from django.db import DatabaseError
 from django.utils import timezone
 
+from deployments import llm_routes
 from deployments.models import PoolModel, PoolModelState
 from deployments.rollout_machine import FULL_BP, VariantRole
 from deployments.route_overlays import route_overlays_isolated
@@ -57,6 +64,7 @@ from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
 from registry.names import baseline_triton_name, baseline_variant_name, triton_name, variant_name
+from registry.selectors.llm import artifacts_by_id
 from registry.selectors.serving import artifact_serving_signature
 
 
@@ -101,7 +109,7 @@ def team_label(team) -> str:
 
 def _key(key) -> dict:
     doc = {"id": key.gateway_id, "prefix": key.prefix, "sha256": key.sha256, "team": team_label(key.team)}
-    for field in ("rate_per_s", "burst", "max_concurrency"):
+    for field in ("rate_per_s", "burst", "max_concurrency", "tokens_per_minute", "max_streams"):
         value = getattr(key, field)
         if value is not None:
             doc[field] = value
@@ -158,7 +166,7 @@ def _schema_validators() -> dict:
         name: jsonschema_rs.validator_for(
             {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{name}"}
         )
-        for name in ("endpoint", "key")
+        for name in ("endpoint", "key", "llm_endpoint", "secret")
     }
 
 
@@ -193,6 +201,8 @@ class _Sources:
     overlay_failures: dict
     ready_models: dict
     replicas: dict
+    llm: llm_routes.LLMSources
+    fallback_artifacts: dict
 
 
 def _sources(endpoints, keys) -> _Sources:
@@ -213,38 +223,50 @@ def _sources(endpoints, keys) -> _Sources:
             replica.grpc_url = ""  # its variants then take no gRPC (the gateway answers UNAVAILABLE there)
         replicas.setdefault(replica.pool_id, []).append(replica)
     overlays, failures = route_overlays_isolated(endpoints)
-    return _Sources(team_keys, active_rollouts(endpoints=endpoints), overlays, failures, ready_models, replicas)
+    fallback_ids = {pk for e in endpoints if e.kind == "llm" for pk in (e.llm_fallbacks or ()) if isinstance(pk, int)}
+    fallback_artifacts = artifacts_by_id(fallback_ids)
+    return _Sources(
+        team_keys,
+        active_rollouts(endpoints=endpoints),
+        overlays,
+        failures,
+        ready_models,
+        replicas,
+        llm_routes.LLMSources(),
+        fallback_artifacts,
+    )
 
 
-def _rollout_variants(endpoint, rollout, entry: dict, urls) -> list | None:
-    """The rollout's variants (stable, candidate, fair baseline), or None when it routes none now."""
+def _rollout_variants(endpoint, rollout, entry: dict, make) -> list | None:
+    """The rollout's variants (stable, candidate, fair baseline), or None when it routes none now.
+    `make(artifact, role, weight_bp, model_name, name="")` builds one variant."""
     stable = endpoint.stable_artifact
     split = rollout.split
     candidate = rollout.candidate_artifact
     if not (split.candidate_role and candidate.pk != stable.pk and _fits(endpoint, [candidate])):
         return None
-    variants = [_variant(stable, VariantRole.STABLE, split.stable_bp, urls(triton_name(stable)))]
+    variants = [make(stable, VariantRole.STABLE, split.stable_bp, triton_name(stable))]
     if split.candidate_role == VariantRole.SHADOW:
-        entry["shadow_sample_rate"] = rollout.shadow_sample_rate
-        variants.append(_variant(candidate, VariantRole.SHADOW, 0, urls(triton_name(candidate))))
+        if "shadow_sample_rate" in entry:  # tensor entries; an LLM entry copies no traffic (no such field)
+            entry["shadow_sample_rate"] = rollout.shadow_sample_rate
+        variants.append(make(candidate, VariantRole.SHADOW, 0, triton_name(candidate)))
         return variants
-    variants.append(_variant(candidate, VariantRole.CANARY, split.candidate_bp, urls(triton_name(candidate))))
+    variants.append(make(candidate, VariantRole.CANARY, split.candidate_bp, triton_name(candidate)))
     if split.baseline_bp:  # the fair baseline: the stable artifact's own copy, the candidate's share
         baseline = rollout.baseline_artifact
         variants.append(
-            _variant(
+            make(
                 baseline,
                 VariantRole.BASELINE,
                 split.baseline_bp,
-                urls(rollout.baseline_model),
+                rollout.baseline_model or baseline_triton_name(baseline),
                 name=baseline_variant_name(baseline),
-                triton_model=baseline_triton_name(baseline),
             )
         )
     return variants
 
 
-def _overlay_variants(endpoint, overlay, entry: dict, urls) -> list | None:
+def _overlay_variants(endpoint, overlay, entry: dict, make) -> list | None:
     """An experiment's arms (the first is the stable), or None when they cannot serve here."""
     if overlay.arms[0][0].pk != endpoint.stable_artifact.pk or not _fits(
         endpoint, [artifact for artifact, _ in overlay.arms[1:]]
@@ -254,17 +276,16 @@ def _overlay_variants(endpoint, overlay, entry: dict, urls) -> list | None:
     if overlay.token_key:
         entry["exposure_token_key"] = overlay.token_key
     return [
-        _variant(artifact, VariantRole.STABLE if i == 0 else VariantRole.ARM, weight_bp, urls(triton_name(artifact)))
+        make(artifact, VariantRole.STABLE if i == 0 else VariantRole.ARM, weight_bp, triton_name(artifact))
         for i, (artifact, weight_bp) in enumerate(overlay.arms)
     ]
 
 
 def _entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dict:
     """The endpoint's entry: with its rollout's or experiment's split when `split`, else its stable alone."""
-    stable = endpoint.stable_artifact
+    if endpoint.kind == "llm":
+        return _llm_entry(endpoint, sources, listed_keys, split=split)
     rollout = sources.rollouts.get(endpoint.pk)
-    auth = _auth(endpoint, sources.team_keys)
-    auth["keys"] = [key for key in auth["keys"] if key in listed_keys]  # a key left out is named by no entry
     entry = {
         "name": endpoint.name,
         "team": team_label(endpoint.team),  # who gets 403 rather than the unknown endpoint's 404
@@ -274,18 +295,61 @@ def _entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dic
         "min_timeout_ms": max(1, min(endpoint.timeout_ms, math.ceil(endpoint.slo_p99_ms))),
         "salt": rollout.salt if rollout and split else "",
         "shadow_sample_rate": 0.0,
-        "auth": auth,
+        "auth": _listed_auth(endpoint, sources, listed_keys),
     }
 
-    def urls(model_name: str) -> list[tuple[str, str]]:
-        return _ready_urls(endpoint.pool_id, model_name, sources.ready_models, sources.replicas)
+    def make(artifact, role, weight_bp, model_name, name=""):
+        urls = _ready_urls(endpoint.pool_id, model_name, sources.ready_models, sources.replicas)
+        return _variant(artifact, role, weight_bp, urls, name=name, triton_model=model_name)
 
+    entry["variants"] = _split_variants(endpoint, sources, entry, make, split=split)
+    return entry
+
+
+def _listed_auth(endpoint, sources: _Sources, listed_keys: set) -> dict:
+    auth = _auth(endpoint, sources.team_keys)
+    auth["keys"] = [key for key in auth["keys"] if key in listed_keys]  # a key left out is named by no entry
+    return auth
+
+
+def _split_variants(endpoint, sources: _Sources, entry: dict, make, *, split: bool) -> list:
+    rollout = sources.rollouts.get(endpoint.pk)
     variants = None
     if split and rollout is not None:
-        variants = _rollout_variants(endpoint, rollout, entry, urls)
+        variants = _rollout_variants(endpoint, rollout, entry, make)
     if split and variants is None and (overlay := sources.overlays.get(endpoint.pk)) is not None:
-        variants = _overlay_variants(endpoint, overlay, entry, urls)
-    entry["variants"] = variants or [_variant(stable, VariantRole.STABLE, FULL_BP, urls(triton_name(stable)))]
+        variants = _overlay_variants(endpoint, overlay, entry, make)
+    stable = endpoint.stable_artifact
+    return variants or [make(stable, VariantRole.STABLE, FULL_BP, triton_name(stable))]
+
+
+def _llm_entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dict:
+    """An llm_endpoint entry (deployments/llm_routes.py builds its variants and fallbacks)."""
+    rollout = sources.rollouts.get(endpoint.pk)
+    entry = {
+        "name": endpoint.name,
+        "auth": _listed_auth(endpoint, sources, listed_keys),
+        "sticky_header": endpoint.sticky_header,
+        "salt": rollout.salt if rollout and split else "",
+        "timeout_ms": endpoint.timeout_ms,
+        "first_token_timeout_ms": endpoint.first_token_timeout_ms,
+        "max_tokens_default": endpoint.max_tokens_default,
+        "prefix_affinity_chars": endpoint.prefix_affinity_chars,
+    }
+    context = endpoint.context_length or sources.llm.spec(endpoint.stable_artifact).context_length
+    entry["context_length"] = context
+
+    def urls(model_name: str) -> list[str]:
+        return [http for http, _ in _ready_urls(endpoint.pool_id, model_name, sources.ready_models, sources.replicas)]
+
+    def make(artifact, role, weight_bp, model_name, name=""):
+        return llm_routes.variant(
+            artifact, role, weight_bp, model_name=model_name, urls=urls(model_name), sources=sources.llm, name=name
+        )
+
+    entry["variants"] = _split_variants(endpoint, sources, entry, make, split=split)
+    chosen = [sources.fallback_artifacts[pk] for pk in endpoint.llm_fallbacks or () if pk in sources.fallback_artifacts]
+    entry["fallbacks"] = llm_routes.fallbacks(chosen, urls_of=urls, model_name_of=triton_name, sources=sources.llm)
     return entry
 
 
@@ -305,7 +369,7 @@ def _try_entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) ->
         raise
     except Exception as exc:  # a row written around the API's checks: its own endpoint pays, no other
         return None, "failed", _exception_text(exc)
-    error = _schema_error("endpoint", entry)
+    error = _schema_error("llm_endpoint" if endpoint.kind == "llm" else "endpoint", entry)
     return (entry, "", "") if error is None else (None, "invalid", f"does not match the route table schema ({error})")
 
 
@@ -375,11 +439,11 @@ def route_build() -> tuple[dict, dict[str, RouteProblem], dict[str, RouteProblem
     sources = _sources(endpoints, keys)
     key_docs, key_problems = _key_docs(keys)
     listed_keys = {doc["id"] for doc in key_docs}
-    table, problems = [], {}
+    table, llm_table, problems = [], [], {}
     for endpoint in endpoints:
         entry, problem = _endpoint_entry(endpoint, sources, listed_keys)
         if entry is not None:
-            table.append(entry)
+            (llm_table if endpoint.kind == "llm" else table).append(entry)
         if problem is not None:
             problems[endpoint.name] = problem
     if _logged["problems"] != (problems, key_problems):  # once per change, not once per poll
@@ -387,7 +451,14 @@ def route_build() -> tuple[dict, dict[str, RouteProblem], dict[str, RouteProblem
         for name, problem in sorted({**problems, **key_problems}.items()):
             log.warning("route table: %s (%s): %s", name, problem.code, problem.reason)
     body = {"keys": key_docs, "endpoints": table}
-    version = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
+    if llm_table:
+        named = set().union(*(llm_routes.secret_ids(entry) for entry in llm_table))
+        body["llm_endpoints"] = llm_table
+        body["secrets"] = [{"id": sid, "value": sources.llm.values[sid]} for sid in sorted(named)]
+    # the version (shown in /status and /healthz) digests the secrets by id, never by value: a
+    # secret's value never changes under its id (a new value is a new secret)
+    digested = {**body, "secrets": [s["id"] for s in body["secrets"]]} if "secrets" in body else body
+    version = hashlib.sha256(json.dumps(digested, sort_keys=True).encode()).hexdigest()[:20]
     return (
         {"version": version, "generated_at": timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ"), **body},
         problems,

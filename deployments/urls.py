@@ -29,5 +29,7 @@ urlpatterns = [
     # inference keys and who may call an endpoint (deployments/views/keys.py)
     path("keys/", key_views.key_list, name="key-list"),
     path("keys/<int:pk>/revoke/", key_views.key_revoke, name="key-revoke"),
+    path("keys/secrets/", key_views.secret_create, name="secret-create"),
+    path("keys/secrets/<int:pk>/delete/", key_views.secret_delete, name="secret-delete"),
     path("endpoints/<slug:name>/access/", key_views.endpoint_access, name="endpoint-access"),
 ]

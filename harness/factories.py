@@ -100,3 +100,87 @@ def rollout(e: Endpoint, candidate: Artifact, *, state: str = State.PENDING, **f
     return Rollout.objects.create(
         endpoint=e, candidate_artifact=candidate, baseline_artifact=e.stable_artifact, state=state, **fields
     )
+
+
+def llm_artifact(
+    team,
+    *,
+    model_name: str = "chat",
+    kind: str = "triton",
+    context_length: int = 2048,
+    base_url: str = "http://127.0.0.1:18900/v1",
+    upstream_model: str = "upstream-chat",
+    secret=None,
+    cost_per_1k_prompt: float = 0.0,
+    cost_per_1k_completion: float = 0.0,
+) -> Artifact:
+    """An LLM version's artifact row: kind "triton" (variant llm: a stored directory with a
+    decoupled python-backend config.pbtxt, enough for a pool load request; no model code)
+    or "openai" (variant llm-backend, a reference to `base_url`), with its LLMSpec.
+    Registration itself is tested through registry.services.llm."""
+    from registry.models import Framework, LLMKind, LLMSpec, Task, VersionStatus
+    from registry.names import LLM_BACKEND_VARIANT, LLM_VARIANT
+
+    model = RegisteredModel.objects.filter(name=model_name).first() or registered_model(
+        team, name=model_name, task=Task.LLM
+    )
+    openai = kind == "openai"
+    version = ModelVersion.objects.create(
+        model=model,
+        version=model.versions.count() + 1,
+        source=VersionSource.LLM_BACKEND if openai else VersionSource.LLM_DIR,
+        source_uri=base_url if openai else "",
+        file_sha256="" if openai else "0" * 64,
+        framework=Framework.OPENAI if openai else Framework.TRANSFORMERS,
+        status=VersionStatus.READY,
+    )
+    LLMSpec.objects.create(
+        version=version,
+        kind=LLMKind.OPENAI if openai else LLMKind.DIR,
+        context_length=context_length,
+        base_url=base_url if openai else "",
+        upstream_model=upstream_model if openai else "",
+        secret=secret,
+        cost_per_1k_prompt=cost_per_1k_prompt,
+        cost_per_1k_completion=cost_per_1k_completion,
+    )
+    variant = LLM_BACKEND_VARIANT if openai else LLM_VARIANT
+    build = Build.objects.create(version=version, targets=[variant], status=BuildStatus.SUCCEEDED)
+    name = "" if openai else triton_model_name(model.name, version.version, variant)
+    rel = sha = ""
+    if not openai:
+        import tempfile
+        from pathlib import Path
+
+        staged = Path(tempfile.mkdtemp(dir=storage.tmp_dir())) / name
+        staged.mkdir()
+        (staged / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+            "model_transaction_policy { decoupled: true }\n"
+            'input [{ name: "text_input" data_type: TYPE_STRING dims: [1] }]\n'
+            'output [{ name: "text_output" data_type: TYPE_STRING dims: [1] }]\n'
+        )
+        rel, sha = storage.put_dir(staged)
+    return Artifact.objects.create(
+        version=version,
+        build=build,
+        variant=variant,
+        status=ArtifactStatus.SERVABLE,
+        triton_model_name=name,
+        path=rel,
+        sha256=sha,
+    )
+
+
+def pool_model_ready(p: ServingPool, artifact: Artifact):
+    """A PoolModel row: `artifact` READY on every replica of `p` (no Triton is asked)."""
+    from deployments.models import PoolModel, PoolModelState
+    from registry.names import triton_name
+
+    return PoolModel.objects.create(
+        pool=p,
+        artifact=artifact,
+        triton_model_name=triton_name(artifact),
+        state=PoolModelState.READY,
+        replica_ready={r.name: True for r in PoolReplica.objects.filter(pool=p)},
+    )

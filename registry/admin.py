@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 
 from kernel.admin import ReadOnlyAdmin
 from kernel.errors import PlatformError
-from registry.models import Artifact, Build, Event, ModelVersion, RegisteredModel, TeamMembership
+from registry.models import Artifact, Build, Event, ModelVersion, ProviderSecret, RegisteredModel, TeamMembership
 from registry.services import catalog as services
 
 
@@ -90,6 +90,17 @@ class ArtifactAdmin(ReadOnlyAdmin):
     list_display = ["triton_model_name", "variant", "status", "size_bytes", "created_at"]
     list_filter = ["status", "variant"]
     search_fields = ["triton_model_name", "sha256"]
+
+
+@admin.register(ProviderSecret)
+class ProviderSecretAdmin(ReadOnlyAdmin):
+    """Names only: the value (encrypted) is never shown, not even its ciphertext."""
+
+    list_display = ["name", "team", "last4", "created_by", "created_at"]
+    list_filter = ["team"]
+    search_fields = ["name"]
+    fields = ["name", "team", "last4", "created_by", "created_at"]
+    readonly_fields = fields
 
 
 @admin.register(Event)

@@ -1,6 +1,11 @@
-"""Registry data: teams and roles, models, versions, artifacts, builds, the audit trail.
+"""Registry data: teams and roles, models, versions, artifacts, builds, the audit trail,
+and what an LLM version is (its LLMSpec: a model directory or a backend reference) with
+the team's provider secrets it may name.
 
 Data and invariants only; every write goes through registry.services.
+
+Why this is one long module: every registry table is here, so migrations and the admin
+read one place; the LLM tables are small and reference ModelVersion and the teams.
 """
 
 from django.conf import settings
@@ -66,11 +71,15 @@ class RegisteredModel(models.Model):
 class VersionSource(models.TextChoices):
     UPLOAD = "upload", "Uploaded ONNX file"
     MLFLOW = "mlflow", "MLflow model URI"
+    LLM_DIR = "llm_dir", "Uploaded LLM model directory"
+    LLM_BACKEND = "llm_backend", "LLM backend reference (OpenAI-compatible server)"
 
 
 class Framework(models.TextChoices):
     ONNX = "onnx", "ONNX"
     PYTORCH = "pytorch", "PyTorch"
+    TRANSFORMERS = "transformers", "Hugging Face model directory"
+    OPENAI = "openai", "OpenAI-compatible API"
 
 
 class VersionStatus(models.TextChoices):
@@ -105,7 +114,8 @@ class ModelVersion(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["model", "version"], name="uniq_model_version"),
             models.CheckConstraint(
-                condition=(Q(source="upload") & ~Q(file_sha256="")) | (Q(source="mlflow") & ~Q(source_uri="")),
+                condition=(Q(source__in=["upload", "llm_dir"]) & ~Q(file_sha256=""))
+                | (Q(source__in=["mlflow", "llm_backend"]) & ~Q(source_uri="")),
                 name="version_has_source",
             ),
         ]
@@ -313,3 +323,72 @@ class Event(models.Model):
 
     def __str__(self):
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.object_repr} {self.action}"
+
+
+class ProviderSecret(models.Model):
+    """A team's provider API key (e.g. an external LLM provider's), named by LLM backend
+    references. `ciphertext` is the value encrypted with Fernet (registry/secret_box.py);
+    the value is returned once, by the service that creates it, and never again: listings
+    show the name, the dates and `last4`."""
+
+    team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="provider_secrets")
+    name = models.SlugField(max_length=64, help_text="What backend references call it, e.g. 'openai-prod'.")
+    ciphertext = models.TextField()
+    last4 = models.CharField(max_length=4, blank=True, help_text="The value's last characters (of a long value).")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="uniq_secret_name_per_team")]
+
+    def __str__(self):
+        return f"secret {self.name} of {self.team}"
+
+    @property
+    def gateway_id(self) -> str:
+        """The secret's id in the route table (backend.secret, top-level secrets)."""
+        return f"s{self.pk}"
+
+
+class LLMKind(models.TextChoices):
+    DIR = "dir", "Model directory served by a Triton pool"
+    OPENAI = "openai", "OpenAI-compatible backend"
+
+
+MAX_CONTEXT_LENGTH = 10_000_000  # the route table schema's bound
+
+
+class LLMSpec(models.Model):
+    """What an LLM model version is (registry/services/llm.py): (a) kind `dir`, a Hugging
+    Face format directory (the version's file_path) served through Triton's generate
+    extension; (b) kind `openai`, a reference to an OpenAI-compatible server (vLLM, TGI,
+    llama.cpp, an external provider) at `base_url` serving `upstream_model`, with the
+    team's `secret` as its bearer key when it needs one."""
+
+    version = models.OneToOneField(ModelVersion, on_delete=models.CASCADE, related_name="llm")
+    kind = models.CharField(max_length=8, choices=LLMKind.choices)
+    context_length = models.PositiveIntegerField(help_text="Prompt + completion tokens the model takes.")
+    # {"name": tokenizer class or name, "files": [tokenizer files in the directory], "chat_template": bool}
+    tokenizer = models.JSONField(default=dict, blank=True)
+    base_url = models.CharField(max_length=2000, blank=True, help_text="openai: the base URL ending in /v1.")
+    upstream_model = models.CharField(max_length=256, blank=True, help_text="openai: the model id sent upstream.")
+    secret = models.ForeignKey(ProviderSecret, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    cost_per_1k_prompt = models.FloatField(default=0.0)
+    cost_per_1k_completion = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(context_length__gte=1, context_length__lte=MAX_CONTEXT_LENGTH), name="llm_context_bounds"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind="dir") | (~Q(base_url="") & ~Q(upstream_model="")), name="llm_openai_has_url"
+            ),
+            models.CheckConstraint(
+                condition=Q(cost_per_1k_prompt__gte=0, cost_per_1k_completion__gte=0), name="llm_cost_non_negative"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.version} ({self.kind})"

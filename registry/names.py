@@ -12,6 +12,9 @@
 - Tuned variant: the tune stage's config of a variant, `{variant}-tuned` (`onnx-int8-tuned`):
   the same graph as its base variant with the config.pbtxt the search found. A hyphen, not
   a "+": Triton names, route tables and metric labels allow [A-Za-z0-9_.-] only.
+- LLM variants: an LLM version's one artifact is `llm` (a Triton generate model made from
+  its model directory, `{model}__v{version}__llm`) or `llm-backend` (a reference to an
+  OpenAI-compatible server: nothing to load). Neither needs a GPU to be routed.
 - Reserved model names: words a model may not be called because its page
   (`/models/{name}/`) would be another page's URL (`/models/new/` is the registration
   form). tests/registry/test_names.py checks every literal segment of the registry's
@@ -91,6 +94,15 @@ def name_conflict(*, user, kind: str, name: str, holder_team=None) -> Conflict:
     return Conflict(unavailable_message(kind, name), code="name_unavailable", field="name")
 
 
+LLM_VARIANT = "llm"  # an LLM model directory packaged as a Triton generate model
+LLM_BACKEND_VARIANT = "llm-backend"  # a reference to an OpenAI-compatible server
+LLM_VARIANTS = (LLM_VARIANT, LLM_BACKEND_VARIANT)
+
+
+def is_llm_variant(variant: str) -> bool:
+    return variant in LLM_VARIANTS
+
+
 BUILT_VARIANTS = VARIANTS  # what a build may target (registry/factory/__init__.py)
 TUNED_SUFFIX = "-tuned"
 
@@ -137,7 +149,7 @@ def baseline_variant_name(artifact: Artifact) -> str:
 def needs_gpu(variant: str) -> bool:
     """Whether a replica needs a GPU to serve the variant (every variant but the CPU ones
     and their tuned configs)."""
-    return base_variant(variant) not in CPU_VARIANTS
+    return base_variant(variant) not in CPU_VARIANTS and variant not in LLM_VARIANTS
 
 
 # --- version aliases and model URIs ------------------------------------------------------------

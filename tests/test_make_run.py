@@ -30,6 +30,23 @@ def _demo_curl(gateway_port: int) -> str:
     return block.replace("127.0.0.1:8080", f"127.0.0.1:{gateway_port}").replace("curl -s ", "curl -s -i ", 1)
 
 
+def _route_table_llm_endpoints(env: dict) -> list[str]:
+    """The LLM endpoints of the route table the control plane builds now (its own database)."""
+    code = (
+        "from deployments.routes import route_table; "
+        "print(' '.join(e['name'] for e in route_table().get('llm_endpoints', [])))"
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return result.stdout.split()
+
+
 def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
     port, gateway_port = free_port(), free_port()
     env = {
@@ -111,6 +128,17 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
         assert re.search(r"X-Model-Variant: v[12]-onnx-fp32", result.stdout) and '"name":"ctr"' in result.stdout, (
             result.stdout[-2000:]
         )
+
+        # demo-llm (issue 27): the tiny LLM seeded as a public LLM endpoint, in the route table once
+        # its Triton generate model is ready in pool demo-cpu
+        assert "seed: public LLM endpoint demo-llm" in log_path.read_text(), log_path.read_text()[-4000:]
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            llm_names = _route_table_llm_endpoints(env)
+            if "demo-llm" in llm_names:
+                break
+            time.sleep(2)
+        assert "demo-llm" in llm_names, log_path.read_text()[-4000:]
 
         # the demo experiment: queued by the seed, prepared by the worker once everything is up
         assert "seed: demo experiment v2-vs-v1 queued" in log_path.read_text()

@@ -43,6 +43,8 @@ class InferenceKeySerializer(StrictModelSerializer):
             "rate_per_s",
             "burst",
             "max_concurrency",
+            "tokens_per_minute",
+            "max_streams",
             "active",
             "created_by",
             "created_at",
@@ -87,6 +89,14 @@ class InferenceKeyCreateSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         help_text=f"Requests in flight at once (default {services.DEFAULT_MAX_CONCURRENCY}; null: no limit).",
+    )
+    tokens_per_minute = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="LLM tokens (prompt + completion) per minute (default null: no token limit); 429 with Retry-After.",
+    )
+    max_streams = serializers.IntegerField(
+        required=False, allow_null=True, help_text="LLM requests in flight at once (default null: no limit)."
     )
 
     def validate_team(self, value: str) -> Group:

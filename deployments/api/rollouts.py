@@ -7,6 +7,9 @@ If-None-Match), what `modelplane rollout watch` polls.
 /api/v1/rollouts/{id}/ with POST …/{promote|pause|resume|rollback|retry}/,
 POST /api/v1/endpoints/{name}/undo/ (back to the previous stable), and
 /api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
+
+Why this is one long module: the endpoint serializers carry the LLM settings (issue 27)
+beside the tensor ones, and endpoints, rollouts and the route table view share them.
 """
 
 from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
@@ -66,6 +69,14 @@ class EndpointSerializer(StrictModelSerializer):
             "sticky_header",
             "timeout_ms",
             "public",
+            "kind",
+            "ttft_slo_ms",
+            "itl_slo_ms",
+            "first_token_timeout_ms",
+            "context_length",
+            "max_tokens_default",
+            "prefix_affinity_chars",
+            "llm_fallbacks",
             "created_at",
             "updated_at",
         ]
@@ -94,10 +105,33 @@ class EndpointUpdateSerializer(serializers.Serializer):
         required=False,
         help_text="Callable without an inference key (default false: only the team's keys scoped to it).",
     )
+    ttft_slo_ms = serializers.FloatField(required=False, help_text="LLM: candidate time-to-first-token p99 guardrail.")
+    itl_slo_ms = serializers.FloatField(required=False, help_text="LLM: candidate inter-token latency p99 guardrail.")
+    first_token_timeout_ms = serializers.IntegerField(
+        required=False, help_text="LLM: an attempt without a first token by then fails over (1..600000)."
+    )
+    context_length = serializers.IntegerField(
+        required=False, help_text="LLM: prompt + max_tokens above this is a 400; default the stable version's."
+    )
+    max_tokens_default = serializers.IntegerField(
+        required=False, help_text="LLM: max_tokens when a request gives none."
+    )
+    prefix_affinity_chars = serializers.IntegerField(
+        required=False, help_text="LLM: prompts sharing this many leading characters go to one replica (0: off)."
+    )
+    llm_fallbacks = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        max_length=32,
+        help_text="LLM: LLM artifact ids of your team tried in this order after the chosen variant's backends.",
+    )
 
 
 class EndpointCreateSerializer(EndpointUpdateSerializer):
     name = StrictSlugField(max_length=64)
+    kind = serializers.ChoiceField(
+        choices=["tensor", "llm"], default="tensor", help_text="tensor (KServe v2) or llm (the OpenAI API)."
+    )
     pool = StrictCharField(help_text="Name of a serving pool of your team.")
     kind = serializers.ChoiceField(choices=["tensor", "llm"], required=False, default="tensor")
     stable_artifact = IdOrModelUriField(required=False, help_text="A servable artifact id or models:/ctr@champion.")

@@ -41,6 +41,12 @@ class InferenceKey(models.Model):
     max_concurrency = models.PositiveIntegerField(
         null=True, blank=True, default=64, help_text="Requests in flight at once."
     )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="LLM tokens (prompt + completion) per minute; empty: no token limit."
+    )
+    max_streams = models.PositiveIntegerField(
+        null=True, blank=True, help_text="LLM requests (streamed or not) in flight at once; empty: no limit."
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -64,6 +70,15 @@ class InferenceKey(models.Model):
             models.CheckConstraint(
                 condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gte=1, max_concurrency__lte=1_000_000),
                 name="key_concurrency_ge_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(tokens_per_minute__isnull=True)
+                | Q(tokens_per_minute__gte=1, tokens_per_minute__lte=1_000_000_000),
+                name="key_tokens_per_minute_bounds",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_streams__isnull=True) | Q(max_streams__gte=1, max_streams__lte=1_000_000),
+                name="key_max_streams_bounds",
             ),
         ]
 

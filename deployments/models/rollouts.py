@@ -46,6 +46,7 @@ class Endpoint(models.Model):
         max_length=8,
         choices=[("tensor", "tensor (KServe v2)"), ("llm", "LLM (OpenAI API)")],
         default="tensor",
+        db_default="tensor",  # rows written by older code (and migration tests) are tensor endpoints
         help_text="tensor: POST /v2/models/{name}/infer; llm: the OpenAI API (/v1/chat/completions, model={name}).",
     )
     ttft_slo_ms = models.FloatField(
@@ -57,6 +58,29 @@ class Endpoint(models.Model):
         null=True,
         blank=True,
         help_text="LLM endpoints: candidate inter-token latency p99 above this fails the guardrail.",
+    )
+    # LLM endpoints (kind llm): the route table's llm_endpoint settings (gateway/route_table.schema.json)
+    first_token_timeout_ms = models.PositiveIntegerField(
+        default=30_000,
+        db_default=30_000,
+        help_text="LLM: an attempt without a first token by then fails over to the next backend.",
+    )
+    context_length = models.PositiveIntegerField(
+        null=True, blank=True, help_text="LLM: prompt + max_tokens above this is a 400; empty: the stable version's."
+    )
+    max_tokens_default = models.PositiveIntegerField(
+        default=256, db_default=256, help_text="LLM: max_tokens when a request gives none."
+    )
+    prefix_affinity_chars = models.PositiveIntegerField(
+        default=256,
+        db_default=256,
+        help_text="LLM: prompts sharing this many leading characters go to one replica (0: off).",
+    )
+    llm_fallbacks = models.JSONField(
+        default=list,
+        db_default=models.Value([], output_field=models.JSONField()),
+        blank=True,
+        help_text="LLM: ids of LLM artifacts (of the team) tried in this order after the chosen variant's backends.",
     )
     slo_p99_ms = models.FloatField(default=50.0, help_text="Candidate p99 above this fails the guardrail.")
     slo_error_rate = models.FloatField(default=0.01, help_text="Candidate error rate above this fails the guardrail.")

@@ -10,6 +10,9 @@ An artifact may serve an endpoint as a rollout candidate or an experiment arm on
 - it is not the same (version, variant) as the stable under another artifact id (a rebuild):
   it would have the stable's variant name and Triton model name;
 - the endpoint's pool can run its variant (no GPU variant on a CPU pool);
+- it is of the endpoint's kind: an LLM artifact (variant `llm` or `llm-backend`) only on an
+  LLM endpoint, a tensor artifact only on a tensor endpoint (`kind_problem`, also checked
+  for the stable when an endpoint is created);
 - its signature takes the requests the stable takes: the same input names (optional ones
   aside), datatypes and shapes (a -1 dimension matches any size). An artifact whose
   signature is unknown (no readable config, no stored signature) is not refused for it:
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 from deployments.models import DeviceKind
 from kernel.errors import InvalidInput
-from registry.names import needs_gpu
+from registry.names import is_llm_variant, needs_gpu
 from registry.selectors.serving import artifact_serving_signature
 
 
@@ -73,9 +76,29 @@ def stable_problem(*, pool, artifact) -> ServingProblem | None:
     return None
 
 
+def kind_problem(*, kind: str, artifact) -> ServingProblem | None:
+    """Why an endpoint of `kind` ("tensor" or "llm") cannot serve `artifact` at all, or None."""
+    llm = is_llm_variant(artifact.variant)
+    if llm and kind != "llm":
+        return ServingProblem(
+            "artifact_kind_mismatch",
+            f"{_describe(artifact)} is an LLM artifact; it serves only an LLM endpoint (kind llm, the OpenAI API).",
+        )
+    if not llm and kind == "llm":
+        return ServingProblem(
+            "artifact_kind_mismatch",
+            f"{_describe(artifact)} is a tensor model's artifact; an LLM endpoint serves LLM versions only "
+            "(registered at /api/v1/models/{name}/llm-versions/).",
+        )
+    return None
+
+
 def serving_problem(*, endpoint, artifact) -> ServingProblem | None:
     """Why `endpoint` cannot serve `artifact` beside its stable (a candidate or an arm), or None."""
     stable = endpoint.stable_artifact
+    problem = kind_problem(kind=endpoint.kind, artifact=artifact)
+    if problem is not None:
+        return problem
     if stable is None or artifact.pk == stable.pk:
         return None
     if artifact.version.model_id != stable.version.model_id:
@@ -100,6 +123,12 @@ def serving_problem(*, endpoint, artifact) -> ServingProblem | None:
             f"{_describe(artifact)} cannot take the requests of endpoint {endpoint.name!r}: {problem}.",
         )
     return None
+
+
+def require_kind(*, kind: str, artifact, field: str) -> None:
+    problem = kind_problem(kind=kind, artifact=artifact)
+    if problem is not None:
+        raise InvalidInput(f"{field}: {problem.message}", code=problem.code, field=field)
 
 
 def require_servable_beside_stable(*, endpoint, artifact, field: str) -> None:

@@ -10,11 +10,13 @@ from django.db import transaction
 from deployments.lock_objects import endpoint_for_update
 from deployments.models import Endpoint, ServingPool
 from deployments.rollout_machine import OnInconclusive
-from deployments.selectors.compatibility import stable_problem
+from deployments.selectors.compatibility import require_kind, stable_problem
 from deployments.services import pools as pool_services
+from deployments.services.llm_endpoints import LLM_DEFAULTS, llm_values
 from kernel.errors import InvalidInput
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
-from registry.names import name_conflict
+from registry.names import LLM_BACKEND_VARIANT, name_conflict
+from registry.selectors.llm import artifacts_by_id
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -35,6 +37,8 @@ ENDPOINT_FIELDS = (
     "timeout_ms",
     "public",
     "on_inconclusive",
+    "ttft_slo_ms",
+    "itl_slo_ms",
 )
 
 
@@ -59,7 +63,7 @@ def _endpoint_values(changes: dict) -> dict:
         value = changes[key]
         if key == "slo_error_rate" and not 0 <= float(value) <= 1:
             raise InvalidInput("slo_error_rate: give a fraction in 0..1.", field=key)
-        if key in ("slo_p99_ms", "psi_threshold", "ttft_slo_ms", "itl_slo_ms") and float(value) <= 0:
+        if key in ("slo_p99_ms", "psi_threshold", "ttft_slo_ms", "itl_slo_ms") and not 0 < float(value) <= 3_600_000:
             raise InvalidInput(f"{key}: must be positive.", field=key)
         if key == "latency_margin" and not 0 <= float(value) <= 5:
             raise InvalidInput("latency_margin: give a fraction in 0..5 (0.2 = 20 % slower is tolerated).", field=key)
@@ -89,30 +93,35 @@ def endpoint_create(
     **settings_,
 ) -> Endpoint:
     """Create an endpoint on `pool` (the endpoint's team is the pool's); with a stable
-    artifact, ask the pool to load it (traffic flows once it is READY everywhere). It is
-    closed (only the team's inference keys) unless created with public=True. The API, the
-    dashboard's form and the admin's Add all come here: one set of rules."""
+    artifact, ask the pool to load it (traffic flows once it is READY everywhere; an LLM
+    backend reference has nothing to load). It is closed (only the team's inference keys)
+    unless created with public=True. `kind` llm: an OpenAI API endpoint (its stable an LLM
+    artifact, its LLM settings and fallbacks checked by services/llm_endpoints.py). The API,
+    the dashboard's form and the admin's Add all come here: one set of rules."""
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
+    if kind not in ENDPOINT_KINDS:
+        raise InvalidInput(f"kind: {kind!r} is not an endpoint kind; give tensor or llm.", field="kind")
+    if kind == "llm":
+        settings_ = {
+            **{k: v for k, v in LLM_DEFAULTS.items() if settings_.get(k) is None},
+            **{k: v for k, v in settings_.items() if v is not None},
+        }
     if not ENDPOINT_NAME_RE.match(name or ""):
         raise InvalidInput(
             "name: use 1-64 lowercase letters, digits, - and _, starting with a letter or digit "
             "(it is part of the endpoint's URLs, e.g. /v2/models/{name}/infer).",
             field="name",
         )
-    if name in RESERVED_ENDPOINT_NAMES:
-        raise InvalidInput(
-            f"name: {name!r} is reserved (the dashboard's /deployments/endpoints/{name}/); choose another.",
-            code="name_reserved",
-            field="name",
-        )
-    if kind not in ENDPOINT_KINDS:
-        raise InvalidInput(f"kind: {kind!r} is not a kind; give tensor or llm.", field="kind")
+    if name in RESERVED_ENDPOINT_NAMES:  # the dashboard's /deployments/endpoints/new/: the reserved word's answer
+        raise name_conflict(user=user, kind="endpoint", name=name)
     values = _endpoint_values(settings_)
     if stable_artifact is not None:
         require_servable(stable_artifact, pool.team, "stable_artifact")
         problem = stable_problem(pool=pool, artifact=stable_artifact)
         if problem is not None:
             raise InvalidInput(f"stable_artifact: {problem.message}", code=problem.code, field="stable_artifact")
+        require_kind(kind=kind, artifact=stable_artifact, field="stable_artifact")
+    values.update(llm_values(settings_, kind=kind, team=pool.team, stable=stable_artifact))
     with transaction.atomic():
         holder = Endpoint.objects.filter(name=name).select_related("team").first()
         if holder is not None:  # another team's name reads as a reserved one (no name oracle)
@@ -131,11 +140,19 @@ def endpoint_create(
             obj=endpoint,
             action=EventAction.CREATED,
             to_state="serving" if stable_artifact else "empty",
-            data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None)},
+            data={"pool": pool.name, "stable_artifact": getattr(stable_artifact, "pk", None), "kind": kind},
         )
-        if stable_artifact is not None:
+        if stable_artifact is not None and stable_artifact.variant != LLM_BACKEND_VARIANT:
             pool_services.pool_load_request(user=user, pool=pool, artifact=stable_artifact)
+        _load_fallbacks(user, endpoint)
     return endpoint
+
+
+def _load_fallbacks(user, endpoint: Endpoint) -> None:
+    """An LLM endpoint's fallbacks that are Triton models are loaded into its pool (idempotent)."""
+    for artifact in artifacts_by_id(endpoint.llm_fallbacks or [], team=endpoint.team).values():
+        if artifact.variant != LLM_BACKEND_VARIANT:
+            pool_services.pool_load_request(user=user, pool=endpoint.pool, artifact=artifact)
 
 
 def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
@@ -143,6 +160,7 @@ def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
     changes only by rollout)."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
     values = _endpoint_values(changes)
+    values.update(llm_values(changes, kind=endpoint.kind, team=endpoint.team, stable=endpoint.stable_artifact))
     if not values:
         return endpoint
     with transaction.atomic():
@@ -152,6 +170,8 @@ def endpoint_update(*, user, endpoint: Endpoint, **changes) -> Endpoint:
             setattr(locked, key, value)
         locked.save()
         event_record(actor=user, obj=locked, action=EventAction.UPDATED, data={k: str(v) for k, v in values.items()})
+        if "llm_fallbacks" in values:
+            _load_fallbacks(user, locked)
         if "public" in values and before["public"] != values["public"]:  # who may call it: its own line in the trail
             event_record(
                 actor=user,

@@ -87,6 +87,26 @@ def _limits(rate_per_s, burst, max_concurrency) -> dict:
     return {"rate_per_s": rate, "burst": burst, "max_concurrency": concurrency}
 
 
+MAX_TOKENS_PER_MINUTE = 1_000_000_000  # the route table schema's bounds
+
+
+def _llm_limits(tokens_per_minute, max_streams) -> dict:
+    """LLM limits: None (no limit) or a whole number (tokens per minute, streams in flight)."""
+    out = {}
+    for field, value, high in (
+        ("tokens_per_minute", tokens_per_minute, MAX_TOKENS_PER_MINUTE),
+        ("max_streams", max_streams, MAX_LIMIT),
+    ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high):
+            raise InvalidInput(
+                f"{field}: {value!r} is out of range; give a whole number in 1..{high}, or null for no limit.",
+                code=f"bad_{field}",
+                field=field,
+            )
+        out[field] = value
+    return out
+
+
 def _scope(team, endpoint_names) -> list[Endpoint] | None:
     """None: every endpoint of the team; else the named ones, all of the team."""
     if endpoint_names is None:
@@ -118,14 +138,23 @@ def _scope(team, endpoint_names) -> list[Endpoint] | None:
 
 
 def inference_key_create(
-    *, user, team, name: str, endpoints=None, rate_per_s=DEFAULT, burst=DEFAULT, max_concurrency=DEFAULT
+    *,
+    user,
+    team,
+    name: str,
+    endpoints=None,
+    rate_per_s=DEFAULT,
+    burst=DEFAULT,
+    max_concurrency=DEFAULT,
+    tokens_per_minute=None,
+    max_streams=None,
 ) -> tuple[InferenceKey, str]:
     """Create a key of `team` scoped to the named `endpoints` (None: all of the team's,
     also later ones) with its limits (None: no limit). Returns (key, secret): the secret
     exists only in this return value; the database keeps its SHA-256 and display prefix."""
     require_role(user=user, team=team, role=Role.DEPLOYER)
     name = _name(name)
-    limits = _limits(rate_per_s, burst, max_concurrency)
+    limits = {**_limits(rate_per_s, burst, max_concurrency), **_llm_limits(tokens_per_minute, max_streams)}
     secret = new_secret()
     try:
         with transaction.atomic():

@@ -25,7 +25,7 @@ from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound
 from kernel.tritonserver import TritonNotAvailable, find_binary
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
-from registry.names import name_conflict
+from registry.names import LLM_BACKEND_VARIANT, name_conflict
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
@@ -376,6 +376,13 @@ def pool_load_request(*, user, pool: ServingPool, artifact: Artifact, model_name
             f"artifact: artifact {artifact.pk} ({artifact.variant}) is {artifact.status}, not servable"
             + (f": {artifact.status_reason}" if artifact.status_reason else "."),
             code="artifact_not_servable",
+            field="artifact",
+        )
+    if artifact.variant == LLM_BACKEND_VARIANT:
+        raise InvalidInput(
+            f"artifact: artifact {artifact.pk} is a reference to an LLM backend (an OpenAI-compatible server); "
+            "there is nothing to load into a pool: an LLM endpoint routes to it directly.",
+            code="artifact_not_loadable",
             field="artifact",
         )
     model_dir = model_dir_for(pool, artifact, model_name)

@@ -85,6 +85,13 @@ def release_start(
     serve (400 otherwise); one active release and no other active rollout per endpoint
     (409); the build is queued after the release row commits."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
+    if endpoint.kind == "llm":  # an LLM version's artifact is made at registration: nothing to build or tune
+        raise InvalidInput(
+            f"endpoint: {endpoint.name!r} is an LLM endpoint; start a rollout of an LLM version's artifact instead "
+            "(a release builds and tunes ONNX variants).",
+            code="llm_endpoint",
+            field="endpoint",
+        )
     stable = endpoint.stable_artifact
     if stable is None:
         raise InvalidInput("endpoint: it has no stable artifact to canary against.", code="no_stable", field="endpoint")

@@ -124,6 +124,13 @@ def endpoint_get(state, name):
 @click.option("--latency-margin", type=float, help="How much slower than stable a candidate may be (0.2 = 20 %).")
 @click.option("--sticky-header", help="Header that pins a client to one A/B arm (default X-User-Id).")
 @click.option("--timeout-ms", type=int, help="Gateway timeout per request.")
+@click.option(
+    "--kind",
+    type=click.Choice(["tensor", "llm"]),
+    default=None,
+    help="tensor (KServe v2, the default) or llm (the OpenAI API; its stable an LLM version's artifact).",
+)
+@click.option("--public", is_flag=True, default=None, help="Callable without an inference key.")
 @json_option
 @pass_state
 def endpoint_create(state, name, pool_name, stable_artifact, **options):

@@ -207,6 +207,70 @@ def version_link(state, model_name, source_uri, metrics, tags):
     )
 
 
+@version.command("llm-backend")
+@click.argument("model_name")
+@click.option("--base-url", required=True, help="The OpenAI-compatible server's base URL, e.g. http://host:8000/v1.")
+@click.option("--upstream-model", required=True, help="The model id the server serves.")
+@click.option("--secret", default=None, help="A provider secret of the model's team (its bearer key), by name.")
+@click.option("--context-length", type=int, default=None, help="Tokens (default 4096).")
+@click.option("--cost-prompt", type=float, default=0.0, help="Price per 1,000 prompt tokens.")
+@click.option("--cost-completion", type=float, default=0.0, help="Price per 1,000 completion tokens.")
+@json_option
+@pass_state
+def version_llm_backend(
+    state, model_name, base_url, upstream_model, secret, context_length, cost_prompt, cost_completion
+):
+    """Register an LLM backend reference (an OpenAI-compatible server or provider) as a version of an LLM model."""
+    body = {
+        "base_url": base_url,
+        "upstream_model": upstream_model,
+        "cost_per_1k_prompt": cost_prompt,
+        "cost_per_1k_completion": cost_completion,
+    }
+    if secret:
+        body["secret"] = secret
+    if context_length is not None:
+        body["context_length"] = context_length
+    created = state.api.post(f"models/{segment(model_name)}/llm-versions/", body)
+    state.out.result(
+        created,
+        lambda v: (
+            f"Registered {base_url} ({upstream_model}) as {v['model']} version {v['version']} "
+            f"(id {v['id']}, artifact {v['artifact']}).\n" + _version_text(v)
+        ),
+    )
+
+
+@version.command("llm-upload")
+@click.argument("model_name")
+@click.argument("archive", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
+@click.option("--context-length", type=int, default=None, help="Default and upper bound: config.json's.")
+@json_option
+@pass_state
+def version_llm_upload(state, model_name, archive, context_length):
+    """Upload a model directory archive (.tar.gz/.tgz/.tar/.zip of a Hugging Face format
+    directory with safetensors weights) as the next version of an LLM model."""
+    from requests_toolbelt import MultipartEncoder
+
+    parts = {} if context_length is None else {"context_length": str(context_length)}
+    with open(archive, "rb") as handle:
+        parts["archive"] = (archive.name, handle, "application/octet-stream")
+        encoder = MultipartEncoder(fields=parts)
+        created = state.api.request(
+            "POST",
+            f"models/{segment(model_name)}/llm-versions/",
+            data=encoder,
+            headers={"Content-Type": encoder.content_type},
+        )
+    state.out.result(
+        created,
+        lambda v: (
+            f"Uploaded {archive.name} as {v['model']} version {v['version']} "
+            f"(id {v['id']}, artifact {v['artifact']}).\n" + _version_text(v)
+        ),
+    )
+
+
 def _version_text(v: dict) -> str:
     signature = v.get("signature") or {}
     tensors = [f"{t.get('name')} {t.get('dtype')} {t.get('shape')}" for t in signature.get("inputs", [])]
@@ -219,6 +283,7 @@ def _version_text(v: dict) -> str:
             ("status", v.get("status")),
             ("source", v.get("source_uri") or v.get("original_filename") or v.get("source")),
             ("framework", v.get("framework")),
+            *([("llm", f"{v['llm']['kind']}, context {v['llm']['context_length']}")] if v.get("llm") else []),
             ("inputs", "; ".join(tensors)),
             ("outputs", "; ".join(outputs)),
             ("metrics", v.get("metrics")),

@@ -3,7 +3,10 @@
 The gateway counts each authenticated key's requests (`gateway_tenant_requests_total
 {team,key,endpoint,status}`, `gateway_tenant_request_duration_seconds{team,key}`) and
 every refusal of its key checks (`gateway_auth_rejections_total{endpoint,team,key,reason}`,
-key "" when no valid key was sent). Labels come from the route table (the key's
+key "" when no valid key was sent), and LLM usage per key (issue 27: `gateway_llm_tokens_total
+{endpoint,variant,team,key,kind}` with kind prompt|completion, counted from the backends'
+usage, and `gateway_llm_cost_total{endpoint,variant,team,key}` from the backends' prices
+per 1k tokens). Labels come from the route table (the key's
 `gateway_id`, e.g. "k17"), never from client input. These are cumulative since the
 gateway process started: the page says so; Prometheus (the same names) keeps history.
 
@@ -29,6 +32,8 @@ FAMILIES = (
     "gateway_tenant_requests",
     "gateway_tenant_request_duration_seconds",
     "gateway_auth_rejections",
+    "gateway_llm_tokens",
+    "gateway_llm_cost",
     "process_start_time_seconds",
 )
 CACHE_SECONDS = 3.0
@@ -42,7 +47,8 @@ def _status_class(status: str) -> str:
 
 def key_traffic_from_text(text: str) -> dict:
     """{"keys": {key id: {"requests": {"2xx": n, …}, "total": n, "mean_ms": x|None,
-    "rejections": {reason: n}}}, "anonymous": {endpoint: {reason: n}}, "since": unix time|None}."""
+    "rejections": {reason: n}, "prompt_tokens": n, "completion_tokens": n, "cost": x}},
+    "anonymous": {endpoint: {reason: n}}, "since": unix time|None}."""
     keys: dict[str, dict] = defaultdict(
         lambda: {
             "requests": defaultdict(float),
@@ -50,6 +56,9 @@ def key_traffic_from_text(text: str) -> dict:
             "latency_sum": 0.0,
             "latency_count": 0.0,
             "rejections": defaultdict(float),
+            "prompt_tokens": 0.0,
+            "completion_tokens": 0.0,
+            "cost": 0.0,
         }
     )
     anonymous: dict[str, dict] = defaultdict(lambda: defaultdict(float))
@@ -72,6 +81,12 @@ def key_traffic_from_text(text: str) -> dict:
                     keys[labels["key"]]["rejections"][labels.get("reason", "")] += value
                 else:
                     anonymous[labels.get("endpoint", "")][labels.get("reason", "")] += value
+            elif sample.name == "gateway_llm_tokens_total" and labels.get("key"):
+                kind = labels.get("kind", "")
+                if kind in ("prompt", "completion"):
+                    keys[labels["key"]][f"{kind}_tokens"] += value
+            elif sample.name == "gateway_llm_cost_total" and labels.get("key"):
+                keys[labels["key"]]["cost"] += value
             elif sample.name == "process_start_time_seconds":
                 since = value
     out = {}
@@ -82,6 +97,9 @@ def key_traffic_from_text(text: str) -> dict:
             "total": entry["total"],
             "rejections": dict(entry["rejections"]),
             "mean_ms": entry["latency_sum"] / count * 1000 if count else None,
+            "prompt_tokens": entry["prompt_tokens"],
+            "completion_tokens": entry["completion_tokens"],
+            "cost": entry["cost"],
         }
     return {"keys": out, "anonymous": {e: dict(r) for e, r in anonymous.items()}, "since": since}
 

@@ -80,6 +80,10 @@ class VersionSerializer(StrictModelSerializer):
     signature = SignatureSerializer(read_only=True)
     aliases = serializers.SerializerMethodField()
     url = serializers.HyperlinkedIdentityField(view_name="api:version-detail")
+    llm = serializers.SerializerMethodField(
+        help_text="LLM versions: kind (dir|openai), context_length, tokenizer, base_url, upstream_model, "
+        "secret (its name), cost_per_1k_prompt/completion; null for a tensor model's version."
+    )
 
     class Meta:
         model = ModelVersion
@@ -99,6 +103,7 @@ class VersionSerializer(StrictModelSerializer):
             "metrics",
             "tags",
             "aliases",
+            "llm",
             "created_by",
             "created_at",
         ]
@@ -107,6 +112,23 @@ class VersionSerializer(StrictModelSerializer):
     def get_aliases(self, version) -> list[str]:
         """The model's aliases that point at this version (models:/{model}@{alias})."""
         return sorted(alias.name for alias in version.aliases.all())
+
+    def get_llm(self, version) -> dict | None:
+        from registry.selectors.llm import llm_spec_of_version
+
+        spec = llm_spec_of_version(version)
+        if spec is None:
+            return None
+        return {
+            "kind": spec.kind,
+            "context_length": spec.context_length,
+            "tokenizer": spec.tokenizer,
+            "base_url": spec.base_url,
+            "upstream_model": spec.upstream_model,
+            "secret": spec.secret.name if spec.secret_id else None,
+            "cost_per_1k_prompt": spec.cost_per_1k_prompt,
+            "cost_per_1k_completion": spec.cost_per_1k_completion,
+        }
 
 
 class VersionCreateSerializer(serializers.Serializer):

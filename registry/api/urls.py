@@ -15,9 +15,16 @@ model_versions = api.ModelVersionViewSet.as_view({"get": "list", "post": "create
 # Aliases and model URIs (registry/api/aliases.py); before the router, so "resolve" is no version id.
 from registry.api import aliases as alias_api  # noqa: E402
 
+# LLM versions and provider secrets (issue 27)
+from registry.api import llm as llm_api  # noqa: E402
+
+router.register("secrets", llm_api.SecretViewSet, basename="secret")
+llm_versions = llm_api.LLMVersionViewSet.as_view({"post": "create"})
+
 urlpatterns = [
     *alias_api.urlpatterns,
     path("models/<slug:model_name>/versions/", model_versions, name="model-versions"),
+    path("models/<slug:model_name>/llm-versions/", llm_versions, name="model-llm-versions"),
     path("", include(router.urls)),
 ]
 

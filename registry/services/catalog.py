@@ -103,6 +103,15 @@ def _next_version(model: RegisteredModel) -> int:
     return (model.versions.aggregate(v=Max("version"))["v"] or 0) + 1
 
 
+def _require_tensor_model(model: RegisteredModel) -> None:
+    if model.task == Task.LLM:
+        raise InvalidInput(
+            f"model: {model.name!r} is an LLM model; register its versions at /api/v1/models/{model.name}/llm-versions/.",
+            code="model_is_llm",
+            field="model",
+        )
+
+
 def _check_filename(name: str) -> str:
     if not name or any(part in name for part in ("/", "\\", "\x00")) or name in {".", ".."} or name.startswith(".."):
         raise InvalidInput(
@@ -131,6 +140,7 @@ def version_create_from_upload(
     is its sha256; the version number is unique per model under concurrency.
     """
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
+    _require_tensor_model(model)
     _check_filename(filename)
     metrics = metrics_checked(metrics)
     limit = settings.MAX_UPLOAD_MB * 1024 * 1024
@@ -253,6 +263,7 @@ def version_create_from_mlflow(
     """Register an MLflow model (runs:/ or models:/ URI, onnx or pytorch flavor) as a version."""
     require_role(user=user, team=model.team, role=Role.DEVELOPER)
     metrics = metrics_checked(metrics)
+    _require_tensor_model(model)
     source_uri = (source_uri or "").strip()
     if not source_uri.startswith(MLFLOW_SCHEMES):
         raise InvalidInput(

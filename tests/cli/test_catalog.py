@@ -154,3 +154,31 @@ def test_an_upload_over_the_limit_is_refused_with_the_reason(cli_as, alice, team
     refused = cli_as(alice)("version", "upload", "big", huge)
     assert refused.code == exits.API and "MAX_UPLOAD_MB" in refused.err and "HTTP 413" in refused.err, refused
     assert not ModelVersion.objects.exists()
+
+
+def test_llm_versions(cli_as, alice, team_a, tmp_path):
+    """An LLM backend reference and a hostile model directory archive through the CLI."""
+    import io
+    import tarfile
+
+    from registry.models import Task
+
+    factories.registered_model(team_a, name="chat", task=Task.LLM)
+    cli = cli_as(alice)
+    made = cli(
+        "version", "llm-backend", "chat", "--base-url", "http://10.0.0.5:8000/v1", "--upstream-model", "m", "--json"
+    )
+    assert made.code == 0, made
+    assert made.json()["llm"]["kind"] == "openai" and made.json()["artifact"]
+    unknown = cli(
+        "version", "llm-backend", "chat", "--base-url", "http://x/v1", "--upstream-model", "m", "--secret", "nope"
+    )
+    assert unknown.code != 0 and "secret_not_found" in unknown.err + unknown.out, unknown
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("../evil.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    refused = cli("version", "llm-upload", "chat", str(archive))
+    assert refused.code != 0 and "archive" in refused.err, refused
+    assert ModelVersion.objects.filter(model__name="chat").count() == 1

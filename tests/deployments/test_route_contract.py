@@ -23,7 +23,7 @@ from deployments.services import keys as key_services
 from experiments.services import online as experiment_services
 from gateway.routes import compile_table, validate
 from harness import factories
-from registry.models import Artifact, Build, BuildStatus
+from registry.models import Artifact, Build, BuildStatus, Role
 
 pytestmark = pytest.mark.django_db
 SEED = 21
@@ -142,3 +142,77 @@ def test_every_table_the_control_plane_produces_is_accepted_whole(
     assert {"rollout", "experiment", "foreign", "gpu", "rebuild", "bad-plan"} <= set(kinds)  # every kind was drawn
     assert bad_keys  # and a bad key
     assert Rollout.objects.count() >= 4
+
+
+def test_tables_with_llm_endpoints_match_the_schema_whole(deployer, team_a, artifact_factory):
+    """LLM entries (issue 27): endpoints on a Triton generate model or a backend reference,
+    with rollouts in every active state and strategy, experiments, fallbacks and secrets, beside
+    tensor endpoints: the whole document matches gateway/route_table.schema.json (the gateway's
+    own check of the LLM entries comes with gateway/llm/), the tensor side is still accepted
+    whole by the gateway's compiler, and every secret listed is named by a backend."""
+    import json
+
+    import jsonschema_rs
+
+    from deployments.routes import SCHEMA_PATH
+    from registry.services import llm as llm_services
+
+    schema = jsonschema_rs.validator_for(json.loads(SCHEMA_PATH.read_text()))
+    rng = random.Random(SEED + 27)
+    admin = factories.user("llm-admin")
+    factories.member(admin, team_a, Role.ADMIN)
+    secret = llm_services.secret_create(user=admin, team=team_a, name="provider", value="sk-contract-0123456789")
+    pool = factories.pool(team_a, "llm-pool", ready_replicas=2)
+    chats = [factories.llm_artifact(team_a, model_name="chat") for _ in range(4)]  # chat v1..v4 (Triton)
+    for artifact in chats:
+        factories.pool_model_ready(pool, artifact)
+    external = factories.llm_artifact(team_a, model_name="ext", kind="openai", secret=secret, cost_per_1k_prompt=0.1)
+    tensor = artifact_factory(team_a)
+    endpoint_services.endpoint_create(user=deployer, name="ranker", pool=pool, stable_artifact=tensor, public=True)
+    kinds, roles = [], set()
+    for i in range(ROUNDS // 2):
+        stable, *others = rng.sample(chats, 3)
+        fallbacks = [external.pk] if rng.random() < 0.5 else []
+        endpoint = endpoint_services.endpoint_create(
+            user=deployer,
+            name=f"llm-{i}",
+            pool=pool,
+            stable_artifact=external if rng.random() < 0.2 else stable,
+            kind="llm",
+            public=rng.random() < 0.5,
+            llm_fallbacks=fallbacks,
+        )
+        kind = "none" if endpoint.stable_artifact_id == external.pk else rng.choice(["none", "rollout", "experiment"])
+        kinds.append(kind)
+        if kind == "rollout":
+            _rollout(rng, endpoint, others[0])
+        elif kind == "experiment":
+            experiment = experiment_services.experiment_create(
+                user=deployer,
+                endpoint=endpoint,
+                name=f"llm-exp-{i}",
+                candidates=others[:1],
+                baseline_rate=0.2,
+                mde=0.05,
+            )
+            experiment_services.experiment_start(user=deployer, experiment=experiment)
+        if rng.random() < 0.4:
+            key_services.inference_key_create(
+                user=deployer,
+                team=team_a,
+                name=f"llm-key-{i}",
+                tokens_per_minute=rng.choice((None, 1000)),
+                max_streams=2,
+            )
+        PoolModel.objects.filter(pool=pool).update(state=PoolModelState.READY, replica_ready={"r0": True, "r1": True})
+        table, problems, _ = route_build()
+        errors = [f"{'/'.join(map(str, e.instance_path))}: {e.message}" for e in schema.iter_errors(table)]
+        assert errors == [] and problems == {}
+        validate({k: v for k, v in table.items() if k not in ("llm_endpoints", "secrets")})
+        assert {e["name"] for e in table["llm_endpoints"]} == {f"llm-{j}" for j in range(i + 1)}
+        named = {b.get("secret") for e in table["llm_endpoints"] for v in e["variants"] for b in v["backends"]}
+        named |= {b.get("secret") for e in table["llm_endpoints"] for b in e["fallbacks"]}
+        assert {s["id"] for s in table["secrets"]} == named - {None}
+        roles |= {v["role"] for e in table["llm_endpoints"] for v in e["variants"]}
+    assert {"rollout", "experiment"} <= set(kinds)
+    assert {"stable", "arm"} <= roles and roles & {"canary", "shadow"}  # splits were emitted, not only stables

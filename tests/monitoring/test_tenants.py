@@ -96,3 +96,38 @@ def test_keys_page_says_when_the_gateway_cannot_be_read(monkeypatch, deployer):
     client.force_login(deployer)
     response = client.get("/deployments/keys/")
     assert response.status_code == 200 and "Traffic per key is not available" in response.content.decode()
+
+
+def test_llm_tokens_and_cost_per_key(gateway_server, monkeypatch, deployer, team_a, artifact_factory):
+    """LLM usage per key (issue 27) from the contract's families (LLM_CONTRACT: gateway_llm_tokens
+    {endpoint,variant,team,key,kind}, gateway_llm_cost{endpoint,variant,team,key}), rendered by
+    prometheus_client as the gateway renders its own; a key without LLM traffic says so."""
+    factories.endpoint(factories.pool(team_a, "pool-a", ready_replicas=1), artifact_factory(team_a), name="ctr")
+    chat, _ = key_services.inference_key_create(user=deployer, team=team_a, name="chat-key")
+    quiet, _ = key_services.inference_key_create(user=deployer, team=team_a, name="quiet-key")
+    counters = GatewayCounters()
+    tokens = Counter(
+        "gateway_llm_tokens", "tokens", ["endpoint", "variant", "team", "key", "kind"], registry=counters.registry
+    )
+    cost = Counter("gateway_llm_cost", "cost", ["endpoint", "variant", "team", "key"], registry=counters.registry)
+    tokens.labels("demo-llm", "v1-llm", "team-a", chat.gateway_id, "prompt").inc(120)
+    tokens.labels("demo-llm", "v2-llm", "team-a", chat.gateway_id, "prompt").inc(30)
+    tokens.labels("demo-llm", "v1-llm", "team-a", chat.gateway_id, "completion").inc(400)
+    tokens.labels("demo-llm", "v1-llm", "", "", "completion").inc(999)  # public calls: no key
+    cost.labels("demo-llm", "v1-llm", "team-a", chat.gateway_id).inc(0.0125)
+    counters.hot.done("ctr", "v1", 200, 0.002, OK, tenant(quiet.gateway_id, "team-a"))
+    counters.hot.done("demo-llm", "v1-llm", 200, 0.2, OK, tenant(chat.gateway_id, "team-a"))
+    traffic = tenants.key_traffic_from_text(counters.text())
+    mine = traffic["keys"][chat.gateway_id]
+    assert (mine["prompt_tokens"], mine["completion_tokens"]) == (150, 400)
+    assert mine["cost"] == pytest.approx(0.0125)
+    assert "" not in traffic["keys"]
+    gateway_server.metrics = counters
+    monkeypatch.setenv("GATEWAY_METRICS_URL", gateway_server.url)
+    client = Client()
+    client.force_login(deployer)
+    page = client.get("/deployments/keys/").content.decode()
+    section = page[page.index('<div id="key-traffic">') :]
+    rows = {name: section[section.index(name) :].split("</tr>")[0] for name in ("chat-key", "quiet-key")}
+    assert "150 · 400" in rows["chat-key"] and "0.0125" in rows["chat-key"]
+    assert "no data yet" in rows["quiet-key"] and "no data yet" not in rows["chat-key"]

@@ -1,7 +1,11 @@
 """Demo data for `make run` (idempotent): team "demo" (admin is its admin), a small CTR
 model with one version built into servable artifacts (onnx-fp32, onnx-int8), a local
 serving pool with one replica, and the public endpoint "demo-ctr" serving the fp32 variant —
-so the dashboard, the gateway and a first rollout (fp32 → int8) work at once. Last it
+so the dashboard, the gateway and a first rollout (fp32 → int8) work at once. Then the
+public LLM endpoint "demo-llm" (issue 27): the project's tiny generative model
+(registry.llm.tiny, trained here in seconds) registered as an LLM version from its model
+directory and loaded into the same pool, so the README's first `curl .../v1/chat/completions`
+streams tokens. Last it
 enqueues the demo experiment (config/demo.py: train demo-ctr v2, build it, run it against
 v1), which a worker prepares in the background once `make run` is up: the dashboard does
 not wait for it.
@@ -9,6 +13,7 @@ not wait for it.
 It seeds two apps, so it lives in the project (config), and like any caller it reads
 through their selectors and writes through their services."""
 
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -26,6 +31,8 @@ from registry.selectors.catalog import model_list, version_list
 from registry.services.builds import build_start
 from registry.services.catalog import model_create, version_create_from_upload
 from registry.services.teams import membership_set, team_create
+
+LLM_DEMO = "demo-llm"
 
 
 class Command(BaseCommand):
@@ -50,6 +57,7 @@ class Command(BaseCommand):
         if "onnx-fp32" not in artifacts:
             artifacts = self._build(admin, version)
         self._serve(admin, team, artifacts.get("onnx-fp32"))
+        self._serve_llm(admin, team)
         if not options["no_experiment"] and endpoint_list(user=admin).filter(name="demo-ctr").exists():
             self._enqueue_experiment()
 
@@ -117,4 +125,48 @@ class Command(BaseCommand):
         )
         self.stdout.write(
             "seed: pool demo-cpu (1 local tritonserver replica) and public endpoint demo-ctr → demo-ctr v1 onnx-fp32"
+        )
+
+    def _serve_llm(self, admin, team) -> None:
+        """demo-llm: the tiny model's directory as an LLM version (kind: model directory), its
+        Triton generate model loaded into pool demo-cpu, a public LLM endpoint."""
+        if endpoint_list(user=admin).filter(name=LLM_DEMO).exists():
+            return
+        pool = pool_list(user=admin).filter(name="demo-cpu").first()
+        if pool is None:
+            return
+        try:
+            from registry.llm.tiny import make_tiny_llm
+        except ModuleNotFoundError as exc:  # the LLM model code is a later part of issue 27
+            self.stdout.write(f"seed: {LLM_DEMO} skipped ({exc})")
+            return
+        from registry.services.llm import llm_version_create_from_archive
+
+        model = model_list(user=admin).filter(name=LLM_DEMO).first() or model_create(
+            user=admin,
+            name=LLM_DEMO,
+            team=team,
+            task="llm",
+            description="The project's tiny generative model (Llama architecture, ~100k parameters, trained in seconds).",
+        )
+        version = version_list(user=admin, model=model).order_by("version").first()
+        if version is None:
+            with tempfile.TemporaryDirectory() as tmp:
+                hf_dir = make_tiny_llm(Path(tmp) / LLM_DEMO)
+                archive = Path(tmp) / f"{LLM_DEMO}.tar.gz"
+                with tarfile.open(archive, "w:gz") as tar:
+                    tar.add(hf_dir, arcname=LLM_DEMO)
+                with open(archive, "rb") as fh:
+                    version = llm_version_create_from_archive(
+                        user=admin,
+                        model=model,
+                        filename=archive.name,
+                        chunks=iter(lambda: fh.read(1 << 20), b""),
+                    )
+            self.stdout.write(f"seed: trained the tiny LLM and registered {LLM_DEMO} v{version.version}")
+        artifact = artifact_list(user=admin, version=version).filter(status=ArtifactStatus.SERVABLE).first()
+        endpoint_create(user=admin, name=LLM_DEMO, pool=pool, stable_artifact=artifact, kind="llm", public=True)
+        self.stdout.write(
+            f"seed: public LLM endpoint {LLM_DEMO} → {LLM_DEMO} v{version.version} llm (Triton generate model in pool "
+            "demo-cpu); try the README's curl to /v1/chat/completions"
         )

@@ -1,0 +1,122 @@
+"""The LLM side of the route table (deployments/routes.py assembles it): an LLM endpoint's
+variants with their backends and its fallbacks (gateway/route_table.schema.json,
+`llm_endpoint`, `llm_variant`, `llm_backend`), and the provider secrets they name.
+
+A variant's backend is its artifact's: `llm` (a Triton generate model): kind triton, the
+ready replicas of the endpoint's pool that have the model; `llm-backend` (a reference):
+kind openai, the server's base URL and upstream model, its team secret by id (`s{pk}`).
+A triton backend ready on no replica is no backend, and a variant without one makes the
+entry fail (routes.py then serves the stable alone, or leaves the endpoint out, and says
+why); a fallback that is not ready is skipped, the others kept. Prices per 1k tokens come
+from the version's LLMSpec.
+"""
+
+from __future__ import annotations
+
+from registry import secret_box
+from registry.names import LLM_BACKEND_VARIANT, variant_name
+
+DEFAULT_CONNECT_TIMEOUT_MS = 1000
+
+
+class LLMRouteError(Exception):
+    """Why an LLM variant cannot be routed (a sentence for the endpoint page and the alert)."""
+
+
+class LLMSources:
+    """LLM specs and decrypted secrets, read once per table."""
+
+    def __init__(self):
+        self._specs: dict = {}
+        self._secrets: dict = {}
+        self.values: dict[str, str] = {}  # {route table id: value} of the secrets read
+
+    def spec(self, artifact):
+        from registry.selectors.llm import llm_spec_of
+
+        if artifact.version_id not in self._specs:
+            self._specs[artifact.version_id] = llm_spec_of(artifact)
+        spec = self._specs[artifact.version_id]
+        if spec is None:
+            raise LLMRouteError(f"artifact {artifact.pk} ({variant_name(artifact)}) has no LLM spec")
+        return spec
+
+    def secret_value(self, secret) -> str:
+        if secret.pk not in self._secrets:
+            try:
+                self._secrets[secret.pk] = secret_box.open_sealed(secret.ciphertext)
+            except secret_box.SecretUnreadable as exc:
+                raise LLMRouteError(f"provider secret {secret.name!r} (s{secret.pk}): {exc}") from None
+            self.values[secret.gateway_id] = self._secrets[secret.pk]
+        return self._secrets[secret.pk]
+
+
+def backend(
+    artifact, *, model_name: str, urls: list[str], sources: LLMSources, priority: int, backend_id: str
+) -> dict | None:
+    """The artifact's backend, or None when a triton one is ready on no replica."""
+    spec = sources.spec(artifact)
+    doc = {"id": backend_id}
+    if artifact.variant == LLM_BACKEND_VARIANT:
+        doc.update(kind="openai", urls=[spec.base_url], model=spec.upstream_model)
+        if spec.secret_id is not None:
+            sources.secret_value(spec.secret)  # an unreadable secret fails this entry, here
+            doc["secret"] = spec.secret.gateway_id
+    else:
+        if not urls:
+            return None
+        doc.update(kind="triton", urls=urls, model=model_name)
+    doc.update(
+        priority=priority,
+        connect_timeout_ms=DEFAULT_CONNECT_TIMEOUT_MS,
+        cost_per_1k_prompt=spec.cost_per_1k_prompt,
+        cost_per_1k_completion=spec.cost_per_1k_completion,
+    )
+    return doc
+
+
+def variant(
+    artifact, role, weight_bp, *, model_name: str, urls: list[str], sources: LLMSources, name: str = ""
+) -> dict:
+    name = name or variant_name(artifact)
+    found = backend(
+        artifact,
+        model_name=model_name,
+        urls=urls,
+        sources=sources,
+        priority=0,
+        backend_id=f"{artifact.version.model.name}-{name}",
+    )
+    if found is None:
+        raise LLMRouteError(f"variant {name}: Triton model {model_name} is ready on no replica of its pool")
+    return {
+        "name": name,
+        "model_version": str(artifact.version.version),
+        "role": str(role),
+        "weight_bp": int(weight_bp),
+        "backends": [found],
+    }
+
+
+def fallbacks(artifacts: list, *, urls_of, model_name_of, sources: LLMSources) -> list[dict]:
+    """The fallbacks in the endpoint's order (priority = position); one not ready is skipped."""
+    out = []
+    for position, artifact in enumerate(artifacts):
+        name = model_name_of(artifact)
+        found = backend(
+            artifact,
+            model_name=name,
+            urls=urls_of(name),
+            sources=sources,
+            priority=position,
+            backend_id=f"fallback-{artifact.version.model.name}-{variant_name(artifact)}",
+        )
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def secret_ids(entry: dict) -> set[str]:
+    """The secret ids an llm_endpoint entry's backends name."""
+    backends = [b for v in entry["variants"] for b in v["backends"]] + list(entry.get("fallbacks", ()))
+    return {b["secret"] for b in backends if "secret" in b}
