@@ -7,6 +7,12 @@ key "" when no valid key was sent). Labels come from the route table (the key's
 `gateway_id`, e.g. "k17"), never from client input. These are cumulative since the
 gateway process started: the page says so; Prometheus (the same names) keeps history.
 
+LLM endpoints add tokens and cost per key (`gateway_llm_tokens_total{endpoint,variant,team,
+key,kind}`, `gateway_llm_cost_total{endpoint,variant,team,key}`): each key's entry gets
+"llm" {prompt_tokens, completion_tokens, tokens, cost, endpoints: {name: the same}}, and
+per team and for public calls (key "") the same totals; `tenant_llm_usage` is that for
+the keys and teams a user may see (the keys page).
+
 `key_traffic_from_text` is pure (tests feed it real exposition text); `key_traffic`
 does one bounded scrape, cached for a few seconds so a busy page costs the gateway
 nothing.
@@ -19,6 +25,7 @@ import time
 import urllib.error
 from collections import defaultdict
 
+from django.contrib.auth.models import Group
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring import conf
@@ -29,6 +36,8 @@ FAMILIES = (
     "gateway_tenant_requests",
     "gateway_tenant_request_duration_seconds",
     "gateway_auth_rejections",
+    "gateway_llm_tokens",
+    "gateway_llm_cost",
     "process_start_time_seconds",
 )
 CACHE_SECONDS = 3.0
@@ -40,9 +49,23 @@ def _status_class(status: str) -> str:
     return f"{status[0]}xx" if len(status) == 3 and status.isdigit() else "other"
 
 
-def key_traffic_from_text(text: str) -> dict:
+def _usage() -> dict:
+    return {"prompt_tokens": 0.0, "completion_tokens": 0.0, "tokens": 0.0, "cost": 0.0}
+
+
+def _count_usage(entry: dict, name: str, labels: dict, value: float) -> None:
+    if name == "gateway_llm_cost_total":
+        entry["cost"] += value
+    elif labels.get("kind") in ("prompt", "completion"):
+        entry[f"{labels['kind']}_tokens"] += value
+        entry["tokens"] += value
+
+
+def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the families, read top to bottom
     """{"keys": {key id: {"requests": {"2xx": n, …}, "total": n, "mean_ms": x|None,
-    "rejections": {reason: n}}}, "anonymous": {endpoint: {reason: n}}, "since": unix time|None}."""
+    "rejections": {reason: n}, "llm": usage|None}}, "anonymous": {endpoint: {reason: n}},
+    "teams": {team label: usage}, "public": {endpoint: usage}, "since": unix time|None};
+    usage = {prompt_tokens, completion_tokens, tokens, cost} (a key's also per endpoint)."""
     keys: dict[str, dict] = defaultdict(
         lambda: {
             "requests": defaultdict(float),
@@ -50,8 +73,11 @@ def key_traffic_from_text(text: str) -> dict:
             "latency_sum": 0.0,
             "latency_count": 0.0,
             "rejections": defaultdict(float),
+            "llm": None,
         }
     )
+    teams: dict[str, dict] = defaultdict(_usage)
+    public: dict[str, dict] = defaultdict(_usage)
     anonymous: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     since = None
     # only these families' samples reach the (slow, pure-Python) parser; untyped is enough
@@ -72,6 +98,17 @@ def key_traffic_from_text(text: str) -> dict:
                     keys[labels["key"]]["rejections"][labels.get("reason", "")] += value
                 else:
                     anonymous[labels.get("endpoint", "")][labels.get("reason", "")] += value
+            elif sample.name in ("gateway_llm_tokens_total", "gateway_llm_cost_total"):
+                endpoint = labels.get("endpoint", "")
+                if not labels.get("key"):
+                    _count_usage(public[endpoint], sample.name, labels, value)
+                    continue
+                entry = keys[labels["key"]]
+                if entry["llm"] is None:
+                    entry["llm"] = {**_usage(), "endpoints": defaultdict(_usage)}
+                _count_usage(entry["llm"], sample.name, labels, value)
+                _count_usage(entry["llm"]["endpoints"][endpoint], sample.name, labels, value)
+                _count_usage(teams[labels.get("team", "")], sample.name, labels, value)
             elif sample.name == "process_start_time_seconds":
                 since = value
     out = {}
@@ -82,8 +119,15 @@ def key_traffic_from_text(text: str) -> dict:
             "total": entry["total"],
             "rejections": dict(entry["rejections"]),
             "mean_ms": entry["latency_sum"] / count * 1000 if count else None,
+            "llm": None if entry["llm"] is None else {**entry["llm"], "endpoints": dict(entry["llm"]["endpoints"])},
         }
-    return {"keys": out, "anonymous": {e: dict(r) for e, r in anonymous.items()}, "since": since}
+    return {
+        "keys": out,
+        "anonymous": {e: dict(r) for e, r in anonymous.items()},
+        "teams": dict(teams),
+        "public": dict(public),
+        "since": since,
+    }
 
 
 def key_traffic() -> dict:
@@ -100,3 +144,33 @@ def key_traffic() -> dict:
     with _lock:
         _cache.update(at=time.monotonic(), url=url, value=value)
     return value
+
+
+def tenant_llm_usage(*, user, traffic: dict | None = None) -> dict:
+    """Tokens and cost per inference key and per team on LLM endpoints, for what `user`
+    may see: {"keys": {key id ("k17"): {"key": InferenceKey, prompt_tokens,
+    completion_tokens, tokens, cost, endpoints: {name: usage}}}, "teams": {team label:
+    usage}, "public": {endpoint: usage of calls without a key to the user's endpoints},
+    "since": unix time|None} — counts since the gateway started (live, as key_traffic) —
+    or {"error": why} when the gateway's metrics cannot be read. `traffic`: an already
+    read key_traffic() (the keys page reads it once)."""
+    from deployments.routes import team_label
+    from deployments.selectors.keys import inference_key_list
+    from deployments.selectors.rollouts import endpoint_list
+    from registry.selectors.teams import team_ids_for
+
+    traffic = traffic if traffic is not None else key_traffic()
+    if "error" in traffic:
+        return {"error": traffic["error"]}
+    keys = {}
+    for key in inference_key_list(user=user).select_related("team"):
+        usage = (traffic["keys"].get(key.gateway_id) or {}).get("llm")
+        if usage:
+            keys[key.gateway_id] = {"key": key, **usage}
+    visible, teams = team_ids_for(user), dict(traffic.get("teams", {}))
+    if visible is not None:  # the gateway labels teams as the route table names them
+        allowed = {team_label(team) for team in Group.objects.filter(pk__in=visible)}
+        teams = {label: usage for label, usage in teams.items() if label in allowed}
+    names = set(endpoint_list(user=user).values_list("name", flat=True))
+    public = {name: usage for name, usage in traffic.get("public", {}).items() if name in names}
+    return {"keys": keys, "teams": teams, "public": public, "since": traffic.get("since")}

@@ -1,0 +1,113 @@
+"""The collector on the gateway's LLM families (LLM_CONTRACT.md), written as
+prometheus_client exposes them: per endpoint x variant TTFT/ITL quantiles and buckets,
+requests and errors, tokens, tokens/s and cost; per key through the keys page's path."""
+
+import pytest
+
+from monitoring import collect
+from monitoring.selectors.tenants import key_traffic_from_text
+from monitoring.windows import arms_from_rows
+from tests.monitoring.conftest import GatewayMetrics, LLMGatewayMetrics
+
+
+def _tick(metrics: LLMGatewayMetrics, serve, seconds=2.0) -> dict[tuple[str, str], dict]:
+    before = collect.gateway_snapshot(metrics.text())
+    serve()
+    after = collect.gateway_snapshot(metrics.text())
+    return {k: collect.derive(t) for k, t in collect.gateway_deltas(before, after, seconds=seconds).items()}
+
+
+def test_llm_metrics_per_variant_from_two_scrapes():
+    m = LLMGatewayMetrics()
+    m.stream("chat", "v1-llm", ttft_s=0.01, itl_s=[0.004], prompt=5, completion=2)  # before the interval
+
+    def serve():
+        for _ in range(8):
+            m.stream("chat", "v1-llm", ttft_s=0.02, itl_s=[0.003, 0.004, 0.004], prompt=10, completion=4, cost=0.5)
+        for _ in range(4):
+            m.stream("chat", "v2-llm", ttft_s=0.4, itl_s=[0.015, 0.015], prompt=10, completion=3)
+        m.stream("chat", "v2-llm", ttft_s=0, status=502, fault="backend")  # failed before its first token
+        m.stream("chat", "v2-llm", ttft_s=0.4, status=200, fault="backend")  # broke mid-stream
+        m.stream("chat", "v2-llm", ttft_s=0, status=429, fault="client")  # a token quota: the client's
+        m.fallbacks.labels("chat", "b1", "connect").inc()
+
+    out = _tick(m, serve)
+    stable, canary = out[("chat", "v1-llm")], out[("chat", "v2-llm")]
+    assert stable["llm_requests"] == 8 and stable["llm_errors"] == 0 and stable["llm_error_rate"] == 0
+    assert canary["llm_requests"] == 6 and canary["llm_errors"] == 2
+    assert canary["llm_error_rate"] == pytest.approx(2 / 6)
+    assert canary["llm_client_faults"] == 1
+    # 20 ms sits in the gateway's (10, 25] ms bucket; 400 ms in (250, 500]
+    assert 10 < stable["ttft_p50_ms"] <= 25 and 10 < stable["ttft_p99_ms"] <= 25
+    assert 250 < canary["ttft_p50_ms"] <= 500
+    assert stable["ttft_bucket:0.025"] == 8 and stable["ttft_bucket:0.01"] == 0  # its lower edge kept
+    assert canary["ttft_bucket:0.5"] == 5  # the mid-stream failure had its first token
+    assert stable["itl_bucket:0.005"] == 24 and 2 < stable["itl_p50_ms"] <= 5
+    assert canary["itl_bucket:0.02"] == 8 and 10 < canary["itl_p99_ms"] <= 20
+    assert stable["prompt_tokens"] == 80 and stable["completion_tokens"] == 32
+    assert stable["tokens_per_s"] == pytest.approx(16.0) and stable["cost"] == pytest.approx(4.0)
+    assert canary["completion_tokens"] == 12 and "cost" not in canary
+    assert 0 < stable["llm_queue_mean_ms"] < 1
+    assert out[("chat", collect.ALL_VARIANTS)]["llm_fallbacks"] == 1
+    # no tensor series were made up for an LLM endpoint
+    assert "requests" not in stable and "latency_p99_ms" not in stable
+
+
+def test_tensor_and_llm_families_side_by_side_and_restarts():
+    """One scrape of a gateway serving both kinds: the tensor endpoint's metrics are as
+    before, the LLM one has only LLM metrics; a gateway restart (counters drop) counts
+    from zero, never negative."""
+    tensor, m = GatewayMetrics(), LLMGatewayMetrics()
+    for _ in range(3):
+        m.stream("chat", "v1-llm", ttft_s=0.02, prompt=3, completion=3)
+    tensor.serve("ctr", "stable", [0.002], [200])
+    before = collect.gateway_snapshot(tensor.text() + m.text())
+    fresh = LLMGatewayMetrics()  # the restarted process
+    fresh.stream("chat", "v1-llm", ttft_s=0.02, prompt=1, completion=2)
+    tensor.serve("ctr", "stable", [0.002, 0.003], [200, 500])
+    totals = collect.gateway_deltas(before, collect.gateway_snapshot(tensor.text() + fresh.text()), seconds=1.0)
+    out = collect.derive(totals[("chat", "v1-llm")])
+    assert out["llm_requests"] == 1 and out["completion_tokens"] == 2 and out["tokens_per_s"] == 2.0
+    ctr = collect.derive(totals[("ctr", "stable")])
+    assert ctr["requests"] == 2 and ctr["errors"] == 1 and not any(k.startswith(("llm_", "ttft")) for k in ctr)
+
+
+def test_replicas_add_up_and_windows_read_ttft_itl_and_llm_ticks():
+    """Two gateways' totals merge; the stored rows become the judge's windows (the same
+    function for the store and Prometheus: monitoring/windows.py)."""
+    a, b = LLMGatewayMetrics(), LLMGatewayMetrics()
+    snaps = [collect.gateway_snapshot(x.text()) for x in (a, b)]
+    a.stream("chat", "v2-llm", ttft_s=0.02, itl_s=[0.004] * 3)
+    b.stream("chat", "v2-llm", ttft_s=0.2, itl_s=[0.004] * 3)
+    b.stream("chat", "v2-llm", ttft_s=0, status=503, fault="backend")
+    parts = [collect.gateway_deltas(s, collect.gateway_snapshot(x.text()), seconds=2.0) for s, x in zip(snaps, (a, b))]
+    derived = collect.derive(collect.merge(*parts)[("chat", "v2-llm")])
+    assert derived["llm_requests"] == 3 and derived["llm_errors"] == 1
+    rows = [("v2-llm", metric, "t1", value) for metric, value in derived.items()]
+    window = arms_from_rows(rows, ["v2-llm"])["v2-llm"]
+    assert window.llm_ticks == [(3.0, 1.0)] and window.ticks == [(0.0, 0.0)]
+    assert sum(window.ttft_buckets.values()) == 2 and window.ttft_buckets[0.25] == 1
+    assert sum(window.itl_buckets.values()) == 6 and window.itl_ticks == [window.itl_buckets]
+
+
+def test_per_key_tokens_and_cost_for_the_keys_page():
+    """Tokens and cost per key (team/key labels from the route table), summed over
+    endpoints and variants; public calls (key "") are not a key."""
+    m = LLMGatewayMetrics()
+    m.stream("chat", "v1-llm", ttft_s=0.02, prompt=10, completion=5, team="search", key="k1", cost=0.25)
+    m.stream("chat", "v2-llm", ttft_s=0.02, prompt=7, completion=1, team="search", key="k1", cost=0.5)
+    m.stream("ads-llm", "v1-llm", ttft_s=0.02, prompt=2, completion=2, team="ads", key="k2")
+    m.stream("chat", "v1-llm", ttft_s=0.02, prompt=4, completion=4)  # public: no key
+    traffic = key_traffic_from_text(m.text())
+    k1 = traffic["keys"]["k1"]["llm"]
+    assert k1 == {
+        "prompt_tokens": 17.0,
+        "completion_tokens": 6.0,
+        "tokens": 23.0,
+        "cost": 0.75,
+        "endpoints": {"chat": {"prompt_tokens": 17.0, "completion_tokens": 6.0, "tokens": 23.0, "cost": 0.75}},
+    }
+    assert traffic["keys"]["k2"]["llm"]["tokens"] == 4 and traffic["keys"]["k2"]["llm"]["cost"] == 0
+    assert "" not in traffic["keys"]
+    assert traffic["teams"]["search"]["tokens"] == 23 and traffic["teams"]["ads"]["prompt_tokens"] == 2
+    assert traffic["public"]["chat"]["tokens"] == 8
