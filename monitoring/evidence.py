@@ -117,6 +117,11 @@ def _added(a: dict[float, float], b: dict[float, float]) -> dict[float, float]:
 @dataclass
 class JudgeConfig:
     alpha: float = 0.05
+    # "tensor" or "llm" (Endpoint.kind): an LLM endpoint is judged on TTFT and ITL
+    # (monitoring/llm_checks.py) with these SLOs instead of the request's p99
+    kind: str = "tensor"
+    ttft_slo_ms: float | None = None
+    itl_slo_ms: float | None = None
     slo_p99_ms: float | None = None
     slo_error_rate: float | None = None
     psi_threshold: float = 0.25

@@ -50,6 +50,10 @@ statistical comparisons
   * latency_tail a quantile test: the share of candidate requests above stable's
                  p95 x (1 + margin) against 5 % (one-sided binomial test).
 
+LLM endpoints (`config.kind == "llm"`): the same tests on time to first token and
+inter-token latency (rank tests, SLO guardrails) and on the LLM requests' error rate,
+instead of the request-duration and score checks: monitoring/llm_checks.py.
+
 Why this is one long module: the judge's checks, their configuration and how each verdict is described are one piece of statistics read together.
 """
 
@@ -66,6 +70,7 @@ from monitoring import eprocess
 from monitoring.evidence import ArmWindow, JudgeConfig, progress
 from monitoring.evidence import make_check as _check
 from monitoring.guardrails import check_guardrails
+from monitoring.llm_checks import describe_llm, llm_checks
 from monitoring.statistics import histogram_quantile
 
 __all__ = ["ArmWindow", "Decision", "JudgeConfig", "check_error_rate", "check_guardrails", "check_latency", "judge"]
@@ -276,6 +281,18 @@ def judge(
     window / the step has run, for each check's ETA. `control`: what the reasons call
     the control ("baseline" when the rollout has one)."""
     config = config or JudgeConfig()
+    if config.kind == "llm":
+        checks = llm_checks(
+            stable,
+            candidate,
+            config,
+            latency=latency,
+            compare_latency=compare_latency,
+            error_control=error_control,
+            seconds=seconds,
+            step_seconds=step_seconds,
+        )
+        return _decision(checks, control, pooled=error_control is not None)
     if compare_latency:
         latency_checks = check_latency(*(latency or (stable, candidate)), config, step_seconds if latency else seconds)
         for check in latency_checks:
@@ -305,11 +322,15 @@ def judge(
         check_error_rate(error_control or stable, candidate, config, seconds),
         *latency_checks,
     ]
+    return _decision(checks, control, pooled=error_control is not None)
+
+
+def _decision(checks: list[dict], control: str, pooled: bool) -> Decision:
+    """Fail if any check fails (the reason says each), pass if all pass or are skipped,
+    else inconclusive (the reason says what each waits for)."""
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:
-        return Decision(
-            FAIL, "; ".join(_describe(c, control, pooled=error_control is not None) for c in failed), checks
-        )
+        return Decision(FAIL, "; ".join(_describe(c, control, pooled=pooled) for c in failed), checks)
     waiting = [c for c in checks if c["outcome"] == INCONCLUSIVE]
     if waiting:
         return Decision(INCONCLUSIVE, "waiting for evidence: " + ", ".join(_waiting(c) for c in waiting), checks)
@@ -320,7 +341,7 @@ def _waiting(check: dict) -> str:
     """`latency (312 of 500 requests, ~40 s)`: what a check still needs."""
     pace = check.get("progress")
     complete = bool(pace) and pace.get("need") is not None and pace["have"] >= pace["need"]
-    if check["name"] == "p99_slo" and complete:
+    if check["name"] in ("p99_slo", "ttft_slo", "itl_slo") and complete:
         return f"{check['name']} ({_p99_evidence(check)})"
     if check.get("breaches"):
         if check["breaches"] < check.get("failure_limit", 0):
@@ -337,6 +358,9 @@ def _waiting(check: dict) -> str:
 
 def _describe(check: dict, control: str = VariantRole.STABLE, pooled: bool = False) -> str:
     name = check["name"]
+    llm = describe_llm(check, control, _p99_evidence)
+    if llm is not None:
+        return llm
     if name == "error_rate":
         rates = check["rates"]
         return (

@@ -25,7 +25,6 @@ import time
 import urllib.error
 from collections import defaultdict
 
-from django.contrib.auth.models import Group
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring import conf
@@ -149,28 +148,24 @@ def key_traffic() -> dict:
 def tenant_llm_usage(*, user, traffic: dict | None = None) -> dict:
     """Tokens and cost per inference key and per team on LLM endpoints, for what `user`
     may see: {"keys": {key id ("k17"): {"key": InferenceKey, prompt_tokens,
-    completion_tokens, tokens, cost, endpoints: {name: usage}}}, "teams": {team label:
-    usage}, "public": {endpoint: usage of calls without a key to the user's endpoints},
-    "since": unix time|None} — counts since the gateway started (live, as key_traffic) —
-    or {"error": why} when the gateway's metrics cannot be read. `traffic`: an already
-    read key_traffic() (the keys page reads it once)."""
-    from deployments.routes import team_label
+    completion_tokens, tokens, cost, endpoints: {name: usage}}}, "teams": {team name:
+    usage summed over its keys}, "public": {endpoint: usage of calls without a key to the
+    user's endpoints}, "since": unix time|None} (counts since the gateway started, live
+    as key_traffic), or {"error": why} when the gateway's metrics cannot be read.
+    `traffic`: an already read key_traffic() (the keys page reads it once)."""
     from deployments.selectors.keys import inference_key_list
     from deployments.selectors.rollouts import endpoint_list
-    from registry.selectors.teams import team_ids_for
 
     traffic = traffic if traffic is not None else key_traffic()
     if "error" in traffic:
         return {"error": traffic["error"]}
-    keys = {}
-    for key in inference_key_list(user=user).select_related("team"):
+    keys, teams = {}, defaultdict(_usage)
+    for key in inference_key_list(user=user):
         usage = (traffic["keys"].get(key.gateway_id) or {}).get("llm")
         if usage:
             keys[key.gateway_id] = {"key": key, **usage}
-    visible, teams = team_ids_for(user), dict(traffic.get("teams", {}))
-    if visible is not None:  # the gateway labels teams as the route table names them
-        allowed = {team_label(team) for team in Group.objects.filter(pk__in=visible)}
-        teams = {label: usage for label, usage in teams.items() if label in allowed}
+            for name in ("prompt_tokens", "completion_tokens", "tokens", "cost"):
+                teams[key.team.name][name] += usage[name]
     names = set(endpoint_list(user=user).values_list("name", flat=True))
     public = {name: usage for name, usage in traffic.get("public", {}).items() if name in names}
-    return {"keys": keys, "teams": teams, "public": public, "since": traffic.get("since")}
+    return {"keys": keys, "teams": dict(teams), "public": public, "since": traffic.get("since")}

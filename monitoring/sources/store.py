@@ -153,7 +153,10 @@ class StoreSource:
 
     def endpoint_request_rate(self, *, endpoint: str, window_s: float, now: datetime) -> float | None:
         rows = MetricSample.objects.filter(  # an LLM endpoint's requests are llm_requests
-            endpoint=endpoint, metric__in=("requests", "llm_requests"), time__gt=now - timedelta(seconds=window_s), time__lte=now
+            endpoint=endpoint,
+            metric__in=("requests", "llm_requests"),
+            time__gt=now - timedelta(seconds=window_s),
+            time__lte=now,
         )
         stats = rows.aggregate(
             total=Sum("value"), first=Min("time"), last=Max("time"), ticks=Count("time", distinct=True)
