@@ -111,3 +111,39 @@ def test_per_key_tokens_and_cost_for_the_keys_page():
     assert "" not in traffic["keys"]
     assert traffic["teams"]["search"]["tokens"] == 23 and traffic["teams"]["ads"]["prompt_tokens"] == 2
     assert traffic["public"]["chat"]["tokens"] == 8
+
+
+@pytest.mark.django_db
+def test_tenant_llm_usage_shows_only_the_viewers_keys_teams_and_endpoints(
+    gateway_server, monkeypatch, deployer, team_a, team_b, artifact_factory
+):
+    """tenant_llm_usage (the keys page's LLM columns) over the gateway's /metrics served
+    over real HTTP: another team's key, team and public calls are not shown."""
+    from deployments.services import keys as key_services
+    from harness import factories
+    from monitoring.selectors import tenants
+    from registry.models import Role
+
+    monkeypatch.setattr(tenants, "CACHE_SECONDS", 0.0)
+    factories.endpoint(factories.pool(team_a, "pool-a", ready_replicas=1), artifact_factory(team_a), name="chat")
+    factories.endpoint(
+        factories.pool(team_b, "pool-b", ready_replicas=1), artifact_factory(team_b, model_name="b"), name="theirs"
+    )
+    mine, _ = key_services.inference_key_create(user=deployer, team=team_a, name="assistant")
+    boss = factories.user("boss-b")
+    factories.member(boss, team_b, Role.DEPLOYER)
+    theirs, _ = key_services.inference_key_create(user=boss, team=team_b, name="their-key")
+    m = LLMGatewayMetrics()
+    m.stream("chat", "v1-llm", ttft_s=0.02, prompt=30, completion=12, team="team-a", key=mine.gateway_id, cost=0.2)
+    m.stream("theirs", "v1-llm", ttft_s=0.02, prompt=5, completion=5, team="team-b", key=theirs.gateway_id)
+    m.stream("chat", "v1-llm", ttft_s=0.02, prompt=2, completion=2)
+    m.stream("theirs", "v1-llm", ttft_s=0.02, prompt=9, completion=9)
+    gateway_server.metrics = m
+    monkeypatch.setenv("GATEWAY_METRICS_URL", gateway_server.url)
+    usage = tenants.tenant_llm_usage(user=deployer)
+    assert list(usage["keys"]) == [mine.gateway_id]
+    row = usage["keys"][mine.gateway_id]
+    assert row["key"] == mine and (row["prompt_tokens"], row["completion_tokens"], row["cost"]) == (30, 12, 0.2)
+    assert usage["teams"] == {team_a.name: {"prompt_tokens": 30, "completion_tokens": 12, "tokens": 42, "cost": 0.2}}
+    assert list(usage["public"]) == ["chat"] and usage["public"]["chat"]["tokens"] == 4
+    assert set(tenants.tenant_llm_usage(user=boss)["keys"]) == {theirs.gateway_id}
