@@ -58,6 +58,7 @@ class GatewayNames:
     llm_tokens: str = "llm_tokens_total"  # {endpoint, variant, team, key, kind: prompt|completion}
     llm_cost: str = "llm_cost_total"  # {endpoint, variant, team, key}
     llm_fallbacks: str = "llm_fallbacks_total"  # {endpoint, backend, reason}: no variant label
+    llm_streams: str = "llm_streams_in_flight"  # gauge {endpoint}
     token_kind_label: str = "kind"
     backend_fault: str = "backend"
     endpoint_label: str = "endpoint"
@@ -165,6 +166,7 @@ def gateway_families(names: GatewayNames = GatewayNames()) -> tuple[str, ...]:
             names.llm_tokens,
             names.llm_cost,
             names.llm_fallbacks,
+            names.llm_streams,
         )
     )
 
@@ -227,6 +229,8 @@ def gateway_snapshot_samples(samples, names: GatewayNames = GatewayNames()) -> d
             out[_key("failovers", labels.get(ep_l, ""), labels.get(names.from_variant_label, ""))] += value
         elif name == names.name(names.in_flight):
             out[_key("in_flight", labels.get(ep_l, ""), labels.get(var_l, ALL_VARIANTS))] += value
+        elif name == names.name(names.llm_streams):
+            out[_key("llm_streams_in_flight", labels.get(ep_l, ""), ALL_VARIANTS)] += value
         elif name in llm:
             _llm_sample(out, llm[name], labels, value, names)
     return dict(out)
@@ -293,6 +297,7 @@ def _decumulate(cumulative: dict[float, float]) -> dict[float, float]:
     }
 
 
+GAUGES = ("in_flight", "llm_streams_in_flight")  # values as scraped, not diffed
 # snapshot kind of a histogram -> the Totals field prefix ("<prefix>_buckets") and the
 # values' "<prefix>_sum_s" / "<prefix>_count"
 HISTOGRAM_KINDS = {
@@ -315,8 +320,8 @@ def gateway_deltas(  # noqa: C901 - one pass read top to bottom; split when next
         kind, endpoint, variant, *rest = _split(key)
         if endpoint == names.unknown_endpoint:
             endpoint = UNKNOWN_ENDPOINT
-        if kind == "in_flight":
-            result[(endpoint, variant)].values["in_flight"] += cur[key]
+        if kind in GAUGES:
+            result[(endpoint, variant)].values[kind] += cur[key]
             continue
         delta = _counter_delta(prev, cur, key)
         totals = result[(endpoint, variant)]
@@ -438,7 +443,15 @@ def parse_bucket_metric(metric: str) -> tuple[str, float]:
     return prefix, _le(le)
 
 
-LLM_COUNTS = ("prompt_tokens", "completion_tokens", "tokens_per_s", "cost", "llm_fallbacks", "llm_client_faults")
+LLM_COUNTS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "tokens_per_s",
+    "cost",
+    "llm_fallbacks",
+    "llm_client_faults",
+    "llm_streams_in_flight",
+)
 
 
 def derive_llm(totals: Totals) -> dict[str, float]:

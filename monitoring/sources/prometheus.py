@@ -78,6 +78,7 @@ _GATEWAY_EXACT = {
     **dict.fromkeys(("prompt_tokens", "completion_tokens", "tokens_per_s"), ("llm_tokens",)),
     "cost": ("llm_cost",),
     "llm_fallbacks": ("llm_fallbacks",),
+    "llm_streams_in_flight": ("llm_streams",),
     "llm_queue_mean_ms": ("llm_queue",),
     "llm_queue_p99_ms": ("llm_queue",),
 }

@@ -30,6 +30,7 @@ def test_llm_metrics_per_variant_from_two_scrapes():
         m.stream("chat", "v2-llm", ttft_s=0.4, status=200, fault="backend")  # broke mid-stream
         m.stream("chat", "v2-llm", ttft_s=0, status=429, fault="client")  # a token quota: the client's
         m.fallbacks.labels("chat", "b1", "connect").inc()
+        m.streams.labels("chat").set(3)
 
     out = _tick(m, serve)
     stable, canary = out[("chat", "v1-llm")], out[("chat", "v2-llm")]
@@ -48,7 +49,8 @@ def test_llm_metrics_per_variant_from_two_scrapes():
     assert stable["tokens_per_s"] == pytest.approx(16.0) and stable["cost"] == pytest.approx(4.0)
     assert canary["completion_tokens"] == 12 and "cost" not in canary
     assert 0 < stable["llm_queue_mean_ms"] < 1
-    assert out[("chat", collect.ALL_VARIANTS)]["llm_fallbacks"] == 1
+    per_endpoint = out[("chat", collect.ALL_VARIANTS)]
+    assert per_endpoint["llm_fallbacks"] == 1 and per_endpoint["llm_streams_in_flight"] == 3
     # no tensor series were made up for an LLM endpoint
     assert "requests" not in stable and "latency_p99_ms" not in stable
 
