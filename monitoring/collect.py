@@ -354,6 +354,8 @@ def gateway_deltas(  # noqa: C901 - one pass read top to bottom; split when next
             totals.values["errors"] += failed_over
         if "requests" in totals.values:
             totals.values["request_rate"] += totals.values["requests"] / seconds if seconds > 0 else 0.0
+        if "llm_requests" in totals.values:
+            totals.values["llm_request_rate"] += totals.values["llm_requests"] / seconds if seconds > 0 else 0.0
         if "completion_tokens" in totals.values:
             # a rate per target, so replicas (several gateways) add up like request_rate
             totals.values["tokens_per_s"] += totals.values["completion_tokens"] / seconds if seconds > 0 else 0.0
@@ -456,7 +458,7 @@ LLM_COUNTS = (
 
 def derive_llm(totals: Totals) -> dict[str, float]:
     """The LLM metrics of one endpoint x variant for one tick (LLM_CONTRACT.md "Stored
-    metrics"): llm_requests, llm_errors, llm_error_rate; ttft_/itl_ p50 and p99 with their
+    metrics"): llm_requests, llm_errors, llm_error_rate, llm_request_rate; ttft_/itl_ p50 and p99 with their
     per-bucket counts (`ttft_bucket:<le>`, `itl_bucket:<le>`: what the judge's rank tests
     and SLO guardrails read, monitoring/llm_checks.py); queue time; tokens, tokens/s
     (completion tokens over the interval) and cost in the interval."""
@@ -464,6 +466,7 @@ def derive_llm(totals: Totals) -> dict[str, float]:
     if "llm_requests" in v:
         out["llm_requests"] = v["llm_requests"]
         out["llm_errors"] = v.get("llm_errors", 0.0)
+        out["llm_request_rate"] = v.get("llm_request_rate", 0.0)
         if v["llm_requests"] > 0:
             out["llm_error_rate"] = out["llm_errors"] / v["llm_requests"]
     for prefix, buckets in (("ttft", totals.ttft_buckets), ("itl", totals.itl_buckets)):

@@ -74,7 +74,9 @@ _GATEWAY_EXACT = {
     "upstream_mean_ms": ("upstream",),
     "upstream_p99_ms": ("upstream",),
     # LLM endpoints (collect.derive_llm)
-    **dict.fromkeys(("llm_requests", "llm_errors", "llm_error_rate", "llm_client_faults"), ("llm_requests",)),
+    **dict.fromkeys(
+        ("llm_requests", "llm_errors", "llm_error_rate", "llm_request_rate", "llm_client_faults"), ("llm_requests",)
+    ),
     **dict.fromkeys(("prompt_tokens", "completion_tokens", "tokens_per_s"), ("llm_tokens",)),
     "cost": ("llm_cost",),
     "llm_fallbacks": ("llm_fallbacks",),
@@ -309,7 +311,7 @@ class PrometheusSource:
             since=since,
             until=until,
             step_s=step,
-            metrics={"request_rate", "triton_inference_rate"},
+            metrics={"request_rate", "triton_inference_rate", "llm_request_rate"},
         )
         endpoints: dict[str, dict] = {}
         for ep, var, _, when, _ in sorted(rows):

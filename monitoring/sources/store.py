@@ -118,7 +118,7 @@ class StoreSource:
 
     def series_index(self, *, user, since: datetime) -> list[dict]:
         rows = (
-            sample_list(user=user, since=since, metrics=["request_rate", "triton_inference_rate"])
+            sample_list(user=user, since=since, metrics=["request_rate", "triton_inference_rate", "llm_request_rate"])
             .exclude(endpoint=UNKNOWN_ENDPOINT)
             .values("endpoint", "variant")
             .annotate(last=Max("time"))

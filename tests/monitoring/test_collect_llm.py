@@ -35,6 +35,7 @@ def test_llm_metrics_per_variant_from_two_scrapes():
     out = _tick(m, serve)
     stable, canary = out[("chat", "v1-llm")], out[("chat", "v2-llm")]
     assert stable["llm_requests"] == 8 and stable["llm_errors"] == 0 and stable["llm_error_rate"] == 0
+    assert stable["llm_request_rate"] == 4.0
     assert canary["llm_requests"] == 6 and canary["llm_errors"] == 2
     assert canary["llm_error_rate"] == pytest.approx(2 / 6)
     assert canary["llm_client_faults"] == 1

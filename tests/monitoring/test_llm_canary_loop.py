@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+from django.utils import timezone
 
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import State
@@ -122,3 +123,26 @@ def test_the_store_holds_the_llm_metrics_per_variant(llm_rollout, deployer):
     } <= names
     assert any(n.startswith("ttft_bucket:") for n in names) and any(n.startswith("itl_bucket:") for n in names)
     assert metric_selectors.endpoint_request_rate(endpoint="ctr", window_s=60, now=start + timedelta(seconds=3)) > 0
+
+
+def test_the_monitoring_page_shows_an_llm_endpoint_with_its_own_panels(llm_rollout, deployer):
+    """An LLM endpoint is listed (by its LLM request rate), with a TTFT/ITL/tokens summary
+    row per variant and its kind's panels, its TTFT and ITL SLOs drawn as lines."""
+    import json
+    import re
+
+    from django.test import Client
+
+    start = timezone.now() - timedelta(seconds=30)
+    feed_streams(llm_rollout, ticks=3, start=start)
+    client = Client()
+    client.force_login(deployer)
+    html = client.get("/monitoring/?range=15m").content.decode()
+    config = json.loads(re.search(r'<script id="chart-config" type="application/json">(.*?)</script>', html).group(1))
+    assert config["slos"]["ctr"] == {"llm_error_rate": 5.0, "ttft_p99_ms": 1000.0, "itl_p99_ms": 50.0}
+    card = html[html.index('data-endpoint="ctr"') :]
+    assert 'data-metric="ttft_p99_ms"' in card and 'data-metric="latency_p99_ms"' not in card
+    summary = html[html.index('class="card llm-summary"') :]
+    summary = summary[: summary.index("</table>")]
+    cand = variant_name(llm_rollout.candidate_artifact)
+    assert "TTFT p99" in summary and cand in summary and "tokens/s" in summary and " ms<" in summary
