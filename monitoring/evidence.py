@@ -122,6 +122,12 @@ class JudgeConfig:
     kind: str = "tensor"
     ttft_slo_ms: float | None = None
     itl_slo_ms: float | None = None
+    # LLM rank tests: a candidate is "slower" only beyond control x (1 + latency_margin) + this
+    # floor. On this CPU a healthy candidate's token gaps ran 1.5 ms against the stable's
+    # 0.4 ms (scheduling noise: a relative margin of a sub-ms gap is no practical
+    # difference; 5 ms a token is 200 tokens/s), and 50 ms before a first token goes unseen.
+    ttft_floor_ms: float = 50.0
+    itl_floor_ms: float = 5.0
     slo_p99_ms: float | None = None
     slo_error_rate: float | None = None
     psi_threshold: float = 0.25

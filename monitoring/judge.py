@@ -160,8 +160,11 @@ def _quantiles_ms(buckets: dict[float, float]) -> dict:
 
 
 def check_latency(
-    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None
+    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None, *, floor_s: float = 0.0
 ) -> list[dict]:
+    """The rank test and the tail test (see the module's docstring). `floor_s`: an absolute
+    margin added to the relative one (stable x (1 + margin) + floor): the LLM checks' floor
+    of practical significance (monitoring/llm_checks.py); 0 for request latency."""
     s = reconstruct(stable.latency_buckets, config.max_latency_points)
     c = reconstruct(candidate.latency_buckets, config.max_latency_points)
     n_s_true, n_c_true = sum(stable.latency_buckets.values()), sum(candidate.latency_buckets.values())
@@ -196,7 +199,7 @@ def check_latency(
                 **pace,
             ),
         ]
-    bound = s * (1 + config.latency_margin)
+    bound = s * (1 + config.latency_margin) + floor_s
     slower = stats.mannwhitneyu(c, bound, alternative="greater")
     faster = stats.mannwhitneyu(c, bound, alternative="less")
     # Common-language effect size: P(candidate > stable x (1+margin)).
@@ -221,13 +224,14 @@ def check_latency(
         p_value_noninferior=float(faster.pvalue),
         threshold=config.latency_alpha,
         margin=config.latency_margin,
+        floor_ms=floor_s * 1000,
         min_samples=config.min_latency_samples,
         min_fail_samples=config.min_latency_fail_samples,
         **pace,
     )
 
     stable_p95 = histogram_quantile(0.95, stable.latency_buckets)
-    limit = stable_p95 * (1 + config.latency_margin)
+    limit = stable_p95 * (1 + config.latency_margin) + floor_s
     above = int(np.sum(c > limit))
     tail = stats.binomtest(above, len(c), 0.05, alternative="greater")
     tail_outcome = (

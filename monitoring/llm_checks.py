@@ -24,16 +24,20 @@ guardrails (each needs `min_guardrail_requests` first)
 statistical comparisons (candidate vs control, as a ranker's)
   * error_rate the always-valid conditional e-process on the LLM requests' errors.
   * ttft       Mann-Whitney U on TTFT samples rebuilt from the bucket counts, against the
-               control x (1 + latency_margin), within the current step (judge.check_latency);
+               control x (1 + latency_margin) + `ttft_floor_ms` (50 ms), within the current
+               step (judge.check_latency);
   * ttft_tail  the share of the candidate's first tokens above the control's TTFT p95 x
-               (1 + margin) vs 5 % (binomial);
-  * itl, itl_tail  the same on inter-token gaps.
+               (1 + margin) + the floor vs 5 % (binomial);
+  * itl, itl_tail  the same on inter-token gaps, with `itl_floor_ms` (5 ms).
+The floors are the practical significance a relative margin alone lacks at these scales:
+through the real gateway on this CPU a healthy candidate's token gaps were 1.5 ms against
+the stable's 0.4 ms (scheduling noise, +275 %), which a 20 % margin called a regression.
 At a step where the candidate takes every request there is no control: the comparisons
 are skipped and the SLO guardrails hold the candidate alone, as for rankers.
 
 The checks keep the tensor checks' evidence (samples, quantiles, p-/e-values, progress)
 under their own names, so a verdict says "ttft" failed and its reason names the numbers:
-"TTFT slower than baseline +20%: p99 812 ms vs 96 ms, p50 640 ms vs 41 ms (Mann-Whitney
+"TTFT slower than baseline +20% +50 ms: p99 812 ms vs 96 ms, p50 640 ms vs 41 ms (Mann-Whitney
 p=1e-40 < 0.001)".
 """
 
@@ -118,7 +122,11 @@ def llm_checks(
             ]
             continue
         shift, tail = check_latency(
-            control.as_llm(histogram), cand.as_llm(histogram), config, step_seconds if latency else seconds
+            control.as_llm(histogram),
+            cand.as_llm(histogram),
+            config,
+            step_seconds if latency else seconds,
+            floor_s=getattr(config, f"{histogram}_floor_ms") / 1000,
         )
         for check, name in ((shift, histogram), (tail, f"{histogram}_tail")):
             check["window"] = "step" if latency else "rollout"
@@ -138,7 +146,7 @@ def describe_llm(check: dict, control: str, p99_evidence) -> str | None:
     if name in LLM_HISTOGRAMS:
         q = check["quantiles_ms"]
         return (
-            f"{label} slower than {control} +{check['margin']:.0%}: p99 {q['candidate']['p99']:.1f} ms vs "
+            f"{label} slower than {control} +{check['margin']:.0%} +{check['floor_ms']:g} ms: p99 {q['candidate']['p99']:.1f} ms vs "
             f"{q['stable']['p99']:.1f} ms, p50 {q['candidate']['p50']:.1f} ms vs {q['stable']['p50']:.1f} ms "
             f"(Mann-Whitney p={check['p_value']:.2g} < {check['threshold']})"
         )
