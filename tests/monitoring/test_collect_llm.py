@@ -150,3 +150,36 @@ def test_tenant_llm_usage_shows_only_the_viewers_keys_teams_and_endpoints(
     assert usage["teams"] == {team_a.name: {"prompt_tokens": 30, "completion_tokens": 12, "tokens": 42, "cost": 0.2}}
     assert list(usage["public"]) == ["chat"] and usage["public"]["chat"]["tokens"] == 4
     assert set(tenants.tenant_llm_usage(user=boss)["keys"]) == {theirs.gateway_id}
+
+
+def test_reads_the_gateways_own_llm_exposition():
+    """The gateway's own LLM collector (gateway/llm/metrics.py LlmMetrics) on a private
+    registry: the default names and labels read its text."""
+    llm_metrics = pytest.importorskip("gateway.llm.metrics")
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gateway.tenants import Key
+
+    registry = CollectorRegistry()
+    gw = llm_metrics.LlmMetrics(registry=registry)
+    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    tenant = Key({"id": "k7", "sha256": "0" * 64, "team": "team-a"})
+    for ttft in (0.02, 0.03, 0.04):
+        gw.done("chat", "v2-llm", 200, "none")
+        gw.observe(gw.ttft, ("chat", "v2-llm"), ttft)
+        for _ in range(4):
+            gw.observe(gw.itl, ("chat", "v2-llm"), 0.004, llm_metrics.ITL_BUCKETS)
+        gw.usage("chat", "v2-llm", tenant, 9, 5, 0.01)
+    gw.done("chat", "v2-llm", 502, "backend")
+    gw.done("chat", "v2-llm", 429, "client")
+    gw.fallback("chat", "tri-1", "connect")
+    text = generate_latest(registry).decode()
+    out = collect.derive(
+        collect.gateway_deltas(before, collect.gateway_snapshot(text), seconds=1.0)[("chat", "v2-llm")]
+    )
+    assert (out["llm_requests"], out["llm_errors"], out["llm_client_faults"]) == (4, 1, 1)
+    assert sum(v for k, v in out.items() if k.startswith("ttft_bucket:")) == 3 and 25 < out["ttft_p99_ms"] <= 50
+    assert sum(v for k, v in out.items() if k.startswith("itl_bucket:")) == 12
+    assert (out["prompt_tokens"], out["completion_tokens"], out["tokens_per_s"]) == (27, 15, 15)
+    assert out["cost"] == pytest.approx(0.03)
+    assert key_traffic_from_text(text)["keys"]["k7"]["llm"]["tokens"] == 42
