@@ -19,6 +19,10 @@ Resolution: "raw" is one point per scrape interval (PROMETHEUS_STEP_S, 2 s); "1m
 minute, each the derived value of that whole minute (the store's roll-up is the mean of its
 ticks: request counts and rates agree, a minute's p99 is of the minute, not a mean of p99s).
 Only the families the asked metrics need are queried.
+
+Why this is one long module: the PromQL reads, the rebuilding of the collector's rows and
+the MetricSource methods over them are one source; its map of derived metrics to gateway
+families (tensor and LLM) must stay beside the query that uses it.
 """
 
 from __future__ import annotations
