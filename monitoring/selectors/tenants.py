@@ -3,15 +3,18 @@
 The gateway counts each authenticated key's requests (`gateway_tenant_requests_total
 {team,key,endpoint,status}`, `gateway_tenant_request_duration_seconds{team,key}`) and
 every refusal of its key checks (`gateway_auth_rejections_total{endpoint,team,key,reason}`,
-key "" when no valid key was sent). Labels come from the route table (the key's
+key "" when no valid key was sent), and LLM usage per key (issue 27: `gateway_llm_tokens_total
+{endpoint,variant,team,key,kind}` with kind prompt|completion, counted from the backends'
+usage, and `gateway_llm_cost_total{endpoint,variant,team,key}` from the backends' prices
+per 1k tokens). Labels come from the route table (the key's
 `gateway_id`, e.g. "k17"), never from client input. These are cumulative since the
 gateway process started: the page says so; Prometheus (the same names) keeps history.
 
-LLM endpoints add tokens and cost per key (`gateway_llm_tokens_total{endpoint,variant,team,
-key,kind}`, `gateway_llm_cost_total{endpoint,variant,team,key}`): each key's entry gets
-"llm" {prompt_tokens, completion_tokens, tokens, cost, endpoints: {name: the same}}, and
-per team and for public calls (key "") the same totals; `tenant_llm_usage` is that for
-the keys and teams a user may see (the keys page).
+Beyond the keys page's per-key sums, each key's entry has `llm_endpoints` {endpoint:
+usage}, and the result has per-team totals (`teams`, by the team label of the route table)
+and public calls' (`public`, key "", per endpoint); `tenant_llm_usage` is the LLM usage of
+the keys, teams and endpoints a user may see (usage = {prompt_tokens, completion_tokens,
+tokens, cost}).
 
 `key_traffic_from_text` is pure (tests feed it real exposition text); `key_traffic`
 does one bounded scrape, cached for a few seconds so a busy page costs the gateway
@@ -62,9 +65,9 @@ def _count_usage(entry: dict, name: str, labels: dict, value: float) -> None:
 
 def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the families, read top to bottom
     """{"keys": {key id: {"requests": {"2xx": n, …}, "total": n, "mean_ms": x|None,
-    "rejections": {reason: n}, "llm": usage|None}}, "anonymous": {endpoint: {reason: n}},
-    "teams": {team label: usage}, "public": {endpoint: usage}, "since": unix time|None};
-    usage = {prompt_tokens, completion_tokens, tokens, cost} (a key's also per endpoint)."""
+    "rejections": {reason: n}, "prompt_tokens": n, "completion_tokens": n, "cost": x,
+    "llm_endpoints": {endpoint: usage}}}, "anonymous": {endpoint: {reason: n}},
+    "teams": {team label: usage}, "public": {endpoint: usage}, "since": unix time|None}."""
     keys: dict[str, dict] = defaultdict(
         lambda: {
             "requests": defaultdict(float),
@@ -72,7 +75,10 @@ def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the 
             "latency_sum": 0.0,
             "latency_count": 0.0,
             "rejections": defaultdict(float),
-            "llm": None,
+            "prompt_tokens": 0.0,
+            "completion_tokens": 0.0,
+            "cost": 0.0,
+            "llm_endpoints": defaultdict(_usage),
         }
     )
     teams: dict[str, dict] = defaultdict(_usage)
@@ -97,17 +103,16 @@ def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the 
                     keys[labels["key"]]["rejections"][labels.get("reason", "")] += value
                 else:
                     anonymous[labels.get("endpoint", "")][labels.get("reason", "")] += value
-            elif sample.name in ("gateway_llm_tokens_total", "gateway_llm_cost_total"):
-                endpoint = labels.get("endpoint", "")
-                if not labels.get("key"):
-                    _count_usage(public[endpoint], sample.name, labels, value)
-                    continue
-                entry = keys[labels["key"]]
-                if entry["llm"] is None:
-                    entry["llm"] = {**_usage(), "endpoints": defaultdict(_usage)}
-                _count_usage(entry["llm"], sample.name, labels, value)
-                _count_usage(entry["llm"]["endpoints"][endpoint], sample.name, labels, value)
-                _count_usage(teams[labels.get("team", "")], sample.name, labels, value)
+            elif sample.name == "gateway_llm_tokens_total" and labels.get("key"):
+                kind = labels.get("kind", "")
+                if kind in ("prompt", "completion"):
+                    keys[labels["key"]][f"{kind}_tokens"] += value
+                _llm_usage(keys[labels["key"]], teams, sample.name, labels, value)
+            elif sample.name == "gateway_llm_cost_total" and labels.get("key"):
+                keys[labels["key"]]["cost"] += value
+                _llm_usage(keys[labels["key"]], teams, sample.name, labels, value)
+            elif sample.name in ("gateway_llm_tokens_total", "gateway_llm_cost_total"):  # public: no key
+                _count_usage(public[labels.get("endpoint", "")], sample.name, labels, value)
             elif sample.name == "process_start_time_seconds":
                 since = value
     out = {}
@@ -118,7 +123,10 @@ def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the 
             "total": entry["total"],
             "rejections": dict(entry["rejections"]),
             "mean_ms": entry["latency_sum"] / count * 1000 if count else None,
-            "llm": None if entry["llm"] is None else {**entry["llm"], "endpoints": dict(entry["llm"]["endpoints"])},
+            "prompt_tokens": entry["prompt_tokens"],
+            "completion_tokens": entry["completion_tokens"],
+            "cost": entry["cost"],
+            "llm_endpoints": dict(entry["llm_endpoints"]),
         }
     return {
         "keys": out,
@@ -127,6 +135,12 @@ def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the 
         "public": dict(public),
         "since": since,
     }
+
+
+def _llm_usage(entry: dict, teams: dict, name: str, labels: dict, value: float) -> None:
+    """A key's LLM sample into its per-endpoint usage and its team's."""
+    _count_usage(entry["llm_endpoints"][labels.get("endpoint", "")], name, labels, value)
+    _count_usage(teams[labels.get("team", "")], name, labels, value)
 
 
 def key_traffic() -> dict:
@@ -161,11 +175,14 @@ def tenant_llm_usage(*, user, traffic: dict | None = None) -> dict:
         return {"error": traffic["error"]}
     keys, teams = {}, defaultdict(_usage)
     for key in inference_key_list(user=user):
-        usage = (traffic["keys"].get(key.gateway_id) or {}).get("llm")
-        if usage:
-            keys[key.gateway_id] = {"key": key, **usage}
-            for name in ("prompt_tokens", "completion_tokens", "tokens", "cost"):
-                teams[key.team.name][name] += usage[name]
+        entry = traffic["keys"].get(key.gateway_id) or {}
+        if not entry.get("llm_endpoints"):
+            continue
+        prompt, completion = entry["prompt_tokens"], entry["completion_tokens"]
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "tokens": prompt + completion}
+        keys[key.gateway_id] = {"key": key, **usage, "cost": entry["cost"], "endpoints": entry["llm_endpoints"]}
+        for name in ("prompt_tokens", "completion_tokens", "tokens", "cost"):
+            teams[key.team.name][name] += keys[key.gateway_id][name]
     names = set(endpoint_list(user=user).values_list("name", flat=True))
     public = {name: usage for name, usage in traffic.get("public", {}).items() if name in names}
     return {"keys": keys, "teams": dict(teams), "public": public, "since": traffic.get("since")}
