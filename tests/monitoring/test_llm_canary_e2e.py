@@ -9,11 +9,10 @@ rollout of an LLM endpoint:
    is rolled back on TTFT, the alert naming TTFT p99 against the stable's;
 2. a healthy candidate (the same model, no delay) passes each step and is promoted.
 
-The route table the gateway reads follows the rollout's split (`Rollout.split`), written to
-the gateway's routes file after every tick (the file source polls it, as the HTTP source
-polls the live server in the tensor closed loop). WAITS FOR llm-control: until its route
-builder emits `llm_endpoints` from the endpoint and its rollout, `llm_table` below writes
-that entry from the split (the same fields).
+The route table the gateway reads is the control plane's (`deployments.routes.route_table`:
+the LLM endpoint's entry with the rollout's split, its variants' Triton backends on the
+pool's ready replica), written to the gateway's routes file after every tick (the file
+source polls it, as the HTTP source polls the live server in the tensor closed loop).
 The judge's minimum samples are scaled to this CPU's LLM throughput (a few streams a
 second instead of the hundreds a ranker serves): the statistics are the same.
 """
@@ -26,8 +25,9 @@ from dataclasses import replace
 import pytest
 import requests
 
-from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
+from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica, Rollout
 from deployments.rollout_machine import State
+from deployments.routes import route_table
 from deployments.services import rollouts as rollout_services
 from harness import factories
 from harness.gateway import METRICS_TOKEN, start_gateway, stop_gateway
@@ -40,11 +40,16 @@ from tests.gateway.conftest import require_triton
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-# WAITS FOR llm-model (harness/llm.py) and llm-gateway (gateway/llm/) to be on main: skipped
-# until then (the test ran green on a merge of those branches: 42 s).
+# WAITS FOR llm-model (harness/llm.py), llm-gateway (gateway/llm/) and llm-control (LLM
+# versions: factories.llm_artifact; the route builder's llm_endpoints) to be on main: skipped
+# until then (green on a merge of the four branches: 37 s).
 _llm = pytest.importorskip("harness.llm", reason="llm-model's harness/llm.py is not on this branch yet")
 pytest.importorskip("gateway.llm", reason="llm-gateway's gateway/llm/ is not on this branch yet")
 TritonLLM, sse_data, tiny_llm_dir = _llm.TritonLLM, _llm.sse_data, _llm.tiny_llm_dir
+if not hasattr(factories, "llm_artifact"):
+    pytest.skip(
+        "llm-control's LLM versions (factories.llm_artifact) are not on this branch yet", allow_module_level=True
+    )
 
 CHAT = [{"role": "user", "content": "what is the canary?"}]
 
@@ -82,36 +87,6 @@ class Chats:
             w.join(15)
 
 
-def llm_table(triton, endpoint, rollout) -> dict:
-    """The gateway's table for the one LLM endpoint: its stable and, while the rollout is
-    active, its candidate at the rollout's split (Triton model chat__v{n}__llm); at 100 % the
-    stable stays listed at weight 0, as the tensor route builder keeps it."""
-
-    def variant(artifact, role, weight):
-        model = f"chat__v{artifact.version.version}__llm"
-        backend = {"id": f"tri-{model}", "kind": "triton", "urls": [triton.url], "model": model}
-        return {
-            "name": variant_name(artifact),
-            "model_version": str(artifact.version.version),
-            "role": role,
-            "weight_bp": weight,
-            "backends": [backend],
-        }
-
-    variants = [variant(endpoint.stable_artifact, "stable", 10000)]
-    if rollout is not None and rollout.state in (State.CANARY, State.PROMOTING) and rollout.split.candidate_bp:
-        split = rollout.split
-        variants = [
-            variant(rollout.baseline_artifact, "stable", split.stable_bp),
-            variant(rollout.candidate_artifact, "canary", split.candidate_bp),
-        ]
-    return {
-        "version": f"llm-e2e-{time.monotonic_ns()}",
-        "endpoints": [],
-        "llm_endpoints": [{"name": "chat", "auth": {"public": True}, "variants": variants}],
-    }
-
-
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
     require_triton()
@@ -122,19 +97,20 @@ def triton(tmp_path_factory):
 
 
 @pytest.fixture
-def loop(triton, tmp_path, team_a, deployer, monkeypatch, artifact_factory):
+def loop(triton, tmp_path, team_a, deployer, monkeypatch):
     """An LLM endpoint `chat` (v1 stable) on the Triton server, the gateway on the control
     plane's route table, and `tick()`: collect, judge, write the new table."""
     pool = factories.pool(team_a, "llm-pool", ready_replicas=1)
-    versions = [artifact_factory(team_a, model_name="chat") for _ in range(3)]
+    PoolReplica.objects.filter(pool=pool).update(http_url=triton.url)  # the one replica is the real server
+    versions = [factories.llm_artifact(team_a, model_name="chat") for _ in range(3)]  # chat__v{1,2,3}__llm
+    factories.pool_model_ready(pool, versions[0])
     endpoint = factories.endpoint(
         pool, versions[0], name="chat", kind="llm", public=True, ttft_slo_ms=2000, itl_slo_ms=500
     )
     routes = tmp_path / "routes.json"
-    current = {"rollout": None}
 
     def publish():
-        routes.write_text(json.dumps(llm_table(triton, Endpoint.objects.get(pk=endpoint.pk), current["rollout"])))
+        routes.write_text(json.dumps(route_table()))
 
     publish()
     proc, port = start_gateway(routes, tmp_path, GATEWAY_POLL_INTERVAL_MS="100")
@@ -164,7 +140,6 @@ def loop(triton, tmp_path, team_a, deployer, monkeypatch, artifact_factory):
         PoolModel.objects.filter(pool=pool).update(state=PoolModelState.READY, replica_ready={"r0": True})
         rollout = rollout_services.rollout_reconcile(rollout_id=rollout.pk)
         assert rollout.state == State.CANARY, rollout.reason
-        current["rollout"] = rollout
         publish()
         return rollout
 
@@ -173,9 +148,8 @@ def loop(triton, tmp_path, team_a, deployer, monkeypatch, artifact_factory):
         rollout = Rollout.objects.select_related("endpoint").get(pk=rollout.pk)
         if rollout.state == State.CANARY and rollout.traffic_started_at:
             canary.judge_rollout(rollout)
-        current["rollout"] = Rollout.objects.get(pk=rollout.pk)
         publish()
-        return current["rollout"]
+        return Rollout.objects.get(pk=rollout.pk)
 
     metrics_collect(targets=[target])
     yield {"url": f"http://127.0.0.1:{port}", "start": start, "tick": tick, "versions": versions}
