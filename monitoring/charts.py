@@ -37,6 +37,20 @@ CHART_SPECS = (
     ChartSpec("queue_ms", "Time queued in Triton", "ms", decimals=2),
     ChartSpec("utilization", "Replica utilization", "%", scale=100.0, decimals=1),
 )
+# An LLM endpoint's panels (Endpoint.kind "llm"): what its judge reads (monitoring/llm_checks.py)
+LLM_CHART_SPECS = (
+    ChartSpec("llm_request_rate", "Requests per second", "req/s", decimals=1),
+    ChartSpec("llm_error_rate", "Error rate (server errors)", "%", scale=100.0, decimals=2, slo="slo_error_rate"),
+    ChartSpec("ttft_p99_ms", "Time to first token p99", "ms", decimals=1, slo="ttft_slo_ms"),
+    ChartSpec("ttft_p50_ms", "Time to first token p50 (median)", "ms", decimals=1),
+    ChartSpec("itl_p99_ms", "Inter-token latency p99", "ms", decimals=2, slo="itl_slo_ms"),
+    ChartSpec("tokens_per_s", "Completion tokens per second", "tokens/s", decimals=1),
+)
+
+
+def specs_for(kind: str) -> tuple[ChartSpec, ...]:
+    """The panels of an endpoint of `kind` ("tensor" or "llm")."""
+    return LLM_CHART_SPECS if kind == "llm" else CHART_SPECS
 
 
 def time_range(value: str | None) -> str:
@@ -48,12 +62,20 @@ def range_start(name: str, now: datetime) -> datetime:
     return now - TIME_RANGES[time_range(name)]
 
 
+def endpoint_kinds(*, user, endpoints: list[str]) -> dict[str, str]:
+    """{endpoint: "tensor" | "llm"} of the endpoints the user may see (which panels it gets)."""
+    return dict(endpoint_list(user=user).filter(name__in=endpoints).values_list("name", "kind"))
+
+
 def chart_config(*, user, endpoints: list[str]) -> dict:
-    """The chart script's configuration: the panels and each endpoint's SLO lines (in the
-    panel's shown unit), for the endpoints on the page that the user may see."""
+    """The chart script's configuration: the panels (tensor and LLM ones; each endpoint's
+    card shows its kind's) and each endpoint's SLO lines (in the panel's shown unit, where
+    the endpoint sets one), for the endpoints on the page that the user may see."""
     slos: dict[str, dict[str, float]] = {}
     for endpoint in endpoint_list(user=user).filter(name__in=endpoints):
         slos[endpoint.name] = {
-            spec.metric: getattr(endpoint, spec.slo) * spec.scale for spec in CHART_SPECS if spec.slo
+            spec.metric: getattr(endpoint, spec.slo) * spec.scale
+            for spec in specs_for(endpoint.kind)
+            if spec.slo and getattr(endpoint, spec.slo) is not None
         }
-    return {"panels": [asdict(spec) for spec in CHART_SPECS], "slos": slos}
+    return {"panels": [asdict(spec) for spec in (*CHART_SPECS, *LLM_CHART_SPECS)], "slos": slos}

@@ -50,6 +50,17 @@ class GatewayNames:
     shadow_latency: str = "shadow_duration_seconds"
     prediction_score: str = "prediction_score"  # gateway/scores.py: 10 equal buckets over [0, 1]
     in_flight: str = "in_flight_requests"
+    # LLM endpoints (gateway/llm/, names in LLM_CONTRACT.md): counters are exposed with "_total"
+    llm_requests: str = "llm_requests_total"  # {endpoint, variant, status, fault}
+    llm_ttft: str = "llm_ttft_seconds"  # histogram: arrival -> first token sent
+    llm_itl: str = "llm_itl_seconds"  # histogram: gap between consecutive streamed chunks
+    llm_queue: str = "llm_queue_seconds"  # histogram: arrival -> upstream request sent
+    llm_tokens: str = "llm_tokens_total"  # {endpoint, variant, team, key, kind: prompt|completion}
+    llm_cost: str = "llm_cost_total"  # {endpoint, variant, team, key}
+    llm_fallbacks: str = "llm_fallbacks_total"  # {endpoint, backend, reason}: no variant label
+    llm_streams: str = "llm_streams_in_flight"  # gauge {endpoint}
+    token_kind_label: str = "kind"
+    backend_fault: str = "backend"
     endpoint_label: str = "endpoint"
     variant_label: str = "variant"
     status_label: str = "status"
@@ -95,6 +106,10 @@ class Totals:
     latency_buckets: dict = field(default_factory=lambda: defaultdict(float))  # le -> count (non-cumulative)
     upstream_buckets: dict = field(default_factory=lambda: defaultdict(float))
     score_buckets: dict = field(default_factory=lambda: defaultdict(float))  # le -> count of sampled scores
+    # LLM endpoints: time to first token, inter-token latency, queue time (le -> count, non-cumulative)
+    ttft_buckets: dict = field(default_factory=lambda: defaultdict(float))
+    itl_buckets: dict = field(default_factory=lambda: defaultdict(float))
+    queue_buckets: dict = field(default_factory=lambda: defaultdict(float))
 
     def add(self, other: Totals) -> None:
         for target, source in (
@@ -102,6 +117,9 @@ class Totals:
             (self.latency_buckets, other.latency_buckets),
             (self.upstream_buckets, other.upstream_buckets),
             (self.score_buckets, other.score_buckets),
+            (self.ttft_buckets, other.ttft_buckets),
+            (self.itl_buckets, other.itl_buckets),
+            (self.queue_buckets, other.queue_buckets),
         ):
             for key, value in source.items():
                 target[key] += value
@@ -141,6 +159,14 @@ def gateway_families(names: GatewayNames = GatewayNames()) -> tuple[str, ...]:
             names.shadow_requests,
             names.shadow_latency,
             names.prediction_score,
+            names.llm_requests,
+            names.llm_ttft,
+            names.llm_itl,
+            names.llm_queue,
+            names.llm_tokens,
+            names.llm_cost,
+            names.llm_fallbacks,
+            names.llm_streams,
         )
     )
 
@@ -161,6 +187,9 @@ def gateway_snapshot_samples(samples, names: GatewayNames = GatewayNames()) -> d
         names.name(names.upstream): "up",
         names.name(names.shadow_latency): "lat",
         names.name(names.prediction_score): "score",
+        names.name(names.llm_ttft): "ttft",
+        names.name(names.llm_itl): "itl",
+        names.name(names.llm_queue): "llmq",
     }
     shadow_requests = names.name(names.shadow_requests)
     request_counters = {names.name(names.requests), shadow_requests}
@@ -168,6 +197,12 @@ def gateway_snapshot_samples(samples, names: GatewayNames = GatewayNames()) -> d
         names.name(names.retries): "retries",
         names.name(names.upstream_errors): "upstream_errors",
         names.name(names.shadow_dropped): "shadow_dropped",
+    }
+    llm = {
+        names.name(names.llm_requests): "llm_req",
+        names.name(names.llm_tokens): "llm_tokens",
+        names.name(names.llm_cost): "llm_cost",
+        names.name(names.llm_fallbacks): "llm_fallbacks",
     }
     out: dict[str, float] = defaultdict(float)
     for name, labels, value in samples:
@@ -194,7 +229,46 @@ def gateway_snapshot_samples(samples, names: GatewayNames = GatewayNames()) -> d
             out[_key("failovers", labels.get(ep_l, ""), labels.get(names.from_variant_label, ""))] += value
         elif name == names.name(names.in_flight):
             out[_key("in_flight", labels.get(ep_l, ""), labels.get(var_l, ALL_VARIANTS))] += value
+        elif name == names.name(names.llm_streams):
+            out[_key("llm_streams_in_flight", labels.get(ep_l, ""), ALL_VARIANTS)] += value
+        elif name in llm:
+            _llm_sample(out, llm[name], labels, value, names)
     return dict(out)
+
+
+def _llm_sample(out: dict, kind: str, labels: dict, value: float, names: GatewayNames) -> None:
+    """One sample of the gateway's LLM counters into the snapshot (histograms go with the others).
+
+    Requests: a client fault (a 4xx such as a token quota's 429, a disconnect) is kept
+    apart as for tensors; an error is a 5xx or any request the gateway marks as the
+    backend's fault (a stream that broke after its first token is sent with 200 but
+    failed all the same). Tokens and cost are summed over team and key here (the keys
+    page reads those per key, live: monitoring/selectors/tenants.py)."""
+    endpoint, variant = labels.get(names.endpoint_label, ""), labels.get(names.variant_label, "")
+    if kind == "llm_req":
+        fault = labels.get(names.fault_label, "")
+        if fault == names.client_fault:
+            out[_key("llm_client_faults", endpoint, variant)] += value
+            return
+        status = labels.get(names.status_label, "")
+        if fault == names.backend_fault and not _is_error_status(status, names):
+            status = "error"
+        out[_key("llm_req", endpoint, variant, status)] += value
+    elif kind == "llm_tokens":
+        token_kind = labels.get(names.token_kind_label, "")
+        if token_kind in ("prompt", "completion"):
+            out[_key(f"{token_kind}_tokens", endpoint, variant)] += value
+    elif kind == "llm_cost":
+        out[_key("cost", endpoint, variant)] += value
+    elif kind == "llm_fallbacks":
+        out[_key("llm_fallbacks", endpoint, ALL_VARIANTS)] += value
+
+
+def _is_error_status(status: str, names: GatewayNames) -> bool:
+    try:
+        return int(status) >= names.error_status_min
+    except ValueError:
+        return status.lower() in {"error", "timeout"}
 
 
 def _counter_delta(prev: dict, cur: dict, key: str) -> float:
@@ -223,6 +297,19 @@ def _decumulate(cumulative: dict[float, float]) -> dict[float, float]:
     }
 
 
+GAUGES = ("in_flight", "llm_streams_in_flight")  # values as scraped, not diffed
+# snapshot kind of a histogram -> the Totals field prefix ("<prefix>_buckets") and the
+# values' "<prefix>_sum_s" / "<prefix>_count"
+HISTOGRAM_KINDS = {
+    "lat": "latency",
+    "up": "upstream",
+    "score": "score",
+    "ttft": "ttft",
+    "itl": "itl",
+    "llmq": "queue",
+}
+
+
 def gateway_deltas(  # noqa: C901 - one pass read top to bottom; split when next changed
     prev: dict, cur: dict, *, seconds: float, names: GatewayNames = GatewayNames()
 ) -> dict[tuple[str, str], Totals]:
@@ -233,38 +320,30 @@ def gateway_deltas(  # noqa: C901 - one pass read top to bottom; split when next
         kind, endpoint, variant, *rest = _split(key)
         if endpoint == names.unknown_endpoint:
             endpoint = UNKNOWN_ENDPOINT
-        if kind == "in_flight":
-            result[(endpoint, variant)].values["in_flight"] += cur[key]
+        if kind in GAUGES:
+            result[(endpoint, variant)].values[kind] += cur[key]
             continue
         delta = _counter_delta(prev, cur, key)
         totals = result[(endpoint, variant)]
-        if kind == "req":
-            totals.values["requests"] += delta
-            try:
-                is_error = int(rest[0]) >= names.error_status_min
-            except ValueError:
-                is_error = rest[0].lower() in {"error", "timeout"}
-            if is_error:
-                totals.values["errors"] += delta
-        elif kind in ("lat", "up", "score"):
+        if kind in ("req", "llm_req"):
+            prefix = "" if kind == "req" else "llm_"
+            totals.values[f"{prefix}requests"] += delta
+            if _is_error_status(rest[0], names):
+                totals.values[f"{prefix}errors"] += delta
+        elif kind in HISTOGRAM_KINDS:
             cumulative[(kind, endpoint, variant)][_le(rest[0])] = delta
-        elif kind == "lat_sum":
-            totals.values["latency_sum_s"] += delta
-        elif kind == "up_sum":
-            totals.values["upstream_sum_s"] += delta
+        elif kind.endswith("_sum") and kind[: -len("_sum")] in HISTOGRAM_KINDS:
+            totals.values[HISTOGRAM_KINDS[kind[: -len("_sum")]] + "_sum_s"] += delta
         else:
             totals.values[kind] += delta
     for (kind, endpoint, variant), buckets in cumulative.items():
         target = result[(endpoint, variant)]
         per_bucket = _decumulate(buckets)
-        if kind == "score":
-            for le, count in per_bucket.items():
-                target.score_buckets[le] += count
-            continue
-        store = target.latency_buckets if kind == "lat" else target.upstream_buckets
+        store = getattr(target, HISTOGRAM_KINDS[kind] + "_buckets")
         for le, count in per_bucket.items():
             store[le] += count
-        target.values["latency_count" if kind == "lat" else "upstream_count"] += sum(per_bucket.values())
+        if kind != "score":
+            target.values[HISTOGRAM_KINDS[kind] + "_count"] += sum(per_bucket.values())
     for totals in result.values():
         # A canary/arm attempt that failed over to stable is counted by the gateway under
         # the stable's final status; for the judge it is one failed request of its own
@@ -275,6 +354,11 @@ def gateway_deltas(  # noqa: C901 - one pass read top to bottom; split when next
             totals.values["errors"] += failed_over
         if "requests" in totals.values:
             totals.values["request_rate"] += totals.values["requests"] / seconds if seconds > 0 else 0.0
+        if "llm_requests" in totals.values:
+            totals.values["llm_request_rate"] += totals.values["llm_requests"] / seconds if seconds > 0 else 0.0
+        if "completion_tokens" in totals.values:
+            # a rate per target, so replicas (several gateways) add up like request_rate
+            totals.values["tokens_per_s"] += totals.values["completion_tokens"] / seconds if seconds > 0 else 0.0
     return dict(result)
 
 
@@ -361,6 +445,50 @@ def parse_bucket_metric(metric: str) -> tuple[str, float]:
     return prefix, _le(le)
 
 
+LLM_COUNTS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "tokens_per_s",
+    "cost",
+    "llm_fallbacks",
+    "llm_client_faults",
+    "llm_streams_in_flight",
+)
+
+
+def derive_llm(totals: Totals) -> dict[str, float]:
+    """The LLM metrics of one endpoint x variant for one tick (LLM_CONTRACT.md "Stored
+    metrics"): llm_requests, llm_errors, llm_error_rate, llm_request_rate; ttft_/itl_ p50 and p99 with their
+    per-bucket counts (`ttft_bucket:<le>`, `itl_bucket:<le>`: what the judge's rank tests
+    and SLO guardrails read, monitoring/llm_checks.py); queue time; tokens, tokens/s
+    (completion tokens over the interval) and cost in the interval."""
+    v, out = totals.values, {}
+    if "llm_requests" in v:
+        out["llm_requests"] = v["llm_requests"]
+        out["llm_errors"] = v.get("llm_errors", 0.0)
+        out["llm_request_rate"] = v.get("llm_request_rate", 0.0)
+        if v["llm_requests"] > 0:
+            out["llm_error_rate"] = out["llm_errors"] / v["llm_requests"]
+    for prefix, buckets in (("ttft", totals.ttft_buckets), ("itl", totals.itl_buckets)):
+        if not buckets:
+            continue
+        for label, q in (("p50", 0.50), ("p99", 0.99)):
+            value = histogram_quantile(q, buckets)
+            if value is not None:
+                out[f"{prefix}_{label}_ms"] = value * 1000
+        for le, count in buckets.items():
+            out[bucket_metric(f"{prefix}_bucket", le)] = count
+    if v.get("queue_count"):
+        out["llm_queue_mean_ms"] = v["queue_sum_s"] / v["queue_count"] * 1000
+        p99 = histogram_quantile(0.99, totals.queue_buckets)
+        if p99 is not None:
+            out["llm_queue_p99_ms"] = p99 * 1000
+    for name in LLM_COUNTS:
+        if name in v:
+            out[name] = v[name]
+    return out
+
+
 def derive(totals: Totals) -> dict[str, float]:  # noqa: C901 - one pass read top to bottom; split when next changed
     """The stored metrics of one endpoint x variant for one tick."""
     v, out = totals.values, {}
@@ -382,6 +510,7 @@ def derive(totals: Totals) -> dict[str, float]:  # noqa: C901 - one pass read to
         index = round(le * SCORE_BINS) - 1
         if count and 0 <= index < SCORE_BINS:
             out[f"score_bin:{index}"] = out.get(f"score_bin:{index}", 0.0) + count
+    out.update(derive_llm(totals))
     if v.get("latency_count"):
         out["latency_mean_ms"] = v["latency_sum_s"] / v["latency_count"] * 1000
     if v.get("upstream_count"):

@@ -32,12 +32,30 @@ class ArmWindow:
     """One variant over the window: per-tick (requests, errors), latency bucket counts
     {le_seconds: count} (non-cumulative) over the window and, aligned with `ticks`, per
     tick (`latency_ticks`: what the p99 guardrail counts over disjoint windows; empty when
-    only the window's totals are known), and prediction-score bin counts."""
+    only the window's totals are known), and prediction-score bin counts.
+
+    LLM endpoints add the same per tick for their requests (`llm_ticks`: gateway_llm_requests'
+    requests and errors) and histograms of time to first token and inter-token latency
+    (`ttft_*`, `itl_*`); `as_llm(histogram)` is the window the LLM checks read
+    (monitoring/llm_checks.py)."""
 
     ticks: list[tuple[float, float]] = field(default_factory=list)
     latency_buckets: dict[float, float] = field(default_factory=dict)
     score_bins: list[float] = field(default_factory=list)
     latency_ticks: list[dict[float, float]] = field(default_factory=list)
+    llm_ticks: list[tuple[float, float]] = field(default_factory=list)
+    ttft_buckets: dict[float, float] = field(default_factory=dict)
+    ttft_ticks: list[dict[float, float]] = field(default_factory=list)
+    itl_buckets: dict[float, float] = field(default_factory=dict)
+    itl_ticks: list[dict[float, float]] = field(default_factory=list)
+
+    def as_llm(self, histogram: str | None = None) -> ArmWindow:
+        """This LLM arm in the shape the tensor checks read: its LLM requests and errors
+        as `ticks` and, with `histogram` ("ttft" or "itl"), that histogram as the latency
+        one, so the rank tests and the SLO e-process run on it unchanged."""
+        buckets = getattr(self, f"{histogram}_buckets") if histogram else {}
+        per_tick = getattr(self, f"{histogram}_ticks") if histogram else []
+        return ArmWindow(ticks=list(self.llm_ticks), latency_buckets=dict(buckets), latency_ticks=list(per_tick))
 
     @property
     def requests(self) -> float:
@@ -59,12 +77,34 @@ class ArmWindow:
             if self.score_bins and other.score_bins
             else (list(self.score_bins or other.score_bins))
         )
-        per_tick = []
-        if self.latency_ticks and other.latency_ticks:
-            if len(self.latency_ticks) != len(other.latency_ticks):
-                raise ValueError("windows must be aligned tick by tick")
-            per_tick = [_added(a, b) for a, b in zip(self.latency_ticks, other.latency_ticks)]
-        return ArmWindow(ticks=ticks, latency_buckets=buckets, score_bins=bins, latency_ticks=per_tick)
+        return ArmWindow(
+            ticks=ticks,
+            latency_buckets=buckets,
+            score_bins=bins,
+            latency_ticks=_ticks_added(self.latency_ticks, other.latency_ticks),
+            llm_ticks=_pairs_added(self.llm_ticks, other.llm_ticks),
+            ttft_buckets=_added(self.ttft_buckets, other.ttft_buckets),
+            ttft_ticks=_ticks_added(self.ttft_ticks, other.ttft_ticks),
+            itl_buckets=_added(self.itl_buckets, other.itl_buckets),
+            itl_ticks=_ticks_added(self.itl_ticks, other.itl_ticks),
+        )
+
+
+def _ticks_added(a: list[dict], b: list[dict]) -> list[dict]:
+    """Per-tick histograms of two aligned arms added (empty unless both have them)."""
+    if not (a and b):
+        return []
+    if len(a) != len(b):
+        raise ValueError("windows must be aligned tick by tick")
+    return [_added(x, y) for x, y in zip(a, b)]
+
+
+def _pairs_added(a: list[tuple], b: list[tuple]) -> list[tuple]:
+    if not (a or b):
+        return []
+    if len(a) != len(b):
+        raise ValueError("windows must be aligned tick by tick")
+    return [(x + z, y + w) for (x, y), (z, w) in zip(a, b)]
 
 
 def _added(a: dict[float, float], b: dict[float, float]) -> dict[float, float]:
@@ -77,6 +117,17 @@ def _added(a: dict[float, float], b: dict[float, float]) -> dict[float, float]:
 @dataclass
 class JudgeConfig:
     alpha: float = 0.05
+    # "tensor" or "llm" (Endpoint.kind): an LLM endpoint is judged on TTFT and ITL
+    # (monitoring/llm_checks.py) with these SLOs instead of the request's p99
+    kind: str = "tensor"
+    ttft_slo_ms: float | None = None
+    itl_slo_ms: float | None = None
+    # LLM rank tests: a candidate is "slower" only beyond control x (1 + latency_margin) + this
+    # floor. On this CPU a healthy candidate's token gaps ran 1.5 ms against the stable's
+    # 0.4 ms (scheduling noise: a relative margin of a sub-ms gap is no practical
+    # difference; 5 ms a token is 200 tokens/s), and 50 ms before a first token goes unseen.
+    ttft_floor_ms: float = 50.0
+    itl_floor_ms: float = 5.0
     slo_p99_ms: float | None = None
     slo_error_rate: float | None = None
     psi_threshold: float = 0.25

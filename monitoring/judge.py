@@ -50,6 +50,10 @@ statistical comparisons
   * latency_tail a quantile test: the share of candidate requests above stable's
                  p95 x (1 + margin) against 5 % (one-sided binomial test).
 
+LLM endpoints (`config.kind == "llm"`): the same tests on time to first token and
+inter-token latency (rank tests, SLO guardrails) and on the LLM requests' error rate,
+instead of the request-duration and score checks: monitoring/llm_checks.py.
+
 Why this is one long module: the judge's checks, their configuration and how each verdict is described are one piece of statistics read together.
 """
 
@@ -66,6 +70,7 @@ from monitoring import eprocess
 from monitoring.evidence import ArmWindow, JudgeConfig, progress
 from monitoring.evidence import make_check as _check
 from monitoring.guardrails import check_guardrails
+from monitoring.llm_checks import describe_llm, llm_checks
 from monitoring.statistics import histogram_quantile
 
 __all__ = ["ArmWindow", "Decision", "JudgeConfig", "check_error_rate", "check_guardrails", "check_latency", "judge"]
@@ -155,8 +160,11 @@ def _quantiles_ms(buckets: dict[float, float]) -> dict:
 
 
 def check_latency(
-    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None
+    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None, *, floor_s: float = 0.0
 ) -> list[dict]:
+    """The rank test and the tail test (see the module's docstring). `floor_s`: an absolute
+    margin added to the relative one (stable x (1 + margin) + floor): the LLM checks' floor
+    of practical significance (monitoring/llm_checks.py); 0 for request latency."""
     s = reconstruct(stable.latency_buckets, config.max_latency_points)
     c = reconstruct(candidate.latency_buckets, config.max_latency_points)
     n_s_true, n_c_true = sum(stable.latency_buckets.values()), sum(candidate.latency_buckets.values())
@@ -191,7 +199,7 @@ def check_latency(
                 **pace,
             ),
         ]
-    bound = s * (1 + config.latency_margin)
+    bound = s * (1 + config.latency_margin) + floor_s
     slower = stats.mannwhitneyu(c, bound, alternative="greater")
     faster = stats.mannwhitneyu(c, bound, alternative="less")
     # Common-language effect size: P(candidate > stable x (1+margin)).
@@ -216,13 +224,14 @@ def check_latency(
         p_value_noninferior=float(faster.pvalue),
         threshold=config.latency_alpha,
         margin=config.latency_margin,
+        floor_ms=floor_s * 1000,
         min_samples=config.min_latency_samples,
         min_fail_samples=config.min_latency_fail_samples,
         **pace,
     )
 
     stable_p95 = histogram_quantile(0.95, stable.latency_buckets)
-    limit = stable_p95 * (1 + config.latency_margin)
+    limit = stable_p95 * (1 + config.latency_margin) + floor_s
     above = int(np.sum(c > limit))
     tail = stats.binomtest(above, len(c), 0.05, alternative="greater")
     tail_outcome = (
@@ -276,6 +285,18 @@ def judge(
     window / the step has run, for each check's ETA. `control`: what the reasons call
     the control ("baseline" when the rollout has one)."""
     config = config or JudgeConfig()
+    if config.kind == "llm":
+        checks = llm_checks(
+            stable,
+            candidate,
+            config,
+            latency=latency,
+            compare_latency=compare_latency,
+            error_control=error_control,
+            seconds=seconds,
+            step_seconds=step_seconds,
+        )
+        return _decision(checks, control, pooled=error_control is not None)
     if compare_latency:
         latency_checks = check_latency(*(latency or (stable, candidate)), config, step_seconds if latency else seconds)
         for check in latency_checks:
@@ -305,11 +326,15 @@ def judge(
         check_error_rate(error_control or stable, candidate, config, seconds),
         *latency_checks,
     ]
+    return _decision(checks, control, pooled=error_control is not None)
+
+
+def _decision(checks: list[dict], control: str, pooled: bool) -> Decision:
+    """Fail if any check fails (the reason says each), pass if all pass or are skipped,
+    else inconclusive (the reason says what each waits for)."""
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:
-        return Decision(
-            FAIL, "; ".join(_describe(c, control, pooled=error_control is not None) for c in failed), checks
-        )
+        return Decision(FAIL, "; ".join(_describe(c, control, pooled=pooled) for c in failed), checks)
     waiting = [c for c in checks if c["outcome"] == INCONCLUSIVE]
     if waiting:
         return Decision(INCONCLUSIVE, "waiting for evidence: " + ", ".join(_waiting(c) for c in waiting), checks)
@@ -320,7 +345,7 @@ def _waiting(check: dict) -> str:
     """`latency (312 of 500 requests, ~40 s)`: what a check still needs."""
     pace = check.get("progress")
     complete = bool(pace) and pace.get("need") is not None and pace["have"] >= pace["need"]
-    if check["name"] == "p99_slo" and complete:
+    if check["name"] in ("p99_slo", "ttft_slo", "itl_slo") and complete:
         return f"{check['name']} ({_p99_evidence(check)})"
     if check.get("breaches"):
         if check["breaches"] < check.get("failure_limit", 0):
@@ -337,6 +362,9 @@ def _waiting(check: dict) -> str:
 
 def _describe(check: dict, control: str = VariantRole.STABLE, pooled: bool = False) -> str:
     name = check["name"]
+    llm = describe_llm(check, control, _p99_evidence)
+    if llm is not None:
+        return llm
     if name == "error_rate":
         rates = check["rates"]
         return (

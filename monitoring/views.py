@@ -1,5 +1,7 @@
 """Dashboard pages of monitoring; thin: read through selectors, write through services."""
 
+from dataclasses import asdict
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -32,6 +34,14 @@ SUMMARY_METRICS = [
     "queue_ms",
     "utilization",
     "cost_per_1k_inferences",
+    # LLM endpoints' row
+    "llm_request_rate",
+    "llm_error_rate",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p99_ms",
+    "tokens_per_s",
+    "cost",
 ]
 
 
@@ -45,12 +55,15 @@ def overview(request):
     source = metric_source()  # the judge's: the store, or Prometheus with PROMETHEUS_URL
     try:
         endpoints = metric_selectors.series_index(user=request.user, since=since, source=source)
+        kinds = charts.endpoint_kinds(user=request.user, endpoints=[e["endpoint"] for e in endpoints])
         for entry in endpoints:
+            entry["kind"] = kinds.get(entry["endpoint"], "tensor")
+            entry["panels"] = [asdict(spec) for spec in charts.specs_for(entry["kind"])]
             entry["summary"] = metric_selectors.latest_values(
                 user=request.user, endpoint=entry["endpoint"], since=since, metrics=SUMMARY_METRICS, source=source
             )
             for values in entry["summary"].values():
-                for name in ("error_rate", "utilization"):
+                for name in ("error_rate", "utilization", "llm_error_rate"):
                     if name in values:
                         values[f"{name}_pct"] = values[name] * 100
         unknown, source_error = metric_selectors.unknown_traffic(user=request.user, since=since, source=source), ""

@@ -20,45 +20,67 @@ from monitoring.statistics import SCORE_BINS
 
 # What the judge reads of a variant's samples (the store's query filters on these).
 TICK_METRICS = ("requests", "errors")
-BUCKET_PREFIXES = ("latency_bucket:", "score_bin:")
+LLM_TICK_METRICS = ("llm_requests", "llm_errors")  # LLM endpoints' requests and errors (gateway_llm_requests)
+BUCKET_PREFIXES = ("latency_bucket:", "score_bin:", "ttft_bucket:", "itl_bucket:")
+# histogram metric prefix -> the ArmWindow fields it fills (window totals, per tick)
+HISTOGRAMS = {
+    "latency_bucket": ("latency_buckets", "latency_ticks"),
+    "ttft_bucket": ("ttft_buckets", "ttft_ticks"),
+    "itl_bucket": ("itl_buckets", "itl_ticks"),
+}
 
 
 def wanted(metric: str) -> bool:
-    return metric in TICK_METRICS or metric.startswith(BUCKET_PREFIXES)
+    return metric in TICK_METRICS or metric in LLM_TICK_METRICS or metric.startswith(BUCKET_PREFIXES)
 
 
 def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: list[str]) -> dict[str, ArmWindow]:
     variants = list(dict.fromkeys(variants))
     per_tick: dict[datetime, dict[str, list[float]]] = defaultdict(lambda: {v: [0.0, 0.0] for v in variants})
-    buckets: dict[str, dict[float, float]] = {v: {} for v in variants}
-    buckets_at: dict[str, dict[datetime, dict[float, float]]] = {v: defaultdict(dict) for v in variants}
+    llm_tick: dict[datetime, dict[str, list[float]]] = defaultdict(lambda: {v: [0.0, 0.0] for v in variants})
+    buckets = {h: {v: {} for v in variants} for h in HISTOGRAMS}
+    buckets_at = {h: {v: defaultdict(dict) for v in variants} for h in HISTOGRAMS}
     scores: dict[str, list[float]] = {v: [] for v in variants}
     for variant, metric, time, value in rows:
-        if variant not in buckets:
+        if variant not in scores:
             continue
         if metric in TICK_METRICS:
             per_tick[time][variant][0 if metric == "requests" else 1] += value
-        elif metric.startswith("latency_bucket:"):
-            _, le = parse_bucket_metric(metric)
-            buckets[variant][le] = buckets[variant].get(le, 0.0) + value
-            if time is not None:
-                at = buckets_at[variant][time]
-                at[le] = at.get(le, 0.0) + value
+        elif metric in LLM_TICK_METRICS:
+            llm_tick[time][variant][0 if metric == "llm_requests" else 1] += value
         elif metric.startswith("score_bin:"):
             index = int(metric.split(":", 1)[1])
             if 0 <= index < SCORE_BINS:
                 if not scores[variant]:
                     scores[variant] = [0.0] * SCORE_BINS
                 scores[variant][index] += value
-    # a latency tick without request counts is a tick of its own (per_tick fills it with zeros)
-    times = sorted(set(per_tick).union(*(buckets_at[v] for v in variants)))
-    timed = any(buckets_at[v] for v in variants)
+        elif metric.partition(":")[0] in HISTOGRAMS:
+            prefix, le = parse_bucket_metric(metric)
+            total = buckets[prefix][variant]
+            total[le] = total.get(le, 0.0) + value
+            if time is not None:
+                at = buckets_at[prefix][variant][time]
+                at[le] = at.get(le, 0.0) + value
+    # a histogram tick without request counts is a tick of its own (per_tick fills it with zeros)
+    times = sorted(set(per_tick).union(llm_tick, *(buckets_at[h][v] for h in HISTOGRAMS for v in variants)))
+
+    has_llm = bool(llm_tick)
+
+    def per_time(prefix: str, variant: str) -> list[dict[float, float]]:
+        timed = any(buckets_at[prefix][v] for v in variants)
+        return [dict(buckets_at[prefix][variant].get(t, {})) for t in times] if timed else []
+
     return {
         v: ArmWindow(
             ticks=[tuple(per_tick[t][v]) for t in times],
-            latency_buckets=buckets[v],
+            latency_buckets=buckets["latency_bucket"][v],
             score_bins=scores[v],
-            latency_ticks=[dict(buckets_at[v].get(t, {})) for t in times] if timed else [],
+            latency_ticks=per_time("latency_bucket", v),
+            llm_ticks=[tuple(llm_tick[t][v]) for t in times] if has_llm else [],
+            ttft_buckets=buckets["ttft_bucket"][v],
+            ttft_ticks=per_time("ttft_bucket", v),
+            itl_buckets=buckets["itl_bucket"][v],
+            itl_ticks=per_time("itl_bucket", v),
         )
         for v in variants
     }

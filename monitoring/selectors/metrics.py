@@ -12,7 +12,7 @@ from monitoring.models import MetricSample
 from monitoring.sources import MetricSource, metric_source
 from monitoring.sources.store import sample_list
 from monitoring.statistics import SCORE_BINS
-from monitoring.windows import TICK_METRICS, arms_from_rows
+from monitoring.windows import HISTOGRAMS, LLM_TICK_METRICS, TICK_METRICS, arms_from_rows
 
 
 # --- time series ---------------------------------------------------------------------------------
@@ -80,7 +80,11 @@ def judge_arms(
         base = base.filter(time__lte=until)
     # latency buckets tick by tick (only non-empty buckets and their lower edges are stored):
     # the p99 guardrail counts the requests over the SLO in disjoint windows
-    ticks = base.filter(Q(metric__in=TICK_METRICS) | Q(metric__startswith="latency_bucket:")).values_list(
+    # (and on LLM endpoints their requests/errors and TTFT/ITL buckets, read the same way)
+    histograms_per_tick = Q()
+    for prefix in HISTOGRAMS:
+        histograms_per_tick |= Q(metric__startswith=f"{prefix}:")
+    ticks = base.filter(Q(metric__in=(*TICK_METRICS, *LLM_TICK_METRICS)) | histograms_per_tick).values_list(
         "variant", "metric", "time", "value"
     )
     # score bins are summed over the window by the database (their time does not matter)

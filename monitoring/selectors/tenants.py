@@ -10,6 +10,12 @@ per 1k tokens). Labels come from the route table (the key's
 `gateway_id`, e.g. "k17"), never from client input. These are cumulative since the
 gateway process started: the page says so; Prometheus (the same names) keeps history.
 
+Beyond the keys page's per-key sums, each key's entry has `llm_endpoints` {endpoint:
+usage}, and the result has per-team totals (`teams`, by the team label of the route table)
+and public calls' (`public`, key "", per endpoint); `tenant_llm_usage` is the LLM usage of
+the keys, teams and endpoints a user may see (usage = {prompt_tokens, completion_tokens,
+tokens, cost}).
+
 `key_traffic_from_text` is pure (tests feed it real exposition text); `key_traffic`
 does one bounded scrape, cached for a few seconds so a busy page costs the gateway
 nothing.
@@ -45,10 +51,23 @@ def _status_class(status: str) -> str:
     return f"{status[0]}xx" if len(status) == 3 and status.isdigit() else "other"
 
 
-def key_traffic_from_text(text: str) -> dict:
+def _usage() -> dict:
+    return {"prompt_tokens": 0.0, "completion_tokens": 0.0, "tokens": 0.0, "cost": 0.0}
+
+
+def _count_usage(entry: dict, name: str, labels: dict, value: float) -> None:
+    if name == "gateway_llm_cost_total":
+        entry["cost"] += value
+    elif labels.get("kind") in ("prompt", "completion"):
+        entry[f"{labels['kind']}_tokens"] += value
+        entry["tokens"] += value
+
+
+def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the families, read top to bottom
     """{"keys": {key id: {"requests": {"2xx": n, …}, "total": n, "mean_ms": x|None,
-    "rejections": {reason: n}, "prompt_tokens": n, "completion_tokens": n, "cost": x}},
-    "anonymous": {endpoint: {reason: n}}, "since": unix time|None}."""
+    "rejections": {reason: n}, "prompt_tokens": n, "completion_tokens": n, "cost": x,
+    "llm_endpoints": {endpoint: usage}}}, "anonymous": {endpoint: {reason: n}},
+    "teams": {team label: usage}, "public": {endpoint: usage}, "since": unix time|None}."""
     keys: dict[str, dict] = defaultdict(
         lambda: {
             "requests": defaultdict(float),
@@ -59,8 +78,11 @@ def key_traffic_from_text(text: str) -> dict:
             "prompt_tokens": 0.0,
             "completion_tokens": 0.0,
             "cost": 0.0,
+            "llm_endpoints": defaultdict(_usage),
         }
     )
+    teams: dict[str, dict] = defaultdict(_usage)
+    public: dict[str, dict] = defaultdict(_usage)
     anonymous: dict[str, dict] = defaultdict(lambda: defaultdict(float))
     since = None
     # only these families' samples reach the (slow, pure-Python) parser; untyped is enough
@@ -85,8 +107,12 @@ def key_traffic_from_text(text: str) -> dict:
                 kind = labels.get("kind", "")
                 if kind in ("prompt", "completion"):
                     keys[labels["key"]][f"{kind}_tokens"] += value
+                _llm_usage(keys[labels["key"]], teams, sample.name, labels, value)
             elif sample.name == "gateway_llm_cost_total" and labels.get("key"):
                 keys[labels["key"]]["cost"] += value
+                _llm_usage(keys[labels["key"]], teams, sample.name, labels, value)
+            elif sample.name in ("gateway_llm_tokens_total", "gateway_llm_cost_total"):  # public: no key
+                _count_usage(public[labels.get("endpoint", "")], sample.name, labels, value)
             elif sample.name == "process_start_time_seconds":
                 since = value
     out = {}
@@ -100,8 +126,21 @@ def key_traffic_from_text(text: str) -> dict:
             "prompt_tokens": entry["prompt_tokens"],
             "completion_tokens": entry["completion_tokens"],
             "cost": entry["cost"],
+            "llm_endpoints": dict(entry["llm_endpoints"]),
         }
-    return {"keys": out, "anonymous": {e: dict(r) for e, r in anonymous.items()}, "since": since}
+    return {
+        "keys": out,
+        "anonymous": {e: dict(r) for e, r in anonymous.items()},
+        "teams": dict(teams),
+        "public": dict(public),
+        "since": since,
+    }
+
+
+def _llm_usage(entry: dict, teams: dict, name: str, labels: dict, value: float) -> None:
+    """A key's LLM sample into its per-endpoint usage and its team's."""
+    _count_usage(entry["llm_endpoints"][labels.get("endpoint", "")], name, labels, value)
+    _count_usage(teams[labels.get("team", "")], name, labels, value)
 
 
 def key_traffic() -> dict:
@@ -118,3 +157,32 @@ def key_traffic() -> dict:
     with _lock:
         _cache.update(at=time.monotonic(), url=url, value=value)
     return value
+
+
+def tenant_llm_usage(*, user, traffic: dict | None = None) -> dict:
+    """Tokens and cost per inference key and per team on LLM endpoints, for what `user`
+    may see: {"keys": {key id ("k17"): {"key": InferenceKey, prompt_tokens,
+    completion_tokens, tokens, cost, endpoints: {name: usage}}}, "teams": {team name:
+    usage summed over its keys}, "public": {endpoint: usage of calls without a key to the
+    user's endpoints}, "since": unix time|None} (counts since the gateway started, live
+    as key_traffic), or {"error": why} when the gateway's metrics cannot be read.
+    `traffic`: an already read key_traffic() (the keys page reads it once)."""
+    from deployments.selectors.keys import inference_key_list
+    from deployments.selectors.rollouts import endpoint_list
+
+    traffic = traffic if traffic is not None else key_traffic()
+    if "error" in traffic:
+        return {"error": traffic["error"]}
+    keys, teams = {}, defaultdict(_usage)
+    for key in inference_key_list(user=user):
+        entry = traffic["keys"].get(key.gateway_id) or {}
+        if not entry.get("llm_endpoints"):
+            continue
+        prompt, completion = entry["prompt_tokens"], entry["completion_tokens"]
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "tokens": prompt + completion}
+        keys[key.gateway_id] = {"key": key, **usage, "cost": entry["cost"], "endpoints": entry["llm_endpoints"]}
+        for name in ("prompt_tokens", "completion_tokens", "tokens", "cost"):
+            teams[key.team.name][name] += keys[key.gateway_id][name]
+    names = set(endpoint_list(user=user).values_list("name", flat=True))
+    public = {name: usage for name, usage in traffic.get("public", {}).items() if name in names}
+    return {"keys": keys, "teams": dict(teams), "public": public, "since": traffic.get("since")}

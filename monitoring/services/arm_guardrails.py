@@ -14,6 +14,7 @@ comparison, latency included (README "Online experiments").
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from django.utils import timezone
@@ -30,9 +31,13 @@ STATUS = {PASS: GuardrailStatus.PASS, FAIL: GuardrailStatus.FAIL, INCONCLUSIVE: 
 
 
 def arm_config(endpoint) -> JudgeConfig:
-    """The endpoint's SLOs, PSI threshold and latency margin, as its rollouts' judge uses."""
+    """The endpoint's SLOs, PSI threshold and latency margin, as its rollouts' judge uses
+    (an LLM endpoint's arms are judged on TTFT/ITL: monitoring/llm_checks.py)."""
     return JudgeConfig(
         alpha=conf.get("MONITORING_JUDGE_ALPHA"),
+        kind=endpoint.kind,
+        ttft_slo_ms=endpoint.ttft_slo_ms,
+        itl_slo_ms=endpoint.itl_slo_ms,
         slo_p99_ms=endpoint.slo_p99_ms,
         slo_error_rate=endpoint.slo_error_rate,
         psi_threshold=endpoint.psi_threshold,
@@ -68,11 +73,7 @@ def arm_guardrails_judge(
     out = {}
     control_arm = arms[control]
     if not psi:  # without the control's scores the judge has no PSI to fail on
-        control_arm = ArmWindow(
-            ticks=control_arm.ticks,
-            latency_buckets=control_arm.latency_buckets,
-            latency_ticks=control_arm.latency_ticks,
-        )
+        control_arm = replace(control_arm, score_bins=[])
     for name in candidates:
         before = ((previous or {}).get(name) or {}).get("checks") or []
         decision = judge(

@@ -127,8 +127,13 @@ def _links(rollout) -> dict:
 
 
 def judge_config_for(endpoint) -> JudgeConfig:
+    """The endpoint's SLOs and margins as the judge reads them; an LLM endpoint is judged
+    on TTFT/ITL against its ttft_slo_ms / itl_slo_ms (monitoring/llm_checks.py)."""
     return JudgeConfig(
         alpha=conf.get("MONITORING_JUDGE_ALPHA"),
+        kind=endpoint.kind,
+        ttft_slo_ms=endpoint.ttft_slo_ms,
+        itl_slo_ms=endpoint.itl_slo_ms,
         slo_p99_ms=endpoint.slo_p99_ms,
         slo_error_rate=endpoint.slo_error_rate,
         psi_threshold=endpoint.psi_threshold,
@@ -168,7 +173,11 @@ def judge_rollout(rollout, *, now=None, source: MetricSource | None = None) -> d
         step_seconds=(now - rollout.step_started_at).total_seconds() if rollout.step_started_at else None,
         source=source,
     )
-    step_requests = int(step_window[1].requests) if step_window and verdict.outcome == VerdictOutcome.PASS else 0
+    step_requests = 0
+    if step_window and verdict.outcome == VerdictOutcome.PASS:
+        # an LLM endpoint's requests are its gateway_llm_requests (the window's llm ticks)
+        arm = step_window[1].as_llm() if rollout.endpoint.kind == "llm" else step_window[1]
+        step_requests = int(arm.requests)
     updated, decision = rollout_apply_verdict(
         rollout_id=rollout.pk,
         outcome=verdict.outcome,

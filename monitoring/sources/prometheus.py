@@ -19,6 +19,10 @@ Resolution: "raw" is one point per scrape interval (PROMETHEUS_STEP_S, 2 s); "1m
 minute, each the derived value of that whole minute (the store's roll-up is the mean of its
 ticks: request counts and rates agree, a minute's p99 is of the minute, not a mean of p99s).
 Only the families the asked metrics need are queried.
+
+Why this is one long module: the PromQL reads, the rebuilding of the collector's rows and
+the MetricSource methods over them are one source; its map of derived metrics to gateway
+families (tensor and LLM) must stay beside the query that uses it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from kernel.conf import setting
 from kernel.errors import PlatformError
 from monitoring import collect
 from monitoring.evidence import ArmWindow
-from monitoring.windows import BUCKET_PREFIXES, TICK_METRICS, arms_from_rows, wanted
+from monitoring.windows import BUCKET_PREFIXES, LLM_TICK_METRICS, TICK_METRICS, arms_from_rows, wanted
 
 MAX_QUERY_POINTS = 10_000  # per series and query (Prometheus refuses more than 11,000)
 MAX_POINTS = 2000  # per series shown (as the store's metric_series)
@@ -73,8 +77,23 @@ _GATEWAY_EXACT = {
     **{name: (name,) for name in ("retries", "failovers", "upstream_errors", "shadow_dropped", "in_flight")},
     "upstream_mean_ms": ("upstream",),
     "upstream_p99_ms": ("upstream",),
+    # LLM endpoints (collect.derive_llm)
+    **dict.fromkeys(
+        ("llm_requests", "llm_errors", "llm_error_rate", "llm_request_rate", "llm_client_faults"), ("llm_requests",)
+    ),
+    **dict.fromkeys(("prompt_tokens", "completion_tokens", "tokens_per_s"), ("llm_tokens",)),
+    "cost": ("llm_cost",),
+    "llm_fallbacks": ("llm_fallbacks",),
+    "llm_streams_in_flight": ("llm_streams",),
+    "llm_queue_mean_ms": ("llm_queue",),
+    "llm_queue_p99_ms": ("llm_queue",),
 }
-_GATEWAY_PREFIX = (("latency_", _LATENCY), ("score_bin:", ("prediction_score",)))
+_GATEWAY_PREFIX = (
+    ("latency_", _LATENCY),
+    ("score_bin:", ("prediction_score",)),
+    ("ttft_", ("llm_ttft",)),
+    ("itl_", ("llm_itl",)),
+)
 _ALL_GATEWAY = tuple(
     sorted({f for fields in (*_GATEWAY_EXACT.values(), *(n for _, n in _GATEWAY_PREFIX)) for f in fields})
 )
@@ -247,7 +266,7 @@ class PrometheusSource:
     def judge_arms(self, *, endpoint, variants, since, until=None) -> dict[str, ArmWindow]:
         until = until or datetime.now(tz=UTC)
         step = max(self.step_s, (until - since).total_seconds() / MAX_QUERY_POINTS)
-        judged = {*TICK_METRICS, *BUCKET_PREFIXES}
+        judged = {*TICK_METRICS, *LLM_TICK_METRICS, *BUCKET_PREFIXES}
         rows = self.rows(endpoints=[endpoint], since=since, until=until, step_s=step, metrics=judged)
         return arms_from_rows([row[1:] for row in rows if wanted(row[2])], variants)
 
@@ -296,7 +315,7 @@ class PrometheusSource:
             since=since,
             until=until,
             step_s=step,
-            metrics={"request_rate", "triton_inference_rate"},
+            metrics={"request_rate", "triton_inference_rate", "llm_request_rate"},
         )
         endpoints: dict[str, dict] = {}
         for ep, var, _, when, _ in sorted(rows):
@@ -335,8 +354,10 @@ class PrometheusSource:
 
     def endpoint_request_rate(self, *, endpoint, window_s, now) -> float | None:
         since = now - timedelta(seconds=window_s)
-        rows = self.rows(endpoints=[endpoint], since=since, until=now, step_s=self.step_s, metrics=set(TICK_METRICS))
-        requests_rows = [row for row in rows if row[2] == "requests"]
+        rows = self.rows(
+            endpoints=[endpoint], since=since, until=now, step_s=self.step_s, metrics={*TICK_METRICS, *LLM_TICK_METRICS}
+        )
+        requests_rows = [row for row in rows if row[2] in ("requests", "llm_requests")]  # an LLM endpoint's are llm_
         total = sum(row[4] for row in requests_rows)
         if not total:
             return None

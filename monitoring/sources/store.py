@@ -118,7 +118,7 @@ class StoreSource:
 
     def series_index(self, *, user, since: datetime) -> list[dict]:
         rows = (
-            sample_list(user=user, since=since, metrics=["request_rate", "triton_inference_rate"])
+            sample_list(user=user, since=since, metrics=["request_rate", "triton_inference_rate", "llm_request_rate"])
             .exclude(endpoint=UNKNOWN_ENDPOINT)
             .values("endpoint", "variant")
             .annotate(last=Max("time"))
@@ -152,8 +152,11 @@ class StoreSource:
         return dict(out)
 
     def endpoint_request_rate(self, *, endpoint: str, window_s: float, now: datetime) -> float | None:
-        rows = MetricSample.objects.filter(
-            endpoint=endpoint, metric="requests", time__gt=now - timedelta(seconds=window_s), time__lte=now
+        rows = MetricSample.objects.filter(  # an LLM endpoint's requests are llm_requests
+            endpoint=endpoint,
+            metric__in=("requests", "llm_requests"),
+            time__gt=now - timedelta(seconds=window_s),
+            time__lte=now,
         )
         stats = rows.aggregate(
             total=Sum("value"), first=Min("time"), last=Max("time"), ticks=Count("time", distinct=True)

@@ -74,6 +74,61 @@ class GatewayMetrics:
         return generate_latest(self.registry).decode()
 
 
+# LLM_CONTRACT.md: ITL has fine buckets 0.0005..2 s; TTFT the gateway's request buckets.
+ITL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class LLMGatewayMetrics:
+    """A private prometheus_client registry with the gateway's LLM families exactly as
+    LLM_CONTRACT.md names them (counters without "_total": prometheus_client adds it)."""
+
+    def __init__(self, prefix: str = "gateway_"):
+        self.registry = r = CollectorRegistry()
+        ev = ["endpoint", "variant"]
+        self.requests = Counter(f"{prefix}llm_requests", "LLM requests", [*ev, "status", "fault"], registry=r)
+        self.ttft = Histogram(f"{prefix}llm_ttft_seconds", "TTFT", ev, buckets=BUCKETS, registry=r)
+        self.itl = Histogram(f"{prefix}llm_itl_seconds", "ITL", ev, buckets=ITL_BUCKETS, registry=r)
+        self.queue = Histogram(f"{prefix}llm_queue_seconds", "queue", ev, buckets=BUCKETS, registry=r)
+        self.tokens = Counter(f"{prefix}llm_tokens", "tokens", [*ev, "team", "key", "kind"], registry=r)
+        self.cost = Counter(f"{prefix}llm_cost", "cost", [*ev, "team", "key"], registry=r)
+        self.fallbacks = Counter(f"{prefix}llm_fallbacks", "fallbacks", ["endpoint", "backend", "reason"], registry=r)
+        self.streams = Gauge(f"{prefix}llm_streams_in_flight", "streams", ["endpoint"], registry=r)
+
+    def stream(
+        self,
+        endpoint: str,
+        variant: str,
+        *,
+        ttft_s: float,
+        itl_s=(),
+        status: int = 200,
+        fault: str = "none",
+        prompt: int = 0,
+        completion: int = 0,
+        team: str = "",
+        key: str = "",
+        cost: float = 0.0,
+        queue_s: float = 0.0005,
+    ) -> None:
+        """One request as the gateway records it."""
+        self.requests.labels(endpoint, variant, str(status), fault).inc()
+        if fault == "client":
+            return
+        self.queue.labels(endpoint, variant).observe(queue_s)
+        if status == 200:
+            self.ttft.labels(endpoint, variant).observe(ttft_s)
+        for gap in itl_s:
+            self.itl.labels(endpoint, variant).observe(gap)
+        if prompt or completion:
+            self.tokens.labels(endpoint, variant, team, key, "prompt").inc(prompt)
+            self.tokens.labels(endpoint, variant, team, key, "completion").inc(completion)
+        if cost:
+            self.cost.labels(endpoint, variant, team, key).inc(cost)
+
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
 class _Server:
     def __init__(self, handler_cls):
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
