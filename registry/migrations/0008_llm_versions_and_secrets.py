@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("auth", "0012_alter_user_first_name_max_length"),
-        ("registry", "0005_llm_kinds"),
+        ("registry", "0007_version_aliases"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

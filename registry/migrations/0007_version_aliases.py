@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("registry", "0005_llm_kinds"),
+        ("registry", "0006_version_data_verbose_name"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
