@@ -3,6 +3,9 @@
 Defaults make one machine work with nothing running: SQLite, kombu's filesystem
 broker and a local MLflow store, all under VAR_DIR. Set DATABASE_URL,
 CELERY_BROKER_URL and MLFLOW_TRACKING_URI to use real services.
+
+Why this is one long module: Django reads one settings module; each block is a few
+settings of one concern, read top to bottom, and splitting them would hide the defaults.
 """
 
 import os

@@ -157,6 +157,9 @@ class Plan:
 
 
 DEFAULT_PLAN = Plan()  # what a rollout gets for every value it is not given
+# `rollout undo`: the previous stable back at once, one step of all traffic with no minimum time or
+# requests (it served before; the judge still watches it while it loads and serves)
+UNDO_PLAN = Plan(steps_bp=(FULL_BP,), step_min_seconds=0.0, step_min_requests=0)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from deployments.rollout_machine import FULL_BP
+from deployments.rollout_machine import FULL_BP, UNDO_PLAN
 from deployments.selectors.rollout_status import rollout_status
 from deployments.services import rollout_restarts
 from kernel.api import created
@@ -53,8 +53,8 @@ class EndpointUndoSerializer(serializers.Serializer):
         required=False,
         help_text="Default [10000]: one step, all traffic to the previous stable once it is READY.",
     )
-    step_min_seconds = serializers.FloatField(min_value=0, max_value=86400, default=0.0)
-    step_min_requests = serializers.IntegerField(min_value=0, max_value=10**9, default=0)
+    step_min_seconds = serializers.FloatField(min_value=0, max_value=86400, default=UNDO_PLAN.step_min_seconds)
+    step_min_requests = serializers.IntegerField(min_value=0, max_value=10**9, default=UNDO_PLAN.step_min_requests)
     promote_grace_seconds = serializers.FloatField(min_value=0, max_value=86400, default=0.0)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from deployments.models import Endpoint, Rollout
-from deployments.rollout_machine import FULL_BP, State
+from deployments.rollout_machine import FULL_BP, UNDO_PLAN, State
 from deployments.selectors.pools import artifact_get
 from deployments.services.rollouts import rollout_start
 from kernel.errors import Conflict, NotFound
@@ -82,8 +82,8 @@ def rollout_undo(
     endpoint: Endpoint,
     reason: str = "",
     steps_bp=None,
-    step_min_seconds: float = 0.0,
-    step_min_requests: int = 0,
+    step_min_seconds: float = UNDO_PLAN.step_min_seconds,
+    step_min_requests: int = UNDO_PLAN.step_min_requests,
     promote_grace_seconds: float = 0.0,
 ) -> Rollout:
     """Bring back the endpoint's previous stable (what it served before its last promotion)

@@ -1,6 +1,9 @@
 """Writes of the model catalog: registered models and their versions (uploaded ONNX files
 or MLflow models). Each service takes keyword arguments and the acting user, checks the
-user's role, and writes its audit Event in the same transaction."""
+user's role, and writes its audit Event in the same transaction.
+
+Why this is one long module: model create, upload, MLflow registration and their clean-up
+share the version-number allocation and the file checks; aliases and LLM versions are apart."""
 
 import io
 import re
