@@ -30,6 +30,13 @@ def _demo_curl(gateway_port: int) -> str:
     return block.replace("127.0.0.1:8080", f"127.0.0.1:{gateway_port}").replace("curl -s ", "curl -s -i ", 1)
 
 
+def _llm_curl(gateway_port: int) -> str:
+    """The README's first LLM example, as written, against this run's gateway."""
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "/v1/chat/completions" in b)
+    return block.replace("localhost:8080", f"127.0.0.1:{gateway_port}")
+
+
 def _route_table_llm_endpoints(env: dict) -> list[str]:
     """The LLM endpoints of the route table the control plane builds now (its own database)."""
     code = (
@@ -139,6 +146,16 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path):
                 break
             time.sleep(2)
         assert "demo-llm" in llm_names, log_path.read_text()[-4000:]
+        # ... and the README's curl streams tokens from it through the gateway's OpenAI API
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            result = subprocess.run(["bash", "-c", _llm_curl(gateway_port)], capture_output=True, text=True, timeout=60)
+            if "data: [DONE]" in result.stdout:
+                break
+            time.sleep(1)
+        chunks = [line for line in result.stdout.splitlines() if line.startswith("data: {")]
+        assert len(chunks) >= 3 and result.stdout.rstrip().endswith("data: [DONE]"), result.stdout[-2000:]
+        assert '"chat.completion.chunk"' in chunks[0], chunks[0]
 
         # the demo experiment: queued by the seed, prepared by the worker once everything is up
         assert "seed: demo experiment v2-vs-v1 queued" in log_path.read_text()
