@@ -23,10 +23,10 @@ from pathlib import Path
 import jsonschema
 
 from .llm.checks import CODES as LLM_CODES
-from .llm.checks import llm_entry_problem
+from .llm.checks import llm_entry_problem, split_problem
 
 SCHEMA_PATH = Path(__file__).with_name("route_table.schema.json")
-BP = 10000  # basis points: weights of the live variants of an endpoint sum to this
+
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # the schema's `name`
 
 # Why an entry was refused: a bounded set (a metric label), each with its sentence in `reason`.
@@ -158,19 +158,7 @@ def _variants_problem(variants: list) -> tuple[str, str] | None:
         problem = _signature_problem(v["signature"]) if v.get("signature") is not None else None
         if problem:
             return "invalid_signature", f"variant {v['name']!r}: {problem}"
-    names = [v["name"] for v in variants]
-    if len(set(names)) != len(names):
-        return "duplicate_variant_names", f"duplicate variant names {names}"
-    stables = sum(1 for v in variants if v["role"] == "stable")
-    if stables != 1:
-        return "stable_count", f"needs exactly one variant with role 'stable', found {stables}"
-    total = sum(v["weight_bp"] for v in variants if v["role"] != "shadow")
-    if total != BP:
-        return "weights_sum", f"weights of non-shadow variants sum to {total} basis points, not {BP}"
-    for v in variants:
-        if v["role"] == "shadow" and v["weight_bp"] != 0:
-            return "shadow_weight", f"shadow variant {v['name']!r} must have weight_bp 0"
-    return None
+    return split_problem(variants)
 
 
 def entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str]) -> tuple[str, str] | None:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from .llm.table import compile_llm_endpoints
 from .replies import reply_prefixes
-from .route_checks import BP, SCHEMA_PATH, Refusal, RouteTableError, check, validate
-from .split import Split
+from .route_checks import SCHEMA_PATH, Refusal, RouteTableError, check, validate
+from .split import BP, Split
 from .tenants import EndpointAuth, Key, compile_auth, compile_keys
 from .tensors import Signature
 from .upstream import Pool

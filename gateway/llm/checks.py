@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-BP = 10000
+from ..split import BP
 
 CODES = (
     "unknown_secret",  # a backend names a secret the table does not carry (or one it refused)
@@ -18,12 +18,9 @@ CODES = (
 )
 
 
-def llm_entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str], secret_ids: set[str]):
-    """(code, sentence) of the first rule a schema-valid llm_endpoints entry breaks, or None."""
-    unknown = [k for k in entry.get("auth", {}).get("keys", ()) if k not in key_ids and k not in left_out_keys]
-    if unknown:
-        return "unknown_keys", f"auth names keys that the table does not define: {unknown[:5]}"
-    variants = entry["variants"]
+def split_problem(variants: list) -> tuple[str, str] | None:
+    """(code, sentence) of the first split rule `variants` break (tensor and LLM entries alike:
+    unique names, one stable, live weights summing to BP, shadows weightless), or None."""
     names = [v["name"] for v in variants]
     if len(set(names)) != len(names):
         return "duplicate_variant_names", f"duplicate variant names {names}"
@@ -36,6 +33,18 @@ def llm_entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str], s
     for v in variants:
         if v["role"] == "shadow" and v["weight_bp"] != 0:
             return "shadow_weight", f"shadow variant {v['name']!r} must have weight_bp 0"
+    return None
+
+
+def llm_entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str], secret_ids: set[str]):
+    """(code, sentence) of the first rule a schema-valid llm_endpoints entry breaks, or None."""
+    unknown = [k for k in entry.get("auth", {}).get("keys", ()) if k not in key_ids and k not in left_out_keys]
+    if unknown:
+        return "unknown_keys", f"auth names keys that the table does not define: {unknown[:5]}"
+    variants = entry["variants"]
+    problem = split_problem(variants)
+    if problem is not None:
+        return problem
     backends = [b for v in variants for b in v["backends"]] + list(entry.get("fallbacks", ()))
     for backend in backends:
         secret = backend.get("secret")
