@@ -285,6 +285,8 @@ API_RESOURCE_TAGS = {
     "versions": "registry",
     "data": "registry",
     "aliases": "registry",
+    "llm-versions": "registry",
+    "secrets": "keys",
     "events": "audit",
     "teams": "teams",
     "builds": "builds",

@@ -8,6 +8,7 @@ from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as key_services
 from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
+from deployments.services.llm_endpoints import LLM_FIELDS
 from kernel.errors import PlatformError
 
 
@@ -166,18 +167,29 @@ class ServingPoolAdmin(ServiceAdmin):
 
 
 class EndpointForm(ServiceForm):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in LLM_FIELDS:  # LLM settings: empty takes the default (and a tensor endpoint has none)
+            if name in self.fields:
+                self.fields[name].required = False
+
     def call_service(self, data):
-        values = {f: data[f] for f in endpoint_services.ENDPOINT_FIELDS if f in data}
+        kind = data.get("kind") or getattr(self.instance, "kind", None) or "tensor"
+        values = {
+            f: data[f]
+            for f in endpoint_services.ENDPOINT_FIELDS
+            if f in data and not (f in LLM_FIELDS and (kind != "llm" or data[f] in (None, "")))
+        }
         if self.instance.pk is None:  # endpoint_create loads the stable on the pool
             return endpoint_services.endpoint_create(
                 user=self.user,
                 name=data["name"],
                 pool=data["pool"],
                 stable_artifact=data.get("stable_artifact"),
-                kind=data.get("kind") or "tensor",
+                kind=kind,
                 **values,
             )
-        changes = self.given(data, endpoint_services.ENDPOINT_FIELDS)
+        changes = {f: v for f, v in self.given(data, endpoint_services.ENDPOINT_FIELDS).items() if f in values}
         return endpoint_services.endpoint_update(user=self.user, endpoint=self.instance, **changes)
 
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from kernel.errors import Conflict
 from registry.factory import CPU_VARIANTS, VARIANTS
 
 if TYPE_CHECKING:
+    from kernel.errors import Conflict
     from registry.models import Artifact
 
 TENSORRT_CACHE_DIR = "/var/cache/modelplane/tensorrt"
@@ -83,6 +83,7 @@ def name_conflict(*, user, kind: str, name: str, holder_team=None) -> Conflict:
     """The 409 for a create whose `name` is reserved (holder_team None) or held by
     `holder_team`: "already exists in team …" only when `user` may see that team (a member
     or staff), else the reserved word's answer (`name_unavailable`), the same bytes."""
+    from kernel.errors import Conflict  # here: `python -m bench gpu` imports this module and no Django
     from registry.selectors.teams import user_role_in
 
     if holder_team is not None and user_role_in(user=user, team=holder_team) is not None:

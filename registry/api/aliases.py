@@ -59,6 +59,10 @@ def _version(user, model, number: int):
 class AliasViewSet(mixins.ListModelMixin, TeamScopedViewSet):
     serializer_class = AliasSerializer
     pagination_class = None
+    lookup_url_kwarg = "alias"  # DRF's OPTIONS and get_object look for it
+
+    def get_object(self):
+        return self._row()
 
     def get_model(self):
         return model_get(user=self.request.user, name=self.kwargs["model_name"])

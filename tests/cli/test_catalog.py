@@ -73,7 +73,7 @@ def test_models_and_versions(cli_as, alice, bob, team_a, team_b, onnx_path, tmp_
     assert RegisteredModel.objects.get(name="ctr-cli").created_by == alice
 
     again = cli("model", "create", "ctr-cli", "--team", "team-a")
-    assert again.code == exits.API and again.err.startswith("error: name:") and "HTTP 400" in again.err, again
+    assert again.code == exits.API and again.err.startswith("error: name:") and "HTTP 409" in again.err, again
     elsewhere = cli("model", "create", "other", "--team", "team-b")  # not a team alice may create in
     assert elsewhere.code == exits.API and "team" in elsewhere.err, elsewhere
 

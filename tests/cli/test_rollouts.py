@@ -265,9 +265,10 @@ def test_on_a_terminal_the_watch_is_a_live_view_redrawn_in_place(rollout_setup):
     assert proc.wait(30) == exits.TIMEOUT
     screen = b"".join(chunks).decode()
     view = rf"rollout #{rollout_id} ctr · canary step 1/2 \(5%\) · step timer \ds/5s · gen 3\r?\n"
-    view += rf"  stable +{stable_variant(stable)} +90%\r?\n"
-    view += rf"  baseline +{stable_variant(stable)}-baseline +5%\r?\n"
+    # every arm with its role, in the API's `arms` order (the endpoint page's): candidate, baseline, stable
     view += rf"  candidate +v{candidate.version.version}-onnx-fp32 +5%\r?\n"
+    view += rf"  baseline +{stable_variant(stable)}-baseline +5%\r?\n"
+    view += rf"  stable +{stable_variant(stable)} +90%\r?\n"
     view += r"guardrails: judge \x1b\[33minconclusive\x1b\[0m at \d\d:\d\d:\d\d \(step 1/2 \(5%\)\)  p99_slo=\w+"
     assert re.search(view, screen), screen
     assert re.search(r"last decision: \d\d:\d\d:\d\d  loading → canary step 1/2 \(5%\)  candidate READY", screen)

@@ -24,7 +24,8 @@ def test_create_an_endpoint_with_a_refusal_first(live_server, browser_page, depl
     page.goto(f"{live_server.url}/deployments/endpoints/")
     page.click("#new-endpoint")
     page.wait_for_selector("#endpoint-form")
-    assert not page.is_visible("#id_ttft_slo_ms")  # an LLM SLO, shown for kind LLM only
+    # an LLM SLO, shown for kind LLM only (hidden by the form's deferred script once it has run)
+    page.wait_for_selector("#id_ttft_slo_ms", state="hidden", timeout=10_000)
     page.select_option("#id_kind", "llm")
     assert page.is_visible("#id_ttft_slo_ms")
     page.select_option("#id_kind", "tensor")
