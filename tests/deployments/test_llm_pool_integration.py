@@ -17,6 +17,7 @@ from deployments.drivers.base import PoolSpec
 from deployments.drivers.local import LocalDriver
 from deployments.services.reconcile import model_dir_for
 from harness import factories
+from harness import llm as harness_llm
 from kernel import tritonserver
 from registry.models import Task
 from registry.services import llm as llm_services
@@ -25,7 +26,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
 def test_an_uploaded_model_directory_streams_tokens_from_a_pool(alice, team_a, tmp_path):
-    harness_llm = pytest.importorskip("harness.llm", reason="the tiny LLM comes from the llm-model part")
     try:
         tritonserver.find_binary()
     except tritonserver.TritonNotAvailable as exc:

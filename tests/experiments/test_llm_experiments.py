@@ -17,30 +17,21 @@ from experiments.store import default_store
 from harness import factories
 from monitoring.collect import bucket_metric
 from monitoring.services.store import samples_store
-from registry.models import RegisteredModel, Task
 
 pytestmark = pytest.mark.django_db
-LLM_VERSIONS = hasattr(factories, "llm_artifact")  # llm-control's LLM versions are on this branch
 
 TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, float("inf")]
 
 
 @pytest.fixture
-def llm_endpoint(team_a, artifact_factory):
+def llm_endpoint(team_a):
     """An LLM endpoint `chat` whose stable and candidate are versions of one LLM (Triton
-    generate models of uploaded model directories). Until llm-control's LLM versions are on
-    main (factories.llm_artifact), versions of a model whose task is LLM stand in."""
-    if LLM_VERSIONS:
-        stable = factories.llm_artifact(team_a, model_name="chat-llm")
-        candidate = factories.llm_artifact(team_a, model_name="chat-llm")
-    else:
-        stable = artifact_factory(team_a, model_name="chat-llm")
-        RegisteredModel.objects.filter(name="chat-llm").update(task=Task.LLM)
-        candidate = artifact_factory(team_a, model_name="chat-llm")
+    generate models of uploaded model directories)."""
+    stable = factories.llm_artifact(team_a, model_name="chat-llm")
+    candidate = factories.llm_artifact(team_a, model_name="chat-llm")
     pool = factories.pool(team_a, ready_replicas=1)
     endpoint = factories.endpoint(pool, stable, name="chat", kind="llm", ttft_slo_ms=1000, itl_slo_ms=100)
-    if LLM_VERSIONS:
-        factories.pool_model_ready(pool, stable)
+    factories.pool_model_ready(pool, stable)
     return endpoint, stable, candidate
 
 
@@ -91,10 +82,9 @@ def test_experiment_on_an_llm_endpoint_takes_thumbs_up_through_the_feedback_api_
     assert deployer_api.post(f"/api/v1/experiments/{exp.public_id}/start/").json()["state"] == "running"
     control, arm = exp.arms.get(is_control=True), exp.arms.get(is_control=False)
     PoolModel.objects.filter(pool=endpoint.pool).update(state=PoolModelState.READY, replica_ready={"r0": True})
-    if LLM_VERSIONS:  # the route builder's llm_endpoints (llm-control)
-        entry = next(e for e in route_table()["llm_endpoints"] if e["name"] == "chat")  # the gateway splits the arms
-        assert entry["experiment"] == exp.public_id
-        assert {(v["name"], v["role"]) for v in entry["variants"]} == {(control.name, "stable"), (arm.name, "arm")}
+    entry = next(e for e in route_table()["llm_endpoints"] if e["name"] == "chat")  # the gateway splits the arms
+    assert entry["experiment"] == exp.public_id
+    assert {(v["name"], v["role"]) for v in entry["variants"]} == {(control.name, "stable"), (arm.name, "arm")}
 
     t0 = timezone.now() - timedelta(minutes=5)
     _expose(exp, 3, 1, t0)

@@ -14,11 +14,10 @@ import openai
 import pytest
 import requests
 
+from harness import llm
 from harness.gateway import METRICS_TOKEN, start_gateway, stop_gateway
 
 from .conftest import require_triton
-
-llm = pytest.importorskip("harness.llm", reason="the real LLM backends (harness/llm.py) are not merged yet")
 
 pytestmark = pytest.mark.integration
 PROVIDER_KEY = "sk-provider-for-gateway-tests"

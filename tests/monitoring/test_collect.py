@@ -19,8 +19,9 @@ def _interval(metrics: GatewayMetrics, serve, seconds=2.0):
 def test_parses_the_gateways_own_exposition():
     """The gateway's hot-path collector (gateway/metrics.py HotPath) on a private registry:
     the default names and labels read its text."""
-    gateway_metrics = pytest.importorskip("gateway.metrics")
     from prometheus_client import CollectorRegistry, generate_latest
+
+    from gateway import metrics as gateway_metrics
 
     registry = CollectorRegistry()
     hot = gateway_metrics.HotPath(registry=registry)

@@ -31,6 +31,7 @@ from deployments.routes import route_table
 from deployments.services import rollouts as rollout_services
 from harness import factories
 from harness.gateway import METRICS_TOKEN, start_gateway, stop_gateway
+from harness.llm import TritonLLM, sse_data, tiny_llm_dir
 from monitoring.models import Alert, Verdict
 from monitoring.services import canary
 from monitoring.services.collector import metrics_collect
@@ -39,17 +40,6 @@ from registry.names import variant_name
 from tests.gateway.conftest import require_triton
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-# WAITS FOR llm-model (harness/llm.py), llm-gateway (gateway/llm/) and llm-control (LLM
-# versions: factories.llm_artifact; the route builder's llm_endpoints) to be on main: skipped
-# until then (green on a merge of the four branches: 37 s).
-_llm = pytest.importorskip("harness.llm", reason="llm-model's harness/llm.py is not on this branch yet")
-pytest.importorskip("gateway.llm", reason="llm-gateway's gateway/llm/ is not on this branch yet")
-TritonLLM, sse_data, tiny_llm_dir = _llm.TritonLLM, _llm.sse_data, _llm.tiny_llm_dir
-if not hasattr(factories, "llm_artifact"):
-    pytest.skip(
-        "llm-control's LLM versions (factories.llm_artifact) are not on this branch yet", allow_module_level=True
-    )
 
 CHAT = [{"role": "user", "content": "what is the canary?"}]
 

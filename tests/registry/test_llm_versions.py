@@ -137,7 +137,6 @@ def test_an_archive_on_a_tensor_model_is_refused(alice_api, team_a):
 
 
 def test_a_model_directory_becomes_a_version_with_its_triton_artifact(alice_api, llm_model):
-    pytest.importorskip("registry.llm.triton", reason="the Triton generate model writer comes from the llm-model part")
     response = upload(alice_api, tar_gz(hf_files(), prefix="tiny/"), "tiny.tar.gz", cost_per_1k_prompt=0.5)
     assert response.status_code == 201, response.content
     body = response.json()
