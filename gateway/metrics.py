@@ -126,10 +126,14 @@ class HotPath:
         if fault is not CLIENT:
             self._observe(self.latency, (endpoint, variant), seconds)
         if tenant is not None:
-            key = (tenant.team, tenant.id, endpoint, status)
-            counts = self.tenant_requests
-            counts[key] = counts.get(key, 0) + 1
+            self.count_tenant(endpoint, status, tenant)
             self._observe(self.tenant_latency, (tenant.team, tenant.id), seconds)
+
+    def count_tenant(self, endpoint: str, status: int, tenant) -> None:
+        """One request of a key by endpoint and status (the LLM path's too: errors per tenant)."""
+        key = (tenant.team, tenant.id, endpoint, status)
+        counts = self.tenant_requests
+        counts[key] = counts.get(key, 0) + 1
 
     def observe_upstream(self, endpoint: str, variant: str, seconds: float) -> None:
         self._observe(self.upstream, (endpoint, variant), seconds)

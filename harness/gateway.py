@@ -226,7 +226,7 @@ def start_gateway(routes: Path, work: Path, **env) -> tuple[subprocess.Popen, in
         },
     )
     log.close()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a cold start on a loaded 2-core machine takes tens of seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError((work / f"gateway-{port}.log").read_text()[-3000:])

@@ -44,9 +44,19 @@ def cell(value) -> str:
         return f"{value:.4g}"
     if isinstance(value, (list, tuple)):
         return ",".join(cell(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    if isinstance(value, dict):  # e.g. a version's metrics: floats at 4 significant digits, as the pages round them
+        return json.dumps(_rounded(value), separators=(",", ":"), sort_keys=True)
     return str(value).replace("\n", " ")
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value
 
 
 def table(rows: list[dict], columns: list[tuple[str, str]], *, empty: str = "(none)") -> str:

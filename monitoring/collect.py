@@ -50,7 +50,7 @@ class GatewayNames:
     shadow_latency: str = "shadow_duration_seconds"
     prediction_score: str = "prediction_score"  # gateway/scores.py: 10 equal buckets over [0, 1]
     in_flight: str = "in_flight_requests"
-    # LLM endpoints (gateway/llm/, names in LLM_CONTRACT.md): counters are exposed with "_total"
+    # LLM endpoints (gateway/llm/, names in gateway/llm/metrics.py): counters are exposed with "_total"
     llm_requests: str = "llm_requests_total"  # {endpoint, variant, status, fault}
     llm_ttft: str = "llm_ttft_seconds"  # histogram: arrival -> first token sent
     llm_itl: str = "llm_itl_seconds"  # histogram: gap between consecutive streamed chunks
@@ -58,6 +58,7 @@ class GatewayNames:
     llm_tokens: str = "llm_tokens_total"  # {endpoint, variant, team, key, kind: prompt|completion}
     llm_cost: str = "llm_cost_total"  # {endpoint, variant, team, key}
     llm_fallbacks: str = "llm_fallbacks_total"  # {endpoint, backend, reason}: no variant label
+    llm_rescued: str = "llm_rescued_total"  # {endpoint, variant, reason}: the variant's own backends failed it
     llm_streams: str = "llm_streams_in_flight"  # gauge {endpoint}
     token_kind_label: str = "kind"
     backend_fault: str = "backend"
@@ -166,6 +167,7 @@ def gateway_families(names: GatewayNames = GatewayNames()) -> tuple[str, ...]:
             names.llm_tokens,
             names.llm_cost,
             names.llm_fallbacks,
+            names.llm_rescued,
             names.llm_streams,
         )
     )
@@ -203,6 +205,7 @@ def gateway_snapshot_samples(samples, names: GatewayNames = GatewayNames()) -> d
         names.name(names.llm_tokens): "llm_tokens",
         names.name(names.llm_cost): "llm_cost",
         names.name(names.llm_fallbacks): "llm_fallbacks",
+        names.name(names.llm_rescued): "llm_rescued",
     }
     out: dict[str, float] = defaultdict(float)
     for name, labels, value in samples:
@@ -262,6 +265,10 @@ def _llm_sample(out: dict, kind: str, labels: dict, value: float, names: Gateway
         out[_key("cost", endpoint, variant)] += value
     elif kind == "llm_fallbacks":
         out[_key("llm_fallbacks", endpoint, ALL_VARIANTS)] += value
+    elif kind == "llm_rescued":
+        # served by the endpoint's fallbacks (under variant "fallback"): for the judge one failed
+        # request of the variant whose own backends could not serve it, as a tensor failover is
+        out[_key("llm_req", endpoint, variant, "error")] += value
 
 
 def _is_error_status(status: str, names: GatewayNames) -> bool:
@@ -457,8 +464,8 @@ LLM_COUNTS = (
 
 
 def derive_llm(totals: Totals) -> dict[str, float]:
-    """The LLM metrics of one endpoint x variant for one tick (LLM_CONTRACT.md "Stored
-    metrics"): llm_requests, llm_errors, llm_error_rate, llm_request_rate; ttft_/itl_ p50 and p99 with their
+    """The LLM metrics of one endpoint x variant for one tick (from gateway/llm/metrics.py's families;
+    stored: llm_requests, llm_errors, llm_error_rate, llm_request_rate; ttft_/itl_ p50 and p99 with their
     per-bucket counts (`ttft_bucket:<le>`, `itl_bucket:<le>`: what the judge's rank tests
     and SLO guardrails read, monitoring/llm_checks.py); queue time; tokens, tokens/s
     (completion tokens over the interval) and cost in the interval."""

@@ -12,6 +12,8 @@ Why this is one long module: the endpoint serializers carry the LLM settings (is
 beside the tensor ones, and endpoints, rollouts and the route table view share them.
 """
 
+from django.contrib.auth.models import Permission
+from django.db.models import Q
 from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, permissions, serializers
 from rest_framework.decorators import action
@@ -387,10 +389,23 @@ class RolloutViewSet(RolloutStatusRetryMixin, mixins.ListModelMixin, mixins.Retr
 
 
 class CanReadRoutes(permissions.BasePermission):
-    message = "Reading the route table needs the deployments.read_routes permission (the gateway's service account)."
+    """The route table carries the LLM provider secrets' values (the gateway calls providers
+    with them), so only an account granted deployments.read_routes itself or through a group
+    reads it: a superuser's implied permissions do not count (an admin never sees a secret
+    again after storing it)."""
+
+    message = (
+        "Reading the route table needs the deployments.read_routes permission granted to this account or one of "
+        "its groups (the gateway's service account); a superuser's implied permissions are not enough: the table "
+        "holds provider secrets."
+    )
 
     def has_permission(self, request, view):
-        return bool(request.user and request.user.is_authenticated and request.user.has_perm("deployments.read_routes"))
+        user = request.user
+        if not (user and user.is_authenticated and user.is_active):
+            return False
+        granted = Permission.objects.filter(codename="read_routes", content_type__app_label="deployments")
+        return granted.filter(Q(user=user) | Q(group__user=user)).exists()
 
 
 class GatewayRoutesView(APIView):

@@ -1,6 +1,7 @@
 """What an API request names as an artifact: an id, or a model URI (`models:/ctr@champion`,
 `models:/ctr/3`) whose version's servable artifact is meant. The endpoint create, rollout
-start and release start fields share it, so the CLI may pass a URI through unchanged."""
+start and experiment create fields share it (release start resolves its version with the same
+resolver), so the CLI passes a URI through unchanged (modelplane_cli/commands/common.py)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from deployments.rollout_machine import FULL_BP
-from deployments.selectors import pools as pool_selectors
 from deployments.selectors import rollouts as endpoint_selectors
+from deployments.selectors.artifact_refs import artifact_for_ref
 from deployments.selectors.keys import inference_key_for_endpoint
 from experiments import feedback as feedback_parse
 from experiments.api.results_schema import ExperimentResultsSerializer
@@ -24,7 +24,7 @@ from experiments.services import feedback as feedback_services
 from experiments.services import online as services
 from kernel.api import created
 from kernel.errors import InvalidInput, NotFound
-from kernel.serializers import StrictCharField, StrictModelSerializer, StrictSlugField
+from kernel.serializers import IdOrModelUriField, StrictCharField, StrictModelSerializer, StrictSlugField
 from kernel.viewsets import TeamScopedViewSet
 from registry.selectors.teams import user_role_in
 
@@ -81,7 +81,11 @@ class ExperimentCreateSerializer(serializers.Serializer):
     name = StrictSlugField(max_length=64)
     hypothesis = StrictCharField(required=False, allow_blank=True, default="")
     candidates = serializers.ListField(
-        child=serializers.IntegerField(), min_length=1, max_length=8, help_text="Artifact ids of the candidate arms."
+        child=IdOrModelUriField(),
+        min_length=1,
+        max_length=8,
+        help_text="The candidate arms: artifact ids or model URIs (models:/ctr@challenger: that version's servable "
+        "artifact in the stable's variant).",
     )
     allocation_bp = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=FULL_BP),
@@ -145,14 +149,10 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
                 field="endpoint",
                 code="endpoint_not_found",
             ) from None
-        candidates = []
-        for artifact_id in data.pop("candidates"):
-            try:
-                candidates.append(pool_selectors.artifact_get(user=request.user, artifact_id=artifact_id))
-            except NotFound:
-                raise InvalidInput(
-                    f"candidates: no artifact with id {artifact_id}.", field="candidates", code="artifact_not_found"
-                ) from None
+        candidates = [
+            artifact_for_ref(user=request.user, ref=ref, field="candidates", endpoint=endpoint)
+            for ref in data.pop("candidates")
+        ]
         experiment = services.experiment_create(user=request.user, endpoint=endpoint, candidates=candidates, **data)
         return created(OnlineExperimentSerializer(experiment).data)
 

@@ -22,9 +22,12 @@ client's backpressure reaches the backend through TCP), speaks TLS (external pro
 closes the connection when the response is released early (a client that went away cancels
 its generation upstream). Its per-request cost (~0.25 ms) is small beside a generation.
 
-SSE framing: a strict line parser (WHATWG's rules: `data:` lines joined by \\n, a blank line
-ends an event, `:` comments and other fields ignored), lines bounded by MAX_LINE and events by
-MAX_EVENT; no maintained SSE parser ships with the project's dependencies.
+SSE framing: httpx2's EventSource (httpx2 is the maintained successor of httpx, its SSE support
+derived from httpx-sse) over aiohttp's body, through httpx2's public Response with a streamed
+body: it checks the content type (a 200 that is not `text/event-stream`, say a server that
+ignored `stream: true` and sent JSON, is the backend's failure: the request falls back), splits
+lines as the WHATWG rules say (LF, CR, CRLF), joins `data:` lines, skips comments and other
+fields, and bounds an event (with its pending line) at MAX_EVENT bytes.
 """
 
 from __future__ import annotations
@@ -32,11 +35,10 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import httpx2
 import orjson
-from aiohttp.http_exceptions import HttpProcessingError
 
-MAX_LINE = 256 * 1024
-MAX_EVENT = 1024 * 1024
+MAX_EVENT = 1024 * 1024  # bytes of one event, its unfinished line included
 MAX_ERROR_BODY = 16 * 1024
 
 
@@ -60,34 +62,29 @@ class Piece:
         self.completion_tokens = completion_tokens
 
 
-async def sse_events(content: aiohttp.StreamReader):
-    """The data of each server-sent event (bytes), strictly framed and bounded."""
-    data: list[bytes] = []
-    size = 0
-    while True:
-        try:
-            line = await content.readline(max_line_length=MAX_LINE)
-        except (ValueError, HttpProcessingError) as exc:
-            raise BackendFailure("protocol", f"a server-sent event line longer than {MAX_LINE} bytes") from exc
-        if not line:
-            if data:
-                yield b"\n".join(data)
-            return
-        line = line.rstrip(b"\r\n") if line.endswith(b"\n") else line
-        if not line:
-            if data:
-                yield b"\n".join(data)
-                data, size = [], 0
-            continue
-        if line.startswith(b":"):
-            continue
-        name, _, value = line.partition(b":")
-        if name == b"data":
-            value = value[1:] if value.startswith(b" ") else value
-            size += len(value)
-            if size > MAX_EVENT:
-                raise BackendFailure("protocol", f"a server-sent event larger than {MAX_EVENT} bytes")
-            data.append(value)
+async def sse_events(resp: aiohttp.ClientResponse):
+    """The data of each server-sent event of `resp` (str), bounded; BackendFailure("protocol")
+    for a reply that is not an event stream or an event past MAX_EVENT."""
+    response = httpx2.Response(
+        resp.status,
+        headers={"content-type": resp.headers.get("Content-Type", "")},  # aiohttp has decoded the body
+        content=_chunks(resp.content),
+        request=httpx2.Request("POST", str(resp.url)),
+    )
+    try:
+        async for event in httpx2.EventSource(response, max_event_size=MAX_EVENT):
+            if event.data:  # an event of other fields only (a named ping) carries nothing to read
+                yield event.data
+    except httpx2.SSEError as exc:
+        raise BackendFailure("protocol", f"the backend's reply is not a readable event stream: {exc}"[:300]) from None
+    except UnicodeDecodeError:
+        raise BackendFailure("protocol", "the backend's event stream is not UTF-8") from None
+
+
+async def _chunks(content: aiohttp.StreamReader):
+    """The body as it arrives (aiohttp pauses the socket past its high-water mark: backpressure)."""
+    async for chunk in content.iter_any():
+        yield chunk
 
 
 def _int(value):
@@ -202,7 +199,7 @@ class Attempt:
         stops = self.req.stop
         hold = max((len(s) for s in stops), default=1) - 1
         pending = ""
-        async for data in sse_events(self.resp.content):
+        async for data in sse_events(self.resp):
             event = _event(data)
             error = event.get("error")
             if error is not None:
@@ -226,9 +223,9 @@ class Attempt:
     async def _openai(self):
         chat = self.req.chat
         done = False
-        async for data in sse_events(self.resp.content):
+        async for data in sse_events(self.resp):
             # after [DONE] the body ends (read to its end so the connection can be reused)
-            if done or data == b"[DONE]":
+            if done or data == "[DONE]":
                 done = True
                 continue
             event = _event(data)
@@ -267,7 +264,7 @@ class Attempt:
                 resp.close()  # an unfinished stream's connection is closed (the backend sees the cancel)
 
 
-def _event(data: bytes) -> dict:
+def _event(data: str) -> dict:
     try:
         event = orjson.loads(data)
     except orjson.JSONDecodeError:

@@ -15,6 +15,14 @@ clients raise as an APIError) and `data: [DONE]`; a reply that is not streamed g
 A client that goes away cancels the handler (httpserver's `cancellable`): the upstream
 connection is closed at once, so the backend stops generating.
 
+A request its variant's own backends did not serve (they failed before the first token, or
+every replica's breaker is open) and the endpoint's fallbacks did is the variant's failure
+for the judge: `gateway_llm_rescued{endpoint,variant,reason}` counts it, and its outcome,
+TTFT, ITL and tokens go under variant="fallback" (FALLBACK), so a canary whose backend is
+dead is neither timed on another backend's tokens nor seen as healthy because the fallbacks
+answered for it. Each key's requests by status (errors per tenant) go to the tensor path's
+gateway_tenant_requests, and its TTFT and ITL to gateway_llm_tenant_*_seconds.
+
 Why this is one long module: the request's life (admission, attempts, the two
 reply shapes, the accounting every exit must do once) shares one set of locals; split, each
 part would pass all of them around.
@@ -49,6 +57,9 @@ PATHS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models"
 SSE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 MAX_REPLY_CHARS = 16 << 20  # a reply that is not streamed is held whole: bounded whatever the backend sends
+FALLBACK = "fallback"  # the variant label of requests the endpoint's fallbacks served (never a variant's name: v<n>-…)
+TAIL_S = 5.0  # after the finish: how long the backend may take to send its usage and end the stream
+UPSTREAM_CONNECTIONS = 4096  # connections to LLM backends at once, in this worker (one per stream in flight)
 
 
 class LlmService:
@@ -57,9 +68,10 @@ class LlmService:
         self.metrics = LlmMetrics()
         self.breakers = Breakers(gateway.settings, gateway.llm_states)  # its `failed`; no probe loop (routing.py)
         self.session: aiohttp.ClientSession | None = None
+        self.closing: set[asyncio.Task] = set()  # upstream streams being closed (a task is kept until it ran)
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0)
+        connector = aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS, keepalive_timeout=30.0)
         self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
 
     async def close(self) -> None:
@@ -138,8 +150,10 @@ class LlmService:
             admission = quotas.admit(tenant, t0, cost) if tenant is not None else None
         except LlmError as exc:
             self.metrics.done(name, variant_name, exc.status, BACKEND if exc.status >= 500 else CLIENT)
-            if exc.status == 429 and tenant is not None:  # a key over its limits, as on the tensor path
-                AUTH_REJECTIONS.labels(name, tenant.team, tenant.id, exc.code).inc()
+            if tenant is not None:
+                self.gateway.hot.count_tenant(name, exc.status, tenant)
+                if exc.status == 429:  # a key over its limits, as on the tensor path
+                    AUTH_REJECTIONS.labels(name, tenant.team, tenant.id, exc.code).inc()
             return reply(exc, rid)
         variant = ep.choose(sticky)
         call = Call(self, ep, variant, req, tenant, admission, rid, t0, t0 + timeout, cost, sticky)
@@ -166,6 +180,19 @@ class LlmService:
                 call.finish()
 
 
+def _given_up(ep, last: BackendFailure | None, saw_replica: bool) -> LlmError:
+    """The error of a request no backend served."""
+    if not saw_replica:
+        return LlmError(
+            503, "no_ready_backend", f"no backend of model {ep.name!r} can serve now (all cooling down)", None, 1.0
+        )
+    if last is not None and last.reason == "429":
+        return LlmError(429, "upstream_rate_limited", f"every backend is rate limited: {last.message}", None, 1.0)
+    if last is not None and last.reason == "timeout":
+        return LlmError(504, "first_token_timeout", f"no backend gave a first token: {last.message}")
+    return LlmError(502, "upstream_error", f"no backend could serve: {last.message if last else 'none'}")
+
+
 class Call:
     """One LLM request from its first attempt to its accounting (done once, in `finish`)."""
 
@@ -173,6 +200,7 @@ class Call:
         self.service, self.ep, self.variant, self.req = service, ep, variant, req
         self.tenant, self.admission, self.rid, self.t0, self.deadline = tenant, admission, rid, t0, deadline
         self.cost, self.sticky = cost, sticky
+        self.label = variant.name  # FALLBACK once the endpoint's fallbacks serve it
         self.metrics: LlmMetrics = service.metrics
         self.attempt: Attempt | None = None
         self.backend = None
@@ -198,6 +226,8 @@ class Call:
         prefix = self.sticky.encode("utf-8", "surrogatepass") if self.sticky else routing.prefix_of(ep, req.rendered)
         last: BackendFailure | None = None
         saw_replica = False
+        own = self.variant.backends
+        own_failure = "cooldown"  # what kept the variant's own backends from serving (none tried: breakers open)
         for backend in routing.chain(ep, self.variant):
             excluded = []
             for _ in range(routing.MAX_REPLICAS_PER_BACKEND):
@@ -209,35 +239,14 @@ class Call:
                 remaining = self.deadline - perf_counter()
                 if remaining <= 0:
                     raise LlmError(504, "deadline_exceeded", "the request's deadline passed before a backend answered")
-                routing.taken(replica, breakers.cooldown_s)
-                replica.outstanding += 1
-                replica.tokens += self.cost
-                attempt = Attempt(self.service.session, backend, replica, req)
-                pieces = attempt.pieces()
-                queued = perf_counter() - self.t0  # arrival -> this attempt's request sent
-                try:
-                    async with asyncio.timeout(min(ep.first_token_timeout_s, remaining)):
-                        await attempt.open()
-                        try:
-                            piece = await anext(pieces)
-                        except StopAsyncIteration:
-                            piece = Piece("", "stop")
-                except TimeoutError:
-                    last = BackendFailure("timeout", f"no first token within {ep.first_token_timeout_s * 1000:g} ms")
-                except BackendFailure as failure:
-                    last = failure
-                except BaseException:
-                    self._release(attempt, replica)
-                    await pieces.aclose()
-                    raise
-                else:
-                    self.metrics.observe(self.metrics.queue, (ep.name, self.variant.name), queued)
-                    routing.succeeded(replica)
-                    self.attempt, self.backend, self.pieces, self.first_piece = attempt, backend, pieces, piece
-                    self._count(piece)
+                outcome = await self._attempt(backend, replica, remaining)
+                if not isinstance(outcome, BackendFailure):
+                    if not any(backend is b for b in own):
+                        self.label = FALLBACK
+                        self.metrics.rescue(ep.name, self.variant.name, own_failure)
+                    self.metrics.observe(self.metrics.queue, (ep.name, self.label), outcome)
                     return
-                self._release(attempt, replica)
-                await pieces.aclose()
+                last = outcome
                 if last.reason == "refused":
                     if last.status in (400, 413, 422):
                         raise LlmError(400, "backend_refused", last.message)
@@ -246,15 +255,43 @@ class Call:
                 reason = "5xx" if last.reason == "protocol" else last.reason
                 routing.failed(replica, breakers, refused=reason == "connect")
                 self.metrics.fallback(ep.name, backend.id, reason)
-        if not saw_replica:
-            raise LlmError(
-                503, "no_ready_backend", f"no backend of model {ep.name!r} can serve now (all cooling down)", None, 1.0
-            )
-        if last is not None and last.reason == "429":
-            raise LlmError(429, "upstream_rate_limited", f"every backend is rate limited: {last.message}", None, 1.0)
-        if last is not None and last.reason == "timeout":
-            raise LlmError(504, "first_token_timeout", f"no backend gave a first token: {last.message}")
-        raise LlmError(502, "upstream_error", f"no backend could serve: {last.message if last else 'none'}")
+                if any(backend is b for b in own):
+                    own_failure = reason
+        raise _given_up(ep, last, saw_replica)
+
+    async def _attempt(self, backend, replica, remaining: float):
+        """One attempt up to its first token: the queue time (arrival -> request sent) when it
+        gave one (the Call then holds the attempt), else the BackendFailure (released)."""
+        ep = self.ep
+        routing.taken(replica, self.service.breakers.cooldown_s)
+        replica.outstanding += 1
+        replica.tokens += self.cost
+        attempt = Attempt(self.service.session, backend, replica, self.req)
+        pieces = attempt.pieces()
+        queued = perf_counter() - self.t0
+        try:
+            async with asyncio.timeout(min(ep.first_token_timeout_s, remaining)):
+                await attempt.open()
+                try:
+                    piece = await anext(pieces)
+                except StopAsyncIteration:
+                    piece = Piece("", "stop")
+        except TimeoutError:
+            failure = BackendFailure("timeout", f"no first token within {ep.first_token_timeout_s * 1000:g} ms")
+        except BackendFailure as exc:
+            failure = exc
+        except BaseException:
+            self._release(attempt, replica)
+            await pieces.aclose()
+            raise
+        else:
+            routing.succeeded(replica)
+            self.attempt, self.backend, self.pieces, self.first_piece = attempt, backend, pieces, piece
+            self._count(piece)
+            return queued
+        self._release(attempt, replica)
+        await pieces.aclose()
+        return failure
 
     def _release(self, attempt: Attempt, replica) -> None:
         attempt.close()
@@ -283,12 +320,14 @@ class Call:
         return piece
 
     async def _rest(self) -> None:
-        """After the finish: what the backend still sends (its usage), text ignored, to its end."""
+        """After the finish: what the backend still sends (its usage), text ignored, to its end;
+        a backend that stalls there is left after TAIL_S (the reply goes out without its usage)."""
         chars = self.text_chars
         try:
-            while True:
-                await self._next()
-        except StopAsyncIteration:
+            async with asyncio.timeout(TAIL_S):
+                while True:
+                    await self._next()
+        except (StopAsyncIteration, TimeoutError):
             pass
         self.text_chars = chars
 
@@ -308,7 +347,7 @@ class Call:
         prompt = self.prompt_tokens if self.prompt_tokens is not None else self.req.prompt_estimate
         completion = self.completion_tokens
         if completion is None:
-            completion = estimate_tokens("x" * self.text_chars)
+            completion = estimate_tokens(self.text_chars)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _finish_reason(self) -> str:
@@ -335,8 +374,9 @@ class Call:
 
     async def events(self):
         """The SSE reply: the first token's chunk, one chunk per piece, the finish, usage, [DONE]."""
-        ep_v = (self.ep.name, self.variant.name)
+        ep_v = (self.ep.name, self.label)
         metrics = self.metrics
+        tenant = None if self.tenant is None else (self.tenant.team, self.tenant.id)
         piece = self.first_piece
         first = True
         last_sent = 0.0
@@ -346,8 +386,12 @@ class Call:
                     now = perf_counter()
                     if first:
                         metrics.observe(metrics.ttft, ep_v, now - self.t0)
+                        if tenant is not None:
+                            metrics.observe(metrics.tenant_ttft, tenant, now - self.t0)
                     else:
                         metrics.observe(metrics.itl, ep_v, now - last_sent, ITL_BUCKETS)
+                        if tenant is not None:
+                            metrics.observe(metrics.tenant_itl, tenant, now - last_sent, ITL_BUCKETS)
                     last_sent = now
                     yield self._chunk(piece.text, None, first)
                     first = False
@@ -379,8 +423,10 @@ class Call:
 
     async def collect(self):
         """The whole reply of a request that did not ask for a stream."""
-        ep_v = (self.ep.name, self.variant.name)
-        self.metrics.observe(self.metrics.ttft, ep_v, perf_counter() - self.t0)
+        ttft = perf_counter() - self.t0
+        self.metrics.observe(self.metrics.ttft, (self.ep.name, self.label), ttft)
+        if self.tenant is not None:
+            self.metrics.observe(self.metrics.tenant_ttft, (self.tenant.team, self.tenant.id), ttft)
         parts = [self.first_piece.text]
         piece = self.first_piece
         try:
@@ -425,13 +471,18 @@ class Call:
             backend = self.backend
             cost = usage["prompt_tokens"] * backend.cost_prompt + usage["completion_tokens"] * backend.cost_completion
             self.metrics.usage(
-                ep.name, variant.name, self.tenant, usage["prompt_tokens"], usage["completion_tokens"], cost
+                ep.name, self.label, self.tenant, usage["prompt_tokens"], usage["completion_tokens"], cost
             )
             if self.status == 200 and ep.experiment:  # the assigned arm (intention to treat)
                 self.service.gateway.exposures.record(self.rid, ep.experiment, ep.name, variant.name, self.sticky, None)
         if self.pieces is not None:
             pieces, self.pieces = self.pieces, None
-            asyncio.get_running_loop().create_task(pieces.aclose())  # its connection is closed already
+            task = asyncio.get_running_loop().create_task(pieces.aclose())  # its connection is closed already
+            closing = self.service.closing
+            closing.add(task)
+            task.add_done_callback(closing.discard)
         if self.admission is not None:
             quotas.finish(self.admission, used)
-        self.metrics.done(ep.name, variant.name, self.status, self.fault)
+        self.metrics.done(ep.name, self.label, self.status, self.fault)
+        if self.tenant is not None:
+            self.service.gateway.hot.count_tenant(ep.name, self.status, self.tenant)

@@ -1,4 +1,4 @@
-"""The LLM metric families (LLM_CONTRACT.md; the collector and the canary judge read them),
+"""The LLM metric families (the collector and the canary judge read them),
 kept as plain ints and lists like metrics.HotPath and rendered only when /metrics is scraped:
 
   gateway_llm_requests{endpoint,variant,status,fault}      counter (fault none|client|backend)
@@ -10,7 +10,18 @@ kept as plain ints and lists like metrics.HotPath and rendered only when /metric
   gateway_llm_tokens{endpoint,variant,team,key,kind}       kind prompt|completion; "" for public calls
   gateway_llm_cost{endpoint,variant,team,key}              from the backend's cost_per_1k_*
   gateway_llm_fallbacks{endpoint,backend,reason}           reason connect|timeout|429|5xx
+  gateway_llm_rescued{endpoint,variant,reason}             requests of `variant` its own backends did
+                                                           not serve (reason connect|timeout|429|5xx|
+                                                           cooldown) and the endpoint's fallbacks did:
+                                                           the judge counts each as one failed request
+                                                           of the variant (their outcome, TTFT and ITL
+                                                           are under variant="fallback")
+  gateway_llm_tenant_ttft_seconds{team,key}                TTFT of authenticated keys' requests
+  gateway_llm_tenant_itl_seconds{team,key}                 ITL of authenticated keys' streams
   gateway_llm_streams_in_flight{endpoint}                  gauge
+
+Requests per key and status (errors per tenant) are the tensor path's family,
+gateway_tenant_requests{team,key,endpoint,status} (gateway/metrics.py HotPath.count_tenant).
 """
 
 from __future__ import annotations
@@ -53,6 +64,9 @@ class LlmMetrics:
         self.tokens: dict[tuple, int] = {}
         self.cost: dict[tuple, float] = {}
         self.fallbacks: dict[tuple, int] = {}
+        self.rescued: dict[tuple, int] = {}
+        self.tenant_ttft: dict[tuple, list] = {}
+        self.tenant_itl: dict[tuple, list] = {}
         self.streams: dict[str, int] = {}
         if registry is not None:
             registry.register(self)
@@ -79,6 +93,10 @@ class LlmMetrics:
     def fallback(self, endpoint: str, backend: str, reason: str) -> None:
         key = (endpoint, backend, reason)
         self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
+
+    def rescue(self, endpoint: str, variant: str, reason: str) -> None:
+        key = (endpoint, variant, reason)
+        self.rescued[key] = self.rescued.get(key, 0) + 1
 
     def collect(self):
         requests = CounterMetricFamily(
@@ -118,6 +136,23 @@ class LlmMetrics:
         for labels, count in list(self.fallbacks.items()):
             fallbacks.add_metric(list(labels), count)
         yield fallbacks
+        rescued = CounterMetricFamily(
+            "gateway_llm_rescued",
+            "Requests of a variant its own backends did not serve (connect|timeout|429|5xx|cooldown), served by the "
+            "endpoint's fallbacks",
+            labels=["endpoint", "variant", "reason"],
+        )
+        for labels, count in list(self.rescued.items()):
+            rescued.add_metric(list(labels), count)
+        yield rescued
+        yield _histogram(
+            "gateway_llm_tenant_ttft_seconds", "Time to first token of authenticated keys", self.tenant_ttft, BUCKETS,
+            ("team", "key"),
+        )  # fmt: skip
+        yield _histogram(
+            "gateway_llm_tenant_itl_seconds", "Inter-token latency of authenticated keys' streams", self.tenant_itl,
+            ITL_BUCKETS, ("team", "key"),
+        )  # fmt: skip
         streams = GaugeMetricFamily("gateway_llm_streams_in_flight", "LLM requests in progress", labels=["endpoint"])
         for endpoint, count in list(self.streams.items()):
             streams.add_metric([endpoint], count)
@@ -127,15 +162,17 @@ class LlmMetrics:
         return []
 
 
-def _histogram(name: str, documentation: str, table: dict, buckets=BUCKETS) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, documentation, labels=["endpoint", "variant"])
+def _histogram(
+    name: str, documentation: str, table: dict, buckets=BUCKETS, labels=("endpoint", "variant")
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation, labels=list(labels))
     n = len(buckets)
-    for (endpoint, variant), slots in list(table.items()):
+    for (first, second), slots in list(table.items()):
         cumulative, total = [], 0
         for bound, count in zip(buckets, slots):
             total += count
             cumulative.append((floatToGoString(bound), total))
         total += slots[n]
         cumulative.append(("+Inf", total))
-        family.add_metric([endpoint, variant], cumulative, slots[-1])
+        family.add_metric([first, second], cumulative, slots[-1])
     return family

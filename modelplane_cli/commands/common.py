@@ -12,6 +12,27 @@ from modelplane_cli.exits import CliError
 from modelplane_cli.output import table
 
 
+class IdOrModelUri(click.ParamType):
+    """An id, or a model URI (`models:/ctr@champion`, `models:/ctr/3`) passed to the API as
+    written: the server resolves it (deployments/selectors/artifact_refs.py) and says what is
+    wrong with one it cannot."""
+
+    name = "ID|models:/NAME@ALIAS"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        if text.startswith("models:/"):
+            return text
+        self.fail(f"give an id or a model URI (models:/NAME@ALIAS or models:/NAME/VERSION), not {text!r}", param, ctx)
+
+
+ID_OR_MODEL_URI = IdOrModelUri()
+
+
 def list_options(command):
     """--page, --page-size, --all for list commands."""
     command = click.option("--all", "everything", is_flag=True, help="Follow every page.")(command)

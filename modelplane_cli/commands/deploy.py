@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from modelplane_cli.commands.common import list_options, segment, show_page
+from modelplane_cli.commands.common import ID_OR_MODEL_URI, list_options, segment, show_page
 from modelplane_cli.output import fields, table, when
 from modelplane_cli.state import json_option, pass_state
 
@@ -114,10 +114,12 @@ def endpoint_get(state, name):
 @click.option("--pool", "pool_name", required=True, help="A serving pool of your team.")
 @click.option(
     "--stable-artifact",
-    type=int,
+    type=ID_OR_MODEL_URI,
     required=True,
-    help="Id of the servable artifact to serve (`modelplane artifact list VERSION_ID`).",
+    help="The servable artifact to serve: its id (`modelplane artifact list VERSION_ID`) or a model URI "
+    "(models:/ctr@champion, models:/ctr/3).",
 )
+@click.option("--stable-variant", default=None, help="With a model URI: which variant (e.g. onnx-fp32).")
 @click.option("--slo-p99-ms", type=float, help="p99 latency objective in ms (the judge's guardrail).")
 @click.option("--slo-error-rate", type=float, help="Error-rate objective, a fraction (0.01 = 1 %).")
 @click.option("--psi-threshold", type=float, help="Prediction-drift limit (PSI).")

@@ -12,7 +12,7 @@ import click
 
 from modelplane_cli import exits
 from modelplane_cli.commands.builds import wait_options
-from modelplane_cli.commands.common import list_options, show_page
+from modelplane_cli.commands.common import ID_OR_MODEL_URI, list_options, show_page
 from modelplane_cli.exits import CliError
 from modelplane_cli.output import Output, clock, fields, when
 from modelplane_cli.state import json_option, pass_state
@@ -164,7 +164,12 @@ def experiment_results(state, experiment_id):
 @click.argument("endpoint_name")
 @click.argument("name")
 @click.option(
-    "--candidate", "candidates", type=int, multiple=True, required=True, help="Artifact id of a candidate arm (repeat)."
+    "--candidate",
+    "candidates",
+    type=ID_OR_MODEL_URI,
+    multiple=True,
+    required=True,
+    help="A candidate arm (repeat): an artifact id or a model URI (models:/ctr@challenger).",
 )
 @click.option("--allocation", help="Percent per arm, control first, e.g. 50,50 (default: equal).")
 @click.option("--hypothesis", default="", help="What you expect, in words.")

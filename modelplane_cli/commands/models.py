@@ -1,5 +1,6 @@
-"""Models and versions: register a model, upload an ONNX file or link an MLflow model as a
-version, list and get both."""
+"""Models, versions and aliases: register a model, upload an ONNX file or link an MLflow model
+as a version, list and get both; point an alias (`@champion`) at a version, move it, delete
+it, and resolve a model URI as the API does."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import click
 
 from modelplane_cli.commands.common import key_values, list_options, segment, show_page, size
-from modelplane_cli.output import bar, fields, when
+from modelplane_cli.output import bar, fields, table, when
 from modelplane_cli.state import json_option, pass_state
 
 MODEL_COLUMNS = [
@@ -271,6 +272,67 @@ def version_llm_upload(state, model_name, archive, context_length):
     )
 
 
+# --- aliases -------------------------------------------------------------------------------
+ALIAS_COLUMNS = [
+    ("alias", "alias"),
+    ("version", "version"),
+    ("id", "version_id"),
+    ("uri", "uri"),
+    ("by", "updated_by"),
+    ("updated", "updated_at"),
+]
+
+
+@click.group()
+def alias():
+    """Version aliases (MLflow's @champion / @challenger): models:/NAME@ALIAS wherever an id goes."""
+
+
+@alias.command("list")
+@click.argument("model_name")
+@json_option
+@pass_state
+def alias_list(state, model_name):
+    """A model's aliases and the versions they name."""
+    rows = state.api.get(f"models/{segment(model_name)}/aliases/")
+    state.out.result(rows, lambda data: table(data, ALIAS_COLUMNS, empty=f"{model_name} has no aliases."))
+
+
+@alias.command("set")
+@click.argument("model_name")
+@click.argument("alias_name", metavar="ALIAS")
+@click.argument("version_number", metavar="VERSION", type=click.IntRange(min=1))
+@json_option
+@pass_state
+def alias_set(state, model_name, alias_name, version_number):
+    """Point ALIAS at VERSION (a version number) of MODEL_NAME, or move it there (an audit event either way)."""
+    row = state.api.post(f"models/{segment(model_name)}/aliases/", {"alias": alias_name, "version": version_number})
+    state.out.result(row, lambda a: f"{a['uri']} -> version {a['version']} (id {a['version_id']}).")
+
+
+@alias.command("delete")
+@click.argument("model_name")
+@click.argument("alias_name", metavar="ALIAS")
+@json_option
+@pass_state
+def alias_delete(state, model_name, alias_name):
+    """Delete ALIAS of MODEL_NAME (the version stays)."""
+    state.api.request("DELETE", f"models/{segment(model_name)}/aliases/{segment(alias_name)}/")
+    state.out.result(
+        {"model": model_name, "alias": alias_name, "deleted": True},
+        lambda _: f"Deleted models:/{model_name}@{alias_name}.",
+    )
+
+
+@alias.command("resolve")
+@click.argument("uri", metavar="MODEL_URI")
+@json_option
+@pass_state
+def alias_resolve(state, uri):
+    """The version a model URI names (models:/NAME@ALIAS or models:/NAME/VERSION), as rollouts resolve it."""
+    state.out.result(state.api.get("versions/resolve/", uri=uri), _version_text)
+
+
 def _version_text(v: dict) -> str:
     signature = v.get("signature") or {}
     tensors = [f"{t.get('name')} {t.get('dtype')} {t.get('shape')}" for t in signature.get("inputs", [])]
@@ -286,10 +348,11 @@ def _version_text(v: dict) -> str:
             *([("llm", f"{v['llm']['kind']}, context {v['llm']['context_length']}")] if v.get("llm") else []),
             ("inputs", "; ".join(tensors)),
             ("outputs", "; ".join(outputs)),
+            ("aliases", v.get("aliases")),
             ("metrics", v.get("metrics")),
             ("created", when(v.get("created_at"))),
         ]
     )
 
 
-COMMANDS = [model, version]
+COMMANDS = [model, version, alias]

@@ -9,7 +9,7 @@ import click
 
 from modelplane_cli import exits
 from modelplane_cli.commands.builds import wait_options
-from modelplane_cli.commands.common import list_options, show_page
+from modelplane_cli.commands.common import ID_OR_MODEL_URI, list_options, show_page
 from modelplane_cli.commands.rollouts import forecast_steps, parse_steps
 from modelplane_cli.output import fields, when
 from modelplane_cli.state import json_option, pass_state
@@ -81,7 +81,13 @@ def release():
 
 @release.command("start")
 @click.argument("endpoint_name")
-@click.option("--version", "version_id", type=int, required=True, help="Id of the model version to build.")
+@click.option(
+    "--version",
+    "version_id",
+    type=ID_OR_MODEL_URI,
+    required=True,
+    help="The model version to build: its id or a model URI (models:/ctr@challenger, models:/ctr/3).",
+)
 @click.option("--variant", default="onnx-int8", show_default=True, help="The variant to build and tune.")
 @click.option("--slo-ms", type=click.FloatRange(min=0.1), help="Tune for this p99 (default: the endpoint's SLO).")
 @click.option("--tune-budget-s", type=click.FloatRange(5, 1200), help="The search's wall time (default 120 s).")

@@ -8,7 +8,7 @@ import click
 
 from modelplane_cli import exits
 from modelplane_cli.commands.builds import wait_options
-from modelplane_cli.commands.common import list_options, segment, show_page
+from modelplane_cli.commands.common import ID_OR_MODEL_URI, list_options, segment, show_page
 from modelplane_cli.exits import CliError
 from modelplane_cli.output import fields, when
 from modelplane_cli.state import json_option, pass_state
@@ -115,7 +115,14 @@ def rollout():
 
 @rollout.command("start")
 @click.argument("endpoint_name")
-@click.option("--candidate", type=int, required=True, help="Id of the servable artifact to bring in.")
+@click.option(
+    "--candidate",
+    type=ID_OR_MODEL_URI,
+    required=True,
+    help="The servable artifact to bring in: its id, or a model URI (models:/ctr@challenger: that version's "
+    "artifact in the stable's variant, or --variant's).",
+)
+@click.option("--variant", default=None, help="With a model URI: the variant to roll out (e.g. onnx-int8).")
 @click.option("--strategy", type=click.Choice(["canary", "blue-green"]), default=None, help="Default canary.")
 @click.option(
     "--steps",
@@ -157,9 +164,13 @@ def rollout():
 @watch_options
 @json_option
 @pass_state
-def rollout_start(state, endpoint_name, candidate, strategy, steps, watch, interval, timeout, through_pause, **plan):
+def rollout_start(
+    state, endpoint_name, candidate, variant, strategy, steps, watch, interval, timeout, through_pause, **plan
+):
     """Start a rollout of a candidate artifact on an endpoint."""
     body = {"candidate_artifact": candidate}
+    if variant:
+        body["variant"] = variant
     if strategy:
         body["strategy"] = strategy
     if steps:

@@ -6,7 +6,8 @@ every refusal of its key checks (`gateway_auth_rejections_total{endpoint,team,ke
 key "" when no valid key was sent), and LLM usage per key (issue 27: `gateway_llm_tokens_total
 {endpoint,variant,team,key,kind}` with kind prompt|completion, counted from the backends'
 usage, and `gateway_llm_cost_total{endpoint,variant,team,key}` from the backends' prices
-per 1k tokens). Labels come from the route table (the key's
+per 1k tokens; `gateway_llm_tenant_ttft_seconds{team,key}`, the time to first token). An LLM
+call is counted in gateway_tenant_requests like a tensor one. Labels come from the route table (the key's
 `gateway_id`, e.g. "k17"), never from client input. These are cumulative since the
 gateway process started: the page says so; Prometheus (the same names) keeps history.
 
@@ -40,6 +41,7 @@ FAMILIES = (
     "gateway_auth_rejections",
     "gateway_llm_tokens",
     "gateway_llm_cost",
+    "gateway_llm_tenant_ttft_seconds",
     "process_start_time_seconds",
 )
 CACHE_SECONDS = 3.0
@@ -65,7 +67,7 @@ def _count_usage(entry: dict, name: str, labels: dict, value: float) -> None:
 
 def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the families, read top to bottom
     """{"keys": {key id: {"requests": {"2xx": n, …}, "total": n, "mean_ms": x|None,
-    "rejections": {reason: n}, "prompt_tokens": n, "completion_tokens": n, "cost": x,
+    "rejections": {reason: n}, "prompt_tokens": n, "completion_tokens": n, "cost": x, "ttft_mean_ms": x|None,
     "llm_endpoints": {endpoint: usage}}}, "anonymous": {endpoint: {reason: n}},
     "teams": {team label: usage}, "public": {endpoint: usage}, "since": unix time|None}."""
     keys: dict[str, dict] = defaultdict(
@@ -78,6 +80,8 @@ def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the 
             "prompt_tokens": 0.0,
             "completion_tokens": 0.0,
             "cost": 0.0,
+            "ttft_sum": 0.0,
+            "ttft_count": 0.0,
             "llm_endpoints": defaultdict(_usage),
         }
     )
@@ -113,6 +117,10 @@ def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the 
                 _llm_usage(keys[labels["key"]], teams, sample.name, labels, value)
             elif sample.name in ("gateway_llm_tokens_total", "gateway_llm_cost_total"):  # public: no key
                 _count_usage(public[labels.get("endpoint", "")], sample.name, labels, value)
+            elif sample.name == "gateway_llm_tenant_ttft_seconds_sum":
+                keys[labels.get("key", "")]["ttft_sum"] += value
+            elif sample.name == "gateway_llm_tenant_ttft_seconds_count":
+                keys[labels.get("key", "")]["ttft_count"] += value
             elif sample.name == "process_start_time_seconds":
                 since = value
     out = {}
@@ -126,6 +134,7 @@ def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the 
             "prompt_tokens": entry["prompt_tokens"],
             "completion_tokens": entry["completion_tokens"],
             "cost": entry["cost"],
+            "ttft_mean_ms": entry["ttft_sum"] / entry["ttft_count"] * 1000 if entry["ttft_count"] else None,
             "llm_endpoints": dict(entry["llm_endpoints"]),
         }
     return {

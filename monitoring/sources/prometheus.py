@@ -79,7 +79,8 @@ _GATEWAY_EXACT = {
     "upstream_p99_ms": ("upstream",),
     # LLM endpoints (collect.derive_llm)
     **dict.fromkeys(
-        ("llm_requests", "llm_errors", "llm_error_rate", "llm_request_rate", "llm_client_faults"), ("llm_requests",)
+        ("llm_requests", "llm_errors", "llm_error_rate", "llm_request_rate", "llm_client_faults"),
+        ("llm_requests", "llm_rescued"),  # a request the fallbacks served for a variant is its error
     ),
     **dict.fromkeys(("prompt_tokens", "completion_tokens", "tokens_per_s"), ("llm_tokens",)),
     "cost": ("llm_cost",),

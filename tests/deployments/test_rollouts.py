@@ -6,7 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.utils import timezone
 
@@ -247,6 +247,17 @@ def test_concurrent_promote_and_rollback_end_in_one_consistent_state(deployer, e
 
 def test_gateway_routes_need_the_permission_and_honour_etags(deployer_api, deployer, endpoint, api_for):
     assert deployer_api.get("/api/v1/gateway/routes").status_code == 403
+    # the table holds provider secrets: a superuser's implied permissions are not a grant
+    root = factories.user("root-admin")
+    root.is_superuser = root.is_staff = True
+    root.save()
+    refused = api_for(root).get("/api/v1/gateway/routes")
+    assert refused.status_code == 403 and "superuser" in refused.json()["detail"]
+    by_group = factories.user("gateway-by-group")
+    group = Group.objects.create(name="gateways")
+    group.permissions.add(Permission.objects.get(codename="read_routes"))
+    by_group.groups.add(group)
+    assert api_for(by_group).get("/api/v1/gateway/routes").status_code == 200
     gateway = factories.user("gateway-svc")
     gateway.user_permissions.add(Permission.objects.get(codename="read_routes"))
     client = api_for(gateway)

@@ -17,6 +17,8 @@ end (`cancelled`). What a model does is in its name (the route table's backend `
   stall-<ms>     waits that long before the first token;
   slow-<ms>      waits that long between tokens;
   die-<n>        drops the connection after n tokens (a backend that dies mid-stream);
+  json-<n>       answers 200 with a JSON body, not an event stream (a server that ignored
+                 `stream: true`);
   anything else  streams at once.
 
 The "model" writes the words `w0 w1 w2 ...` (one per token), max_tokens of them; prompt
@@ -86,6 +88,8 @@ class LlmUpstream:
         number = int(number) if number.isdigit() else 0
         if kind == "fail":
             return web.json_response({"error": f"failing on purpose ({number})"}, status=number)
+        if kind == "json":
+            return web.json_response({"text_output": "not a stream", "completion_tokens": 3})
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:

@@ -74,13 +74,13 @@ class GatewayMetrics:
         return generate_latest(self.registry).decode()
 
 
-# LLM_CONTRACT.md: ITL has fine buckets 0.0005..2 s; TTFT the gateway's request buckets.
+# gateway/llm/metrics.py: ITL has fine buckets 0.0005..2 s; TTFT the gateway's request buckets.
 ITL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 class LLMGatewayMetrics:
     """A private prometheus_client registry with the gateway's LLM families exactly as
-    LLM_CONTRACT.md names them (counters without "_total": prometheus_client adds it)."""
+    gateway/llm/metrics.py names them (counters without "_total": prometheus_client adds it)."""
 
     def __init__(self, prefix: str = "gateway_"):
         self.registry = r = CollectorRegistry()

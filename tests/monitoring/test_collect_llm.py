@@ -1,4 +1,4 @@
-"""The collector on the gateway's LLM families (LLM_CONTRACT.md), written as
+"""The collector on the gateway's LLM families (gateway/llm/metrics.py), written as
 prometheus_client exposes them: per endpoint x variant TTFT/ITL quantiles and buckets,
 requests and errors, tokens, tokens/s and cost; per key through the keys page's path."""
 
@@ -182,3 +182,33 @@ def test_reads_the_gateways_own_llm_exposition():
     assert out["cost"] == pytest.approx(0.03)
     k7 = key_traffic_from_text(text)["keys"]["k7"]
     assert k7["prompt_tokens"] + k7["completion_tokens"] == 42 and k7["llm_endpoints"]["chat"]["tokens"] == 42
+
+
+def test_a_request_the_fallbacks_served_is_its_variants_failure_and_tenants_ttft_is_read():
+    """A canary whose own backend is dead, rescued by the endpoint's fallbacks: the gateway
+    counts the request's outcome under variant "fallback" and `gateway_llm_rescued` for the
+    canary; the collector makes each rescue one failed request of the canary (as a tensor
+    failover is), so the judge sees its error rate, not the fallbacks' success."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gateway.llm import metrics as llm_metrics
+    from gateway.tenants import Key
+
+    registry = CollectorRegistry()
+    gw = llm_metrics.LlmMetrics(registry=registry)
+    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    for _ in range(3):  # the canary's own backend served three
+        gw.done("chat", "v2-llm", 200, "none")
+    for reason in ("connect", "cooldown"):  # two it could not serve, the fallbacks did
+        gw.rescue("chat", "v2-llm", reason)
+        gw.done("chat", "fallback", 200, "none")
+    tenant = Key({"id": "k9", "sha256": "0" * 64, "team": "team-a"})
+    for ttft in (0.1, 0.3):
+        gw.observe(gw.tenant_ttft, (tenant.team, tenant.id), ttft)
+    text = generate_latest(registry).decode()
+    deltas = collect.gateway_deltas(before, collect.gateway_snapshot(text), seconds=1.0)
+    canary = collect.derive(deltas[("chat", "v2-llm")])
+    assert (canary["llm_requests"], canary["llm_errors"]) == (5, 2)
+    assert canary["llm_error_rate"] == pytest.approx(0.4)
+    assert collect.derive(deltas[("chat", "fallback")])["llm_errors"] == 0
+    assert key_traffic_from_text(text)["keys"]["k9"]["ttft_mean_ms"] == pytest.approx(200.0)

@@ -1,5 +1,5 @@
 """LLM metrics from both sources: one HTTP server exposing the gateway's LLM families
-(prometheus_client text, LLM_CONTRACT.md names) scraped at once by the built-in collector
+(prometheus_client text, gateway/llm/metrics.py names) scraped at once by the built-in collector
 (into the store) and by a real Prometheus; the judge's LLM windows agree and both roll
 the slower-TTFT canary back; the dashboards' series (TTFT p99, tokens/s) come from both."""
 

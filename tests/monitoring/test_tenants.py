@@ -99,7 +99,7 @@ def test_keys_page_says_when_the_gateway_cannot_be_read(monkeypatch, deployer):
 
 
 def test_llm_tokens_and_cost_per_key(gateway_server, monkeypatch, deployer, team_a, artifact_factory):
-    """LLM usage per key (issue 27) from the contract's families (LLM_CONTRACT: gateway_llm_tokens
+    """LLM usage per key (issue 27) from the contract's families (gateway/llm/metrics.py: gateway_llm_tokens
     {endpoint,variant,team,key,kind}, gateway_llm_cost{endpoint,variant,team,key}), rendered by
     prometheus_client as the gateway renders its own; a key without LLM traffic says so."""
     factories.endpoint(factories.pool(team_a, "pool-a", ready_replicas=1), artifact_factory(team_a), name="ctr")
