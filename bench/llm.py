@@ -22,8 +22,8 @@ Measured:
             sample is an endpoint of its own so no breaker has seen its dead backend
             (goal: <= 100 ms beyond the connect timeout).
   the load average before and after (2 shared cores: figures are only as quiet as the machine).
-Where the gateway has no OpenAI surface (POST /v1/chat/completions is a 404), the columns
-through it say "gateway has no /v1 yet" and the direct figures are still measured.
+A gateway that does not answer the first chat completion with 200 stops the run, saying what
+it answered (a benchmark of a path that fails measures nothing).
 Writes var/bench/llm.json.
 
 Options: --quick, --rounds N, --max-tokens N, --concurrency 1,8,32, --window S,
@@ -53,7 +53,6 @@ from harness.llm import OpenAIServer, ProviderStandIn, SSEData, TritonLLM, tiny_
 from harness.processes import free_port
 
 GOALS = {"added_ttft_p50_ms": "<= 1", "added_itl_p50_ms": "<= 0.2", "failover_beyond_connect_timeout_ms": "<= 100"}
-NO_V1 = "gateway has no /v1 yet"
 CHAT = [{"role": "user", "content": "what is the gateway?"}]
 CONNECT_TIMEOUT_MS = 200
 PROVIDER_SECRET = "bench-provider-key"
@@ -164,10 +163,12 @@ def blackhole() -> tuple[socket.socket, socket.socket, str]:
     return listener, filler, f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
-async def gateway_has_v1(session: aiohttp.ClientSession, path: dict) -> bool:
+async def gateway_answers(session: aiohttp.ClientSession, path: dict) -> None:
+    """One chat completion through the gateway, or SystemExit naming its answer."""
     async with session.post(path["url"], json={**path["body"], "max_tokens": 1}) as reply:
-        await reply.read()
-        return reply.status == 200
+        body = await reply.read()
+        if reply.status != 200:
+            raise SystemExit(f"bench llm: the gateway answered {reply.status} to {path['url']}: {body[:300]!r}")
 
 
 # --- phases --------------------------------------------------------------------------------------------
@@ -277,28 +278,23 @@ def start_backends(work: Path, args) -> dict:
     return backends
 
 
-async def measure(args, backends: dict, gateway_url: str | None, gateway_pid: int | None, dead: dict) -> dict:
+async def measure(args, backends: dict, gateway_url: str, gateway_pid: int | None, dead: dict) -> dict:
     paths = direct_paths(backends, args.max_tokens)
     results: dict = {"notes": []}
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        has_v1 = gateway_url is not None and await gateway_has_v1(
-            session, gateway_path(gateway_url, "bench-triton", args.max_tokens)
-        )
-        if not has_v1:
-            results["notes"].append(NO_V1)
+        await gateway_answers(session, gateway_path(gateway_url, "bench-triton", args.max_tokens))
         all_paths = {f"direct-{label}": path for label, path in paths.items()}
-        if has_v1:
-            all_paths.update(
-                {f"gateway-{label}": gateway_path(gateway_url, f"bench-{label}", args.max_tokens) for label in paths}
-            )
+        all_paths.update(
+            {f"gateway-{label}": gateway_path(gateway_url, f"bench-{label}", args.max_tokens) for label in paths}
+        )
         results["latency"] = await latency(session, all_paths, args.rounds)
         results["added"] = {}
         for label in paths:
             direct, through = results["latency"][f"direct-{label}"], results["latency"].get(f"gateway-{label}")
-            if through is None or direct["ttft_p50_ms"] is None or through["ttft_p50_ms"] is None:
-                results["added"][label] = NO_V1 if not has_v1 else "no samples"
+            if direct["ttft_p50_ms"] is None or through["ttft_p50_ms"] is None:
+                results["added"][label] = "no samples"
                 continue
             results["added"][label] = {
                 "ttft_p50_ms": round(through["ttft_p50_ms"] - direct["ttft_p50_ms"], 3),
@@ -309,19 +305,14 @@ async def measure(args, backends: dict, gateway_url: str | None, gateway_pid: in
         results["streams_per_core"] = []
         # warm: the backend's first burst of concurrent streams (threads, allocations) is not measured
         await concurrent(session, paths["triton"], max(args.concurrency), min(1.0, args.window), [])
-        through_path = gateway_path(gateway_url, "bench-triton", args.max_tokens) if has_v1 else None
+        through_path = gateway_path(gateway_url, "bench-triton", args.max_tokens)
         for streams in args.concurrency:
             row = await alternating(session, paths["triton"], through_path, streams, args.window, pids)
-            if not has_v1:
-                row["gateway"] = NO_V1
             results["streams_per_core"].append(row)
-        if has_v1:
-            healthy = results["latency"]["gateway-triton"]["ttft_p50_ms"] / 1000
-            results["failover"] = await failover(
-                session, gateway_url, healthy, dead, args.failover_samples, args.max_tokens
-            )
-        else:
-            results["failover"] = NO_V1
+        healthy = results["latency"]["gateway-triton"]["ttft_p50_ms"] / 1000
+        results["failover"] = await failover(
+            session, gateway_url, healthy, dead, args.failover_samples, args.max_tokens
+        )
     return results
 
 

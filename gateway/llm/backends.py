@@ -4,7 +4,9 @@ backend's kind:
   triton  POST {url}/v2/models/{model}/generate_stream (Triton's generate extension, the
           model decoupled): {"text_input": prompt} for /v1/completions or {"messages_json":
           the messages as JSON} for chat (the model applies its own chat template),
-          "max_tokens", "temperature" when set. Each SSE event is one response: `text_output`
+          "max_tokens", and the sampling options the client set (temperature, top_p, seed,
+          presence_penalty, frequency_penalty: the model's inputs of those names; a model
+          without one refuses the request, never drops the option). Each SSE event is one response: `text_output`
           (the new text), and on the last one `prompt_tokens`/`completion_tokens` (and
           `finish_reason` when the model sends it); {"error": ...} is a failure. Stop
           sequences are applied here (the model takes none), holding back the few characters
@@ -147,13 +149,15 @@ class Attempt:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if backend.kind == "triton":
             url = f"{self.replica.base}/v2/models/{backend.model}/generate_stream"
-            body = {"max_tokens": req.max_tokens}
+            body = req.upstream_options()
+            body.pop("stop", None)  # applied here (above): a generate model need not take stop strings
+            for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+                if name in body:
+                    body[name] = float(body[name])  # FP32 inputs: Triton reads a JSON integer as no float
             if req.chat:
                 body["messages_json"] = orjson.dumps(req.messages).decode()
             else:
                 body["text_input"] = req.prompt
-            if req.temperature is not None:
-                body["temperature"] = req.temperature
         else:
             url = f"{self.replica.base}/{'chat/completions' if req.chat else 'completions'}"
             body = {"model": backend.model, "stream": True, "stream_options": {"include_usage": True}}

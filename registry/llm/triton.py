@@ -8,7 +8,8 @@ one event per token) and `/generate` (one JSON).
     {repo}/{triton_name}/1/model/          the Hugging Face model directory (hard links where possible)
 
 Inputs: text_input | messages_json (TYPE_STRING [1]), max_tokens (TYPE_INT32 [1]),
-temperature (TYPE_FP32 [1]), stop (TYPE_STRING [-1]), stream (TYPE_BOOL [1], false for
+temperature, top_p, presence_penalty, frequency_penalty (TYPE_FP32 [1]), seed (TYPE_INT64 [1]),
+stop (TYPE_STRING [-1]), stream (TYPE_BOOL [1], false for
 `/generate`: one response with the whole text); all optional in the config, the
 adapter wants exactly one of the first two. Outputs: text_output (TYPE_STRING [1]) on every
 response; finish_reason (TYPE_STRING [1]), prompt_tokens and completion_tokens (TYPE_INT32 [1])
@@ -31,6 +32,10 @@ INPUTS = (
     ("messages_json", mc.TYPE_STRING, [1]),
     ("max_tokens", mc.TYPE_INT32, [1]),
     ("temperature", mc.TYPE_FP32, [1]),
+    ("top_p", mc.TYPE_FP32, [1]),
+    ("presence_penalty", mc.TYPE_FP32, [1]),
+    ("frequency_penalty", mc.TYPE_FP32, [1]),
+    ("seed", mc.TYPE_INT64, [1]),
     ("stop", mc.TYPE_STRING, [-1]),
     ("stream", mc.TYPE_BOOL, [1]),
 )

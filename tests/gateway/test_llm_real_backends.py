@@ -3,11 +3,13 @@ project's tiny model on tritonserver (generate extension), `transformers serve` 
 OpenAI-compatible server, kind b) and the external-provider stand-in requiring a bearer key
 (kind c; a fake, since providers are on the internet, harness/llm_provider.py says so),
 each with the `openai` client, streamed and not; a provider failing before the first token
-falls back to Triton in the same request; a client leaving mid-stream frees Triton."""
+falls back to Triton in the same request, and so does one whose provider process is killed
+while it holds the request; a client leaving mid-stream frees Triton and the provider."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import openai
@@ -16,6 +18,7 @@ import requests
 
 from harness import llm
 from harness.gateway import METRICS_TOKEN, start_gateway, stop_gateway
+from harness.processes import wait_for
 
 from .conftest import require_triton
 
@@ -43,12 +46,19 @@ def backends(tmp_path_factory):
         llm.ProviderStandIn(work / "provider", hf_dir, key=PROVIDER_KEY) as provider,
         llm.OpenAIServer(work / "openai", hf_dir) as server,
     ):
-        triton.add_model("slow__v1__llm", delay_first_token_ms=0, delay_per_token_ms=40, max_streams=1)
+        triton.add_model("slow__v1__llm", delay_first_token_ms=0, delay_per_token_ms=250, max_streams=1)
         yield triton, provider, server
 
 
 @pytest.fixture(scope="module")
-def gateway(backends, tmp_path_factory):
+def doomed(tmp_path_factory):
+    """A provider of its own for the test that kills it."""
+    with llm.ProviderStandIn(tmp_path_factory.mktemp("doomed"), llm.tiny_llm_dir(), key=PROVIDER_KEY) as provider:
+        yield provider
+
+
+@pytest.fixture(scope="module")
+def gateway(backends, doomed, tmp_path_factory):
     triton, provider, server = backends
     work = tmp_path_factory.mktemp("llm-real-gateway")
     triton_backend = backend("triton", "triton", triton.url, llm.TINY_NAME)
@@ -63,6 +73,11 @@ def gateway(backends, tmp_path_factory):
             endpoint("tiny-provider", [provider_backend]),
             endpoint("tiny-fallback", [provider_backend], fallbacks=[triton_backend]),
             endpoint("tiny-slow", [backend("slow", "triton", triton.url, "slow__v1__llm")]),
+            endpoint(
+                "tiny-doomed",
+                [backend("doomed", "openai", f"{doomed.url}/v1", doomed.model, secret="provider")],
+                fallbacks=[triton_backend],
+            ),
         ],
     }
     routes = work / "routes.json"
@@ -110,8 +125,9 @@ def test_a_provider_failing_before_the_first_token_falls_back_to_triton(gateway,
 
 
 def test_a_client_leaving_mid_stream_frees_the_triton_model(gateway):
-    """The slow model runs one stream at a time (40 ms a token): had the gateway kept the
-    abandoned stream (200 tokens: 8 s) going, the next request would wait for it."""
+    """The slow model runs one stream at a time (250 ms a token; "the ranker" runs 26 tokens
+    before the model ends it): had the gateway kept the abandoned stream going, the next
+    request would wait ~6 s for it."""
     stream = client(gateway).completions.create(model="tiny-slow", prompt="the ranker", max_tokens=200, stream=True)
     for n, _ in enumerate(stream):
         if n == 2:
@@ -120,4 +136,45 @@ def test_a_client_leaving_mid_stream_frees_the_triton_model(gateway):
     started = time.monotonic()
     reply = client(gateway).completions.create(model="tiny-slow", prompt="the ranker", max_tokens=2)
     assert reply.choices[0].text
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.0
+
+
+def test_a_client_leaving_mid_stream_is_seen_by_the_provider(gateway, backends):
+    """The provider (a process of its own) counts a stream whose client went away once its
+    generation stopped: the gateway closed the upstream connection when its client left."""
+    _, provider, _ = backends
+    before = provider.stats()["disconnected"]
+    try:
+        provider.control(token_delay_ms=200)
+        stream = client(gateway).chat.completions.create(
+            model="tiny-provider", messages=CHAT, max_tokens=60, stream=True
+        )
+        for n, _ in enumerate(stream):
+            if n == 2:
+                break
+        stream.close()
+        wait_for(lambda: provider.stats()["disconnected"] == before + 1, timeout=10, what="the provider saw the leave")
+        assert provider.stats()["in_flight"] == 0
+    finally:
+        provider.healthy()
+
+
+def test_a_backend_killed_before_its_first_token_falls_back_within_the_request(gateway, backends, doomed):
+    """A provider process killed (SIGKILL) while it holds a request before the first token:
+    the same request is answered by the endpoint's fallback (the Triton model), no error."""
+    doomed.control(first_token_delay_ms=10_000)
+    answer = {}
+
+    def call():
+        started = time.monotonic()
+        answer["reply"] = client(gateway).chat.completions.create(model="tiny-doomed", messages=CHAT, max_tokens=4)
+        answer["seconds"] = time.monotonic() - started
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    wait_for(lambda: doomed.stats()["in_flight"] == 1, timeout=20, what="the doomed provider holds the request")
+    doomed.proc.kill()
+    caller.join(30)
+    assert answer["reply"].choices[0].message.content and answer["seconds"] < 10
+    text = requests.get(f"{gateway}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5).text
+    assert 'gateway_llm_rescued_total{endpoint="tiny-doomed",variant="stable",reason="5xx"} 1.0' in text

@@ -99,16 +99,34 @@ def test_triton_slower_model_delays_the_first_token_and_each_next(triton):
 
 
 def test_triton_stops_generating_when_the_client_leaves(triton):
-    """A model of its own that runs one stream at a time: had the abandoned stream (200 tokens,
-    40 ms each) kept generating, the next request would wait seconds for its first token; and
-    the abandoned request is ended, not left in flight (unloading waits for requests in flight)."""
-    name = triton.add_model("cancel__v1__llm", delay_per_token_ms=40, max_streams=1)
+    """A model of its own that runs one stream at a time, 250 ms a token: "the ranker" runs
+    26 tokens before the model ends it, so had the abandoned stream kept generating, the next
+    request would wait ~6 s for its first token; and the abandoned request is ended, not left
+    in flight (unloading waits for requests in flight)."""
+    name = triton.add_model("cancel__v1__llm", delay_per_token_ms=250, max_streams=1)
     url = triton.generate_url(name)
     _stream(url, {"text_input": "the ranker", "max_tokens": 200}, stop_after=2)
     events = _stream(url, {"text_input": "the ranker", "max_tokens": 2})
-    assert events[0][0] < 1.5, f"first token after {events[0][0]:.2f}s: the abandoned stream went on"
+    assert events[0][0] < 3.0, f"first token after {events[0][0]:.2f}s: the abandoned stream went on"
     triton.triton.unload(name, timeout=30)
     wait_for(lambda: _state(triton, name) == "UNAVAILABLE", timeout=8, what="the model unloaded (none in flight)")
+
+
+def test_triton_sampling_options_seed_top_p_and_penalties(triton):
+    """The OpenAI sampling options the gateway passes on: a seed makes sampling repeatable,
+    top_p near 0 leaves only the likeliest token (greedy's text), a penalty changes the text,
+    and an option out of range is refused naming it."""
+    greedy = _text(triton, {"text_input": "the ranker", "max_tokens": 12})
+    seeded = {"text_input": "the ranker", "max_tokens": 12, "temperature": 1.5, "seed": 7}
+    assert _text(triton, seeded) == _text(triton, seeded)
+    assert _text(triton, {**seeded, "top_p": 0.001}) == greedy
+    assert _text(triton, {"text_input": "the ranker", "max_tokens": 12, "frequency_penalty": 2.0}) != greedy
+    reply = requests.post(triton.generate_stream_url, json={"text_input": "x", "top_p": 1.5}, timeout=30)
+    assert reply.status_code == 400 and "top_p must be above 0 and at most 1" in reply.text
+
+
+def _text(triton, body: dict) -> str:
+    return "".join(e.get("text_output", "") for _, e in _stream(triton.generate_stream_url, body))
 
 
 def _state(triton, name: str) -> str:

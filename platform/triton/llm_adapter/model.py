@@ -13,6 +13,10 @@ Inputs (all but one of text_input / messages_json optional):
   messages_json  an OpenAI messages array as JSON, rendered with the tokenizer's chat template (chat)
   max_tokens     new tokens at most (default: parameter max_tokens_default; capped by the context)
   temperature    0 (default): greedy; > 0: sampling from softmax(logits / temperature)
+  top_p          with sampling: from the smallest set of tokens whose probability reaches top_p (1: all)
+  seed           with sampling: the generator's seed (the same seed and prompt give the same text)
+  presence_penalty, frequency_penalty  -2..2, OpenAI's rule: each token's logit less
+                 presence_penalty if it was generated already and frequency_penalty x its count
   stop           strings that end the completion (not included in it)
   stream         true (default): a response per token; false: one response with the whole text
                  (what `/generate` needs: it accepts exactly one response)
@@ -126,6 +130,19 @@ class TritonPythonModel:
         temperature = 0.0 if temperature is None else float(temperature[0])
         if not 0.0 <= temperature <= 2.0:
             raise BadRequest(f"temperature must be between 0 and 2, not {temperature}")
+        top_p = _input(request, "top_p")
+        top_p = 1.0 if top_p is None else float(top_p[0])
+        if not 0.0 < top_p <= 1.0:
+            raise BadRequest(f"top_p must be above 0 and at most 1, not {top_p}")
+        penalties = []
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = _input(request, name)
+            value = 0.0 if value is None else float(value[0])
+            if not -2.0 <= value <= 2.0:
+                raise BadRequest(f"{name} must be between -2 and 2, not {value}")
+            penalties.append(value)
+        seed = _input(request, "seed")
+        seed = None if seed is None else int(seed[0]) & 0xFFFFFFFFFFFFFFFF
         stop = _input(request, "stop")
         stop = [] if stop is None else [s for s in (_text(v) for v in stop) if s]
         if len(stop) > MAX_STOP_STRINGS:
@@ -136,6 +153,10 @@ class TritonPythonModel:
             "prompt_ids": prompt_ids,
             "max_tokens": min(max_tokens, self.context_length - len(prompt_ids)),
             "temperature": temperature,
+            "top_p": top_p,
+            "presence_penalty": penalties[0],
+            "frequency_penalty": penalties[1],
+            "seed": seed,
             "stop": stop,
         }
 
@@ -167,27 +188,38 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {error}")), flags=FINAL
             )
 
-    def _next_token(self, logits, temperature: float, generator) -> int:
-        if temperature <= 0.0:
+    def _next_token(self, logits, job: dict, counts: dict, generator) -> int:
+        if counts and (job["presence_penalty"] or job["frequency_penalty"]):
+            logits = logits.clone()
+            ids = torch.tensor(list(counts))
+            seen = torch.tensor(list(counts.values()), dtype=logits.dtype)
+            logits[ids] -= job["presence_penalty"] + job["frequency_penalty"] * seen
+        if job["temperature"] <= 0.0:
             return int(torch.argmax(logits))
-        probs = torch.softmax(logits / temperature, dim=-1)
+        probs = torch.softmax(logits / job["temperature"], dim=-1)
+        if job["top_p"] < 1.0:  # nucleus: the most probable tokens up to top_p of the mass, renormalized
+            ordered, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(ordered, dim=-1) - ordered < job["top_p"]
+            probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
         return int(torch.multinomial(probs, 1, generator=generator))
 
     def _stream(self, job: dict, sender) -> None:
         if sender.is_cancelled():
             return _cancelled(sender)  # the client left while this request waited for a stream slot
-        generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
-        generated, sent, finish = [], "", "length"
+        seed = job["seed"] if job["seed"] is not None else int.from_bytes(os.urandom(4), "little")
+        generator = torch.Generator().manual_seed(seed)
+        generated, sent, finish, counts = [], "", "length", {}
         past, step_ids = None, torch.tensor([job["prompt_ids"]])
         with torch.inference_mode():
             for step in range(job["max_tokens"]):
                 out = self.model(input_ids=step_ids, use_cache=True, **{self.cache_arg: past})
                 past = out.past_key_values
-                token = self._next_token(out.logits[0, -1], job["temperature"], generator)
+                token = self._next_token(out.logits[0, -1], job, counts, generator)
                 if token in self.stop_ids:
                     finish = "stop"
                     break
                 generated.append(token)
+                counts[token] = counts.get(token, 0) + 1
                 step_ids = torch.tensor([[token]])
                 text, stopped = _cut_at_stop(self.tokenizer.decode(generated, skip_special_tokens=True), job["stop"])
                 if stopped:
