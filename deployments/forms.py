@@ -8,7 +8,7 @@ from deployments.models import DeviceKind
 from deployments.models.rollouts import DEFAULT_ON_INCONCLUSIVE, ON_INCONCLUSIVE_CHOICES
 from deployments.rollout_machine import DEFAULT_PLAN, Plan, StepsProblem
 from deployments.selectors.pools import pool_list
-from deployments.selectors.rollouts import candidate_artifacts_for_pool, endpoint_list
+from deployments.selectors.rollouts import candidate_artifacts_for_pool, endpoint_list, one_per_variant
 from deployments.services import keys as key_services
 from kernel.errors import PlatformError
 from registry.models import Role
@@ -266,11 +266,13 @@ class EndpointForm(forms.Form):
         deployer_teams = team_list(user=user, min_role=Role.DEPLOYER)
         self.pools = {p.name: p for p in pool_list(user=user).filter(team__in=deployer_teams).order_by("name")}
         self.fields["pool"].choices = [(n, f"{p.team.name} / {n} ({p.device_kind})") for n, p in self.pools.items()]
-        self.artifacts = {
+        self.artifacts = {  # the newest build of each version and variant, once
             str(a.pk): a
-            for a in servable_artifacts(user=user)
-            .filter(version__model__team__in=deployer_teams)
-            .select_related("version__model")[:300]
+            for a in one_per_variant(
+                servable_artifacts(user=user)
+                .filter(version__model__team__in=deployer_teams)
+                .select_related("version__model")[:300]
+            )
         }
         self.fields["stable_artifact"].choices = [("", "— none yet —")] + [
             (pk, f"{a.version.model.name} v{a.version.version} · {a.variant} (#{pk})")

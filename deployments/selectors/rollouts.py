@@ -73,7 +73,7 @@ def rollouts_failed_since(*, since) -> list:
     )
 
 
-def _one_per_variant(artifacts) -> list:
+def one_per_variant(artifacts) -> list:
     """The newest artifact of each (version, variant): a version built twice offers its
     latest build once, not two identical "v2 · onnx-fp32" entries. `artifacts` newest first."""
     seen, out = set(), []
@@ -94,7 +94,9 @@ def candidate_artifacts_for_pool(*, user, endpoint) -> tuple[list, int]:
     qs = servable_artifacts(user=user, team_id=endpoint.team_id).filter(
         version__model_id=endpoint.stable_artifact.version.model_id
     )
-    artifacts = _one_per_variant(qs.exclude(pk=endpoint.stable_artifact_id).select_related("version__model")[:200])
+    stable = endpoint.stable_artifact  # nor another build of the stable's version and variant
+    qs = qs.exclude(pk=stable.pk).exclude(version_id=stable.version_id, variant=stable.variant)
+    artifacts = one_per_variant(qs.select_related("version__model")[:200])
     if DeviceKind.is_gpu(endpoint.pool.device_kind):
         return artifacts, 0
     fits = [a for a in artifacts if not needs_gpu(a.variant)]

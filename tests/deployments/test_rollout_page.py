@@ -217,3 +217,16 @@ def test_a_version_built_twice_is_offered_once(setup, deployer, team_a, artifact
     )
     html = client.get("/deployments/endpoints/demo-ctr/").content.decode()
     assert html.count("ctr v2 · onnx-fp32") == 1 and f'value="{newer.pk}"' in html
+    # another build of the stable's own version and variant is no candidate either
+    stable = endpoint.stable_artifact
+    stable_rebuilt = Artifact.objects.create(
+        version=stable.version,
+        build=Build.objects.create(version=stable.version, targets=["onnx-fp32"], status="succeeded"),
+        variant=stable.variant,
+        status=stable.status,
+        triton_model_name=stable.triton_model_name,
+        path=stable.path,
+        sha256=stable.sha256,
+    )
+    html = client.get("/deployments/endpoints/demo-ctr/").content.decode()
+    assert f'value="{stable_rebuilt.pk}"' not in html and f'value="{newer.pk}"' in html
