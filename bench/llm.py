@@ -10,8 +10,8 @@ Measured:
   latency   TTFT (request sent -> first token read) and ITL (gaps between tokens), one stream
             at a time, direct and through the gateway, in interleaved rounds (every path once
             per round, shuffled) so outside load hits them alike; added = gateway - direct at
-            p50 (goals: <= 1 ms TTFT, <= 0.2 ms ITL). The same client (aiohttp, SSE read line
-            by line) reads both, so its own cost cancels out.
+            p50 (goals: <= 1 ms TTFT, <= 0.2 ms ITL). The same client (aiohttp, events read with the gateway's
+            own reader, httpx2's EventSource) reads both, so its own cost cancels out.
   streams per core   C concurrent streams through the gateway for a window: tokens/s and the
             gateway's CPU (its process, from /proc); streams per core = C / cores it used, at
             the pace the backend streams (the tiny model on Triton: ~1,500 tokens/s here).
@@ -48,8 +48,9 @@ import numpy as np
 
 from bench.common import print_table, write_json
 from bench.gateway import cpu_seconds, process_tree
+from gateway.llm.backends import sse_events
 from harness.gateway import start_gateway, stop_gateway
-from harness.llm import OpenAIServer, ProviderStandIn, SSEData, TritonLLM, tiny_llm_dir
+from harness.llm import OpenAIServer, ProviderStandIn, TritonLLM, tiny_llm_dir
 from harness.processes import free_port
 
 GOALS = {"added_ttft_p50_ms": "<= 1", "added_itl_p50_ms": "<= 0.2", "failover_beyond_connect_timeout_ms": "<= 100"}
@@ -74,13 +75,11 @@ async def stream_once(session: aiohttp.ClientSession, path: dict) -> dict:
         if reply.status != 200:
             await reply.read()
             return {"ok": False, "status": reply.status, "ttft": None, "gaps": [], "tokens": 0}
-        parser = SSEData()
-        async for line in reply.content:
-            data = parser.feed(line)
-            if data is not None and _token(path["kind"], json.loads(data)):
-                stamps.append(time.perf_counter())
-            if parser.done:
+        async for data in sse_events(reply):  # the gateway's own SSE reader: its cost is on both sides
+            if data == "[DONE]":
                 break
+            if _token(path["kind"], json.loads(data)):
+                stamps.append(time.perf_counter())
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     return {"ok": bool(stamps), "ttft": stamps[0] - started if stamps else None, "gaps": gaps, "tokens": len(stamps)}
 

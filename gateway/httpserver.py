@@ -88,13 +88,15 @@ SINGLETON_HEADERS = frozenset(
 class Streamed:
     """A reply body produced as it goes: `chunks` is an async generator of bytes; `done`, a
     callable run once whatever happens (written whole, cut, or never started because the
-    client left first): what the handler holds for the stream is released there."""
+    client left first): what the handler holds for the stream is released there. `drains`
+    counts the times the writer waited for the client to drain its socket (a slow reader)."""
 
-    __slots__ = ("chunks", "done")
+    __slots__ = ("chunks", "done", "drains")
 
     def __init__(self, chunks, done=None):
         self.chunks = chunks
         self.done = done
+        self.drains = 0
 
     async def finish(self) -> None:
         try:
@@ -615,6 +617,7 @@ class HttpProtocol(asyncio.Protocol):
                 if piece:
                     transport.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 if self.writing_paused and not self.closed:  # a slow reader: no next chunk until it drains
+                    body.drains += 1
                     self.drain = self.loop.create_future()
                     await self.drain
                     self.drain = None

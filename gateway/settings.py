@@ -51,6 +51,7 @@ class Settings:
         None  # Redis URL of the exposure/feedback streams; None: exposures are counted as dropped
     )
     feedback_events_per_s: float = 50_000.0  # per key (or per experiment for token-only batches), per process
+    llm_anonymous_streams: int = 64  # anonymous LLM requests in flight per public endpoint, per host (llm/quotas.py)
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -98,6 +99,7 @@ class Settings:
             grpc_max_streams=number("GATEWAY_GRPC_MAX_STREAMS", cls.grpc_max_streams),
             grpc_max_rpcs=number("GATEWAY_GRPC_MAX_RPCS", cls.grpc_max_rpcs),
             feedback_events_per_s=number("GATEWAY_FEEDBACK_EVENTS_PER_S", cls.feedback_events_per_s, float),
+            llm_anonymous_streams=number("GATEWAY_LLM_ANONYMOUS_STREAMS", cls.llm_anonymous_streams),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         if not values["metrics_token"] and not values["metrics_open"]:

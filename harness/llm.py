@@ -23,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import httpx2
 import requests
 
 from harness.processes import free_port, spawn, stop, wait_for
@@ -61,46 +62,22 @@ def tiny_llm_dir(*, seed: int = 7, cache: Path | None = None) -> Path:
     return path
 
 
-class SSEData:
-    """Server-sent events' `data`, line by line (WHATWG's rules for that field: a `data:` line,
-    one optional space after the colon; several lines joined by \\n; a blank line ends the
-    event; other fields and comments skipped). `feed(line)` returns an event's data when a
-    line completes one; OpenAI's `[DONE]` sets `done`."""
-
-    def __init__(self):
-        self.buffer: list[str] = []
-        self.done = False
-
-    def feed(self, raw) -> str | None:
-        line = (raw.decode("utf-8") if isinstance(raw, bytes) else raw).rstrip("\r\n")
-        if line:
-            field, _, value = line.partition(":")
-            if field == "data":
-                self.buffer.append(value[1:] if value.startswith(" ") else value)
-            return None
-        if not self.buffer:
-            return None
-        data, self.buffer = "\n".join(self.buffer), []
-        if data == "[DONE]":
-            self.done = True
-            return None
-        return data
-
-
-def sse_data(lines):
-    """The `data` of each event from an iterator of a stream's lines (requests' iter_lines)."""
-    parser = SSEData()
-    for raw in _with_end(lines):
-        data = parser.feed(raw)
-        if parser.done:
+def sse_data(reply):
+    """The `data` of each server-sent event of a streamed `requests` reply, until OpenAI's
+    `[DONE]`: httpx2's EventSource (what the gateway reads its backends with, gateway/llm/
+    backends.py) over the reply's body as it arrives; a reply that is not `text/event-stream`
+    raises httpx2.SSEError."""
+    response = httpx2.Response(
+        reply.status_code,
+        headers={"content-type": reply.headers.get("Content-Type", "")},
+        content=reply.iter_content(chunk_size=None),  # each read as it arrives (requests has decoded it)
+        request=httpx2.Request("POST", reply.url),
+    )
+    for event in httpx2.EventSource(response):
+        if event.data == "[DONE]":
             return
-        if data is not None:
-            yield data
-
-
-def _with_end(lines):
-    yield from lines
-    yield b""  # a stream that ends without its blank line still ends its last event
+        if event.data:
+            yield event.data
 
 
 class _Started:

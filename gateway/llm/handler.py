@@ -57,6 +57,14 @@ PATHS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models"
 SSE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 MAX_REPLY_CHARS = 16 << 20  # a reply that is not streamed is held whole: bounded whatever the backend sends
+
+
+def paced_by_client(drained: bool, held: float, gap: float) -> bool:
+    """Whether the client's reading, not the backend, set a gap between two chunks: the writer
+    waited for the client to drain its full socket (`drained`), for more than half of the gap."""
+    return drained and held * 2 > gap
+
+
 FALLBACK = "fallback"  # the variant label of requests the endpoint's fallbacks served (never a variant's name: v<n>-…)
 TAIL_S = 5.0  # after the finish: how long the backend may take to send its usage and end the stream
 UPSTREAM_CONNECTIONS = 4096  # connections to LLM backends at once, in this worker (one per stream in flight)
@@ -147,7 +155,7 @@ class LlmService:
             if type(timeout) is Problem:
                 raise LlmError(400, timeout[1], timeout[2], "X-Request-Timeout-Ms")
             cost = req.prompt_estimate + req.max_tokens
-            admission = quotas.admit(tenant, t0, cost) if tenant is not None else None
+            admission = quotas.admit_call(tenant, name, t0, cost, self.gateway.settings.llm_anonymous_streams)
         except LlmError as exc:
             self.metrics.done(name, variant_name, exc.status, BACKEND if exc.status >= 500 else CLIENT)
             if tenant is not None:
@@ -164,7 +172,8 @@ class LlmService:
             await call.first()
             if req.stream:
                 streamed = True
-                return 200, call.reply_headers(SSE), Streamed(call.events(), call.finish)
+                call.body = Streamed(call.events(), call.finish)  # its generator reads the writer's drains
+                return 200, call.reply_headers(SSE), call.body
             return await call.collect()
         except LlmError as exc:
             call.status, call.fault = (
@@ -212,6 +221,7 @@ class Call:
         self.finish_reason = None
         self.status, self.fault = 200, OK
         self.finished = False
+        self.body: Streamed | None = None  # the streamed reply (its writer's drains: paced_by_client)
         self.id = new_id()
         self.created = int(time.time())
         streams = self.metrics.streams
@@ -379,7 +389,8 @@ class Call:
         tenant = None if self.tenant is None else (self.tenant.team, self.tenant.id)
         piece = self.first_piece
         first = True
-        last_sent = 0.0
+        last_sent = resumed = 0.0
+        body, drains = self.body, 0
         try:
             while True:
                 if piece.text or first:
@@ -388,12 +399,16 @@ class Call:
                         metrics.observe(metrics.ttft, ep_v, now - self.t0)
                         if tenant is not None:
                             metrics.observe(metrics.tenant_ttft, tenant, now - self.t0)
+                    elif paced_by_client(body.drains != drains, resumed - last_sent, now - last_sent):
+                        metrics.client_paced(ep_v)
                     else:
                         metrics.observe(metrics.itl, ep_v, now - last_sent, ITL_BUCKETS)
                         if tenant is not None:
                             metrics.observe(metrics.tenant_itl, tenant, now - last_sent, ITL_BUCKETS)
                     last_sent = now
+                    drains = body.drains
                     yield self._chunk(piece.text, None, first)
+                    resumed = perf_counter()  # the writer took the chunk (a slow reader: after it drained)
                     first = False
                 if piece.finish_reason:
                     await self._rest()

@@ -5,7 +5,12 @@ kept as plain ints and lists like metrics.HotPath and rendered only when /metric
   gateway_llm_ttft_seconds{endpoint,variant}               arrival -> first token sent to the client
                                                            (a reply that is not streamed: first
                                                            token received by the gateway)
-  gateway_llm_itl_seconds{endpoint,variant}                gaps between streamed chunks
+  gateway_llm_itl_seconds{endpoint,variant}                gaps between streamed chunks the backend
+                                                           paced (not those below)
+  gateway_llm_itl_client_paced{endpoint,variant}           gaps left out of ITL: the gateway waited on
+                                                           the client (a slow reader's full socket) for
+                                                           more than half of the gap, so the client, not
+                                                           the variant, set it
   gateway_llm_queue_seconds{endpoint,variant}              arrival -> the serving attempt sent
   gateway_llm_tokens{endpoint,variant,team,key,kind}       kind prompt|completion; "" for public calls
   gateway_llm_cost{endpoint,variant,team,key}              from the backend's cost_per_1k_*
@@ -65,6 +70,7 @@ class LlmMetrics:
         self.cost: dict[tuple, float] = {}
         self.fallbacks: dict[tuple, int] = {}
         self.rescued: dict[tuple, int] = {}
+        self.paced: dict[tuple, int] = {}
         self.tenant_ttft: dict[tuple, list] = {}
         self.tenant_itl: dict[tuple, list] = {}
         self.streams: dict[str, int] = {}
@@ -98,6 +104,9 @@ class LlmMetrics:
         key = (endpoint, variant, reason)
         self.rescued[key] = self.rescued.get(key, 0) + 1
 
+    def client_paced(self, key: tuple) -> None:
+        self.paced[key] = self.paced.get(key, 0) + 1
+
     def collect(self):
         requests = CounterMetricFamily(
             "gateway_llm_requests",
@@ -111,6 +120,14 @@ class LlmMetrics:
         yield _histogram(
             "gateway_llm_itl_seconds", "Inter-token latency (gap between streamed chunks)", self.itl, ITL_BUCKETS
         )
+        paced = CounterMetricFamily(
+            "gateway_llm_itl_client_paced",
+            "Gaps between streamed chunks left out of ITL: the client's reading, not the backend, set them",
+            labels=["endpoint", "variant"],
+        )
+        for labels, count in list(self.paced.items()):
+            paced.add_metric(list(labels), count)
+        yield paced
         yield _histogram("gateway_llm_queue_seconds", "Arrival to the serving upstream request sent", self.queue)
         tokens = CounterMetricFamily(
             "gateway_llm_tokens",

@@ -11,9 +11,19 @@ waits for a full one) and is taken; after it: the backend's usage replaces the e
 difference goes back, or is taken: the bucket may go below zero, a debt later requests wait
 for). At the limit: 429 `rate_limit_exceeded` with Retry-After (seconds until the estimate
 fits).
+
+Anonymous callers of a public endpoint have no key and so no limits of their own: together
+they hold at most `GATEWAY_LLM_ANONYMOUS_STREAMS` requests of that endpoint in flight on
+the host (one shared slot per endpoint, split 1/R across replicas like a key's limits), so
+one client opening streams by the thousand takes that endpoint's anonymous share, not every
+LLM endpoint's upstream connections. Over it: 429 `max_streams` naming the endpoint, with
+Retry-After. (A public endpoint reads no key, as on the tensor path: every caller of it is
+anonymous; limits per caller need an endpoint open to keys.)
 """
 
 from __future__ import annotations
+
+import math
 
 from .. import tenants
 from ..sharedlimits import SharedLimits
@@ -37,7 +47,7 @@ class Admission:
     __slots__ = ("key", "store", "streams_slot", "tokens_slot", "estimate")
 
     def __init__(self, key, store):
-        self.key, self.store = key, store
+        self.key, self.store = key, store  # key None: an anonymous caller of a public endpoint
         self.streams_slot = -1
         self.tokens_slot = -1
         self.estimate = 0
@@ -88,6 +98,37 @@ def admit(key, now: float, estimate: int) -> Admission:
     return admission
 
 
+def admit_call(key, endpoint: str, now: float, estimate: int, anonymous_limit: int) -> Admission:
+    """The key's limits (`admit`), or with no key (a public endpoint's caller) the endpoint's
+    anonymous share (`admit_anonymous`)."""
+    if key is not None:
+        return admit(key, now, estimate)
+    return admit_anonymous(endpoint, now, anonymous_limit)
+
+
+def admit_anonymous(endpoint: str, now: float, limit: int) -> Admission:
+    """Take one of the endpoint's anonymous in-flight requests (an Admission to `finish`), or
+    raise LlmError 429 when its anonymous callers already hold `limit` (this replica's share)."""
+    store = _store()
+    admission = Admission(None, store)
+    slot = store.slot(f"\x1eanonymous\x1f{endpoint}")  # \x1e: never a key id's slot
+    if slot < 0:  # the store is full: admitted, uncounted (as a key is, sharedlimits.py)
+        return admission
+    share = max(1, math.ceil(limit * tenants.replica_share()))
+    refused = store.admit(slot, now, None, 1.0, share)
+    if refused is not None:
+        raise LlmError(
+            429,
+            "max_streams",
+            f"anonymous callers of {endpoint} already have {int(refused[1])} requests in flight (the limit is "
+            f"{share} for a public endpoint's callers together)",
+            None,
+            1.0,
+        )
+    admission.streams_slot = slot
+    return admission
+
+
 def finish(admission: Admission, used: int | None) -> None:
     """Release what `admit` took; `used`: the tokens the request really used (None: the estimate stands)."""
     store = admission.store
@@ -96,4 +137,5 @@ def finish(admission: Admission, used: int | None) -> None:
         store.give(admission.tokens_slot, float(admission.estimate - used), float(key.tokens_per_minute))
     if admission.streams_slot >= 0:
         store.release(admission.streams_slot)
-    tenants.release(key)
+    if key is not None:
+        tenants.release(key)

@@ -2,8 +2,10 @@
 once and never listed, limits and revoke; an experiment created and started, fed with
 feedback from a JSON-lines file (with a line that is not JSON and an event the API
 refuses, both reported while the rest counts), watched until the analysis decides to ship
-(exit 0), shipped, and another stopped (exit 15). Exposures are written to the platform's
-exposure store as the gateway's stream ingest writes them (no gateway process here)."""
+(exit 0), shipped (its rollout rolled back: exit 11), and another stopped (exit 15).
+Exposures are written to the platform's exposure store as the gateway's stream ingest writes
+them (no gateway process here); the ship's rollout is ended in the database as the judge
+would end it (no judge here)."""
 
 import json
 from datetime import timedelta
@@ -12,7 +14,8 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from deployments.models import InferenceKey
+from deployments.models import InferenceKey, Rollout
+from deployments.rollout_machine import State as RolloutState
 from experiments.models import Experiment
 from experiments.services import online as services
 from experiments.store import default_store
@@ -130,6 +133,21 @@ def test_experiment_start_feedback_watch_ship_and_stop(cli_as, deployer, served,
 
     shipped = cli("experiment", "ship", exp_id, "--reason", "clear win")
     assert shipped.code == 0 and f"Experiment {exp_id}: shipping (rollout #" in shipped.out, shipped
+    # the ship's rollout rolls back (as the judge would end it): watch exits 11, not 0
+    log = tmp_path / "shipping.log"
+    watch = popen_cli("experiment", "watch", exp_id, "--interval", "0.3", env=cli.env, log=log)
+    try:
+        wait_log(log, f"experiment {exp_id} · shipping", watch)
+        experiment.refresh_from_db()
+        Rollout.objects.filter(pk=experiment.rollout_id).update(
+            state=RolloutState.ROLLED_BACK, reason="p99 latency over the SLO"
+        )
+        assert services.experiments_ship_follow(experiment_ids=[experiment.pk]) == 1
+        assert watch.wait(30) == exits.ROLLED_BACK, log.read_text()
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert f"the ship's rollout #{experiment.rollout_id} did not succeed" in log.read_text()
 
     other = cli("experiment", "create", "ctr-two", "other", "--candidate", candidate.pk, *plan, "--field", "id")
     assert other.code == 0 and Experiment.objects.get(pk=int(other.out.strip()[4:])).state == "draft", other

@@ -58,7 +58,7 @@ def test_an_uploaded_model_directory_streams_tokens_from_a_pool(alice, team_a, t
             timeout=60,
         )
         assert reply.status_code == 200, reply.text[:500]
-        events = [json.loads(data) for data in harness_llm.sse_data(reply.iter_lines())]
+        events = [json.loads(data) for data in harness_llm.sse_data(reply)]
     finally:
         driver.delete()
     *tokens, final = events

@@ -6,6 +6,7 @@ main; its docstring says so)."""
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import socket
 import time
@@ -86,6 +87,8 @@ def table(up: LlmUpstream, dead_url: str) -> dict:
             _endpoint("stall-llm", [_triton("stalled", up.url, "stall-3000")], fallbacks=[_triton("quick", up.url)])
             | {"first_token_timeout_ms": 300},
             _endpoint("slow-llm", [_triton("slow", up.url, "slow-50")]),
+            _endpoint("pace-fast", [_triton("pf", up.url, "slow-2")]),
+            _endpoint("pace-slow", [_triton("ps", up.url, "quick")], context_length=30000),
             _endpoint("die-llm", [_triton("dies", up.url, "die-2")], fallbacks=[_triton("unused", up.url)]),
             _endpoint("exp-llm", [_triton("e", up.url)], experiment="exp-7", exposure_token_key=EXPOSURE_KEY.hex()),
             _endpoint("quota-llm", [_triton("q", up.url)], auth={"keys": ["kq"]}, context_length=200),
@@ -384,3 +387,86 @@ def test_stream_and_token_limits_hold_across_two_workers(stack, tmp_path):
         assert len(pids) == 2  # both workers served
     finally:
         gateway.stop()
+
+
+def test_anonymous_callers_of_a_public_endpoint_share_one_cap_and_leave_the_others_alone(stack, tmp_path):
+    """A public endpoint reads no key: its anonymous callers together hold at most
+    GATEWAY_LLM_ANONYMOUS_STREAMS requests in flight on the host (both workers), so one client
+    opening streams takes that endpoint's share, not the other endpoints' (llm/quotas.py)."""
+    up, _, _ = stack
+    routes = tmp_path / "routes.json"
+    doc = table(up, f"http://127.0.0.1:{free_port()}")
+    doc["llm_endpoints"].append(_endpoint("open-slow", [_triton("s", up.url, "slow-100")]))
+    routes.write_text(json.dumps(doc))
+    env = {
+        "GATEWAY_ROUTES_FILE": str(routes),
+        "GATEWAY_WORKERS": "2",
+        "GATEWAY_METRICS_TOKEN": METRICS_TOKEN,
+        "GATEWAY_LLM_ANONYMOUS_STREAMS": "2",
+    }
+    gateway = GatewayProcess(tmp_path, env).start()
+    try:
+        held = [
+            client(gateway.url).completions.create(model="open-slow", prompt="x", max_tokens=20, stream=True)
+            for _ in range(2)
+        ]  # each has its first chunk: two streams held for ~2 s
+        codes, others = [], []
+        for _ in range(6):  # new connections: both workers answer some of them
+            with requests.Session() as session:
+                resp = session.post(
+                    f"{gateway.url}/v1/completions",
+                    json={"model": "open-slow", "prompt": "x", "max_tokens": 1},
+                    headers={"Connection": "close"},
+                    timeout=5,
+                )
+                codes.append((resp.status_code, resp.json()["error"]["code"], "Retry-After" in resp.headers))
+                other = session.post(
+                    f"{gateway.url}/v1/completions",
+                    json={"model": "tri-llm", "prompt": "x", "max_tokens": 1},
+                    headers={"Connection": "close"},
+                    timeout=5,
+                )
+                others.append(other.status_code)
+        assert codes == [(429, "max_streams", True)] * 6, codes
+        assert "open-slow" in resp.json()["error"]["message"]
+        assert others == [200] * 6  # another public endpoint is not that one's share
+        assert all(len(list(stream)) > 1 for stream in held)
+        resp = requests.post(
+            f"{gateway.url}/v1/completions", json={"model": "open-slow", "prompt": "x", "max_tokens": 1}, timeout=10
+        )
+        assert resp.status_code == 200, resp.text  # the streams ended: their slots are free again
+    finally:
+        gateway.stop()
+
+
+def test_a_slow_reader_sets_its_own_gaps_and_they_are_not_the_variants_itl(stack):
+    """ITL is what the variant's backend paced: a client that stops reading fills its socket, the
+    gateway waits for it to drain, and the gaps it set are counted in
+    gateway_llm_itl_client_paced, not observed as inter-token latency (llm/handler.py); a
+    client that reads as the tokens come sets none."""
+    _, base, _ = stack
+    body = {"model": "pace-fast", "prompt": "x", "max_tokens": 500, "stream": True}
+    with requests.post(f"{base}/v1/completions", json=body, stream=True, timeout=30) as fast:
+        assert fast.status_code == 200 and len(list(fast.iter_lines())) > 500  # read as it comes
+    assert metric(base, "gateway_llm_itl_seconds_count", endpoint="pace-fast") == 499
+    assert metric(base, "gateway_llm_itl_client_paced_total", endpoint="pace-fast") == 0
+
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    sock.connect((host, int(port)))
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.sock = sock
+    # 20,000 tokens at once (~3 MB of events): more than the sockets and the writer's buffer hold
+    slow_body = json.dumps(body | {"model": "pace-slow", "max_tokens": 20000})
+    conn.request("POST", "/v1/completions", slow_body, {"Content-Type": "application/json"})
+    slow = conn.getresponse()  # the first token is in
+    assert slow.status == 200
+    time.sleep(3.0)  # the client reads nothing: the gateway waits for it
+    assert slow.read().count(b"data: ") > 20000
+    conn.close()
+    paced = metric(base, "gateway_llm_itl_client_paced_total", endpoint="pace-slow")
+    seen = metric(base, "gateway_llm_itl_seconds_count", endpoint="pace-slow")
+    assert paced >= 1 and paced + seen == 19999, (paced, seen)
+    # no gap of the reader's 3 s pause is the variant's (without the rule, one of ~3 s would be)
+    assert metric(base, "gateway_llm_itl_seconds_bucket", endpoint="pace-slow", le="1.0") == seen

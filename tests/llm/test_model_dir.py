@@ -73,6 +73,10 @@ def test_the_triton_model_dir_is_decoupled_with_the_generate_contract(hf_dir, tm
         "messages_json": mc.TYPE_STRING,
         "max_tokens": mc.TYPE_INT32,
         "temperature": mc.TYPE_FP32,
+        "top_p": mc.TYPE_FP32,
+        "presence_penalty": mc.TYPE_FP32,
+        "frequency_penalty": mc.TYPE_FP32,
+        "seed": mc.TYPE_INT64,
         "stop": mc.TYPE_STRING,
         "stream": mc.TYPE_BOOL,
     }

@@ -59,7 +59,7 @@ class Chats:
                 body = {"model": "chat", "messages": CHAT, "max_tokens": 6, "stream": True, "user": f"u{i}"}
                 try:
                     with session.post(f"{self.url}/v1/chat/completions", json=body, stream=True, timeout=10) as r:
-                        for _ in sse_data(r.iter_lines()):
+                        for _ in sse_data(r):
                             pass
                         self.records.append((r.status_code, r.headers.get("X-Model-Variant", "")))
                 except requests.RequestException:

@@ -4,7 +4,7 @@ and served over real HTTP), scoped to the keys and endpoints the viewer may see.
 
 import pytest
 from django.test import Client
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from deployments.services import keys as key_services
 from gateway.metrics import CLIENT, OK, HotPath
@@ -115,6 +115,9 @@ def test_llm_tokens_and_cost_per_key(gateway_server, monkeypatch, deployer, team
     tokens.labels("demo-llm", "v1-llm", "team-a", chat.gateway_id, "completion").inc(400)
     tokens.labels("demo-llm", "v1-llm", "", "", "completion").inc(999)  # public calls: no key
     cost.labels("demo-llm", "v1-llm", "team-a", chat.gateway_id).inc(0.0125)
+    ttft = Histogram("gateway_llm_tenant_ttft_seconds", "ttft", ["team", "key"], registry=counters.registry)
+    ttft.labels("team-a", chat.gateway_id).observe(0.2)
+    ttft.labels("team-a", chat.gateway_id).observe(0.1)
     counters.hot.done("ctr", "v1", 200, 0.002, OK, tenant(quiet.gateway_id, "team-a"))
     counters.hot.done("demo-llm", "v1-llm", 200, 0.2, OK, tenant(chat.gateway_id, "team-a"))
     traffic = tenants.key_traffic_from_text(counters.text())
@@ -129,5 +132,5 @@ def test_llm_tokens_and_cost_per_key(gateway_server, monkeypatch, deployer, team
     page = client.get("/deployments/keys/").content.decode()
     section = page[page.index('<div id="key-traffic">') :]
     rows = {name: section[section.index(name) :].split("</tr>")[0] for name in ("chat-key", "quiet-key")}
-    assert "150 · 400" in rows["chat-key"] and "0.0125" in rows["chat-key"]
+    assert "150 · 400" in rows["chat-key"] and "0.0125" in rows["chat-key"] and "150.0 ms" in rows["chat-key"]
     assert "no data yet" in rows["quiet-key"] and "no data yet" not in rows["chat-key"]
