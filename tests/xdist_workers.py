@@ -35,7 +35,6 @@ if WORKER.startswith("gw"):
 # The longest tests (minutes each: they start the whole platform or fuzz the API), started first.
 LONGEST = (
     "test_make_run.py",
-    "test_demo_experiment.py",
     "test_schemathesis.py",
     "test_platform_heals.py",
     "test_rollout_low_traffic.py",
