@@ -105,6 +105,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=settings.PORT)
         parser.add_argument("--no-seed", action="store_true", help="Skip the demo data.")
+        parser.add_argument(
+            "--no-demo-experiment", action="store_true", help="Seed the demo without its experiment (v2 vs v1)."
+        )
+        parser.add_argument("--no-demo-llm", action="store_true", help="Seed the demo without demo-llm.")
 
     def log(self, message: str) -> None:
         self.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor: {message}")
@@ -166,12 +170,12 @@ class Command(BaseCommand):
             ],
         }
 
-    def handle(self, *args, port, no_seed, **options):
+    def handle(self, *args, port, no_seed, no_demo_experiment=False, no_demo_llm=False, **options):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         ensure_admin(self.stdout)
         if not no_seed:
-            call_command("seed_demo")
+            call_command("seed_demo", no_experiment=no_demo_experiment, no_llm=no_demo_llm)
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
         env = dict(
             os.environ,

@@ -42,6 +42,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-experiment", action="store_true", help="Do not prepare the demo experiment (v2 vs v1)."
         )
+        parser.add_argument("--no-llm", action="store_true", help=f"Do not seed the LLM endpoint {LLM_DEMO}.")
 
     def handle(self, *args, **options):
         admin = get_user_model().objects.filter(username="admin").first()
@@ -57,7 +58,8 @@ class Command(BaseCommand):
         if "onnx-fp32" not in artifacts:
             artifacts = self._build(admin, version)
         self._serve(admin, team, artifacts.get("onnx-fp32"))
-        self._serve_llm(admin, team)
+        if not options["no_llm"]:
+            self._serve_llm(admin, team)
         if not options["no_experiment"] and endpoint_list(user=admin).filter(name="demo-ctr").exists():
             self._enqueue_experiment()
 
