@@ -3,6 +3,8 @@
 when the run or registered model belongs to the model's team; another team's, an
 unowned one and a missing one all answer the same 404."""
 
+import shutil
+
 import mlflow
 import onnx
 import pytest
@@ -16,8 +18,20 @@ pytestmark = pytest.mark.django_db
 MODELS = "/api/v1/models/"
 
 
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory):
+    """An MLflow SQLite database with MLflow's schema and nothing in it: each test copies it
+    (a store of its own) instead of running MLflow's migrations again."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    work = tmp_path_factory.mktemp("mlflow-template")
+    SqlAlchemyStore(f"sqlite:///{work / 'mlflow.db'}", str(work / "mlruns")).engine.dispose()
+    return work / "mlflow.db"
+
+
 @pytest.fixture
-def store(settings, tmp_path, onnx_path):
+def store(settings, tmp_path, onnx_path, empty_store):
+    shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     settings.MLFLOW_TRACKING_URI = f"sqlite:///{tmp_path / 'mlflow.db'}"
     settings.MLFLOW_ARTIFACT_ROOT = str(tmp_path / "mlruns")
     mlflow_config.configure.cache_clear()
