@@ -1,7 +1,7 @@
 """LLM backends as real processes, the one way tests and benchmarks start them:
 
 - `tiny_llm_dir()`: the project's tiny model (registry/llm/tiny.py), made once per machine
-  and code version under VAR_DIR/llm-cache/ (a few seconds the first time) and reused.
+  and code version under TINY_LLM_CACHE or VAR_DIR/llm-cache/ (a few seconds the first time) and reused.
 - `TritonLLM`: a real tritonserver serving a model dir through the decoupled python-backend
   adapter (registry/llm/triton.py): `POST {url}/v2/models/{name}/generate_stream`.
 - `OpenAIServer`: backend kind (b), a real OpenAI-compatible server on this CPU:
@@ -43,9 +43,10 @@ def _var_dir() -> Path:
 def tiny_llm_dir(*, seed: int = 7, cache: Path | None = None) -> Path:
     """The tiny model's directory, made on first use. Keyed by the making code's hash, so a
     change to registry/llm/tiny.py makes a new one; written aside and renamed into place, so
-    concurrent test workers never see half a directory."""
+    concurrent test workers never see half a directory (they share one: TINY_LLM_CACHE,
+    tests/xdist_workers.py)."""
     digest = hashlib.sha256(Path(tiny.__file__).read_bytes()).hexdigest()[:12]
-    cache = cache or _var_dir() / "llm-cache"
+    cache = cache or Path(os.environ.get("TINY_LLM_CACHE") or _var_dir() / "llm-cache")
     path = cache / f"tiny-s{seed}-{digest}"
     if (path / "model.safetensors").is_file():
         return path

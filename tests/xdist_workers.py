@@ -28,7 +28,9 @@ if WORKER.startswith("gw"):
         os.environ["CELERY_BROKER_URL"] = _own_redis_db(os.environ["CELERY_BROKER_URL"], _number)
     if os.environ.get("EXPOSURE_STREAM_URL", "").startswith("redis://"):
         os.environ["EXPOSURE_STREAM_URL"] = _own_redis_db(os.environ["EXPOSURE_STREAM_URL"], _number)
-    os.environ["VAR_DIR"] = str(Path(os.environ.get("VAR_DIR", "var")).resolve() / f"test-{WORKER}")
+    _shared = Path(os.environ.get("VAR_DIR", "var")).resolve()
+    os.environ.setdefault("TINY_LLM_CACHE", str(_shared / "llm-cache"))  # one tiny LLM for every worker
+    os.environ["VAR_DIR"] = str(_shared / f"test-{WORKER}")
     Path(os.environ["VAR_DIR"]).mkdir(parents=True, exist_ok=True)
 
 
