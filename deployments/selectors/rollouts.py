@@ -94,8 +94,8 @@ def candidate_artifacts_for_pool(*, user, endpoint) -> tuple[list, int]:
     qs = servable_artifacts(user=user, team_id=endpoint.team_id).filter(
         version__model_id=endpoint.stable_artifact.version.model_id
     )
-    stable = endpoint.stable_artifact  # nor another build of the stable's version and variant
-    qs = qs.exclude(pk=stable.pk).exclude(version_id=stable.version_id, variant=stable.variant)
+    stable = endpoint.stable_artifact  # the stable's version and variant, whichever build of it
+    qs = qs.exclude(version_id=stable.version_id, variant=stable.variant)
     artifacts = one_per_variant(qs.select_related("version__model")[:200])
     if DeviceKind.is_gpu(endpoint.pool.device_kind):
         return artifacts, 0

@@ -57,17 +57,15 @@ PATHS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models"
 SSE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 MAX_REPLY_CHARS = 16 << 20  # a reply that is not streamed is held whole: bounded whatever the backend sends
+FALLBACK = "fallback"  # the variant label of requests the endpoint's fallbacks served (never a variant's name: v<n>-…)
+TAIL_S = 5.0  # after the finish: how long the backend may take to send its usage and end the stream
+UPSTREAM_CONNECTIONS = 4096  # connections to LLM backends at once, in this worker (one per stream in flight)
 
 
 def paced_by_client(drained: bool, held: float, gap: float) -> bool:
     """Whether the client's reading, not the backend, set a gap between two chunks: the writer
     waited for the client to drain its full socket (`drained`), for more than half of the gap."""
     return drained and held * 2 > gap
-
-
-FALLBACK = "fallback"  # the variant label of requests the endpoint's fallbacks served (never a variant's name: v<n>-…)
-TAIL_S = 5.0  # after the finish: how long the backend may take to send its usage and end the stream
-UPSTREAM_CONNECTIONS = 4096  # connections to LLM backends at once, in this worker (one per stream in flight)
 
 
 class LlmService:
