@@ -6,7 +6,11 @@ while), says why in the log and in a status dict that `/healthz` shows as compon
 A dead child never takes the others down: the gateway and the Triton replicas keep
 serving while the worker, beat or web restart. Leftovers of a dead child (gunicorn or
 Celery pool processes that lost their parent) are killed with its process group before
-the restart, so a new child never competes with orphans for ports or queues.
+the restart, so a new child never competes with orphans for ports or queues. The one
+exception is a child whose leftovers serve on by themselves (`linger_s`): the gateway's
+workers outlive their killed parent for GATEWAY_SHUTDOWN_GRACE_S, answering on the port
+(SO_REUSEPORT) while the restarted gateway starts beside them, then stop; their group is
+killed only `linger_s` later (a backstop), or at stop().
 """
 
 from __future__ import annotations
@@ -86,11 +90,14 @@ class Supervisor:
         backoff_max_s: float = BACKOFF_MAX_S,
         stable_after_s: float = STABLE_AFTER_S,
         on_change: Callable[[dict], None] | None = None,
+        linger_s: dict[str, float] | None = None,
     ):
         self.children = {name: Child(name, command) for name, command in commands.items()}
         self.env, self.cwd, self.log = env, cwd, log
         self.backoff_max_s, self.stable_after_s = backoff_max_s, stable_after_s
         self.on_change = on_change
+        self.linger_s = linger_s or {}
+        self.lingering: list[tuple[float, int]] = []  # (when to kill, process group) of dead children
         self.stopping = False
 
     def _spawn(self, child: Child) -> None:
@@ -119,7 +126,10 @@ class Supervisor:
     def _reap(self, child: Child, now: float) -> None:
         code = child.proc.returncode
         uptime = now - child.started_at
-        self._kill_group(child.proc.pid)  # orphans of the dead process (pool workers, gunicorn workers)
+        if self.linger_s.get(child.name):  # its leftovers serve on while the new one starts, then leave
+            self.lingering.append((now + self.linger_s[child.name], child.proc.pid))
+        else:
+            self._kill_group(child.proc.pid)  # orphans of the dead process (pool workers, gunicorn workers)
         child.streak = 1 if uptime >= self.stable_after_s else child.streak + 1
         delay = backoff_s(child.streak, self.backoff_max_s)
         child.last_exit = {"code": code, "reason": exit_reason(code), "at": _now_iso(), "uptime_s": round(uptime, 1)}
@@ -135,6 +145,9 @@ class Supervisor:
         anything changed (the caller publishes the status then)."""
         changed = False
         now = time.monotonic()
+        for due, group in [entry for entry in self.lingering if entry[0] <= now]:
+            self._kill_group(group)
+            self.lingering.remove((due, group))
         for child in self.children.values():
             if child.running and child.proc.poll() is not None:
                 self._reap(child, now)
@@ -163,3 +176,6 @@ class Supervisor:
                 pass
             self._kill_group(proc.pid)
             proc.poll()
+        for _, group in self.lingering:
+            self._kill_group(group)
+        self.lingering = []

@@ -5,16 +5,22 @@ comes up, /healthz is 200 naming each component, the dashboard login works, the 
 demo inference and LLM examples answer through the gateway, the demo experiment is prepared
 in the background (after /healthz is up), it stays quiet while idle (no line per periodic
 task or route poll), 20 s of simulate_traffic through the real gateway give v2 a positive
-lift over v1 and the analysis ticks decide to ship it, and Ctrl-C stops every process it
-started (no tritonserver left behind). One platform for all of it: it is the suite's most
-expensive start."""
+lift over v1 and the analysis ticks decide to ship it; then (issue 11 item 1) under inference
+load through the gateway, SIGKILL the worker, beat and web in turn: not one inference request
+fails, and each comes back by itself (a new pid, its restart and the reason on /healthz as
+component "supervisor"); SIGKILL the gateway: it serves again within 3 s (its workers answer
+on while the new one starts beside them) and the restarted one serves once they are gone.
+Ctrl-C then stops every process it started (no tritonserver left behind). One platform for
+all of it: it is the suite's most expensive start."""
 
 import io
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.integration
 IDLE_S = 15
+GATEWAY_BACK_WITHIN_S = 3.0
+GATEWAY_GRACE_S = 5.0  # GATEWAY_SHUTDOWN_GRACE_S: how long a killed gateway's workers answer on
 
 
 def _demo_curl(gateway_port: int) -> str:
@@ -206,6 +214,7 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path, settings):
         _demo_experiment_decides_to_ship(
             f"http://127.0.0.1:{port}", f"http://127.0.0.1:{gateway_port}", session, log_path
         )
+        _killed_children_come_back(port, gateway_port, tmp_path / "var", log_path)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -269,3 +278,112 @@ def _demo_experiment_decides_to_ship(base: str, gateway: str, session, log_path:
     print(f"decision: {results['state']} {results['decision']} winner {results['winner']}; guardrails {guards}")
     assert (results["state"], results["decision"], results["winner"]) == ("decided", "ship", "v2-onnx-fp32"), results
     assert guards.get("status") in ("pass", "pending"), guards
+
+
+def _demo_body() -> dict:
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "/v2/models/demo-ctr/infer" in b)
+    return json.loads(re.search(r"-d '(.*)'", block, flags=re.S).group(1))
+
+
+class Load(threading.Thread):
+    """Closed-loop inference requests; keeps (time, status or error) of each."""
+
+    def __init__(self, url: str, body: dict):
+        super().__init__(daemon=True)
+        self.url, self.body = url, body
+        self.results: list[tuple[float, object]] = []
+        self.done = threading.Event()
+
+    def run(self):
+        session = requests.Session()
+        while not self.done.is_set():
+            try:
+                outcome = session.post(self.url, json=self.body, timeout=10).status_code
+            except requests.RequestException as exc:
+                outcome = type(exc).__name__
+            self.results.append((time.monotonic(), outcome))
+            time.sleep(0.02)
+
+
+def _supervised(port: int, name: str, var: Path) -> dict | None:
+    """The supervisor's record of child `name`, read with make run's health token."""
+    token = (var / "healthz_token").read_text().strip()
+    try:
+        health = requests.get(
+            f"http://127.0.0.1:{port}/healthz", headers={"Authorization": f"Bearer {token}"}, timeout=3
+        ).json()
+    except (requests.RequestException, ValueError):
+        return None
+    return health["components"].get("supervisor", {}).get("children", {}).get(name)
+
+
+def _wait_for(predicate, timeout: float, what: str, log_path: Path):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    pytest.fail(f"timed out waiting for {what}\n" + log_path.read_text()[-4000:])
+
+
+def _killed_children_come_back(port: int, gateway_port: int, var: Path, log_path: Path) -> None:
+    infer_url = f"http://127.0.0.1:{gateway_port}/v2/models/demo-ctr/infer"
+    body = _demo_body()
+
+    def healthy():
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    load = Load(infer_url, body)
+    load.start()
+    try:
+        time.sleep(2)
+        for name in ("worker", "beat", "web"):
+            before = _wait_for(lambda name=name: _supervised(port, name, var), 30, f"{name} on /healthz", log_path)
+            assert before["state"] == "up" and before["restarts"] == 0
+            os.kill(before["pid"], signal.SIGKILL)
+            after = _wait_for(
+                lambda name=name: (
+                    (s := _supervised(port, name, var)) and s["restarts"] == 1 and s["state"] == "up" and s
+                ),
+                60,
+                f"{name} restarted",
+                log_path,
+            )
+            assert after["pid"] != before["pid"]
+            assert after["last_exit"]["reason"] == "killed by SIGKILL" and after["last_exit"]["code"] == -9
+            time.sleep(2)  # inference load goes on while the restarted child settles
+    finally:
+        load.done.set()
+        load.join(15)
+    failed = [(t, outcome) for t, outcome in load.results if outcome != 200]
+    assert len(load.results) > 50, f"too little load to judge: {len(load.results)} requests"
+    assert failed == [], f"{len(failed)} of {len(load.results)} inference requests failed: {failed[:10]}"
+    assert re.search(r"worker \(pid \d+\) exited: killed by SIGKILL", log_path.read_text())
+
+    def probe(session: requests.Session, since: float, within: float) -> float | None:
+        """Seconds from `since` to the first 200 (a tight probe: the figure is the gateway's)."""
+        while time.monotonic() - since < within:
+            try:
+                if session.post(infer_url, json=body, timeout=5).status_code == 200:
+                    return time.monotonic() - since
+            except requests.RequestException:
+                pass
+            time.sleep(0.01)
+        return None
+
+    gateway = _supervised(port, "gateway", var)
+    killed_at = time.monotonic()
+    os.kill(gateway["pid"], signal.SIGKILL)
+    back_after = probe(requests.Session(), killed_at, 30)
+    print(f"gateway serving again {back_after}s after SIGKILL; {len(load.results)} requests, 0 failed before")
+    assert back_after is not None and back_after < GATEWAY_BACK_WITHIN_S, f"gateway back only after {back_after}s"
+    _wait_for(lambda: _supervised(port, "gateway", var)["restarts"] == 1, 15, "the gateway restarted once", log_path)
+    # once the killed one's workers are gone (their grace, then SIGTERM's), the new gateway serves alone
+    time.sleep(max(0.0, killed_at + GATEWAY_GRACE_S + 1 - time.monotonic()))
+    assert probe(requests.Session(), time.monotonic(), 20) is not None, log_path.read_text()[-4000:]
+    _wait_for(healthy, 90, "/healthz 200 after all restarts", log_path)

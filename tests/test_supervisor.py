@@ -90,9 +90,8 @@ def test_the_streak_resets_after_a_stable_run(make_supervisor):
     assert sup.children["worker"].streak == 1  # the next crash restarts at once
 
 
-def test_orphans_of_a_dead_child_are_killed_before_the_restart(make_supervisor, tmp_path):
-    pidfile = tmp_path / "grandchild.pid"
-    parent = [
+def _parent_of_a_sleeper(pidfile) -> list[str]:
+    return [
         sys.executable,
         "-c",
         "import subprocess, sys, time\n"
@@ -100,15 +99,44 @@ def test_orphans_of_a_dead_child_are_killed_before_the_restart(make_supervisor, 
         f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
         "time.sleep(120)",
     ]
-    sup = make_supervisor({"web": parent})
+
+
+def _gone(pid: int) -> bool:
+    return not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_orphans_of_a_dead_child_are_killed_before_the_restart(make_supervisor, tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    sup = make_supervisor({"web": _parent_of_a_sleeper(pidfile)})
     assert _wait(lambda: pidfile.exists() and pidfile.read_text())
     grandchild = int(pidfile.read_text())
     pidfile.unlink()
     os.kill(sup.children["web"].proc.pid, signal.SIGKILL)
     assert _wait(lambda: sup.children["web"].restarts == 1, step=sup.step)
-    assert _wait(
-        lambda: not os.path.exists(f"/proc/{grandchild}") or open(f"/proc/{grandchild}/stat").read().split()[2] == "Z"
-    )
+    assert _wait(lambda: _gone(grandchild))
+
+
+def test_a_lingering_childs_leftovers_serve_beside_its_restart_then_are_killed(make_supervisor, tmp_path):
+    """The gateway's case: its workers answer on while the new gateway starts (linger_s),
+    and are killed after it at the latest; stop() kills them at once."""
+    pidfile = tmp_path / "grandchild.pid"
+    sup = make_supervisor({"gateway": _parent_of_a_sleeper(pidfile)}, linger_s={"gateway": 1.5})
+    assert _wait(lambda: pidfile.exists() and pidfile.read_text())
+    grandchild = int(pidfile.read_text())
+    pidfile.unlink()
+    os.kill(sup.children["gateway"].proc.pid, signal.SIGKILL)
+    assert _wait(lambda: sup.children["gateway"].restarts == 1, step=sup.step)
+    killed_at = time.monotonic()
+    assert not _gone(grandchild)  # still there beside the restarted child
+    assert _wait(lambda: _gone(grandchild), step=sup.step)
+    assert time.monotonic() - killed_at > 1.0 and sup.lingering == []
+    # at stop, a lingering group goes with the rest
+    assert _wait(lambda: pidfile.exists() and pidfile.read_text())
+    second = int(pidfile.read_text())
+    os.kill(sup.children["gateway"].proc.pid, signal.SIGKILL)
+    assert _wait(lambda: sup.children["gateway"].restarts == 2, step=sup.step) and not _gone(second)
+    sup.stop(grace_s=5)
+    assert _wait(lambda: _gone(second), timeout=3)
 
 
 def test_stop_ends_every_child_and_restarts_nothing(make_supervisor):

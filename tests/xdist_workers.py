@@ -38,13 +38,12 @@ if WORKER.startswith("gw"):
 LONGEST = (
     "test_make_run.py",
     "test_schemathesis.py",
-    "test_platform_heals.py",
     "test_rollout_low_traffic.py",
     "test_rollout_watch_browser.py",
     "test_experiment_page_browser.py",
     "test_rollout_integration.py",
     "test_mlflow_scope.py",  # a real MLflow store per test: ~80 s under load since the one-rule tests
-    "test_llm_real_backends.py",  # tritonserver, transformers serve and the provider stand-in (~80 s)
+    "test_backends.py",  # tritonserver, transformers serve and the provider stand-in, directly and via the gateway
 )
 
 

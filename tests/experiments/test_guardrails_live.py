@@ -2,9 +2,11 @@
 arms (route role `arm`) from a real tritonserver, scraped by the real collector into the
 metric store, judged by the analysis tick.
 
-1. A/A: the candidate arm is the control's model under another name. The gateway labels
-   each arm's requests, latency and prediction scores; no check fails and the experiment
-   runs on.
+1. A/A: both arms are served by the one Triton model (the same process and queue), each
+   under its own arm name. The gateway labels each arm's requests, latency and prediction
+   scores; no check fails and the experiment runs on. (Two model copies are two python-backend
+   processes: with four test workers on two cores one of them can run ~50 % slower for a
+   whole run, a real difference the judge rightly calls, so it is no A/A here.)
 2. A candidate arm whose model fails every request: the gateway fails each of its
    requests over to the control (clients see 200s), the collector counts each failover
    as the arm's error, and the analysis tick stops the experiment for harm, naming
@@ -31,7 +33,7 @@ from tests.gateway.conftest import require_triton
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
-MODELS = {"m-control": "control", "m-copy": "copy", "m-broken": "broken"}
+MODELS = {"m-control": "control", "m-broken": "broken"}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,6 @@ def triton(tmp_path_factory):
     require_triton()
     work = tmp_path_factory.mktemp("guardrails-live")
     ctr_model(work / "repo", "m-control", seed=7)
-    ctr_model(work / "repo", "m-copy", seed=7)  # the same weights: an A/A pair
     behaviour_model(work / "repo", "m-broken", fail=True)
     server = start_triton(work / "triton", work / "repo", list(MODELS))
     yield server
@@ -144,7 +145,7 @@ def test_arms_judged_from_real_gateway_metrics_aa_runs_on_and_a_failing_arm_stop
     aa = services.experiment_create(user=deployer, endpoint=endpoint, name="aa", candidates=[copy])
     aa = services.experiment_start(user=deployer, experiment=aa)
     control, candidate = (a.name for a in aa.arms.all())
-    proc, url, target = serve(aa, {True: "m-control", False: "m-copy"}, triton, tmp_path, monkeypatch)
+    proc, url, target = serve(aa, {True: "m-control", False: "m-control"}, triton, tmp_path, monkeypatch)
     try:
         traffic = drive(url, target, requests_total=1400, seconds=25)
     finally:

@@ -6,7 +6,7 @@ last chunk, optional bearer key as an external provider would require).
 
 This is a fake, on purpose: the same behaviours are checked against the real servers
 (tritonserver with the project's tiny model, `transformers serve`, the provider stand-in of
-harness/llm.py) in test_llm_real_backends.py, which takes ~80 s to start them; this one
+harness/llm.py) in tests/llm/test_backends.py, which takes ~80 s to start them; this one
 starts in milliseconds, writes exact, known tokens (so quotas and usage are checked to the
 token) and fails in ways a real server cannot be made to on cue (a connection dropped after
 the n-th token). What the gateway must do with a backend is observable here: the server

@@ -21,6 +21,7 @@ from django.db import close_old_connections
 from config.heartbeats import heartbeat_record
 from config.supervisor import Supervisor
 
+GATEWAY_LINGER_S = 30.0
 POLL_S = 0.1  # how often dead children are noticed (a gateway restart must be quick)
 HEARTBEAT_EVERY_S = 5.0
 
@@ -194,6 +195,9 @@ class Command(BaseCommand):
             log=self.log,
             backoff_max_s=settings.SUPERVISOR_BACKOFF_MAX_S,
             stable_after_s=settings.SUPERVISOR_STABLE_AFTER_S,
+            # a killed gateway's workers answer on for GATEWAY_SHUTDOWN_GRACE_S (5 s) beside its
+            # restart, then stop by themselves (gateway/workers.py); 30 s is only the backstop
+            linger_s={"gateway": GATEWAY_LINGER_S},
         )
         supervisor.start()
         heartbeat = Heartbeat(supervisor, self.log)
