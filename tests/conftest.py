@@ -16,6 +16,10 @@ MISSING = {s for s in os.environ.get("MODELPLANE_MISSING_SERVICES", "").split(",
 
 
 def pytest_configure(config):
+    # Test users' passwords are hashed once per user made and per login: PBKDF2's million
+    # rounds cost ~0.4 s of CPU each, minutes over the suite. Servers started as processes
+    # of their own (make run) keep the real hashers; none takes a password hashed here.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # Gateways the tests start serve /metrics without a token unless a test gives one
     # (gateway/settings.py refuses to start otherwise; tests of the closed default unset this).
     os.environ.setdefault("GATEWAY_METRICS_OPEN", "1")

@@ -88,11 +88,6 @@ def cli_as(live_server, cli_home):
     return bind
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def pool_model_state(artifact, state):
     """What the pool supervisor reports once a model is READY on every replica, or unloaded
     (no tritonserver: a pool without processes, as harness/factories.py makes)."""

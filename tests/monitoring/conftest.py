@@ -38,12 +38,6 @@ BUCKETS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """Test users need no slow PBKDF2 (each user costs ~1 s on a busy 2-core machine)."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 class GatewayMetrics:
     """A private prometheus_client registry with the gateway's metric names and labels."""
 
