@@ -1,4 +1,5 @@
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from harness.processes import CeleryWorker
 from registry.models import Role
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+_HELD_SOCKETS: list[socket.socket] = []
 MISSING = {s for s in os.environ.get("MODELPLANE_MISSING_SERVICES", "").split(",") if s}
 
 
@@ -25,10 +27,14 @@ def pytest_configure(config):
     os.environ.setdefault("GATEWAY_METRICS_OPEN", "1")
     # Every gateway a test starts without a gRPC port of its own takes this run's free one, not
     # 8081: gRPC binds with SO_REUSEPORT, so two runs (or xdist workers) on 8081 would share it.
+    # This process holds the port (bound with SO_REUSEPORT, not listening) for the whole run,
+    # so no free_port() hands it to a server that binds it alone while no gateway has it.
     if "GATEWAY_GRPC_PORT" not in os.environ:
-        from kernel.tritonserver import free_port
-
-        os.environ["GATEWAY_GRPC_PORT"] = str(free_port())
+        hold = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        hold.bind(("127.0.0.1", 0))
+        _HELD_SOCKETS.append(hold)
+        os.environ["GATEWAY_GRPC_PORT"] = str(hold.getsockname()[1])
     if IN_CI:
         engine = settings.DATABASES["default"]["ENGINE"]
         if "postgresql" not in engine or settings.CELERY_BROKER_URL.startswith("filesystem://"):
