@@ -29,6 +29,7 @@ import requests
 from django.core.management import call_command
 
 from config import demo
+from harness.processes import wait_for
 from kernel.tritonserver import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,13 +320,11 @@ def _supervised(port: int, name: str, var: Path) -> dict | None:
 
 
 def _wait_for(predicate, timeout: float, what: str, log_path: Path):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    pytest.fail(f"timed out waiting for {what}\n" + log_path.read_text()[-4000:])
+    """harness's wait_for, failing with the platform's log."""
+    try:
+        return wait_for(predicate, timeout=timeout, what=what, interval=0.3)
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n" + log_path.read_text()[-4000:])
 
 
 def _killed_children_come_back(port: int, gateway_port: int, var: Path, log_path: Path) -> None:
