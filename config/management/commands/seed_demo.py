@@ -113,16 +113,18 @@ class Command(BaseCommand):
             user=admin, name="demo-cpu", team=team, replicas=1, cost_per_replica_hour="0.10"
         )
         # public: the README's curl works without a key (other endpoints need inference keys)
-        # latency_margin 1.0: the demo experiment's candidate is a DCN, the stable a linear layer, so
-        # v2 computes more (p95 ~3.7 ms against ~2 ms on 2 busy cores); up to twice v1's latency,
-        # far inside the 50 ms p99 SLO, is no harm here (the SLO and error guardrails still apply)
+        # latency_margin 3.0: the demo experiment's candidate is a DCN, the stable a linear layer, so
+        # v2 computes more, and more so the busier the cores (p95 3.9 ms against 1.5 ms on 2 busy
+        # cores: the latency tail check stopped the demo once at a margin of 1.0); up to four times
+        # v1's latency, far inside the 50 ms p99 SLO, is no harm here (the SLO and error guardrails
+        # still apply)
         endpoint_create(
             user=admin,
             name="demo-ctr",
             pool=pool,
             stable_artifact=artifact,
             slo_p99_ms=50,
-            latency_margin=1.0,
+            latency_margin=3.0,
             public=True,
         )
         self.stdout.write(
