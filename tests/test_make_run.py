@@ -40,16 +40,20 @@ GATEWAY_BACK_WITHIN_S = 3.0
 GATEWAY_GRACE_S = 5.0  # GATEWAY_SHUTDOWN_GRACE_S: how long a killed gateway's workers answer on
 
 
-def _demo_curl(gateway_port: int) -> str:
+def _readme_sh_block(needle: str) -> str:
+    """The README's first ```sh block that contains `needle`."""
     text = (ROOT / "README.md").read_text()
-    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "/v2/models/demo-ctr/infer" in b)
+    return next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if needle in b)
+
+
+def _demo_curl(gateway_port: int) -> str:
+    block = _readme_sh_block("/v2/models/demo-ctr/infer")
     return block.replace("127.0.0.1:8080", f"127.0.0.1:{gateway_port}").replace("curl -s ", "curl -s -i ", 1)
 
 
 def _llm_curl(gateway_port: int) -> str:
     """The README's first LLM example, as written, against this run's gateway."""
-    text = (ROOT / "README.md").read_text()
-    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "/v1/chat/completions" in b)
+    block = _readme_sh_block("/v1/chat/completions")
     return block.replace("localhost:8080", f"127.0.0.1:{gateway_port}")
 
 
@@ -282,8 +286,7 @@ def _demo_experiment_decides_to_ship(base: str, gateway: str, session, log_path:
 
 
 def _demo_body() -> dict:
-    text = (ROOT / "README.md").read_text()
-    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "/v2/models/demo-ctr/infer" in b)
+    block = _readme_sh_block("/v2/models/demo-ctr/infer")
     return json.loads(re.search(r"-d '(.*)'", block, flags=re.S).group(1))
 
 
