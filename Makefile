@@ -32,7 +32,7 @@ install: $(STAMP) $(CHECKOV) system-deps
 
 # A Redis answering on 127.0.0.1:6379 becomes the broker and the exposure streams (db 1;
 # `make test` uses db 0) unless CELERY_BROKER_URL is set; otherwise the embedded
-# filesystem broker, and experiments count no exposures (README, The demo experiment).
+# filesystem broker, and experiments count no exposures (docs/getting-started.md, the demo experiment).
 run: $(STAMP)
 	@if [ -z "$$CELERY_BROKER_URL" ] && timeout 1 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null; then \
 	  export CELERY_BROKER_URL=redis://127.0.0.1:6379/1; echo "make run: Redis answers: broker and exposure streams on $$CELERY_BROKER_URL"; fi; \

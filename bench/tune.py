@@ -12,7 +12,7 @@ stall of the local tritonserver, each measured side by side in one run.
 2. Stall: the default config loaded as pools loaded it before (queue policy 256 requests,
    1 s) and as they load it now (no queue policy), alternating on one scratch server:
    closed loop at concurrency 16 and open loop at 50 % of the capacity, with p50, p99,
-   p99.9 and max (deployments/POOLS.md, "The 500 ms stall").
+   p99.9 and max (docs/pools.md, "The 500 ms stall").
 
 Prints the tables and writes var/bench/tune.json.
 """

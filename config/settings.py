@@ -1,4 +1,4 @@
-"""Settings, all from the environment (see README.md, "Configuration").
+"""Settings, all from the environment (see docs/configuration.md).
 
 Defaults make one machine work with nothing running: SQLite, kombu's filesystem
 broker and a local MLflow store, all under VAR_DIR. Set DATABASE_URL,
@@ -231,7 +231,7 @@ EXPOSURE_STREAM_URL = os.environ.get(
 )
 # Online-experiment feedback: events per second one inference key (or member) may send at each
 # door; how long rows are kept (unknown ones, matching no exposure, sooner; ended experiments'
-# rows after their end; dead letters); README "Online experiments".
+# rows after their end; dead letters); docs/experiments.md.
 FEEDBACK_EVENTS_PER_S_PER_KEY = int(os.environ.get("FEEDBACK_EVENTS_PER_S_PER_KEY", "50000"))
 FEEDBACK_UNKNOWN_RETENTION_DAYS = int(os.environ.get("FEEDBACK_UNKNOWN_RETENTION_DAYS", "7"))
 EXPERIMENT_DATA_RETENTION_DAYS = int(os.environ.get("EXPERIMENT_DATA_RETENTION_DAYS", "90"))

@@ -98,7 +98,7 @@ DEFAULT_ON_INCONCLUSIVE = OnInconclusive.PAUSE  # never rolls a healthy-but-unpr
 # The default canary steps. The first share is what detection time allows: at a 5 % share
 # of 200 req/s a 2.5 %-failing candidate errs every 4 s, too little information for a
 # verdict within 15 s; at 10 % (20 req/s to the candidate) two errors come in ~4 s median
-# (README "Detection time"). monitoring/forecast.py suggests steps for an endpoint's own
+# (docs/rollouts.md, "Detection time"). monitoring/forecast.py suggests steps for an endpoint's own
 # traffic (larger first steps at low traffic) and the endpoint page offers them.
 DEFAULT_STEPS_BP = (1_000, 2_500, 5_000, FULL_BP)
 

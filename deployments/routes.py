@@ -1,6 +1,6 @@
 """The gateway's route table, derived from endpoints, rollouts and pool readiness.
 
-The contract is gateway/route_table.schema.json (and gateway/README.md): per endpoint,
+The contract is gateway/route_table.schema.json (and docs/gateway.md): per endpoint,
 its variants with role and weight in basis points, the *ready* replica URLs of their
 pool and the signature of the served artifact (a rollout with a fair baseline adds a
 `baseline` variant: a copy of the stable artifact loaded under its own Triton name, with
@@ -118,7 +118,7 @@ def _key(key) -> dict:
 
 def _auth(endpoint, team_keys: dict) -> dict:
     """`public` and the ids of the team's keys scoped to it, public or not: a public
-    endpoint's traffic needs no key, its feedback does (README "Online experiments")."""
+    endpoint's traffic needs no key, its feedback does (docs/experiments.md)."""
     return {
         "public": bool(endpoint.public),
         "keys": [

@@ -77,7 +77,7 @@ class FeedbackAdmin(ReadOnly):
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnly):
-    """Stream entries the ingest quarantined (README "Online experiments"): what and why."""
+    """Stream entries the ingest quarantined (docs/experiments.md): what and why."""
 
     list_display = ["created_at", "stream", "endpoint_name", "entry_id", "reason"]
     list_filter = ["stream", "endpoint_name"]

@@ -7,7 +7,7 @@ machine guardrails failed, and says whether the experiment moves and why. The se
 deployments/rollout_machine.py does for rollouts; tests/experiments/test_decision.py
 tables every case.
 
-The order is the rule stated up front (README "Online experiments"): a failing guardrail
+The order is the rule stated up front (docs/experiments.md): a failing guardrail
 on any arm stops for harm first, whatever the lift says; then a candidate whose lift ships
 (the best lift among several); then every candidate harming the primary metric stops; else
 the experiment keeps running. Only a running experiment moves.

@@ -1,5 +1,5 @@
 """Validation of the route table, per entry: JSON Schema (route_table.schema.json) plus
-the semantic rules of gateway/README.md "Route table".
+the semantic rules of docs/gateway.md "Route table".
 
 The table is shared by every team, so a problem fails only its own entry (STYLE.md
 "Shared paths are guarded"): an endpoint entry that breaks a rule is refused (its traffic

@@ -1,4 +1,4 @@
-"""The gateway's settings: environment variables (GATEWAY_*, see gateway/README.md)
+"""The gateway's settings: environment variables (GATEWAY_*, see docs/gateway.md)
 and command-line overrides, checked at start so a bad value stops the process with the
 variable's name."""
 

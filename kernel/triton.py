@@ -91,7 +91,7 @@ _GRPC_HTTP_STATUS = {
 def _grpc_control(grpc_url: str, call: str, name: str, timeout: float, admin_key: str = "", **kwargs) -> None:
     """Repository load/unload over gRPC: over HTTP, Triton's handler blocks HTTP inference
     on every other model for the whole load (triton-inference-server/server#8958; what it
-    cost here is in deployments/POOLS.md)."""
+    cost here is in docs/pools.md)."""
     import tritonclient.grpc as triton_grpc
     from tritonclient.utils import InferenceServerException
 

@@ -1,4 +1,4 @@
-"""Exit codes a CI job can act on (README "CLI" lists them; keep the two in step)."""
+"""Exit codes a CI job can act on (docs/cli.md lists them; keep the two in step)."""
 
 OK = 0
 ERROR = 1  # unexpected: the server answered something the CLI does not understand
@@ -15,7 +15,7 @@ ABORTED = 14  # the rollout ended rolled back by a person (`rollout abort` / `ro
 EXPERIMENT_STOPPED = 15  # the experiment ended without shipping (stopped, or decided to stop)
 INTERRUPTED = 130  # Ctrl-C while waiting; the build or rollout goes on server-side
 
-# (code, name, meaning) in the order the README shows them.
+# (code, name, meaning) in the order docs/cli.md shows them.
 TABLE = [
     (OK, "ok", "success (a build succeeded, a rollout succeeded)"),
     (ERROR, "error", "unexpected answer (not the modelplane API?)"),

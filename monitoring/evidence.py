@@ -153,7 +153,7 @@ class JudgeConfig:
     latency_alpha: float = 0.001
     # Large odds ratios let a small arm's first errors count: two candidate errors (none on
     # the control) are an e-value of ~61 at a 5 % share and ~25 at 10 % (> 1/α = 20); with
-    # the grid ending at 8 they were 11 and 8 (README "Detection time").
+    # the grid ending at 8 they were 11 and 8 (docs/rollouts.md, "Detection time").
     odds_ratios: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 8.0, 16.0, 32.0, 64.0)
     max_latency_points: int = 4000
 

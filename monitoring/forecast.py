@@ -13,7 +13,7 @@ sample minimums. What each check needs, and where it counts from:
 The expected time of a step is the longest of these; a step that cannot conclude before
 its deadline is a warning. `suggest_steps` picks the first share so that (a) the
 candidate gets at least `DETECT_RPS` requests/s, enough for the error and latency tests
-to act within ~10 s (README "Detection time"), and (b) the step concludes within half its
+to act within ~10 s (docs/rollouts.md, "Detection time"), and (b) the step concludes within half its
 deadline; low-traffic endpoints get larger first steps rather than verdicts that never come.
 """
 

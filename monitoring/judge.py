@@ -2,13 +2,13 @@
 
 Pure functions (numpy + scipy.stats), no Django: `judge(stable, candidate, config)`.
 "stable" below is the control: with a fair baseline (a fresh copy of the stable with the
-candidate's share, README "Rollouts and the closed loop") it is the baseline for the
+candidate's share, docs/rollouts.md) it is the baseline for the
 latency tests, and stable + baseline pooled for the anchored error-rate test and PSI.
 The window must be ANCHORED (it starts when the candidate first got traffic and only
 grows), because the error-rate e-process is a running product over ticks. Latency is
 compared within the current STEP while the stable still gets traffic (not at all when the
 candidate takes every request: no control): a step's split is constant, so both arms'
-samples come from the same moments; pooled over a drifting rollout they would not (README).
+samples come from the same moments; pooled over a drifting rollout they would not (docs/rollouts.md).
 
 Checks (each reports samples, statistic, p-value or e-value and threshold):
 

@@ -6,7 +6,7 @@ a comma-separated list of Fernet keys (`Fernet.generate_key()`), the first encry
 all decrypting (MultiFernet: rotate by putting a new key first); else one key derived from
 Django's SECRET_KEY with HKDF-SHA256 (salt and info below), so a deployment that keeps its
 SECRET_KEY keeps reading its secrets and one that changes it must set PROVIDER_SECRETS_KEY
-to the old derivation first (README "Provider secrets")."""
+to the old derivation first (docs/llm-endpoints.md, "Provider secrets")."""
 
 from __future__ import annotations
 

@@ -161,7 +161,7 @@ def with_pool_limits(
     Both 0 (the pools' default): no queue policy at all. Any policy turns off the dynamic
     batcher's payload prefetching in Triton 2.51, and without it the batcher can miss the
     wake-up of a model instance that just finished and sleep its fixed 500 ms
-    (deployments/POOLS.md, "The 500 ms stall"). Models without batching (max_batch_size 0)
+    (docs/pools.md, "The 500 ms stall"). Models without batching (max_batch_size 0)
     cannot have a dynamic batcher, hence no queue policy; they are returned unchanged
     apart from the name."""
     out = mc.ModelConfig()

@@ -160,7 +160,7 @@ class PoolCreateSerializer(serializers.Serializer):
     max_queue_size = serializers.IntegerField(
         required=False,
         help_text="Waiting requests per model before Triton rejects; 0 (default) with queue_timeout_ms 0: no Triton "
-        "queue policy, which costs a 500 ms stall in Triton 2.51 (deployments/POOLS.md).",
+        "queue policy, which costs a 500 ms stall in Triton 2.51 (docs/pools.md).",
     )
     queue_timeout_ms = serializers.IntegerField(required=False, help_text="0 (default): no queue timeout.")
     cost_per_replica_hour = serializers.DecimalField(max_digits=10, decimal_places=4, required=False)

@@ -64,7 +64,7 @@ class ServingPool(models.Model):
     # Queue policy every loaded model gets (config override at load): a hung model rejects
     # instead of queueing without bound. 0 and 0 (the default): no policy, because any policy
     # costs Triton 2.51's dynamic batcher its prefetching and with it a 500 ms stall
-    # (deployments/POOLS.md, "The 500 ms stall").
+    # (docs/pools.md, "The 500 ms stall").
     max_queue_size = models.PositiveIntegerField(default=0)
     queue_timeout_ms = models.PositiveIntegerField(default=0)
     cost_per_replica_hour = models.DecimalField(max_digits=10, decimal_places=4, default=0)

@@ -86,7 +86,7 @@ class Endpoint(models.Model):
     slo_error_rate = models.FloatField(default=0.01, help_text="Candidate error rate above this fails the guardrail.")
     psi_threshold = models.FloatField(default=0.25, help_text="Prediction-score PSI (candidate vs stable) guardrail.")
     # Practical significance of a latency difference: the arm with less traffic runs slower on
-    # shared CPUs even when healthy (monitoring/README.md, "Why these defaults").
+    # shared CPUs even when healthy (docs/monitoring.md, "Why these defaults").
     latency_margin = models.FloatField(default=0.2, help_text="Candidate latency may exceed stable's by this fraction.")
     sticky_header = models.CharField(max_length=100, default="X-User-Id")
     timeout_ms = models.PositiveIntegerField(default=1000)

@@ -1,6 +1,6 @@
 """Writes of feedback: who may send it, at what rate, and storing one validated batch.
 
-Who (README "Online experiments", the same at both doors): a key of the endpoint's team
+Who (docs/experiments.md, the same at both doors): a key of the endpoint's team
 scoped to it, or a member of its team, public endpoint or not; or, with no credentials,
 a batch whose every event cites a signed exposure token of an experiment on this endpoint
 that accepts them (`feedback_tokens`). Feedback by unit key or bare request id therefore

@@ -1,4 +1,4 @@
-"""How long experiment data is kept (settings; README "Online experiments").
+"""How long experiment data is kept (settings; docs/experiments.md).
 
 - feedback that matched no exposure (`unknown`: it moves no experiment, and is what a flood
   leaves behind): FEEDBACK_UNKNOWN_RETENTION_DAYS after it was received (7);

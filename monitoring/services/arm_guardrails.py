@@ -9,7 +9,7 @@ contracts name it): it knows arms only as variant names, never experiments' tabl
 
 Why the whole experiment is one window: the arms serve side by side at a constant split
 from the start, so unlike a rollout's steps every moment of the window is a fair
-comparison, latency included (README "Online experiments").
+comparison, latency included (docs/experiments.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's CLI example works as written: its shell block runs against a live server
+"""The CLI example of docs/cli.md works as written: its shell block runs against a live server
 (only BASE is pointed at the test server) with a real Celery build worker. The demo pool
 `demo-cpu` is a pool row without processes (no tritonserver is needed to start and roll
 back a rollout that is still loading). `modelplane` on PATH is this checkout's CLI (a
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 def readme_cli_block() -> str:
-    blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "docs" / "cli.md").read_text(), flags=re.S)
     return next(b for b in blocks if b.startswith("BASE=") and "modelplane login" in b)
 
 

@@ -1,5 +1,5 @@
 """The CLI's parts that need no server: its config file, URL and step parsing, progress
-output on a terminal and off it, the exit codes the README documents, and that it is
+output on a terminal and off it, the exit codes docs/cli.md documents, and that it is
 installable on its own (a wheel with only the CLI, importing no Django)."""
 
 import io
@@ -124,9 +124,9 @@ def test_rollout_lines_count_steps_from_one():
     ), line
 
 
-def test_exit_codes_are_the_ones_the_readme_documents():
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+def test_exit_codes_are_the_ones_the_docs_document():
+    text = (ROOT / "docs" / "cli.md").read_text()
+    section = text.split("## Exit codes", 1)[1].split("\n\n", 2)[1]
     documented = re.findall(r"^\| `(\d+)` \| ([a-z-]+) \|", section, flags=re.M)
     assert [(int(code), name) for code, name in documented] == [(code, name) for code, name, _ in exits.TABLE]
     assert len({code for code, _, _ in exits.TABLE}) == len(exits.TABLE)

@@ -30,7 +30,7 @@ KEY = {
 def test_schema_is_a_valid_json_schema_and_accepts_the_readme_example():
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    readme = (ROOT / "gateway" / "README.md").read_text()
+    readme = (ROOT / "docs" / "gateway.md").read_text()
     example = readme.split("```json", 1)[1].split("```", 1)[0]
     validate(json.loads(example))
 

@@ -1,5 +1,5 @@
 """Kubernetes pools: objects.py renders a pool's objects, driver.py applies them and
-talks to the pods (deployments/POOLS.md)."""
+talks to the pods (docs/pools.md)."""
 
 from deployments.drivers.kubernetes.driver import HANDOVER_MANAGER, KubernetesDriver, owns_replicas
 from deployments.drivers.kubernetes.objects import (

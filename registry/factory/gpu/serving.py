@@ -15,7 +15,7 @@ What Triton's ONNX Runtime backend can express, and what the plan sets:
   inputs into GPU memory and binds outputs on the GPU (`RunWithBinding`).
 What it cannot express: CUDA graphs for the CUDA EP (ORT replays a graph on the tensor
 addresses and shapes it captured; the backend allocates per request and batches vary),
-so the CUDA-graph rows of `python -m bench gpu` are a gap the README states.
+so the CUDA-graph rows of `python -m bench gpu` are a gap docs/factory.md states.
 """
 
 from __future__ import annotations
