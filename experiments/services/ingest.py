@@ -212,7 +212,7 @@ def exposures_stored_until_ms(client) -> int:
 def ingest_once(client=None) -> dict:
     """One run: exposures, then feedback (fair across sources), then the lag of every
     stream recorded as a metric and alerted when past FEEDBACK_LAG_ALERT_S. {} without a
-    stream; {"skipped": ...} while another run holds the lock."""
+    stream; {"busy": ...} while another run holds the lock."""
     from experiments.services import feedback_streams, ingest_lag
 
     client = client or stream_client()
@@ -220,7 +220,7 @@ def ingest_once(client=None) -> dict:
         return {}
     lock = client.lock(LOCK, timeout=LOCK_S, blocking=False)
     if not lock.acquire():
-        return {"skipped": "another ingest run is in progress"}
+        return {"busy": "another ingest run is in progress"}
     try:
         totals = ingest_exposures(client)
         cutoff_ms = min(
