@@ -264,7 +264,7 @@ def check_tokens(events: list, keys, *, endpoint: str, keyed: bool, now_ms: int)
     endpoint, and has not expired; a batch without a key cites a token in every event, all
     of one unit (one user's feedback: a relay of many users' feedback holds the team's key);
     no exposure is asked for more than `per_exposure` allows. The first failure decides."""
-    tokens, uses, unit = [], {}, None
+    tokens, uses, unit, read = [], {}, None, {}
     for i, event in enumerate(events):
         raw = event.get(TOKEN)
         if raw is None:
@@ -274,7 +274,9 @@ def check_tokens(events: list, keys, *, endpoint: str, keyed: bool, now_ms: int)
                 )
             tokens.append(None)
             continue
-        token = read_exposure_token(raw, keys)
+        if raw not in read:  # one mac check per distinct token (a batch may cite one exposure many times)
+            read[raw] = read_exposure_token(raw, keys)
+        token = read[raw]
         if token is None or token.endpoint != endpoint:
             return TokenVerdict(
                 TokenRefusal.INVALID,
