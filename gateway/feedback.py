@@ -7,11 +7,13 @@ endpoint's feedback too needs a key of its team scoped to it; with no key, only 
 whose every event cites an exposure token this endpoint's running experiment signed (when
 it accepts them), all of one unit. Every cited token, keyed batch or not, must verify and
 be unexpired (401), and no exposure may be asked for more than one exposure allows (409,
-within the batch here, across batches in feedback_stream.py). Bounded: 1 MiB per body (413),
-events per second per key (429 with Retry-After), an experiment's feedback without a key by
-what its exposures allow (429), and a source whose stream's backlog is full is a 503 for
-that source (retry: event ids are idempotent) rather than a silent drop. Every refusal is
-counted in gateway_feedback_refused_total{endpoint, code}.
+within the batch here, across batches in feedback_stream.py). Bounded: 1 MiB per body, 64 KiB
+without a valid key (413, before the body is parsed), events per second per key (429 with
+Retry-After; before parsing too once the key's budget is spent), an experiment's feedback
+without a key by what its exposures allow (429), and a source whose stream's backlog is full
+is a 503 for that source (retry: event ids are idempotent) rather than a silent drop. Every
+refusal is counted: gateway_feedback_refused_total{endpoint, code} (events of a parsed body)
+or gateway_feedback_bodies_refused_total{code} (bodies refused before parsing).
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from time import monotonic, perf_counter
 
 from .access import concealed, conceals, missing, rejected
 from .feedback_rules import TokenRefusal, check_feedback, check_tokens
-from .feedback_stream import FEEDBACK_REFUSED, Refused
+from .feedback_stream import FEEDBACK_BODIES_REFUSED, FEEDBACK_REFUSED, Refused
 from .ids import request_id
 from .responses import error, plain_headers
-from .tenants import EndpointAuth, authenticate, release
+from .tenants import EndpointAuth, authenticate, lookup_key, release
 from .tensors import Problem
 
 MAX_FEEDBACK_BODY = 1024 * 1024
+# Without a valid key a body is one user's feedback (a browser's few events): larger bodies are
+# refused before they are parsed, so an anonymous flood costs the gateway its bytes, not its parse.
+MAX_KEYLESS_BODY = 64 * 1024
 
 
 class EventBuckets:
@@ -37,6 +42,11 @@ class EventBuckets:
     def __init__(self, rate: float):
         self.rate = rate
         self.state: dict[str, tuple[float, float]] = {}
+
+    def empty(self, who: str, now: float) -> bool:
+        """Whether `who` has not one event's budget left (checked before a body is parsed)."""
+        tokens, stamp = self.state.get(who, (self.rate, now))
+        return min(self.rate, tokens + (now - stamp) * self.rate) < 1.0
 
     def take(self, who: str, events: int, now: float) -> float:
         tokens, stamp = self.state.get(who, (self.rate, now))
@@ -91,10 +101,35 @@ def _who(headers: dict, keys: dict, ep, name: str, events: list, rid: str):
     return key, verdict, None
 
 
+def _before_parse(gateway, request, rid: str):
+    """A refusal decided from the headers and the body's size alone, or None: bodies past the
+    bound, a large body without a valid key, a valid key with no budget left. The same answer
+    for every endpoint name (none is parsed yet): no oracle of which exist."""
+    size = len(request.body or b"")
+    if size > MAX_FEEDBACK_BODY:
+        FEEDBACK_BODIES_REFUSED.labels("feedback_too_large").inc()
+        return error(413, "feedback_too_large", f"a feedback body is at most {MAX_FEEDBACK_BODY} bytes", rid)
+    table = gateway.table
+    _, key = lookup_key(request.headers, table.keys) if table is not None else (None, None)
+    if key is None and size > MAX_KEYLESS_BODY:
+        FEEDBACK_BODIES_REFUSED.labels("feedback_too_large").inc()
+        detail = (
+            f"without a valid key a feedback body is one user's feedback, at most {MAX_KEYLESS_BODY} bytes "
+            "(send larger batches with a key of the endpoint's team)"
+        )
+        return error(413, "feedback_too_large", detail, rid)
+    if key is not None and gateway.feedback_buckets.empty(key.id, monotonic()):
+        FEEDBACK_BODIES_REFUSED.labels("feedback_rate_limited").inc()
+        detail = f"over the feedback rate of {gateway.feedback_buckets.rate:g} events/s"
+        return error(429, "feedback_rate_limited", detail, rid, extra={"Retry-After": "1"})
+    return None
+
+
 async def feedback(gateway, request):
     rid = request_id(request.headers)
-    if len(request.body or b"") > MAX_FEEDBACK_BODY:
-        return error(413, "feedback_too_large", f"a feedback body is at most {MAX_FEEDBACK_BODY} bytes", rid)
+    early = _before_parse(gateway, request, rid)
+    if early is not None:
+        return early
     try:
         checked = check_feedback(json.loads(request.body or b"null"))
     except ValueError:

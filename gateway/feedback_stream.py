@@ -41,6 +41,11 @@ SPENT_PREFIX = "modelplane:feedback:spent:"  # + experiment/request id: what the
 CREDIT_PREFIX = "modelplane:feedback:credit:"  # + experiment: its budget for feedback without a key
 
 FEEDBACK_EVENTS = Counter("gateway_feedback_events", "Feedback events relayed to the control plane", ["endpoint"])
+FEEDBACK_BODIES_REFUSED = Counter(
+    "gateway_feedback_bodies_refused",
+    "Feedback bodies refused before they were parsed, by the refusal's code",
+    ["code"],
+)
 FEEDBACK_REFUSED = Counter(
     "gateway_feedback_refused",
     "Feedback events refused at the door, by endpoint and the refusal's code",

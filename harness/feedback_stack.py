@@ -40,6 +40,7 @@ class Tenant:
     artifacts: list = field(default_factory=list)  # stable first
     pool: object = None
     experiment_fields: dict = field(default_factory=dict)
+    key_id: str = ""  # its id in the route table (the gateway's labels and stream names)
 
 
 class FeedbackStack:
@@ -60,9 +61,9 @@ class FeedbackStack:
         stable = factories.artifact(team, self.onnx_path, self.work, model_name=name)
         candidate = factories.artifact(team, self.onnx_path, self.work, model_name=name)
         endpoint = factories.endpoint(pool, stable, name=name, public=public)
-        _, secret = inference_key_create(user=user, team=team, name=f"{name}-key")
+        key, secret = inference_key_create(user=user, team=team, name=f"{name}-key")
         fields = {"feedback_tokens": feedback_tokens, **experiment_fields}
-        tenant = Tenant(name, team, user, endpoint, None, secret, [stable, candidate], pool, fields)
+        tenant = Tenant(name, team, user, endpoint, None, secret, [stable, candidate], pool, fields, key.gateway_id)
         self.tenants.append(tenant)
         return tenant
 
@@ -121,13 +122,15 @@ class FeedbackStack:
         self.stop()
 
     # --- what clients do ----------------------------------------------------------------------
-    def infer(self, tenant: Tenant, *, user: str, key: bool | None = None, headers: dict | None = None, seed=0):
+    def infer(
+        self, tenant: Tenant, *, user: str, key: bool | None = None, headers: dict | None = None, seed=0, session=None
+    ):
         """One ranking request as `user` (the sticky X-User-Id): with the team's key when the
         endpoint is not public (or `key` says so)."""
         sent = {"X-User-Id": user, "Content-Type": "application/json", **(headers or {})}
         if key or (key is None and not tenant.endpoint.public):
             sent["Authorization"] = f"Bearer {tenant.key}"
-        return self.session.post(
+        return (session or self.session).post(
             f"{self.url}/v2/models/{tenant.name}/infer", data=infer_body(seed=seed), headers=sent, timeout=10
         )
 
