@@ -128,6 +128,46 @@ def test_exposure_tokens_authenticate_only_where_accepted_and_cannot_be_forged(t
 
 
 @pytest.mark.django_db
+def test_the_api_door_bounds_what_one_token_carries_like_the_gateways(two_teams, client):
+    """The API takes the gateway's token rules (feedback_rules.check_tokens) and counts what
+    earlier batches took from an exposure in the store: a replay is a 409 there too, a keyless
+    batch is one unit's, an expired token or one of an ended experiment is refused; team B's
+    feedback beside it is all stored."""
+    a, b = two_teams["ctr-a"], two_teams["ctr-b"]
+    exp = a["experiment"]
+    Experiment.objects.filter(pk=exp.pk).update(feedback_tokens=True, attribution_window_s=600)
+    arm = exp.arms.get(is_control=False).name
+    _expose(exp, ["r1", "r2", "r3"])
+    key = bytes.fromhex(exp.token_key)
+
+    def token(rid, unit="u1", at=None, ttl=600):
+        return sign_exposure(key, exp.public_id, "ctr-a", arm, rid, at or time.time(), ttl, unit)
+
+    def click(i, tok, kind="click", **extra):
+        return {"event_id": f"a{i}", "type": kind, "exposure_token": tok, **extra}
+
+    assert _post(client, "ctr-a", [click(1, token("r1"))]).status_code == 202
+    replay = _post(client, "ctr-a", [click(2, token("r1"))])  # another event id, the same exposure's click
+    assert replay.status_code == 409 and replay.json()["code"] == "exposure_allowance_exceeded"
+    assert "events[0].exposure_token" in replay.json()["detail"]
+    keyed_replay = _post(client, "ctr-a", [click(3, token("r1"))], key=a["key"])
+    assert keyed_replay.status_code == 409  # the team's key does not make a replay count
+    many = _post(client, "ctr-a", [click(4, token("r2", "u2")), click(5, token("r3", "u3"))])
+    assert many.status_code == 400 and many.json()["code"] == "one_unit_per_batch"
+    expired = _post(client, "ctr-a", [click(6, token("r2", at=time.time() - 700))])
+    assert expired.status_code == 401 and expired.json()["code"] == "exposure_token_expired"
+    big = _post(client, "ctr-a", [click(7 + i, token("r2"), "value", value=4000) for i in range(3)])
+    assert big.status_code == 409  # 12 000 in absolute value: more than one exposure carries
+    b_ok = _post(client, "ctr-b", [{"event_id": "b1", "type": "click", "unit_key": "u1"}], key=b["key"])
+    assert b_ok.status_code == 202
+    Experiment.objects.filter(pk=exp.pk).update(state="stopped")  # ended: its tokens no longer count
+    ended = _post(client, "ctr-a", [click(20, token("r3", "u3"))])
+    assert ended.status_code == 401
+    assert Feedback.objects.filter(team=a["endpoint"].team).count() == 1  # only the first click was taken
+    assert Feedback.objects.filter(team=b["endpoint"].team).count() == 1
+
+
+@pytest.mark.django_db
 def test_ids_are_scoped_per_team_and_duplicates_leak_nothing(two_teams, client):
     a, b = two_teams["ctr-a"], two_teams["ctr-b"]
     # the same client-chosen request ids in both tenants: each keeps its own exposures
