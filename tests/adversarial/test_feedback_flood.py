@@ -37,7 +37,7 @@ from gateway.feedback_rules import feedback_stream
 from harness import factories
 from harness.feedback_stack import FeedbackStack
 from harness.processes import wait_for
-from monitoring.models import Alert
+from monitoring.models import Alert, MetricSample
 from registry.models import Role
 from tests.conftest import require_service
 from tests.gateway.conftest import require_triton
@@ -200,6 +200,9 @@ def test_an_anonymous_flood_on_one_token_costs_only_its_source(
     assert max(lags) <= bound, sorted(lags)[-5:]
     # team A's backlog is its own, shown while it lasts: an alert and /healthz name A, never B
     assert Alert.objects.filter(kind="feedback_ingest_lag", endpoint="red-ctr").exists()
+    lag_series = MetricSample.objects.filter(metric="feedback_lag_s", variant="feedback-ingest")
+    assert lag_series.filter(endpoint="red-ctr", value__gt=LAG_ALERT_S).exists()  # the metric showed it too
+    assert max(lag_series.filter(endpoint="blue-ctr").values_list("value", flat=True)) <= bound
     assert not Alert.objects.filter(kind="feedback_ingest_lag", endpoint="blue-ctr").exists()
     degraded = [h for h in health if h[1] == 503]
     assert degraded and all("red-ctr" in h[2]["error"] and "blue-ctr" not in h[2]["lagging"] for h in degraded)

@@ -135,3 +135,21 @@ def test_one_run_at_a_time(client, teams):
     finally:
         lock.release()
     assert "busy" not in ingest.ingest_once(client)
+
+
+def test_each_run_records_each_endpoints_lag_and_alerts_the_one_past_the_threshold(client, teams, settings):
+    from experiments.services import ingest_lag
+    from monitoring.models import Alert, MetricSample
+
+    settings.FEEDBACK_LAG_ALERT_S = 30
+    old = f"{int((time.time() - 120) * 1000)}-0"  # red's oldest entry has waited two minutes
+    client.xadd(feedback_stream("red", "k-red"), {"e": "red", "k": "k-red", "b": "[]"}, id=old)
+    relay("blue", "k-blue", [{"event_id": "b1", "type": "click", "request_id": "r-blue"}])
+    client.sadd("modelplane:feedback:streams", feedback_stream("red", "k-red"))
+    lags = ingest_lag.lag_record(client)
+    assert lags["red"]["lag_s"] >= 120 and lags["blue"]["lag_s"] < 30
+    samples = dict(MetricSample.objects.filter(metric="feedback_lag_s").values_list("endpoint", "value"))
+    assert samples["red"] >= 120 and samples["blue"] < 30
+    assert MetricSample.objects.get(endpoint="red", metric="feedback_lag_s").variant == "feedback-ingest"
+    alert = Alert.objects.get(kind="feedback_ingest_lag")
+    assert alert.endpoint == "red" and alert.team == teams["red"]["endpoint"].team and "waited 12" in alert.reason
