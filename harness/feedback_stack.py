@@ -134,12 +134,12 @@ class FeedbackStack:
             f"{self.url}/v2/models/{tenant.name}/infer", data=infer_body(seed=seed), headers=sent, timeout=10
         )
 
-    def feedback(self, tenant: Tenant, events: list, *, key: bool = True, session=None):
-        """POST /v2/feedback for the tenant's endpoint, with its key or anonymous."""
-        headers = {"Authorization": f"Bearer {tenant.key}"} if key else {}
-        return (session or self.session).post(
-            f"{self.url}/v2/feedback", json={"endpoint": tenant.name, "events": events}, headers=headers, timeout=30
-        )
+    def feedback(self, tenant: Tenant, events: list | bytes, *, key: bool = True, session=None):
+        """POST /v2/feedback for the tenant's endpoint, with its key or anonymous; `events` as a
+        list, or a whole body already serialized (a flood's, so the client spends no CPU on it)."""
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {tenant.key}"} if key else {})}
+        body = events if isinstance(events, bytes) else json.dumps({"endpoint": tenant.name, "events": events})
+        return (session or self.session).post(f"{self.url}/v2/feedback", data=body, headers=headers, timeout=30)
 
     def metrics(self) -> str:
         return self.session.get(

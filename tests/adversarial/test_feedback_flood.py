@@ -10,16 +10,18 @@ late); over 2 more connections A's own key queues 4 000-event batches as fast as
 takes them, so A's feedback really is behind. Team B infers and sends a keyed click every
 quarter second all along.
 
-Asserted: every anonymous flood batch is refused (409, the events counted at the door); B's
-inference and feedback all succeed, B's inference p99 stays under 1 s (the gateway's one
-worker parses the abusers' 1 MiB bodies between B's requests; B's requests alone take a few
-ms), and each of B's clicks is stored within one ingest run of becoming ready (its 2 s wait
-for its exposure's flush, one tick, and at most the run in progress plus the next one,
-timed from the worker's log); A's backlog is A's alone: a `feedback_ingest_lag` alert and
+Asserted: every anonymous flood batch is refused (413 before it is parsed: without a valid
+key a body is one user's feedback, at most 64 KiB; counted at the door); B's inference and
+feedback all succeed; B's inference p99 under the flood stays within twice its p99 measured
+alone just before plus 250 ms (the machine's own load moves both: ~0.5 s at a load average of
+13 on 2 cores, ~10 ms idle); and each of B's clicks is stored within one ingest run of
+becoming ready (its 2 s wait for its exposure's flush, one tick, and at most the run in
+progress plus the next one, timed from the worker's log); A's backlog is A's alone: a `feedback_ingest_lag` alert and
 /healthz (component `feedback`, 503) name A's endpoint while it lasts, never B's, and
 /healthz is 200 again once A's stream is drained.
 """
 
+import json
 import re
 import threading
 import time
@@ -106,7 +108,18 @@ def test_an_anonymous_flood_on_one_token_costs_only_its_source(
         token_reply = stack.infer(red, user="flooder")
         assert token_reply.status_code == 200, token_reply.text
         token, red_rid = token_reply.headers["X-Exposure-Token"], token_reply.headers["X-Request-Id"]
-        flood_body = [{"event_id": f"f{i}", "type": "conversion", "exposure_token": token} for i in range(4000)]
+        # bodies serialized once: the clients' own CPU must not slow team B's client in this process
+        flood_body = json.dumps(
+            {
+                "endpoint": "red-ctr",
+                "events": [{"event_id": f"f{i}", "type": "conversion", "exposure_token": token} for i in range(4000)],
+            }
+        ).encode()
+        keyed_event = b'{"event_id":"k%d-%d","type":"conversion","request_id":"' + red_rid.encode() + b'"}'
+
+        def keyed_body(n: int) -> bytes:
+            return b'{"endpoint":"red-ctr","events":[' + b",".join(keyed_event % (n, i) for i in range(4000)) + b"]}"
+
         anonymous, keyed, blue_infer, blue_clicks = [], [], [], []
         lock = threading.Lock()
 
@@ -122,11 +135,7 @@ def test_an_anonymous_flood_on_one_token_costs_only_its_source(
         def red_keyed():
             with stack.session.__class__() as session:
                 while not stop.is_set():
-                    n = next(batch)
-                    events = [
-                        {"event_id": f"k{n}-{i}", "type": "conversion", "request_id": red_rid} for i in range(4000)
-                    ]
-                    res = stack.feedback(red, events, session=session)
+                    res = stack.feedback(red, keyed_body(next(batch)), session=session)
                     with lock:
                         keyed.append(res.status_code)
                     if res.status_code != 202:
@@ -154,6 +163,13 @@ def test_an_anonymous_flood_on_one_token_costs_only_its_source(
             health.append((time.monotonic(), res.status_code, res.json()["components"]["feedback"]))
             time.sleep(0.5)
 
+        baseline = []  # team B alone, just before: what its latency is on this machine now
+        with stack.session.__class__() as session:
+            for n in range(40):
+                t0 = time.monotonic()
+                assert stack.infer(blue, user=f"b{n}", seed=n, session=session).status_code == 200
+                baseline.append(time.monotonic() - t0)
+                time.sleep(0.1)
         threads = [Loop(flood, stop) for _ in range(4)] + [Loop(red_keyed, stop) for _ in range(2)]
         threads += [Loop(blue_traffic, stop), Loop(watch_health, stop)]
         for thread in threads:
@@ -183,7 +199,7 @@ def test_an_anonymous_flood_on_one_token_costs_only_its_source(
     assert not [t.errors for t in threads if t.errors], [t.errors for t in threads if t.errors]
     assert blue_infer and all(status == 200 for status, _ in blue_infer)
     assert blue_clicks and all(status == 202 for _, status, _ in blue_clicks)
-    assert p99([s for _, s in blue_infer]) < 1.0
+    assert p99([s for _, s in blue_infer]) <= 2 * p99(baseline) + 0.25  # the tolerance: see the docstring
     stored = dict(
         Feedback.objects.filter(event_id__in=[c[0] for c in blue_clicks]).values_list("event_id", "received_at")
     )
@@ -194,7 +210,8 @@ def test_an_anonymous_flood_on_one_token_costs_only_its_source(
     print(
         f"\nflood {FLOOD_S}s: {len(anonymous)} anonymous batches refused ({len(anonymous) * 4000} events), "
         f"team A keyed {keyed.count(202)} queued / {len(keyed)}; team B {len(blue_infer)} requests "
-        f"(p99 {p99([s for _, s in blue_infer]) * 1000:.0f} ms), {len(blue_clicks)} clicks, lag max "
+        f"(p99 {p99([s for _, s in blue_infer]) * 1000:.0f} ms, alone before {p99(baseline) * 1000:.0f} ms), "
+        f"{len(blue_clicks)} clicks, lag max "
         f"{max(lags):.2f}s (bound {bound:.2f}s); ingest runs {len(runs)}, longest {max(runs):.2f}s"
     )
     assert max(lags) <= bound, sorted(lags)[-5:]
