@@ -137,7 +137,8 @@ class ExposureLog:
             )
         )
 
-    async def _connect(self):
+    async def connect(self):
+        """The Redis client of the streams (made on first use; feedback_stream.py shares it)."""
         if self.client is None:
             import redis.asyncio as redis  # only a gateway with an exposure stream needs it
 
@@ -157,7 +158,7 @@ class ExposureLog:
                 )
                 for rid, experiment, endpoint, arm, unit, t, body, encoding in take
             ]
-            client = await self._connect()
+            client = await self.connect()
             pipe = client.pipeline(transaction=False)
             for chunk in _chunks(records, MAX_ENTRY_BYTES):  # entries of at most 256 KiB: the stream's bound holds
                 pipe.xadd(

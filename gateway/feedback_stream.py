@@ -137,8 +137,8 @@ class FeedbackRelay:
         """Queue the batch, or raise Refused. `uses`: exposure -> TokenUse the batch asks;
         `expiries`: exposure -> its token's expiry (unix ms); `experiment`: whose budget a
         batch without a key draws on."""
-        client = await self.exposures._connect()
-        if self.script is None:
+        client = await self.exposures.connect()
+        if self.script is None or self.script.registered_client is not client:  # a new client after a stream error
             self.script = client.register_script(ADMIT)
         stream = feedback_stream(endpoint, key_id)
         exposures = list(uses)
