@@ -101,7 +101,11 @@ def ingest_feedback(
     budget = budget or settings.FEEDBACK_INGEST_EVENTS_PER_RUN
     deadline = time.monotonic() + (budget_s or settings.FEEDBACK_INGEST_RUN_S)
     run = _Run(client, cutoff_ms, consumer)
-    active = feedback_streams(client)
+    streams = feedback_streams(client)
+    pipe = client.pipeline(transaction=False)
+    for stream in streams:
+        pipe.xlen(stream)
+    active = [stream for stream, entries in zip(streams, pipe.execute()) if entries]  # one round trip
     random.shuffle(active)  # no stream is always last in a pass
     first = True
     while active and budget > 0:
