@@ -59,7 +59,9 @@ PLAN = {
     "alpha": 0.05,
     "power": 0.8,
     "guardrail_psi": False,
-    # the demo endpoint is public: its simulated users send clicks with the replies' exposure tokens
+    # the demo endpoint is public: its simulated users send clicks with the replies' exposure tokens,
+    # which carry one exposure each (a click, a few conversions, a bounded value), expire with the
+    # attribution window and the experiment, and come one user per batch (docs/experiments.md)
     "feedback_tokens": True,
 }
 HYPOTHESIS = (

@@ -103,8 +103,30 @@ def _check_pools() -> dict:
     return beat
 
 
+def _check_feedback() -> dict:
+    """The ingest's lag on every exposure and feedback stream (experiments/selectors/streams.py):
+    down while an endpoint's feedback has waited longer than FEEDBACK_LAG_ALERT_S, naming it."""
+    from experiments.selectors.streams import endpoint_lags, lagging, stream_lags
+    from experiments.services.ingest import stream_client
+
+    client = stream_client()
+    if client is None:
+        return {"stream": "none (EXPOSURE_STREAM_URL is empty)"}
+    lags = endpoint_lags(stream_lags(client))
+    waiting = {name: lag for name, lag in lags.items() if lag["entries"]}
+    late = lagging(lags, settings.FEEDBACK_LAG_ALERT_S)
+    if late:
+        worst, lag = next(iter(late.items()))
+        more = f" (and {len(late) - 1} more)" if len(late) > 1 else ""
+        raise Degraded(
+            f"feedback for {worst} has waited {lag['lag_s']:.0f}s to be ingested{more}",
+            {"lagging": late, "waiting": waiting, "threshold_s": settings.FEEDBACK_LAG_ALERT_S},
+        )
+    return {"waiting": waiting, "threshold_s": settings.FEEDBACK_LAG_ALERT_S}
+
+
 CHECKS = {"database": _check_database, "broker": _check_broker}
-HEARTBEAT_CHECKS = {"pools": _check_pools}  # a heartbeat that is not the whole story
+HEARTBEAT_CHECKS = {"pools": _check_pools, "feedback": _check_feedback}  # named in HEALTHZ_EXPECT, not heartbeats
 
 
 def _check_routes(gateway_url: str) -> dict:

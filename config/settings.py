@@ -233,6 +233,16 @@ EXPOSURE_STREAM_URL = os.environ.get(
 # door; how long rows are kept (unknown ones, matching no exposure, sooner; ended experiments'
 # rows after their end; dead letters); docs/experiments.md.
 FEEDBACK_EVENTS_PER_S_PER_KEY = int(os.environ.get("FEEDBACK_EVENTS_PER_S_PER_KEY", "50000"))
+# The ingest's work per run (experiments.ingest, every second): exposure records, then feedback
+# events shared fairly across every endpoint's and key's stream, and no new work past the time;
+# an endpoint whose feedback waited longer than FEEDBACK_LAG_ALERT_S is alerted and /healthz says so.
+EXPOSURE_INGEST_RECORDS_PER_RUN = int(os.environ.get("EXPOSURE_INGEST_RECORDS_PER_RUN", "100000"))
+FEEDBACK_INGEST_EVENTS_PER_RUN = int(os.environ.get("FEEDBACK_INGEST_EVENTS_PER_RUN", "20000"))
+FEEDBACK_INGEST_RUN_S = float(os.environ.get("FEEDBACK_INGEST_RUN_S", "8"))
+FEEDBACK_LAG_ALERT_S = float(os.environ.get("FEEDBACK_LAG_ALERT_S", "30"))
+# The API's door for feedback without a key (exposure tokens), per endpoint; the gateway's door
+# sizes the same budget from the experiment's exposures (docs/experiments.md).
+FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT = int(os.environ.get("FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT", "200"))
 FEEDBACK_UNKNOWN_RETENTION_DAYS = int(os.environ.get("FEEDBACK_UNKNOWN_RETENTION_DAYS", "7"))
 EXPERIMENT_DATA_RETENTION_DAYS = int(os.environ.get("EXPERIMENT_DATA_RETENTION_DAYS", "90"))
 DEAD_LETTER_RETENTION_DAYS = int(os.environ.get("DEAD_LETTER_RETENTION_DAYS", "30"))

@@ -27,6 +27,7 @@ class Overlay:
     arms: tuple  # ((artifact, weight_bp), ...): the first is the endpoint's stable artifact (role stable)
     url: str = ""  # the page that shows it (the endpoint page links there)
     token_key: str = ""  # hex HMAC key of its exposure tokens (route table: exposure_token_key), "" when it takes none
+    token_ttl_s: int = 3600  # how long a token stays citable: its attribution window (exposure_token_ttl_s)
 
 
 _providers: list[Callable] = []

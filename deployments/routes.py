@@ -275,6 +275,7 @@ def _overlay_variants(endpoint, overlay, entry: dict, make) -> list | None:
     entry["salt"], entry["experiment"] = overlay.salt, overlay.name
     if overlay.token_key:
         entry["exposure_token_key"] = overlay.token_key
+        entry["exposure_token_ttl_s"] = overlay.token_ttl_s
     return [
         make(artifact, VariantRole.STABLE if i == 0 else VariantRole.ARM, weight_bp, triton_name(artifact))
         for i, (artifact, weight_bp) in enumerate(overlay.arms)

@@ -16,8 +16,15 @@ from datetime import UTC, datetime
 from gateway import feedback_rules
 
 MAX_EVENTS = feedback_rules.schema()["properties"]["events"]["maxItems"]
-TOKEN_FIELD = "exposure_token"
-read_exposure_token = feedback_rules.read_exposure_token  # the gateway signs, the control plane verifies
+TOKEN_FIELD = feedback_rules.TOKEN
+# the gateway signs, both doors verify and bound what one exposure's token carries
+read_exposure_token = feedback_rules.read_exposure_token
+check_tokens = feedback_rules.check_tokens
+per_exposure = feedback_rules.per_exposure
+TokenUse = feedback_rules.TokenUse
+TokenRefusal = feedback_rules.TokenRefusal
+feedback_stream = feedback_rules.feedback_stream
+FEEDBACK_STREAMS = feedback_rules.FEEDBACK_STREAMS
 
 
 class FeedbackError(ValueError):

@@ -14,7 +14,9 @@ from small JSON replies in the flusher, not on the request path.
 
 Feedback (POST /v2/feedback, feedback.py) is checked by the rules both doors share
 (feedback_rules.py), authenticated with a key of the endpoint's team or its exposure tokens,
-and relayed as one stream entry per batch; the control plane validates it again,
+and admitted and queued by feedback_stream.py onto its source's own stream; each flush here
+adds to every experiment's budget for feedback without a key what its exposures' tokens may
+carry (feedback_stream.credit_key). The control plane validates feedback again,
 de-duplicates by event id per team and attributes it.
 
 A large deployment replaces the Redis Stream with a Kafka topic (same record fields); the
@@ -32,33 +34,24 @@ from collections import deque
 from prometheus_client import Counter, Gauge
 
 from .feedback_rules import max_unit_key
+from .feedback_stream import CREDIT_TTL_MS, credit_key, credit_per_exposure
 
 EXPOSURE_STREAM = "modelplane:exposures"
-FEEDBACK_STREAM = "modelplane:feedback"
 
 EXPOSURES = Counter("gateway_exposures", "Exposures handed to the exposure stream", ["endpoint"])
 EXPOSURES_DROPPED = Counter(
     "gateway_exposures_dropped", "Exposures dropped (buffer full, no stream, stream error)", ["reason"]
 )
 EXPOSURE_BUFFER = Gauge("gateway_exposure_buffer", "Exposures waiting for the next flush")
-FEEDBACK_EVENTS = Counter("gateway_feedback_events", "Feedback events relayed to the control plane", ["endpoint"])
 
 MAX_SCORE_BODY = 2048  # replies up to this size keep their body for the flusher to read the score from
-FEEDBACK_REFUSED = Counter(
-    "gateway_feedback_refused", "Feedback events refused (503) while the feedback stream's backlog was full"
-)
 MAX_UNIT_KEY = max_unit_key()  # the sticky header's bound (the request path refuses longer ones with a 400)
-# Memory bound per stream (the control plane trims what it acknowledged, so these bound only a
-# backlog the ingest has not read): exposures <= ~1 100 entries (MAXLEN ~ 1 000 plus Redis's
-# trimming slack of one 100-entry node) x 256 KiB = ~275 MiB; feedback <= ~700 entries (the
-# gateway refuses feedback with a 503 once FEEDBACK_BACKLOG entries wait, so MAXLEN ~ 600 is a
-# safety net that never drops feedback silently) x 1 MiB (the body bound of POST /v2/feedback)
-# = ~700 MiB. Typical entries are far smaller (~100 KB per second of exposures at 1k req/s,
-# ~15 KB per 200-event feedback batch).
+# Memory bound of the exposure stream (the control plane trims what it acknowledged, so this
+# bounds only a backlog the ingest has not read): <= ~1 100 entries (MAXLEN ~ 1 000 plus
+# Redis's trimming slack of one 100-entry node) x 256 KiB = ~275 MiB; typical entries are far
+# smaller (~100 KB per second of exposures at 1k req/s). Feedback: feedback_stream.py.
 MAX_ENTRY_BYTES = 256 * 1024
 EXPOSURE_STREAM_MAXLEN = 1_000
-FEEDBACK_BACKLOG = 500
-FEEDBACK_STREAM_MAXLEN = 600
 
 
 def _chunks(records: list[str], limit: int):
@@ -100,14 +93,12 @@ class ExposureLog:
         batch: int = 5_000,
         interval_s: float = 1.0,
         stream_maxlen: int = EXPOSURE_STREAM_MAXLEN,
-        feedback_maxlen: int = FEEDBACK_STREAM_MAXLEN,
     ):
         self.redis_url = redis_url
         self.capacity = capacity
         self.batch = batch
         self.interval_s = interval_s
         self.stream_maxlen = stream_maxlen
-        self.feedback_maxlen = feedback_maxlen
         self.buffer: deque = deque()
         self.client = None
         EXPOSURE_BUFFER.set_function(lambda: len(self.buffer))
@@ -146,7 +137,8 @@ class ExposureLog:
             )
         )
 
-    async def _connect(self):
+    async def connect(self):
+        """The Redis client of the streams (made on first use; feedback_stream.py shares it)."""
         if self.client is None:
             import redis.asyncio as redis  # only a gateway with an exposure stream needs it
 
@@ -166,7 +158,7 @@ class ExposureLog:
                 )
                 for rid, experiment, endpoint, arm, unit, t, body, encoding in take
             ]
-            client = await self._connect()
+            client = await self.connect()
             pipe = client.pipeline(transaction=False)
             for chunk in _chunks(records, MAX_ENTRY_BYTES):  # entries of at most 256 KiB: the stream's bound holds
                 pipe.xadd(
@@ -175,6 +167,13 @@ class ExposureLog:
                     maxlen=self.stream_maxlen,
                     approximate=True,
                 )
+            per_experiment: dict[str, int] = {}
+            for record in take:
+                per_experiment[record[1]] = per_experiment.get(record[1], 0) + 1
+            credit = credit_per_exposure()
+            for experiment, n in per_experiment.items():  # what these exposures' tokens may carry
+                pipe.hincrbyfloat(credit_key(experiment), "l", n * credit)
+                pipe.pexpire(credit_key(experiment), CREDIT_TTL_MS)
             await pipe.execute()
         except Exception:  # noqa: BLE001 - any stream failure: keep what fits, count the rest
             room = self.capacity - len(self.buffer)
@@ -196,22 +195,6 @@ class ExposureLog:
             await asyncio.sleep(self.interval_s)
             while await self.flush() == self.batch:
                 pass
-
-    async def relay_feedback(self, endpoint: str, events: list, key_id: str | None) -> bool:
-        """One stream entry per batch; False (nothing queued) while the stream's backlog is at
-        its bound, so the client retries instead of a silent drop by MAXLEN."""
-        client = await self._connect()
-        if await client.xlen(FEEDBACK_STREAM) >= min(FEEDBACK_BACKLOG, self.feedback_maxlen):
-            FEEDBACK_REFUSED.inc(len(events))
-            return False
-        await client.xadd(
-            FEEDBACK_STREAM,
-            {"e": endpoint, "k": key_id or "", "b": json.dumps(events, separators=(",", ":"))},
-            maxlen=self.feedback_maxlen,
-            approximate=True,
-        )
-        FEEDBACK_EVENTS.labels(endpoint).inc(len(events))
-        return True
 
     async def close(self) -> None:
         while self.buffer and await self.flush():

@@ -19,7 +19,7 @@ registry version: no split, no failover to another version.
 from __future__ import annotations
 
 import random
-from time import perf_counter, time
+from time import perf_counter
 
 from . import metrics
 from .access import admit, missing
@@ -36,9 +36,9 @@ from .failover import (
     failure_outcome,
     retry_on_stable,
 )
-from .feedback_rules import max_unit_key, sign_exposure
+from .feedback_rules import endpoint_token, max_unit_key
 from .headers import deadline_s, forwarded_headers, reply_headers
-from .ids import request_id
+from .ids import exposure_id, request_id
 from .metadata import unknown_version
 from .replies import public_reply, rename_error
 from .responses import IHCL, error, unavailable
@@ -86,6 +86,8 @@ class Inference:
         key, response = admit(table, ep, headers, rid, t0)
         if response is not None:
             return self._done(request, response, t0, name, "none", CLIENT, key)
+        if version is None:  # in an experiment, an exposure: recorded under an id of the gateway's (ids.py)
+            rid = exposure_id(headers, rid, ep.experiment)
         in_flight = self.hot.in_flight
         in_flight[name] = in_flight.get(name, 0) + 1
         try:
@@ -320,9 +322,7 @@ class Inference:
         else:
             data = rename_error(data, out.get("Content-Encoding"), variant.triton_model.encode(), name.encode())
         if status == 200 and ep.exposure_token_key and pinned is None:  # feedback may cite it (feedback_rules.py)
-            out["X-Exposure-Token"] = sign_exposure(
-                ep.exposure_token_key, ep.experiment, name, variant.name, rid, time()
-            )
+            out["X-Exposure-Token"] = endpoint_token(ep, variant.name, rid, headers.get(ep.sticky_key))
         fault = OK if status < 400 else (CLIENT if status < 500 else BACKEND)
         response = self._done(request, (status, out, data), t0, name, variant.name, fault, tenant)
         if status == 200:  # after the latency is taken: sampling must not tilt the judge's comparison

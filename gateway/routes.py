@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .feedback_rules import DEFAULT_TOKEN_TTL_S
 from .llm.table import compile_llm_endpoints
 from .replies import reply_prefixes
 from .route_checks import SCHEMA_PATH, Refusal, RouteTableError, check, validate
@@ -126,6 +127,7 @@ class Endpoint(Split):
     # registry version -> the live variant serving it (the stable first): versioned paths
     versions: dict[str, Variant] = field(default_factory=dict)
     exposure_token_key: bytes = b""  # the experiment signs exposure tokens with it (empty: it takes none)
+    exposure_token_ttl_s: int = DEFAULT_TOKEN_TTL_S  # a token is citable this long: the attribution window
 
     def __post_init__(self):
         self.sticky_key = self.sticky_header.lower()
@@ -277,4 +279,5 @@ def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict, key
         min_timeout_s=ep.get("min_timeout_ms", timeout_ms) / 1000.0,
         experiment=ep.get("experiment", ""),
         exposure_token_key=bytes.fromhex(ep.get("exposure_token_key", "")),
+        exposure_token_ttl_s=ep.get("exposure_token_ttl_s", DEFAULT_TOKEN_TTL_S),
     )

@@ -26,6 +26,7 @@ from .aggregate import Siblings
 from .breaker import Breakers
 from .exposures import EXPOSURES_DROPPED, ExposureLog
 from .feedback import EventBuckets, feedback
+from .feedback_stream import FeedbackRelay
 from .httpserver import HttpServer, Request
 from .ids import request_id
 from .infer import Inference
@@ -56,6 +57,11 @@ class Gateway:
         self.scores = ScoreSampler()
         self.exposures = ExposureLog(settings.exposure_stream_url)
         self.feedback_buckets = EventBuckets(settings.feedback_events_per_s)
+        self.feedback_relay = FeedbackRelay(
+            self.exposures,
+            floor_per_s=settings.feedback_token_floor_per_s,
+            floor_burst=settings.feedback_token_floor_burst,
+        )
         self.breakers = Breakers(settings, self.states)
         self.llm_states: dict = {}  # (base URL, model) -> llm.table.LlmReplica, kept across reloads
         self.llm = LlmService(self)

@@ -50,7 +50,11 @@ class Settings:
     exposure_stream_url: str | None = (
         None  # Redis URL of the exposure/feedback streams; None: exposures are counted as dropped
     )
-    feedback_events_per_s: float = 50_000.0  # per key (or per experiment for token-only batches), per process
+    feedback_events_per_s: float = 50_000.0  # per key, per process
+    # An experiment's feedback without a key draws on what its exposures allow (feedback_stream.py);
+    # this floor refills by time for quiet experiments and clicks that beat their exposure's flush.
+    feedback_token_floor_per_s: float = 20.0
+    feedback_token_floor_burst: float = 100.0
     llm_anonymous_streams: int = 64  # anonymous LLM requests in flight per public endpoint, per host (llm/quotas.py)
 
     @classmethod
@@ -99,6 +103,12 @@ class Settings:
             grpc_max_streams=number("GATEWAY_GRPC_MAX_STREAMS", cls.grpc_max_streams),
             grpc_max_rpcs=number("GATEWAY_GRPC_MAX_RPCS", cls.grpc_max_rpcs),
             feedback_events_per_s=number("GATEWAY_FEEDBACK_EVENTS_PER_S", cls.feedback_events_per_s, float),
+            feedback_token_floor_per_s=number(
+                "GATEWAY_FEEDBACK_TOKEN_FLOOR_PER_S", cls.feedback_token_floor_per_s, float
+            ),
+            feedback_token_floor_burst=number(
+                "GATEWAY_FEEDBACK_TOKEN_FLOOR_BURST", cls.feedback_token_floor_burst, float
+            ),
             llm_anonymous_streams=number("GATEWAY_LLM_ANONYMOUS_STREAMS", cls.llm_anonymous_streams),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})

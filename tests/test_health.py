@@ -190,3 +190,37 @@ def test_healthz_names_a_pool_replica_that_is_down(client, settings, team_a):
     assert client.get("/healthz").json()["components"]["pools"]["not_ready"] == {"serving": {"r1": "starting: killed"}}
     pool.replica_set.filter(name="r1").update(status=ReplicaStatus.STOPPED, retiring_since=timezone.now())
     assert client.get("/healthz").status_code == 200
+
+
+def test_the_feedback_component_is_down_while_an_endpoint_s_feedback_waits_too_long(client, settings):
+    """The ingest's lag, read from the streams themselves (real Redis): an entry older than
+    FEEDBACK_LAG_ALERT_S on one endpoint's stream makes /healthz 503 naming that endpoint."""
+    import time
+
+    import redis
+
+    from experiments.services import ingest
+    from gateway.feedback_rules import FEEDBACK_STREAMS, feedback_stream
+    from tests.conftest import require_service
+
+    require_service("redis")
+    streams = redis.Redis.from_url(settings.EXPOSURE_STREAM_URL)
+    ingest.streams_delete(streams)
+    settings.HEALTHZ_EXPECT, settings.FEEDBACK_LAG_ALERT_S = ["feedback"], 30
+    try:
+        fresh, stale = feedback_stream("blue", "k2"), feedback_stream("red", "k1")
+        streams.xadd(fresh, {"e": "blue", "k": "k2", "b": "[]"})
+        streams.sadd(FEEDBACK_STREAMS, fresh)
+        ok = client.get("/healthz")
+        assert ok.status_code == 200 and ok.json()["components"]["feedback"]["waiting"]["blue"]["entries"] == 1
+        streams.xadd(stale, {"e": "red", "k": "k1", "b": "[]"}, id=f"{int((time.time() - 45) * 1000)}-0")
+        streams.sadd(FEEDBACK_STREAMS, stale)
+        late = client.get("/healthz")
+        component = late.json()["components"]["feedback"]
+        assert late.status_code == 503 and component["state"] == "down"
+        assert "feedback for red has waited 4" in component["error"]
+        assert set(component["lagging"]) == {"red"} and component["lagging"]["red"]["lag_s"] >= 45
+        streams.delete(stale)
+        assert client.get("/healthz").status_code == 200  # the backlog taken: up again
+    finally:
+        ingest.streams_delete(streams)

@@ -4,6 +4,8 @@
 POST …/{start|stop|ship}/, GET …/results/, and POST /api/v1/feedback/ (batches).
 """
 
+import time
+
 from django.conf import settings
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, serializers
@@ -23,7 +25,7 @@ from experiments.selectors import online as selectors
 from experiments.services import feedback as feedback_services
 from experiments.services import online as services
 from kernel.api import created
-from kernel.errors import InvalidInput, NotFound
+from kernel.errors import InvalidInput, NotFound, PlatformError
 from kernel.serializers import IdOrModelUriField, StrictCharField, StrictModelSerializer, StrictSlugField
 from kernel.viewsets import TeamScopedViewSet
 from registry.selectors.teams import user_role_in
@@ -224,11 +226,14 @@ def _caller(request, endpoint) -> str | None:
 class FeedbackView(APIView):
     """POST /api/v1/feedback/: a key of the endpoint's team (Authorization: Bearer or
     X-API-Key) or a member of its team, public endpoint or not; with neither, only events
-    citing exposure tokens of an experiment that accepts them. The batch is checked by the
-    rules the gateway's door uses (gateway/feedback.schema.json)."""
+    citing exposure tokens of the endpoint's running experiment that accepts them, all of
+    one unit. Every cited token must verify and be unexpired; no exposure may be asked for
+    more than one exposure carries (409, counting what earlier feedback took). The batch is
+    checked by the rules the gateway's door uses (gateway/feedback.schema.json)."""
 
     permission_classes = [permissions.AllowAny]
-    schema_error_codes = ("401", "403", "404", "429")  # no or a wrong key, another team, unknown endpoint, over rate
+    # no or a wrong key or token, another team, unknown endpoint, a replayed token, over rate
+    schema_error_codes = ("401", "403", "404", "409", "429")
 
     @extend_schema(request=FeedbackBatchSerializer, responses={202: dict}, summary="Record a batch of feedback events")
     def post(self, request):
@@ -250,21 +255,31 @@ class FeedbackView(APIView):
                 self._refuse(request, endpoint)
             raise InvalidInput(exc.detail, field=exc.field) from None
         experiments = feedback_services.endpoint_experiments(endpoint)
-        keys = feedback_services.token_keys(experiments)
-        if caller is None and not (keys and all(feedback_parse.TOKEN_FIELD in e for e in events)):
-            self._refuse(request, endpoint)
         try:
-            events = feedback_services.tokens_resolve(endpoint=endpoint, events=events, keys=keys)
+            events = feedback_services.tokens_resolve(
+                endpoint=endpoint,
+                events=events,
+                experiments=experiments,
+                keyed=caller is not None,
+                now_ms=int(time.time() * 1000),
+                door=True,
+            )
         except feedback_services.FeedbackRefused as exc:
-            if caller is None:
+            if caller is None and exc.code == "missing_key":
+                self._refuse(request, endpoint)
+            if caller is None and exc.code == "invalid_exposure_token":
                 raise NotAuthenticated(exc.detail) from None
-            raise InvalidInput(exc.detail, field=exc.field, code=exc.code) from None
-        wait = feedback_services.rate_take(who=caller or f"tokens:{endpoint.pk}", events=len(events))
+            raise PlatformError(exc.detail, field=exc.field, code=exc.code, status=exc.status) from None
+        who = caller or f"tokens:{endpoint.pk}"
+        limit = settings.FEEDBACK_EVENTS_PER_S_PER_KEY if caller else settings.FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT
+        wait = feedback_services.rate_take(who=who, events=len(events), limit=limit)
         if wait:
             raise Throttled(
-                wait=wait,
-                detail=f"over the feedback rate of {settings.FEEDBACK_EVENTS_PER_S_PER_KEY} events/s per key",
+                wait=wait, detail=f"over the feedback rate of {limit} events/s" + (" per key" if caller else "")
             )
+        spent = feedback_services.tokens_carried(events=events)
+        if spent is not None:
+            raise PlatformError(spent, field="events", code="exposure_allowance_exceeded", status=409)
         result = feedback_services.feedback_ingest(endpoint=endpoint, events=events, experiments=experiments)
         return Response(result, status=202)
 
@@ -273,6 +288,6 @@ class FeedbackView(APIView):
         if not request.user.is_authenticated:
             raise NotAuthenticated(
                 f"feedback for {endpoint.name!r} needs a key of its team: Authorization: Bearer <key> or X-API-Key "
-                "(or, where the experiment accepts them, the replies' exposure tokens)."
+                "(or, where the experiment accepts them, the replies' exposure tokens, all of one unit)."
             )
         raise NotFound(f"No endpoint named {endpoint.name!r}.", code="endpoint_not_found")

@@ -95,6 +95,9 @@ class FeedbackCountsSerializer(serializers.Serializer):
     attributed = serializers.IntegerField()
     late = serializers.IntegerField()
     unknown = serializers.IntegerField()
+    refused = serializers.IntegerField(
+        required=False, help_text="Cited an exposure token past what one exposure carries, or of an ended experiment."
+    )
 
 
 class ExperimentResultsSerializer(serializers.Serializer):

@@ -142,6 +142,8 @@ class FeedbackStatus(models.TextChoices):
     ATTRIBUTED = "attributed"
     LATE = "late"  # the exposure is known, the event came after the attribution window
     UNKNOWN = "unknown"  # no exposure with that request id (or unit in a running experiment)
+    # cites an exposure token past what one exposure carries (a replay), or of an experiment that ended
+    REFUSED = "refused"
 
 
 class Feedback(models.Model):
@@ -174,6 +176,9 @@ class Feedback(models.Model):
     )
     arm = models.ForeignKey(Arm, null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_constraint=False)
     exposure_unit = models.CharField(max_length=200, blank=True)
+    via_token = models.BooleanField(
+        default=False, help_text="Sent citing an exposure token: counted against what one exposure carries."
+    )
 
     class Meta:
         verbose_name = verbose_name_plural = "feedback"  # a mass noun: the admin said "Feedbacks"
@@ -182,6 +187,8 @@ class Feedback(models.Model):
             models.Index(fields=["received_at"], name="feedback_received_idx"),  # retention
             models.Index(fields=["experiment", "arm", "status"], name="feedback_arm_idx"),
             models.Index(fields=["endpoint_name", "status", "time"], name="feedback_endpoint_idx"),
+            # what an exposure's token has carried so far (only token rows pay for it)
+            models.Index(fields=["experiment", "request_id"], condition=Q(via_token=True), name="feedback_token_idx"),
         ]
 
 

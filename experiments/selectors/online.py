@@ -97,6 +97,7 @@ def running_overlays(endpoints) -> dict:
             arms=tuple((a.artifact, a.allocation_bp) for a in arms),
             url=reverse("experiments:online-detail", args=[experiment.pk]),
             token_key=experiment.token_key if experiment.feedback_tokens else "",
+            token_ttl_s=experiment.attribution_window_s,
         )
     return out
 
@@ -123,7 +124,7 @@ def experiment_page(*, experiment: Experiment) -> dict:
     else:
         results = experiment_results(experiment=experiment)
         source = "now"
-    results.setdefault("feedback", {"attributed": 0, "late": 0, "unknown": 0})
+    results.setdefault("feedback", {"attributed": 0, "late": 0, "unknown": 0, "refused": 0})
     return {
         "results": results,
         "source": source,

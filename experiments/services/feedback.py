@@ -1,10 +1,11 @@
 """Writes of feedback: who may send it, at what rate, and storing one validated batch.
 
-Who (docs/experiments.md, the same at both doors): a key of the endpoint's team
-scoped to it, or a member of its team, public endpoint or not; or, with no credentials,
-a batch whose every event cites a signed exposure token of an experiment on this endpoint
-that accepts them (`feedback_tokens`). Feedback by unit key or bare request id therefore
-always comes from the team. Rate: events per key (or member) per second, counted in Redis
+Who (docs/experiments.md, the same at both doors): a key of the endpoint's team scoped to
+it, or a member of its team, public endpoint or not; or, with no credentials, a batch whose
+every event cites a signed, unexpired exposure token of the endpoint's running experiment
+that accepts them (`feedback_tokens`), all of one unit. Feedback by unit key or bare request
+id therefore always comes from the team. What one token carries is bounded (one click, a
+few conversions, a bounded value: feedback_rules.per_exposure), at the door and in the store. Rate: events per key (or member) per second, counted in Redis
 when the exposure stream is configured (shared by every web worker), else per process.
 """
 
@@ -12,12 +13,11 @@ from __future__ import annotations
 
 import time
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
 from experiments import feedback as feedback_rules
-from experiments.models import Experiment, ExperimentState
+from experiments.models import Experiment, ExperimentState, Feedback, FeedbackStatus
 from experiments.store import default_store
 
 
@@ -31,34 +31,74 @@ def endpoint_experiments(endpoint) -> list[Experiment]:
     return list(Experiment.objects.filter(endpoint=endpoint).exclude(state=ExperimentState.DRAFT))
 
 
-def token_keys(experiments) -> dict[str, bytes]:
-    """{experiment id: its token key} for the experiments that accept exposure tokens."""
-    return {x.public_id: bytes.fromhex(x.token_key) for x in experiments if x.feedback_tokens}
+def token_keys(experiments, *, running_only: bool = True) -> dict[str, bytes]:
+    """{experiment id: its token key} for the experiments that accept exposure tokens: the
+    running ones (a door takes no token of an ended experiment), or every one for the ingest,
+    which verifies what a door let through and refuses an ended experiment's events itself."""
+    return {
+        x.public_id: bytes.fromhex(x.token_key)
+        for x in experiments
+        if x.feedback_tokens and (x.state == ExperimentState.RUNNING or not running_only)
+    }
 
 
-def tokens_resolve(*, endpoint, events: list[dict], keys: dict[str, bytes]) -> list[dict]:
-    """Each event citing an exposure token becomes an event by the token's request id, once
-    its signature verifies under its experiment's key and it names this endpoint; a token
-    that does not is refused with the event's index."""
+def tokens_resolve(*, endpoint, events: list[dict], experiments, keyed: bool, now_ms: int, door: bool) -> list[dict]:
+    """The batch's exposure-token rules (feedback_rules.check_tokens, the gateway's own) and
+    each event citing a token turned into an event by the token's request id, matched only
+    in the token's experiment (`token_experiment`). At a door (`door`) only a running
+    experiment's tokens count and any refusal is raised; at the ingest a token of an
+    experiment that ended meanwhile makes its event `refused` (counted, not attributed)."""
+    by_id = {x.public_id: x for x in experiments}
+    keys = token_keys(experiments, running_only=door)
+    verdict = feedback_rules.check_tokens(events, keys.get, endpoint=endpoint.name, keyed=keyed, now_ms=now_ms)
+    if verdict.refusal is not None:
+        refusal = verdict.refusal
+        field = verdict.detail.split(":", 1)[0]
+        raise FeedbackRefused(verdict.detail, refusal.status, refusal.code, field)
     out = []
-    for i, event in enumerate(events):
-        token = event.get(feedback_rules.TOKEN_FIELD)
+    for event, token in zip(events, verdict.tokens):
         if token is None:
             out.append(event)
             continue
-        fields = feedback_rules.read_exposure_token(token, keys.get)
-        if fields is None or fields[1] != endpoint.name:
-            raise FeedbackRefused(
-                f"events[{i}].exposure_token: not a token this endpoint's experiment signed (or it does not "
-                "accept tokens: send the endpoint's inference key).",
-                401,
-                "invalid_exposure_token",
-                f"events[{i}].exposure_token",
-            )
         resolved = {k: v for k, v in event.items() if k != feedback_rules.TOKEN_FIELD}
-        resolved["request_id"] = fields[3]
+        experiment = by_id[token.experiment]
+        resolved.update(request_id=token.request_id, token_experiment=experiment.pk)
+        if experiment.state != ExperimentState.RUNNING:
+            resolved["refused"] = True
         out.append(resolved)
     return out
+
+
+def tokens_carried(*, events: list[dict]) -> str | None:
+    """Why the batch asks an exposure for more than it still carries (what earlier feedback
+    took from it, in the store), as the door's 409 says it; None when it fits."""
+    asked: dict[tuple, feedback_rules.TokenUse] = {}
+    first: dict[tuple, int] = {}
+    for i, event in enumerate(events):
+        if event.get("token_experiment"):
+            exposure = (event["token_experiment"], event["request_id"])
+            asked.setdefault(exposure, feedback_rules.TokenUse()).add(event["type"], event.get("value"))
+            first.setdefault(exposure, i)
+    if not asked:
+        return None
+    carried = {exposure: feedback_rules.TokenUse() for exposure in asked}
+    rows = Feedback.objects.filter(
+        via_token=True,
+        experiment_id__in={x for x, _ in asked},
+        request_id__in={r for _, r in asked},
+        status__in=[FeedbackStatus.ATTRIBUTED, FeedbackStatus.LATE],
+    ).values_list("experiment_id", "request_id", "kind", "value")
+    for experiment_id, rid, kind, value in rows:
+        if (experiment_id, rid) in carried:
+            carried[(experiment_id, rid)].add(kind, value)
+    for exposure, use in asked.items():
+        why = carried[exposure].plus(use).beyond()
+        if why is not None:
+            return (
+                f"events[{first[exposure]}].{feedback_rules.TOKEN_FIELD}: this exposure already carried part of what one "
+                f"exposure allows, and with this batch it would carry {why}; the replay is refused"
+            )
+    return None
 
 
 def _redis():
@@ -67,10 +107,9 @@ def _redis():
     return stream_client()
 
 
-def rate_take(*, who: str, events: int) -> float:
-    """Count `events` against `who`'s budget this second; 0.0 when allowed, else the seconds
-    to wait. The budget is settings.FEEDBACK_EVENTS_PER_S_PER_KEY events per second."""
-    limit = settings.FEEDBACK_EVENTS_PER_S_PER_KEY
+def rate_take(*, who: str, events: int, limit: int) -> float:
+    """Count `events` against `who`'s budget of `limit` events this second; 0.0 when
+    allowed, else the seconds to wait."""
     now = time.time()
     window = f"feedback-rate:{who}:{int(now)}"
     client = _redis()

@@ -25,15 +25,15 @@ import asyncio
 import json
 import random
 from array import array
-from time import perf_counter, time
+from time import perf_counter
 
 import grpc
 from tritonclient.grpc import service_pb2_grpc
 
 from ..access import admit, missing
 from ..failover import BACKEND, CLIENT, OK, UNAVAILABLE_STATUSES, FailureReason, failure_detail
-from ..feedback_rules import sign_exposure
-from ..ids import request_id
+from ..feedback_rules import endpoint_token
+from ..ids import exposure_id, request_id
 from ..infer import UpstreamFailure
 from ..metadata import unknown_version
 from ..tenants import release
@@ -121,6 +121,8 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
             counted.append(response[0])
             self.hot.done(name, "none", response[0], perf_counter() - t0, CLIENT, key)
             await abort_http(context, response, rid)
+        if not request.model_version:  # in an experiment, an exposure: recorded under an id of the gateway's (ids.py)
+            rid = exposure_id(headers, rid, ep.experiment)
         in_flight = self.hot.in_flight
         in_flight[name] = in_flight.get(name, 0) + 1
         try:
@@ -178,7 +180,7 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
         self.hot.done(name, variant.name, 200, perf_counter() - t0, OK, tenant)
         trailing = trailers(rid, variant.name)
         if ep.exposure_token_key and pinned is None:  # as X-Exposure-Token over HTTP (feedback_rules.py)
-            token = sign_exposure(ep.exposure_token_key, ep.experiment, name, variant.name, rid, time())
+            token = endpoint_token(ep, variant.name, rid, headers.get(ep.sticky_key))
             trailing += (("x-exposure-token", token),)
         context.set_trailing_metadata(trailing)
         self._after(ep, variant, served, parsed, request, headers, rid, pinned)

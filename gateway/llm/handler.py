@@ -40,10 +40,10 @@ import orjson
 
 from ..breaker import Breakers
 from ..failover import BACKEND, CLIENT, OK
-from ..feedback_rules import sign_exposure
+from ..feedback_rules import endpoint_token
 from ..headers import deadline_s
 from ..httpserver import Streamed
-from ..ids import new_id, request_id
+from ..ids import exposure_id, new_id, request_id
 from ..metrics import AUTH_REJECTIONS, UNKNOWN_ENDPOINT
 from ..tenants import MAX_KEY_LENGTH, presented_key
 from ..tensors import Problem
@@ -162,6 +162,7 @@ class LlmService:
                     AUTH_REJECTIONS.labels(name, tenant.team, tenant.id, exc.code).inc()
             return reply(exc, rid)
         variant = ep.choose(sticky)
+        rid = exposure_id(request.headers, rid, ep.experiment)  # in an experiment, the gateway's own (ids.py)
         call = Call(self, ep, variant, req, tenant, admission, rid, t0, t0 + timeout, cost, sticky)
         if request.conn is not None:
             request.conn.cancellable = True  # a client that leaves cancels this task (and the upstream)
@@ -344,9 +345,7 @@ class Call:
         out = headers(self.rid, self.variant.name, content_type)
         ep = self.ep
         if ep.exposure_token_key:
-            out["X-Exposure-Token"] = sign_exposure(
-                ep.exposure_token_key, ep.experiment, ep.name, self.variant.name, self.rid, time.time()
-            )
+            out["X-Exposure-Token"] = endpoint_token(ep, self.variant.name, self.rid, self.sticky)
         if content_type == SSE:
             out["Cache-Control"] = "no-cache"
         return out

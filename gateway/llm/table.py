@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..feedback_rules import DEFAULT_TOKEN_TTL_S
 from ..split import Split
 from ..tenants import EndpointAuth, compile_auth
 
@@ -101,6 +102,7 @@ class LlmEndpoint(Split):
     salt: str
     experiment: str
     exposure_token_key: bytes
+    exposure_token_ttl_s: int
     timeout_s: float
     first_token_timeout_s: float
     context_length: int
@@ -156,6 +158,7 @@ def compile_llm_endpoint(doc: dict, secrets: dict[str, str], states: dict) -> Ll
         salt=doc.get("salt", ""),
         experiment=doc.get("experiment", ""),
         exposure_token_key=bytes.fromhex(doc.get("exposure_token_key", "")),
+        exposure_token_ttl_s=doc.get("exposure_token_ttl_s", DEFAULT_TOKEN_TTL_S),
         timeout_s=doc.get("timeout_ms", 120000) / 1000.0,
         first_token_timeout_s=doc.get("first_token_timeout_ms", 30000) / 1000.0,
         context_length=doc.get("context_length", 4096),

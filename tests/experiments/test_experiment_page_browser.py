@@ -86,7 +86,7 @@ def test_page_updates_live_ship_from_the_page_then_shipped(
     services.experiment_start(user=deployer, experiment=exp)
     _, secret = inference_key_create(user=deployer, team=team_a, name="app")
     stream = redis.Redis.from_url(settings.EXPOSURE_STREAM_URL)
-    stream.delete(ingest.EXPOSURE_STREAM, ingest.FEEDBACK_STREAM)
+    ingest.streams_delete(stream)
 
     repo = tmp_path / "repo"
     ctr_model(repo, "m1", seed=7)

@@ -70,7 +70,7 @@ def test_gateway_records_exposures_and_relays_feedback(tmp_path, team_a, deploye
     }
     arms = list(experiment.arms.all())
     client = redis.Redis.from_url(settings.EXPOSURE_STREAM_URL)
-    client.delete(ingest.EXPOSURE_STREAM, ingest.FEEDBACK_STREAM)
+    ingest.streams_delete(client)
 
     repo = tmp_path / "repo"
     ctr_model(repo, "m1", seed=7)

@@ -110,19 +110,61 @@ def test_exposure_tokens_authenticate_only_where_accepted_and_cannot_be_forged(t
     exp = a["experiment"]
     arm = exp.arms.get(is_control=False).name
     _expose(exp, ["r-tok"])
-    token = sign_exposure(bytes.fromhex(exp.token_key), exp.public_id, "ctr-a", arm, "r-tok", time.time())
+    token = sign_exposure(bytes.fromhex(exp.token_key), exp.public_id, "ctr-a", arm, "r-tok", time.time(), 3600, "u1")
     event = {"event_id": "t1", "type": "click", "exposure_token": token}
     assert _post(client, "ctr-a", [event]).status_code == 401  # the experiment does not accept tokens yet
     Experiment.objects.filter(pk=exp.pk).update(feedback_tokens=True)
-    forged = sign_exposure(b"\0" * 32, exp.public_id, "ctr-a", arm, "r-tok", time.time())
+    forged = sign_exposure(b"\0" * 32, exp.public_id, "ctr-a", arm, "r-tok", time.time(), 3600, "u1")
     assert _post(client, "ctr-a", [{**event, "exposure_token": forged}]).status_code == 401
-    other_endpoint = sign_exposure(bytes.fromhex(exp.token_key), exp.public_id, "ctr-b", arm, "r-tok", time.time())
+    other_endpoint = sign_exposure(
+        bytes.fromhex(exp.token_key), exp.public_id, "ctr-b", arm, "r-tok", time.time(), 3600, "u1"
+    )
     assert _post(client, "ctr-a", [{**event, "exposure_token": other_endpoint}]).status_code == 401
     mixed = _post(client, "ctr-a", [event, {"event_id": "t2", "type": "click", "unit_key": "u1"}])
     assert mixed.status_code == 401  # a unit key needs the team's key, token or not
     res = _post(client, "ctr-a", [event])
     assert res.status_code == 202 and res.json()["attributed"] == 1
     assert Feedback.objects.get(event_id="t1").request_id == "r-tok"
+
+
+@pytest.mark.django_db
+def test_the_api_door_bounds_what_one_token_carries_like_the_gateways(two_teams, client):
+    """The API takes the gateway's token rules (feedback_rules.check_tokens) and counts what
+    earlier batches took from an exposure in the store: a replay is a 409 there too, a keyless
+    batch is one unit's, an expired token or one of an ended experiment is refused; team B's
+    feedback beside it is all stored."""
+    a, b = two_teams["ctr-a"], two_teams["ctr-b"]
+    exp = a["experiment"]
+    Experiment.objects.filter(pk=exp.pk).update(feedback_tokens=True, attribution_window_s=600)
+    arm = exp.arms.get(is_control=False).name
+    _expose(exp, ["r1", "r2", "r3"])
+    key = bytes.fromhex(exp.token_key)
+
+    def token(rid, unit="u1", at=None, ttl=600):
+        return sign_exposure(key, exp.public_id, "ctr-a", arm, rid, at or time.time(), ttl, unit)
+
+    def click(i, tok, kind="click", **extra):
+        return {"event_id": f"a{i}", "type": kind, "exposure_token": tok, **extra}
+
+    assert _post(client, "ctr-a", [click(1, token("r1"))]).status_code == 202
+    replay = _post(client, "ctr-a", [click(2, token("r1"))])  # another event id, the same exposure's click
+    assert replay.status_code == 409 and replay.json()["code"] == "exposure_allowance_exceeded"
+    assert "events[0].exposure_token" in replay.json()["detail"]
+    keyed_replay = _post(client, "ctr-a", [click(3, token("r1"))], key=a["key"])
+    assert keyed_replay.status_code == 409  # the team's key does not make a replay count
+    many = _post(client, "ctr-a", [click(4, token("r2", "u2")), click(5, token("r3", "u3"))])
+    assert many.status_code == 400 and many.json()["code"] == "one_unit_per_batch"
+    expired = _post(client, "ctr-a", [click(6, token("r2", at=time.time() - 700))])
+    assert expired.status_code == 401 and expired.json()["code"] == "exposure_token_expired"
+    big = _post(client, "ctr-a", [click(7 + i, token("r2"), "value", value=4000) for i in range(3)])
+    assert big.status_code == 409  # 12 000 in absolute value: more than one exposure carries
+    b_ok = _post(client, "ctr-b", [{"event_id": "b1", "type": "click", "unit_key": "u1"}], key=b["key"])
+    assert b_ok.status_code == 202
+    Experiment.objects.filter(pk=exp.pk).update(state="stopped")  # ended: its tokens no longer count
+    ended = _post(client, "ctr-a", [click(20, token("r3", "u3"))])
+    assert ended.status_code == 401
+    assert Feedback.objects.filter(team=a["endpoint"].team).count() == 1  # only the first click was taken
+    assert Feedback.objects.filter(team=b["endpoint"].team).count() == 1
 
 
 @pytest.mark.django_db
@@ -146,7 +188,7 @@ def test_ids_are_scoped_per_team_and_duplicates_leak_nothing(two_teams, client):
         [{"event_id": f"evt-{i}", "type": "click", "request_id": f"req-{i}"} for i in range(10)],
         b["key"],
     )
-    assert mine.json() == {"received": 10, "duplicates": 0, "attributed": 10, "late": 0, "unknown": 0}
+    assert mine.json() == {"received": 10, "duplicates": 0, "attributed": 10, "late": 0, "unknown": 0, "refused": 0}
     b_arm = b["experiment"].arms.get(is_control=False)
     assert Feedback.objects.filter(arm=b_arm, status="attributed").count() == 10
     # team A's clicks by B's request ids never reach B's experiment
@@ -168,9 +210,9 @@ def test_a_click_dated_before_its_impression_is_not_attributed(two_teams, client
 def stream():
     require_service("redis")
     client = redis.Redis.from_url(settings.EXPOSURE_STREAM_URL)
-    client.delete(ingest.EXPOSURE_STREAM, ingest.FEEDBACK_STREAM)
+    ingest.streams_delete(client)
     yield client
-    client.delete(ingest.EXPOSURE_STREAM, ingest.FEEDBACK_STREAM)
+    ingest.streams_delete(client)
 
 
 @pytest.mark.django_db
@@ -194,7 +236,7 @@ def test_a_poison_stream_entry_is_dead_lettered_and_never_blocks_the_stream(two_
     assert totals["exposures"] == 2 and totals["dead_letters"] == 1
     assert totals["attributed"] == 1 and totals["invalid"] == 2
     reasons = sorted(d.reason for d in DeadLetter.objects.all())
-    assert len(reasons) == 3 and any("1e9" in r for r in reasons) and any("exposure tokens" in r for r in reasons)
+    assert len(reasons) == 3 and any("1e9" in r for r in reasons) and any("exposure_token" in r for r in reasons)
     assert Alert.objects.filter(kind="experiment_dead_letter").exists()
     # acknowledged and trimmed: nothing is left to replay, and the stream holds no memory for it
     assert stream.xlen(ingest.EXPOSURE_STREAM) == 0 and stream.xlen(ingest.FEEDBACK_STREAM) == 0

@@ -98,7 +98,7 @@ def test_experiment_on_an_llm_endpoint_takes_thumbs_up_through_the_feedback_api_
     }
     first = deployer_api.post("/api/v1/feedback/", thumbs, format="json")
     assert first.status_code == 202, first.content
-    assert first.json() == {"received": 3, "duplicates": 0, "attributed": 2, "late": 0, "unknown": 1}
+    assert first.json() == {"received": 3, "duplicates": 0, "attributed": 2, "late": 0, "unknown": 1, "refused": 0}
     results = deployer_api.get(f"/api/v1/experiments/{exp.public_id}/results/").json()
     assert results["arms"][arm.name]["clicks"] == 1 and results["arms"][control.name]["clicks"] == 1
 

@@ -116,12 +116,12 @@ def test_feedback_duplicates_late_unknown_and_errors(setup, deployer, deployer_a
     }
     first = deployer_api.post("/api/v1/feedback/", batch, format="json")
     assert first.status_code == 202, first.content
-    assert first.json() == {"received": 5, "duplicates": 0, "attributed": 3, "late": 1, "unknown": 1}
+    assert first.json() == {"received": 5, "duplicates": 0, "attributed": 3, "late": 1, "unknown": 1, "refused": 0}
     again = deployer_api.post("/api/v1/feedback/", batch, format="json").json()
-    assert again == {"received": 5, "duplicates": 5, "attributed": 0, "late": 0, "unknown": 0}
+    assert again == {"received": 5, "duplicates": 5, "attributed": 0, "late": 0, "unknown": 0, "refused": 0}
     assert Feedback.objects.count() == 5
     results = deployer_api.get(f"/api/v1/experiments/{exp.public_id}/results/").json()
-    assert results["feedback"] == {"attributed": 3, "late": 1, "unknown": 1}
+    assert results["feedback"] == {"attributed": 3, "late": 1, "unknown": 1, "refused": 0}
     control, cand = (
         results["arms"][exp.arms.get(is_control=True).name],
         results["arms"][exp.arms.get(is_control=False).name],

@@ -9,7 +9,7 @@ import pytest
 
 from experiments.feedback import FeedbackError, parse_batch
 from gateway.feedback import EventBuckets
-from gateway.feedback_rules import check_feedback, max_unit_key, read_exposure_token, sign_exposure
+from gateway.feedback_rules import check_feedback, max_unit_key, read_exposure_token, sign_exposure, unit_tag
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -59,16 +59,21 @@ def test_a_valid_batch_passes_both_and_times_come_out_in_utc():
 
 def test_exposure_tokens_verify_only_under_their_experiments_key_and_unchanged():
     key = bytes(range(32))
-    token = sign_exposure(key, "exp-7", "ctr", "v2-onnx-fp32", "rid-1", time.time())
-    assert read_exposure_token(token, {"exp-7": key}.get)[:4] == ["exp-7", "ctr", "v2-onnx-fp32", "rid-1"]
+    token = sign_exposure(key, "exp-7", "ctr", "v2-onnx-fp32", "rid-1", time.time(), 3600, "user-1")
+    read = read_exposure_token(token, {"exp-7": key}.get)
+    assert (read.experiment, read.endpoint, read.arm, read.request_id) == ("exp-7", "ctr", "v2-onnx-fp32", "rid-1")
+    assert read.expires_ms - read.issued_ms == 3_600_000 and read.unit == unit_tag("user-1") != unit_tag("user-2")
     assert read_exposure_token(token, {"exp-7": bytes(32)}.get) is None  # another key
     assert read_exposure_token(token, {}.get) is None  # an experiment that takes no tokens
     payload, mac = token.split(".")
-    other = sign_exposure(key, "exp-7", "ctr", "v2-onnx-fp32", "rid-2", time.time()).split(".")[0]
+    other = sign_exposure(key, "exp-7", "ctr", "v2-onnx-fp32", "rid-2", time.time(), 3600, "user-1").split(".")[0]
     assert read_exposure_token(f"{other}.{mac}", {"exp-7": key}.get) is None  # a payload with another's mac
     assert read_exposure_token("garbage", {"exp-7": key}.get) is None
     cited = {"endpoint": "ctr", "events": [{"event_id": "e1", "type": "click", "exposure_token": token}]}
     assert check_feedback(cited, NOW) == ("ctr", cited["events"])  # a token stands for the request id
+    # the longest token the gateway makes (names at their bounds, its own 32-hex request id) fits the schema
+    longest = sign_exposure(key, "exp-" + "9" * 12, "e" * 64, "v" * 128, "f" * 32, time.time(), 2592000, "u" * 200)
+    assert check_feedback({"endpoint": "ctr", "events": [{**cited["events"][0], "exposure_token": longest}]}, NOW)[0]
 
 
 def test_event_buckets_bound_events_per_second_per_key():

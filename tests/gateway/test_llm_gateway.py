@@ -15,7 +15,7 @@ import openai
 import pytest
 import requests
 
-from gateway.feedback_rules import read_exposure_token
+from gateway.feedback_rules import read_exposure_token, unit_tag
 from harness.gateway import METRICS_TOKEN, GatewayProcess, start_gateway, stop_gateway
 from kernel.tritonserver import free_port
 
@@ -334,7 +334,13 @@ def test_an_experiment_endpoint_signs_an_exposure_token(stack):
     )
     assert resp.status_code == 200
     claims = read_exposure_token(resp.headers["X-Exposure-Token"], {"exp-7": EXPOSURE_KEY}.get)
-    assert claims[:4] == ["exp-7", "exp-llm", "stable", resp.headers["X-Request-Id"]]
+    assert (claims.experiment, claims.endpoint, claims.arm, claims.request_id) == (
+        "exp-7",
+        "exp-llm",
+        "stable",
+        resp.headers["X-Request-Id"],
+    )
+    assert claims.unit == unit_tag("u-9") and claims.expires_ms > claims.issued_ms  # the unit it was served to
 
 
 def test_stream_and_token_limits_hold_across_two_workers(stack, tmp_path):

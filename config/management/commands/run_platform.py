@@ -180,7 +180,7 @@ class Command(BaseCommand):
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
         env = dict(
             os.environ,
-            HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,gateway={gateway_url}",
+            HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,feedback,gateway={gateway_url}",
             PYTHONUNBUFFERED="1",
             GATEWAY_TOKEN=ensure_gateway_token(),
             # the gateway's /metrics and /status need a token; its scrapers (worker, web) get the same

@@ -5,10 +5,12 @@
 Each request: a user (X-User-Id, so the gateway's sticky hash picks the arm) asks to rank
 `k` items drawn from the reference click-log generator; the served model's top item is
 shown and clicked with its true probability (experiments/traffic.py). Clicks are
-sent back as feedback batches (POST /v2/feedback on the gateway) by request id with --key, or
-without a key citing each reply's X-Exposure-Token where the experiment accepts them (a click on a
-reply without a token, before an experiment runs, is counted but not sent). A
-better-trained candidate therefore earns a true lift; progress is printed every 5 s.
+sent back as feedback (POST /v2/feedback on the gateway): in batches by request id with --key
+(a team's backend), or, without a key, each click on its own citing its reply's
+X-Exposure-Token where the experiment accepts them, as a user's browser would (a batch without
+a key carries one unit's feedback; a click on a reply without a token, before an experiment
+runs, is counted but not sent). A better-trained candidate therefore earns a true lift;
+progress is printed every 5 s.
 """
 
 import json
@@ -105,7 +107,8 @@ class Command(BaseCommand):
                         click = None
                     if click:
                         pending.append(click)
-                if len(pending) >= 200 or (pending and time.monotonic() >= t_report):
+                # with a key, batches of many users; without one, each user's click is its own batch
+                if pending and (not key or len(pending) >= 200 or time.monotonic() >= t_report):
                     fb = session.post(
                         f"{gateway}/v2/feedback",
                         json={"endpoint": endpoint, "events": pending},
