@@ -16,6 +16,11 @@ From grpcio's own options (`server_options`), each because:
   grpc.http2.min_ping_interval_without_data_ms, more often than GATEWAY_GRPC_MIN_PING_INTERVAL_S; after
   grpc.http2.max_ping_strikes            2 such pings the connection is sent GOAWAY (ENHANCE_YOUR_CALM):
                                          pings cannot be used to keep the server busy;
+  grpc.server.max_pending_requests,      calls grpc core holds until the application takes them: past
+  grpc.server.max_pending_requests_hard_limit  the defaults (1,000 / 3,000) core cancels new calls from
+                                         anyone, so one client's burst of HEADERS (80 x 128 streams)
+                                         cancelled other clients' calls; raised, the burst waits in
+                                         line and `guard` answers it for its own client;
   maximum_concurrent_rpcs                RPCs in progress in the worker (GATEWAY_GRPC_MAX_RPCS).
 
 What grpcio has no option for, done here:
@@ -55,6 +60,7 @@ SWEEP_S = 1.0
 KEEPALIVE_TIMEOUT_MS = 20_000
 MAX_PING_STRIKES = 2
 ESTABLISHED = "01"
+PENDING_SOFT, PENDING_HARD = 50_000, 100_000  # calls waiting for the application (see above)
 
 
 def server_options(settings) -> list[tuple[str, int]]:
@@ -72,6 +78,8 @@ def server_options(settings) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", int(settings.grpc_min_ping_interval_s * 1000)),
         ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+        ("grpc.server.max_pending_requests", PENDING_SOFT),
+        ("grpc.server.max_pending_requests_hard_limit", PENDING_HARD),
     ]
 
 

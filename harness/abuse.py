@@ -1,0 +1,397 @@
+"""Abuse beside honest traffic, the one way the adversarial suite and `make bench-gateway` play
+it: a real tritonserver with a CTR model behind a real gateway (HTTP and gRPC), a second
+tenant's traffic measured alone and beside each abuse class, and the abusers themselves.
+
+Each abuser comes from its own loopback address (127.0.0.0/8 all reaches the host, and the
+gateway counts its per-client caps by address: gateway/peers.py), the honest tenant from
+127.0.0.1, so the caps meet the abuser and not the tenant beside it. HTTP/2 frames for the
+half-open gRPC streams are written by `h2` (a maintained HTTP/2 library), never by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import httptools
+import requests
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from harness.gateway import METRICS_TOKEN, start_gateway, start_triton, stop_gateway
+from harness.onnx import N_DENSE, N_SPARSE
+from harness.triton_models import SIGNATURE, ctr_model, infer_body
+from kernel.tritonserver import free_port
+
+MODEL = "ctr__v1__onnx"
+HONEST = "127.0.0.1"
+
+
+@dataclass
+class Stack:
+    """Triton + gateway on free ports; `stop()` ends both."""
+
+    work: Path
+    triton: object
+    proc: object
+    port: int
+    grpc_port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def metric(self, name: str, **labels) -> float:
+        text = requests.get(f"{self.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5).text
+        total = 0.0
+        for line in text.splitlines():
+            series, _, value = line.rpartition(" ")
+            metric, _, rest = series.partition("{")
+            if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def stop(self) -> None:
+        stop_gateway(self.proc)
+        self.triton.stop(timeout=0.05)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def start_stack(work: Path | None = None, **gateway_env) -> Stack:
+    """A public endpoint `ctr` (the CTR model's signature, HTTP and gRPC) behind one gateway worker."""
+    work = work or Path(tempfile.mkdtemp(prefix="abuse-"))
+    repo = work / "repo"
+    ctr_model(repo, MODEL, instances=2)
+    triton = start_triton(work / "triton", repo, [MODEL])
+    stable = {
+        "name": "v1",
+        "model_version": "1",
+        "triton_model": MODEL,
+        "role": "stable",
+        "weight_bp": 10000,
+        "replicas": [triton.http_url],
+        "grpc_replicas": [triton.grpc_url],
+        "signature": SIGNATURE,
+    }
+    table = {
+        "version": "abuse-1",
+        "endpoints": [{"name": "ctr", "timeout_ms": 5000, "auth": {"public": True}, "variants": [stable]}],
+    }
+    routes = work / "routes.json"
+    routes.write_text(json.dumps(table))
+    grpc_port = free_port()
+    try:
+        proc, port = start_gateway(routes, work, GATEWAY_GRPC_PORT=str(grpc_port), **gateway_env)
+    except Exception:
+        triton.stop(timeout=0.05)
+        raise
+    return Stack(work, triton, proc, port, grpc_port)
+
+
+# --- the honest tenant ------------------------------------------------------------------------
+def summary(results: list) -> dict:
+    """Success rate and latency quantiles of [(ok, seconds)]."""
+    if not results:
+        return {"n": 0, "success_rate": 0.0, "p50_ms": None, "p99_ms": None}
+    lat = sorted(s for _, s in results)
+    q = lambda p: 1000 * lat[min(len(lat) - 1, int(p * len(lat)))]  # noqa: E731
+    return {
+        "n": len(results),
+        "success_rate": sum(1 for ok, _ in results if ok) / len(results),
+        "p50_ms": q(0.5),
+        "p99_ms": q(0.99),
+    }
+
+
+class Honest(threading.Thread):
+    """A second tenant calling `ctr` all along over HTTP (keep-alive, and a new connection every
+    `fresh_every` requests so the connection slots are exercised too) or gRPC."""
+
+    def __init__(self, stack: Stack, *, protocol: str = "http", pause_s: float = 0.005, fresh_every: int = 10):
+        super().__init__(daemon=True)
+        self.stack, self.protocol, self.pause_s, self.fresh_every = stack, protocol, pause_s, fresh_every
+        self.stop_event = threading.Event()
+        self.results: list[tuple[bool, float]] = []
+        self.errors: list[str] = []
+
+    def mark(self) -> int:
+        return len(self.results)
+
+    def since(self, mark: int) -> dict:
+        return summary(self.results[mark:])
+
+    def run(self) -> None:
+        if self.protocol == "grpc":
+            return self._grpc()
+        body, session, n = infer_body(), None, 0
+        url = f"{self.stack.url}/v2/models/ctr/infer"
+        while not self.stop_event.is_set():
+            if session is None or n % self.fresh_every == 0:
+                if session is not None:
+                    session.close()
+                session = requests.Session()
+            n += 1
+            t0 = time.perf_counter()
+            try:
+                ok = session.post(url, data=body, timeout=10).status_code == 200
+            except requests.RequestException as exc:
+                ok = False
+                self.errors.append(type(exc).__name__)
+                session = None
+            self.results.append((ok, time.perf_counter() - t0))
+            time.sleep(self.pause_s)
+        if session is not None:
+            session.close()
+
+    def _grpc(self) -> None:
+        request = grpc_request()
+        channel = grpc.insecure_channel(self.stack.grpc_target)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        while not self.stop_event.is_set():
+            t0 = time.perf_counter()
+            try:
+                stub.ModelInfer(request, timeout=10)
+                ok = True
+            except grpc.RpcError as exc:
+                ok = False
+                self.errors.append(str(exc.code()))
+            self.results.append((ok, time.perf_counter() - t0))
+            time.sleep(self.pause_s)
+        channel.close()
+
+    def finish(self) -> None:
+        self.stop_event.set()
+        self.join(15)
+
+
+def grpc_request() -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="ctr")
+    dense = request.inputs.add(name="dense", datatype="FP32", shape=[1, N_DENSE])
+    dense.contents.fp32_contents.extend([0.5] * N_DENSE)
+    sparse = request.inputs.add(name="sparse", datatype="INT64", shape=[1, N_SPARSE])
+    sparse.contents.int64_contents.extend([1] * N_SPARSE)
+    return request
+
+
+# --- abusers ------------------------------------------------------------------------------------
+def connect_from(source: str, port: int, timeout: float = 5.0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def reply_status(sock: socket.socket, timeout: float = 5.0) -> int | None:
+    """The status of the first reply on `sock` (llhttp parses it), None if it closed without one."""
+    status = []
+
+    class Head:
+        def on_headers_complete(self):
+            status.append(parser.get_status_code())
+
+    parser = httptools.HttpResponseParser(Head())
+    sock.settimeout(timeout)
+    try:
+        while not status:
+            data = sock.recv(65536)
+            if not data:
+                return None
+            parser.feed_data(data)
+    except (OSError, httptools.HttpParserError):
+        return None
+    return status[0]
+
+
+def hoard(port: int, count: int, source: str) -> tuple[list[socket.socket], dict]:
+    """Open `count` idle HTTP connections from `source`; ({outcome: n}: held, or the status that refused)."""
+    held, outcomes = [], {}
+    for _ in range(count):
+        try:
+            sock = connect_from(source, port)
+        except OSError:
+            outcomes["connect_failed"] = outcomes.get("connect_failed", 0) + 1
+            continue
+        held.append(sock)
+    time.sleep(0.5)  # refusals arrive at once; what is still open after this was admitted
+    kept = []
+    for sock in held:
+        sock.setblocking(False)
+        try:
+            data = sock.recv(65536)
+        except BlockingIOError:
+            kept.append(sock)
+            continue
+        except OSError:
+            data = b""
+        sock.close()
+        key = data[9:12].decode() if data.startswith(b"HTTP/1.1 ") else "closed"
+        outcomes[key] = outcomes.get(key, 0) + 1
+    outcomes["held"] = len(kept)
+    return kept, outcomes
+
+
+def close_all(socks) -> None:
+    for sock in socks:
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
+class Abuser(threading.Thread):
+    """Runs `attack(self)` until `stop_event`; counts what it got in `outcomes`."""
+
+    def __init__(self, attack):
+        super().__init__(daemon=True)
+        self.attack = attack
+        self.stop_event = threading.Event()
+        self.outcomes: dict = {}
+        self.seconds: list[float] = []
+
+    def count(self, outcome) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            self.attack(self)
+
+    def finish(self) -> None:
+        self.stop_event.set()
+        self.join(30)
+
+
+def big_body(port: int, source: str, size: int, *, chunked: bool = False):
+    """An attack: one request to `ctr` with a `size`-byte body (Content-Length, or chunked),
+    sent whole whatever the gateway answers; counts the status and how long the answer took."""
+    filler = b'{"inputs": [{"name": "dense", "datatype": "FP32", "shape": [1, 13], "data": [' + b"0.5, " * 100
+
+    def attack(abuser: Abuser) -> None:
+        head = b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        head += b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: %d\r\n\r\n" % size
+        t0 = time.perf_counter()
+        try:
+            sock = connect_from(source, port)
+        except OSError:
+            abuser.count("connect_failed")
+            time.sleep(0.05)
+            return
+        sender = threading.Thread(target=_send_body, args=(sock, head, filler, size, chunked), daemon=True)
+        sender.start()
+        status = reply_status(sock, timeout=10)
+        abuser.seconds.append(time.perf_counter() - t0)
+        abuser.count(status)
+        sock.close()
+        sender.join(5)
+
+    return attack
+
+
+def _send_body(sock, head: bytes, filler: bytes, size: int, chunked: bool) -> None:
+    piece = (filler * (1 + (1 << 16) // len(filler)))[: 1 << 16]
+    try:
+        sock.sendall(head)
+        sent = 0
+        while sent < size:
+            part = piece[: size - sent]
+            sock.sendall(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            sent += len(part)
+        if chunked:
+            sock.sendall(b"0\r\n\r\n")
+    except OSError:
+        pass  # the gateway closed after its answer
+
+
+def slowloris(port: int, source: str, connections: int, interval_s: float = 0.5):
+    """An attack: `connections` requests whose head comes a byte every `interval_s`, for as long
+    as the gateway lets each live; counts each connection's end (its status: 408, 429; or closed)."""
+
+    def attack(abuser: Abuser) -> None:
+        socks = []
+        for _ in range(connections):
+            try:
+                socks.append(connect_from(source, port))
+            except OSError:
+                abuser.count("connect_failed")
+        head = b"POST /v2/models/ctr/infer HTTP/1.1\r\nHost: gw\r\nX-Slow: " + b"a" * 10_000
+        for i in range(len(head)):
+            if abuser.stop_event.is_set() or not socks:
+                break
+            alive = []
+            for sock in socks:
+                ended = _ended(sock)
+                if ended is None:
+                    try:
+                        sock.sendall(head[i : i + 1])
+                        alive.append(sock)
+                        continue
+                    except OSError:
+                        ended = "closed"
+                abuser.count(ended)
+                sock.close()
+            socks = alive
+            time.sleep(interval_s)
+        close_all(socks)
+
+    return attack
+
+
+def _ended(sock: socket.socket):
+    """None while the gateway has said nothing on `sock`; else the status it answered, or "closed"."""
+    sock.setblocking(False)
+    try:
+        data = sock.recv(65536)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return "closed"
+    finally:
+        sock.setblocking(True)
+    if not data:
+        return "closed"
+    status = []
+
+    class Head:
+        def on_headers_complete(self):
+            status.append(parser.get_status_code())
+
+    parser = httptools.HttpResponseParser(Head())
+    try:
+        parser.feed_data(data)
+    except httptools.HttpParserError:
+        return "garbage"
+    return status[0] if status else "partial"
+
+
+# --- the tolerance every case holds the honest tenant to ---------------------------------------
+MIN_SUCCESS_RATE = (
+    0.99  # of the honest tenant's requests beside the abuse (before the caps: 0 of 239 gRPC, 43 of 148 HTTP)
+)
+P50_FACTOR, P50_SLACK_MS = 2.0, 5.0  # p50 beside <= 2 x p50 alone + 5 ms (before: 5 -> 179 ms)
+P99_FACTOR, P99_SLACK_MS = 4.0, 100.0  # p99 beside <= 4 x p99 alone + 100 ms (before: 1.2-3.0 s)
+
+
+def harm(alone: dict, beside: dict) -> list[str]:
+    """What the abuse did to the honest tenant past the tolerance above (empty: nothing)."""
+    problems = []
+    if beside["n"] < max(10, alone["n"] // 10):
+        problems.append(f"the honest tenant made {beside['n']} requests beside the abuse ({alone['n']} alone)")
+        return problems
+    if beside["success_rate"] < MIN_SUCCESS_RATE:
+        problems.append(f"success rate {beside['success_rate']:.3f} < {MIN_SUCCESS_RATE}")
+    if beside["p50_ms"] > P50_FACTOR * alone["p50_ms"] + P50_SLACK_MS:
+        problems.append(f"p50 {beside['p50_ms']:.1f} ms > {P50_FACTOR} x {alone['p50_ms']:.1f} + {P50_SLACK_MS} ms")
+    if beside["p99_ms"] > P99_FACTOR * alone["p99_ms"] + P99_SLACK_MS:
+        problems.append(f"p99 {beside['p99_ms']:.1f} ms > {P99_FACTOR} x {alone['p99_ms']:.1f} + {P99_SLACK_MS} ms")
+    return problems

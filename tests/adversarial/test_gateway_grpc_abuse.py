@@ -1,0 +1,99 @@
+"""gRPC transport abuse on a real gateway in front of a real tritonserver, beside a second
+tenant's gRPC traffic (127.0.0.1) held to harness/abuse.py's tolerance (success >= 99%, p50
+<= 2x + 5 ms, p99 <= 4x + 100 ms of the same tenant alone, measured just before):
+
+- half-open streams: 80 connections from one address each opening 128 HEADERS-only
+  ModelInfer streams (framed by h2) once took every RPC slot (0 of 239 calls served for over
+  72 s). Now the address' calls past GATEWAY_GRPC_MAX_CALLS_PER_CLIENT are RESOURCE_EXHAUSTED at
+  once, the ones it holds end DEADLINE_EXCEEDED at the first-message deadline, and its
+  connections past GATEWAY_GRPC_MAX_CONNECTIONS_PER_CLIENT are closed;
+- connection hoarding: 300 idle HTTP/2 connections from one address are cut to the cap;
+- ping floods: a connection pinging without data more often than the enforced interval is
+  sent GOAWAY ENHANCE_YOUR_CALM (grpcio's keepalive enforcement, as configured).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.abuse import Honest, harm, start_stack
+from harness.h2streams import HalfOpenStreams, ping_flood
+from tests.gateway.conftest import require_triton
+
+pytestmark = pytest.mark.integration
+
+FIRST_MESSAGE_S = 3.0
+CALLS_PER_CLIENT = 512
+CONNECTIONS_PER_CLIENT = 64
+RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED = "grpc-status 8", "grpc-status 4"
+
+
+@pytest.fixture(scope="module")
+def stack():
+    require_triton()
+    stack = start_stack(
+        GATEWAY_GRPC_FIRST_MESSAGE_TIMEOUT_S=str(FIRST_MESSAGE_S),
+        GATEWAY_GRPC_MAX_CALLS_PER_CLIENT=str(CALLS_PER_CLIENT),
+        GATEWAY_GRPC_MAX_CONNECTIONS_PER_CLIENT=str(CONNECTIONS_PER_CLIENT),
+    )
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture
+def honest(stack):
+    tenant = Honest(stack, protocol="grpc")
+    tenant.start()
+    time.sleep(2.5)  # the tenant alone first
+    yield tenant
+    tenant.finish()
+
+
+def test_half_open_streams_cost_only_their_connection(stack, honest):
+    alone = honest.since(0)
+    mark = honest.mark()
+    abuser = HalfOpenStreams(stack.grpc_port, "127.0.0.2", connections=80, streams=128, hold_s=60)
+    abuser.start()
+    try:
+        assert abuser.set_up.wait(60), "the abuser could not set its streams up"
+        time.sleep(FIRST_MESSAGE_S + 3.0)  # the held streams' deadline, and a connection sweep or two
+        beside = honest.since(mark)
+        outcomes = dict(abuser.outcomes)
+        open_connections = abuser.open_connections
+    finally:
+        abuser.finish()
+    assert abuser.opened == 80 * 128
+    assert outcomes.get(RESOURCE_EXHAUSTED, 0) > 0, outcomes  # its own calls past its cap, refused at once
+    assert 0 < outcomes.get(DEADLINE_EXCEEDED, 0) <= CALLS_PER_CLIENT, outcomes  # the ones it held, ended
+    assert sum(outcomes.values()) == abuser.opened, f"streams still open after the deadline: {outcomes}"
+    assert open_connections <= CONNECTIONS_PER_CLIENT
+    assert outcomes.get("connection_closed", 0) >= (80 - CONNECTIONS_PER_CLIENT) * 128 // 2, outcomes
+    assert stack.metric("gateway_grpc_transport_refusals_total", code="first_message_timeout") > 0
+    assert stack.metric("gateway_grpc_transport_refusals_total", code="too_many_calls") > 0
+    assert stack.metric("gateway_grpc_transport_refusals_total", code="too_many_connections") > 0
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, set(honest.errors))
+
+
+def test_idle_connections_past_the_cap_are_closed(stack, honest):
+    alone = honest.since(0)
+    mark = honest.mark()
+    abuser = HalfOpenStreams(stack.grpc_port, "127.0.0.3", connections=300, streams=0, hold_s=60)
+    abuser.start()
+    try:
+        assert abuser.set_up.wait(60)
+        deadline = time.monotonic() + 5
+        while abuser.open_connections > CONNECTIONS_PER_CLIENT and time.monotonic() < deadline:
+            time.sleep(0.2)
+        held = abuser.open_connections
+        beside = honest.since(mark)
+    finally:
+        abuser.finish()
+    assert held == CONNECTIONS_PER_CLIENT
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, set(honest.errors))
+
+
+def test_ping_flood_gets_goaway(stack):
+    """Pings without data every 50 ms (the enforced minimum is 10 s): GOAWAY ENHANCE_YOUR_CALM (0xb)."""
+    assert ping_flood(stack.grpc_port, "127.0.0.4", pings=10, interval_s=0.05) == 0xB
