@@ -6,13 +6,13 @@ every abuser from its own loopback address, the tenant from 127.0.0.1).
 Classes, as reproduced on the issue that bounded them:
   hoarding     one address opening 8,400 idle HTTP connections;
   big bodies   four addresses sending 7-8 MB bodies to a 13-float model in a loop (three with
-               Content-Length, one chunked), each sending its whole body whatever the answer;
+               Content-Length, one chunked), each sending until the answer comes, then hanging up;
   slowloris    400 connections sending their head a byte every 0.5 s;
   half-open    80 HTTP/2 connections from one address, each opening 128 HEADERS-only
                ModelInfer streams (framed by h2); the tenant calls over gRPC here.
 Each class: the tenant alone for a window, then beside the abuse for a window, then a pause.
 Also the gateway's CPU per refused big body (its CPU beside the abuse minus its rate alone,
-over the abusive requests answered). Writes var/bench/gateway_abuse.json with the load average.
+over the abusive requests answered: the connection, the head, the body bytes already sent). Writes var/bench/gateway_abuse.json with the load average.
 Options: --window S (default 6).
 """
 
@@ -147,7 +147,8 @@ def run(window: float = 6.0) -> dict:
     for result in results:
         if "gateway_cpu_us_per_refused_body" in result:
             print(
-                f"gateway CPU per refused 7-8 MB body (sent whole anyway): "
+                "gateway CPU per refused 7-8 MB request (its connection, its head, the body bytes that "
+                f"arrived before the 413): "
                 f"{result['gateway_cpu_us_per_refused_body']:.0f} us"
             )
     print(f"load average {load_before[0]:.2f} -> {load_after[0]:.2f} ({os.cpu_count()} CPUs)")

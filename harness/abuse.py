@@ -274,7 +274,8 @@ class Abuser(threading.Thread):
 
 def big_body(port: int, source: str, size: int, *, chunked: bool = False):
     """An attack: one request to `ctr` with a `size`-byte body (Content-Length, or chunked),
-    sent whole whatever the gateway answers; counts the status and how long the answer took."""
+    sent until the gateway answers (then it hangs up); counts the status and how long the
+    answer took."""
     filler = b'{"inputs": [{"name": "dense", "datatype": "FP32", "shape": [1, 13], "data": [' + b"0.5, " * 100
 
     def attack(abuser: Abuser) -> None:
@@ -342,6 +343,7 @@ def slowloris(port: int, source: str, connections: int, interval_s: float = 0.5)
                 sock.close()
             socks = alive
             time.sleep(interval_s)
+        abuser.outcomes["open_at_stop"] = len(socks)
         close_all(socks)
 
     return attack

@@ -13,6 +13,7 @@ import pytest
 import uvloop
 
 from gateway.httpserver import HttpServer, Limits
+from gateway.peers import ClientKeys
 
 
 def run(coro):
@@ -283,6 +284,30 @@ def test_body_bound_hook_refuses_before_the_body():
         assert [r["status"] for r in await read_all(reader, 2)] == [200, 200]
         assert seen == [("/small", 100, 100), ("/large", 5000, 10_000)]
         writer.close()
+        await server.close(0.5)
+
+    run(scenario())
+
+
+def test_an_exempt_network_is_not_capped():
+    """A proxy an operator exempts (GATEWAY_CLIENT_CAP_EXEMPT) carries many clients: no per-client cap."""
+
+    async def handler(req):
+        return 200, {}, b"ok"
+
+    async def scenario():
+        server = HttpServer(
+            handler, limits=Limits(max_connections_per_client=2), client_keys=ClientKeys(("127.0.0.2/32",))
+        )
+        listener = await server.start("127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        conns = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0)) for _ in range(5)]
+        for i, (r, w) in enumerate(conns):
+            w.write(request(i))
+            assert (await read_all(r, 1))[0]["status"] == 200
+        assert server.per_client == {}
+        for _, w in conns:
+            w.close()
         await server.close(0.5)
 
     run(scenario())
