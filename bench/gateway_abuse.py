@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench.common import print_table, write_json
-from harness.abuse import Abuser, Honest, big_body, close_all, harm, hoard, slowloris, start_stack
+from harness.abuse import Abuser, Honest, big_body, close_all, harm, hoard, niced, slowloris, start_stack
 from harness.h2streams import HalfOpenStreams
 
 # the gateway's own defaults (the harness shortens some for tests)
@@ -43,7 +43,7 @@ def cpu_s(pid: int) -> float:
 
 
 def hoarding(stack, window: float):
-    held, outcomes = hoard(stack.port, 8400, "127.0.0.2")
+    held, outcomes = niced(hoard, stack.port, 8400, "127.0.0.2")
     time.sleep(window)
     close_all(held)
     return {"held": outcomes.get("held", 0), "429": outcomes.get("429", 0)}

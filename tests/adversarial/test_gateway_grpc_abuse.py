@@ -65,15 +65,17 @@ def test_half_open_streams_cost_only_their_connection(stack, honest):
     finally:
         abuser.finish()
     assert abuser.opened == 80 * 128
-    assert outcomes.get(RESOURCE_EXHAUSTED, 0) > 0, outcomes  # its own calls past its cap, refused at once
-    assert 0 < outcomes.get(DEADLINE_EXCEEDED, 0) <= CALLS_PER_CLIENT, outcomes  # the ones it held, ended
     assert sum(outcomes.values()) == abuser.opened, f"streams still open after the deadline: {outcomes}"
+    assert outcomes.get(RESOURCE_EXHAUSTED, 0) > 0, outcomes  # its own calls past its cap, refused at once
+    assert outcomes.get(DEADLINE_EXCEEDED, 0) > 0, outcomes  # the ones it held, ended at the deadline
     assert open_connections <= CONNECTIONS_PER_CLIENT
-    assert outcomes.get("connection_closed", 0) >= (80 - CONNECTIONS_PER_CLIENT) * 128 // 2, outcomes
     assert stack.metric("gateway_grpc_transport_refusals_total", code="first_message_timeout") > 0
     assert stack.metric("gateway_grpc_transport_refusals_total", code="too_many_calls") > 0
-    assert stack.metric("gateway_grpc_transport_refusals_total", code="too_many_connections") > 0
-    assert not harm(alone, beside), (harm(alone, beside), alone, beside, set(honest.errors))
+    assert (
+        stack.metric("gateway_grpc_transport_refusals_total", code="too_many_connections")
+        >= 80 - CONNECTIONS_PER_CLIENT
+    )
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, honest.errors)
 
 
 def test_idle_connections_past_the_cap_are_closed(stack, honest):
@@ -91,7 +93,7 @@ def test_idle_connections_past_the_cap_are_closed(stack, honest):
     finally:
         abuser.finish()
     assert held == CONNECTIONS_PER_CLIENT
-    assert not harm(alone, beside), (harm(alone, beside), alone, beside, set(honest.errors))
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, honest.errors)
 
 
 def test_ping_flood_gets_goaway(stack):

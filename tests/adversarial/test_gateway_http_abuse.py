@@ -7,9 +7,10 @@ tenant alone, measured just before). Each abuser has its own loopback address.
   clients' new connections fail; now it holds GATEWAY_MAX_CONNECTIONS_PER_CLIENT and the rest
   are 429 `too_many_connections`; two hoarders that together fill GATEWAY_MAX_CONNECTIONS lose
   their oldest idle connections to the tenant's new ones;
-- big bodies: four clients sending 7-8 MB bodies to a 13-float model once took blue's p50 from
-  5 to 179 ms; now each is a 413 naming the endpoint's bound from its Content-Length (chunked:
-  as soon as it passes the bound), before the body is parsed;
+- big bodies: four clients sending 7-8 MB bodies (tensors for a 13-float model, or a prompt
+  for a 4,096-token model) once took blue's p50 from 5 to 179 ms; now each is a 413 naming the
+  endpoint's bound from its Content-Length (chunked: as soon as it passes the bound), before
+  the body is parsed;
 - slowloris: 400 connections sending their head a byte every 0.5 s end 408 at the receive
   timeout (2 s here).
 """
@@ -21,7 +22,7 @@ import time
 import pytest
 import requests
 
-from harness.abuse import Abuser, Honest, big_body, close_all, harm, hoard, slowloris, start_stack
+from harness.abuse import Abuser, Honest, big_body, close_all, harm, hoard, niced, slowloris, start_stack
 from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,7 @@ def honest(stack):
 
 def test_connection_hoarding_takes_only_the_hoarders_share(stack, honest):
     alone, mark = honest.since(0), honest.mark()
-    held, outcomes = hoard(stack.port, 8400, "127.0.0.2")
+    held, outcomes = niced(hoard, stack.port, 8400, "127.0.0.2")
     try:
         time.sleep(2.0)
         beside = honest.since(mark)
@@ -62,7 +63,7 @@ def test_connection_hoarding_takes_only_the_hoarders_share(stack, honest):
         close_all(held)
     assert outcomes["held"] == PER_CLIENT, outcomes
     assert outcomes.get("429", 0) == 8400 - PER_CLIENT, outcomes
-    assert not harm(alone, beside), (harm(alone, beside), alone, beside, set(honest.errors))
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, honest.errors)
 
 
 def test_near_the_cap_the_oldest_idle_connections_make_room(stack, honest):
@@ -71,7 +72,7 @@ def test_near_the_cap_the_oldest_idle_connections_make_room(stack, honest):
     time.sleep(0.5)  # the previous hoarder's connections are gone
     alone, mark = honest.since(0), honest.mark()
     reaped_before = stack.metric("gateway_connections_reaped_total")
-    hoards = [hoard(stack.port, PER_CLIENT, f"127.0.0.{i}") for i in (3, 4, 5, 6)]
+    hoards = [niced(hoard, stack.port, PER_CLIENT, f"127.0.0.{i}") for i in (3, 4, 5, 6)]
     try:
         time.sleep(2.0)
         beside = honest.since(mark)
@@ -81,7 +82,7 @@ def test_near_the_cap_the_oldest_idle_connections_make_room(stack, honest):
             close_all(held)
     assert sum(outcomes["held"] for _, outcomes in hoards) >= MAX_CONNECTIONS * 7 // 8 - 1
     assert reaped > 0
-    assert not harm(alone, beside), (harm(alone, beside), alone, beside, set(honest.errors))
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, honest.errors)
 
 
 def test_big_bodies_are_refused_before_they_are_read(stack, honest):
@@ -91,8 +92,11 @@ def test_big_bodies_are_refused_before_they_are_read(stack, honest):
     assert refused.status_code == 413
     assert refused.json()["code"] == "body_too_large"
     assert "the most endpoint 'ctr''s signature can need" in refused.json()["error"]
+    prompt = requests.post(f"{stack.url}/v1/chat/completions", data=b" " * 7_000_000)
+    assert prompt.status_code == 413 and "the most model 'chat' can need" in prompt.json()["error"]
     alone, mark = honest.since(0), honest.mark()
-    abusers = [Abuser(big_body(stack.port, f"127.0.0.{10 + i}", 7_500_000)) for i in range(3)]
+    abusers = [Abuser(big_body(stack.port, f"127.0.0.{10 + i}", 7_500_000)) for i in range(2)]
+    abusers.append(Abuser(big_body(stack.port, "127.0.0.12", 7_000_000, path=b"/v1/chat/completions")))
     abusers.append(Abuser(big_body(stack.port, "127.0.0.13", 8_000_000, chunked=True)))
     for abuser in abusers:
         abuser.start()
@@ -103,7 +107,7 @@ def test_big_bodies_are_refused_before_they_are_read(stack, honest):
     for abuser in abusers:
         assert set(abuser.outcomes) == {413}, abuser.outcomes
         assert sum(abuser.outcomes.values()) >= 1
-    assert not harm(alone, beside), (harm(alone, beside), alone, beside, set(honest.errors))
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, honest.errors)
 
 
 def test_slowloris_ends_at_the_receive_timeout(stack, honest):
@@ -114,4 +118,4 @@ def test_slowloris_ends_at_the_receive_timeout(stack, honest):
     beside = honest.since(mark)
     abuser.finish()
     assert abuser.outcomes.get(408, 0) >= 150, abuser.outcomes
-    assert not harm(alone, beside), (harm(alone, beside), alone, beside, set(honest.errors))
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, honest.errors)
