@@ -88,7 +88,7 @@ CONNECTIONS_REAPED = Counter(
 GRPC_REFUSALS = Counter(
     "gateway_grpc_transport_refusals",
     "gRPC calls and connections refused by the per-client caps and the first-message deadline "
-    "(too_many_calls, too_many_connections, first_message_timeout)",
+    "(too_many_calls, too_many_connections, connection_over_call_cap, first_message_timeout)",
     ["code"],
 )
 AUTH_REJECTIONS = Counter(

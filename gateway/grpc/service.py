@@ -42,7 +42,8 @@ from ..tenants import release
 from ..tensors import Problem
 from .convert import http_status, metadata_dict, parse_infer
 from .reads import ReadRPCs, abort, abort_http, new_trailers, trailers
-from .transport import CallCaps, ConnectionCap, server_options
+from .sockets import ConnectionCap
+from .transport import CallCaps, server_options
 from .upstream import Channels, failure_reason
 
 UNKNOWN = "(unknown)"
@@ -290,16 +291,17 @@ async def start(gateway, settings):
     server = grpc.aio.server(options=server_options(settings), maximum_concurrent_rpcs=settings.grpc_max_rpcs)
     service = InferenceService(gateway)
     client_keys = ClientKeys(settings.client_cap_exempt)
-    caps = CallCaps(settings, client_keys, lambda code: GRPC_REFUSALS.labels(code).inc())
+    cap = ConnectionCap(
+        settings.grpc_port,
+        settings.grpc_max_connections_per_client,
+        client_keys,
+        lambda code, n: GRPC_REFUSALS.labels(code).inc(n),
+    )
+    caps = CallCaps(settings, client_keys, lambda code: GRPC_REFUSALS.labels(code).inc(), cap.close_peer)
     add_guarded(server, service, caps)
     port = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     await server.start()
     gateway.grpc_service = service
-    service.connection_cap = ConnectionCap(
-        settings.grpc_port or port,
-        settings.grpc_max_connections_per_client,
-        client_keys,
-        lambda n: GRPC_REFUSALS.labels("too_many_connections").inc(n),
-    )
-    service.connection_cap.start()
+    service.connection_cap = cap
+    cap.start()
     return server, port

@@ -34,11 +34,12 @@ What grpcio has no option for, done here:
     refuses everyone alike once a hoarder fills it): `guard` counts each client address's
     calls in progress (GATEWAY_GRPC_MAX_CALLS_PER_CLIENT; past it RESOURCE_EXHAUSTED naming
     the limit, with retry-after), and `ConnectionCap` closes a client's newest connections past
-    GATEWAY_GRPC_MAX_CONNECTIONS_PER_CLIENT: it reads the worker's own sockets on the gRPC
-    port from /proc (only once the worker holds more descriptors than the cap) and shuts the
-    extra ones down (shutdown(2) on a duplicate of the descriptor: grpc core sees the peer
-    go and closes its own), once a second. Such a client sees UNAVAILABLE on those
-    connections, as an HTTP client past its cap gets 429 and a close.
+    GATEWAY_GRPC_MAX_CONNECTIONS_PER_CLIENT (sockets.py: it reads the worker's own sockets on
+    the gRPC port from /proc and shuts the extra ones down; grpc core sees the peer go and
+    closes its own). Such a client sees UNAVAILABLE on those connections, as an HTTP client
+    past its cap gets 429 and a close. A connection that carries only calls past its
+    client's cap is closed the same way after OVERFLOW_TO_CLOSE of them, so a burst of
+    HEADERS on it ends inside grpc core instead of each stream being answered in Python.
 
 A client is its address (an IPv6 /64; peers.py), per worker, like GATEWAY_MAX_CONNECTIONS.
 """
@@ -46,20 +47,17 @@ A client is its address (an IPv6 /64; peers.py), per worker, like GATEWAY_MAX_CO
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
-import socket
-import time
+from urllib.parse import unquote
 
 import grpc
 
 from ..peers import ClientKeys
 
-log = logging.getLogger("gateway.grpc")
-SWEEP_S = 1.0
 KEEPALIVE_TIMEOUT_MS = 20_000
 MAX_PING_STRIKES = 2
-ESTABLISHED = "01"
+PUSHBACK = (("retry-after", "1"), ("grpc-retry-pushback-ms", "1000"))
+OVERFLOW_TO_CLOSE = 8  # calls refused on a connection with none admitted: then it is closed
+MAX_TRACKED_PEERS = 65536
 PENDING_SOFT, PENDING_HARD = 50_000, 100_000  # calls waiting for the application (see above)
 
 
@@ -84,24 +82,32 @@ def server_options(settings) -> list[tuple[str, int]]:
 
 
 def peer_host(peer: str) -> str | None:
-    """The address of a grpc peer string: `ipv4:1.2.3.4:5`, `ipv6:[::1]:5`; None for others (unix:)."""
+    """The address of a grpc peer URI (`ipv4:1.2.3.4:5`, `ipv6:%5B::1%5D:5`) as /proc's table
+    reads it (an IPv4-mapped one as IPv4); None for others (unix:)."""
     kind, _, rest = peer.partition(":")
     if kind == "ipv4":
         return rest.rpartition(":")[0]
     if kind == "ipv6":
-        return rest.rpartition(":")[0].strip("[]")
+        host = unquote(rest).rpartition(":")[0].strip("[]")
+        return host[7:] if host.startswith("::ffff:") and "." in host else host
     return None
 
 
 class CallCaps:
-    """Calls in progress per client address, and the first-message deadline."""
+    """Calls in progress per client address, and the first-message deadline. A connection that
+    carries only calls past its client's cap (OVERFLOW_TO_CLOSE of them and none admitted in
+    progress) is handed to `close_peer`: closing it ends its other queued streams inside grpc
+    core, instead of each being answered here."""
 
-    def __init__(self, settings, client_keys: ClientKeys, on_refused=None):
+    def __init__(self, settings, client_keys: ClientKeys, on_refused=None, close_peer=None):
         self.max_calls = settings.grpc_max_calls_per_client
         self.first_message_s = settings.grpc_first_message_timeout_s
         self.client_keys = client_keys
-        self.calls: dict[str, int] = {}
+        self.calls: dict[str, int] = {}  # client -> its calls in progress
+        self.admitted: dict[str, int] = {}  # peer (its connection) -> its calls in progress
+        self.overflow: dict[str, int] = {}  # peer -> calls refused since it last had one admitted
         self.on_refused = on_refused  # (code) -> None: counted in the gateway's metrics
+        self.close_peer = close_peer  # (peer) -> None: sockets.ConnectionCap.close_peer
 
     def guard(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """`handler` (unary-unary) served as client-streaming behind the caps."""
@@ -109,18 +115,12 @@ class CallCaps:
         caps = self
 
         async def guarded(requests, context):
-            client = caps.client_keys.key(peer_host(context.peer()))
+            peer = context.peer()
+            client = caps.client_keys.key(peer_host(peer))
             if client is not None:
-                held = caps.calls.get(client, 0)
-                if held >= caps.max_calls:
-                    caps._refused("too_many_calls")
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"this client address ({client}) has {held} gRPC calls in progress on this gateway "
-                        f"worker; the limit is {caps.max_calls}",
-                        (("retry-after", "1"), ("grpc-retry-pushback-ms", "1000")),
-                    )
-                caps.calls[client] = held + 1
+                refusal = caps.admit(client, peer)
+                if refusal is not None:
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, PUSHBACK)
             try:
                 try:
                     async with asyncio.timeout(caps.first_message_s):
@@ -136,11 +136,7 @@ class CallCaps:
                 return await unary(request, context)
             finally:
                 if client is not None:
-                    left = caps.calls[client] - 1
-                    if left:
-                        caps.calls[client] = left
-                    else:
-                        del caps.calls[client]
+                    caps.release(client, peer)
 
         return grpc.stream_unary_rpc_method_handler(
             guarded,
@@ -148,124 +144,38 @@ class CallCaps:
             response_serializer=handler.response_serializer,
         )
 
+    def admit(self, client: str, peer: str) -> str | None:
+        """Count the call in (None), or the refusal's message."""
+        held = self.calls.get(client, 0)
+        if held < self.max_calls:
+            self.calls[client] = held + 1
+            self.admitted[peer] = self.admitted.get(peer, 0) + 1
+            self.overflow.pop(peer, None)
+            return None
+        self._refused("too_many_calls")
+        refused = self.overflow.get(peer, 0) + 1
+        if len(self.overflow) > MAX_TRACKED_PEERS:  # peers come and go: never grow without bound
+            self.overflow.clear()
+        self.overflow[peer] = refused
+        if refused == OVERFLOW_TO_CLOSE and peer not in self.admitted and self.close_peer is not None:
+            self.close_peer(peer)
+        return (
+            f"this client address ({client}) has {held} gRPC calls in progress on this gateway worker; "
+            f"the limit is {self.max_calls}"
+        )
+
+    def release(self, client: str, peer: str) -> None:
+        left = self.calls[client] - 1
+        if left:
+            self.calls[client] = left
+        else:
+            del self.calls[client]
+        left = self.admitted[peer] - 1
+        if left:
+            self.admitted[peer] = left
+        else:
+            del self.admitted[peer]
+
     def _refused(self, code: str) -> None:
         if self.on_refused is not None:
             self.on_refused(code)
-
-
-class ConnectionCap:
-    """Closes a client's newest gRPC connections past the cap (this worker's own sockets)."""
-
-    def __init__(self, port: int, cap: int, client_keys: ClientKeys, on_closed=None):
-        self.port = port
-        self.cap = cap
-        self.client_keys = client_keys
-        self.first_seen: dict[int, float] = {}  # socket inode -> when a sweep first saw it
-        self.on_closed = on_closed  # (count) -> None
-        self.task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run())
-
-    async def close(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(SWEEP_S)
-            try:
-                self.sweep()
-            except Exception:  # the cap must outlive any surprise from /proc
-                log.exception("gRPC connection sweep failed")
-
-    def sweep(self) -> int:
-        """Close what is past the cap; the number closed."""
-        fds = os.listdir("/proc/self/fd")
-        if len(fds) <= self.cap:  # no client can be past the cap: nothing to read
-            self.first_seen.clear()
-            return 0
-        remotes = self._connections()
-        if not remotes:
-            return 0
-        mine = {}  # inode -> fd, of this worker's sockets on the gRPC port
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inode = int(link[8:-1])
-                if inode in remotes:
-                    mine[inode] = int(fd)
-        now = time.monotonic()
-        seen = self.first_seen
-        for inode in list(seen):
-            if inode not in mine:
-                del seen[inode]
-        by_client: dict[str, list] = {}
-        for inode, fd in mine.items():
-            client = self.client_keys.key(remotes[inode])
-            if client is not None:
-                by_client.setdefault(client, []).append((seen.setdefault(inode, now), inode, fd))
-        closed = 0
-        for held in by_client.values():
-            if len(held) > self.cap:
-                held.sort()
-                for _, inode, fd in held[self.cap :]:
-                    closed += _shutdown(fd, inode)
-        if closed and self.on_closed is not None:
-            self.on_closed(closed)
-        return closed
-
-    def _connections(self) -> dict[int, str]:
-        """inode -> remote address of the established TCP connections to the gRPC port."""
-        out = {}
-        for name, width in (("tcp", 8), ("tcp6", 32)):
-            try:
-                with open(f"/proc/self/net/{name}") as table:
-                    next(table)
-                    for line in table:
-                        fields = line.split()
-                        local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
-                        if state != ESTABLISHED or int(local[width + 1 :], 16) != self.port:
-                            continue
-                        out[int(inode)] = _address(remote[:width])
-            except FileNotFoundError:
-                continue
-        return out
-
-
-def _address(hex_address: str) -> str:
-    """A /proc/net/tcp address (32-bit words in host order, little-endian here) as text."""
-    raw = bytes.fromhex(hex_address)
-    raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    if len(raw) == 4:
-        return socket.inet_ntop(socket.AF_INET, raw)
-    text = socket.inet_ntop(socket.AF_INET6, raw)
-    return text[7:] if text.startswith("::ffff:") and "." in text else text
-
-
-def _shutdown(fd: int, inode: int) -> int:
-    """shutdown(2) the socket behind `fd` if it still is socket `inode`; grpc core, which owns
-    the descriptor, sees the connection end and closes it itself."""
-    try:
-        dup = os.dup(fd)
-    except OSError:
-        return 0
-    try:
-        if os.fstat(dup).st_ino != inode:  # the descriptor was closed and reused since the listing
-            return 0
-        sock = socket.socket(fileno=dup)
-        dup = -1
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            return 0
-        finally:
-            sock.close()
-        return 1
-    finally:
-        if dup >= 0:
-            os.close(dup)

@@ -5,8 +5,9 @@ tenant's gRPC traffic (127.0.0.1) held to harness/abuse.py's tolerance (success 
 - half-open streams: 80 connections from one address each opening 128 HEADERS-only
   ModelInfer streams (framed by h2) once took every RPC slot (0 of 239 calls served for over
   72 s). Now the address' calls past GATEWAY_GRPC_MAX_CALLS_PER_CLIENT are RESOURCE_EXHAUSTED at
-  once, the ones it holds end DEADLINE_EXCEEDED at the first-message deadline, and its
-  connections past GATEWAY_GRPC_MAX_CONNECTIONS_PER_CLIENT are closed;
+  once (a connection carrying only such calls is closed), the ones it holds end
+  DEADLINE_EXCEEDED at the first-message deadline, and its connections past
+  GATEWAY_GRPC_MAX_CONNECTIONS_PER_CLIENT are closed;
 - connection hoarding: 300 idle HTTP/2 connections from one address are cut to the cap;
 - ping floods: a connection pinging without data more often than the enforced interval is
   sent GOAWAY ENHANCE_YOUR_CALM (grpcio's keepalive enforcement, as configured).
@@ -71,10 +72,9 @@ def test_half_open_streams_cost_only_their_connection(stack, honest):
     assert open_connections <= CONNECTIONS_PER_CLIENT
     assert stack.metric("gateway_grpc_transport_refusals_total", code="first_message_timeout") > 0
     assert stack.metric("gateway_grpc_transport_refusals_total", code="too_many_calls") > 0
-    assert (
-        stack.metric("gateway_grpc_transport_refusals_total", code="too_many_connections")
-        >= 80 - CONNECTIONS_PER_CLIENT
-    )
+    closed = stack.metric("gateway_grpc_transport_refusals_total", code="too_many_connections")
+    closed += stack.metric("gateway_grpc_transport_refusals_total", code="connection_over_call_cap")
+    assert closed >= 80 - CONNECTIONS_PER_CLIENT  # past the connection cap, or carrying only refused calls
     assert not harm(alone, beside), (harm(alone, beside), alone, beside, honest.errors)
 
 
@@ -85,10 +85,11 @@ def test_idle_connections_past_the_cap_are_closed(stack, honest):
     abuser.start()
     try:
         assert abuser.set_up.wait(60)
-        deadline = time.monotonic() + 5
-        while abuser.open_connections > CONNECTIONS_PER_CLIENT and time.monotonic() < deadline:
+        start = time.monotonic()
+        while abuser.open_connections > CONNECTIONS_PER_CLIENT and time.monotonic() < start + 5:
             time.sleep(0.2)
         held = abuser.open_connections
+        time.sleep(max(0.0, start + 2.5 - time.monotonic()))  # a window of the tenant's traffic beside it
         beside = honest.since(mark)
     finally:
         abuser.finish()

@@ -1,17 +1,19 @@
 """The gRPC transport limits' own parts (gateway/grpc/transport.py), in this process: the
-options grpcio is given, peer strings, /proc addresses, and the connection cap closing a
-client's newest connections past the cap on real sockets (a plain TCP listener stands in for
-grpc core: the cap only reads the process' sockets on the port and shuts them down)."""
+options grpcio is given, peer strings, the call cap, and the connection cap closing a client's
+newest connections past the cap on real sockets (a plain TCP listener stands in for grpc core:
+the cap only looks at the process' own sockets on the port and shuts them down)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
 
 import pytest
 
-from gateway.grpc.transport import ConnectionCap, _address, peer_host, server_options
+from gateway.grpc.sockets import ConnectionCap
+from gateway.grpc.transport import OVERFLOW_TO_CLOSE, CallCaps, peer_host, server_options
 from gateway.peers import ClientKeys, parse_exempt
 from gateway.settings import Settings
 
@@ -32,16 +34,17 @@ def test_the_options_come_from_the_settings():
 
 @pytest.mark.parametrize(
     "peer,host",
-    [("ipv4:127.0.0.2:5555", "127.0.0.2"), ("ipv6:[::1]:443", "::1"), ("unix:/tmp/x", None), ("", None)],
+    [
+        ("ipv4:127.0.0.2:5555", "127.0.0.2"),
+        ("ipv6:[::1]:443", "::1"),
+        ("ipv6:%5B::1%5D:443", "::1"),
+        ("ipv6:%5B::ffff:127.0.0.2%5D:443", "127.0.0.2"),
+        ("unix:/tmp/x", None),
+        ("", None),
+    ],
 )
 def test_peer_host(peer, host):
     assert peer_host(peer) == host
-
-
-def test_proc_addresses():
-    assert _address("0200007F") == "127.0.0.2"
-    assert _address("00000000000000000000000001000000") == "::1"
-    assert _address("0000000000000000FFFF00000200007F") == "127.0.0.2"  # IPv4-mapped
 
 
 def test_client_keys_count_an_ipv6_host_by_its_64_and_skip_the_exempt():
@@ -83,3 +86,38 @@ def _eof(sock: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+def test_a_connection_with_only_refused_calls_is_handed_over_to_be_closed():
+    closing = []
+    caps = CallCaps(Settings(grpc_max_calls_per_client=2), ClientKeys(), close_peer=closing.append)
+    busy, spare = "ipv4:127.0.0.2:1000", "ipv4:127.0.0.2:1001"
+    assert caps.admit("127.0.0.2", busy) is None and caps.admit("127.0.0.2", busy) is None
+    for _ in range(OVERFLOW_TO_CLOSE + 3):
+        assert "the limit is 2" in caps.admit("127.0.0.2", spare)
+        assert "the limit is 2" in caps.admit("127.0.0.2", busy)  # it has calls admitted: never closed
+    assert closing == [spare]
+    caps.release("127.0.0.2", busy)
+    assert caps.admit("127.0.0.2", spare) is None  # a call fits again: the count starts over
+    assert caps.calls == {"127.0.0.2": 2} and caps.overflow == {busy: OVERFLOW_TO_CLOSE + 3}
+
+
+def test_close_peer_closes_that_connection_in_a_batch():
+    async def scenario():
+        server_side = []
+        listener = await asyncio.start_server(lambda r, w: server_side.append(w), "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        clients = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        cap = ConnectionCap(port, 64, ClientKeys())
+        doomed = clients[1][1].get_extra_info("sockname")[1]
+        cap.close_peer(f"ipv4:127.0.0.2:{doomed}")
+        assert await asyncio.wait_for(clients[1][0].read(), 2) == b""
+        for reader, _ in (clients[0], clients[2]):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(reader.read(), 0.2)
+        for _, writer in clients:
+            writer.close()
+        listener.close()
+
+    asyncio.run(scenario())
