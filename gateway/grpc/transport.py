@@ -56,7 +56,7 @@ from ..peers import ClientKeys
 KEEPALIVE_TIMEOUT_MS = 20_000
 MAX_PING_STRIKES = 2
 PUSHBACK = (("retry-after", "1"), ("grpc-retry-pushback-ms", "1000"))
-OVERFLOW_TO_CLOSE = 8  # calls refused on a connection with none admitted: then it is closed
+OVERFLOW_TO_CLOSE = 4  # calls refused on a connection with none admitted: then it is closed
 MAX_TRACKED_PEERS = 65536
 PENDING_SOFT, PENDING_HARD = 50_000, 100_000  # calls waiting for the application (see above)
 
@@ -96,8 +96,8 @@ def peer_host(peer: str) -> str | None:
 class CallCaps:
     """Calls in progress per client address, and the first-message deadline. A connection that
     carries only calls past its client's cap (OVERFLOW_TO_CLOSE of them and none admitted in
-    progress) is handed to `close_peer`: closing it ends its other queued streams inside grpc
-    core, instead of each being answered here."""
+    progress), or a call whose message did not come in time, is handed to `close_peer`: closing
+    it ends its other streams inside grpc core, instead of each being answered here."""
 
     def __init__(self, settings, client_keys: ClientKeys, on_refused=None, close_peer=None):
         self.max_calls = settings.grpc_max_calls_per_client
@@ -127,6 +127,8 @@ class CallCaps:
                         request = await context.read()
                 except TimeoutError:
                     caps._refused("first_message_timeout")
+                    if caps.close_peer is not None:  # a half-open stream costs its connection, no more
+                        caps.close_peer(peer)
                     await context.abort(
                         grpc.StatusCode.DEADLINE_EXCEEDED,
                         f"no request message within {caps.first_message_s:g} s of the call's start",

@@ -107,7 +107,10 @@ SURFACES = [
         name="KServe v2 over gRPC",
         routes=GRPC_METHODS,
         cases={
-            Abuse.HALF_OPEN: (f"{GRPC_ABUSE}::test_half_open_streams_cost_only_their_connection",),
+            Abuse.HALF_OPEN: (
+                f"{GRPC_ABUSE}::test_half_open_streams_cost_only_their_connection",
+                f"{GRPC_ABUSE}::test_held_half_open_streams_cost_the_tenant_nothing",
+            ),
             Abuse.FLOOD: (
                 f"{GRPC_ABUSE}::test_idle_connections_past_the_cap_are_closed",
                 f"{GRPC_ABUSE}::test_ping_flood_gets_goaway",
