@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from bench.common import print_table, write_json
-from harness.abuse import Abuser, Honest, big_body, close_all, harm, hoard, niced, slowloris, start_stack
+from harness.abuse import Honest, harm, start_stack
+from harness.abusers import Abuser, big_body, close_all, hoard, niced, slowloris
 from harness.h2streams import HalfOpenStreams
 
 # the gateway's own defaults (the harness shortens some for tests)

@@ -22,7 +22,8 @@ import time
 import pytest
 import requests
 
-from harness.abuse import Abuser, Honest, big_body, close_all, harm, hoard, niced, slowloris, start_stack
+from harness.abuse import Honest, harm, start_stack
+from harness.abusers import Abuser, big_body, close_all, hoard, niced, slowloris
 from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration
