@@ -31,9 +31,15 @@ def niced(function, *args, **kwargs):
     return out[0]
 
 
+# Linux: the source port is chosen at connect, unique per connection rather than per address
+# (thousands of connections from one loopback address while other runs use it too).
+IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+
+
 def connect_from(source: str, port: int, timeout: float = 5.0) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.settimeout(timeout)
+    sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
     sock.bind((source, 0))
     sock.connect(("127.0.0.1", port))
     return sock
