@@ -89,7 +89,7 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
         self.hot = gateway.hot
         self.breakers = gateway.breakers
         self.channels = Channels(gateway.settings.max_body_bytes)
-        self.connection_cap = None  # transport.ConnectionCap, once serving
+        self.connection_cap = None  # sockets.ConnectionCap, once serving
 
     # --- health and metadata ------------------------------------------------------------
     async def ModelInfer(self, request, context):
