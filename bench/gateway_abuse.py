@@ -5,8 +5,9 @@ every abuser from its own loopback address, the tenant from 127.0.0.1).
 
 Classes, as reproduced on the issue that bounded them:
   hoarding     one address opening 8,400 idle HTTP connections;
-  big bodies   four addresses sending 7-8 MB bodies to a 13-float model in a loop (three with
-               Content-Length, one chunked), each sending until the answer comes, then hanging up;
+  big bodies   four addresses each starting a 7-8 MB body to a 13-float model 10 times a second
+               (three with Content-Length, one chunked), each sending until the answer comes,
+               then hanging up;
   slowloris    400 connections sending their head a byte every 0.5 s;
   half-open    80 HTTP/2 connections from one address, each opening 128 HEADERS-only
                ModelInfer streams (framed by h2); the tenant calls over gRPC here.
@@ -51,8 +52,8 @@ def hoarding(stack, window: float):
 
 
 def big_bodies(stack, window: float):
-    abusers = [Abuser(big_body(stack.port, f"127.0.0.{10 + i}", 7_500_000)) for i in range(3)]
-    abusers.append(Abuser(big_body(stack.port, "127.0.0.13", 8_000_000, chunked=True)))
+    abusers = [Abuser(big_body(stack.port, f"127.0.0.{10 + i}", 7_500_000), 0.1) for i in range(3)]
+    abusers.append(Abuser(big_body(stack.port, "127.0.0.13", 8_000_000, chunked=True), 0.1))
     for abuser in abusers:
         abuser.start()
     time.sleep(window)
@@ -88,7 +89,7 @@ def half_open(stack, window: float):
 
 CLASSES = [
     ("connection hoarding: 8,400 idle HTTP connections from one address", "http", hoarding),
-    ("big bodies: 4 clients x 7-8 MB to a 13-float model", "http", big_bodies),
+    ("big bodies: 4 clients x 10/s x 7-8 MB to a 13-float model", "http", big_bodies),
     ("slowloris: 400 connections, a head byte every 0.5 s", "http", slow),
     ("half-open gRPC: 80 connections x 128 HEADERS-only streams", "grpc", half_open),
 ]

@@ -103,11 +103,14 @@ def close_all(socks) -> None:
 
 
 class Abuser(threading.Thread):
-    """Runs `attack(self)` until `stop_event`; counts what it got in `outcomes`."""
+    """Runs `attack(self)` until `stop_event`, at most once every `every_s` (None: back to back);
+    counts what it got in `outcomes`. A pace keeps an abuse class what it says: big bodies, say,
+    not a flood of requests (a class of its own)."""
 
-    def __init__(self, attack):
+    def __init__(self, attack, every_s: float | None = None):
         super().__init__(daemon=True)
         self.attack = attack
+        self.every_s = every_s
         self.stop_event = threading.Event()
         self.outcomes: dict = {}
         self.seconds: list[float] = []
@@ -118,7 +121,10 @@ class Abuser(threading.Thread):
     def run(self) -> None:
         lower_priority()
         while not self.stop_event.is_set():
+            started = time.monotonic()
             self.attack(self)
+            if self.every_s is not None:
+                self.stop_event.wait(max(0.0, started + self.every_s - time.monotonic()))
 
     def finish(self) -> None:
         self.stop_event.set()
