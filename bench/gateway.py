@@ -18,6 +18,7 @@ Load, following perf_analyzer's method:
             per round, shuffled) so outside load hits them alike; "added" latency =
             path minus direct, pooled over the rounds, with a 95% interval from
             resampling whole rounds. Each path is also run at 50% of its own capacity.
+Then bench/gateway_abuse.py's table, "abuse beside honest traffic" (var/bench/gateway_abuse.json).
 Writes var/bench/gateway.json: added_p50_ms / added_p99_ms (gateway minus direct at the
 same rate) and nginx's, each with `_ci95`, max_rps per path, rps_ratio_vs_nginx, the
 proxies' CPU per request; with --profile also py-spy/perf summaries of where the
@@ -43,7 +44,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench import gateway_clients, openloop
+from bench import gateway_abuse, gateway_clients, openloop
 from bench.common import print_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -500,7 +501,14 @@ def _frame(frame: str) -> str:
     return f"{m.group(1)} ({Path(m.group(2)).name})"
 
 
-def main(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom; split when next changed
+def main(argv: list[str]) -> int:
+    status = measure(argv)
+    if status == 0:  # on its own stack, once this one is down: the table "abuse beside honest traffic"
+        gateway_abuse.run()
+    return status
+
+
+def measure(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom; split when next changed
     parser = argparse.ArgumentParser(prog="python -m bench gateway")
     parser.add_argument("--open-loop", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)

@@ -11,8 +11,10 @@ transfer codings other than `chunked` (501), Expect (417), and the limits:
 
   head      request line + headers <= max_header_bytes (431), URL <= MAX_URL (414),
             at most max_headers header fields (431);
-  body      Content-Length > max_body_bytes is refused before the body is read, a
-            chunked body is counted as it arrives (413); at most max_chunks chunks (400);
+  body      the route's own bound (the server's `body_bound` hook: what the endpoint's
+            signature can need, gateway/bodybounds.py), else max_body_bytes: a larger
+            Content-Length is refused before the body is read, a chunked body is
+            counted as it arrives (413 naming the limit); at most max_chunks chunks (400);
             chunk extensions and trailers are bounded like the head (400), and trailer
             fields are never merged into the headers;
   time      a request must arrive whole within receive_timeout_s of its first byte
@@ -23,7 +25,11 @@ transfer codings other than `chunked` (501), Expect (417), and the limits:
             parsed requests wait per connection (429 after the earlier ones, then close);
   writes    when the client does not read, the transport's buffer passes its high-water
             mark, `pause_writing` stops the connection's work until it drains;
-  conns     at most max_connections (503 to the next ones, then close).
+  conns     at most max_connections_per_client from one client address (429 and close to
+            the next ones: gateway/peers.py says what a client is); from 7/8 of
+            max_connections on, each new connection closes the oldest idle keep-alive
+            one (never one with a request in progress); at max_connections with none
+            idle, 503 to the next ones, then close.
 
 So one connection holds at most: a head, a body, one read (256 KiB), max_pipelined small
 request objects and a write buffer; and its work per read is one llhttp pass.
@@ -57,12 +63,16 @@ from http import HTTPStatus
 import httptools
 
 from . import metrics
+from .peers import ClientKeys
 
 log = logging.getLogger("gateway.http")
 
 REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 MAX_URL = 8192
 DRAIN_IDLE_S = 1.0  # on shutdown, a keep-alive connection idle this long is closed at once
+# From this share of max_connections on, a new connection closes the oldest idle one: the
+# slots a hoarder holds idle go back to clients that use them before the cap refuses anyone.
+REAP_AT = 7 / 8
 LINGER_S = (
     2.0  # after an error reply, how long what the client still sends is read and dropped (at most a body's worth)
 )
@@ -108,9 +118,19 @@ class Streamed:
 
 
 class Request:
-    __slots__ = ("method", "path", "query", "headers", "body", "keep_alive", "conn")
+    __slots__ = ("method", "path", "query", "headers", "body", "keep_alive", "conn", "body_limit")
 
-    def __init__(self, method: str, path: str, query: str, headers: dict, body: bytes, keep_alive: bool, conn=None):
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict,
+        body: bytes,
+        keep_alive: bool,
+        conn=None,
+        body_limit: int | None = None,
+    ):
         self.method = method
         self.path = path
         self.query = query
@@ -118,6 +138,7 @@ class Request:
         self.body = body
         self.keep_alive = keep_alive
         self.conn = conn
+        self.body_limit = body_limit  # the bound this body was held to (also once inflated)
 
 
 def encode_response(status: int, headers: dict, body: bytes, close: bool = False) -> bytes:
@@ -156,6 +177,7 @@ class Limits:
         "receive_timeout_s",
         "idle_timeout_s",
         "max_connections",
+        "max_connections_per_client",
     )
 
     def __init__(
@@ -169,6 +191,7 @@ class Limits:
         receive_timeout_s: float = 15.0,
         idle_timeout_s: float = 75.0,
         max_connections: int = 4096,
+        max_connections_per_client: int = 512,
     ):
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
@@ -178,6 +201,7 @@ class Limits:
         self.receive_timeout_s = receive_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.max_connections = max_connections
+        self.max_connections_per_client = max_connections_per_client
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -214,6 +238,9 @@ class HttpProtocol(asyncio.Protocol):
         "lingering",
         "task",
         "cancellable",
+        "client",
+        "body_limit",
+        "body_what",
     )
 
     def __init__(self, server: HttpServer):
@@ -241,6 +268,7 @@ class HttpProtocol(asyncio.Protocol):
         self.progress = False
         self.task: asyncio.Task | None = None  # the task answering this connection's requests
         self.cancellable = False  # the handler asked to be cancelled when the client goes away
+        self.client = None  # the key its client's connections are counted under (peers.py)
         self._reset_message()
 
     def _reset_message(self):
@@ -252,23 +280,64 @@ class HttpProtocol(asyncio.Protocol):
         self.nheaders = 0
         self.head_bytes = 0
         self.pending = 0
+        self.body_limit = self.limits.max_body_bytes
+        self.body_what = ""
 
     # --- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport):
         self.transport = transport
         self.last = self.loop.time()
         server = self.server
-        if len(server.connections) >= self.limits.max_connections or server.stopping:
-            self.closed = True
-            transport.write(error_bytes(503, "overloaded", "the gateway is at its connection limit or shutting down"))
-            transport.close()
-            return
+        limits = self.limits
+        if server.stopping:
+            return self._refuse(error_bytes(503, "overloaded", "the gateway is shutting down"))
+        peer = transport.get_extra_info("peername")
+        client = server.client_keys.key(peer[0] if type(peer) is tuple else None)
+        if client is not None:
+            held = server.per_client.get(client, 0)
+            if held >= limits.max_connections_per_client:
+                metrics.HTTP_REJECTIONS.labels("too_many_connections").inc()
+                detail = (
+                    f"this client address ({client}) has {held} connections open to this gateway worker; "
+                    f"the limit is {limits.max_connections_per_client} (reuse them: keep-alive)"
+                )
+                return self._refuse(error_bytes(429, "too_many_connections", detail, {"Retry-After": "1"}))
+        if len(server.connections) >= limits.max_connections * REAP_AT:
+            server.reap_idle()
+            if len(server.connections) >= limits.max_connections:
+                metrics.HTTP_REJECTIONS.labels("overloaded").inc()
+                return self._refuse(
+                    error_bytes(503, "overloaded", "the gateway is at its connection limit with none idle")
+                )
         server.connections.add(self)
+        server.idle[self] = None  # idle until its first byte: the oldest idle go first when slots run short
+        if client is not None:
+            self.client = client
+            server.per_client[client] = server.per_client.get(client, 0) + 1
+
+    def _refuse(self, reply: bytes) -> None:
+        self.closed = True
+        self.transport.write(reply)
+        self.transport.close()
+
+    def _release(self) -> None:
+        """Give this connection's slots back (once): the server's and its client's."""
+        server = self.server
+        server.connections.discard(self)
+        server.idle.pop(self, None)
+        client = self.client
+        if client is not None:
+            self.client = None
+            held = server.per_client.get(client, 1) - 1
+            if held > 0:
+                server.per_client[client] = held
+            else:
+                server.per_client.pop(client, None)
 
     def connection_lost(self, exc):
         self.closed = True
         self.lost = True
-        self.server.connections.discard(self)
+        self._release()
         drain = self.drain
         if drain is not None and not drain.done():
             drain.set_result(None)
@@ -365,6 +434,7 @@ class HttpProtocol(asyncio.Protocol):
     # --- llhttp callbacks (httptools) -----------------------------------------------------
     def on_message_begin(self):
         self.progress = True
+        self.server.idle.pop(self, None)  # a request in progress: never reaped
         self.started = self.last or self.loop.time()
         self.in_head = True
         self.headers = {}
@@ -412,8 +482,20 @@ class HttpProtocol(asyncio.Protocol):
                 raise Reject(501, "not_implemented", f"transfer coding {te[:40]!r} is not supported (only chunked)")
         length = headers.get("content-length")
         limit = self.limits.max_body_bytes
+        bound = self.server.body_bound
+        if bound is not None and (te is not None or length is not None):
+            url = self.url or b""
+            path = url.decode("latin-1").partition("?")[0] if url[:1] == b"/" else _target(url)[0]
+            own = bound(parser.get_method(), path, headers)
+            if own is not None and own[0] < limit:
+                limit, self.body_what = own
+                self.body_limit = limit
         if length is not None and int(length) > limit:  # llhttp checked it is digits
-            raise Reject(413, "body_too_large", f"request body of {length} bytes exceeds the limit of {limit}")
+            raise Reject(
+                413,
+                "body_too_large",
+                f"request body of {length} bytes exceeds the limit of {limit} bytes{self.body_what}",
+            )
         expect = headers.get("expect")
         if expect is not None:
             if expect.lower() != "100-continue":
@@ -431,9 +513,9 @@ class HttpProtocol(asyncio.Protocol):
     def on_body(self, chunk: bytes):
         self.progress = True
         size = self.body_len + len(chunk)
-        limit = self.limits.max_body_bytes
+        limit = self.body_limit
         if size > limit:
-            raise Reject(413, "body_too_large", f"request body exceeds the limit of {limit} bytes")
+            raise Reject(413, "body_too_large", f"request body exceeds the limit of {limit} bytes{self.body_what}")
         self.body_len = size
         body = self.body
         if body is None:
@@ -458,7 +540,14 @@ class HttpProtocol(asyncio.Protocol):
         elif type(body) is not bytes:
             body = bytes(body)
         request = Request(
-            parser.get_method().decode("latin-1"), path, query, self.headers, body, parser.should_keep_alive(), self
+            parser.get_method().decode("latin-1"),
+            path,
+            query,
+            self.headers,
+            body,
+            parser.should_keep_alive(),
+            self,
+            self.body_limit,
         )
         self.started = 0.0
         self._reset_message()
@@ -587,12 +676,18 @@ class HttpProtocol(asyncio.Protocol):
                 request = queue.popleft()
                 self._update_reading()
                 continue
-            self.busy = False
-            if self.failed is not None:
-                self._flush_failure()
-            else:
-                self._update_reading()
+            self._replied()
             return
+
+    def _replied(self) -> None:
+        """Every reply is out: send the error waiting behind them, or read again (idle)."""
+        self.busy = False
+        if self.failed is not None:
+            self._flush_failure()
+            return
+        self._update_reading()
+        if not self.started and not self.closed:
+            self.server.idle[self] = None  # the newest idle: reaped last
 
     async def _stream(self, status: int, headers: dict, body: Streamed, close: bool) -> bool:
         """Write a chunked reply as its chunks come, waiting for the client to drain its
@@ -654,8 +749,20 @@ def _target(url: bytes) -> tuple[str, str]:
 
 
 class HttpServer:
+    """`body_bound(method: bytes, path: str, headers) -> (limit, why) | None`, when given, is
+    asked once a request's head is in and before its body is read: the most bytes this route
+    can need (`why`, appended to the 413's message, says whose rule it is), or None for
+    max_body_bytes. `client_keys` (peers.ClientKeys) says which client a connection counts for."""
+
     def __init__(
-        self, handler, *, limits: Limits | None = None, max_body: int | None = None, idle_timeout: float | None = None
+        self,
+        handler,
+        *,
+        limits: Limits | None = None,
+        max_body: int | None = None,
+        idle_timeout: float | None = None,
+        body_bound=None,
+        client_keys: ClientKeys | None = None,
     ):
         self.handler = handler
         self.limits = limits or Limits()
@@ -663,7 +770,11 @@ class HttpServer:
             self.limits.max_body_bytes = max_body
         if idle_timeout is not None:
             self.limits.idle_timeout_s = idle_timeout
+        self.body_bound = body_bound
+        self.client_keys = client_keys or ClientKeys()
         self.connections: set[HttpProtocol] = set()
+        self.per_client: dict[str, int] = {}  # client key -> its open connections
+        self.idle: dict[HttpProtocol, None] = {}  # idle connections, oldest first (an ordered set)
         self.loop = None
         self.server = None
         self.sweeper = None
@@ -672,6 +783,21 @@ class HttpServer:
     @property
     def max_body(self) -> int:
         return self.limits.max_body_bytes
+
+    def reap_idle(self) -> bool:
+        """Close the oldest idle keep-alive connection (never one with a request in
+        progress or a reply pending); False when none is idle."""
+        idle = self.idle
+        while idle:
+            conn = next(iter(idle))
+            del idle[conn]
+            if conn.busy or conn.started or conn.closed or conn.transport is None:
+                continue
+            conn._close()
+            conn._release()
+            metrics.CONNECTIONS_REAPED.inc()
+            return True
+        return False
 
     async def start(self, host: str, port: int, backlog: int = 2048, *, reuse_port: bool = False, sock=None):
         """Listen on host:port, or on `sock` (a listening socket a supervisor made, gateway/workers.py)."""

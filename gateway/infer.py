@@ -153,7 +153,7 @@ class Inference:
         # One parse of the request (orjson) and its model-independent checks, then the
         # chosen variant's signature: a request that does not fit never reaches Triton.
         body = request.body  # the HTTP server enforces the size limit (413) while reading
-        plain = body if encoding is None else inflate(body, encoding, self.max_body_bytes)
+        plain = body if encoding is None else inflate(body, encoding, request.body_limit or self.max_body_bytes)
         if type(plain) is Problem:
             return self._client_error(request, plain, rid, t0, name, tenant)
         parsed = parse_request(plain, headers.get("inference-header-content-length"))

@@ -81,6 +81,16 @@ HTTP_REJECTIONS = Counter(
     "Connections answered with an HTTP-level error and closed (malformed HTTP, limits, timeouts)",
     ["code"],
 )
+CONNECTIONS_REAPED = Counter(
+    "gateway_connections_reaped",
+    "Idle keep-alive connections closed to make room for new ones near GATEWAY_MAX_CONNECTIONS (oldest idle first)",
+)
+GRPC_REFUSALS = Counter(
+    "gateway_grpc_transport_refusals",
+    "gRPC calls and connections refused by the per-client caps and the first-message deadline "
+    "(too_many_calls, too_many_connections, connection_over_call_cap, first_message_timeout)",
+    ["code"],
+)
 AUTH_REJECTIONS = Counter(
     "gateway_auth_rejections",
     "Requests refused by key checks (labels from the route table, never client input)",

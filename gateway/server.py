@@ -23,6 +23,7 @@ import aiohttp
 
 from . import admin, metrics
 from .aggregate import Siblings
+from .bodybounds import BodyBounds
 from .breaker import Breakers
 from .exposures import EXPOSURES_DROPPED, ExposureLog
 from .feedback import EventBuckets, feedback
@@ -30,9 +31,12 @@ from .feedback_stream import FeedbackRelay
 from .httpserver import HttpServer, Request
 from .ids import request_id
 from .infer import Inference
+from .llm.handler import PATHS as LLM_PATHS
 from .llm.handler import LlmService
 from .llm.table import llm_replicas
 from .metadata import model_config, model_metadata, model_ready, model_stats, server_metadata
+from .paths import MODELS, model_route, model_templates
+from .peers import ClientKeys
 from .responses import error, method_not_allowed
 from .routes import ReplicaState, RouteTable, compile_table
 from .scores import ScoreSampler
@@ -44,13 +48,13 @@ from .tenants import set_replicas
 __all__ = ["Gateway", "Settings", "serve"]
 
 log = logging.getLogger("gateway")
-MODELS = "/v2/models/"
 
 
 class Gateway:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.table: RouteTable | None = None
+        self.bounds: BodyBounds | None = None  # the table's body bounds (bodybounds.py)
         self.states: dict[tuple[str, str], ReplicaState] = {}
         self.pools: dict = {}
         self.hot = metrics.HotPath()
@@ -116,6 +120,7 @@ class Gateway:
         if self.grpc_service is not None:  # channels to gRPC addresses no route names any more
             targets = {e[3] for ep in table.endpoints.values() for v in ep.variants for e in v.replicas}
             asyncio.get_running_loop().create_task(self.grpc_service.channels.retain(targets))
+        self.bounds = BodyBounds(table, self.settings.max_body_bytes)
         self.table = table
         metrics.ROUTE_ENDPOINTS.set(len(table.endpoints))
         metrics.ROUTE_LOADED_AT.set(time.time())
@@ -146,6 +151,8 @@ class Gateway:
     async def close(self) -> None:
         if self.grpc_service is not None:
             await self.grpc_service.channels.close()
+            if self.grpc_service.connection_cap is not None:
+                await self.grpc_service.connection_cap.close()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -161,6 +168,11 @@ class Gateway:
             pool.close()
 
     # --- dispatch -----------------------------------------------------------------------
+    def body_bound(self, method: bytes, path: str, headers: dict):
+        """The HTTP server's hook, before a body is read: (bytes, why) or None (bodybounds.py)."""
+        bounds = self.bounds
+        return None if bounds is None else bounds.limit(method, path, headers)
+
     async def handle(self, request: Request):
         path = request.path
         method = request.method
@@ -171,10 +183,11 @@ class Gateway:
             return await self._model_path(request, rest, method)
         if path.startswith("/v1/"):  # the OpenAI API of LLM endpoints
             return await self.llm.handle(request)
-        if path == "/v2/feedback":
+        handler = POST_PATHS.get(path)
+        if handler is not None:
             if method != "POST":
                 return method_not_allowed("POST", path, request_id(request.headers))
-            return await feedback(self, request)
+            return await handler(self, request)
         handler = ADMIN_PATHS.get(path)
         if handler is not None:
             if method == "GET" or method == "HEAD":
@@ -203,25 +216,7 @@ class Gateway:
         return await model_metadata(self, request, name, version)
 
 
-MODEL_ACTIONS = frozenset(("", "ready", "config", "stats", "infer"))
-
-
-def model_route(rest: str):
-    """(endpoint, registry version or None, action) of a path below /v2/models/, or None.
-    `stats` alone is Triton's every-model statistics (endpoint "")."""
-    if rest == "stats":
-        return "", None, "stats"
-    name, _, tail = rest.partition("/")
-    version = None
-    if tail.startswith("versions/"):
-        version, _, tail = tail[9:].partition("/")
-        if not version:
-            return None
-    if not name or tail not in MODEL_ACTIONS:
-        return None
-    return name, version, tail
-
-
+POST_PATHS = {"/v2/feedback": feedback}
 ADMIN_PATHS = {
     "/v2": server_metadata,
     "/metrics": admin.metrics_page,
@@ -232,12 +227,27 @@ ADMIN_PATHS = {
 }
 
 
+def http_routes() -> list[str]:
+    """`METHOD /template` of every HTTP route the dispatch above serves (HEAD goes with GET):
+    the adversarial suite fails when one is missing from its registry."""
+    routes = model_templates()
+    routes += [f"POST {path}" for path in POST_PATHS]
+    routes += [f"GET {path}" for path in ADMIN_PATHS]
+    routes += [f"{methods.split(', ')[0]} {path}" for path, methods in LLM_PATHS.items()]
+    return routes
+
+
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     set_replicas(settings.replicas)
     gateway = Gateway(settings)
     await gateway.start()
     loop = asyncio.get_running_loop()
-    server = HttpServer(gateway.handle, limits=settings.limits())
+    server = HttpServer(
+        gateway.handle,
+        limits=settings.limits(),
+        body_bound=gateway.body_bound,
+        client_keys=ClientKeys(settings.client_cap_exempt),
+    )
     grpc_server = None
     try:
         await server.start(settings.host, settings.port, sock=settings.http_socket)

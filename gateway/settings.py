@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .httpserver import Limits
+from .peers import parse_exempt
 
 
 @dataclass
@@ -31,6 +32,10 @@ class Settings:
     max_chunks: int = 4096
     max_pipelined: int = 32
     max_connections: int = 4096
+    # open HTTP connections from one client address (an IPv6 /64), per worker: 429 and close past it
+    max_connections_per_client: int = 512
+    # networks whose addresses no per-client cap counts (a load balancer or proxy carrying many clients)
+    client_cap_exempt: tuple = ()
     receive_timeout_s: float = 15.0
     breaker_failures: int = 3
     breaker_cooldown_s: float = 0.5
@@ -47,6 +52,14 @@ class Settings:
     grpc_port: int = 8081  # KServe v2 gRPC (gateway/grpc/); 0: no gRPC port
     grpc_max_streams: int = 128  # concurrent streams (RPCs) per HTTP/2 connection
     grpc_max_rpcs: int = 4096  # RPCs in progress in one worker; more: RESOURCE_EXHAUSTED
+    # gRPC transport limits (gateway/grpc/transport.py says which grpcio option does what and why)
+    grpc_max_calls_per_client: int = 512  # RPCs in progress from one client address, per worker
+    grpc_max_connections_per_client: int = 64  # gRPC connections from one client address, per worker
+    grpc_first_message_timeout_s: float = 5.0  # a call's request message must arrive within this of its HEADERS
+    grpc_max_connection_age_s: float = 600.0  # a connection is sent GOAWAY this old (grpcio adds +-10% jitter)
+    grpc_connection_age_grace_s: float = 30.0  # ...and closed this long after, calls in progress or not
+    grpc_keepalive_s: float = 60.0  # the server pings a connection silent this long; no answer in 20 s: closed
+    grpc_min_ping_interval_s: float = 10.0  # a client pinging more often than this is sent GOAWAY (ENHANCE_YOUR_CALM)
     exposure_stream_url: str | None = (
         None  # Redis URL of the exposure/feedback streams; None: exposures are counted as dropped
     )
@@ -89,6 +102,8 @@ class Settings:
             max_chunks=number("GATEWAY_MAX_CHUNKS", cls.max_chunks),
             max_pipelined=number("GATEWAY_MAX_PIPELINED", cls.max_pipelined),
             max_connections=number("GATEWAY_MAX_CONNECTIONS", cls.max_connections),
+            max_connections_per_client=number("GATEWAY_MAX_CONNECTIONS_PER_CLIENT", cls.max_connections_per_client),
+            client_cap_exempt=parse_exempt(env.get("GATEWAY_CLIENT_CAP_EXEMPT", "")),
             receive_timeout_s=number("GATEWAY_RECEIVE_TIMEOUT_S", cls.receive_timeout_s, float),
             breaker_failures=number("GATEWAY_BREAKER_FAILURES", cls.breaker_failures),
             breaker_cooldown_s=number("GATEWAY_BREAKER_COOLDOWN_MS", cls.breaker_cooldown_s, float, 1000.0),
@@ -102,6 +117,19 @@ class Settings:
             grpc_port=0 if env.get("GATEWAY_GRPC_PORT") == "0" else number("GATEWAY_GRPC_PORT", cls.grpc_port),
             grpc_max_streams=number("GATEWAY_GRPC_MAX_STREAMS", cls.grpc_max_streams),
             grpc_max_rpcs=number("GATEWAY_GRPC_MAX_RPCS", cls.grpc_max_rpcs),
+            grpc_max_calls_per_client=number("GATEWAY_GRPC_MAX_CALLS_PER_CLIENT", cls.grpc_max_calls_per_client),
+            grpc_max_connections_per_client=number(
+                "GATEWAY_GRPC_MAX_CONNECTIONS_PER_CLIENT", cls.grpc_max_connections_per_client
+            ),
+            grpc_first_message_timeout_s=number(
+                "GATEWAY_GRPC_FIRST_MESSAGE_TIMEOUT_S", cls.grpc_first_message_timeout_s, float
+            ),
+            grpc_max_connection_age_s=number("GATEWAY_GRPC_MAX_CONNECTION_AGE_S", cls.grpc_max_connection_age_s, float),
+            grpc_connection_age_grace_s=number(
+                "GATEWAY_GRPC_CONNECTION_AGE_GRACE_S", cls.grpc_connection_age_grace_s, float
+            ),
+            grpc_keepalive_s=number("GATEWAY_GRPC_KEEPALIVE_S", cls.grpc_keepalive_s, float),
+            grpc_min_ping_interval_s=number("GATEWAY_GRPC_MIN_PING_INTERVAL_S", cls.grpc_min_ping_interval_s, float),
             feedback_events_per_s=number("GATEWAY_FEEDBACK_EVENTS_PER_S", cls.feedback_events_per_s, float),
             feedback_token_floor_per_s=number(
                 "GATEWAY_FEEDBACK_TOKEN_FLOOR_PER_S", cls.feedback_token_floor_per_s, float
@@ -129,4 +157,5 @@ class Settings:
             receive_timeout_s=self.receive_timeout_s,
             idle_timeout_s=self.idle_timeout_s,
             max_connections=self.max_connections,
+            max_connections_per_client=self.max_connections_per_client,
         )

@@ -36,10 +36,14 @@ from ..feedback_rules import endpoint_token
 from ..ids import exposure_id, request_id
 from ..infer import UpstreamFailure
 from ..metadata import unknown_version
+from ..metrics import GRPC_REFUSALS
+from ..peers import ClientKeys
 from ..tenants import release
 from ..tensors import Problem
 from .convert import http_status, metadata_dict, parse_infer
 from .reads import ReadRPCs, abort, abort_http, new_trailers, trailers
+from .sockets import ConnectionCap
+from .transport import CallCaps, server_options
 from .upstream import Channels, failure_reason
 
 UNKNOWN = "(unknown)"
@@ -85,6 +89,7 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
         self.hot = gateway.hot
         self.breakers = gateway.breakers
         self.channels = Channels(gateway.settings.max_body_bytes)
+        self.connection_cap = None  # sockets.ConnectionCap, once serving
 
     # --- health and metadata ------------------------------------------------------------
     async def ModelInfer(self, request, context):
@@ -258,20 +263,47 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
         return "200"
 
 
+class _Handlers:
+    """Stands in for the server to take the generated method handlers (tritonclient's
+    `add_GRPCInferenceServiceServicer_to_server`) so each can be guarded first."""
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+        self.service, self.handlers = service, handlers
+
+
+def add_guarded(server, service, caps: CallCaps) -> None:
+    """The service's methods on `server`, every unary one behind the per-client call cap and
+    the first-message deadline (transport.py)."""
+    taken = _Handlers()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, taken)
+    handlers = {
+        name: caps.guard(h) if not h.request_streaming and not h.response_streaming else h
+        for name, h in taken.handlers.items()
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.service, handlers),))
+    server.add_registered_method_handlers(taken.service, handlers)
+
+
 async def start(gateway, settings):
-    """The gRPC server of this worker on settings.grpc_port (SO_REUSEPORT: every worker binds it)."""
-    options = [
-        ("grpc.so_reuseport", 1),
-        ("grpc.max_receive_message_length", settings.max_body_bytes),
-        ("grpc.max_send_message_length", settings.max_body_bytes),
-        ("grpc.max_concurrent_streams", settings.grpc_max_streams),
-        ("grpc.max_connection_idle_ms", int(settings.idle_timeout_s * 1000)),
-        ("grpc.max_metadata_size", settings.max_header_bytes),
-    ]
-    server = grpc.aio.server(options=options, maximum_concurrent_rpcs=settings.grpc_max_rpcs)
+    """The gRPC server of this worker on settings.grpc_port (SO_REUSEPORT: every worker binds
+    it), with the transport limits of transport.py."""
+    server = grpc.aio.server(options=server_options(settings), maximum_concurrent_rpcs=settings.grpc_max_rpcs)
     service = InferenceService(gateway)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
+    client_keys = ClientKeys(settings.client_cap_exempt)
+    cap = ConnectionCap(
+        settings.grpc_port,
+        settings.grpc_max_connections_per_client,
+        client_keys,
+        lambda code, n: GRPC_REFUSALS.labels(code).inc(n),
+    )
+    caps = CallCaps(settings, client_keys, lambda code: GRPC_REFUSALS.labels(code).inc(), cap.close_peer)
+    add_guarded(server, service, caps)
     port = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     await server.start()
     gateway.grpc_service = service
+    service.connection_cap = cap
+    cap.start()
     return server, port

@@ -4,7 +4,8 @@ or an anonymous client) can hand the platform something, and the abuse classes e
 Each area keeps its surfaces in its own module under `tests/adversarial/surfaces/` (a list
 named `SURFACES`); `all_surfaces()` collects them. A surface names the routes it stands for
 (gateway paths as `METHOD /template`, gRPC methods as `grpc /package.Service/Method`, REST API
-routes as `METHOD /api/v1/...` templates, or a registration field as `field <resource>.<name>`)
+routes as `METHOD /api/v1/...` templates, dashboard pages as `page /template`, or a registration
+field as `field <resource>.<name>`)
 and, for each abuse class that applies, the tests that attack it (pytest node ids, relative to
 the repository root). `test_registry.py` fails when the gateway or the API has a route no
 surface lists, or when a case names a test that does not exist.

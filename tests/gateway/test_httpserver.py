@@ -13,6 +13,7 @@ import pytest
 import uvloop
 
 from gateway.httpserver import HttpServer, Limits
+from gateway.peers import ClientKeys
 
 
 def run(coro):
@@ -162,18 +163,150 @@ def test_100_continue_is_sent_only_when_no_reply_is_pending():
 
 
 @pytest.mark.parametrize("limit", [1, 3])
-def test_connection_limit(limit):
+def test_connection_limit_refuses_only_when_none_is_idle(limit):
+    """At the cap with every connection in the middle of a request, the next is a 503."""
+
     async def handler(req):
         return 200, {}, b""
 
     async def scenario():
         server, port = await start(handler, max_connections=limit)
         clients = [await asyncio.open_connection("127.0.0.1", port) for _ in range(limit)]
+        for _, w in clients:
+            w.write(b"GET /a HTTP/1.1\r\nHost: t\r\n")  # a head in progress: active, never reaped
         await asyncio.sleep(0.05)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         replies = await read_all(reader, 1)
         assert replies[0]["status"] == 503 and b"overloaded" in replies[0]["body"]
         for _, w in clients + [(reader, writer)]:
+            w.close()
+        await server.close(0.5)
+
+    run(scenario())
+
+
+def test_near_the_cap_the_oldest_idle_connection_makes_room():
+    """From 7/8 of the cap on, a new connection closes the oldest idle one (not a newer idle
+    one, never one with a request in progress), and the newcomer is served."""
+
+    async def handler(req):
+        return 200, {}, b"ok"
+
+    async def scenario():
+        server, port = await start(handler, max_connections=8)
+        oldest = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.sleep(0.02)
+        busy = await asyncio.open_connection("127.0.0.1", port)
+        busy[1].write(b"GET /a HTTP/1.1\r\nHost: t\r\n")  # mid-request
+        others = [await asyncio.open_connection("127.0.0.1", port) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        assert len(server.connections) == 7  # 7/8 of 8: the next one reaps
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request(0))
+        assert (await read_all(reader, 1))[0]["status"] == 200
+        assert await asyncio.wait_for(oldest[0].read(), 2) == b""  # closed, without a reply
+        busy[1].write(b"\r\n")
+        assert (await read_all(busy[0], 1))[0]["status"] == 200
+        for r, w in others:
+            w.write(request(1))
+            assert (await read_all(r, 1))[0]["status"] == 200
+        for _, w in [oldest, busy, *others, (reader, writer)]:
+            w.close()
+        await server.close(0.5)
+
+    run(scenario())
+
+
+def test_connections_per_client_address():
+    """One client address holds at most max_connections_per_client: the next is a 429 naming
+    the limit, while another address still connects and is served."""
+
+    async def handler(req):
+        return 200, {}, b"ok"
+
+    async def scenario():
+        server, port = await start(handler, max_connections_per_client=3)
+        hoard = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0)) for _ in range(3)]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+        refused = (await read_all(reader, 1))[0]
+        assert refused["status"] == 429 and refused["headers"]["retry-after"] == "1"
+        assert b"too_many_connections" in refused["body"] and b"the limit is 3" in refused["body"]
+        other = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.3", 0))
+        other[1].write(request(0))
+        assert (await read_all(other[0], 1))[0]["status"] == 200
+        hoard[0][1].close()  # one given back: the address may open one again
+        await asyncio.sleep(0.05)
+        again = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+        again[1].write(request(2))
+        assert (await read_all(again[0], 1))[0]["status"] == 200
+        assert server.per_client == {"127.0.0.2": 3, "127.0.0.3": 1}
+        for _, w in [*hoard[1:], other, again, (reader, writer)]:
+            w.close()
+        await asyncio.sleep(0.05)
+        assert server.per_client == {}
+        await server.close(0.5)
+
+    run(scenario())
+
+
+def test_body_bound_hook_refuses_before_the_body():
+    """The route's own bound from the hook: a Content-Length past it is a 413 naming the limit
+    before a byte of the body is sent; a chunked body is cut as soon as it passes the bound;
+    other routes keep the server's limit."""
+    seen = []
+
+    async def handler(req):
+        seen.append((req.path, len(req.body), req.body_limit))
+        return 200, {}, b"ok"
+
+    def bound(method, path, headers):
+        return (100, " (the most /small can need)") if path == "/small" else None
+
+    async def scenario():
+        server = HttpServer(handler, limits=Limits(max_body_bytes=10_000), body_bound=bound)
+        listener = await server.start("127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /small?x=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 7000000\r\n\r\n")
+        reply = (await read_all(reader, 1))[0]
+        assert reply["status"] == 413
+        assert b"7000000 bytes exceeds the limit of 100 bytes (the most /small can need)" in reply["body"]
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /small HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"40\r\n" + b"x" * 64 + b"\r\n" + b"40\r\n" + b"x" * 64 + b"\r\n")
+        reply = (await read_all(reader, 1))[0]
+        assert reply["status"] == 413 and b"limit of 100 bytes (the most /small can need)" in reply["body"]
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /small HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n" + b"y" * 100)
+        writer.write(b"POST /large HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n" + b"z" * 5000)
+        assert [r["status"] for r in await read_all(reader, 2)] == [200, 200]
+        assert seen == [("/small", 100, 100), ("/large", 5000, 10_000)]
+        writer.close()
+        await server.close(0.5)
+
+    run(scenario())
+
+
+def test_an_exempt_network_is_not_capped():
+    """A proxy an operator exempts (GATEWAY_CLIENT_CAP_EXEMPT) carries many clients: no per-client cap."""
+
+    async def handler(req):
+        return 200, {}, b"ok"
+
+    async def scenario():
+        server = HttpServer(
+            handler, limits=Limits(max_connections_per_client=2), client_keys=ClientKeys(("127.0.0.2/32",))
+        )
+        listener = await server.start("127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        conns = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0)) for _ in range(5)]
+        for i, (r, w) in enumerate(conns):
+            w.write(request(i))
+            assert (await read_all(r, 1))[0]["status"] == 200
+        assert server.per_client == {}
+        for _, w in conns:
             w.close()
         await server.close(0.5)
 

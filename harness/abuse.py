@@ -1,0 +1,245 @@
+"""Abuse beside honest traffic, the one way the adversarial suite and `make bench-gateway` play
+it: a real tritonserver with a CTR model behind a real gateway (HTTP and gRPC), a second
+tenant's traffic measured alone and beside each abuse class, and the tolerance it is held to.
+The abusers are in harness/abusers.py and harness/h2streams.py.
+
+Each abuser comes from its own loopback address (127.0.0.0/8 all reaches the host, and the
+gateway counts its per-client caps by address: gateway/peers.py), the honest tenant from
+127.0.0.1, so the caps meet the abuser and not the tenant beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import requests
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from harness.gateway import METRICS_TOKEN, start_gateway, start_triton, stop_gateway
+from harness.onnx import N_DENSE, N_SPARSE
+from harness.triton_models import SIGNATURE, ctr_model, infer_body
+from kernel.tritonserver import free_port
+
+MODEL = "ctr__v1__onnx"
+
+
+@dataclass
+class Stack:
+    """Triton + gateway on free ports; `stop()` ends both."""
+
+    work: Path
+    triton: object
+    proc: object
+    port: int
+    grpc_port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def metric(self, name: str, **labels) -> float:
+        text = requests.get(f"{self.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5).text
+        total = 0.0
+        for line in text.splitlines():
+            series, _, value = line.rpartition(" ")
+            metric, _, rest = series.partition("{")
+            if metric == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def stop(self) -> None:
+        stop_gateway(self.proc)
+        self.triton.stop(timeout=0.05)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def start_stack(work: Path | None = None, **gateway_env) -> Stack:
+    """A public endpoint `ctr` (the CTR model's signature, HTTP and gRPC) behind one gateway worker."""
+    work = work or Path(tempfile.mkdtemp(prefix="abuse-"))
+    repo = work / "repo"
+    ctr_model(repo, MODEL, instances=2)
+    triton = start_triton(work / "triton", repo, [MODEL])
+    stable = {
+        "name": "v1",
+        "model_version": "1",
+        "triton_model": MODEL,
+        "role": "stable",
+        "weight_bp": 10000,
+        "replicas": [triton.http_url],
+        "grpc_replicas": [triton.grpc_url],
+        "signature": SIGNATURE,
+    }
+    # A public LLM endpoint whose backend is never reached: prompts past its context are refused first.
+    backend = {"id": "chat", "kind": "triton", "urls": ["http://llm-backend.example:8000"], "model": "chat__v1__llm"}
+    chat = {
+        "name": "chat",
+        "auth": {"public": True},
+        "context_length": 4096,
+        "variants": [{"name": "v1", "model_version": "1", "role": "stable", "weight_bp": 10000, "backends": [backend]}],
+    }
+    table = {
+        "version": "abuse-1",
+        "endpoints": [{"name": "ctr", "timeout_ms": 5000, "auth": {"public": True}, "variants": [stable]}],
+        "llm_endpoints": [chat],
+    }
+    routes = work / "routes.json"
+    routes.write_text(json.dumps(table))
+    grpc_port = free_port()
+    try:
+        proc, port = start_gateway(routes, work, GATEWAY_GRPC_PORT=str(grpc_port), **gateway_env)
+    except Exception:
+        triton.stop(timeout=0.05)
+        raise
+    return Stack(work, triton, proc, port, grpc_port)
+
+
+# --- the honest tenant ------------------------------------------------------------------------
+def summary(results: list) -> dict:
+    """Success rate and latency quantiles of [(ok, seconds)]."""
+    if not results:
+        return {"n": 0, "success_rate": 0.0, "p50_ms": None, "p99_ms": None}
+    lat = sorted(s for _, s in results)
+    q = lambda p: 1000 * lat[min(len(lat) - 1, int(p * len(lat)))]  # noqa: E731
+    return {
+        "n": len(results),
+        "success_rate": sum(1 for ok, _ in results if ok) / len(results),
+        "p50_ms": q(0.5),
+        "p99_ms": q(0.99),
+    }
+
+
+class Honest:
+    """A second tenant calling `ctr` all along over HTTP (keep-alive, and a new connection every
+    `fresh_every` requests so the connection slots are exercised too) or gRPC, in a process of
+    its own (so an abuser in the caller's process does not slow it through the GIL): each
+    request a line (start, ok, seconds, error) in a file; `mark()` is a time, `since(mark)` the
+    summary of the requests that started after it."""
+
+    def __init__(self, stack: Stack, *, protocol: str = "http", pause_s: float = 0.005, fresh_every: int = 10):
+        self.stack, self.protocol, self.pause_s, self.fresh_every = stack, protocol, pause_s, fresh_every
+        self.log = stack.work / f"honest-{protocol}-{time.monotonic_ns()}.log"
+        self.proc = None
+        self.stop_event = None
+
+    def start(self) -> None:
+        context = multiprocessing.get_context("spawn")  # not fork: this process has grpc's threads
+        self.stop_event = context.Event()
+        args = (self.stack.url, self.stack.grpc_target, self.protocol, self.pause_s, self.fresh_every, str(self.log))
+        self.proc = context.Process(target=_honest_main, args=(*args, self.stop_event), daemon=True)
+        self.proc.start()
+        deadline = time.monotonic() + 60
+        while not self._lines() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _lines(self) -> list[list[str]]:
+        try:
+            text = self.log.read_text()
+        except FileNotFoundError:
+            return []
+        return [line.split() for line in text.splitlines() if line.count(" ") == 3]
+
+    def mark(self) -> float:
+        return time.monotonic()
+
+    def since(self, mark: float) -> dict:
+        return summary([(ok == "1", float(s)) for t0, ok, s, _ in self._lines() if float(t0) >= mark])
+
+    @property
+    def errors(self) -> set[str]:
+        return {error for _, ok, _, error in self._lines() if ok != "1"}
+
+    def finish(self) -> None:
+        if self.proc is not None:
+            self.stop_event.set()
+            self.proc.join(15)
+            if self.proc.is_alive():
+                self.proc.kill()
+
+
+def _honest_main(url, grpc_target, protocol, pause_s, fresh_every, log, stop_event) -> None:
+    call = _grpc_caller(grpc_target) if protocol == "grpc" else _http_caller(url, fresh_every)
+    with open(log, "a", buffering=1) as out:
+        while not stop_event.is_set():
+            t0 = time.monotonic()
+            started = time.perf_counter()
+            error = call()
+            out.write(f"{t0:.6f} {0 if error else 1} {time.perf_counter() - started:.6f} {error or '-'}\n")
+            time.sleep(pause_s)
+
+
+def _http_caller(url: str, fresh_every: int):
+    body, state = infer_body(), {"session": None, "n": 0}
+    url = f"{url}/v2/models/ctr/infer"
+
+    def call():
+        if state["session"] is None or state["n"] % fresh_every == 0:
+            if state["session"] is not None:
+                state["session"].close()
+            state["session"] = requests.Session()
+        state["n"] += 1
+        try:
+            status = state["session"].post(url, data=body, timeout=10).status_code
+        except requests.RequestException as exc:
+            state["session"] = None
+            return type(exc).__name__
+        return None if status == 200 else str(status)
+
+    return call
+
+
+def _grpc_caller(target: str):
+    request = grpc_request()
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(target))
+
+    def call():
+        try:
+            stub.ModelInfer(request, timeout=10)
+        except grpc.RpcError as exc:
+            return str(exc.code()).replace(" ", "_")
+        return None
+
+    return call
+
+
+def grpc_request() -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="ctr")
+    dense = request.inputs.add(name="dense", datatype="FP32", shape=[1, N_DENSE])
+    dense.contents.fp32_contents.extend([0.5] * N_DENSE)
+    sparse = request.inputs.add(name="sparse", datatype="INT64", shape=[1, N_SPARSE])
+    sparse.contents.int64_contents.extend([1] * N_SPARSE)
+    return request
+
+
+# --- the tolerance every case holds the honest tenant to ---------------------------------------
+MIN_SUCCESS_RATE = (
+    0.99  # of the honest tenant's requests beside the abuse (before the caps: 0 of 239 gRPC, 43 of 148 HTTP)
+)
+P50_FACTOR, P50_SLACK_MS = 2.0, 5.0  # p50 beside <= 2 x p50 alone + 5 ms (before: 5 -> 179 ms)
+P99_FACTOR, P99_SLACK_MS = 4.0, 100.0  # p99 beside <= 4 x p99 alone + 100 ms (before: 1.2-3.0 s)
+
+
+def harm(alone: dict, beside: dict) -> list[str]:
+    """What the abuse did to the honest tenant past the tolerance above (empty: nothing)."""
+    problems = []
+    if beside["n"] < max(10, alone["n"] // 10):
+        problems.append(f"the honest tenant made {beside['n']} requests beside the abuse ({alone['n']} alone)")
+        return problems
+    if beside["success_rate"] < MIN_SUCCESS_RATE:
+        problems.append(f"success rate {beside['success_rate']:.3f} < {MIN_SUCCESS_RATE}")
+    if beside["p50_ms"] > P50_FACTOR * alone["p50_ms"] + P50_SLACK_MS:
+        problems.append(f"p50 {beside['p50_ms']:.1f} ms > {P50_FACTOR} x {alone['p50_ms']:.1f} + {P50_SLACK_MS} ms")
+    if beside["p99_ms"] > P99_FACTOR * alone["p99_ms"] + P99_SLACK_MS:
+        problems.append(f"p99 {beside['p99_ms']:.1f} ms > {P99_FACTOR} x {alone['p99_ms']:.1f} + {P99_SLACK_MS} ms")
+    return problems
