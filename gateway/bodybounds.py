@@ -18,7 +18,7 @@ and whose rule it is).
             gateway's estimate (characters / 4, + 4 tokens per message) lets at most
             4 x context_length characters in, each at most 12 bytes of JSON (an escaped
             surrogate pair), plus MESSAGE_ALLOWANCE per message that fits.
-  feedback  POST /v2/feedback: the feedback rules' 1 MiB.
+  feedback  POST /v2/feedback: the feedback rules' 1 MiB with a valid key, 64 KiB without one.
   the rest  reads, health, admin, /v1/models and unknown paths: NO_BODY_ALLOWANCE.
 
 No name oracle: a request that may not call a closed endpoint (no key, another team's key,
@@ -29,7 +29,7 @@ team's) is told the endpoint's own bound. The refusal then costs what a 404 woul
 
 from __future__ import annotations
 
-from .feedback import MAX_FEEDBACK_BODY
+from .feedback import MAX_FEEDBACK_BODY, MAX_KEYLESS_BODY
 from .llm.requests import MAX_MESSAGES
 from .paths import MODELS, model_route
 from .tenants import lookup_key
@@ -121,7 +121,7 @@ class BodyBounds:
             return self._infer(route[0], headers)
         if method == b"POST":
             if path == "/v2/feedback":
-                return MAX_FEEDBACK_BODY, " (a feedback batch)"
+                return self._feedback(headers)
             if path.encode("latin-1") in LLM_PATHS:
                 return self._llm(headers)
         return NO_BODY_ALLOWANCE, ""
@@ -137,6 +137,13 @@ class BodyBounds:
             if key is None or (key.id not in auth.allowed and key.team not in auth.teams):
                 return NO_BODY_ALLOWANCE, CONCEALED
         return self.infer.get(name)
+
+    def _feedback(self, headers: dict):
+        """A valid key may send a team's batch; without one a body is one user's feedback."""
+        _, key = lookup_key(headers, self.table.keys)
+        if key is None:
+            return MAX_KEYLESS_BODY, " (feedback without a valid key: one user's feedback)"
+        return MAX_FEEDBACK_BODY, " (a feedback batch)"
 
     def _llm(self, headers: dict):
         best = self.llm_public

@@ -116,7 +116,9 @@ def bearer(secret):
         (b"POST", "/v2/models/nosuch/infer", {}, NO_BODY_ALLOWANCE),
         (b"GET", "/v2/models/ctr", {}, NO_BODY_ALLOWANCE),
         (b"POST", "/v2/models/ctr/ready", {}, NO_BODY_ALLOWANCE),
-        (b"POST", "/v2/feedback", {}, 1 << 20),
+        (b"POST", "/v2/feedback", {}, 64 << 10),  # no key: one user's feedback
+        (b"POST", "/v2/feedback", {"x-api-key": "mpk_nope"}, 64 << 10),
+        (b"POST", "/v2/feedback", bearer("mpk_ads_secret_one"), 1 << 20),  # a team's batch
         (b"POST", "/v1/chat/completions", {}, llm_bytes(2048)),
         (b"POST", "/v1/completions", bearer("mpk_rec_secret"), llm_bytes(8192)),
         (b"POST", "/v1/chat/completions", bearer("mpk_ads_secret_one"), llm_bytes(2048)),
