@@ -151,6 +151,30 @@ def test_a_model_directory_becomes_a_version_with_its_triton_artifact(alice_api,
     assert (storage.artifact_model_dir(artifact) / "config.pbtxt").is_file()
 
 
+def test_an_archive_made_with_tar_dash_c_dot_loads(alice_api, llm_model, tmp_path):
+    """`tar -C dir .` writes `.` and `./config.json`, ...: the directory itself is no path outside it."""
+    import shutil
+    import subprocess
+
+    source = tmp_path / "model"
+    source.mkdir()
+    for name, data in hf_files().items():
+        (source / name).write_bytes(data)
+    archive = tmp_path / "model.tar.gz"
+    subprocess.run([shutil.which("tar"), "-C", str(source), "-czf", str(archive), "."], check=True)
+    with tarfile.open(archive) as tar:
+        assert tar.getnames()[0] == "." and "./config.json" in tar.getnames()
+    response = upload(alice_api, archive.read_bytes(), "model.tar.gz")
+    assert response.status_code == 201, response.content
+    assert response.json()["llm"]["context_length"] == 128
+    zipped_dot = zipped({f"./{name}": data for name, data in hf_files().items()})
+    factories.registered_model(llm_model.team, name="chat-zip", task=Task.LLM)
+    archive_zip = io.BytesIO(zipped_dot)
+    archive_zip.name = "m.zip"
+    again = alice_api.post("/api/v1/models/chat-zip/llm-versions/", {"archive": archive_zip}, format="multipart")
+    assert again.status_code == 201, again.content
+
+
 # --- backend references and secrets -------------------------------------------------------------
 def test_a_backend_reference_with_a_team_secret(api_for, admin_a, llm_model):
     client = api_for(admin_a)
