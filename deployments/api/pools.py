@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolReplica, PoolStatus, ServingPool
 from deployments.selectors import pools as selectors
 from deployments.services import pools as services
-from kernel.serializers import StrictCharField, StrictModelSerializer
+from kernel.serializers import ServerTextField, StrictCharField, StrictModelSerializer
 from kernel.viewsets import TeamScopedViewSet
 from registry.models import Role
 from registry.selectors.teams import team_list
@@ -30,6 +30,8 @@ from registry.selectors.teams import team_list
 
 # === serving pools ===========================================================================
 class PoolReplicaSerializer(StrictModelSerializer):
+    last_error = ServerTextField()
+
     class Meta:
         model = PoolReplica
         fields = [
@@ -54,6 +56,7 @@ class PoolModelSerializer(StrictModelSerializer):
     replica_ready = serializers.DictField(
         child=serializers.BooleanField(), read_only=True, help_text="Readiness per replica at the last check."
     )
+    error = ServerTextField(help_text="Triton's message when the model failed to load.")
 
     class Meta:
         model = PoolModel
@@ -77,6 +80,11 @@ class PoolSerializer(StrictModelSerializer):
     model_count = serializers.IntegerField(read_only=True)
     created_by = serializers.StringRelatedField()
     url = serializers.HyperlinkedIdentityField(view_name="api:pool-detail", lookup_field="name")
+    model_repository = serializers.SerializerMethodField(
+        help_text="Kubernetes: the object-store URL or volume claim the pool's Triton reads. Local pools: empty "
+        "(their repository lies in the server's data directory, which replies never show)."
+    )
+    status_reason = ServerTextField()
 
     class Meta:
         model = ServingPool
@@ -110,6 +118,9 @@ class PoolSerializer(StrictModelSerializer):
             "updated_at",
         ]
         read_only_fields = fields
+
+    def get_model_repository(self, pool) -> str:
+        return pool.model_repository if pool.driver == PoolDriver.KUBERNETES else ""
 
 
 class PoolLiveSerializer(serializers.Serializer):

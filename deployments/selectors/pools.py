@@ -5,7 +5,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from deployments.drivers import driver_for
 from deployments.drivers.base import DriverError
 from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, ServingPool
-from kernel.errors import NotFound
+from kernel.errors import NotFound, scrub_paths
 from registry.models import Artifact
 from registry.selectors.builds import artifact_get as registry_artifact_get
 from registry.selectors.teams import team_scoped
@@ -75,16 +75,22 @@ def pool_live(*, pool: ServingPool) -> dict:
         stats = driver.statistics()
         return {"replicas": [r.__dict__ for r in replicas], "readiness": readiness, "statistics": stats, "error": ""}
     except DriverError as exc:
-        return {"replicas": [], "readiness": {}, "statistics": {"models": {}, "replicas": {}}, "error": str(exc)}
+        return {
+            "replicas": [],
+            "readiness": {},
+            "statistics": {"models": {}, "replicas": {}},
+            "error": scrub_paths(str(exc)),
+        }
 
 
 def replica_log_tail(*, pool: ServingPool, replica: str, lines: int = 60) -> str:
     if not pool.replica_set.filter(name=replica).exists():
         raise NotFound(f"Pool {pool.name!r} has no replica {replica!r}.", code="replica_not_found")
     try:
-        return driver_for(pool).log_tail(replica, lines)
+        tail = driver_for(pool).log_tail(replica, lines)
     except DriverError as exc:
-        return str(exc)
+        tail = str(exc)
+    return scrub_paths(tail)  # Triton logs its model repository's absolute paths; the server's layout stays private
 
 
 def ready_replicas(*, pool_ids) -> list[PoolReplica]:
