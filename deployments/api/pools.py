@@ -164,8 +164,19 @@ class PoolCreateSerializer(serializers.Serializer):
         allow_blank=True,
         help_text="Kubernetes: s3://, gs://, as:// or pvc://CLAIM[/SUBPATH]. Local: leave empty.",
     )
-    namespace = StrictCharField(required=False, max_length=63)
-    image = StrictCharField(required=False, max_length=255)
+    namespace = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=63,
+        help_text="Kubernetes: one of your team's namespaces (empty: the one the platform assigns it); never the "
+        "platform's. Local pools: leave it empty.",
+    )
+    image = StrictCharField(
+        required=False,
+        max_length=255,
+        help_text="Kubernetes: a Triton image the operator allows (POOL_IMAGES, POOL_TEAM_IMAGES: registry and tag "
+        "pattern or digest); default nvcr.io/nvidia/tritonserver:24.10-py3.",
+    )
     min_replicas = serializers.IntegerField(required=False)
     max_replicas = serializers.IntegerField(required=False)
     max_queue_size = serializers.IntegerField(
@@ -190,7 +201,8 @@ class PoolCreateSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         max_length=253,
-        help_text="Kubernetes: a Secret in the pool's namespace whose keys become Triton's environment "
+        help_text="Kubernetes: a Secret an admin bound to your team in the pool's namespace "
+        "(/api/v1/pool-secret-bindings/); its keys become Triton's environment "
         "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ... for s3://).",
     )
 
@@ -207,7 +219,7 @@ class PoolUpdateSerializer(serializers.Serializer):
     max_queue_size = serializers.IntegerField(required=False)
     queue_timeout_ms = serializers.IntegerField(required=False)
     resources = serializers.JSONField(required=False)
-    image = StrictCharField(required=False)
+    image = StrictCharField(required=False, max_length=255, help_text="As at create: an image the operator allows.")
     min_replicas = serializers.IntegerField(required=False)
     max_replicas = serializers.IntegerField(required=False)
     autoscale_metric = StrictCharField(
@@ -225,8 +237,7 @@ class PoolUpdateSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         max_length=253,
-        help_text="Kubernetes: a Secret in the pool's namespace whose keys become Triton's environment "
-        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ... for s3://).",
+        help_text="Kubernetes: a Secret an admin bound to your team in the pool's namespace; empty: none.",
     )
 
 

@@ -4,7 +4,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from deployments.drivers import driver_for
 from deployments.drivers.base import DriverError
-from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, ServingPool
+from deployments.models import PoolModel, PoolModelState, PoolReplica, PoolSecretBinding, ReplicaStatus, ServingPool
 from kernel.errors import NotFound, scrub_paths
 from registry.models import Artifact
 from registry.selectors.builds import artifact_get as registry_artifact_get
@@ -131,3 +131,27 @@ def pool_health_problems() -> dict[str, dict[str, str]]:
     for pool_name, replica, status, error in rows:
         problems.setdefault(pool_name, {})[replica] = f"{status}: {error}" if error else status
     return problems
+
+
+# --- repository secrets bound to teams (deployments/pool_policy.py) --------------------------
+def pool_secret_binding_list(*, user) -> QuerySet:
+    """Bindings of the user's teams (staff: all): which Secrets their pools may name."""
+    return team_scoped(PoolSecretBinding.objects.select_related("team", "created_by"), user, "team_id")
+
+
+def pool_secret_binding_get(*, user, binding_id) -> PoolSecretBinding:
+    try:
+        binding_id = int(binding_id)
+    except (TypeError, ValueError):
+        binding_id = None
+    binding = pool_secret_binding_list(user=user).filter(pk=binding_id).first() if binding_id else None
+    if binding is None:
+        raise NotFound(f"No pool secret binding {str(binding_id)[:20]}.", code="binding_not_found")
+    return binding
+
+
+def bound_secret_names(*, team, namespace: str) -> frozenset[str]:
+    """The Secrets `team`'s pools in `namespace` may name (not user-scoped: for the services)."""
+    return frozenset(
+        PoolSecretBinding.objects.filter(team=team, namespace=namespace).values_list("secret_name", flat=True)
+    )
