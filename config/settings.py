@@ -81,6 +81,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "kernel.csp.ContentSecurityPolicyMiddleware",  # every reply: only this server's scripts (kernel/csp.py)
     "kernel.middleware.RejectNulMiddleware",  # PostgreSQL text cannot hold U+0000
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -308,6 +309,7 @@ API_RESOURCE_TAGS = {
     "builds": "builds",
     "artifacts": "builds",
     "pools": "deployments",
+    "pool-secret-bindings": "deployments",
     "endpoints": "deployments",
     "gateway": "deployments",
     "inference-keys": "keys",
