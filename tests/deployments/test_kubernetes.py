@@ -370,8 +370,35 @@ def test_unreachable_api_server_is_a_driver_error():
         driver.ensure()
 
 
+def _granted(role: dict) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _calls(requests: list[dict]) -> set[tuple[str, str, str]]:
+    """(api group, resource, verb) of each request the fake API server recorded."""
+    verbs = {"PATCH": "patch", "DELETE": "delete", "GET": "get"}
+    calls = set()
+    for request in requests:
+        parts = request["path"].strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        rest = parts[4:] if parts[0] == "api" else parts[5:]  # after namespaces/<ns>: <resource>[/<name>[/<sub>]]
+        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+        calls.add(
+            (group, resource, "list" if request["method"] == "GET" and len(rest) == 1 else verbs[request["method"]])
+        )
+    return calls
+
+
 def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
-    """platform/kubernetes/rbac.yaml must allow what ensure, replicas, log_tail and delete send."""
+    """platform/kubernetes/base/rbac.yaml: the controller's ClusterRole allows what ensure,
+    replicas, log_tail and delete send; web's reader allows what the pool pages send (the
+    pod list and a log tail) and nothing that writes."""
     from django.conf import settings
 
     documents = list(
@@ -379,26 +406,17 @@ def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
     )
     for document in documents:
         kubernetes_validate.validate(document, K8S_VERSION, strict=True)
-    role = next(d for d in documents if d["kind"] == "Role")
-    granted = {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
+    roles = {d["metadata"]["name"]: d for d in documents if d["kind"] == "ClusterRole"}
+    controller, reader = _granted(roles["modelplane-pool-controller"]), _granted(roles["modelplane-pool-reader"])
     driver, api, _ = cluster
     driver.ensure()
     assert driver.log_tail("triton-ctr-gpu-a", lines=3).splitlines() == ["I line 97", "I line 98", "I line 99"]
     driver.delete()
-    verbs = {"PATCH": "patch", "DELETE": "delete", "GET": "get"}
-    for request in api.requests:
-        parts = request["path"].strip("/").split("/")
-        group = "" if parts[0] == "api" else parts[1]
-        rest = parts[4:] if parts[0] == "api" else parts[5:]  # after namespaces/<ns>: <resource>[/<name>[/<sub>]]
-        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-        verb = "list" if request["method"] == "GET" and len(rest) == 1 else verbs[request["method"]]
-        assert (group, resource, verb) in granted, (request["method"], request["path"])
+    assert _calls(api.requests) <= controller, _calls(api.requests) - controller
+    api.requests.clear()
+    driver.replicas()  # what web does for a pool page
+    driver.log_tail("triton-ctr-gpu-a", lines=3)
+    assert _calls(api.requests) <= reader and {verb for _, _, verb in reader} <= {"get", "list", "watch"}
 
 
 @pytest.mark.django_db
