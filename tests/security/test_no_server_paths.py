@@ -163,6 +163,11 @@ def world(api_for, onnx_path, tmp_path, mlflow_run, settings):
         team=team,
     )
 
+    from deployments.services.pool_secrets import pool_secret_bind
+
+    binding = pool_secret_bind(
+        user=factories.user("scan-admin", staff=True), team=team, namespace="", secret_name="scan-s3"
+    )
     experiment_id, run_id = mlflow_run
     ids = {
         "alerts": alert.pk,
@@ -175,6 +180,7 @@ def world(api_for, onnx_path, tmp_path, mlflow_run, settings):
         "models": model.name,
         "aliases": "champion",
         "pools": pool.name,
+        "pool-secret-bindings": binding.pk,
         "releases": release.json().get("id"),
         "rollouts": rollout.pk,
         "secrets": secret.json().get("id"),
