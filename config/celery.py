@@ -1,7 +1,8 @@
+import logging
 import os
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, worker_ready
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -18,6 +19,26 @@ def _django_logging(**kwargs):
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+
+
+@worker_ready.connect
+def _reap_scratch_servers(**kwargs):
+    """A worker's start ends the scratch tritonservers no live build attempt holds (a
+    SIGKILLed worker's: registry/factory/scratch.py)."""
+    from django.db import close_old_connections
+
+    from registry.factory.scratch import scratch_reap
+
+    try:
+        done = scratch_reap()
+        if done["killed"] or done["removed"]:
+            logging.getLogger(__name__).warning(
+                "worker start: reaped scratch tritonservers %s and work dirs %s", done["killed"], done["removed"]
+            )
+    except Exception:  # a worker starts anyway; the next attempt reaps again
+        logging.getLogger(__name__).exception("worker start: reaping scratch tritonservers failed")
+    finally:
+        close_old_connections()
 
 
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -8,6 +8,7 @@ Why this is one long module: Django reads one settings module; each block is a f
 settings of one concern, read top to bottom, and splitting them would hide the defaults.
 """
 
+import json
 import os
 import secrets
 from datetime import timedelta
@@ -80,6 +81,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "kernel.csp.ContentSecurityPolicyMiddleware",  # every reply: only this server's scripts (kernel/csp.py)
     "kernel.middleware.RejectNulMiddleware",  # PostgreSQL text cannot hold U+0000
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -212,6 +214,21 @@ POOL_PROBE_UNREADY_AFTER = int(os.environ.get("POOL_PROBE_UNREADY_AFTER", "2"))
 POOL_PROBE_KILL_AFTER = int(os.environ.get("POOL_PROBE_KILL_AFTER", "3"))
 POOL_PROBE_KILL_WINDOW_S = float(os.environ.get("POOL_PROBE_KILL_WINDOW_S", "6"))
 
+# What a team's Kubernetes pool may declare (deployments/pool_policy.py, docs/pools.md): the
+# namespace the platform assigns each team ({team}: its name as a DNS label), or, for the teams
+# an operator lists, exactly the namespaces listed (JSON {"team": ["ns", ...]}, the first being
+# its default); the images every team may run and those a team may run besides (patterns
+# "registry/repository:tag-glob" or "registry/repository@sha256:digest"); the addresses pool
+# pods may open connections to besides DNS (the object store, CIDRs); the namespace the
+# platform runs in and Prometheus's, never a pool's.
+POOL_NAMESPACE_TEMPLATE = os.environ.get("POOL_NAMESPACE_TEMPLATE", "modelplane-team-{team}")
+POOL_TEAM_NAMESPACES = json.loads(os.environ.get("POOL_TEAM_NAMESPACES") or "{}")
+POOL_IMAGES = env_list("POOL_IMAGES", "nvcr.io/nvidia/tritonserver:*-py3")
+POOL_TEAM_IMAGES = json.loads(os.environ.get("POOL_TEAM_IMAGES") or "{}")
+POOL_EGRESS_CIDRS = env_list("POOL_EGRESS_CIDRS", "")
+KUBERNETES_PLATFORM_NAMESPACE = os.environ.get("KUBERNETES_PLATFORM_NAMESPACE", "modelplane")
+KUBERNETES_PROMETHEUS_NAMESPACE = os.environ.get("KUBERNETES_PROMETHEUS_NAMESPACE", "monitoring")
+
 GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8080"))
 GATEWAY_GRPC_PORT = int(os.environ.get("GATEWAY_GRPC_PORT", "8081"))  # KServe v2 gRPC; 0: none
 # What monitoring's collector scrapes: targets from MONITORING_TARGETS (JSON) and, from
@@ -302,6 +319,7 @@ API_RESOURCE_TAGS = {
     "builds": "builds",
     "artifacts": "builds",
     "pools": "deployments",
+    "pool-secret-bindings": "deployments",
     "endpoints": "deployments",
     "gateway": "deployments",
     "inference-keys": "keys",

@@ -3,9 +3,10 @@
 from django import forms
 from django.contrib import admin, messages
 
-from deployments.models import Endpoint, InferenceKey, PoolModel, PoolReplica, Rollout, ServingPool
+from deployments.models import Endpoint, InferenceKey, PoolModel, PoolReplica, PoolSecretBinding, Rollout, ServingPool
 from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as key_services
+from deployments.services import pool_secrets as pool_secret_services
 from deployments.services import pools as pool_services
 from deployments.services import rollouts as rollout_services
 from deployments.services.llm_endpoints import LLM_FIELDS
@@ -164,6 +165,42 @@ class ServingPoolAdmin(ServiceAdmin):
                 pool_services.pool_delete(user=request.user, pool=pool)
             except PlatformError as exc:
                 self.message_user(request, f"{pool.name}: {exc.detail}", messages.ERROR)
+
+
+class PoolSecretBindingForm(ServiceForm):
+    def call_service(self, data):
+        if self.instance.pk is not None:  # a binding is added or removed, never edited
+            return self.instance
+        return pool_secret_services.pool_secret_bind(
+            user=self.user, team=data["team"], namespace=data.get("namespace", ""), secret_name=data["secret_name"]
+        )
+
+
+@admin.register(PoolSecretBinding)
+class PoolSecretBindingAdmin(ServiceAdmin):
+    """Which Kubernetes Secret a team's pools may name as repository_secret, per namespace
+    (deployments/pool_policy.py). Added and removed through the same service as the API."""
+
+    form = PoolSecretBindingForm
+    list_display = ["secret_name", "namespace", "team", "created_by", "created_at"]
+    list_filter = ["team", "namespace"]
+    search_fields = ["secret_name", "namespace"]
+    actions = ["unbind"]
+
+    def get_readonly_fields(self, request, obj=None):
+        fixed = ["created_by", "created_at"]
+        return fixed if obj is None else ["team", "namespace", "secret_name", *fixed]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # unbinding checks that no pool names the Secret: the "unbind" action
+
+    @admin.action(description="Unbind (when no pool names the Secret)")
+    def unbind(self, request, queryset):
+        for binding in queryset.select_related("team"):
+            try:
+                pool_secret_services.pool_secret_unbind(user=request.user, binding=binding)
+            except PlatformError as exc:
+                self.message_user(request, f"{binding}: {exc.detail}", messages.ERROR)
 
 
 class EndpointForm(ServiceForm):

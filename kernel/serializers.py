@@ -10,6 +10,8 @@ from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from kernel.errors import scrub_paths
+
 
 class _StringOnly:
     def to_internal_value(self, data):
@@ -104,3 +106,16 @@ class IdOrModelUriField(serializers.Field):
 
     def to_representation(self, value):
         return value
+
+
+class ServerTextField(serializers.CharField):
+    """Read-only text the server wrote (a reason, Triton's or the API server's message, a
+    log tail): absolute server paths are cut to their last part (kernel.errors.scrub_paths),
+    so a reply never shows the server's layout."""
+
+    def __init__(self, **kwargs):
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
+
+    def to_representation(self, value):
+        return scrub_paths(super().to_representation(value))

@@ -68,8 +68,17 @@ def _bad(message: str, code: str) -> InvalidInput:
 
 
 def _check_name(name: str) -> PurePosixPath:
+    """The member's path inside the directory; `.` (what `tar -C dir .` writes first) is the
+    directory itself, with no parts."""
     path = PurePosixPath(name)
-    if not name or "\\" in name or "\x00" in name or path.is_absolute() or ".." in path.parts or ":" in path.parts[0]:
+    if (
+        not name
+        or "\\" in name
+        or "\x00" in name
+        or path.is_absolute()
+        or ".." in path.parts
+        or (path.parts and ":" in path.parts[0])
+    ):
         raise _bad(f"member {name[:200]!r} has a path outside the model directory.", "archive_unsafe_path")
     return path
 

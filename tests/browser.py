@@ -7,3 +7,19 @@ def login(page, base_url: str, username: str) -> None:
     page.fill("#id_password", "pw-for-tests-only")
     page.click("button[type=submit]")
     page.wait_for_load_state()
+
+
+def wait_until(page, expression: str, *, timeout: float = 30_000) -> None:
+    """Poll a JavaScript expression (or an arrow function) in the page until it is truthy.
+    Like Playwright's wait_for_function, but through page.evaluate: the page's
+    Content-Security-Policy (kernel/csp.py: no eval) refuses the predicate
+    wait_for_function compiles inside the page, and these tests run under that policy."""
+    import time
+
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        if page.evaluate(expression):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true within {timeout / 1000:g} s: {expression}")
+        time.sleep(0.1)

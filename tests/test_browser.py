@@ -8,6 +8,7 @@ import pytest
 from django.conf import settings
 
 from registry.models import ModelVersion, RegisteredModel
+from tests.browser import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -41,9 +42,9 @@ def test_register_model_and_upload_version_through_the_ui(live_server, browser_p
     # Live search swaps only the rows (htmx partial), with the URL kept in sync.
     page.goto(f"{live_server.url}/models/")
     page.fill("input[name=q]", "browser")
-    page.wait_for_function("document.querySelector('#model-rows').innerText.includes('browser-ctr')")
+    wait_until(page, "document.querySelector('#model-rows').innerText.includes('browser-ctr')")
     page.fill("input[name=q]", "zzz-nothing")
-    page.wait_for_function("document.querySelector('#model-rows').innerText.includes('No model matches')")
+    wait_until(page, "document.querySelector('#model-rows').innerText.includes('No model matches')")
 
     out = Path(settings.VAR_DIR) / "screenshots"
     out.mkdir(parents=True, exist_ok=True)

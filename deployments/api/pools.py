@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolReplica, PoolStatus, ServingPool
 from deployments.selectors import pools as selectors
 from deployments.services import pools as services
-from kernel.serializers import StrictCharField, StrictModelSerializer
+from kernel.serializers import ServerTextField, StrictCharField, StrictModelSerializer
 from kernel.viewsets import TeamScopedViewSet
 from registry.models import Role
 from registry.selectors.teams import team_list
@@ -30,6 +30,8 @@ from registry.selectors.teams import team_list
 
 # === serving pools ===========================================================================
 class PoolReplicaSerializer(StrictModelSerializer):
+    last_error = ServerTextField()
+
     class Meta:
         model = PoolReplica
         fields = [
@@ -54,6 +56,7 @@ class PoolModelSerializer(StrictModelSerializer):
     replica_ready = serializers.DictField(
         child=serializers.BooleanField(), read_only=True, help_text="Readiness per replica at the last check."
     )
+    error = ServerTextField(help_text="Triton's message when the model failed to load.")
 
     class Meta:
         model = PoolModel
@@ -77,6 +80,11 @@ class PoolSerializer(StrictModelSerializer):
     model_count = serializers.IntegerField(read_only=True)
     created_by = serializers.StringRelatedField()
     url = serializers.HyperlinkedIdentityField(view_name="api:pool-detail", lookup_field="name")
+    model_repository = serializers.SerializerMethodField(
+        help_text="Kubernetes: the object-store URL or volume claim the pool's Triton reads. Local pools: empty "
+        "(their repository lies in the server's data directory, which replies never show)."
+    )
+    status_reason = ServerTextField()
 
     class Meta:
         model = ServingPool
@@ -110,6 +118,9 @@ class PoolSerializer(StrictModelSerializer):
             "updated_at",
         ]
         read_only_fields = fields
+
+    def get_model_repository(self, pool) -> str:
+        return pool.model_repository if pool.driver == PoolDriver.KUBERNETES else ""
 
 
 class PoolLiveSerializer(serializers.Serializer):
@@ -153,8 +164,19 @@ class PoolCreateSerializer(serializers.Serializer):
         allow_blank=True,
         help_text="Kubernetes: s3://, gs://, as:// or pvc://CLAIM[/SUBPATH]. Local: leave empty.",
     )
-    namespace = StrictCharField(required=False, max_length=63)
-    image = StrictCharField(required=False, max_length=255)
+    namespace = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=63,
+        help_text="Kubernetes: one of your team's namespaces (empty: the one the platform assigns it); never the "
+        "platform's. Local pools: leave it empty.",
+    )
+    image = StrictCharField(
+        required=False,
+        max_length=255,
+        help_text="Kubernetes: a Triton image the operator allows (POOL_IMAGES, POOL_TEAM_IMAGES: registry and tag "
+        "pattern or digest); default nvcr.io/nvidia/tritonserver:24.10-py3.",
+    )
     min_replicas = serializers.IntegerField(required=False)
     max_replicas = serializers.IntegerField(required=False)
     max_queue_size = serializers.IntegerField(
@@ -179,7 +201,8 @@ class PoolCreateSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         max_length=253,
-        help_text="Kubernetes: a Secret in the pool's namespace whose keys become Triton's environment "
+        help_text="Kubernetes: a Secret an admin bound to your team in the pool's namespace "
+        "(/api/v1/pool-secret-bindings/); its keys become Triton's environment "
         "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ... for s3://).",
     )
 
@@ -196,7 +219,7 @@ class PoolUpdateSerializer(serializers.Serializer):
     max_queue_size = serializers.IntegerField(required=False)
     queue_timeout_ms = serializers.IntegerField(required=False)
     resources = serializers.JSONField(required=False)
-    image = StrictCharField(required=False)
+    image = StrictCharField(required=False, max_length=255, help_text="As at create: an image the operator allows.")
     min_replicas = serializers.IntegerField(required=False)
     max_replicas = serializers.IntegerField(required=False)
     autoscale_metric = StrictCharField(
@@ -214,8 +237,7 @@ class PoolUpdateSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         max_length=253,
-        help_text="Kubernetes: a Secret in the pool's namespace whose keys become Triton's environment "
-        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ... for s3://).",
+        help_text="Kubernetes: a Secret an admin bound to your team in the pool's namespace; empty: none.",
     )
 
 

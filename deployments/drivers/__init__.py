@@ -1,6 +1,7 @@
 """Pool drivers: `local` (tritonserver processes here) and `kubernetes` (a Deployment).
 
-`driver_for(pool)` is the one place that picks a driver for a ServingPool row.
+`driver_for(pool)` is the one place that picks a driver for a ServingPool row, and
+`spec_for(pool)` the one that turns a row into what a driver reads.
 """
 
 from deployments.drivers.base import (
@@ -24,11 +25,35 @@ __all__ = [
     "PoolSpec",
     "ReplicaInfo",
     "driver_for",
+    "spec_for",
 ]
 
 
+def spec_for(pool) -> PoolSpec:
+    """A pool row as its driver sees it. A Kubernetes pool's spec carries the Secrets an
+    admin bound to its team in its namespace (the driver renders no other; a row written
+    around the services gets no more than its team's) and its own Triton admin key, ""
+    when it has none yet or it cannot be opened (then nothing renders: the platform's key
+    is never a pool's)."""
+    if pool.driver != "kubernetes":
+        return PoolSpec.from_pool(pool)
+    from deployments.models import PoolSecretBinding
+    from registry import secret_box
+
+    bound = PoolSecretBinding.objects.filter(team_id=pool.team_id, namespace=pool.namespace).values_list(
+        "secret_name", flat=True
+    )
+    key = ""
+    if pool.admin_key_sealed:
+        try:
+            key = secret_box.open_sealed(pool.admin_key_sealed)
+        except secret_box.SecretUnreadable:
+            key = ""
+    return PoolSpec.from_pool(pool, bound_secrets=frozenset(bound), admin_key=key)
+
+
 def driver_for(pool) -> PoolDriver:
-    spec = PoolSpec.from_pool(pool)
+    spec = spec_for(pool)
     if pool.driver == "local":
         from django.conf import settings
 

@@ -74,9 +74,13 @@ class PoolSpec:
     autoscale_metric: str = ""  # "" = the device's default (deployments/pool_fields.py)
     autoscale_target: float = 0.0
     repository_secret: str = ""
+    # Kubernetes: the Secrets an admin bound to the team in this namespace (what
+    # repository_secret may name) and the pool's own Triton admin key.
+    bound_secrets: frozenset = frozenset()
+    admin_key: str = field(default="", repr=False)
 
     @classmethod
-    def from_pool(cls, pool) -> PoolSpec:
+    def from_pool(cls, pool, *, bound_secrets=frozenset(), admin_key: str = "") -> PoolSpec:
         return cls(
             name=pool.name,
             replicas=pool.replicas,
@@ -94,6 +98,8 @@ class PoolSpec:
             autoscale_metric=pool.autoscale_metric,
             autoscale_target=pool.autoscale_target,
             repository_secret=pool.repository_secret,
+            bound_secrets=frozenset(bound_secrets),
+            admin_key=admin_key,
         )
 
 

@@ -49,8 +49,8 @@ class ServingPool(models.Model):
     resources = models.JSONField(default=dict, blank=True)
     # Local: an absolute directory; Kubernetes: s3://, gs://, as:// URL or pvc://CLAIM[/SUBPATH].
     model_repository = models.CharField(max_length=512, blank=True)
-    # Kubernetes only.
-    namespace = models.CharField(max_length=63, default="modelplane")
+    # Kubernetes only: checked against the operator's allow-lists (deployments/pool_policy.py).
+    namespace = models.CharField(max_length=63, blank=True)
     image = models.CharField(max_length=255, default="nvcr.io/nvidia/tritonserver:24.10-py3")
     min_replicas = models.PositiveSmallIntegerField(default=1)
     max_replicas = models.PositiveSmallIntegerField(default=4)
@@ -61,6 +61,9 @@ class ServingPool(models.Model):
     # A Secret in the pool's namespace whose keys become Triton's environment: the object
     # store's standard variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ...).
     repository_secret = models.CharField(max_length=253, blank=True)
+    # Kubernetes only: the pool's own Triton admin key (model load/unload), sealed with
+    # registry.secret_box; the driver writes it to a Secret of the pool's, never the platform's key.
+    admin_key_sealed = models.TextField(blank=True, editable=False)
     # Queue policy every loaded model gets (config override at load): a hung model rejects
     # instead of queueing without bound. 0 and 0 (the default): no policy, because any policy
     # costs Triton 2.51's dynamic batcher its prefetching and with it a 500 ms stall
@@ -159,3 +162,23 @@ class PoolModel(models.Model):
     def wanted(self) -> bool:
         """Should the replicas serve it (reloaded after a restart)?"""
         return self.state in {PoolModelState.LOADING, PoolModelState.READY, PoolModelState.DRAINING}
+
+
+class PoolSecretBinding(models.Model):
+    """A Kubernetes Secret an admin allowed one team's pools to use as their repository
+    credentials, in one namespace (deployments/pool_policy.py). A Secret that is not bound
+    is refused at the door and again when the driver renders."""
+
+    team = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="pool_secret_bindings")
+    namespace = models.CharField(max_length=63)
+    secret_name = models.CharField(max_length=253)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["namespace", "secret_name"]
+        # A Secret in a namespace serves one team.
+        constraints = [models.UniqueConstraint(fields=["namespace", "secret_name"], name="uniq_pool_secret_binding")]
+
+    def __str__(self):
+        return f"{self.namespace}/{self.secret_name} for {self.team}"

@@ -4,8 +4,8 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from deployments.drivers import driver_for
 from deployments.drivers.base import DriverError
-from deployments.models import PoolModel, PoolModelState, PoolReplica, ReplicaStatus, ServingPool
-from kernel.errors import NotFound
+from deployments.models import PoolModel, PoolModelState, PoolReplica, PoolSecretBinding, ReplicaStatus, ServingPool
+from kernel.errors import NotFound, scrub_paths
 from registry.models import Artifact
 from registry.selectors.builds import artifact_get as registry_artifact_get
 from registry.selectors.teams import team_scoped
@@ -75,16 +75,22 @@ def pool_live(*, pool: ServingPool) -> dict:
         stats = driver.statistics()
         return {"replicas": [r.__dict__ for r in replicas], "readiness": readiness, "statistics": stats, "error": ""}
     except DriverError as exc:
-        return {"replicas": [], "readiness": {}, "statistics": {"models": {}, "replicas": {}}, "error": str(exc)}
+        return {
+            "replicas": [],
+            "readiness": {},
+            "statistics": {"models": {}, "replicas": {}},
+            "error": scrub_paths(str(exc)),
+        }
 
 
 def replica_log_tail(*, pool: ServingPool, replica: str, lines: int = 60) -> str:
     if not pool.replica_set.filter(name=replica).exists():
         raise NotFound(f"Pool {pool.name!r} has no replica {replica!r}.", code="replica_not_found")
     try:
-        return driver_for(pool).log_tail(replica, lines)
+        tail = driver_for(pool).log_tail(replica, lines)
     except DriverError as exc:
-        return str(exc)
+        tail = str(exc)
+    return scrub_paths(tail)  # Triton logs its model repository's absolute paths; the server's layout stays private
 
 
 def ready_replicas(*, pool_ids) -> list[PoolReplica]:
@@ -125,3 +131,27 @@ def pool_health_problems() -> dict[str, dict[str, str]]:
     for pool_name, replica, status, error in rows:
         problems.setdefault(pool_name, {})[replica] = f"{status}: {error}" if error else status
     return problems
+
+
+# --- repository secrets bound to teams (deployments/pool_policy.py) --------------------------
+def pool_secret_binding_list(*, user) -> QuerySet:
+    """Bindings of the user's teams (staff: all): which Secrets their pools may name."""
+    return team_scoped(PoolSecretBinding.objects.select_related("team", "created_by"), user, "team_id")
+
+
+def pool_secret_binding_get(*, user, binding_id) -> PoolSecretBinding:
+    try:
+        binding_id = int(binding_id)
+    except (TypeError, ValueError):
+        binding_id = None
+    binding = pool_secret_binding_list(user=user).filter(pk=binding_id).first() if binding_id else None
+    if binding is None:
+        raise NotFound(f"No pool secret binding {str(binding_id)[:20]}.", code="binding_not_found")
+    return binding
+
+
+def bound_secret_names(*, team, namespace: str) -> frozenset[str]:
+    """The Secrets `team`'s pools in `namespace` may name (not user-scoped: for the services)."""
+    return frozenset(
+        PoolSecretBinding.objects.filter(team=team, namespace=namespace).values_list("secret_name", flat=True)
+    )

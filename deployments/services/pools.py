@@ -16,10 +16,12 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
+from deployments import pool_policy
 from deployments.lock_objects import pool_for_update
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolModelState, PoolStatus, ServingPool
 from deployments.pool_fields import DNS1123_LABEL, pool_fields_check
-from deployments.services.reconcile import model_dir_for
+from deployments.selectors.pools import bound_secret_names
+from deployments.services.reconcile import model_dir_for, sealed_admin_key
 from deployments.tasks import pool_model_load_task, pool_model_unload_task, pool_reconcile_task, pool_teardown_task
 from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound
@@ -82,6 +84,23 @@ def _check_cost(value) -> Decimal:
     return cost
 
 
+def _team_infrastructure(*, team, namespace: str, image: str, repository_secret: str) -> dict:
+    """A Kubernetes pool's namespace, image and repository secret as the operator allows
+    them for `team` (deployments/pool_policy.py): a 400 naming the field and the rule."""
+    policy = pool_policy.PoolPolicy.from_settings()
+    namespace = pool_policy.namespace_check(policy, team=team.name, namespace=namespace)
+    return {
+        "namespace": namespace,
+        "image": pool_policy.image_check(policy, team=team.name, image=image),
+        "repository_secret": pool_policy.secret_check(
+            team=team.name,
+            namespace=namespace,
+            secret=repository_secret,
+            bound=bound_secret_names(team=team, namespace=namespace),
+        ),
+    }
+
+
 def _default_bounds(*, replicas: int, min_replicas, max_replicas, limit: int, cpu_autoscaled: bool) -> tuple:
     """Autoscaling bounds not given: from 1 up to 4 (or the count asked for); a pool that
     would scale on CPU without a CPU request keeps its size (asked for explicitly: a 400)."""
@@ -107,7 +126,7 @@ def pool_create(
     gpus_per_replica: int | None = None,
     resources: dict | None = None,
     model_repository: str = "",
-    namespace: str = "modelplane",
+    namespace: str = "",
     image: str = "",
     min_replicas: int | None = None,
     max_replicas: int | None = None,
@@ -123,7 +142,9 @@ def pool_create(
     Guarantees: the name is a free DNS label; every field passes the one validator
     (deployments/pool_fields.py: quantities, names, replica bounds, autoscaling); a local
     pool runs on CPU with the tritonserver binary present; a Kubernetes pool has a remote
-    model repository."""
+    model repository, runs in a namespace of its team with an allowed image and only a
+    Secret bound to its team (deployments/pool_policy.py; no namespace: the team's
+    default), and gets a Triton admin key of its own."""
     if not isinstance(name, str) or len(name) > 48 or not DNS1123_LABEL.match(name):
         raise InvalidInput(
             "name: use 1-48 lower-case letters, digits or '-', starting and ending with a letter or digit.",
@@ -166,7 +187,7 @@ def pool_create(
             "min_replicas": min_replicas,
             "max_replicas": max_replicas,
             "resources": resources,
-            "namespace": namespace or "modelplane",
+            **({"namespace": namespace} if namespace else {}),
             "image": image or ServingPool._meta.get_field("image").default,
             "autoscale_metric": autoscale_metric,
             "autoscale_target": autoscale_target,
@@ -179,7 +200,22 @@ def pool_create(
     queue = _int_field(max_queue_size, "max_queue_size", low=0, high=1_000_000)
     queue_ms = _int_field(queue_timeout_ms, "queue_timeout_ms", low=0, high=600_000)
     cost = _check_cost(cost_per_replica_hour)
+    admin_key = ""
+    if kubernetes:
+        fields.update(
+            _team_infrastructure(
+                team=team,
+                namespace=fields.get("namespace", ""),
+                image=fields["image"],
+                repository_secret=fields["repository_secret"],
+            )
+        )
+        admin_key = sealed_admin_key()
     if driver == PoolDriver.LOCAL:
+        if fields.get("namespace"):
+            raise InvalidInput(
+                "namespace: a local pool runs on this machine, in no namespace; leave it empty.", field="namespace"
+            )
         if gpu:
             raise InvalidInput(
                 "device_kind: local pools run on this machine's CPU; use the kubernetes driver for GPUs.",
@@ -219,13 +255,14 @@ def pool_create(
             gpus_per_replica=gpus,
             resources=fields["resources"],
             model_repository=model_repository,
-            namespace=fields["namespace"],
+            namespace=fields.get("namespace", ""),
             image=fields["image"],
             min_replicas=fields["min_replicas"],
             max_replicas=fields["max_replicas"],
             autoscale_metric=fields["autoscale_metric"],
             autoscale_target=fields["autoscale_target"],
             repository_secret=fields["repository_secret"],
+            admin_key_sealed=admin_key,
             max_queue_size=queue,
             queue_timeout_ms=queue_ms,
             cost_per_replica_hour=cost,
@@ -277,6 +314,14 @@ def pool_update(*, user, pool: ServingPool, **changes) -> ServingPool:
     )
     checked = pool_fields_check(merged, kubernetes=kubernetes, device_kind=pool.device_kind, limit=limit)
     clean.update({k: checked[k] for k in clean if k in checked})
+    if kubernetes and {"image", "repository_secret"} & clean.keys():
+        allowed = _team_infrastructure(
+            team=pool.team,
+            namespace=pool.namespace,
+            image=clean.get("image", pool.image),
+            repository_secret=clean.get("repository_secret", pool.repository_secret),
+        )
+        clean.update({k: allowed[k] for k in ("image", "repository_secret") if k in clean})
     if "autoscale_metric" in clean:
         clean["autoscale_target"] = checked["autoscale_target"]
     with transaction.atomic():

@@ -8,6 +8,7 @@ Why this is one long module: a pool's reconcile and its replicas' sync read as o
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -27,7 +28,7 @@ from deployments.models import (
 )
 from kernel.errors import InvalidInput
 from kernel.triton import TritonError
-from registry import storage, triton_config
+from registry import secret_box, storage, triton_config
 from registry.models import Artifact, EventAction
 from registry.names import triton_name
 from registry.services.events import event_record
@@ -53,6 +54,24 @@ def model_dir_for(pool: ServingPool, artifact: Artifact, name: str = "") -> Mode
     except triton_config.ConfigError as exc:
         raise InvalidInput(f"artifact: {exc}", code="artifact_bad_config", field="artifact") from None
     return ModelDir(name=name, path=path, config_json=config)
+
+
+def sealed_admin_key() -> str:
+    """A new Triton admin key for one Kubernetes pool, sealed for its row."""
+    return secret_box.seal(secrets.token_urlsafe(32))
+
+
+def _admin_key_ensure(pool: ServingPool) -> None:
+    """A Kubernetes pool made before pools had keys of their own gets one (under the row
+    lock: two reconciles make one key)."""
+    if pool.driver != PoolDriver.KUBERNETES or pool.admin_key_sealed:
+        return
+    with transaction.atomic():
+        locked = pool_for_update(pool.pk)
+        if not locked.admin_key_sealed:
+            locked.admin_key_sealed = sealed_admin_key()
+            locked.save(update_fields=["admin_key_sealed"])
+    pool.admin_key_sealed = locked.admin_key_sealed
 
 
 def pool_model_load(*, pool_model_id: int) -> PoolModel:
@@ -178,6 +197,7 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one p
     if pool is None or pool.status == PoolStatus.DELETING:
         return pool
     try:
+        _admin_key_ensure(pool)
         driver = driver_for(pool)
         retiring = _retiring_replicas(pool) if pool.driver == PoolDriver.LOCAL else set()
         if retiring:  # keep them running a little longer, out of the route table

@@ -1,4 +1,4 @@
-"""Serving pools (read) and endpoints (list, get, create)."""
+"""Serving pools (list, get, create) and endpoints (list, get, create)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,40 @@ def pool_get(state, name):
         return text
 
     state.out.result(body, human)
+
+
+@pool.command("create")
+@click.argument("name")
+@click.option("--team", required=True, help="Your team (you deploy in it).")
+@click.option(
+    "--driver", type=click.Choice(["local", "kubernetes"]), default="local", show_default=True, help="Where it runs."
+)
+@click.option("--replicas", type=int, help="Desired replicas (default 1).")
+@click.option("--device-kind", help="cpu (default) or a GPU kind (kubernetes), e.g. nvidia-l4.")
+@click.option("--model-repository", help="Kubernetes: s3://, gs://, as:// or pvc://CLAIM[/SUBPATH].")
+@click.option(
+    "--namespace", help="Kubernetes: one of your team's namespaces (default: the one the platform assigns your team)."
+)
+@click.option("--image", help="Kubernetes: a Triton image the operator allows (default the NVIDIA Triton release).")
+@click.option("--repository-secret", help="Kubernetes: a Secret an admin bound to your team in that namespace.")
+@click.option("--min-replicas", type=int, help="Kubernetes: the autoscaler's floor.")
+@click.option("--max-replicas", type=int, help="Kubernetes: the autoscaler's ceiling.")
+@json_option
+@pass_state
+def pool_create(state, name, **options):
+    """Create a serving pool. What a Kubernetes pool declares (namespace, image, Secret) is
+    checked against what the operator allowed your team: a refusal names the field and the rule."""
+    body = {"name": name}
+    body.update({key: value for key, value in options.items() if value is not None})
+    created = state.api.post("pools/", body)
+
+    def human(p):
+        where = f" in namespace {p['namespace']}" if p.get("namespace") else ""
+        return f"Created pool {p['name']} ({p['driver']}){where}.\n" + fields(
+            [(label, p.get(key)) for label, key in POOL_COLUMNS] + [("image", p.get("image"))]
+        )
+
+    state.out.result(created, human)
 
 
 @click.group()

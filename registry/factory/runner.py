@@ -20,7 +20,7 @@ from pathlib import Path
 from django.db import connection
 
 from registry import storage
-from registry.factory import GPU_VARIANTS, StageStatus, box, conf, numerics, stages, stages_for
+from registry.factory import GPU_VARIANTS, StageStatus, box, conf, numerics, scratch, stages, stages_for
 from registry.models import ArtifactStatus, Build, VersionData
 from registry.services import builds as build_services
 
@@ -168,6 +168,20 @@ class _StageLog:
             pass
 
 
+def _reap_earlier_attempts(build_id: int) -> None:
+    """A new attempt first ends what no live attempt holds: the scratch servers and work
+    dirs of the attempt it replaces (a killed worker's), and any other left over."""
+    try:
+        done = scratch.scratch_reap()
+    except Exception:  # reaping leftovers never fails the build it runs before
+        log.exception("build %s: reaping scratch servers failed", build_id)
+        return
+    if done["killed"] or done["removed"]:
+        log.info(
+            "build %s: reaped scratch tritonservers %s and work dirs %s", build_id, done["killed"], done["removed"]
+        )
+
+
 def run(build_id: int, *, owner: str) -> str:
     """Run one attempt of build `build_id` as `owner`; returns what happened."""
     build = build_services.build_claim(build_id=build_id, owner=owner)
@@ -175,7 +189,8 @@ def run(build_id: int, *, owner: str) -> str:
         return "nothing-to-do"
     heartbeat = Heartbeat(build_id, owner)
     heartbeat.start()
-    work_dir = storage.tmp_dir() / f"build-{build_id}-a{build.attempt}-{uuid.uuid4().hex[:8]}"
+    _reap_earlier_attempts(build_id)
+    work_dir = storage.tmp_dir() / scratch.work_dir_name(build_id, build.attempt, uuid.uuid4().hex[:8])
     work_dir.mkdir(parents=True)
     sink = _StageLog(build_id, owner)
     plan = stages_for(bool(build.tune))

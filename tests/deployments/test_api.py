@@ -20,8 +20,9 @@ def test_create_pool_records_it_with_its_repository_and_an_event(deployer_api, p
     body = response.json()
     assert body["name"] == "cpu-a" and body["driver"] == "local" and body["replicas"] == 2
     assert body["status"] == PoolStatus.PENDING
-    assert body["model_repository"] == str(pools_dir.resolve() / "cpu-a" / "models")
+    assert body["model_repository"] == ""  # under the server's data directory: recorded, never shown
     pool = ServingPool.objects.get(name="cpu-a")
+    assert pool.model_repository == str(pools_dir.resolve() / "cpu-a" / "models")
     assert Event.objects.filter(
         object_type="deployments.servingpool", object_id=str(pool.pk), action="created"
     ).exists()

@@ -17,7 +17,7 @@ from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from harness import factories
 from monitoring.services.store import samples_store
-from tests.browser import login
+from tests.browser import login, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -54,7 +54,8 @@ def test_canary_page_labels_every_arm_and_shares_one_time_range(
     login(page, live_server.url, deployer.username)
     page.goto(f"{live_server.url}/deployments/endpoints/demo-ctr/?rollout={rollout.pk}")
     assert " ".join(page.inner_text("#arm-shares").split()) == "candidate 25 % · baseline 25 % · stable 50 %"
-    page.wait_for_function(
+    wait_until(
+        page,
         "() => Object.values(Chart.instances).length === 3"
         " && Object.values(Chart.instances).every(c => c.data.datasets.length === 3)",
         timeout=15000,

@@ -156,7 +156,7 @@ def test_admin_adds_a_pool_through_the_service(admin_web, staff, team_a):
         "device_kind": "cpu",
         "gpus_per_replica": "0",
         "resources": "{}",
-        "namespace": "modelplane",
+        "namespace": "",
         "image": "nvcr.io/nvidia/tritonserver:24.10-py3",
         "min_replicas": "1",
         "max_replicas": "4",
@@ -195,3 +195,39 @@ def test_admin_adds_a_pool_through_the_service(admin_web, staff, team_a):
     assert str(pool.cost_per_replica_hour) == "1.2500"
     update = Event.objects.get(object_type="deployments.servingpool", action=EventAction.UPDATED)
     assert "cost_per_replica_hour" in str(update.data)
+
+
+def test_the_admin_form_refuses_a_pool_spec_outside_the_teams_confinement(admin_web, team_a):
+    """The console's pool form is one more door to the same check (deployments/pool_policy.py):
+    the platform's namespace, a foreign image or an unbound Secret is shown on its field."""
+    fields = {
+        "name": "k1",
+        "team": team_a.pk,
+        "driver": "kubernetes",
+        "replicas": "1",
+        "device_kind": "cpu",
+        "gpus_per_replica": "0",
+        "resources": "{}",
+        "model_repository": "s3://bucket/models",
+        "namespace": "",
+        "image": "nvcr.io/nvidia/tritonserver:24.10-py3",
+        "min_replicas": "1",
+        "max_replicas": "1",
+        "max_queue_size": "0",
+        "queue_timeout_ms": "0",
+        "cost_per_replica_hour": "0",
+        "autoscale_metric": "",
+        "autoscale_target": "0",
+        "repository_secret": "",
+    }
+    for change, words in (
+        ({"namespace": "modelplane"}, "the platform&#x27;s or the cluster&#x27;s own namespace"),
+        ({"image": "evil.example/steal:1"}, "is not an image team"),
+        ({"repository_secret": "modelplane-secrets"}, "platform&#x27;s own Secrets"),
+    ):
+        refused = admin_web.post("/admin/deployments/servingpool/add/", {**fields, **change})
+        assert refused.status_code == 200 and words in refused.content.decode(), change
+    assert not ServingPool.objects.exists()
+    made = admin_web.post("/admin/deployments/servingpool/add/", fields)
+    assert made.status_code == 302, made.content.decode()[:3000]
+    assert ServingPool.objects.get(name="k1").namespace == "modelplane-team-team-a"

@@ -39,9 +39,16 @@ def spec(**overrides) -> PoolSpec:
         namespace="serving",
         min_replicas=2,
         max_replicas=6,
+        admin_key="ctr-gpu-admin-key",
     )
     base.update(overrides)
     return PoolSpec(**base)
+
+
+@pytest.fixture(autouse=True)
+def serving_namespace(settings):
+    """The operator gave team-a the namespace `serving` (deployments/pool_policy.py)."""
+    settings.POOL_TEAM_NAMESPACES = {"team-a": ["serving"]}
 
 
 @pytest.mark.parametrize(
@@ -64,7 +71,7 @@ def test_every_rendered_object_passes_the_kubernetes_schema(pool):
     for obj in objects:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     kinds = [o["kind"] for o in objects]
-    assert kinds[:2] == ["Deployment", "Service"] and kinds[-1] == "NetworkPolicy"
+    assert kinds[:2] == ["Deployment", "Service"] and kinds[-2:] == ["NetworkPolicy", "Secret"]
     assert ("HorizontalPodAutoscaler" in kinds) == (pool.replicas > 0)
     assert ("PodDisruptionBudget" in kinds) == (pool.replicas > 0)  # min_replicas 2: a floor worth protecting
 
@@ -142,9 +149,19 @@ def test_render_pool_command_prints_valid_yaml(deployer, team_a):
     out = StringIO()
     call_command("render_pool", "k8s-a", stdout=out)
     documents = list(yaml.safe_load_all(out.getvalue()))
-    assert [d["kind"] for d in documents] == ["Deployment", "Service", "HorizontalPodAutoscaler", "NetworkPolicy"]
+    assert [d["kind"] for d in documents] == [
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+        "Secret",
+    ]
     for document in documents:
         kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+    assert {d["metadata"]["namespace"] for d in documents} == {"serving"}  # the team's, assigned
+    secret = documents[-1]
+    assert secret["metadata"]["name"] == "modelplane-triton-admin-k8s-a"
+    assert secret["stringData"] == {"admin-key": "(the pool's own key: not shown)"}
     assert "replicas" not in documents[0]["spec"]  # the HPA's (min 1 .. max 4)
     assert documents[2]["spec"]["metrics"][0]["pods"]["metric"]["name"] == "triton_queue_time_ms"  # a GPU pool
     pools.pool_create(user=deployer, name="local-a", team=team_a)
@@ -274,6 +291,7 @@ def test_ensure_applies_every_object_server_side(cluster):
     patches = [r for r in api.requests if r["method"] == "PATCH"]
     deployment_path = "/apis/apps/v1/namespaces/serving/deployments/triton-ctr-gpu"
     assert [(p["path"], p["query"]["fieldManager"][0]) for p in patches] == [
+        ("/api/v1/namespaces/serving/secrets/modelplane-triton-admin-ctr-gpu", "modelplane"),  # before the pods
         (deployment_path, "modelplane"),
         (deployment_path, "modelplane-handover"),  # a new Deployment: replicas seeded for the HPA
         ("/api/v1/namespaces/serving/services/triton-ctr-gpu", "modelplane"),
@@ -302,7 +320,9 @@ def test_ensure_applies_every_object_server_side(cluster):
 def test_scale_to_zero_applies_replicas_and_removes_the_autoscaler(cluster):
     driver, api, _ = cluster
     driver.scale(0)
-    deployment = json.loads(next(r for r in api.requests if r["method"] == "PATCH")["body"])
+    deployment = json.loads(
+        next(r for r in api.requests if r["method"] == "PATCH" and "/deployments/" in r["path"])["body"]
+    )
     assert deployment["spec"]["replicas"] == 0
     assert api.get("/apis/apps/v1/namespaces/serving/deployments/triton-ctr-gpu")["spec"]["replicas"] == 0
     assert not any("horizontalpodautoscalers" in r["path"] for r in api.requests if r["method"] == "PATCH")
@@ -332,19 +352,53 @@ def test_delete_removes_objects_and_tolerates_missing_ones(cluster):
     driver, api, _ = cluster
     driver.delete()
     deleted = {r["path"].split("/")[-2] for r in api.requests if r["method"] == "DELETE"}
-    assert deleted == {"deployments", "services", "horizontalpodautoscalers", "poddisruptionbudgets", "networkpolicies"}
+    assert deleted == {
+        "deployments",
+        "services",
+        "horizontalpodautoscalers",
+        "poddisruptionbudgets",
+        "networkpolicies",
+        "secrets",
+    }
 
 
 def test_unreachable_api_server_is_a_driver_error():
     from deployments.drivers.base import DriverError
 
     driver = KubernetesDriver(spec(), api_client=client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
-    with pytest.raises(DriverError, match="(read|apply) Deployment: Kubernetes API unreachable"):
+    with pytest.raises(DriverError, match="(read Deployment|apply Secret .*): Kubernetes API unreachable"):
         driver.ensure()
 
 
+def _granted(role: dict) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _calls(requests: list[dict]) -> set[tuple[str, str, str]]:
+    """(api group, resource, verb) of each request the fake API server recorded."""
+    verbs = {"PATCH": "patch", "DELETE": "delete", "GET": "get"}
+    calls = set()
+    for request in requests:
+        parts = request["path"].strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        rest = parts[4:] if parts[0] == "api" else parts[5:]  # after namespaces/<ns>: <resource>[/<name>[/<sub>]]
+        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+        calls.add(
+            (group, resource, "list" if request["method"] == "GET" and len(rest) == 1 else verbs[request["method"]])
+        )
+    return calls
+
+
 def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
-    """platform/kubernetes/rbac.yaml must allow what ensure, replicas, log_tail and delete send."""
+    """platform/kubernetes/base/rbac.yaml: the controller's ClusterRole allows what ensure,
+    replicas, log_tail and delete send; web's reader allows what the pool pages send (the
+    pod list and a log tail) and nothing that writes."""
     from django.conf import settings
 
     documents = list(
@@ -352,26 +406,17 @@ def test_rbac_manifest_is_valid_and_grants_every_call_the_driver_makes(cluster):
     )
     for document in documents:
         kubernetes_validate.validate(document, K8S_VERSION, strict=True)
-    role = next(d for d in documents if d["kind"] == "Role")
-    granted = {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
+    roles = {d["metadata"]["name"]: d for d in documents if d["kind"] == "ClusterRole"}
+    controller, reader = _granted(roles["modelplane-pool-controller"]), _granted(roles["modelplane-pool-reader"])
     driver, api, _ = cluster
     driver.ensure()
     assert driver.log_tail("triton-ctr-gpu-a", lines=3).splitlines() == ["I line 97", "I line 98", "I line 99"]
     driver.delete()
-    verbs = {"PATCH": "patch", "DELETE": "delete", "GET": "get"}
-    for request in api.requests:
-        parts = request["path"].strip("/").split("/")
-        group = "" if parts[0] == "api" else parts[1]
-        rest = parts[4:] if parts[0] == "api" else parts[5:]  # after namespaces/<ns>: <resource>[/<name>[/<sub>]]
-        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-        verb = "list" if request["method"] == "GET" and len(rest) == 1 else verbs[request["method"]]
-        assert (group, resource, verb) in granted, (request["method"], request["path"])
+    assert _calls(api.requests) <= controller, _calls(api.requests) - controller
+    api.requests.clear()
+    driver.replicas()  # what web does for a pool page
+    driver.log_tail("triton-ctr-gpu-a", lines=3)
+    assert _calls(api.requests) <= reader and {verb for _, _, verb in reader} <= {"get", "list", "watch"}
 
 
 @pytest.mark.django_db
@@ -413,6 +458,7 @@ def test_reconcile_of_a_kubernetes_pool_applies_and_records_its_pods(cluster, de
         "services",
         "horizontalpodautoscalers",  # a GPU pool between 1 and 4 replicas, on Triton's queue time
         "networkpolicies",
+        "secrets",  # its own Triton admin key
     }
     assert sorted(pool.replica_set.values_list("name", "status")) == [
         ("triton-ctr-gpu-a", "ready"),

@@ -30,11 +30,19 @@ def spec(**overrides) -> PoolSpec:
         device_kind="cpu",
         resources={"cpu": "2", "memory": "4Gi"},
         namespace="serving",
+        team="team-a",
         min_replicas=2,
         max_replicas=8,
+        admin_key="ranker-admin-key",
     )
     base.update(overrides)
     return PoolSpec(**base)
+
+
+@pytest.fixture(autouse=True)
+def serving_namespace(settings):
+    """The operator gave team-a the namespace `serving` (deployments/pool_policy.py)."""
+    settings.POOL_TEAM_NAMESPACES = {"team-a": ["serving"]}
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from experiments.selectors.training import TEAM_TAG
 from kernel import mlflow as mlflow_config
-from tests.browser import login
+from tests.browser import login, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -52,7 +52,7 @@ def test_compare_two_runs(live_server, browser_page, mlflow_store, alice, team_a
     assert page.get_attribute("#compare-params tr[data-param=hidden]", "class") == "differs"
     assert page.get_attribute("#compare-params tr[data-param=lr]", "class") is None
 
-    page.wait_for_function("() => window.Chart && Object.keys(Chart.instances).length === 2", timeout=15000)
+    wait_until(page, "() => window.Chart && Object.keys(Chart.instances).length === 2", timeout=15000)
     charts = page.evaluate("""() => Object.values(Chart.instances).map(c => ({
         metric: c.canvas.dataset.metric, type: c.config.type, axis: c.options.scales.y.title.text,
         datasets: c.data.datasets.map(d => ({label: d.label, points: d.data.length}))}))""")
@@ -69,5 +69,5 @@ def test_compare_two_runs(live_server, browser_page, mlflow_store, alice, team_a
 
     page.click("#compare-metrics thead a:has-text('wider')")  # to the run's page and back to its versions
     page.wait_for_url(f"**/experiments/training/runs/{runs['wider']}/")
-    page.wait_for_function("() => window.Chart && Object.keys(Chart.instances).length === 2", timeout=15000)
+    wait_until(page, "() => window.Chart && Object.keys(Chart.instances).length === 2", timeout=15000)
     assert "hidden" in page.inner_text("#run-params") and "0.7457" in page.inner_text("#run-metrics")

@@ -31,7 +31,7 @@ from experiments.services import online as services
 from harness import factories
 from harness.gateway import start_gateway, start_triton, stop_gateway
 from harness.triton_models import SIGNATURE, ctr_model
-from tests.browser import login
+from tests.browser import login, wait_until
 from tests.conftest import require_service
 from tests.gateway.conftest import require_triton
 
@@ -121,7 +121,8 @@ def test_page_updates_live_ship_from_the_page_then_shipped(
             if sum(units) > 50:
                 break
             time.sleep(2)
-        page.wait_for_function(
+        wait_until(
+            page,
             "() => window.notReloaded && [...document.querySelectorAll('#arms td.units')]"
             ".reduce((s, t) => s + Number(t.textContent), 0) > 0",
             timeout=10_000,
@@ -178,9 +179,7 @@ def test_page_updates_live_ship_from_the_page_then_shipped(
         assert Rollout.objects.get(pk=rollout_id).state == "succeeded"
         assert page.inner_text("#experiment-state") == "shipping"  # not before the tick saw it
         tick()
-        page.wait_for_function(
-            "() => document.getElementById('experiment-state').textContent === 'shipped'", timeout=15_000
-        )
+        wait_until(page, "() => document.getElementById('experiment-state').textContent === 'shipped'", timeout=15_000)
         assert page.evaluate("() => window.notReloaded")
         assert "succeeded" in page.inner_text("#ship-status")
         assert Experiment.objects.get(pk=exp.pk).state == "shipped"

@@ -15,6 +15,7 @@ from harness import factories
 from monitoring.models import Alert
 from monitoring.services.alerts import alert_raise
 from monitoring.services.store import samples_store
+from tests.browser import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -56,7 +57,8 @@ def test_overview_charts_banner_and_acknowledge(live_server, browser_page, alice
     assert "1 open alert" in page.inner_text("#alert-banner")
     # six panels; the three with data draw one line per variant (+ a dashed SLO line on
     # error rate and p99 latency, from the endpoint's SLOs)
-    page.wait_for_function(
+    wait_until(
+        page,
         "() => { const charts = Object.values(Chart.instances);"
         " return charts.length === 6 && charts.filter(c => c.data.datasets.filter(d => !d.slo).length === 2"
         " && c.data.datasets.filter(d => !d.slo).every(d => d.data.length === 30)).length === 3; }",
@@ -92,7 +94,8 @@ def test_overview_charts_banner_and_acknowledge(live_server, browser_page, alice
     titles = page.locator(".panel-title").all_inner_texts()
     assert "Latency p99 (ms)" in titles and "request_rate" not in " ".join(titles)
     page.click("nav.range a:text-is('15m')")
-    page.wait_for_function(
+    wait_until(
+        page,
         "() => { const c = Object.values(Chart.instances);"
         " return c.length === 6 && c.every(x => x.options.scales.x.max - x.options.scales.x.min === 900000); }",
         timeout=15000,
@@ -104,7 +107,7 @@ def test_overview_charts_banner_and_acknowledge(live_server, browser_page, alice
 
     page.goto(f"{live_server.url}/monitoring/alerts/?status=open")
     page.click(f"#alert-{alert.pk} button:has-text('Acknowledge')")
-    page.wait_for_function(f"document.querySelector('#alert-{alert.pk}').innerText.includes('acknowledged')")
+    wait_until(page, f"document.querySelector('#alert-{alert.pk}').innerText.includes('acknowledged')")
     assert page.url.endswith("/monitoring/alerts/?status=open")  # swapped in place, no navigation
     assert Alert.objects.get(pk=alert.pk).status == "acknowledged"
     page.goto(f"{live_server.url}/models/")

@@ -9,52 +9,15 @@ lists, details, the audit trail or the database row)."""
 import io
 import json
 import tarfile
-import zipfile
 
-import numpy as np
 import pytest
-from safetensors.numpy import save as safetensors_bytes
 
 from harness import factories
 from registry import secret_box, storage
 from registry.models import Event, LLMSpec, ModelVersion, ProviderSecret, Role, Task
+from tests.registry.llm_archives import hf_files, tar_gz, zipped
 
 pytestmark = pytest.mark.django_db
-CONFIG = {"model_type": "gpt2", "n_positions": 128, "vocab_size": 16}
-TOKENIZER_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": "{{ messages }}"}
-
-
-def hf_files(*, extra: dict | None = None, config: dict | None = None) -> dict[str, bytes]:
-    files = {
-        "config.json": json.dumps(config or CONFIG).encode(),
-        "model.safetensors": safetensors_bytes({"wte": np.zeros((16, 4), dtype=np.float32)}),
-        "tokenizer.json": b'{"version": "1.0", "model": {"type": "WordLevel", "vocab": {}}}',
-        "tokenizer_config.json": json.dumps(TOKENIZER_CONFIG).encode(),
-    }
-    files.update(extra or {})
-    return files
-
-
-def tar_gz(files: dict[str, bytes], *, links: dict[str, str] | None = None, prefix: str = "") -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(prefix + name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        for name, target in (links or {}).items():
-            info = tarfile.TarInfo(name)
-            info.type, info.linkname = tarfile.SYMTYPE, target
-            tar.addfile(info)
-    return buffer.getvalue()
-
-
-def zipped(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-    return buffer.getvalue()
 
 
 @pytest.fixture
@@ -149,6 +112,30 @@ def test_a_model_directory_becomes_a_version_with_its_triton_artifact(alice_api,
     artifact = version.artifacts.get()
     assert artifact.pk == body["artifact"] and artifact.variant == "llm" and artifact.status == "servable"
     assert (storage.artifact_model_dir(artifact) / "config.pbtxt").is_file()
+
+
+def test_an_archive_made_with_tar_dash_c_dot_loads(alice_api, llm_model, tmp_path):
+    """`tar -C dir .` writes `.` and `./config.json`, ...: the directory itself is no path outside it."""
+    import shutil
+    import subprocess
+
+    source = tmp_path / "model"
+    source.mkdir()
+    for name, data in hf_files().items():
+        (source / name).write_bytes(data)
+    archive = tmp_path / "model.tar.gz"
+    subprocess.run([shutil.which("tar"), "-C", str(source), "-czf", str(archive), "."], check=True)
+    with tarfile.open(archive) as tar:
+        assert tar.getnames()[0] == "." and "./config.json" in tar.getnames()
+    response = upload(alice_api, archive.read_bytes(), "model.tar.gz")
+    assert response.status_code == 201, response.content
+    assert response.json()["llm"]["context_length"] == 128
+    zipped_dot = zipped({f"./{name}": data for name, data in hf_files().items()})
+    factories.registered_model(llm_model.team, name="chat-zip", task=Task.LLM)
+    archive_zip = io.BytesIO(zipped_dot)
+    archive_zip.name = "m.zip"
+    again = alice_api.post("/api/v1/models/chat-zip/llm-versions/", {"archive": archive_zip}, format="multipart")
+    assert again.status_code == 201, again.content
 
 
 # --- backend references and secrets -------------------------------------------------------------

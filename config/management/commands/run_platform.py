@@ -26,6 +26,20 @@ POLL_S = 0.1  # how often dead children are noticed (a gateway restart must be q
 HEARTBEAT_EVERY_S = 5.0
 
 
+def reap_leftovers(log) -> None:
+    """At the platform's stop, once its children are gone: the scratch tritonservers of
+    builds whose worker did not end them (registry/factory/scratch.py; none is held now)."""
+    from registry.factory.scratch import scratch_reap
+
+    try:
+        done = scratch_reap()
+    except Exception as exc:  # stopping goes on; the next worker's start reaps again
+        log(f"reaping scratch tritonservers failed: {exc}")
+        return
+    if done["killed"] or done["removed"]:
+        log(f"reaped scratch tritonservers {done['killed']} and build work dirs {done['removed']}")
+
+
 def ensure_gateway_token() -> str:
     """The gateway's service account: may read the route table, nothing else."""
     from django.contrib.auth.models import Permission
@@ -235,4 +249,5 @@ class Command(BaseCommand):
             time.sleep(POLL_S)
         heartbeat.stopping.set()
         supervisor.stop()
+        reap_leftovers(self.log)
         self.stdout.write("stopped")

@@ -2,9 +2,11 @@
 talks to the pods (docs/pools.md)."""
 
 from deployments.drivers.kubernetes.driver import HANDOVER_MANAGER, KubernetesDriver, owns_replicas
+from deployments.drivers.kubernetes.isolation import SpecRefused
 from deployments.drivers.kubernetes.objects import (
     FIELD_MANAGER,
     ClusterSettings,
+    admin_secret_name,
     autoscaled,
     object_name,
     render,
@@ -16,6 +18,8 @@ __all__ = [
     "HANDOVER_MANAGER",
     "ClusterSettings",
     "KubernetesDriver",
+    "SpecRefused",
+    "admin_secret_name",
     "autoscaled",
     "object_name",
     "owns_replicas",

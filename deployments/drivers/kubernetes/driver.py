@@ -30,16 +30,16 @@ from deployments.drivers.kubernetes.objects import (
     HTTP_PORT,
     METRICS_PORT,
     ClusterSettings,
+    admin_secret_name,
     autoscaled,
     object_name,
     render,
     selector,
 )
-from kernel.conf import setting
 
 APPLY = "application/apply-patch+yaml"
 HANDOVER_MANAGER = "modelplane-handover"
-KINDS = ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy")
+KINDS = ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy", "Secret")
 
 
 class ApiRefused(DriverError):
@@ -86,8 +86,8 @@ class KubernetesDriver(PoolDriver):
         self._api_client = api_client
         self.pod_http_port, self.pod_metrics_port, self.pod_grpc_port = pod_http_port, pod_metrics_port, pod_grpc_port
         self.cluster = cluster or ClusterSettings.from_env()
-        # The key Triton's restricted model-repository API wants (the Secret the pods read).
-        self.admin_key = setting("TRITON_ADMIN_KEY", "") if admin_key is None else admin_key
+        # The key Triton's restricted model-repository API wants: the pool's own (the Secret its pods read).
+        self.admin_key = spec.admin_key if admin_key is None else admin_key
 
     @property
     def api_client(self) -> client.ApiClient:
@@ -134,6 +134,7 @@ class KubernetesDriver(PoolDriver):
                 networking.patch_namespaced_network_policy,
                 networking.delete_namespaced_network_policy,
             ),
+            "Secret": (core.patch_namespaced_secret, core.delete_namespaced_secret),
         }
 
     def _apply(self, patch, obj: dict, *, manager: str = FIELD_MANAGER, force: bool = True):
@@ -195,7 +196,8 @@ class KubernetesDriver(PoolDriver):
             if current is not None and handover:
                 self._hand_over_replicas(apis["Deployment"][0], deployment, current)
         applied = []
-        for obj in objects:
+        # The admin key's Secret first: the pods read it when they start.
+        for obj in sorted(objects, key=lambda o: o["kind"] != "Secret"):
             self._apply(apis[obj["kind"]][0], obj)
             applied.append(obj["kind"])
             if obj is deployment and hpa and handover and current is None:
@@ -249,9 +251,11 @@ class KubernetesDriver(PoolDriver):
         self.spec = PoolSpec(**{**self.spec.__dict__, "replicas": replicas})
         return self.ensure()
 
-    def _delete_quietly(self, fn, kind: str) -> None:
+    def _delete_quietly(self, fn, kind: str, name: str = "") -> None:
         try:
-            fn(object_name(self.spec), self.spec.namespace, _preload_content=False)  # the reply body is not needed
+            fn(
+                name or object_name(self.spec), self.spec.namespace, _preload_content=False
+            )  # the reply body is not needed
         except client.ApiException as exc:
             if exc.status != 404:
                 raise DriverError(f"delete {kind}: Kubernetes API answered {exc.status} {exc.reason}") from None
@@ -262,6 +266,7 @@ class KubernetesDriver(PoolDriver):
         apis = self._apis()
         for kind in ("NetworkPolicy", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service", "Deployment"):
             self._delete_quietly(apis[kind][1], kind)
+        self._delete_quietly(apis["Secret"][1], "Secret", name=admin_secret_name(self.spec))
 
     def log_tail(self, replica: str, lines: int = 60) -> str:
         core = client.CoreV1Api(self.api_client)

@@ -1,27 +1,30 @@
 """A Kubernetes pool's objects, rendered with the `kubernetes` client's models from one
 PoolSpec: a Deployment of Triton pods, its Service, a HorizontalPodAutoscaler (when the
-pool autoscales), a PodDisruptionBudget (when it has two or more replicas to protect) and
-a NetworkPolicy.
+pool autoscales), a PodDisruptionBudget (when it has two or more replicas to protect), a
+NetworkPolicy and the Secret with the pool's own Triton admin key.
 
-Who may reach a pool: only the gateway and the control plane (web, worker, pool
-supervisor) reach Triton's HTTP and gRPC ports; its model load/unload API is further
-restricted by Triton itself to callers with the pool's admin key (a Secret only the
-control plane reads); its metrics port is open to the control plane's collector and to
-Prometheus. Pods run as a non-root user with a read-only root filesystem, every
-capability dropped, the runtime's seccomp profile and no service-account token.
+Nothing renders for a spec the operator's policy refuses (isolation.py: namespace, image,
+repository secret) or for a pool without an admin key of its own: what the driver applies
+never holds the platform's namespace, Secrets or key. Who may reach a pool and whom its
+pods may reach is isolation.py's NetworkPolicy; Triton's model load/unload API is
+restricted to callers with the pool's admin key. Pods run as a non-root user with a
+read-only root filesystem, every capability dropped, the runtime's seccomp profile and no
+service-account token.
 
 Why this is one long module: every object of one pool is rendered from one spec and they name each other (selector, ports, scale target).
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 from kubernetes import client
 
 from deployments.drivers.base import PoolSpec
+from deployments.drivers.kubernetes import isolation
+from deployments.pool_policy import PLATFORM_SECRET_PREFIX, PoolPolicy
+from kernel.conf import setting
 from kernel.triton import ADMIN_KEY_HEADER
 from registry.names import TENSORRT_CACHE_DIR
 
@@ -39,20 +42,29 @@ PENDING_METRIC = "nv_inference_pending_request_count"
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """Where the platform itself runs, for the pools' NetworkPolicies and admin key."""
+    """Where the platform itself runs (the pools' NetworkPolicies), what an operator allows
+    team pools (deployments/pool_policy.py) and where pool pods may connect besides DNS."""
 
     platform_namespace: str = "modelplane"
     prometheus_namespace: str = "monitoring"
-    admin_secret: str = "modelplane-triton-admin"  # Secret with key `admin-key` in each pool namespace
+    policy: PoolPolicy = field(default_factory=PoolPolicy)
+    egress_cidrs: tuple[str, ...] = ()  # the object store's addresses (POOL_EGRESS_CIDRS)
 
     @classmethod
     def from_env(cls) -> ClusterSettings:
-        env = os.environ
+        """From the settings (a Django setting, then the environment: kernel.conf)."""
+        policy = PoolPolicy.from_settings()
         return cls(
-            platform_namespace=env.get("KUBERNETES_PLATFORM_NAMESPACE") or cls.platform_namespace,
-            prometheus_namespace=env.get("KUBERNETES_PROMETHEUS_NAMESPACE") or cls.prometheus_namespace,
-            admin_secret=env.get("TRITON_ADMIN_SECRET") or cls.admin_secret,
+            platform_namespace=policy.platform_namespace,
+            prometheus_namespace=policy.prometheus_namespace,
+            policy=policy,
+            egress_cidrs=tuple(setting("POOL_EGRESS_CIDRS", [])),
         )
+
+
+def admin_secret_name(spec: PoolSpec) -> str:
+    """The pool's own Secret with its Triton admin key (a platform name: never bindable)."""
+    return f"{PLATFORM_SECRET_PREFIX}triton-admin-{spec.name}"
 
 
 def object_name(spec: PoolSpec) -> str:
@@ -173,7 +185,6 @@ def _security(spec: PoolSpec) -> tuple[client.V1PodSecurityContext, client.V1Sec
 
 
 def render_deployment(spec: PoolSpec, cluster: ClusterSettings | None = None) -> client.V1Deployment:
-    cluster = cluster or ClusterSettings.from_env()
     gpu = spec.device_kind != "cpu"
     repository, volumes, mounts = _volumes(spec, gpu)
     requests = {k: v for k, v in (spec.resources or {}).items()}
@@ -187,12 +198,12 @@ def render_deployment(spec: PoolSpec, cluster: ClusterSettings | None = None) ->
         client.V1EnvVar(
             name="TRITON_ADMIN_KEY",
             value_from=client.V1EnvVarSource(
-                secret_key_ref=client.V1SecretKeySelector(name=cluster.admin_secret, key="admin-key")
+                secret_key_ref=client.V1SecretKeySelector(name=admin_secret_name(spec), key="admin-key")
             ),
         )
     ]
-    # The object store's credentials: the pool's Secret, its keys as the standard variables
-    # Triton's S3/GCS/Azure clients read (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...).
+    # The object store's credentials: a Secret an admin bound to the team in this namespace,
+    # its keys as the standard variables Triton's S3/GCS/Azure clients read (AWS_ACCESS_KEY_ID, ...).
     env_from = (
         [client.V1EnvFromSource(secret_ref=client.V1SecretEnvSource(name=spec.repository_secret))]
         if spec.repository_secret
@@ -339,61 +350,43 @@ def render_pdb(spec: PoolSpec) -> client.V1PodDisruptionBudget:
     )
 
 
-def _peers(namespace: str, components: list[str]) -> client.V1NetworkPolicyPeer:
-    return client.V1NetworkPolicyPeer(
-        namespace_selector=client.V1LabelSelector(match_labels={"kubernetes.io/metadata.name": namespace}),
-        pod_selector=client.V1LabelSelector(
-            match_labels={"app.kubernetes.io/part-of": "modelplane"},
-            match_expressions=[
-                client.V1LabelSelectorRequirement(key="app.kubernetes.io/component", operator="In", values=components)
-            ],
-        ),
-    )
-
-
-def render_network_policy(spec: PoolSpec, cluster: ClusterSettings | None = None) -> client.V1NetworkPolicy:
-    """Ingress to the pool's pods: inference ports from the gateway and the control plane,
-    metrics from the control plane and Prometheus; nothing else."""
-    cluster = cluster or ClusterSettings.from_env()
-    tcp = [client.V1NetworkPolicyPort(protocol="TCP", port=p) for p in ("http", "grpc")]
-    prometheus = client.V1NetworkPolicyPeer(
-        namespace_selector=client.V1LabelSelector(
-            match_labels={"kubernetes.io/metadata.name": cluster.prometheus_namespace}
-        ),
-        pod_selector=client.V1LabelSelector(match_labels={"app.kubernetes.io/name": "prometheus"}),
-    )
-    return client.V1NetworkPolicy(
-        api_version="networking.k8s.io/v1",
-        kind="NetworkPolicy",
-        metadata=client.V1ObjectMeta(name=object_name(spec), namespace=spec.namespace, labels=labels(spec)),
-        spec=client.V1NetworkPolicySpec(
-            pod_selector=client.V1LabelSelector(match_labels=selector(spec)),
-            policy_types=["Ingress"],
-            ingress=[
-                client.V1NetworkPolicyIngressRule(
-                    _from=[_peers(cluster.platform_namespace, ["gateway", "web", "worker", "pools"])], ports=tcp
-                ),
-                client.V1NetworkPolicyIngressRule(
-                    _from=[_peers(cluster.platform_namespace, ["web", "worker"]), prometheus],
-                    ports=[client.V1NetworkPolicyPort(protocol="TCP", port="metrics")],
-                ),
-            ],
-        ),
+def render_admin_secret(spec: PoolSpec) -> client.V1Secret:
+    """The pool's own Triton admin key: its pods read it, the driver sends it; no other pool
+    and no platform key opens this pool's model repository API."""
+    return client.V1Secret(
+        api_version="v1",
+        kind="Secret",
+        metadata=client.V1ObjectMeta(name=admin_secret_name(spec), namespace=spec.namespace, labels=labels(spec)),
+        type="Opaque",
+        string_data={"admin-key": spec.admin_key},
     )
 
 
 def render(spec: PoolSpec, cluster: ClusterSettings | None = None) -> list[dict]:
-    """Every object of a pool as plain dicts (camelCase, as the API server expects)."""
+    """Every object of a pool as plain dicts (camelCase, as the API server expects): the
+    Deployment first, the admin key's Secret last (the driver applies it first). Raises
+    SpecRefused, naming the field and the rule, for a spec the policy refuses."""
     cluster = cluster or ClusterSettings.from_env()
+    isolation.renderable(spec, cluster.policy)
     sanitize = client.ApiClient().sanitize_for_serialization
     objects = [render_deployment(spec, cluster), render_service(spec)]
     if autoscaled(spec):  # an HPA never scales a Deployment up from 0, and would undo a scale to 0
         objects.append(render_hpa(spec))
     if floor_replicas(spec) >= 2:  # at one replica a budget either protects nothing or blocks every drain
         objects.append(render_pdb(spec))
-    objects.append(render_network_policy(spec, cluster))
+    objects.append(
+        isolation.render_network_policy(
+            spec, labels=labels(spec), selector=selector(spec), name=object_name(spec), cluster=cluster
+        )
+    )
+    objects.append(render_admin_secret(spec))
     return [sanitize(obj) for obj in objects]
 
 
 def render_yaml(spec: PoolSpec, cluster: ClusterSettings | None = None) -> str:
-    return yaml.safe_dump_all(render(spec, cluster), sort_keys=False)
+    """What `manage.py render_pool` prints: the objects with the admin key left out."""
+    objects = render(spec, cluster)
+    for obj in objects:
+        if obj["kind"] == "Secret":
+            obj["stringData"] = {key: "(the pool's own key: not shown)" for key in obj.get("stringData") or {}}
+    return yaml.safe_dump_all(objects, sort_keys=False)
