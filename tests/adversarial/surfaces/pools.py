@@ -57,8 +57,8 @@ SURFACES = [
         routes=(
             "GET /api/v1/pool-secret-bindings/",
             "POST /api/v1/pool-secret-bindings/",
-            "GET /api/v1/pool-secret-bindings/{id}/",
-            "DELETE /api/v1/pool-secret-bindings/{id}/",
+            "GET /api/v1/pool-secret-bindings/{pk}/",
+            "DELETE /api/v1/pool-secret-bindings/{pk}/",
         ),
         cases={
             Abuse.FOREIGN_OBJECTS: (
