@@ -125,3 +125,12 @@ def pool_health_problems() -> dict[str, dict[str, str]]:
     for pool_name, replica, status, error in rows:
         problems.setdefault(pool_name, {})[replica] = f"{status}: {error}" if error else status
     return problems
+
+
+def replica_listeners() -> list[str]:
+    """Every pool replica's HTTP and gRPC address, of every team (kernel/outbound.py refuses a
+    tenant URL that points at one: a Triton pool is reached by pool, never by URL)."""
+    out = []
+    for http_url, grpc_url in PoolReplica.objects.values_list("http_url", "grpc_url"):
+        out += [url for url in (http_url, grpc_url) if url]
+    return out

@@ -27,6 +27,9 @@ def schema_errors(table: dict) -> list[str]:
     return [f"{'/'.join(map(str, e.instance_path))}: {e.message}" for e in validator.iter_errors(table)]
 
 
+ORIGINS = ["https://provider.example.test"]  # the external backend's origin: where its secret may go
+
+
 @pytest.fixture
 def admin_a(team_a):
     user = factories.user("ada")
@@ -36,7 +39,9 @@ def admin_a(team_a):
 
 @pytest.fixture
 def secret(admin_a, team_a):
-    return llm_services.secret_create(user=admin_a, team=team_a, name="provider", value="sk-provider-0123456789")
+    return llm_services.secret_create(
+        user=admin_a, team=team_a, name="provider", value="sk-provider-0123456789", origins=ORIGINS
+    )
 
 
 @pytest.fixture
@@ -156,7 +161,9 @@ def test_key_token_limits_through_the_api(deployer_api, chat):
 
 # --- the route table ----------------------------------------------------------------------------
 def test_route_entries_backends_fallbacks_and_only_named_secrets(chat, external, pool, team_a, admin_a, secret):
-    unused = llm_services.secret_create(user=admin_a, team=team_a, name="unused", value="sk-unused-0123456789")
+    unused = llm_services.secret_create(
+        user=admin_a, team=team_a, name="unused", value="sk-unused-0123456789", origins=ORIGINS
+    )
     factories.endpoint(
         pool, chat, name="chat", kind="llm", public=True, llm_fallbacks=[external.pk], first_token_timeout_ms=4000
     )
@@ -222,14 +229,27 @@ def test_keys_page_stores_a_provider_secret_and_shows_its_value_once(admin_a, de
 
     other_admin = factories.user("bea")
     factories.member(other_admin, team_b, Role.ADMIN)
-    llm_services.secret_create(user=other_admin, team=team_b, name="their-secret", value="sk-of-team-b-00000000")
+    llm_services.secret_create(
+        user=other_admin, team=team_b, name="their-secret", value="sk-of-team-b-00000000", origins=ORIGINS
+    )
     client = Client()
     client.force_login(admin_a)
     value = "sk-page-abcdefghijklmn-TAIL"
-    stored = client.post("/deployments/keys/secrets/", {"team": "team-a", "name": "page-secret", "value": value})
+    stored = client.post(
+        "/deployments/keys/secrets/",
+        {"team": "team-a", "name": "page-secret", "value": value, "origins": "https://api.example.test"},
+    )
     assert stored.status_code == 200 and value in stored.content.decode()
     page = client.get("/deployments/keys/").content.decode()
     assert "page-secret" in page and "…TAIL" in page and value not in page
+    assert "https://api.example.test" in page  # where it may be sent, bound when stored
+    # the form goes through the same service check: an internal origin is refused, nothing stored
+    refused = client.post(
+        "/deployments/keys/secrets/",
+        {"team": "team-a", "name": "inside", "value": "sk-inside-0123456789", "origins": "http://169.254.169.254"},
+        follow=True,
+    )
+    assert "metadata" in refused.content.decode() and not ProviderSecret.objects.filter(name="inside").exists()
     assert "their-secret" not in page
     created = client.post(
         "/deployments/keys/",
