@@ -110,6 +110,7 @@ class Gateway:
         if self.grpc_service is not None:  # channels to gRPC addresses no route names any more
             targets = {e[3] for ep in table.endpoints.values() for v in ep.variants for e in v.replicas}
             asyncio.get_running_loop().create_task(self.grpc_service.channels.retain(targets))
+        self.llm.configure(document, table.pool_addresses())  # the outbound rules of tenant backends
         self.table = table
         metrics.ROUTE_ENDPOINTS.set(len(table.endpoints))
         metrics.ROUTE_LOADED_AT.set(time.time())

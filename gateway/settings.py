@@ -52,6 +52,11 @@ class Settings:
     )
     feedback_events_per_s: float = 50_000.0  # per key (or per experiment for token-only batches), per process
     llm_anonymous_streams: int = 64  # anonymous LLM requests in flight per public endpoint, per host (llm/quotas.py)
+    # a reply that is not streamed is held whole: its bytes, and every reply's of one key / one
+    # team at once on the host (llm/buffers.py); past them: 502 reply_too_large / 429 reply_buffer_full
+    llm_max_reply_bytes: int = 1 << 20
+    llm_buffer_bytes_per_key: int = 16 << 20
+    llm_buffer_bytes_per_team: int = 64 << 20
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -100,6 +105,9 @@ class Settings:
             grpc_max_rpcs=number("GATEWAY_GRPC_MAX_RPCS", cls.grpc_max_rpcs),
             feedback_events_per_s=number("GATEWAY_FEEDBACK_EVENTS_PER_S", cls.feedback_events_per_s, float),
             llm_anonymous_streams=number("GATEWAY_LLM_ANONYMOUS_STREAMS", cls.llm_anonymous_streams),
+            llm_max_reply_bytes=number("GATEWAY_LLM_MAX_REPLY_BYTES", cls.llm_max_reply_bytes),
+            llm_buffer_bytes_per_key=number("GATEWAY_LLM_BUFFER_BYTES_PER_KEY", cls.llm_buffer_bytes_per_key),
+            llm_buffer_bytes_per_team=number("GATEWAY_LLM_BUFFER_BYTES_PER_TEAM", cls.llm_buffer_bytes_per_team),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         if not values["metrics_token"] and not values["metrics_open"]:

@@ -161,6 +161,36 @@ class SharedLimits:
             if locked:
                 lock.release()
 
+    def hold(self, slot: int, amount: float, limit: float) -> float | None:
+        """Add `amount` to what the slot holds (a tenant's buffered reply bytes, gateway/llm/buffers.py)
+        when the total stays within `limit`: None; else what it holds now (nothing added). What a
+        worker holds goes back when it dies, like its requests in flight (`forget_row`)."""
+        values = self.values
+        index = slot * FIELDS + 3
+        lock = self.lock
+        locked = lock.acquire(True, LOCK_WAIT_S)
+        try:
+            held = values[index]
+            if held + amount > limit:
+                return held
+            values[index] = held + amount
+            values[self.row_base + slot] += amount
+        finally:
+            if locked:
+                lock.release()
+        return None
+
+    def unhold(self, slot: int, amount: float) -> None:
+        values = self.values
+        lock = self.lock
+        locked = lock.acquire(True, LOCK_WAIT_S)
+        try:
+            values[slot * FIELDS + 3] -= amount
+            values[self.row_base + slot] -= amount
+        finally:
+            if locked:
+                lock.release()
+
     def in_flight(self, slot: int) -> int:
         return int(self.values[slot * FIELDS + 3])
 

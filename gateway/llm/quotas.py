@@ -32,7 +32,7 @@ from .errors import LlmError
 _local: SharedLimits | None = None
 
 
-def _store() -> SharedLimits:
+def limits_store() -> SharedLimits:
     """The host's shared store; a process of its own (one worker, tests) gets a private one."""
     global _local
     shared = tenants.shared_store()
@@ -60,7 +60,7 @@ def admit(key, now: float, estimate: int) -> Admission:
     if refusal is not None:
         problem, reason, wait = refusal
         raise LlmError(429, reason, problem[2], None, wait)
-    store = _store()
+    store = limits_store()
     admission = Admission(key, store)
     try:
         if key.max_streams is not None:
@@ -109,7 +109,7 @@ def admit_call(key, endpoint: str, now: float, estimate: int, anonymous_limit: i
 def admit_anonymous(endpoint: str, now: float, limit: int) -> Admission:
     """Take one of the endpoint's anonymous in-flight requests (an Admission to `finish`), or
     raise LlmError 429 when its anonymous callers already hold `limit` (this replica's share)."""
-    store = _store()
+    store = limits_store()
     admission = Admission(None, store)
     slot = store.slot(f"\x1eanonymous\x1f{endpoint}")  # \x1e: never a key id's slot
     if slot < 0:  # the store is full: admitted, uncounted (as a key is, sharedlimits.py)

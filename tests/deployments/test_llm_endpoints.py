@@ -182,8 +182,35 @@ def test_route_entries_backends_fallbacks_and_only_named_secrets(chat, external,
     (fallback,) = chat_entry["fallbacks"]
     assert fallback["kind"] == "openai" and fallback["urls"] == ["https://provider.example.test/v1"]
     assert fallback["secret"] == secret.gateway_id and fallback["cost_per_1k_completion"] == 1.5
-    assert table["secrets"] == [{"id": secret.gateway_id, "value": "sk-provider-0123456789"}]
+    assert table["secrets"] == [{"id": secret.gateway_id, "value": "sk-provider-0123456789", "origins": ORIGINS}]
     assert unused.gateway_id not in json.dumps(table)
+    rules = table["llm_rules"]  # what the gateway vets every connection to a tenant backend with
+    assert "http://127.0.0.1:18000" in rules["platform_listeners"]  # the pool's replicas: never a tenant URL
+    assert rules["first_token_timeout_max_ms"] == 60_000 and len(rules["hop_mark"]) == 24
+
+
+def test_a_secret_not_bound_to_its_backends_origin_fails_the_entry(chat, pool, team_a, secret):
+    """A reference stored before secrets were bound (or written around the service) never gets
+    the secret into the table: its entry fails with a reason on the endpoint page."""
+    stray = factories.llm_artifact(
+        team_a, model_name="stray", kind="openai", base_url="https://listener.example.test/v1", secret=secret
+    )
+    factories.endpoint(pool, stray, name="stray", kind="llm")
+    table, problems, _ = route_build()
+    assert "not bound to https://listener.example.test" in problems["stray"].reason
+    assert "sk-provider" not in json.dumps(table)
+
+
+def test_the_first_token_timeout_has_an_operators_ceiling(chat, pool, deployer_api, settings):
+    settings.LLM_FIRST_TOKEN_TIMEOUT_MAX_MS = 5000
+    over = create(deployer_api, name="slow-chat", stable_artifact=chat.pk, kind="llm", first_token_timeout_ms=5001)
+    assert over.status_code == 400 and over.json()["code"] == "bad_first_token_timeout_ms"
+    assert "1..5000" in over.json()["detail"]
+    ok = create(deployer_api, name="slow-chat", stable_artifact=chat.pk, kind="llm", first_token_timeout_ms=5000)
+    assert ok.status_code == 201, ok.content
+    settings.LLM_FIRST_TOKEN_TIMEOUT_MAX_MS = 2000  # lowered later: the table serves the ceiling
+    (entry,) = route_build()[0]["llm_endpoints"]
+    assert entry["first_token_timeout_ms"] == 2000
 
 
 def test_rollout_candidate_is_a_canary_variant(chat, pool, team_a):

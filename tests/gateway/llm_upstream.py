@@ -38,12 +38,17 @@ from kernel.tritonserver import free_port
 
 
 class LlmUpstream:
-    def __init__(self, *, api_key: str | None = None):
+    def __init__(self, *, api_key: str | None = None, twin_of: LlmUpstream | None = None):
+        """`twin_of`: another stand-in whose records this one shares (one list of requests in
+        arrival order): a provider (kind openai) on a port of its own beside a "pool" (kind
+        triton), since a pool's address is never a tenant backend's (gateway/llm/guard.py)."""
         self.port = free_port()
         self.api_key = api_key
-        self.requests: list[dict] = []
-        self.cancelled: Counter = Counter()  # model -> streams whose client left before the end
-        self.completed: Counter = Counter()
+        self.requests: list[dict] = [] if twin_of is None else twin_of.requests
+        # model -> streams whose client left before the end
+        self.cancelled: Counter = Counter() if twin_of is None else twin_of.cancelled
+        self.completed: Counter = Counter() if twin_of is None else twin_of.completed
+        self.provider: LlmUpstream | None = None  # the twin serving kind openai, when the test made one
         self.loop = None
         self.runner = None
         self.thread = None
