@@ -24,9 +24,8 @@ import hmac
 
 from django.conf import settings
 
-from gateway.outbound_rules import origin_of
 from kernel.conf import setting
-from kernel.outbound import platform_listener_entries
+from kernel.outbound import origin_of, platform_listener_entries
 from registry import secret_box
 from registry.names import LLM_BACKEND_VARIANT, variant_name
 

@@ -31,6 +31,8 @@ from gateway import outbound_rules as rules
 from kernel.conf import setting
 
 SCHEMES = rules.SCHEMES
+origin_of = rules.origin_of  # a provider secret's unit: "scheme://host[:port]"
+origin_refusal = rules.origin_refusal
 REASON_HINT = "an operator may allow the host in OUTBOUND_ALLOWED_HOSTS or its network in OUTBOUND_ALLOWED_NETWORKS"
 MAX_LISTENER_NAMES = 256  # listener host names resolved per check
 

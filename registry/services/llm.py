@@ -40,10 +40,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gateway.outbound_rules import origin_of, origin_refusal
 from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound, TooLarge
-from kernel.outbound import OutboundRefused, Unresolvable, vet_url
+from kernel.outbound import OutboundRefused, Unresolvable, origin_of, origin_refusal, vet_url
 from registry import llm_archive, names, secret_box, storage
 from registry.factory import StageStatus
 from registry.lock_objects import model_for_update
