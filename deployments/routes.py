@@ -113,6 +113,8 @@ def _key(key) -> dict:
         value = getattr(key, field)
         if value is not None:
             doc[field] = value
+    if key.token_budgets:
+        doc["token_budgets"] = key.token_budgets
     return doc
 
 

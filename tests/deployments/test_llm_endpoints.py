@@ -159,6 +159,29 @@ def test_key_token_limits_through_the_api(deployer_api, chat):
     assert key["tokens_per_minute"] == 1000 and key["max_streams"] == 4
 
 
+@pytest.mark.parametrize(
+    ("budgets", "ok"),
+    [
+        ([{"tokens": 10, "window_s": 1}, {"tokens": 5_000_000, "window_s": 31 * 86400}], True),  # a second to a month
+        ([{"tokens": 10, "window_s": 31 * 86400 + 1}], False),
+        ([{"tokens": 0, "window_s": 60}], False),
+        ([{"tokens": 10, "window_s": 60}, {"tokens": 20, "window_s": 60}], False),
+        ([{"tokens": 1, "window_s": w} for w in (1, 2, 3, 4, 5)], False),
+    ],
+)
+def test_token_budgets_over_windows_from_a_second_to_a_month(deployer_api, budgets, ok):
+    response = deployer_api.post(
+        "/api/v1/inference-keys/", {"team": "team-a", "name": "k", "token_budgets": budgets}, format="json"
+    )
+    if not ok:
+        assert response.status_code == 400 and response.json()["code"] == "bad_token_budgets", response.content
+        assert InferenceKey.objects.count() == 0
+        return
+    assert response.status_code == 201, response.content
+    (key,) = route_build()[0]["keys"]
+    assert key["token_budgets"] == budgets and schema_errors(route_build()[0]) == []
+
+
 # --- the route table ----------------------------------------------------------------------------
 def test_route_entries_backends_fallbacks_and_only_named_secrets(chat, external, pool, team_a, admin_a, secret):
     unused = llm_services.secret_create(
@@ -280,9 +303,20 @@ def test_keys_page_stores_a_provider_secret_and_shows_its_value_once(admin_a, de
     assert "their-secret" not in page
     created = client.post(
         "/deployments/keys/",
-        {"team": "team-a", "name": "llm-key", "tokens_per_minute": 5000, "max_streams": 2, "rate_per_s": 10},
+        {
+            "team": "team-a",
+            "name": "llm-key",
+            "tokens_per_minute": 5000,
+            "max_streams": 2,
+            "rate_per_s": 10,
+            "token_budgets": "100000/1h, 5000000/30d",
+        },
     )
     assert created.status_code == 200 and "5000 · 2" in created.content.decode()
+    assert InferenceKey.objects.get(name="llm-key").token_budgets == [
+        {"tokens": 100000, "window_s": 3600},
+        {"tokens": 5000000, "window_s": 2592000},
+    ]
     assert InferenceKey.objects.get(name="llm-key").tokens_per_minute == 5000
 
     deployer_client = Client()
