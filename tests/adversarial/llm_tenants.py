@@ -86,12 +86,7 @@ class Stack:
         repo = work / "repo"
         behaviour_model(repo, "blue-ctr")
         self.triton = start_triton(work, repo, ["blue-ctr"])
-        pool_port = free_port()
-        self.blue_pool = spawn(
-            [sys.executable, "-m", "tests.gateway.llm_upstream", str(pool_port)], dict(os.environ), work / "pool.log"
-        )
-        wait_for(lambda: _listening(pool_port), timeout=30, what="blue's pool stand-in")
-        self.blue_pool_url = f"http://127.0.0.1:{pool_port}"
+        self.blue_pool, self.blue_pool_url = stand_in(work, "pool")
         self.routes = RouteServer().start()
         self.base = blue_table(self.triton.http_url, self.blue_pool_url)
         self.routes.set_table(self.base)
@@ -135,6 +130,16 @@ class Stack:
         self.routes.stop()
         stop(self.blue_pool)
         self.triton.stop()
+
+
+def stand_in(work: Path, name: str):
+    """An LLM stand-in (tests/gateway/llm_upstream.py) in a process of its own: (process, URL)."""
+    port = free_port()
+    proc = spawn(
+        [sys.executable, "-m", "tests.gateway.llm_upstream", str(port)], dict(os.environ), work / f"{name}.log"
+    )
+    wait_for(lambda: _listening(port), timeout=30, what=f"the {name} stand-in")
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def _listening(port: int) -> bool:

@@ -19,7 +19,8 @@ end (`cancelled`). What a model does is in its name (the route table's backend `
   die-<n>        drops the connection after n tokens (a backend that dies mid-stream);
   json-<n>       answers 200 with a JSON body, not an event stream (a server that ignored
                  `stream: true`);
-  flood-<kib>    a hostile provider: each token's text is <kib> KiB (a reply that fills memory);
+  flood-<kib>[-<ms>]  a hostile provider: each token's text is <kib> KiB (a reply that fills
+                 memory), a token every <ms> (default: at once);
   leak-<status>  answers that status with a long body of internal details (a page whose words
                  must not reach the client; `LEAK` is a phrase in it);
   redirect       answers 307 to `redirect_to` (where a secret must not follow);
@@ -104,7 +105,9 @@ class LlmUpstream:
     async def _stream(self, request, events, body: dict, model: str):
         self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
         kind, _, number = model.partition("-")
+        number, _, pause_ms = number.partition("-")
         number = int(number) if number.isdigit() else 0
+        pause_s = int(pause_ms) / 1000 if kind == "flood" and pause_ms.isdigit() else 0.0
         if kind == "fail":
             return web.json_response({"error": f"failing on purpose ({number})"}, status=number)
         if kind == "json":
@@ -128,6 +131,8 @@ class LlmUpstream:
                 await response.write(b"data: " + data + b"\n\n")
                 if kind == "slow":
                     await asyncio.sleep(number / 1000)
+                elif pause_s:
+                    await asyncio.sleep(pause_s)
             await response.write_eof()
             self.completed[model] += 1
         except (asyncio.CancelledError, ConnectionResetError):
@@ -159,7 +164,10 @@ class LlmUpstream:
         text = " ".join(m["content"] for m in body["messages"]) if chat else body["prompt"]
         n = int(body.get("max_tokens", 16))
         kind, _, size = body["model"].partition("-")
-        word = (lambda i: "x" * (int(size) * 1024)) if kind == "flood" else (lambda i: f"w{i} ")
+        blob = (
+            "x" * (int(size.partition("-")[0]) * 1024) if kind == "flood" else ""
+        )  # one string for every token: no copy per token
+        word = (lambda i: blob) if kind == "flood" else (lambda i: f"w{i} ")
         events = []
         for i in range(n):
             choice = {"index": 0, "delta": {"content": word(i)}} if chat else {"index": 0, "text": word(i)}
