@@ -114,7 +114,8 @@ class Stack:
         doc["version"] = f"adversarial-llm-{self.version}"
         doc["llm_endpoints"] += list(llm_endpoints)
         doc["secrets"] = list(secrets)
-        doc["keys"] += list(keys)
+        replaced = {k["id"] for k in keys}  # a key given again (red's, with limits) replaces the base one
+        doc["keys"] = [k for k in doc["keys"] if k["id"] not in replaced] + list(keys)
         if llm_rules is not None:
             doc["llm_rules"] = llm_rules
         self.routes.set_table(doc)
