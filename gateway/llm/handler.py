@@ -295,6 +295,8 @@ class Call:
                 last = outcome
                 if last.reason == "guard":  # nothing was sent: not the replica's failure, no breaker
                     self.metrics.refused(ep.name, last.rule)
+                    if any(backend is b for b in own):
+                        own_failure = "guard"
                     continue
                 if last.reason == "refused":
                     if last.status in (400, 413, 422):
@@ -403,6 +405,8 @@ class Call:
         completion = self.completion_tokens
         if completion is None:  # the stream ended before its usage: what passed, counted
             completion = max(self.generated or 0, self.text_events, estimate_tokens(self.text_chars))
+        else:  # each event that carried text was at least one token, whatever a usage says
+            completion = max(completion, self.text_events)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _finish_reason(self) -> str:

@@ -17,7 +17,7 @@ kept as plain ints and lists like metrics.HotPath and rendered only when /metric
   gateway_llm_fallbacks{endpoint,backend,reason}           reason connect|timeout|429|5xx
   gateway_llm_rescued{endpoint,variant,reason}             requests of `variant` its own backends did
                                                            not serve (reason connect|timeout|429|5xx|
-                                                           cooldown) and the endpoint's fallbacks did:
+                                                           cooldown|guard) and the endpoint's fallbacks did:
                                                            the judge counts each as one failed request
                                                            of the variant (their outcome, TTFT and ITL
                                                            are under variant="fallback")
