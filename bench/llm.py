@@ -50,7 +50,7 @@ from bench.common import print_table, write_json
 from bench.gateway import cpu_seconds, process_tree
 from gateway.llm.backends import sse_events
 from harness.gateway import start_gateway, stop_gateway
-from harness.llm import OpenAIServer, ProviderStandIn, TritonLLM, tiny_llm_dir
+from harness.llm import LOOPBACK_RULES, OpenAIServer, ProviderStandIn, TritonLLM, origins, tiny_llm_dir
 from harness.processes import free_port
 
 GOALS = {"added_ttft_p50_ms": "<= 1", "added_itl_p50_ms": "<= 0.2", "failover_beyond_connect_timeout_ms": "<= 100"}
@@ -149,7 +149,8 @@ def route_table(backends: dict, dead: dict, samples: int) -> dict:
         "version": "bench-llm",
         "endpoints": [],
         "llm_endpoints": endpoints,
-        "secrets": [{"id": PROVIDER_SECRET, "value": provider.key}],
+        "secrets": [{"id": PROVIDER_SECRET, "value": provider.key, "origins": origins(provider.url)}],
+        "llm_rules": LOOPBACK_RULES,
     }
 
 

@@ -201,6 +201,20 @@ HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")
 # Hosts that user-configured outbound URLs (alert webhooks) may reach even when they
 # resolve to loopback/private/link-local addresses (kernel/outbound.py); exact names.
 OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS", "")
+# Networks (CIDR, comma-separated; default none) that tenant URLs may reach although they are
+# internal (e.g. 10.20.0.0/16 where the teams' vLLM servers run): LLM backend base URLs,
+# webhooks, provider secrets' origins. Checked at registration and by the gateway at connect
+# (it gets them in its route table). The platform's own listeners stay refused whatever is listed.
+OUTBOUND_ALLOWED_NETWORKS = env_list("OUTBOUND_ALLOWED_NETWORKS", "")
+# The platform's listeners on other hosts ("host:port", comma-separated; default none), refused
+# as a tenant URL like this host's PORT, GATEWAY_PORT, GATEWAY_GRPC_PORT and every pool replica
+# (OUTBOUND_LISTENER_SOURCES: callables returning "host:port"/URL entries).
+OUTBOUND_PLATFORM_LISTENERS = env_list("OUTBOUND_PLATFORM_LISTENERS", "")
+OUTBOUND_LISTENER_SOURCES = env_list("OUTBOUND_LISTENER_SOURCES", "deployments.selectors.pools.replica_listeners")
+# The longest first-token timeout an LLM endpoint may set (ms, default 60000): enforced when an
+# endpoint is saved and by the gateway (route table `llm_rules`), so a backend that never answers
+# holds a connection this long at most.
+LLM_FIRST_TOKEN_TIMEOUT_MAX_MS = int(os.environ.get("LLM_FIRST_TOKEN_TIMEOUT_MAX_MS", "60000"))
 # `make run` restarts a child that dies after 0, 1, 2, 4, ... s, at most this long; the
 # streak resets once the child stayed up SUPERVISOR_STABLE_AFTER_S.
 SUPERVISOR_BACKOFF_MAX_S = float(os.environ.get("SUPERVISOR_BACKOFF_MAX_S", "30"))

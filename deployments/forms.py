@@ -45,6 +45,12 @@ class InferenceKeyCreateForm(forms.Form):
     max_streams = forms.IntegerField(
         required=False, min_value=1, label="LLM streams in flight", help_text="Empty: no limit."
     )
+    token_budgets = forms.CharField(
+        required=False,
+        max_length=200,
+        label="LLM token budgets",
+        help_text="tokens/window, comma-separated, a second to a month (e.g. 100000/1h, 5000000/30d); empty: none.",
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -63,6 +69,7 @@ class InferenceKeyCreateForm(forms.Form):
             "max_concurrency": data["max_concurrency"],
             "tokens_per_minute": data["tokens_per_minute"],
             "max_streams": data["max_streams"],
+            "token_budgets": key_services.token_budgets_from_text(data["token_budgets"]),
         }
         if data["burst"] is not None:
             out["burst"] = data["burst"]

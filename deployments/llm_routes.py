@@ -8,15 +8,48 @@ kind openai, the server's base URL and upstream model, its team secret by id (`s
 A triton backend ready on no replica is no backend, and a variant without one makes the
 entry fail (routes.py then serves the stable alone, or leaves the endpoint out, and says
 why); a fallback that is not ready is skipped, the others kept. Prices per 1k tokens come
-from the version's LLMSpec.
+from the version's LLMSpec. A backend naming a secret at an origin the secret is not bound to
+fails its entry here too (the gateway would refuse it): the secret never travels there.
+
+`rules_document` is the table's `llm_rules`: the outbound guard's settings (allowed networks
+and hosts, the platform's listeners), the hop mark the gateway sends upstream and refuses
+when it comes back, and the first-token timeout's ceiling, so the gateway applies at every
+connection what kernel/outbound.py applied at registration.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
+from django.conf import settings
+
+from kernel.conf import setting
+from kernel.outbound import origin_of, platform_listener_entries
 from registry import secret_box
 from registry.names import LLM_BACKEND_VARIANT, variant_name
 
 DEFAULT_CONNECT_TIMEOUT_MS = 1000
+
+
+def first_token_timeout_max_ms() -> int:
+    """LLM_FIRST_TOKEN_TIMEOUT_MAX_MS: the ceiling of an endpoint's first_token_timeout_ms."""
+    return int(setting("LLM_FIRST_TOKEN_TIMEOUT_MAX_MS", 60_000))
+
+
+def hop_mark() -> str:
+    """This installation's mark on what its gateways send upstream (stable: derived from SECRET_KEY)."""
+    return hmac.new(settings.SECRET_KEY.encode(), b"modelplane gateway hop", hashlib.sha256).hexdigest()[:24]
+
+
+def rules_document() -> dict:
+    return {
+        "allowed_networks": [str(n) for n in setting("OUTBOUND_ALLOWED_NETWORKS", [])],
+        "allowed_hosts": [h.lower().strip("[]") for h in setting("OUTBOUND_ALLOWED_HOSTS", [])],
+        "platform_listeners": platform_listener_entries(),
+        "hop_mark": hop_mark(),
+        "first_token_timeout_max_ms": first_token_timeout_max_ms(),
+    }
 
 
 class LLMRouteError(Exception):
@@ -30,6 +63,7 @@ class LLMSources:
         self._specs: dict = {}
         self._secrets: dict = {}
         self.values: dict[str, str] = {}  # {route table id: value} of the secrets read
+        self.origins: dict[str, list[str]] = {}  # {route table id: origins it may be sent to}
 
     def spec(self, artifact):
         from registry.selectors.llm import llm_spec_of
@@ -48,6 +82,7 @@ class LLMSources:
             except secret_box.SecretUnreadable as exc:
                 raise LLMRouteError(f"provider secret {secret.name!r} (s{secret.pk}): {exc}") from None
             self.values[secret.gateway_id] = self._secrets[secret.pk]
+            self.origins[secret.gateway_id] = list(secret.origins or [])
         return self._secrets[secret.pk]
 
 
@@ -61,6 +96,11 @@ def backend(
         doc.update(kind="openai", urls=[spec.base_url], model=spec.upstream_model)
         if spec.secret_id is not None:
             sources.secret_value(spec.secret)  # an unreadable secret fails this entry, here
+            if origin_of(spec.base_url) not in (spec.secret.origins or []):
+                raise LLMRouteError(
+                    f"provider secret {spec.secret.name!r} (s{spec.secret_id}) is not bound to "
+                    f"{origin_of(spec.base_url)}, the origin of {variant_name(artifact)}'s backend"
+                )
             doc["secret"] = spec.secret.gateway_id
     else:
         if not urls:

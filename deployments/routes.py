@@ -113,6 +113,8 @@ def _key(key) -> dict:
         value = getattr(key, field)
         if value is not None:
             doc[field] = value
+    if key.token_budgets:
+        doc["token_budgets"] = key.token_budgets
     return doc
 
 
@@ -332,8 +334,10 @@ def _llm_entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) ->
         "auth": _listed_auth(endpoint, sources, listed_keys),
         "sticky_header": endpoint.sticky_header,
         "salt": rollout.salt if rollout and split else "",
+        "team": team_label(endpoint.team),
         "timeout_ms": endpoint.timeout_ms,
-        "first_token_timeout_ms": endpoint.first_token_timeout_ms,
+        # one saved before the ceiling was lowered is served at the ceiling (the gateway clamps too)
+        "first_token_timeout_ms": min(endpoint.first_token_timeout_ms, llm_routes.first_token_timeout_max_ms()),
         "max_tokens_default": endpoint.max_tokens_default,
         "prefix_affinity_chars": endpoint.prefix_affinity_chars,
     }
@@ -455,7 +459,10 @@ def route_build() -> tuple[dict, dict[str, RouteProblem], dict[str, RouteProblem
     if llm_table:
         named = set().union(*(llm_routes.secret_ids(entry) for entry in llm_table))
         body["llm_endpoints"] = llm_table
-        body["secrets"] = [{"id": sid, "value": sources.llm.values[sid]} for sid in sorted(named)]
+        body["secrets"] = [
+            {"id": sid, "value": sources.llm.values[sid], "origins": sources.llm.origins[sid]} for sid in sorted(named)
+        ]
+        body["llm_rules"] = llm_routes.rules_document()
     # the version (shown in /status and /healthz) digests the secrets by id, never by value: a
     # secret's value never changes under its id (a new value is a new secret)
     digested = {**body, "secrets": [s["id"] for s in body["secrets"]]} if "secrets" in body else body

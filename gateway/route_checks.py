@@ -210,7 +210,7 @@ def check(document) -> Checked:
     left_out = {r.name for r in refusals} - key_ids
     secrets = document.get("secrets", [])
     kept_secrets = _check_secrets(secrets, bad["secrets"], refusals)
-    secret_ids = {secrets[i]["id"] for i in kept_secrets}
+    secret_origins = {secrets[i]["id"]: set(secrets[i]["origins"]) for i in kept_secrets}
     lists = (("endpoints", "endpoint"), ("llm_endpoints", "llm_endpoint"))
     counts: dict[str, int] = {}
     for list_name, _ in lists:
@@ -237,7 +237,7 @@ def check(document) -> Checked:
             elif list_name == "endpoints":
                 problem = entry_problem(entry, key_ids, left_out)
             else:
-                problem = llm_entry_problem(entry, key_ids, left_out, secret_ids)
+                problem = llm_entry_problem(entry, key_ids, left_out, secret_origins)
             if problem is None:
                 kept[list_name].append(i)
             else:

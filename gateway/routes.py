@@ -156,6 +156,17 @@ class RouteTable:
     def replica_keys(self) -> set[tuple[str, str]]:
         return {(e[0].base, e[0].model) for ep in self.endpoints.values() for v in ep.variants for e in v.replicas}
 
+    def pool_addresses(self) -> list[str]:
+        """Every pool replica address the table names (tensor replicas over HTTP and gRPC, LLM
+        backends of kind triton): the platform's own, never a tenant backend's (llm/guard.py)."""
+        found = {e[0].base for ep in self.endpoints.values() for v in ep.variants for e in v.replicas}
+        found |= {e[3] for ep in self.endpoints.values() for v in ep.variants for e in v.replicas if e[3]}
+        for ep in self.llm.values():
+            for backend in [*(b for v in ep.variants for b in v.backends), *ep.fallbacks]:
+                if backend.kind == "triton":
+                    found.update(r.base for r in backend.replicas)
+        return sorted(found)
+
 
 def unknown_endpoint_detail(name: str) -> str:
     """The message of the 404 `unknown_endpoint`: the one answer for a name the table lacks

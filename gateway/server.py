@@ -121,6 +121,7 @@ class Gateway:
             targets = {e[3] for ep in table.endpoints.values() for v in ep.variants for e in v.replicas}
             asyncio.get_running_loop().create_task(self.grpc_service.channels.retain(targets))
         self.bounds = BodyBounds(table, self.settings.max_body_bytes)
+        self.llm.configure(document, table.pool_addresses())  # the outbound rules of tenant backends
         self.table = table
         metrics.ROUTE_ENDPOINTS.set(len(table.endpoints))
         metrics.ROUTE_LOADED_AT.set(time.time())

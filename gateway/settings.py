@@ -69,6 +69,11 @@ class Settings:
     feedback_token_floor_per_s: float = 20.0
     feedback_token_floor_burst: float = 100.0
     llm_anonymous_streams: int = 64  # anonymous LLM requests in flight per public endpoint, per host (llm/quotas.py)
+    # a reply that is not streamed is held whole: its bytes, and every reply's of one key / one
+    # team at once on the host (llm/buffers.py); past them: 502 reply_too_large / 429 reply_buffer_full
+    llm_max_reply_bytes: int = 1 << 20
+    llm_buffer_bytes_per_key: int = 16 << 20
+    llm_buffer_bytes_per_team: int = 64 << 20
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -138,6 +143,9 @@ class Settings:
                 "GATEWAY_FEEDBACK_TOKEN_FLOOR_BURST", cls.feedback_token_floor_burst, float
             ),
             llm_anonymous_streams=number("GATEWAY_LLM_ANONYMOUS_STREAMS", cls.llm_anonymous_streams),
+            llm_max_reply_bytes=number("GATEWAY_LLM_MAX_REPLY_BYTES", cls.llm_max_reply_bytes),
+            llm_buffer_bytes_per_key=number("GATEWAY_LLM_BUFFER_BYTES_PER_KEY", cls.llm_buffer_bytes_per_key),
+            llm_buffer_bytes_per_team=number("GATEWAY_LLM_BUFFER_BYTES_PER_TEAM", cls.llm_buffer_bytes_per_team),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         if not values["metrics_token"] and not values["metrics_open"]:

@@ -34,6 +34,9 @@ log = logging.getLogger("gateway")
 CAPACITY = 16384
 FIELDS = 4  # tag, tokens (-1: not used yet), stamp, in flight (every worker)
 LOCK_WAIT_S = 0.05
+# Token budgets never go on unlocked (an unlocked take would admit past the budget): they wait
+# this long for the lock, then the request is refused as busy (`take_budgets` returns None).
+BUDGET_LOCK_WAIT_S = 1.0
 
 
 def _tag(key_id: str) -> float:
@@ -150,6 +153,50 @@ class SharedLimits:
             if locked:
                 lock.release()
 
+    def take_budgets(self, budgets, now: float, amount: float) -> tuple[float, int] | None:
+        """Take `amount` from every budget of `budgets` [(slot, capacity, refill per second)] at
+        once, or from none: (0.0, -1) when each holds min(amount, capacity) (then `amount` is
+        taken from each, a budget may go below zero: a debt the refill pays first), else (the
+        seconds until the last of them does, its index), nothing taken. All under one lock,
+        never without it: None when the lock is not had within BUDGET_LOCK_WAIT_S (nothing
+        taken; the caller refuses)."""
+        values = self.values
+        if not self.lock.acquire(True, BUDGET_LOCK_WAIT_S):
+            return None
+        try:
+            wait, binding, levels = 0.0, -1, []
+            for index, (slot, capacity, rate) in enumerate(budgets):
+                base = slot * FIELDS
+                tokens = values[base + 1]
+                if tokens == -1.0 and values[base + 2] == 0.0:  # never used: a full bucket
+                    tokens = capacity
+                elif now > values[base + 2]:
+                    tokens = min(capacity, tokens + (now - values[base + 2]) * rate)
+                values[base + 1] = tokens
+                values[base + 2] = max(now, values[base + 2])
+                need = min(amount, capacity)
+                if tokens < need and (need - tokens) / rate > wait:
+                    wait, binding = (need - tokens) / rate, index
+                levels.append(base)
+            if binding >= 0:
+                return wait, binding
+            for base in levels:
+                values[base + 1] -= amount
+            return 0.0, -1
+        finally:
+            self.lock.release()
+
+    def give_budgets(self, budgets, amount: float) -> None:
+        """Correct a `take_budgets` once the real count is known: `amount` back to each (negative: more taken)."""
+        values = self.values
+        locked = self.lock.acquire(True, BUDGET_LOCK_WAIT_S)
+        try:
+            for slot, capacity, _ in budgets:
+                values[slot * FIELDS + 1] = min(capacity, values[slot * FIELDS + 1] + amount)
+        finally:
+            if locked:
+                self.lock.release()
+
     def give(self, slot: int, amount: float, burst: float) -> None:
         """Correct a `take` once the real count is known: `amount` back (negative: more taken)."""
         values = self.values
@@ -157,6 +204,36 @@ class SharedLimits:
         locked = lock.acquire(True, LOCK_WAIT_S)
         try:
             values[slot * FIELDS + 1] = min(burst, values[slot * FIELDS + 1] + amount)
+        finally:
+            if locked:
+                lock.release()
+
+    def hold(self, slot: int, amount: float, limit: float) -> float | None:
+        """Add `amount` to what the slot holds (a tenant's buffered reply bytes, gateway/llm/buffers.py)
+        when the total stays within `limit`: None; else what it holds now (nothing added). What a
+        worker holds goes back when it dies, like its requests in flight (`forget_row`)."""
+        values = self.values
+        index = slot * FIELDS + 3
+        lock = self.lock
+        locked = lock.acquire(True, LOCK_WAIT_S)
+        try:
+            held = values[index]
+            if held + amount > limit:
+                return held
+            values[index] = held + amount
+            values[self.row_base + slot] += amount
+        finally:
+            if locked:
+                lock.release()
+        return None
+
+    def unhold(self, slot: int, amount: float) -> None:
+        values = self.values
+        lock = self.lock
+        locked = lock.acquire(True, LOCK_WAIT_S)
+        try:
+            values[slot * FIELDS + 3] -= amount
+            values[self.row_base + slot] -= amount
         finally:
             if locked:
                 lock.release()

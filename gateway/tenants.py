@@ -68,6 +68,7 @@ class Key:
         "stamp",
         "in_flight",
         "tokens_per_minute",
+        "token_budgets",
         "max_streams",
     )
 
@@ -89,6 +90,11 @@ class Key:
         self.max_concurrency = max(1, math.ceil(concurrency * share)) if concurrency else None
         tpm = doc.get("tokens_per_minute") or None  # LLM limits (gateway/llm/quotas.py)
         self.tokens_per_minute = tpm * share if tpm else None
+        budgets = {60: float(tpm)} if tpm else {}  # window (s) -> tokens; tokens_per_minute is the 60 s one
+        for budget in doc.get("token_budgets") or ():
+            window = int(budget["window_s"])
+            budgets[window] = min(budgets.get(window, float("inf")), float(budget["tokens"]))
+        self.token_budgets = tuple((window, tokens * share) for window, tokens in sorted(budgets.items()))
         streams = doc.get("max_streams") or None
         self.max_streams = max(1, math.ceil(streams * share)) if streams else None
         if self.tokens is None or self.tokens > self.burst:

@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx2
 import requests
 
+from gateway.outbound_rules import origin_of
 from harness.processes import free_port, spawn, stop, wait_for
 from kernel.tritonserver import TritonProcess
 from registry.llm import tiny
@@ -34,6 +35,15 @@ from registry.llm.triton import write_llm_model
 ROOT = Path(__file__).resolve().parents[1]
 TINY_NAME = "tiny__v1__llm"
 PROVIDER_MODEL = "provider-tiny"
+# Route tables whose openai backends are local processes (stand-ins, `transformers serve`) allow
+# loopback for them, as an operator allow-lists the network of internal backends
+# (OUTBOUND_ALLOWED_NETWORKS); the platform's own listeners stay refused (gateway/llm/guard.py).
+LOOPBACK_RULES = {"allowed_networks": ["127.0.0.0/8"]}
+
+
+def origins(*urls: str) -> list[str]:
+    """The origins of `urls`: what a route table's secret is bound to."""
+    return sorted({origin_of(url) for url in urls})
 
 
 def _var_dir() -> Path:

@@ -96,10 +96,10 @@ class ArtifactAdmin(ReadOnlyAdmin):
 class ProviderSecretAdmin(ReadOnlyAdmin):
     """Names only: the value (encrypted) is never shown, not even its ciphertext."""
 
-    list_display = ["name", "team", "last4", "created_by", "created_at"]
+    list_display = ["name", "team", "origins", "last4", "created_by", "created_at"]
     list_filter = ["team"]
     search_fields = ["name"]
-    fields = ["name", "team", "last4", "created_by", "created_at"]
+    fields = ["name", "team", "origins", "last4", "created_by", "created_at"]
     readonly_fields = fields
 
 

@@ -329,11 +329,16 @@ class ProviderSecret(models.Model):
     """A team's provider API key (e.g. an external LLM provider's), named by LLM backend
     references. `ciphertext` is the value encrypted with Fernet (registry/secret_box.py);
     the value is returned once, by the service that creates it, and never again: listings
-    show the name, the dates and `last4`."""
+    show the name, the dates and `last4`. `origins` ("https://api.example.com[:port]") are
+    where the value may be sent, bound when an admin stores it: a backend reference at
+    another origin may not name it, and the gateway checks again before it sends."""
 
     team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="provider_secrets")
     name = models.SlugField(max_length=64, help_text="What backend references call it, e.g. 'openai-prod'.")
     ciphertext = models.TextField()
+    origins = models.JSONField(
+        default=list, blank=True, help_text="Origins the value may be sent to (scheme://host[:port]), set when stored."
+    )
     last4 = models.CharField(max_length=4, blank=True, help_text="The value's last characters (of a long value).")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

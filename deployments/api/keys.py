@@ -44,6 +44,7 @@ class InferenceKeySerializer(StrictModelSerializer):
             "burst",
             "max_concurrency",
             "tokens_per_minute",
+            "token_budgets",
             "max_streams",
             "active",
             "created_by",
@@ -97,6 +98,12 @@ class InferenceKeyCreateSerializer(serializers.Serializer):
     )
     max_streams = serializers.IntegerField(
         required=False, allow_null=True, help_text="LLM requests in flight at once (default null: no limit)."
+    )
+    token_budgets = serializers.ListField(
+        child=serializers.DictField(child=serializers.IntegerField()),
+        required=False,
+        help_text=f"At most {services.MAX_BUDGETS} LLM token budgets over windows from a second to a month: "
+        '[{"tokens": 5000000, "window_s": 2592000}]; reserved atomically before a request, corrected after.',
     )
 
     def validate_team(self, value: str) -> Group:

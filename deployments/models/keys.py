@@ -47,6 +47,12 @@ class InferenceKey(models.Model):
     max_streams = models.PositiveIntegerField(
         null=True, blank=True, help_text="LLM requests (streamed or not) in flight at once; empty: no limit."
     )
+    token_budgets = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="LLM token budgets over windows from a second to a month: [{tokens, window_s}] "
+        "(deployments/services/keys.py checks them).",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -155,3 +155,12 @@ def bound_secret_names(*, team, namespace: str) -> frozenset[str]:
     return frozenset(
         PoolSecretBinding.objects.filter(team=team, namespace=namespace).values_list("secret_name", flat=True)
     )
+
+
+def replica_listeners() -> list[str]:
+    """Every pool replica's HTTP and gRPC address, of every team (kernel/outbound.py refuses a
+    tenant URL that points at one: a Triton pool is reached by pool, never by URL)."""
+    out = []
+    for http_url, grpc_url in PoolReplica.objects.values_list("http_url", "grpc_url"):
+        out += [url for url in (http_url, grpc_url) if url]
+    return out

@@ -88,11 +88,71 @@ def _limits(rate_per_s, burst, max_concurrency) -> dict:
 
 
 MAX_TOKENS_PER_MINUTE = 1_000_000_000  # the route table schema's bounds
+MAX_BUDGET_TOKENS = 1_000_000_000_000
+MAX_BUDGET_WINDOW_S = 31 * 86400  # a month
+MAX_BUDGETS = 4
+WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _llm_limits(tokens_per_minute, max_streams) -> dict:
-    """LLM limits: None (no limit) or a whole number (tokens per minute, streams in flight)."""
-    out = {}
+def token_budgets_from_text(text: str) -> list[dict]:
+    """ "100000/1h, 5000000/30d" (tokens/window; window in s, m, h or d; a bare number is
+    seconds) as budgets; InvalidInput naming the part that does not read."""
+    budgets = []
+    for part in str(text or "").replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        tokens, _, window = part.partition("/")
+        window = window.strip().lower()
+        unit = WINDOW_UNITS.get(window[-1:], None) if window and not window[-1:].isdigit() else 1
+        count = window[:-1] if window and not window[-1:].isdigit() else window
+        if unit is None or not tokens.strip().isdigit() or not count.strip().isdigit():
+            raise InvalidInput(
+                f"token_budgets: {part[:60]!r} does not read as tokens/window (e.g. 100000/1h, 5000000/30d).",
+                code="bad_token_budgets",
+                field="token_budgets",
+            )
+        budgets.append({"tokens": int(tokens), "window_s": int(count) * unit})
+    return budgets
+
+
+def _token_budgets(value) -> list[dict]:
+    """Budgets [{tokens, window_s}]: whole tokens in 1..MAX_BUDGET_TOKENS over a window of
+    1 s..31 days, one per window, at most MAX_BUDGETS."""
+    value = value or []
+    if not isinstance(value, list) or len(value) > MAX_BUDGETS:
+        raise InvalidInput(
+            f"token_budgets: give at most {MAX_BUDGETS} budgets, each {{tokens, window_s}}.",
+            code="bad_token_budgets",
+            field="token_budgets",
+        )
+    budgets, windows = [], set()
+    for item in value:
+        tokens = item.get("tokens") if isinstance(item, dict) else None
+        window = item.get("window_s") if isinstance(item, dict) else None
+        whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (tokens, window))
+        if not (whole and 1 <= tokens <= MAX_BUDGET_TOKENS and 1 <= window <= MAX_BUDGET_WINDOW_S):
+            raise InvalidInput(
+                f"token_budgets: {str(item)[:100]} is not a budget; give tokens 1..{MAX_BUDGET_TOKENS} over "
+                f"window_s 1..{MAX_BUDGET_WINDOW_S} (a second to a month).",
+                code="bad_token_budgets",
+                field="token_budgets",
+            )
+        if window in windows:
+            raise InvalidInput(
+                f"token_budgets: two budgets over {window} s; give one per window.",
+                code="bad_token_budgets",
+                field="token_budgets",
+            )
+        windows.add(window)
+        budgets.append({"tokens": tokens, "window_s": window})
+    return sorted(budgets, key=lambda b: b["window_s"])
+
+
+def _llm_limits(tokens_per_minute, max_streams, token_budgets=None) -> dict:
+    """LLM limits: None (no limit) or a whole number (tokens per minute, streams in flight),
+    and the token budgets over longer (or shorter) windows."""
+    out = {"token_budgets": _token_budgets(token_budgets)}
     for field, value, high in (
         ("tokens_per_minute", tokens_per_minute, MAX_TOKENS_PER_MINUTE),
         ("max_streams", max_streams, MAX_LIMIT),
@@ -148,13 +208,17 @@ def inference_key_create(
     max_concurrency=DEFAULT,
     tokens_per_minute=None,
     max_streams=None,
+    token_budgets=None,
 ) -> tuple[InferenceKey, str]:
     """Create a key of `team` scoped to the named `endpoints` (None: all of the team's,
     also later ones) with its limits (None: no limit). Returns (key, secret): the secret
     exists only in this return value; the database keeps its SHA-256 and display prefix."""
     require_role(user=user, team=team, role=Role.DEPLOYER)
     name = _name(name)
-    limits = {**_limits(rate_per_s, burst, max_concurrency), **_llm_limits(tokens_per_minute, max_streams)}
+    limits = {
+        **_limits(rate_per_s, burst, max_concurrency),
+        **_llm_limits(tokens_per_minute, max_streams, token_budgets),
+    }
     secret = new_secret()
     try:
         with transaction.atomic():

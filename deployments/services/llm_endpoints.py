@@ -5,6 +5,7 @@ the chosen variant's own backends (e.g. an external provider behind an internal 
 
 from __future__ import annotations
 
+from deployments.llm_routes import first_token_timeout_max_ms
 from kernel.errors import InvalidInput
 from registry.models import MAX_CONTEXT_LENGTH, ArtifactStatus
 from registry.names import is_llm_variant
@@ -32,6 +33,8 @@ LLM_DEFAULTS = {
 
 def _whole(value, field: str) -> int:
     low, high = BOUNDS[field]
+    if field == "first_token_timeout_ms":  # the operator's ceiling (LLM_FIRST_TOKEN_TIMEOUT_MAX_MS)
+        high = min(high, first_token_timeout_max_ms())
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{field}: give a whole number in {low}..{high}.", field=field)
     if not low <= value <= high:

@@ -67,7 +67,11 @@ def secret_create(request):
         if team is None:
             raise NotFound("team: you are in no such team.", field="team")
         stored = llm_services.secret_create(
-            user=request.user, team=team, name=request.POST.get("name", ""), value=request.POST.get("value", "")
+            user=request.user,
+            team=team,
+            name=request.POST.get("name", ""),
+            value=request.POST.get("value", ""),
+            origins=request.POST.get("origins", "")[:20000],
         )
     except PlatformError as exc:
         messages.error(request, exc.detail)

@@ -24,6 +24,13 @@ client's backpressure reaches the backend through TCP), speaks TLS (external pro
 closes the connection when the response is released early (a client that went away cancels
 its generation upstream). Its per-request cost (~0.25 ms) is small beside a generation.
 
+Tenant backends (kind openai: a URL a team registered) go through their own session, whose
+connector vets every address before connecting (gateway/llm/guard.py): the URL is built from
+the replica's parsed parts (table.py), redirects are not followed, the request carries the
+hop mark, a secret goes only to an origin it is bound to (checked here again, before the
+request exists), and a backend's error body reaches the client only as a bounded, sanitized
+message (`sanitized`: its JSON error message, printable characters, at most ERROR_SHOWN).
+
 SSE framing: httpx2's EventSource (httpx2 is the maintained successor of httpx, its SSE support
 derived from httpx-sse) over aiohttp's body, through httpx2's public Response with a streamed
 body: it checks the content type (a 200 that is not `text/event-stream`, say a server that
@@ -35,33 +42,45 @@ fields, and bounds an event (with its pending line) at MAX_EVENT bytes.
 from __future__ import annotations
 
 import asyncio
+import re
 
 import aiohttp
 import httpx2
 import orjson
 
+from .guard import ATTEMPT, HOP_HEADER
+
 MAX_EVENT = 1024 * 1024  # bytes of one event, its unfinished line included
 MAX_ERROR_BODY = 16 * 1024
+ERROR_SHOWN = 200  # characters of a backend's error message a client may see
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e\u00a0-\ufffd]+")
 
 
 class BackendFailure(Exception):
     """An attempt that failed; `reason` is a fallback reason (connect, timeout, 429, 5xx) or
     "refused" (a 4xx other than 429: the backend will not take this request: not retried)
-    or "protocol" (a reply the gateway cannot read)."""
+    or "protocol" (a reply the gateway cannot read) or "guard" (the outbound guard would not
+    let the gateway connect or send: `rule` says which rule; nothing was sent)."""
 
-    def __init__(self, reason: str, message: str, status: int = 0):
+    def __init__(self, reason: str, message: str, status: int = 0, rule: str = ""):
         super().__init__(message)
-        self.reason, self.message, self.status = reason, message, status
+        self.reason, self.message, self.status, self.rule = reason, message, status, rule
 
 
 class Piece:
-    __slots__ = ("text", "finish_reason", "prompt_tokens", "completion_tokens")
+    """What one backend event carried: text, the finish, the usage (at the end), and `generated`,
+    the completion tokens so far counted by the model's own tokenizer, when the backend says
+    (the platform's Triton adapter does on every event: a stream cut before its usage is still
+    charged what it generated)."""
 
-    def __init__(self, text: str = "", finish_reason=None, prompt_tokens=None, completion_tokens=None):
+    __slots__ = ("text", "finish_reason", "prompt_tokens", "completion_tokens", "generated")
+
+    def __init__(self, text: str = "", finish_reason=None, prompt_tokens=None, completion_tokens=None, generated=None):
         self.text = text
         self.finish_reason = finish_reason
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = completion_tokens
+        self.generated = generated
 
 
 async def sse_events(resp: aiohttp.ClientResponse):
@@ -108,6 +127,13 @@ def redact(message: str, authorization: str | None) -> str:
     return message
 
 
+def sanitized(message, authorization: str | None) -> str:
+    """What a client may see of a backend's message: the secret taken out, printable characters
+    only (no control characters, no line breaks to forge log lines with), at most ERROR_SHOWN."""
+    text = _UNPRINTABLE.sub(" ", redact(str(message), authorization)).strip()
+    return text[:ERROR_SHOWN] + ("…" if len(text) > ERROR_SHOWN else "")
+
+
 async def _failed_status(resp: aiohttp.ClientResponse, authorization: str | None) -> BackendFailure:
     try:
         raw = await resp.content.read(MAX_ERROR_BODY)
@@ -120,8 +146,8 @@ async def _failed_status(resp: aiohttp.ClientResponse, authorization: str | None
             message = message.get("message")
     except orjson.JSONDecodeError:
         message = None
-    message = str(message or raw[:200].decode("utf-8", "replace"))
-    message = redact(message, authorization)[:300]
+    # only an OpenAI-shaped error's message is passed on: never a page of whatever answered
+    message = sanitized(message, authorization) if isinstance(message, str) else "no error message"
     status = resp.status
     if status in (401, 403):
         return BackendFailure("refused", f"the backend refused the gateway's credentials ({status})", status)
@@ -138,8 +164,9 @@ class Attempt:
     """An upstream request in progress: `pieces()` yields its Pieces; `close()` releases the
     connection (closing it when the stream is not finished: the backend sees the cancel)."""
 
-    def __init__(self, session: aiohttp.ClientSession, backend, replica, req):
+    def __init__(self, session: aiohttp.ClientSession, backend, replica, req, hop_mark: str = ""):
         self.session, self.backend, self.replica, self.req = session, backend, replica, req
+        self.hop_mark = hop_mark
         self.resp: aiohttp.ClientResponse | None = None
         self.sent_at = 0.0
         self.finished = False  # the backend ended the stream: its connection may be reused
@@ -148,7 +175,7 @@ class Attempt:
         backend, req = self.backend, self.req
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if backend.kind == "triton":
-            url = f"{self.replica.base}/v2/models/{backend.model}/generate_stream"
+            url = self.replica.url.joinpath("v2", "models", backend.model, "generate_stream")
             body = req.upstream_options()
             body.pop("stop", None)  # applied here (above): a generate model need not take stop strings
             for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
@@ -159,7 +186,8 @@ class Attempt:
             else:
                 body["text_input"] = req.prompt
         else:
-            url = f"{self.replica.base}/{'chat/completions' if req.chat else 'completions'}"
+            url = self.replica.url.joinpath(*(("chat", "completions") if req.chat else ("completions",)))
+            headers[HOP_HEADER] = self.hop_mark
             body = {"model": backend.model, "stream": True, "stream_options": {"include_usage": True}}
             if req.chat:
                 body["messages"] = req.messages
@@ -167,6 +195,10 @@ class Attempt:
                 body["prompt"] = req.prompt
             body.update(req.upstream_options())
             if backend.authorization:
+                if self.replica.origin not in backend.secret_origins:  # the table's checks refused it too
+                    raise BackendFailure(
+                        "guard", f"secret {backend.secret} is not bound to {self.replica.origin}", rule="secret_origin"
+                    )
                 headers["Authorization"] = backend.authorization
         return url, headers, orjson.dumps(body)
 
@@ -176,12 +208,23 @@ class Attempt:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.backend.connect_timeout_s)
         loop = asyncio.get_running_loop()
         self.sent_at = loop.time()
+        refusals: list = []
+        token = ATTEMPT.set((url.host or "", refusals))  # what the guard's socket factory reads
         try:
-            self.resp = resp = await self.session.post(url, data=body, headers=headers, timeout=timeout)
+            self.resp = resp = await self.session.post(
+                url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+            )
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            if refusals:
+                refusal = refusals[0]
+                raise BackendFailure(
+                    "guard", f"the gateway may not connect there: {refusal.sentence}", rule=refusal.rule
+                ) from None
             raise BackendFailure("connect", f"cannot connect to the backend: {type(exc).__name__}") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise BackendFailure("5xx", f"the backend connection failed: {type(exc).__name__}") from None
+        finally:
+            ATTEMPT.reset(token)
         if resp.status != 200:
             failure = await _failed_status(resp, self.backend.authorization)
             self.close()
@@ -207,20 +250,21 @@ class Attempt:
             event = _event(data)
             error = event.get("error")
             if error is not None:
-                raise BackendFailure("5xx", f"the backend failed: {str(error)[:300]}")
+                raise BackendFailure("5xx", f"the backend failed: {sanitized(error, None)}")
             text = _str(event.get("text_output")) or ""
             finish = _str(event.get("finish_reason"))
             prompt_tokens, completion_tokens = _int(event.get("prompt_tokens")), _int(event.get("completion_tokens"))
+            generated = _int(event.get("generated_tokens"))
             if stops:
                 pending += text
                 cut = min((i for i in (pending.find(s) for s in stops) if i >= 0), default=-1)
                 if cut >= 0:
-                    yield Piece(pending[:cut], "stop", prompt_tokens, completion_tokens)
+                    yield Piece(pending[:cut], "stop", prompt_tokens, completion_tokens, generated)
                     return
                 keep = len(pending) - hold if not (finish or completion_tokens is not None) else len(pending)
                 text, pending = pending[: max(0, keep)], pending[max(0, keep) :]
-            if text or finish or prompt_tokens is not None or completion_tokens is not None:
-                yield Piece(text, finish, prompt_tokens, completion_tokens)
+            if text or finish or prompt_tokens is not None or completion_tokens is not None or generated is not None:
+                yield Piece(text, finish, prompt_tokens, completion_tokens, generated)
         if pending:
             yield Piece(pending)
 
@@ -236,9 +280,7 @@ class Attempt:
             if "error" in event:
                 error = event["error"]
                 message = error.get("message") if isinstance(error, dict) else error
-                raise BackendFailure(
-                    "5xx", f"the backend failed: {redact(str(message), self.backend.authorization)[:300]}"
-                )
+                raise BackendFailure("5xx", f"the backend failed: {sanitized(message, self.backend.authorization)}")
             text, finish = "", None
             choices = event.get("choices")
             if isinstance(choices, list) and choices and isinstance(choices[0], dict):

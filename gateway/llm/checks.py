@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from ..outbound_rules import Rule, origin_of, url_refusal
 from ..split import BP
 
 CODES = (
     "unknown_secret",  # a backend names a secret the table does not carry (or one it refused)
     "duplicate_backend_ids",  # two backends of one entry with one id (metric labels, fallback reports)
     "credentials_in_url",  # a backend URL with user:password@ (shown in /status and metrics): use a secret
+    "rewritable_url",  # a backend URL whose query, fragment or odd characters could change the request sent
+    "secret_origin",  # a backend names a secret at an origin the secret is not bound to
 )
 
 
@@ -36,8 +39,9 @@ def split_problem(variants: list) -> tuple[str, str] | None:
     return None
 
 
-def llm_entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str], secret_ids: set[str]):
-    """(code, sentence) of the first rule a schema-valid llm_endpoints entry breaks, or None."""
+def llm_entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str], secret_origins: dict[str, set]):
+    """(code, sentence) of the first rule a schema-valid llm_endpoints entry breaks, or None.
+    `secret_origins`: {secret id: the origins it may be sent to} of the secrets the table carries."""
     unknown = [k for k in entry.get("auth", {}).get("keys", ()) if k not in key_ids and k not in left_out_keys]
     if unknown:
         return "unknown_keys", f"auth names keys that the table does not define: {unknown[:5]}"
@@ -48,18 +52,15 @@ def llm_entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str], s
     backends = [b for v in variants for b in v["backends"]] + list(entry.get("fallbacks", ()))
     for backend in backends:
         secret = backend.get("secret")
-        if secret is not None and secret not in secret_ids:
+        if secret is not None and secret not in secret_origins:
             return (
                 "unknown_secret",
                 f"backend {backend['id']!r} names secret {secret!r}, which the table does not carry",
             )
     for backend in backends:
-        for url in backend["urls"]:
-            if "@" in urlsplit(url).netloc:
-                return "credentials_in_url", (
-                    f"backend {backend['id']!r} has credentials in a URL (shown in /status and metrics): "
-                    "name a secret instead"
-                )
+        problem = _url_problem(backend, secret_origins)
+        if problem is not None:
+            return problem
     for v in variants:
         ids = [b["id"] for b in v["backends"]]
         if len(set(ids)) != len(ids):
@@ -67,4 +68,23 @@ def llm_entry_problem(entry: dict, key_ids: set[str], left_out_keys: set[str], s
     ids = [b["id"] for b in entry.get("fallbacks", ())]
     if len(set(ids)) != len(ids):
         return "duplicate_backend_ids", f"fallbacks have duplicate backend ids {ids}"
+    return None
+
+
+def _url_problem(backend: dict, secret_origins: dict[str, set]):
+    secret = backend.get("secret")
+    for url in backend["urls"]:
+        if "@" in urlsplit(url).netloc:
+            return "credentials_in_url", (
+                f"backend {backend['id']!r} has credentials in a URL (shown in /status and metrics): "
+                "name a secret instead"
+            )
+        refusal = url_refusal(url, fixed=True)
+        if refusal is not None and refusal.rule != Rule.USERINFO:
+            return "rewritable_url", f"backend {backend['id']!r}: {refusal.sentence}"
+        if secret is not None and origin_of(url) not in secret_origins[secret]:
+            return "secret_origin", (
+                f"backend {backend['id']!r} names secret {secret!r} at {origin_of(url)}, an origin the secret "
+                "is not bound to"
+            )
     return None

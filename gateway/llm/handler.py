@@ -15,6 +15,16 @@ clients raise as an APIError) and `data: [DONE]`; a reply that is not streamed g
 A client that goes away cancels the handler (httpserver's `cancellable`): the upstream
 connection is closed at once, so the backend stops generating.
 
+What a tenant's backend may cost the others: it is reached only at addresses the outbound
+guard allows (guard.py, checked at every connection; a refused attempt moves on to the next
+backend like a failed one, and a request no backend may serve gets 502 `backend_not_allowed`);
+a request carrying this installation's hop mark came back through a loop and gets 508
+`loop_detected`; a reply that is not streamed is bounded in bytes, per request and per key and
+team on the host (buffers.py). Each refusal is counted in gateway_llm_refusals{endpoint,reason}.
+A stream that ends without the backend's usage (a client that hung up) is charged what passed:
+the model's own count when the backend sends one (`generated_tokens`), else the text events
+relayed or characters / 4, whichever is more.
+
 A request its variant's own backends did not serve (they failed before the first token, or
 every replica's breaker is open) and the endpoint's fallbacks did is the variant's failure
 for the judge: `gateway_llm_rescued{endpoint,variant,reason}` counts it, and its outcome,
@@ -49,14 +59,15 @@ from ..tenants import MAX_KEY_LENGTH, presented_key
 from ..tensors import Problem
 from . import quotas, routing
 from .backends import Attempt, BackendFailure, Piece
+from .buffers import ReplyBuffer
 from .errors import LlmError, headers, model_not_found, reply
+from .guard import HOP_KEY, OutboundGuard
 from .metrics import ITL_BUCKETS, LlmMetrics
 from .requests import MAX_USER, estimate_tokens, fit_context, parse
 
 PATHS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET, HEAD"}
 SSE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
-MAX_REPLY_CHARS = 16 << 20  # a reply that is not streamed is held whole: bounded whatever the backend sends
 FALLBACK = "fallback"  # the variant label of requests the endpoint's fallbacks served (never a variant's name: v<n>-…)
 TAIL_S = 5.0  # after the finish: how long the backend may take to send its usage and end the stream
 UPSTREAM_CONNECTIONS = 4096  # connections to LLM backends at once, in this worker (one per stream in flight)
@@ -73,20 +84,42 @@ class LlmService:
         self.gateway = gateway
         self.metrics = LlmMetrics()
         self.breakers = Breakers(gateway.settings, gateway.llm_states)  # its `failed`; no probe loop (routing.py)
-        self.session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None  # platform pools (kind triton)
+        self.tenant_session: aiohttp.ClientSession | None = None  # tenants' URLs (kind openai): the guard's sockets
+        settings = gateway.settings
+        # this gateway's own ports, at every address of the host (a backend there is a loop)
+        self.guard = OutboundGuard([("0.0.0.0", port) for port in (settings.port, settings.grpc_port) if port])
         self.closing: set[asyncio.Task] = set()  # upstream streams being closed (a task is kept until it ran)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=UPSTREAM_CONNECTIONS, keepalive_timeout=30.0)
         self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+        guarded = aiohttp.TCPConnector(
+            limit=UPSTREAM_CONNECTIONS, keepalive_timeout=30.0, socket_factory=self.guard.socket
+        )
+        self.tenant_session = aiohttp.ClientSession(connector=guarded, timeout=aiohttp.ClientTimeout(total=None))
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
+        for session in (self.session, self.tenant_session):
+            if session is not None:
+                await session.close()
+
+    def configure(self, document: dict, platform_urls) -> None:
+        """A new route table: its outbound rules and the pool addresses it names (never a tenant's)."""
+        self.guard.configure(document.get("llm_rules", {}), platform_urls)
+        if self.guard.names:
+            task = asyncio.get_running_loop().create_task(self.guard.refresh())
+            self.closing.add(task)
+            task.add_done_callback(self.closing.discard)
 
     async def handle(self, request):
         path, method = request.path, request.method
         rid = request_id(request.headers)
+        if request.headers.get(HOP_KEY) == self.guard.hop_mark:
+            self.metrics.refused(UNKNOWN_ENDPOINT, "loop")
+            return reply(
+                LlmError(508, "loop_detected", "this request came back through a gateway of this platform: a loop"), rid
+            )
         allowed = PATHS.get(path)
         if allowed is None:
             return reply(LlmError(404, "not_found", f"no route for {method} {path[:200]}"), rid)
@@ -198,6 +231,8 @@ def _given_up(ep, last: BackendFailure | None, saw_replica: bool) -> LlmError:
         return LlmError(429, "upstream_rate_limited", f"every backend is rate limited: {last.message}", None, 1.0)
     if last is not None and last.reason == "timeout":
         return LlmError(504, "first_token_timeout", f"no backend gave a first token: {last.message}")
+    if last is not None and last.reason == "guard":
+        return LlmError(502, "backend_not_allowed", f"no backend the gateway may call: {last.message}")
     return LlmError(502, "upstream_error", f"no backend could serve: {last.message if last else 'none'}")
 
 
@@ -215,12 +250,15 @@ class Call:
         self.pieces = None
         self.first_piece: Piece | None = None
         self.text_chars = 0
+        self.text_events = 0  # backend events that carried text (each at least one token)
+        self.generated = None  # completion tokens so far by the backend's own count (generated_tokens)
         self.prompt_tokens = None
         self.completion_tokens = None
         self.finish_reason = None
         self.status, self.fault = 200, OK
         self.finished = False
         self.body: Streamed | None = None  # the streamed reply (its writer's drains: paced_by_client)
+        self.buffer: ReplyBuffer | None = None  # the bytes a collected reply holds (buffers.py)
         self.id = new_id()
         self.created = int(time.time())
         streams = self.metrics.streams
@@ -256,6 +294,11 @@ class Call:
                     self.metrics.observe(self.metrics.queue, (ep.name, self.label), outcome)
                     return
                 last = outcome
+                if last.reason == "guard":  # nothing was sent: not the replica's failure, no breaker
+                    self.metrics.refused(ep.name, last.rule)
+                    if any(backend is b for b in own):
+                        own_failure = "guard"
+                    continue
                 if last.reason == "refused":
                     if last.status in (400, 413, 422):
                         raise LlmError(400, "backend_refused", last.message)
@@ -275,7 +318,9 @@ class Call:
         routing.taken(replica, self.service.breakers.cooldown_s)
         replica.outstanding += 1
         replica.tokens += self.cost
-        attempt = Attempt(self.service.session, backend, replica, self.req)
+        service = self.service
+        session = service.tenant_session if backend.kind == "openai" else service.session
+        attempt = Attempt(session, backend, replica, self.req, service.guard.hop_mark)
         pieces = attempt.pieces()
         queued = perf_counter() - self.t0
         try:
@@ -308,7 +353,11 @@ class Call:
         replica.tokens -= self.cost
 
     def _count(self, piece: Piece) -> None:
-        self.text_chars += len(piece.text)
+        if piece.text:
+            self.text_chars += len(piece.text)
+            self.text_events += 1
+        if piece.generated is not None and (self.generated is None or piece.generated > self.generated):
+            self.generated = piece.generated
         if piece.prompt_tokens is not None:
             self.prompt_tokens = piece.prompt_tokens
         if piece.completion_tokens is not None:
@@ -331,14 +380,14 @@ class Call:
     async def _rest(self) -> None:
         """After the finish: what the backend still sends (its usage), text ignored, to its end;
         a backend that stalls there is left after TAIL_S (the reply goes out without its usage)."""
-        chars = self.text_chars
+        chars, events = self.text_chars, self.text_events
         try:
             async with asyncio.timeout(TAIL_S):
                 while True:
                     await self._next()
         except (StopAsyncIteration, TimeoutError):
             pass
-        self.text_chars = chars
+        self.text_chars, self.text_events = chars, events
 
     # --- replies -------------------------------------------------------------------------
     def reply_headers(self, content_type: str) -> dict:
@@ -353,8 +402,10 @@ class Call:
     def usage(self) -> dict:
         prompt = self.prompt_tokens if self.prompt_tokens is not None else self.req.prompt_estimate
         completion = self.completion_tokens
-        if completion is None:
-            completion = estimate_tokens(self.text_chars)
+        if completion is None:  # the stream ended before its usage: what passed, counted
+            completion = max(self.generated or 0, self.text_events, estimate_tokens(self.text_chars))
+        else:  # each event that carried text was at least one token, whatever a usage says
+            completion = max(completion, self.text_events)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _finish_reason(self) -> str:
@@ -439,20 +490,26 @@ class Call:
         self.metrics.observe(self.metrics.ttft, (self.ep.name, self.label), ttft)
         if self.tenant is not None:
             self.metrics.observe(self.metrics.tenant_ttft, (self.tenant.team, self.tenant.id), ttft)
-        parts = [self.first_piece.text]
         piece = self.first_piece
+        self.buffer = buffer = self._buffer()
+        parts = []
         try:
-            while not piece.finish_reason:
+            while True:
+                if piece.text:
+                    buffer.grow(len(piece.text.encode("utf-8", "surrogatepass")))
+                    parts.append(piece.text)
+                if piece.finish_reason:
+                    break
                 try:
                     piece = await self._next()
                 except StopAsyncIteration:
                     break
-                parts.append(piece.text)
-                if self.text_chars > MAX_REPLY_CHARS:
-                    raise BackendFailure("protocol", f"a reply longer than {MAX_REPLY_CHARS} characters")
             await self._rest()
         except BackendFailure as failure:
             raise LlmError(502, "upstream_error", f"the generation failed: {failure.message}") from None
+        except LlmError as exc:
+            self.metrics.refused(self.ep.name, exc.code)
+            raise
         text = "".join(parts)
         finish = self._finish_reason()
         if self.req.chat:
@@ -466,11 +523,26 @@ class Call:
         body.update({"choices": [choice], "usage": self.usage()})
         return 200, self.reply_headers("application/json"), orjson.dumps(body)
 
+    def _buffer(self) -> ReplyBuffer:
+        settings = self.service.gateway.settings
+        tenant, ep = self.tenant, self.ep
+        key_id = tenant.id if tenant is not None else f"\x1eanonymous\x1f{ep.name}"
+        team = tenant.team if tenant is not None else (ep.team or f"\x1eendpoint\x1f{ep.name}")
+        return ReplyBuffer(
+            key_id=key_id,
+            team=team,
+            per_key=settings.llm_buffer_bytes_per_key,
+            per_team=settings.llm_buffer_bytes_per_team,
+            max_reply=settings.llm_max_reply_bytes,
+        )
+
     # --- accounting, once ----------------------------------------------------------------
     def finish(self) -> None:
         if self.finished:
             return
         self.finished = True
+        if self.buffer is not None:
+            self.buffer.release()
         ep, variant = self.ep, self.variant
         streams = self.metrics.streams
         streams[ep.name] -= 1

@@ -17,13 +17,19 @@ kept as plain ints and lists like metrics.HotPath and rendered only when /metric
   gateway_llm_fallbacks{endpoint,backend,reason}           reason connect|timeout|429|5xx
   gateway_llm_rescued{endpoint,variant,reason}             requests of `variant` its own backends did
                                                            not serve (reason connect|timeout|429|5xx|
-                                                           cooldown) and the endpoint's fallbacks did:
+                                                           cooldown|guard) and the endpoint's fallbacks did:
                                                            the judge counts each as one failed request
                                                            of the variant (their outcome, TTFT and ITL
                                                            are under variant="fallback")
   gateway_llm_tenant_ttft_seconds{team,key}                TTFT of authenticated keys' requests
   gateway_llm_tenant_itl_seconds{team,key}                 ITL of authenticated keys' streams
   gateway_llm_streams_in_flight{endpoint}                  gauge
+  gateway_llm_refusals{endpoint,reason}                    what the gateway refused to let a tenant's
+                                                           backend cost: an address the outbound guard
+                                                           forbids (its rule: loopback, private,
+                                                           platform_listener, ...), secret_origin, loop
+                                                           (endpoint "unknown": a request that came back),
+                                                           reply_too_large, reply_buffer_full
 
 Requests per key and status (errors per tenant) are the tensor path's family,
 gateway_tenant_requests{team,key,endpoint,status} (gateway/metrics.py HotPath.count_tenant).
@@ -74,6 +80,7 @@ class LlmMetrics:
         self.tenant_ttft: dict[tuple, list] = {}
         self.tenant_itl: dict[tuple, list] = {}
         self.streams: dict[str, int] = {}
+        self.refusals: dict[tuple, int] = {}
         if registry is not None:
             registry.register(self)
 
@@ -103,6 +110,10 @@ class LlmMetrics:
     def rescue(self, endpoint: str, variant: str, reason: str) -> None:
         key = (endpoint, variant, reason)
         self.rescued[key] = self.rescued.get(key, 0) + 1
+
+    def refused(self, endpoint: str, reason: str) -> None:
+        key = (endpoint, str(reason))
+        self.refusals[key] = self.refusals.get(key, 0) + 1
 
     def client_paced(self, key: tuple) -> None:
         self.paced[key] = self.paced.get(key, 0) + 1
@@ -170,6 +181,15 @@ class LlmMetrics:
             "gateway_llm_tenant_itl_seconds", "Inter-token latency of authenticated keys' streams", self.tenant_itl,
             ITL_BUCKETS, ("team", "key"),
         )  # fmt: skip
+        refusals = CounterMetricFamily(
+            "gateway_llm_refusals",
+            "What the gateway refused to let a tenant's LLM backend cost (outbound rule, secret_origin, loop, "
+            "reply_too_large, reply_buffer_full)",
+            labels=["endpoint", "reason"],
+        )
+        for labels, count in list(self.refusals.items()):
+            refusals.add_metric(list(labels), count)
+        yield refusals
         streams = GaugeMetricFamily("gateway_llm_streams_in_flight", "LLM requests in progress", labels=["endpoint"])
         for endpoint, count in list(self.streams.items()):
             streams.add_metric([endpoint], count)

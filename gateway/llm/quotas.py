@@ -4,13 +4,21 @@ max_concurrency, tenants.take), LLM requests in flight (max_streams) and tokens 
 (gateway/sharedlimits.py: the same shared mapping, one slot per key and limit), split 1/R
 across gateway replicas (tenants.set_replicas).
 
-Tokens per minute is a token bucket of `tokens_per_minute` refilled at tokens_per_minute/60
-per second. Before a request: its estimate (prompt characters / 4 + max_tokens, requests.py)
-must be in the bucket (at most the whole bucket: a request larger than a minute's tokens
-waits for a full one) and is taken; after it: the backend's usage replaces the estimate (the
-difference goes back, or is taken: the bucket may go below zero, a debt later requests wait
-for). At the limit: 429 `rate_limit_exceeded` with Retry-After (seconds until the estimate
-fits).
+Token budgets: `tokens_per_minute` and each of the key's `token_budgets` ({tokens, window_s},
+a window from a second to a month) is a token bucket of `tokens` refilled at tokens/window_s
+per second. Admission reserves the request's estimate (prompt characters / 4 + max_tokens,
+requests.py) in every budget at once, atomically across the host's workers (one lock over
+all of them, never taken without it: sharedlimits.take_budgets), so a thousand requests racing
+on every worker get no more than the budgets hold. The estimate must be in each bucket (at most
+the whole bucket: a request larger than a window's tokens waits for a full one). After the
+request its real count replaces the estimate (the difference goes back, or is taken: a bucket
+may go below zero, a debt later requests wait for): the backend's usage, or for a stream that
+ended without it (a client that hung up) what passed (handler.py's `usage`). At a limit: 429
+`tokens_per_minute` / `token_budget` with Retry-After (seconds until the estimate fits); 503
+`limits_busy` when the shared lock is not had within a second (nothing admitted unchecked).
+
+The buckets live in the host's shared memory: a gateway restart refills them (a month's
+budget is a month's on one gateway's uptime; several replicas split it 1/R like every limit).
 
 Anonymous callers of a public endpoint have no key and so no limits of their own: together
 they hold at most `GATEWAY_LLM_ANONYMOUS_STREAMS` requests of that endpoint in flight on
@@ -32,7 +40,7 @@ from .errors import LlmError
 _local: SharedLimits | None = None
 
 
-def _store() -> SharedLimits:
+def limits_store() -> SharedLimits:
     """The host's shared store; a process of its own (one worker, tests) gets a private one."""
     global _local
     shared = tenants.shared_store()
@@ -44,13 +52,49 @@ def _store() -> SharedLimits:
 
 
 class Admission:
-    __slots__ = ("key", "store", "streams_slot", "tokens_slot", "estimate")
+    __slots__ = ("key", "store", "streams_slot", "budgets", "estimate")
 
     def __init__(self, key, store):
         self.key, self.store = key, store  # key None: an anonymous caller of a public endpoint
         self.streams_slot = -1
-        self.tokens_slot = -1
+        self.budgets: list = []  # [(slot, capacity, refill per second)] the estimate was taken from
         self.estimate = 0
+
+
+def _window(seconds: int) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{unit}" if count == 1 else f"{count} {unit}s"
+    return "second" if seconds == 1 else f"{seconds} seconds"
+
+
+def _take_budgets(admission: Admission, key, now: float, estimate: int) -> None:
+    store, shown = admission.store, key.prefix or key.id
+    budgets, windows = [], []
+    for window, tokens in key.token_budgets:
+        slot = store.slot(f"{key.id}\x1ftokens\x1f{window}")
+        if slot >= 0:  # the shared table is full: uncounted, as for every limit (sharedlimits.py)
+            budgets.append((slot, tokens, tokens / window))
+            windows.append(window)
+    if not budgets:
+        return
+    taken = store.take_budgets(budgets, now, float(estimate))
+    if taken is None:
+        raise LlmError(503, "limits_busy", "the gateway's shared limits are busy: retry", None, 1.0)
+    wait, binding = taken
+    if binding >= 0:
+        window, tokens = windows[binding], budgets[binding][1]
+        per_minute = window == 60 and key.tokens_per_minute == tokens
+        raise LlmError(
+            429,
+            "tokens_per_minute" if per_minute else "token_budget",
+            f"key {shown}… is over its {tokens:g} tokens per {_window(window)} (this request needs about "
+            f"{estimate}; it fits in {math.ceil(wait)} s)",
+            None,
+            wait,
+        )
+    admission.budgets, admission.estimate = budgets, estimate
 
 
 def admit(key, now: float, estimate: int) -> Admission:
@@ -60,7 +104,7 @@ def admit(key, now: float, estimate: int) -> Admission:
     if refusal is not None:
         problem, reason, wait = refusal
         raise LlmError(429, reason, problem[2], None, wait)
-    store = _store()
+    store = limits_store()
     admission = Admission(key, store)
     try:
         if key.max_streams is not None:
@@ -77,21 +121,7 @@ def admit(key, now: float, estimate: int) -> Admission:
                         1.0,
                     )
                 admission.streams_slot = slot
-        tpm = key.tokens_per_minute
-        if tpm is not None:
-            slot = store.slot(f"{key.id}\x1ftpm")
-            if slot >= 0:
-                wait = store.take(slot, now, tpm / 60.0, float(tpm), float(estimate), float(min(estimate, tpm)))
-                if wait:
-                    raise LlmError(
-                        429,
-                        "tokens_per_minute",
-                        f"key {shown}… is over its {tpm:g} tokens per minute (this request needs about {estimate})",
-                        None,
-                        wait,
-                    )
-                admission.tokens_slot = slot
-                admission.estimate = estimate
+        _take_budgets(admission, key, now, estimate)
     except LlmError:
         finish(admission, None)
         raise
@@ -109,7 +139,7 @@ def admit_call(key, endpoint: str, now: float, estimate: int, anonymous_limit: i
 def admit_anonymous(endpoint: str, now: float, limit: int) -> Admission:
     """Take one of the endpoint's anonymous in-flight requests (an Admission to `finish`), or
     raise LlmError 429 when its anonymous callers already hold `limit` (this replica's share)."""
-    store = _store()
+    store = limits_store()
     admission = Admission(None, store)
     slot = store.slot(f"\x1eanonymous\x1f{endpoint}")  # \x1e: never a key id's slot
     if slot < 0:  # the store is full: admitted, uncounted (as a key is, sharedlimits.py)
@@ -133,8 +163,8 @@ def finish(admission: Admission, used: int | None) -> None:
     """Release what `admit` took; `used`: the tokens the request really used (None: the estimate stands)."""
     store = admission.store
     key = admission.key
-    if admission.tokens_slot >= 0 and used is not None:
-        store.give(admission.tokens_slot, float(admission.estimate - used), float(key.tokens_per_minute))
+    if admission.budgets and used is not None:
+        store.give_budgets(admission.budgets, float(admission.estimate - used))
     if admission.streams_slot >= 0:
         store.release(admission.streams_slot)
     if key is not None:

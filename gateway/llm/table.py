@@ -9,14 +9,21 @@ called: a copy of a generation costs a backend as much as the request itself, an
 tokens could not be compared with the served ones token for token.
 
 A secret's value lives only in its backend's `authorization` header bytes: never in a
-repr, a log line, a metric or /status (`describe` names the secret's id only).
+repr, a log line, a metric or /status (`describe` names the secret's id only); with it the
+backend keeps the origins the secret is bound to (`secret_origins`), checked again before
+each send. A replica's URL is parsed once here (`url`, yarl): the request's URL is built from
+its parts and the route appended as path segments, so no character of the base can turn the
+route into a query or move the request elsewhere.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from yarl import URL
+
 from ..feedback_rules import DEFAULT_TOKEN_TTL_S
+from ..outbound_rules import origin_of
 from ..split import Split
 from ..tenants import EndpointAuth, compile_auth
 
@@ -25,10 +32,24 @@ class LlmReplica:
     """One URL of one backend model: breaker state (the fields gateway/breaker.Breakers
     reads) and the load it carries (requests and tokens outstanding)."""
 
-    __slots__ = ("base", "model", "failures", "broken", "refused", "open_until", "cooldown", "outstanding", "tokens")
+    __slots__ = (
+        "base",
+        "url",
+        "origin",
+        "model",
+        "failures",
+        "broken",
+        "refused",
+        "open_until",
+        "cooldown",
+        "outstanding",
+        "tokens",
+    )
 
     def __init__(self, base: str, model: str):
         self.base = base
+        self.url = URL(base).with_query(None).with_fragment(None)  # the checks refused a query or fragment
+        self.origin = origin_of(base)
         self.model = model
         self.failures = 0
         self.broken = False
@@ -46,6 +67,7 @@ class LlmBackend:
         "model",
         "secret",
         "authorization",
+        "secret_origins",
         "priority",
         "connect_timeout_s",
         "cost_prompt",
@@ -53,12 +75,14 @@ class LlmBackend:
         "replicas",
     )
 
-    def __init__(self, doc: dict, secrets: dict[str, str], states: dict):
+    def __init__(self, doc: dict, secrets: dict[str, tuple[str, frozenset]], states: dict):
         self.id = doc["id"]
         self.kind = doc["kind"]
         self.model = doc["model"]
         self.secret = doc.get("secret")  # the id, for /status
-        self.authorization = f"Bearer {secrets[self.secret]}" if self.secret else None
+        value, origins = secrets[self.secret] if self.secret else (None, frozenset())
+        self.authorization = f"Bearer {value}" if value else None
+        self.secret_origins = origins
         self.priority = doc.get("priority", 0)
         self.connect_timeout_s = doc.get("connect_timeout_ms", 1000) / 1000.0
         self.cost_prompt = float(doc.get("cost_per_1k_prompt", 0)) / 1000.0
@@ -97,6 +121,7 @@ class LlmVariant:
 @dataclass(eq=False)
 class LlmEndpoint(Split):
     name: str
+    team: str  # "" when the table does not say (its anonymous callers then share the endpoint's buffer bound)
     auth: EndpointAuth
     sticky_header: str
     salt: str
@@ -146,13 +171,14 @@ def _backends(docs: list, secrets: dict, states: dict) -> list[LlmBackend]:
     return sorted(backends, key=lambda b: b.priority)  # stable sort: ties keep the listed order
 
 
-def compile_llm_endpoint(doc: dict, secrets: dict[str, str], states: dict) -> LlmEndpoint:
+def compile_llm_endpoint(doc: dict, secrets: dict, states: dict, first_token_max_ms: int = 60_000) -> LlmEndpoint:
     variants = [
         LlmVariant(v["name"], v["model_version"], v["role"], v["weight_bp"], _backends(v["backends"], secrets, states))
         for v in doc["variants"]
     ]
     return LlmEndpoint(
         name=doc["name"],
+        team=doc.get("team", ""),
         auth=compile_auth(doc.get("auth")),
         sticky_header=doc.get("sticky_header", "X-Session-Id"),
         salt=doc.get("salt", ""),
@@ -160,7 +186,8 @@ def compile_llm_endpoint(doc: dict, secrets: dict[str, str], states: dict) -> Ll
         exposure_token_key=bytes.fromhex(doc.get("exposure_token_key", "")),
         exposure_token_ttl_s=doc.get("exposure_token_ttl_s", DEFAULT_TOKEN_TTL_S),
         timeout_s=doc.get("timeout_ms", 120000) / 1000.0,
-        first_token_timeout_s=doc.get("first_token_timeout_ms", 30000) / 1000.0,
+        # the operator's ceiling (llm_rules), whatever the entry says
+        first_token_timeout_s=min(doc.get("first_token_timeout_ms", 30000), first_token_max_ms) / 1000.0,
         context_length=doc.get("context_length", 4096),
         max_tokens_default=doc.get("max_tokens_default", 256),
         prefix_affinity_chars=doc.get("prefix_affinity_chars", 256),
@@ -171,12 +198,16 @@ def compile_llm_endpoint(doc: dict, secrets: dict[str, str], states: dict) -> Ll
 
 def compile_llm_endpoints(document: dict, indexes: list[int], secret_indexes: list[int], states: dict):
     """({name: LlmEndpoint}, [(index, name, exception)] of entries that failed to compile)."""
-    secrets = {document["secrets"][i]["id"]: document["secrets"][i]["value"] for i in secret_indexes}
+    secrets = {}
+    for i in secret_indexes:
+        doc = document["secrets"][i]
+        secrets[doc["id"]] = (doc["value"], frozenset(doc["origins"]))
+    first_token_max_ms = document.get("llm_rules", {}).get("first_token_timeout_max_ms", 60_000)
     out, failed = {}, []
     for index in indexes:
         doc = document["llm_endpoints"][index]
         try:
-            out[doc["name"]] = compile_llm_endpoint(doc, secrets, states)
+            out[doc["name"]] = compile_llm_endpoint(doc, secrets, states, first_token_max_ms)
         except (ValueError, TypeError, KeyError, StopIteration) as exc:  # a rule the checks missed: this entry only
             failed.append((index, doc["name"], f"{type(exc).__name__}"))
     return out, failed

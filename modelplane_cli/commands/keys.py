@@ -79,6 +79,22 @@ def key_get(state, key_id):
     state.out.result(state.api.get(f"inference-keys/{key_id}/"), _key_text)
 
 
+WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _budgets(ctx, param, values) -> list[dict]:
+    """--token-budget TOKENS/WINDOW as the API's {tokens, window_s} (the server checks the bounds)."""
+    out = []
+    for value in values:
+        tokens, _, window = value.partition("/")
+        unit = WINDOW_UNITS.get(window[-1:].lower()) if window[-1:].isalpha() else 1
+        count = window[:-1] if window[-1:].isalpha() else window
+        if unit is None or not tokens.isdigit() or not count.isdigit():
+            raise click.BadParameter(f"{value!r}: give TOKENS/WINDOW, e.g. 100000/1h or 5000000/30d")
+        out.append({"tokens": int(tokens), "window_s": int(count) * unit})
+    return out
+
+
 @key.command("create")
 @click.argument("name")
 @click.option("--team", required=True, help="One of your teams (you need the deployer role in it).")
@@ -93,9 +109,21 @@ def key_get(state, key_id):
 @click.option(
     "--max-concurrency", callback=limit(int), help="Requests in flight at once (default 64; `none`: no limit)."
 )
+@click.option("--tokens-per-minute", type=int, help="LLM tokens (prompt + completion) per minute (default: no limit).")
+@click.option("--max-streams", type=int, help="LLM requests in flight at once (default: no limit).")
+@click.option(
+    "--token-budget",
+    "token_budgets",
+    multiple=True,
+    callback=_budgets,
+    help="An LLM token budget TOKENS/WINDOW, the window in s, m, h or d, a second to a month "
+    "(e.g. 5000000/30d; repeat for several windows).",
+)
 @json_option
 @pass_state
-def key_create(state, name, team, endpoints, rate_per_s, burst, max_concurrency):
+def key_create(
+    state, name, team, endpoints, rate_per_s, burst, max_concurrency, tokens_per_minute, max_streams, token_budgets
+):
     """Create a key and print its secret, once: store it now (it is kept only as a hash)."""
     body = {"team": team, "name": name}
     if endpoints:
@@ -103,6 +131,11 @@ def key_create(state, name, team, endpoints, rate_per_s, burst, max_concurrency)
     for field, value in (("rate_per_s", rate_per_s), ("burst", burst), ("max_concurrency", max_concurrency)):
         if value is not None:
             body[field] = None if value == "none" else value
+    for field, value in (("tokens_per_minute", tokens_per_minute), ("max_streams", max_streams)):
+        if value is not None:
+            body[field] = value
+    if token_budgets:
+        body["token_budgets"] = token_budgets
     created = state.api.post("inference-keys/", body)
     if not created.get("secret"):
         raise CliError(exits.ERROR, "the server's answer had no secret")

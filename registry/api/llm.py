@@ -6,8 +6,9 @@ registry/services/llm.py:
   reference (JSON: base_url, upstream_model, secret); the reply is the version with its
   `llm` spec and the id of its one artifact (what endpoints and rollouts take).
 - /api/v1/secrets/: a team's provider secrets. The value is in the create reply only
-  (Cache-Control: no-store); lists and details show name, team, dates and at most the
-  last 4 characters. Another team's secret is a 404 like an unknown one.
+  (Cache-Control: no-store); lists and details show name, team, origins, dates and at most
+  the last 4 characters. Another team's secret is a 404 like an unknown one. `origins` (the
+  scheme://host[:port] the value may be sent to) are bound when the secret is stored.
 """
 
 from django.contrib.auth.models import Group
@@ -154,7 +155,7 @@ class SecretSerializer(StrictModelSerializer):
 
     class Meta:
         model = ProviderSecret
-        fields = ["id", "gateway_id", "name", "team", "last4", "created_by", "created_at"]
+        fields = ["id", "gateway_id", "name", "team", "origins", "last4", "created_by", "created_at"]
         read_only_fields = fields
 
 
@@ -170,6 +171,13 @@ class SecretCreateSerializer(serializers.Serializer):
     team = StrictCharField(max_length=150, help_text="Name of one of your teams (you need its admin role).")
     name = StrictCharField(max_length=64)
     value = StrictCharField(max_length=4096, trim_whitespace=False, help_text="The provider's API key.")
+    origins = serializers.ListField(
+        child=StrictCharField(max_length=2000),
+        min_length=1,
+        max_length=8,
+        help_text="Where the value may be sent: origins (scheme://host[:port]) of the backends that may name it, "
+        "e.g. https://api.openai.com. A backend at another origin may not name the secret.",
+    )
 
     def validate_team(self, value: str) -> Group:
         request = self.context.get("request")
@@ -207,7 +215,9 @@ class SecretViewSet(
         payload = SecretCreateSerializer(data=request.data, context=self.get_serializer_context())
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        secret = services.secret_create(user=request.user, team=data["team"], name=data["name"], value=data["value"])
+        secret = services.secret_create(
+            user=request.user, team=data["team"], name=data["name"], value=data["value"], origins=data["origins"]
+        )
         body = SecretCreatedSerializer(secret).data
         body["value"] = data["value"]
         response = created(body)

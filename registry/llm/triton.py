@@ -11,9 +11,10 @@ Inputs: text_input | messages_json (TYPE_STRING [1]), max_tokens (TYPE_INT32 [1]
 temperature, top_p, presence_penalty, frequency_penalty (TYPE_FP32 [1]), seed (TYPE_INT64 [1]),
 stop (TYPE_STRING [-1]), stream (TYPE_BOOL [1], false for
 `/generate`: one response with the whole text); all optional in the config, the
-adapter wants exactly one of the first two. Outputs: text_output (TYPE_STRING [1]) on every
-response; finish_reason (TYPE_STRING [1]), prompt_tokens and completion_tokens (TYPE_INT32 [1])
-on the final one.
+adapter wants exactly one of the first two. Outputs: text_output (TYPE_STRING [1]) and
+generated_tokens (TYPE_INT32 [1], the count so far) on every streamed response, prompt_tokens
+on the first; finish_reason (TYPE_STRING [1]), prompt_tokens and completion_tokens
+(TYPE_INT32 [1]) on the final one.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ OUTPUTS = (
     ("finish_reason", mc.TYPE_STRING, [1]),
     ("prompt_tokens", mc.TYPE_INT32, [1]),
     ("completion_tokens", mc.TYPE_INT32, [1]),
+    ("generated_tokens", mc.TYPE_INT32, [1]),
 )
 
 

@@ -15,7 +15,13 @@ directory made by `registry.llm.triton.write_llm_model` from the model directory
 loads it like any artifact); kind (b): variant `llm-backend`, no files (nothing to load).
 
 Provider secrets: Fernet-encrypted at rest (registry/secret_box.py); `secret_create`
-returns the value once, nothing else ever does.
+returns the value once, nothing else ever does. A secret is bound, when an admin stores it,
+to the origins it may be sent to; a backend reference at another origin may not name it
+(so a deployer cannot have the team's key sent to a listener of their own).
+
+Tenant URLs (a backend's base URL, a secret's origins) pass the one outbound guard
+(kernel/outbound.py) when registered: internal addresses, the platform's own listeners,
+credentials, a query or a fragment are a 400 naming the rule (code `url_<rule>`).
 
 Why this is one long module: both kinds of LLM version share the model, cost and
 context checks and the inline artifact, and the secrets are what kind (b) names.
@@ -36,6 +42,7 @@ from django.utils import timezone
 
 from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound, TooLarge
+from kernel.outbound import OutboundRefused, Unresolvable, origin_of, origin_refusal, vet_url
 from registry import llm_archive, names, secret_box, storage
 from registry.factory import StageStatus
 from registry.lock_objects import model_for_update
@@ -65,6 +72,7 @@ SECRET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 SECRET_VALUE_RE = re.compile(r"^[\x21-\x7e]{1,4096}$")  # the route table schema's secret value
 UPSTREAM_MODEL_RE = re.compile(r"^[\x21-\x7e]{1,256}$")
 URL_RE = re.compile(r"^https?://[^\s/]+(/[^\s]*)?$")
+MAX_SECRET_ORIGINS = 8
 MAX_COST = 1_000_000
 MAX_TOKENIZER_NAME = 200
 DEFAULT_BACKEND_CONTEXT = 4096
@@ -72,10 +80,43 @@ MAX_DELAY_MS = 10_000
 
 
 # --- provider secrets ----------------------------------------------------------------------
-def secret_create(*, user, team, name: str, value: str) -> ProviderSecret:
-    """Store `value` encrypted under `name` in `team` (admins). The caller shows `value`
+def _vetted(url: str, field: str) -> None:
+    """The outbound guard's verdict on a tenant URL as a 400 naming the rule (a host that does
+    not resolve yet passes: the gateway vets every connection again)."""
+    try:
+        vet_url(url, fixed=True)
+    except Unresolvable:
+        pass
+    except OutboundRefused as exc:
+        raise InvalidInput(f"{field}: {exc}", code=f"url_{exc.rule}", field=field) from None
+
+
+def _origins(values) -> list[str]:
+    if isinstance(values, str):
+        values = values.replace(",", " ").split()
+    if not isinstance(values, list | tuple) or not 1 <= len(values) <= MAX_SECRET_ORIGINS:
+        raise InvalidInput(
+            f"origins: give 1..{MAX_SECRET_ORIGINS} origins the value may be sent to, e.g. https://api.openai.com.",
+            code="bad_origins",
+            field="origins",
+        )
+    origins = []
+    for value in values:
+        text = str(value).strip().rstrip("/")
+        refusal = origin_refusal(text)
+        if refusal is not None:
+            raise InvalidInput(f"origins: {text[:200]!r}: {refusal}.", code=f"url_{refusal.rule}", field="origins")
+        _vetted(text, "origins")
+        origins.append(origin_of(text))
+    return sorted(set(origins))
+
+
+def secret_create(*, user, team, name: str, value: str, origins) -> ProviderSecret:
+    """Store `value` encrypted under `name` in `team` (admins), bound to `origins` (where
+    backends naming it may be: each passes the outbound guard). The caller shows `value`
     to the user this once; it is never returned again."""
     require_role(user=user, team=team, role=Role.ADMIN)
+    bound = _origins(origins)
     if not SECRET_NAME_RE.match(name or ""):
         raise InvalidInput(
             "name: use 1-64 lower-case letters, digits, '-' or '_', starting with a letter or digit.", field="name"
@@ -93,10 +134,13 @@ def secret_create(*, user, team, name: str, value: str) -> ProviderSecret:
             team=team,
             name=name,
             ciphertext=secret_box.seal(value),
+            origins=bound,
             last4=value[-4:] if len(value) >= 12 else "",  # a short value shows nothing of itself
             created_by=user,
         )
-        event_record(actor=user, obj=secret, team=team, action=EventAction.CREATED, data={"name": name})
+        event_record(
+            actor=user, obj=secret, team=team, action=EventAction.CREATED, data={"name": name, "origins": bound}
+        )
     return secret
 
 
@@ -170,21 +214,32 @@ def _cost(value, field: str) -> float:
 
 
 def _base_url(value: str) -> str:
+    """The backend's base URL, fixed here: the gateway appends its route to this path and
+    sends nothing else (no query, fragment or credentials), to an address the guard allows."""
     url = (value or "").strip().rstrip("/")
     parsed = urllib.parse.urlsplit(url) if URL_RE.match(url) and len(url) <= 2000 else None
     if parsed is None or not parsed.hostname:
         raise InvalidInput(
-            "base_url: give the server's http(s) base URL, e.g. http://10.0.0.5:8000/v1.",
+            "base_url: give the server's http(s) base URL, e.g. https://llm.example.com/v1.",
             code="bad_base_url",
             field="base_url",
         )
-    if parsed.username or parsed.password or parsed.query or parsed.fragment:
-        raise InvalidInput(
-            "base_url: no credentials, query or fragment in the URL; put an API key in a provider secret.",
-            code="bad_base_url",
-            field="base_url",
-        )
+    _vetted(url, "base_url")
     return url
+
+
+def _secret_may_go_to(secret: ProviderSecret | None, url: str) -> None:
+    if secret is None:
+        return
+    origin = origin_of(url)
+    if origin not in (secret.origins or []):
+        bound = ", ".join(secret.origins or []) or "no origin"
+        raise InvalidInput(
+            f"secret: {secret.name!r} may be sent only to {bound}, not to {origin} (a team admin binds a secret "
+            "to its origins when storing it).",
+            code="secret_origin_mismatch",
+            field="secret",
+        )
 
 
 def _delay(value, field: str) -> int:
@@ -385,6 +440,7 @@ def llm_version_create_backend(
     costs = _cost(cost_per_1k_prompt, "cost_per_1k_prompt"), _cost(cost_per_1k_completion, "cost_per_1k_completion")
     tokenizer_name = _tokenizer_name(tokenizer)
     provider_secret = _team_secret(model.team, secret)
+    _secret_may_go_to(provider_secret, url)
     with transaction.atomic():
         locked = model_for_update(model.pk)
         version = ModelVersion.objects.create(

@@ -165,8 +165,10 @@ def test_llm_versions(cli_as, alice, team_a, tmp_path):
 
     factories.registered_model(team_a, name="chat", task=Task.LLM)
     cli = cli_as(alice)
+    inside = cli("version", "llm-backend", "chat", "--base-url", "http://10.0.0.5:8000/v1", "--upstream-model", "m")
+    assert inside.code != 0 and "url_private" in inside.err + inside.out, inside  # the one service check
     made = cli(
-        "version", "llm-backend", "chat", "--base-url", "http://10.0.0.5:8000/v1", "--upstream-model", "m", "--json"
+        "version", "llm-backend", "chat", "--base-url", "https://llm.example.test/v1", "--upstream-model", "m", "--json"
     )
     assert made.code == 0, made
     assert made.json()["llm"]["kind"] == "openai" and made.json()["artifact"]

@@ -53,12 +53,23 @@ def test_keys_create_once_list_revoke(cli_as, deployer, alice, served, team_a):
     assert one.code == 0 and "no limit" in one.out and "ctr-demo" in one.out and secret not in one.out, one
     bad = cli("key", "create", "x", "--team", team_a.name, "--rate-per-s", "fast")
     assert bad.code == exits.USAGE and "give a number or `none`" in bad.err, bad
+    budgeted = cli(
+        "key", "create", "llm", "--team", team_a.name, "--tokens-per-minute", "6000", "--token-budget", "100000/1h",
+        "--token-budget", "5000000/30d",
+    )  # fmt: skip
+    assert budgeted.code == 0, budgeted
+    assert InferenceKey.objects.get(name="llm").token_budgets == [
+        {"tokens": 100000, "window_s": 3600},
+        {"tokens": 5000000, "window_s": 2592000},
+    ]
+    too_long = cli("key", "create", "y", "--team", team_a.name, "--token-budget", "1/40d")  # past a month
+    assert too_long.code != 0 and "bad_token_budgets" in too_long.err + too_long.out, too_long
     refused = cli_as(alice)("key", "create", "mine", "--team", team_a.name)  # a developer may not
     assert refused.code == exits.AUTH and "HTTP 403" in refused.err, refused
 
     revoked = cli("key", "revoke", key.pk, "--reason", "leaked in a log")
     assert revoked.code == 0 and f"Key {key.pk} (web" in revoked.out and "revoked at" in revoked.out, revoked
-    assert cli("keys", "list", "--active", "--json").json()["results"] == []
+    assert [k["name"] for k in cli("keys", "list", "--active", "--json").json()["results"]] == ["llm"]
     assert [k["name"] for k in cli("keys", "list", "--revoked", "--json").json()["results"]] == ["web"]
 
 

@@ -27,6 +27,9 @@ def schema_errors(table: dict) -> list[str]:
     return [f"{'/'.join(map(str, e.instance_path))}: {e.message}" for e in validator.iter_errors(table)]
 
 
+ORIGINS = ["https://provider.example.test"]  # the external backend's origin: where its secret may go
+
+
 @pytest.fixture
 def admin_a(team_a):
     user = factories.user("ada")
@@ -36,7 +39,9 @@ def admin_a(team_a):
 
 @pytest.fixture
 def secret(admin_a, team_a):
-    return llm_services.secret_create(user=admin_a, team=team_a, name="provider", value="sk-provider-0123456789")
+    return llm_services.secret_create(
+        user=admin_a, team=team_a, name="provider", value="sk-provider-0123456789", origins=ORIGINS
+    )
 
 
 @pytest.fixture
@@ -154,9 +159,34 @@ def test_key_token_limits_through_the_api(deployer_api, chat):
     assert key["tokens_per_minute"] == 1000 and key["max_streams"] == 4
 
 
+@pytest.mark.parametrize(
+    ("budgets", "ok"),
+    [
+        ([{"tokens": 10, "window_s": 1}, {"tokens": 5_000_000, "window_s": 31 * 86400}], True),  # a second to a month
+        ([{"tokens": 10, "window_s": 31 * 86400 + 1}], False),
+        ([{"tokens": 0, "window_s": 60}], False),
+        ([{"tokens": 10, "window_s": 60}, {"tokens": 20, "window_s": 60}], False),
+        ([{"tokens": 1, "window_s": w} for w in (1, 2, 3, 4, 5)], False),
+    ],
+)
+def test_token_budgets_over_windows_from_a_second_to_a_month(deployer_api, budgets, ok):
+    response = deployer_api.post(
+        "/api/v1/inference-keys/", {"team": "team-a", "name": "k", "token_budgets": budgets}, format="json"
+    )
+    if not ok:
+        assert response.status_code == 400 and response.json()["code"] == "bad_token_budgets", response.content
+        assert InferenceKey.objects.count() == 0
+        return
+    assert response.status_code == 201, response.content
+    (key,) = route_build()[0]["keys"]
+    assert key["token_budgets"] == budgets and schema_errors(route_build()[0]) == []
+
+
 # --- the route table ----------------------------------------------------------------------------
 def test_route_entries_backends_fallbacks_and_only_named_secrets(chat, external, pool, team_a, admin_a, secret):
-    unused = llm_services.secret_create(user=admin_a, team=team_a, name="unused", value="sk-unused-0123456789")
+    unused = llm_services.secret_create(
+        user=admin_a, team=team_a, name="unused", value="sk-unused-0123456789", origins=ORIGINS
+    )
     factories.endpoint(
         pool, chat, name="chat", kind="llm", public=True, llm_fallbacks=[external.pk], first_token_timeout_ms=4000
     )
@@ -175,8 +205,35 @@ def test_route_entries_backends_fallbacks_and_only_named_secrets(chat, external,
     (fallback,) = chat_entry["fallbacks"]
     assert fallback["kind"] == "openai" and fallback["urls"] == ["https://provider.example.test/v1"]
     assert fallback["secret"] == secret.gateway_id and fallback["cost_per_1k_completion"] == 1.5
-    assert table["secrets"] == [{"id": secret.gateway_id, "value": "sk-provider-0123456789"}]
+    assert table["secrets"] == [{"id": secret.gateway_id, "value": "sk-provider-0123456789", "origins": ORIGINS}]
     assert unused.gateway_id not in json.dumps(table)
+    rules = table["llm_rules"]  # what the gateway vets every connection to a tenant backend with
+    assert "http://127.0.0.1:18000" in rules["platform_listeners"]  # the pool's replicas: never a tenant URL
+    assert rules["first_token_timeout_max_ms"] == 60_000 and len(rules["hop_mark"]) == 24
+
+
+def test_a_secret_not_bound_to_its_backends_origin_fails_the_entry(chat, pool, team_a, secret):
+    """A reference stored before secrets were bound (or written around the service) never gets
+    the secret into the table: its entry fails with a reason on the endpoint page."""
+    stray = factories.llm_artifact(
+        team_a, model_name="stray", kind="openai", base_url="https://listener.example.test/v1", secret=secret
+    )
+    factories.endpoint(pool, stray, name="stray", kind="llm")
+    table, problems, _ = route_build()
+    assert "not bound to https://listener.example.test" in problems["stray"].reason
+    assert "sk-provider" not in json.dumps(table)
+
+
+def test_the_first_token_timeout_has_an_operators_ceiling(chat, pool, deployer_api, settings):
+    settings.LLM_FIRST_TOKEN_TIMEOUT_MAX_MS = 5000
+    over = create(deployer_api, name="slow-chat", stable_artifact=chat.pk, kind="llm", first_token_timeout_ms=5001)
+    assert over.status_code == 400 and over.json()["code"] == "bad_first_token_timeout_ms"
+    assert "1..5000" in over.json()["detail"]
+    ok = create(deployer_api, name="slow-chat", stable_artifact=chat.pk, kind="llm", first_token_timeout_ms=5000)
+    assert ok.status_code == 201, ok.content
+    settings.LLM_FIRST_TOKEN_TIMEOUT_MAX_MS = 2000  # lowered later: the table serves the ceiling
+    (entry,) = route_build()[0]["llm_endpoints"]
+    assert entry["first_token_timeout_ms"] == 2000
 
 
 def test_rollout_candidate_is_a_canary_variant(chat, pool, team_a):
@@ -222,20 +279,44 @@ def test_keys_page_stores_a_provider_secret_and_shows_its_value_once(admin_a, de
 
     other_admin = factories.user("bea")
     factories.member(other_admin, team_b, Role.ADMIN)
-    llm_services.secret_create(user=other_admin, team=team_b, name="their-secret", value="sk-of-team-b-00000000")
+    llm_services.secret_create(
+        user=other_admin, team=team_b, name="their-secret", value="sk-of-team-b-00000000", origins=ORIGINS
+    )
     client = Client()
     client.force_login(admin_a)
     value = "sk-page-abcdefghijklmn-TAIL"
-    stored = client.post("/deployments/keys/secrets/", {"team": "team-a", "name": "page-secret", "value": value})
+    stored = client.post(
+        "/deployments/keys/secrets/",
+        {"team": "team-a", "name": "page-secret", "value": value, "origins": "https://api.example.test"},
+    )
     assert stored.status_code == 200 and value in stored.content.decode()
     page = client.get("/deployments/keys/").content.decode()
     assert "page-secret" in page and "…TAIL" in page and value not in page
+    assert "https://api.example.test" in page  # where it may be sent, bound when stored
+    # the form goes through the same service check: an internal origin is refused, nothing stored
+    refused = client.post(
+        "/deployments/keys/secrets/",
+        {"team": "team-a", "name": "inside", "value": "sk-inside-0123456789", "origins": "http://169.254.169.254"},
+        follow=True,
+    )
+    assert "metadata" in refused.content.decode() and not ProviderSecret.objects.filter(name="inside").exists()
     assert "their-secret" not in page
     created = client.post(
         "/deployments/keys/",
-        {"team": "team-a", "name": "llm-key", "tokens_per_minute": 5000, "max_streams": 2, "rate_per_s": 10},
+        {
+            "team": "team-a",
+            "name": "llm-key",
+            "tokens_per_minute": 5000,
+            "max_streams": 2,
+            "rate_per_s": 10,
+            "token_budgets": "100000/1h, 5000000/30d",
+        },
     )
     assert created.status_code == 200 and "5000 · 2" in created.content.decode()
+    assert InferenceKey.objects.get(name="llm-key").token_budgets == [
+        {"tokens": 100000, "window_s": 3600},
+        {"tokens": 5000000, "window_s": 2592000},
+    ]
     assert InferenceKey.objects.get(name="llm-key").tokens_per_minute == 5000
 
     deployer_client = Client()

@@ -26,6 +26,7 @@ from harness import factories
 from registry.models import Artifact, Build, BuildStatus, Role
 
 pytestmark = pytest.mark.django_db
+ORIGINS = ["https://provider.example.test"]  # where the contract test's provider secret may be sent
 SEED = 21
 ROUNDS = 24
 
@@ -161,12 +162,16 @@ def test_tables_with_llm_endpoints_match_the_schema_whole(deployer, team_a, arti
     rng = random.Random(SEED + 27)
     admin = factories.user("llm-admin")
     factories.member(admin, team_a, Role.ADMIN)
-    secret = llm_services.secret_create(user=admin, team=team_a, name="provider", value="sk-contract-0123456789")
+    secret = llm_services.secret_create(
+        user=admin, team=team_a, name="provider", value="sk-contract-0123456789", origins=ORIGINS
+    )
     pool = factories.pool(team_a, "llm-pool", ready_replicas=2)
     chats = [factories.llm_artifact(team_a, model_name="chat") for _ in range(4)]  # chat v1..v4 (Triton)
     for artifact in chats:
         factories.pool_model_ready(pool, artifact)
-    external = factories.llm_artifact(team_a, model_name="ext", kind="openai", secret=secret, cost_per_1k_prompt=0.1)
+    external = factories.llm_artifact(
+        team_a, model_name="ext", kind="openai", base_url=f"{ORIGINS[0]}/v1", secret=secret, cost_per_1k_prompt=0.1
+    )
     tensor = artifact_factory(team_a)
     endpoint_services.endpoint_create(user=deployer, name="ranker", pool=pool, stable_artifact=tensor, public=True)
     kinds, roles = [], set()

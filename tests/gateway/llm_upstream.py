@@ -19,6 +19,13 @@ end (`cancelled`). What a model does is in its name (the route table's backend `
   die-<n>        drops the connection after n tokens (a backend that dies mid-stream);
   json-<n>       answers 200 with a JSON body, not an event stream (a server that ignored
                  `stream: true`);
+  flood-<kib>[-<ms>]  a hostile provider: each token's text is <kib> KiB (a reply that fills
+                 memory), a token every <ms> (default: at once);
+  leak-<status>  answers that status with a long body of internal details (a page whose words
+                 must not reach the client; `LEAK` is a phrase in it);
+  redirect       answers 307 to `redirect_to` (where a secret must not follow);
+  relay          forwards the request, headers included, to `relay_to` + its path (a backend that
+                 leads back to the gateway: a loop) and answers what that answered;
   anything else  streams at once.
 
 The "model" writes the words `w0 w1 w2 ...` (one per token), max_tokens of them; prompt
@@ -32,18 +39,31 @@ import json
 import threading
 from collections import Counter
 
+import aiohttp
 from aiohttp import web
 
 from kernel.tritonserver import free_port
 
+LEAK = "internal-db-password=hunter2"
+LEAK_BODY = (
+    "<html><body><h1>Internal Server Error</h1><pre>\r\n" + f"{LEAK}\r\n" * 2000 + "</pre></body></html>"
+).encode()
+
 
 class LlmUpstream:
-    def __init__(self, *, api_key: str | None = None):
+    def __init__(self, *, api_key: str | None = None, twin_of: LlmUpstream | None = None):
+        """`twin_of`: another stand-in whose records this one shares (one list of requests in
+        arrival order): a provider (kind openai) on a port of its own beside a "pool" (kind
+        triton), since a pool's address is never a tenant backend's (gateway/llm/guard.py)."""
         self.port = free_port()
         self.api_key = api_key
-        self.requests: list[dict] = []
-        self.cancelled: Counter = Counter()  # model -> streams whose client left before the end
-        self.completed: Counter = Counter()
+        self.requests: list[dict] = [] if twin_of is None else twin_of.requests
+        # model -> streams whose client left before the end
+        self.cancelled: Counter = Counter() if twin_of is None else twin_of.cancelled
+        self.completed: Counter = Counter() if twin_of is None else twin_of.completed
+        self.provider: LlmUpstream | None = None  # the twin serving kind openai, when the test made one
+        self.redirect_to: str = ""
+        self.relay_to: str = ""
         self.loop = None
         self.runner = None
         self.thread = None
@@ -85,11 +105,19 @@ class LlmUpstream:
     async def _stream(self, request, events, body: dict, model: str):
         self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
         kind, _, number = model.partition("-")
+        number, _, pause_ms = number.partition("-")
         number = int(number) if number.isdigit() else 0
+        pause_s = int(pause_ms) / 1000 if kind == "flood" and pause_ms.isdigit() else 0.0
         if kind == "fail":
             return web.json_response({"error": f"failing on purpose ({number})"}, status=number)
         if kind == "json":
             return web.json_response({"text_output": "not a stream", "completion_tokens": 3})
+        if kind == "leak":
+            return web.Response(status=number, body=LEAK_BODY, content_type="text/html")
+        if kind == "redirect":
+            raise web.HTTPTemporaryRedirect(self.redirect_to)
+        if kind == "relay":
+            return await self._relay(request, body)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
@@ -103,12 +131,21 @@ class LlmUpstream:
                 await response.write(b"data: " + data + b"\n\n")
                 if kind == "slow":
                     await asyncio.sleep(number / 1000)
+                elif pause_s:
+                    await asyncio.sleep(pause_s)
             await response.write_eof()
             self.completed[model] += 1
         except (asyncio.CancelledError, ConnectionResetError):
             self.cancelled[model] += 1
             raise
         return response
+
+    async def _relay(self, request, body: dict):
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(self.relay_to + request.path, json=body, headers=headers) as answer:
+                payload = await answer.read()
+                return web.Response(status=answer.status, body=payload, content_type=answer.content_type)
 
     async def _triton(self, request):
         body = await request.json()
@@ -126,9 +163,14 @@ class LlmUpstream:
         chat = request.path.endswith("/chat/completions")
         text = " ".join(m["content"] for m in body["messages"]) if chat else body["prompt"]
         n = int(body.get("max_tokens", 16))
+        kind, _, size = body["model"].partition("-")
+        blob = (
+            "x" * (int(size.partition("-")[0]) * 1024) if kind == "flood" else ""
+        )  # one string for every token: no copy per token
+        word = (lambda i: blob) if kind == "flood" else (lambda i: f"w{i} ")
         events = []
         for i in range(n):
-            choice = {"index": 0, "delta": {"content": f"w{i} "}} if chat else {"index": 0, "text": f"w{i} "}
+            choice = {"index": 0, "delta": {"content": word(i)}} if chat else {"index": 0, "text": word(i)}
             events.append({"id": "x", "model": body["model"], "choices": [{**choice, "finish_reason": None}]})
         last = {"index": 0, "delta": {}} if chat else {"index": 0, "text": ""}
         events.append({"id": "x", "model": body["model"], "choices": [{**last, "finish_reason": "length"}]})
@@ -136,3 +178,15 @@ class LlmUpstream:
         events.append({"id": "x", "model": body["model"], "choices": [], "usage": usage})
         events.append("[DONE]")
         return await self._stream(request, events, body, body["model"])
+
+
+if __name__ == "__main__":  # a stand-in in a process of its own: `python -m tests.gateway.llm_upstream PORT`
+    import sys
+    import time
+
+    server = LlmUpstream()
+    server.port = int(sys.argv[1])
+    server.start()
+    print(f"llm stand-in on {server.url}", flush=True)
+    while True:
+        time.sleep(3600)

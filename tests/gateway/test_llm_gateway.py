@@ -17,6 +17,7 @@ import requests
 
 from gateway.feedback_rules import read_exposure_token, unit_tag
 from harness.gateway import METRICS_TOKEN, GatewayProcess, start_gateway, stop_gateway
+from harness.llm import LOOPBACK_RULES, origins
 from kernel.tritonserver import free_port
 
 from .llm_upstream import LlmUpstream
@@ -60,7 +61,8 @@ def table(up: LlmUpstream, dead_url: str) -> dict:
             _key("kq", KEY_Q, "team-q", tokens_per_minute=60, max_streams=1),
             _key("kb", KEY_B, "team-b"),
         ],
-        "secrets": [{"id": "provider", "value": PROVIDER_SECRET}],
+        "secrets": [{"id": "provider", "value": PROVIDER_SECRET, "origins": origins(up.provider.url)}],
+        "llm_rules": LOOPBACK_RULES,
         "llm_endpoints": [
             _endpoint("tri-llm", [_triton("tri", up.url)]),
             _endpoint(
@@ -69,7 +71,7 @@ def table(up: LlmUpstream, dead_url: str) -> dict:
                     {
                         "id": "provider",
                         "kind": "openai",
-                        "urls": [f"{up.url}/v1"],
+                        "urls": [f"{up.provider.url}/v1"],
                         "model": "gpt-stand-in",
                         "secret": "provider",
                         "cost_per_1k_prompt": 1.0,
@@ -102,12 +104,14 @@ def table(up: LlmUpstream, dead_url: str) -> dict:
 def stack(tmp_path_factory):
     work = tmp_path_factory.mktemp("llm-gateway")
     up = LlmUpstream(api_key=PROVIDER_SECRET).start()
+    up.provider = LlmUpstream(api_key=PROVIDER_SECRET, twin_of=up).start()
     routes = work / "routes.json"
     routes.write_text(json.dumps(table(up, f"http://127.0.0.1:{free_port()}")))
     proc, port = start_gateway(routes, work)
     yield up, f"http://127.0.0.1:{port}", work
     stop_gateway(proc)
     up.stop()
+    up.provider.stop()
     log = "\n".join(p.read_text() for p in work.glob("gateway-*.log"))
     assert PROVIDER_SECRET not in log
 

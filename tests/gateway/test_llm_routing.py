@@ -156,13 +156,21 @@ def test_secrets_are_checked_per_entry_and_never_quoted():
     leaked = "sk-this value has spaces"  # not a valid secret (printable ASCII without spaces)
     entry = llm_entry()
     entry["variants"][0]["backends"][0]["secret"] = "good"
-    doc = document(entry, secrets=[{"id": "good", "value": "sk-fine"}, {"id": "broken", "value": leaked}])
+    doc = document(
+        entry,
+        secrets=[{"id": "good", "value": "sk-fine", "origins": ["http://r1:8000"]}, {"id": "broken", "value": leaked}],
+    )
     checked = check(doc)
     assert [(r.kind, r.name, r.code) for r in checked.refusals] == [("secret", "broken", "invalid_secret")]
     assert leaked not in json.dumps([r.as_dict() for r in checked.refusals])
     ep = compile_table(doc, {}).llm["chat"]
     assert "sk-fine" not in json.dumps(ep.describe()) and "sk-fine" not in repr(ep.stable.backends)
-    duplicated = document(secrets=[{"id": "s", "value": "a"}, {"id": "s", "value": "b"}])
+    duplicated = document(
+        secrets=[
+            {"id": "s", "value": "a", "origins": ["https://p"]},
+            {"id": "s", "value": "b", "origins": ["https://p"]},
+        ]
+    )
     assert refusals(duplicated) == {("secret", "s"): "duplicate_secret"}
 
 

@@ -276,7 +276,8 @@ def gateway(backends, doomed, tmp_path_factory):
     document = {
         "version": "real-1",
         "endpoints": [],
-        "secrets": [{"id": "provider", "value": PROVIDER_KEY}],
+        "secrets": [{"id": "provider", "value": PROVIDER_KEY, "origins": llm.origins(provider.url, doomed.url)}],
+        "llm_rules": llm.LOOPBACK_RULES,
         "llm_endpoints": [
             endpoint("tiny-triton", [triton_backend]),
             endpoint("tiny-openai", [backend("serve", "openai", f"{server.url}/v1", server.model)]),

@@ -109,14 +109,14 @@ def test_addresses_are_judged(address, problem):
 @pytest.mark.parametrize(
     "url, reason",
     [
-        ("http://127.0.0.1:8000/v2/repository/models/ctr/unload", "127.0.0.1 is loopback"),
+        ("http://127.0.0.1:8001/v2/repository/models/ctr/unload", "127.0.0.1 is loopback"),
         ("http://localhost/hook", "is loopback"),
         ("http://[::1]:9/hook", "::1 is loopback"),
         ("http://[::ffff:127.0.0.1]/hook", "loopback (as ::ffff:7f00:1)"),
         ("http://2130706433/hook", "(127.0.0.1) is loopback"),  # 127.0.0.1 as one decimal number
         ("http://0x7f.1/hook", "(127.0.0.1) is loopback"),
         ("http://169.254.169.254/latest/meta-data/", "a cloud metadata address"),
-        ("http://0.0.0.0:8080/", "unspecified"),
+        ("http://0.0.0.0:8090/", "unspecified"),
         ("ftp://93.184.216.34/x", "only http:// and https://"),
     ],
 )
@@ -124,6 +124,26 @@ def test_internal_urls_are_refused(url, reason):
     with pytest.raises(OutboundRefused) as exc:
         vet_url(url)
     assert reason in str(exc.value) and "OUTBOUND_ALLOWED_HOSTS" in str(exc.value) or reason.startswith("only")
+
+
+def test_the_platforms_own_listeners_are_refused_even_when_allowed(settings):
+    """The web port (and the gateway's, and every pool replica's) stays refused when the host
+    or its network is allow-listed: an allowed network is for a team's server, not the platform."""
+    settings.OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    for port in (settings.PORT, settings.GATEWAY_PORT, settings.GATEWAY_GRPC_PORT):
+        with pytest.raises(OutboundRefused) as exc:
+            vet_url(f"http://127.0.0.1:{port}/hook")
+        assert exc.value.rule == "platform_listener" and "own listeners" in str(exc.value)
+    assert vet_url("http://127.0.0.1:8001/hook").addresses == ("127.0.0.1",)
+
+
+def test_an_allowed_network_opens_only_itself(settings):
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["10.20.0.0/16"]
+    assert vet_url("http://10.20.3.4:9000/v1", fixed=True).addresses == ("10.20.3.4",)
+    with pytest.raises(OutboundRefused) as exc:
+        vet_url("http://10.21.3.4:9000/v1", fixed=True)
+    assert exc.value.rule == "private" and "OUTBOUND_ALLOWED_NETWORKS" in str(exc.value)
 
 
 def test_a_public_address_passes():

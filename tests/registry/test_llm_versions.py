@@ -142,7 +142,14 @@ def test_an_archive_made_with_tar_dash_c_dot_loads(alice_api, llm_model, tmp_pat
 def test_a_backend_reference_with_a_team_secret(api_for, admin_a, llm_model):
     client = api_for(admin_a)
     made = client.post(
-        "/api/v1/secrets/", {"team": "team-a", "name": "provider", "value": "sk-test-1234567890abcd"}, format="json"
+        "/api/v1/secrets/",
+        {
+            "team": "team-a",
+            "name": "provider",
+            "value": "sk-test-1234567890abcd",
+            "origins": ["https://llm.example.test"],
+        },
+        format="json",
     )
     assert made.status_code == 201 and made.json()["value"] == "sk-test-1234567890abcd"
     assert made["Cache-Control"] == "no-store"
@@ -187,7 +194,9 @@ def test_bad_backend_references_are_400s(alice_api, llm_model, fields, field):
 
 def test_another_teams_secret_reads_as_unknown(api_for, admin_a, bob, team_b):
     api_for(admin_a).post(
-        "/api/v1/secrets/", {"team": "team-a", "name": "provider", "value": "sk-of-team-a-000000"}, format="json"
+        "/api/v1/secrets/",
+        {"team": "team-a", "name": "provider", "value": "sk-of-team-a-000000", "origins": ["http://x"]},
+        format="json",
     )
     factories.registered_model(team_b, name="bobs-chat", task=Task.LLM)
     client = api_for(bob)
@@ -211,7 +220,11 @@ def test_another_teams_secret_reads_as_unknown(api_for, admin_a, bob, team_b):
 def test_a_secret_is_never_shown_again_and_is_encrypted_at_rest(api_for, admin_a, alice):
     value = "sk-live-abcdefghijklmnop-WXYZ"
     client = api_for(admin_a)
-    made = client.post("/api/v1/secrets/", {"team": "team-a", "name": "provider", "value": value}, format="json").json()
+    made = client.post(
+        "/api/v1/secrets/",
+        {"team": "team-a", "name": "provider", "value": value, "origins": ["https://api.example.test"]},
+        format="json",
+    ).json()
     row = ProviderSecret.objects.get()
     assert value not in row.ciphertext and secret_box.open_sealed(row.ciphertext) == value
     for reader in (client, api_for(alice)):
@@ -226,13 +239,23 @@ def test_a_secret_is_never_shown_again_and_is_encrypted_at_rest(api_for, admin_a
 def test_secret_writes_need_the_admin_role_and_a_secret_in_use_stays(api_for, admin_a, alice, llm_model):
     assert (
         api_for(alice)
-        .post("/api/v1/secrets/", {"team": "team-a", "name": "p", "value": "v" * 20}, format="json")
+        .post(
+            "/api/v1/secrets/",
+            {"team": "team-a", "name": "p", "value": "v" * 20, "origins": ["http://x"]},
+            format="json",
+        )
         .status_code
         == 403
     )
     client = api_for(admin_a)
-    secret = client.post("/api/v1/secrets/", {"team": "team-a", "name": "p", "value": "v" * 20}, format="json").json()
-    bad = client.post("/api/v1/secrets/", {"team": "team-a", "name": "q", "value": "has space"}, format="json")
+    secret = client.post(
+        "/api/v1/secrets/", {"team": "team-a", "name": "p", "value": "v" * 20, "origins": ["http://x"]}, format="json"
+    ).json()
+    bad = client.post(
+        "/api/v1/secrets/",
+        {"team": "team-a", "name": "q", "value": "has space", "origins": ["http://x"]},
+        format="json",
+    )
     assert bad.status_code == 400 and bad.json()["code"] == "bad_secret_value"
     client.post(
         "/api/v1/models/chat/llm-versions/",
@@ -276,7 +299,13 @@ def test_the_admin_console_shows_a_secrets_name_never_its_value(staff, team_a, a
 
     from registry.services.llm import secret_create
 
-    secret = secret_create(user=admin_a, team=team_a, name="provider", value="sk-admin-view-0123456789")
+    secret = secret_create(
+        user=admin_a,
+        team=team_a,
+        name="provider",
+        value="sk-admin-view-0123456789",
+        origins=["https://api.example.test"],
+    )
     client = Client()
     client.force_login(staff)
     for url in ("/admin/registry/providersecret/", f"/admin/registry/providersecret/{secret.pk}/change/"):
@@ -284,3 +313,107 @@ def test_the_admin_console_shows_a_secrets_name_never_its_value(staff, team_a, a
         text = page.content.decode()
         assert page.status_code == 200 and "provider" in text
         assert "sk-admin-view" not in text and secret.ciphertext not in text
+
+
+# --- tenant URLs pass the outbound guard; secrets go only to their origins ------------------------
+@pytest.mark.parametrize(
+    ("base_url", "code"),
+    [
+        # the issue's SSRF: another team's Triton `unload` URL, its `?` swallowing the appended route
+        ("http://127.0.0.1:18001/v2/repository/models/ctr__v1__onnx/unload?", "url_query"),
+        ("http://127.0.0.1:18001/v1", "url_loopback"),
+        ("http://[::ffff:127.0.0.1]:18001/v1", "url_loopback"),
+        ("http://169.254.169.254/latest", "url_metadata"),
+        ("http://10.1.2.3:8000/v1", "url_private"),
+        ("http://x/v1#frag", "url_fragment"),
+        ("http://x/v1\\@evil", "url_malformed"),
+        ("http://llm.example.test/v1?api-version=1", "url_query"),
+    ],
+)
+def test_internal_or_rewritable_base_urls_are_refused_naming_the_rule(alice_api, llm_model, base_url, code):
+    response = alice_api.post(
+        "/api/v1/models/chat/llm-versions/", {"base_url": base_url, "upstream_model": "m"}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == code and response.json()["detail"].startswith("base_url")
+    assert ModelVersion.objects.count() == 0
+
+
+def test_the_platforms_own_listeners_stay_refused_when_loopback_is_allowed(alice_api, llm_model, settings):
+    """An operator who allow-lists loopback for a local vLLM does not open the gateway, the web
+    server or a pool replica: a Triton pool is reached by pool, never by URL."""
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    pool = factories.pool(llm_model.team, "their-pool", ready_replicas=1)
+    replica = pool.replica_set.get()
+    for base_url in (
+        f"http://127.0.0.1:{settings.GATEWAY_PORT}/v1",
+        f"http://localhost:{settings.GATEWAY_GRPC_PORT}/v1",
+        f"http://127.0.0.1:{settings.PORT}/v1",
+        f"{replica.http_url}/v2/repository/models/ctr/unload",
+    ):
+        response = alice_api.post(
+            "/api/v1/models/chat/llm-versions/", {"base_url": base_url, "upstream_model": "m"}, format="json"
+        )
+        assert response.status_code == 400 and response.json()["code"] == "url_platform_listener", base_url
+    allowed = alice_api.post(
+        "/api/v1/models/chat/llm-versions/",
+        {"base_url": "http://127.0.0.1:18999/v1", "upstream_model": "m"},
+        format="json",
+    )
+    assert allowed.status_code == 201, allowed.content
+
+
+def test_a_secret_goes_only_to_the_origins_it_was_bound_to(api_for, admin_a, alice, llm_model):
+    """The issue's exfiltration: a deployer registers a backend at a listener of their own naming
+    the team's provider secret. Refused at registration: the secret is bound to the provider's origin."""
+    admin = api_for(admin_a)
+    made = admin.post(
+        "/api/v1/secrets/",
+        {
+            "team": "team-a",
+            "name": "provider",
+            "value": "sk-bound-0123456789",
+            "origins": ["https://api.example.test/"],
+        },
+        format="json",
+    )
+    assert made.status_code == 201 and made.json()["origins"] == ["https://api.example.test"]
+    deployer = api_for(alice)
+
+    def register(base_url):
+        return deployer.post(
+            "/api/v1/models/chat/llm-versions/",
+            {"base_url": base_url, "upstream_model": "m", "secret": "provider"},
+            format="json",
+        )
+
+    for elsewhere in (
+        "https://listener.example.test/v1",
+        "http://api.example.test/v1",
+        "https://api.example.test:8443/v1",
+    ):
+        refused = register(elsewhere)
+        assert refused.status_code == 400 and refused.json()["code"] == "secret_origin_mismatch", elsewhere
+    assert register("https://api.example.test/v1").status_code == 201
+    assert register("https://API.example.test:443/v2").status_code == 201  # the same origin
+
+
+@pytest.mark.parametrize(
+    ("origins", "code"),
+    [
+        ([], "bad_origins"),
+        (["https://api.example.test/v1"], "url_path"),
+        (["http://127.0.0.1:9999"], "url_loopback"),
+        (["https://user:pw@api.example.test"], "url_userinfo"),
+        (["ftp://api.example.test"], "url_scheme"),
+    ],
+)
+def test_bad_secret_origins_are_400s(api_for, admin_a, origins, code):
+    response = api_for(admin_a).post(
+        "/api/v1/secrets/",
+        {"team": "team-a", "name": "p", "value": "sk-0123456789ab", "origins": origins},
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    assert origins == [] or response.json()["code"] == code
+    assert not ProviderSecret.objects.exists()

@@ -3,9 +3,12 @@
 Copied into `<model dir>/1/model.py` by registry/llm/triton.py, next to the model directory
 itself (`1/model/`). Served through Triton's generate extension:
 `POST /v2/models/{name}/generate_stream` answers with server-sent events, one per response:
-one response per generated token carrying `text_output` (the new text of that step), then a
-final one with `finish_reason` ("stop" | "length"), `prompt_tokens` and `completion_tokens`
-(and `text_output` "" or the text held back until then). `/generate` with `"stream": false`
+one response per generated token carrying `text_output` (the new text of that step) and
+`generated_tokens` (the tokens generated so far, by the model's tokenizer; the first response
+also `prompt_tokens`), then a final one with `finish_reason` ("stop" | "length"),
+`prompt_tokens` and `completion_tokens` (and `text_output` "" or the text held back until
+then). The running count lets the gateway charge a stream cut before its end (a client that
+hung up) the tokens it really generated. `/generate` with `"stream": false`
 answers with one JSON holding the whole text and the counts.
 
 Inputs (all but one of text_input / messages_json optional):
@@ -230,7 +233,10 @@ class TritonPythonModel:
                     return _cancelled(sender)  # the client went away: stop generating
                 ready = _releasable(text, job["stop"])
                 if job["stream"] and len(ready) > len(sent):
-                    sender.send(pb_utils.InferenceResponse(output_tensors=[_string("text_output", ready[len(sent) :])]))
+                    outputs = [_string("text_output", ready[len(sent) :]), _int32("generated_tokens", len(generated))]
+                    if not sent:
+                        outputs.append(_int32("prompt_tokens", len(job["prompt_ids"])))
+                    sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
                     sent = ready
         text, _ = _cut_at_stop(self.tokenizer.decode(generated, skip_special_tokens=True), job["stop"])
         final = pb_utils.InferenceResponse(
