@@ -72,9 +72,7 @@ class InferenceKeyCreateForm(forms.Form):
 STEPS_EXAMPLE = "5, 25, 50, 100"
 DEFAULT_STEPS = ", ".join(f"{s / 100:g}" for s in DEFAULT_PLAN.steps_bp)  # "10, 25, 50, 100"
 MIN_SECONDS = f"{DEFAULT_PLAN.step_min_seconds:g}"
-_SECONDS = forms.NumberInput(
-    attrs={"step": "any", "style": "width:90px;padding:7px 9px;border:1px solid #d0d5dd;border-radius:6px"}
-)
+_SECONDS = forms.NumberInput(attrs={"step": "any"})  # the width is the form row's, like every input
 
 
 class RolloutStartForm(forms.Form):
@@ -93,7 +91,6 @@ class RolloutStartForm(forms.Form):
         label="Steps %",
         initial=DEFAULT_STEPS,
         max_length=200,
-        widget=forms.TextInput(attrs={"style": "min-width:140px"}),
         help_text=f"Percent of traffic to the candidate per step, increasing, e.g. {STEPS_EXAMPLE}.",
         error_messages={"required": f"Give the steps, e.g. {STEPS_EXAMPLE}."},
     )
@@ -161,26 +158,7 @@ class RolloutStartForm(forms.Form):
         )
 
     def clean_steps_pct(self) -> list[int]:
-        """'5, 25, 50, 100' → [500, 2500, 5000, 10000] (basis points), in words people use."""
-        raw = self.cleaned_data["steps_pct"]
-        parts = [p for p in re.split(r"[,\s;]+", raw.replace("%", " ")) if p]
-        try:
-            steps = [float(p) for p in parts]
-        except ValueError:
-            bad = next(p for p in parts if not _is_number(p))
-            raise forms.ValidationError(
-                f"{bad!r} is not a number: give percentages separated by commas, e.g. {STEPS_EXAMPLE}."
-            ) from None
-        problem = Plan.steps_problem([s * 100 for s in steps])  # the plan's rule, in basis points
-        if problem == StepsProblem.EMPTY:
-            raise forms.ValidationError(f"Give at least one step, e.g. {STEPS_EXAMPLE}.")
-        if problem == StepsProblem.OUT_OF_RANGE:
-            raise forms.ValidationError(f"Each step is a percentage above 0 and at most 100, e.g. {STEPS_EXAMPLE}.")
-        if problem == StepsProblem.NOT_INCREASING:
-            raise forms.ValidationError(f"Steps must increase, e.g. {STEPS_EXAMPLE}.")
-        if any(round(s * 100) != s * 100 for s in steps):
-            raise forms.ValidationError("Steps can have at most two decimals, e.g. 0.5, 5, 50, 100.")
-        return [round(s * 100) for s in steps]
+        return steps_pct_to_bp(self.cleaned_data["steps_pct"])
 
     def service_arguments(self) -> dict:
         data = self.cleaned_data
@@ -202,6 +180,29 @@ class RolloutStartForm(forms.Form):
             getattr(exc, "field", None) or "", None
         )
         self.add_error(field if field in self.fields else None, exc.detail)
+
+
+def steps_pct_to_bp(raw: str) -> list[int]:
+    """'5, 25, 50, 100' → [500, 2500, 5000, 10000] (basis points), refused in words people use:
+    the rollout form's and the release form's steps."""
+    parts = [p for p in re.split(r"[,\s;]+", raw.replace("%", " ")) if p]
+    try:
+        steps = [float(p) for p in parts]
+    except ValueError:
+        bad = next(p for p in parts if not _is_number(p))
+        raise forms.ValidationError(
+            f"{bad!r} is not a number: give percentages separated by commas, e.g. {STEPS_EXAMPLE}."
+        ) from None
+    problem = Plan.steps_problem([s * 100 for s in steps])  # the plan's rule, in basis points
+    if problem == StepsProblem.EMPTY:
+        raise forms.ValidationError(f"Give at least one step, e.g. {STEPS_EXAMPLE}.")
+    if problem == StepsProblem.OUT_OF_RANGE:
+        raise forms.ValidationError(f"Each step is a percentage above 0 and at most 100, e.g. {STEPS_EXAMPLE}.")
+    if problem == StepsProblem.NOT_INCREASING:
+        raise forms.ValidationError(f"Steps must increase, e.g. {STEPS_EXAMPLE}.")
+    if any(round(s * 100) != s * 100 for s in steps):
+        raise forms.ValidationError("Steps can have at most two decimals, e.g. 0.5, 5, 50, 100.")
+    return [round(s * 100) for s in steps]
 
 
 def _is_number(text: str) -> bool:

@@ -109,3 +109,10 @@ def tune_prediction(artifact) -> dict | None:
         "config": _knobs_text(best.get("knobs")),
         "load_avg": (evidence.get("machine") or {}).get("load_avg_start"),
     }
+
+
+def tune_budget_default() -> float:
+    """The tune's time budget when a request gives none (TUNE_BUDGET_S): what a form shows."""
+    from registry.factory import conf
+
+    return float(conf.get("TUNE_BUDGET_S"))
