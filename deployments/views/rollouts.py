@@ -11,7 +11,7 @@ from deployments.forms import RolloutStartForm
 from deployments.rollout_machine import ACTIVE
 from deployments.route_overlays import route_overlays
 from deployments.selectors import rollouts as selectors
-from deployments.selectors.gateway_routes import endpoint_route_state
+from deployments.selectors.gateway_routes import ROUTE_LOADING, endpoint_route_state
 from deployments.selectors.releases import release_card
 from deployments.selectors.rollout_page import chart_config, endpoint_page, rollout_events, rollout_status, step_label
 from deployments.services import rollouts as services
@@ -62,15 +62,19 @@ def _page(request, endpoint, *, form=None, status: int = 200):
     held = active or experiment is not None or release["release_active"]
     if form is None and not held:
         form = RolloutStartForm(user=request.user, endpoint=endpoint)
+    route = endpoint_route_state(endpoint=endpoint, rollout=state["active_status"].rollout if active else None)
+    loading = bool(route["degraded"]) and route["degraded"]["code"] == ROUTE_LOADING
     context = {
         **state,
         **release,
-        "live": active or release["release_active"],
+        # live while a rollout or release runs, or until the model it waits for is loaded
+        "live": active or release["release_active"] or loading,
+        "route_loading": loading,
         "pinned": rollout_id,
         "experiment": _experiment_split(experiment),
         "form": form if not held or (form is not None and form.is_bound) else None,
         "refresh": bool(request.htmx),
-        "route": endpoint_route_state(endpoint=endpoint, rollout=state["active_status"].rollout if active else None),
+        "route": route,
         "events": rollout_events(user=request.user, rollout=rollout) if rollout else [],
         "chart_config": {"endpoint": endpoint.name, **chart_config(rollout)} if rollout else None,
     }

@@ -94,6 +94,14 @@ def inference_key_traffic(context, keys):
 
 
 @register.filter
+def reason_beside_endpoint(alert) -> str:
+    """An alert's reason where its endpoint is already named beside it (the banner, the
+    alerts table): without the "<endpoint>: " a notification's text starts with."""
+    reason, prefix = alert.reason or "", f"{alert.endpoint}: "
+    return reason[len(prefix) :] if alert.endpoint and reason.startswith(prefix) else reason
+
+
+@register.filter
 def evidence(value):
     """An alert's evidence as a definition list / table (monitoring/evidence_display.py)."""
     from monitoring.evidence_display import render
