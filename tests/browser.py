@@ -7,3 +7,21 @@ def login(page, base_url: str, username: str) -> None:
     page.fill("#id_password", "pw-for-tests-only")
     page.click("button[type=submit]")
     page.wait_for_load_state()
+
+
+OVERFLOW = """() => {
+  const width = window.innerWidth, out = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const box = el.getBoundingClientRect();
+    if (box.width && box.right > width + 1 && !el.closest('.scroll-x, table')) {
+      out.push(`${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${el.className || ''} right ${Math.round(box.right)}`);
+    }
+  }
+  return {scroll: document.documentElement.scrollWidth, width, elements: out.slice(0, 8)};
+}"""
+
+
+def overflow(page) -> dict:
+    """What sticks out past the viewport (outside a scrolling table): {} when nothing does."""
+    seen = page.evaluate(OVERFLOW)
+    return {} if seen["scroll"] <= seen["width"] else seen
