@@ -101,7 +101,10 @@ class HealthWait(threading.Thread):
         self.started = time.monotonic()
 
     def run(self) -> None:
-        said = 0.0
+        # what it waits for is said by a ticker of its own: a slow /healthz answer (its probes
+        # time out after a second or two each) never stretches the gap between two lines
+        ticker = threading.Thread(target=self._tick, name="make-run-waiting", daemon=True)
+        ticker.start()
         while not self.stopping.is_set() and time.monotonic() - self.started < STARTUP_WAIT_S:
             down = components_down(self.url, self.token)
             if down is not None:
@@ -110,11 +113,13 @@ class HealthWait(threading.Thread):
                 self.down = []
                 break
             self.down = ["web"] if down is None else down
-            if time.monotonic() - said >= PROGRESS_EVERY_S:
-                said = time.monotonic()
-                self.progress.say(
-                    f"waiting for {', '.join(self.down)} to come up ({time.monotonic() - self.started:.0f} s)"
-                )
             self.stopping.wait(HEALTH_POLL_S)
         self.web_up.set()
         self.ready.set()
+        ticker.join()
+
+    def _tick(self) -> None:
+        while not self.ready.wait(PROGRESS_EVERY_S):
+            self.progress.say(
+                f"waiting for {', '.join(self.down)} to come up ({time.monotonic() - self.started:.0f} s)"
+            )

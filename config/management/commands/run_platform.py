@@ -216,7 +216,8 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
         with progress.step("collecting static files"):
             call_command("collectstatic", interactive=False, verbosity=0)
-        ensure_admin(self.stdout)
+        with progress.step("creating the admin login"):  # its password hash takes a moment on a busy machine
+            ensure_admin(self.stdout)
         if not no_seed:
             with progress.step("seeding the demo"):
                 call_command(
