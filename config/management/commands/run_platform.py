@@ -210,6 +210,9 @@ class Command(BaseCommand):
             )
 
     def handle(self, *args, port, no_seed, no_demo_experiment=False, no_demo_llm=False, **options):
+        loading = getattr(sys.modules.get("__main__"), "LOADING", None)  # manage.py's lines while Django loaded
+        if loading is not None:
+            loading.set()
         progress = Progress(self.stdout.write)
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the tiny LLM's save: no progress bar in the log
         with progress.step("migrating the database"):
