@@ -110,12 +110,12 @@ def _stall(ctx, variant: str, rounds: int) -> dict:
     the config without a policy reached in them (what this machine carried even at its worst)."""
     from registry import triton_config
     from registry.factory.stages import _data_or_synthetic
-    from registry.factory.tune import measure
+    from registry.factory.tune import scratch
 
     base = ctx.variants[variant]
     config = triton_config.parse((base.package_dir / "config.pbtxt").read_text())
-    bodies = measure.request_bodies(config, _data_or_synthetic(ctx, 64, seed=5)[0], 64)
-    server = measure.ScratchTriton(
+    bodies = scratch.request_bodies(config, _data_or_synthetic(ctx, 64, seed=5)[0], 64)
+    server = scratch.ScratchTriton(
         base.package_dir, ctx.work_dir / "stall", base.package_dir.name, max_queue_size=0, queue_timeout_ms=0
     )
     cases = {
@@ -124,7 +124,7 @@ def _stall(ctx, variant: str, rounds: int) -> dict:
     }
     out = {name: {"closed_c16": [], "open_50pct": []} for name in cases}
     server.start()
-    load = measure.LoadClient(server.infer_url, bodies, ctx.work_dir / "stall-load")
+    load = scratch.LoadClient(server.infer_url, bodies, ctx.work_dir / "stall-load")
 
     def rounds_of(kind: str, command: dict) -> None:
         for r in range(rounds):
@@ -211,7 +211,7 @@ def main(argv) -> int:
     import django
 
     django.setup()
-    from registry.factory.tune import measure
+    from registry.factory.tune import scratch
 
     args = _args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-tune-"))
@@ -279,7 +279,7 @@ def main(argv) -> int:
         )
         default, best = evidence["default"], evidence["best"]
         ratio = evidence["gain"]
-        cores = measure.cores()
+        cores = scratch.cores()
         print()
         print_table(
             ["", "throughput within SLO (req/s)", "p50_ms", "p99_ms"],

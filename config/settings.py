@@ -176,7 +176,7 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "config.staticfiles.FastCompressedStaticFilesStorage"},  # config/staticfiles.py
 }
 
 # --- platform -------------------------------------------------------------------------

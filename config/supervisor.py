@@ -105,9 +105,11 @@ class Supervisor:
         child.started_at = time.monotonic()
         child.next_start = None
 
-    def start(self) -> None:
+    def start(self, names=None) -> None:
+        """Start the children named (all by default) that never ran; restarts are step()'s."""
         for child in self.children.values():
-            self._spawn(child)
+            if (names is None or child.name in names) and child.proc is None:
+                self._spawn(child)
 
     def status(self) -> dict:
         now = time.monotonic()

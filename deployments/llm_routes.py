@@ -56,6 +56,14 @@ class LLMRouteError(Exception):
     """Why an LLM variant cannot be routed (a sentence for the endpoint page and the alert)."""
 
 
+class BackendNotReady(LLMRouteError):
+    """A variant's Triton model is ready on no replica (still loading, or failed to)."""
+
+    def __init__(self, message: str, model_name: str):
+        super().__init__(message)
+        self.model_name = model_name
+
+
 class LLMSources:
     """LLM specs and decrypted secrets, read once per table."""
 
@@ -128,7 +136,9 @@ def variant(
         backend_id=f"{artifact.version.model.name}-{name}",
     )
     if found is None:
-        raise LLMRouteError(f"variant {name}: Triton model {model_name} is ready on no replica of its pool")
+        raise BackendNotReady(
+            f"variant {name}: Triton model {model_name} is ready on no replica of its pool", model_name
+        )
     return {
         "name": name,
         "model_version": str(artifact.version.version),

@@ -144,6 +144,7 @@ def _fits(endpoint, artifacts) -> bool:
 log = logging.getLogger(__name__)
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "gateway" / "route_table.schema.json"
 SERVED_STABLE = "stable"  # RouteProblem.served: the endpoint serves its stable alone
+LOADING = "entry_loading"  # RouteProblem.code: left out while its model loads (info, not a fault)
 SERVED_NONE = "none"  # left out of the table: the gateway does not know the endpoint
 
 
@@ -205,6 +206,7 @@ class _Sources:
     replicas: dict
     llm: llm_routes.LLMSources
     fallback_artifacts: dict
+    loading_models: set  # (pool id, Triton model name) still loading: an entry waiting for one is not broken
 
 
 def _sources(endpoints, keys) -> _Sources:
@@ -227,6 +229,11 @@ def _sources(endpoints, keys) -> _Sources:
     overlays, failures = route_overlays_isolated(endpoints)
     fallback_ids = {pk for e in endpoints if e.kind == "llm" for pk in (e.llm_fallbacks or ()) if isinstance(pk, int)}
     fallback_artifacts = artifacts_by_id(fallback_ids)
+    loading = set(
+        PoolModel.objects.filter(pool_id__in=pool_ids, state=PoolModelState.LOADING).values_list(
+            "pool_id", "triton_model_name"
+        )
+    )
     return _Sources(
         team_keys,
         active_rollouts(endpoints=endpoints),
@@ -236,6 +243,7 @@ def _sources(endpoints, keys) -> _Sources:
         replicas,
         llm_routes.LLMSources(),
         fallback_artifacts,
+        loading,
     )
 
 
@@ -372,6 +380,10 @@ def _try_entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) ->
         entry = _entry(endpoint, sources, listed_keys, split=split)
     except DatabaseError:
         raise
+    except llm_routes.BackendNotReady as exc:
+        if (endpoint.pool_id, exc.model_name) in sources.loading_models:  # waiting, not broken
+            return None, "loading", f"waits for Triton model {exc.model_name} to load into pool {endpoint.pool.name}"
+        return None, "failed", _exception_text(exc)
     except Exception as exc:  # a row written around the API's checks: its own endpoint pays, no other
         return None, "failed", _exception_text(exc)
     error = _schema_error("llm_endpoint" if endpoint.kind == "llm" else "endpoint", entry)
@@ -399,6 +411,14 @@ def _endpoint_entry(endpoint, sources: _Sources, listed_keys: set) -> tuple[dict
             f"split_{failure}",
             f"The route entry of endpoint {endpoint.name!r} with {subject} {why}; it serves its stable alone.",
             SERVED_STABLE,
+            endpoint.team_id,
+        )
+    if stable_failure == "loading":
+        return None, RouteProblem(
+            LOADING,
+            f"Endpoint {endpoint.name!r} {stable_why}; it joins the route table once the model is ready "
+            "(the gateway answers 404 for it until then).",
+            SERVED_NONE,
             endpoint.team_id,
         )
     return None, RouteProblem(
@@ -454,7 +474,9 @@ def route_build() -> tuple[dict, dict[str, RouteProblem], dict[str, RouteProblem
     if _logged["problems"] != (problems, key_problems):  # once per change, not once per poll
         _logged["problems"] = (problems, key_problems)
         for name, problem in sorted({**problems, **key_problems}.items()):
-            log.warning("route table: %s (%s): %s", name, problem.code, problem.reason)
+            # a model still loading is the normal start of an endpoint, not something wrong
+            level = logging.INFO if problem.code == LOADING else logging.WARNING
+            log.log(level, "route table: %s (%s): %s", name, problem.code, problem.reason)
     body = {"keys": key_docs, "endpoints": table}
     if llm_table:
         named = set().union(*(llm_routes.secret_ids(entry) for entry in llm_table))

@@ -53,6 +53,25 @@ def specs_for(kind: str) -> tuple[ChartSpec, ...]:
     return LLM_CHART_SPECS if kind == "llm" else CHART_SPECS
 
 
+# The endpoint page's candidate-vs-stable charts during a rollout: what the judge decides on.
+ROLLOUT_METRICS = {
+    "tensor": ("request_rate", "error_rate", "latency_p99_ms"),
+    "llm": ("llm_request_rate", "llm_error_rate", "ttft_p99_ms", "itl_p99_ms"),
+}
+
+
+def rollout_panels(endpoint) -> list[dict]:
+    """The rollout charts' panels of `endpoint`: title, unit, scale and its SLO (in the shown
+    unit, None where it sets none) per metric the judge decides on for its kind."""
+    specs = {spec.metric: spec for spec in specs_for(endpoint.kind)}
+    panels = []
+    for metric in ROLLOUT_METRICS["llm" if endpoint.kind == "llm" else "tensor"]:
+        spec = specs[metric]
+        slo = getattr(endpoint, spec.slo) if spec.slo else None
+        panels.append({**asdict(spec), "slo": None if slo is None else slo * spec.scale})
+    return panels
+
+
 def time_range(value: str | None) -> str:
     """The page's time range: a known one, or the default for anything else."""
     return value if value in TIME_RANGES else DEFAULT_RANGE

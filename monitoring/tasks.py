@@ -17,8 +17,10 @@ def collect() -> dict:
     from monitoring.services.route_refusals import route_problems_alert
 
     summary = metrics_collect()
-    if summary["failed"]:
-        log.warning("metrics scrape failed for %s", summary["errors"])
+    if summary.get("outages"):  # down for long enough to alert on: something is wrong
+        log.warning("metrics scrape failed for %s", {url: summary["errors"].get(url) for url in summary["outages"]})
+    elif summary["failed"]:  # a target starting or restarting (make run's gateway, a replica): not news yet
+        log.debug("metrics scrape failed for %s", summary["errors"])
     summary["route_degraded"] = route_problems_alert()  # the builder's own side: entries it could not build
     return summary
 

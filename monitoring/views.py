@@ -45,6 +45,9 @@ SUMMARY_METRICS = [
 ]
 
 
+QUANTILE_COLUMNS = ("latency_p50_ms", "latency_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "itl_p99_ms")
+
+
 @login_required
 @vary_on_headers("HX-Request")
 def overview(request):
@@ -62,6 +65,19 @@ def overview(request):
             entry["summary"] = metric_selectors.latest_values(
                 user=request.user, endpoint=entry["endpoint"], since=since, metrics=SUMMARY_METRICS, source=source
             )
+            # quantiles over the whole range from the bucket counts, as the judge computes them
+            quantiles = metric_selectors.window_quantiles(
+                user=request.user,
+                endpoint=entry["endpoint"],
+                variants=[v for v in entry["summary"] if v not in ("all", "none")],
+                since=since,
+                until=now,
+                source=source,
+            )
+            for variant, values in entry["summary"].items():
+                for name in QUANTILE_COLUMNS:
+                    values.pop(name, None)  # one tick's quantile: never shown beside the window's
+                values.update(quantiles.get(variant, {}))
             for values in entry["summary"].values():
                 for name in ("error_rate", "utilization", "llm_error_rate"):
                     if name in values:

@@ -22,9 +22,10 @@ import urllib.request
 
 from django.conf import settings
 
-from deployments.routes import route_build, route_table
+from deployments.routes import LOADING, route_build, route_table
 from kernel.conf import setting
 
+ROUTE_LOADING = LOADING  # a problem's code while its endpoint waits for its model to load (not a fault)
 CACHE_SECONDS = 2.0
 _cache: dict = {"at": 0.0, "url": None, "value": None}
 _lock = threading.Lock()

@@ -5,11 +5,14 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from deployments.models import Release, ReleaseState
+from deployments.route_overlays import route_overlays
+from deployments.selectors.rollout_page import step_label
+from deployments.selectors.rollouts import active_rollouts
 from kernel.errors import NotFound
 from registry.names import BUILT_VARIANTS, needs_gpu
 from registry.selectors.catalog import version_list
 from registry.selectors.teams import team_scoped
-from registry.selectors.tuning import tune_prediction
+from registry.selectors.tuning import tune_budget_default, tune_prediction
 
 _RELATED = ("endpoint__team", "endpoint__pool", "version__model", "build", "candidate_artifact__version", "rollout")
 
@@ -46,16 +49,37 @@ def release_prediction(release: Release) -> dict | None:
 def release_card(*, user, endpoint) -> dict:
     """The endpoint page's release card and form: the latest release, whether one is active,
     the tune's prediction, and what the form offers (versions of the endpoint's model,
-    variants the pool can serve)."""
+    variants the pool can serve) or why it is not offered now."""
     release = release_list(user=user, endpoint=endpoint).first()
     model = endpoint.stable_artifact.version.model if endpoint.stable_artifact_id else None
     gpu_pool = endpoint.pool.device_kind != "cpu"
+    active = release is not None and release.state in ReleaseState.active()
+    versions = (
+        list(version_list(user=user, model=model).exclude(status="archived")[:50])
+        if model is not None and endpoint.kind != "llm"
+        else []
+    )
     return {
         "release": release,
-        "release_active": release is not None and release.state in ReleaseState.active(),
+        "release_active": active,
         "prediction": release_prediction(release) if release else None,
-        "release_versions": list(version_list(user=user, model=model).exclude(status="archived")[:50])
-        if model is not None
-        else [],
+        "release_versions": versions,
         "release_variants": [v for v in BUILT_VARIANTS if needs_gpu(v) == gpu_pool],
+        "release_form": _form_offer(endpoint=endpoint, release_active=active, versions=versions),
+        "release_rollout_label": step_label(release.rollout) if release is not None and release.rollout_id else "",
+        "tune_budget_default": f"{tune_budget_default():g}",
     }
+
+
+def _form_offer(*, endpoint, release_active: bool, versions: list) -> dict:
+    """Whether the release form is offered now and, when release_start would refuse, why:
+    an LLM endpoint has nothing to build (its version's artifact is made at registration),
+    and a rollout or a running experiment holds the endpoint."""
+    if endpoint.kind == "llm" or release_active or not versions:
+        return {"offered": False, "why": ""}
+    if active_rollouts(endpoints=[endpoint]):
+        return {"offered": False, "why": "A release can start once the rollout in progress is over."}
+    overlay = route_overlays([endpoint]).get(endpoint.pk)
+    if overlay is not None:
+        return {"offered": False, "why": f"A release can start once experiment {overlay.name} is decided or stopped."}
+    return {"offered": True, "why": ""}

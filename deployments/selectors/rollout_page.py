@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from deployments.rollout_machine import ACTIVE, TERMINAL, State, VariantRole
+from deployments.rollout_machine import ACTIVE, TERMINAL, TRANSITIONS, State, VariantRole
 from deployments.selectors.rollouts import rollout_list
 from registry.names import baseline_variant_name, variant_name
 from registry.selectors.events import event_list
@@ -91,6 +91,34 @@ class RolloutStatus:
     baseline_variant: str
     arms: list  # rollout_arms(), each with its "pct" and "color" for the page
     arms_text: str
+    actions: tuple[str, ...] = ()  # the buttons the state allows now (rollout_actions)
+    outcome_text: str = ""  # once over: who serves now, in place of a split that no longer holds
+
+
+def rollout_actions(state: State) -> tuple[str, ...]:
+    """What a person may do to a rollout in `state`, from the machine's own transitions: no
+    Pause while it loads (the machine refuses it), no Promote while it promotes."""
+    allowed = TRANSITIONS.get(state, frozenset())
+    actions = []
+    if State.PAUSED in allowed:
+        actions.append("pause")
+    if state == State.PAUSED:
+        actions.append("resume")
+    if State.PROMOTING in allowed:
+        actions.append("promote")
+    if State.ROLLING_BACK in allowed:
+        actions.append("rollback")
+    return tuple(actions)
+
+
+def outcome_text(rollout, state: State) -> str:
+    """Who serves once a rollout is over (its last split no longer describes the endpoint)."""
+    candidate, stable = variant_name(rollout.candidate_artifact), variant_name(rollout.baseline_artifact)
+    if state == State.SUCCEEDED:
+        return f"{candidate} is the stable now and takes 100 % of traffic"
+    if state in (State.ROLLED_BACK, State.FAILED):
+        return f"{stable} stayed the stable and takes 100 % of traffic; {candidate} serves none"
+    return ""
 
 
 def step_label(rollout) -> str:
@@ -161,6 +189,8 @@ def rollout_status(rollout, *, now: datetime | None = None) -> RolloutStatus:
         baseline_variant=variant_name(rollout.baseline_artifact),
         arms=[{**arm, "pct": arm["weight_bp"] / 100, "color": ROLE_COLORS[arm["role"]]} for arm in arms],
         arms_text=arms_text(arms),
+        actions=rollout_actions(state),
+        outcome_text=outcome_text(rollout, state),
     )
 
 
@@ -175,6 +205,7 @@ def chart_config(rollout, *, now: datetime | None = None) -> dict:
         ended = rollout.traffic_stopped_at or rollout.finished_at or rollout.state_entered_at
     until = min(now, ended + timedelta(minutes=1)) if ended else None
     return {
+        "rollout": rollout.pk,
         "since": since.isoformat(),
         "until": until.isoformat() if until else None,  # None: the range ends now and moves on
         "arms": [

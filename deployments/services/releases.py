@@ -22,6 +22,7 @@ from django.utils import timezone
 from deployments.lock_objects import release_for_update
 from deployments.models import Endpoint, Release, ReleaseState
 from deployments.rollout_machine import DEFAULT_PLAN, TERMINAL, Plan, State, Strategy
+from deployments.route_overlays import route_overlays
 from deployments.selectors.rollouts import active_rollouts
 from deployments.services import rollouts as rollout_services
 from kernel.errors import Conflict, InvalidInput, PlatformError
@@ -82,8 +83,8 @@ def release_start(
     under the pool's queue limits, then canary the result against the stable.
 
     Guarantees: the version is the endpoint's own model and the variant one its pool can
-    serve (400 otherwise); one active release and no other active rollout per endpoint
-    (409); the build is queued after the release row commits."""
+    serve (400 otherwise); one active release, no other active rollout and no running
+    experiment per endpoint (409); the build is queued after the release row commits."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
     if endpoint.kind == "llm":  # an LLM version's artifact is made at registration: nothing to build or tune
         raise InvalidInput(
@@ -114,6 +115,12 @@ def release_start(
         )
     if active_rollouts(endpoints=[endpoint]):
         raise Conflict(f"Endpoint {endpoint.name!r} already has a rollout in progress.", code="rollout_in_progress")
+    overlay = route_overlays([endpoint]).get(endpoint.pk)
+    if overlay is not None:  # its canary would be refused after the build: say so now
+        raise Conflict(
+            f"Endpoint {endpoint.name!r} is running experiment {overlay.name}; stop it or let it decide first.",
+            code="experiment_running",
+        )
     options = _check_plan(endpoint, rollout_options or {})
     slo = float(slo_p99_ms) if slo_p99_ms is not None else float(endpoint.slo_p99_ms)
     tune = {

@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from deployments.forms import EndpointForm
+from deployments.forms import EndpointForm, kind_defaults
 from deployments.selectors import rollouts as selectors
 from deployments.services import endpoints as services
 from kernel.errors import PlatformError
@@ -29,13 +29,16 @@ def _submit(request, form, save):
 @login_required
 @require_http_methods(["GET", "POST"])
 def endpoint_create(request):
-    form = EndpointForm(request.POST or None, user=request.user)
+    # ?kind=llm: a new LLM endpoint's form, with its kind's defaults (also without JavaScript)
+    kind = "llm" if request.GET.get("kind") == "llm" else "tensor"
+    form = EndpointForm(request.POST or None, user=request.user, kind=kind)
     endpoint = _submit(request, form, lambda **kw: services.endpoint_create(user=request.user, **kw))
     if endpoint is not None:
         messages.success(request, f"Created endpoint {endpoint.name}.")
         return redirect("deployments:endpoint-detail", name=endpoint.name)
     status = 400 if form.is_bound else 200
-    return render(request, "deployments/endpoint_form.html", {"form": form, "endpoint": None}, status=status)
+    context = {"form": form, "endpoint": None, "kind_defaults": {k: kind_defaults(k) for k in ("tensor", "llm")}}
+    return render(request, "deployments/endpoint_form.html", context, status=status)
 
 
 @login_required
@@ -48,4 +51,5 @@ def endpoint_edit(request, name):
         messages.success(request, f"Saved endpoint {endpoint.name}.")
         return redirect("deployments:endpoint-detail", name=endpoint.name)
     status = 400 if form.is_bound else 200
-    return render(request, "deployments/endpoint_form.html", {"form": form, "endpoint": endpoint}, status=status)
+    context = {"form": form, "endpoint": endpoint, "kind_defaults": None}
+    return render(request, "deployments/endpoint_form.html", context, status=status)

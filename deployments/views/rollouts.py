@@ -11,7 +11,8 @@ from deployments.forms import RolloutStartForm
 from deployments.rollout_machine import ACTIVE
 from deployments.route_overlays import route_overlays
 from deployments.selectors import rollouts as selectors
-from deployments.selectors.gateway_routes import endpoint_route_state
+from deployments.selectors.gateway_routes import ROUTE_LOADING, endpoint_route_state
+from deployments.selectors.releases import release_card
 from deployments.selectors.rollout_page import chart_config, endpoint_page, rollout_events, rollout_status, step_label
 from deployments.services import rollouts as services
 from kernel.errors import PlatformError
@@ -45,28 +46,42 @@ def endpoint_list(request):
 
 
 def _page(request, endpoint, *, form=None, status: int = 200):
-    """The endpoint page, or (htmx poll) its one live part, from one selector call."""
+    """The endpoint page, or (htmx poll) its one live part, from one read of the rows: the
+    header, the release card, the rollout card, charts, verdicts, events and the table.
+    It polls while a rollout or a release is in flight, so a release's canary appears
+    here when the release starts it (no reload); without ?rollout= it follows the newest."""
     rollout_id = int(request.GET["rollout"]) if request.GET.get("rollout", "").isdigit() else None
     state = endpoint_page(user=request.user, endpoint=endpoint, rollout_id=rollout_id)
+    release = release_card(user=request.user, endpoint=endpoint)
     rollout = state["rollout"]
     active = state["active_status"] is not None
     # A running experiment holds the endpoint: rollout_start would refuse, so the form waits too.
     experiment = route_overlays([endpoint]).get(endpoint.pk) if not active else None
-    if form is None and not active and experiment is None:
+    # Neither form while a release builds: its canary is the next rollout (rollout_start would
+    # take the endpoint and the release's canary would then be refused).
+    held = active or experiment is not None or release["release_active"]
+    if form is None and not held:
         form = RolloutStartForm(user=request.user, endpoint=endpoint)
+    route = endpoint_route_state(endpoint=endpoint, rollout=state["active_status"].rollout if active else None)
+    loading = bool(route["degraded"]) and route["degraded"]["code"] == ROUTE_LOADING
     context = {
         **state,
+        **release,
+        # live while a rollout or release runs, or until the model it waits for is loaded
+        "live": active or release["release_active"] or loading,
+        "route_loading": loading,
+        "pinned": rollout_id,
         "experiment": _experiment_split(experiment),
-        "form": form if not active and (experiment is None or (form is not None and form.is_bound)) else None,
+        "form": form if not held or (form is not None and form.is_bound) else None,
         "refresh": bool(request.htmx),
-        "route": endpoint_route_state(endpoint=endpoint, rollout=state["active_status"].rollout if active else None),
+        "route": route,
         "events": rollout_events(user=request.user, rollout=rollout) if rollout else [],
         "chart_config": {"endpoint": endpoint.name, **chart_config(rollout)} if rollout else None,
     }
     if request.htmx and request.GET.get("partial") == "status":
         response = render(request, "deployments/endpoint_detail.html#rollout-status", context)
-        if not active:
-            response.status_code = 286  # htmx: stop polling, the rollout is over (this last swap shows its end)
+        if not context["live"]:
+            response.status_code = 286  # htmx: stop polling, nothing is in flight (this last swap shows its end)
         return response
     return render(request, "deployments/endpoint_detail.html", context, status=status)
 

@@ -88,8 +88,8 @@ class Experiment(models.Model):
             models.CheckConstraint(condition=Q(power__gt=0, power__lt=1), name="experiment_power_0_1"),
         ]
 
-    def __str__(self):
-        return f"{self.name} on {self.endpoint_id}"
+    def __str__(self):  # the audit trail's name of it: the endpoint by name, as people know it
+        return f"{self.name} on {self.endpoint.name}"
 
     @property
     def public_id(self) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,6 +114,18 @@ def signature():
     )
 
 
+@contextmanager
+def _quiet(logger: str):
+    """`logger` at ERROR for the block: its warnings about a choice made on purpose are not news."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def log_to_mlflow(
     result: TrainResult,
     *,
@@ -135,7 +149,13 @@ def log_to_mlflow(
         mlflow.log_metrics({k: float(v) for k, v in result.metrics.items()})
         # "pickle": the module is re-created with its class from experiments.reference (a trusted,
         # in-tree model); the build worker loads it with mlflow.pytorch.load_model.
-        info = mlflow.pytorch.log_model(
-            result.model, name="model", signature=signature(), pip_requirements=["torch"], serialization_format="pickle"
-        )
+        # MLflow warns about pickle at every save: the choice is made, in-tree and said above
+        with _quiet("mlflow.pytorch"):
+            info = mlflow.pytorch.log_model(
+                result.model,
+                name="model",
+                signature=signature(),
+                pip_requirements=["torch"],
+                serialization_format="pickle",
+            )
     return info.model_uri

@@ -54,6 +54,7 @@ def _context(request, experiment) -> dict:
     return {
         **page,
         "experiment": experiment,
+        "mde_pct": f"{experiment.mde * 100:+g} %",  # a relative lift, shown like the lifts beside it
         "percent": percent,
         "chart": chart,
         "arms": arms,

@@ -11,7 +11,7 @@ from monitoring.judge import ArmWindow
 from monitoring.models import MetricSample
 from monitoring.sources import MetricSource, metric_source
 from monitoring.sources.store import sample_list
-from monitoring.statistics import SCORE_BINS
+from monitoring.statistics import SCORE_BINS, histogram_quantile
 from monitoring.windows import HISTOGRAMS, LLM_TICK_METRICS, TICK_METRICS, arms_from_rows
 
 
@@ -57,6 +57,48 @@ def latest_values(
 ) -> dict[str, dict[str, float]]:
     """{variant: {metric: latest value}} over the window (the dashboard's summary row)."""
     return (source or metric_source()).latest_values(user=user, endpoint=endpoint, since=since, metrics=metrics)
+
+
+# The histograms the judge reads, as the table's quantile columns ({prefix}_p50_ms, {prefix}_p99_ms).
+QUANTILE_HISTOGRAMS = {"latency_bucket": "latency", "ttft_bucket": "ttft", "itl_bucket": "itl"}
+TABLE_QUANTILES = (("p50", 0.50), ("p99", 0.99))
+
+
+def window_quantiles(
+    *, user, endpoint: str, variants: list[str], since: datetime, until: datetime | None = None, source=None
+) -> dict[str, dict[str, float]]:
+    """{variant: {"latency_p50_ms", "latency_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms",
+    "itl_p99_ms"}} over [since, until], as the judge computes them: the histograms' bucket
+    counts summed over the window (monitoring/windows.py, the judge's windows) and Prometheus'
+    histogram_quantile on them (the estimate of monitoring.judge's quantiles). A verdict over
+    the same window gives the same figures; one tick's own quantile (the latest value) is
+    an interpolation inside the few buckets of that tick and reads as bucket edges at low
+    traffic. The store sums in SQL; another source builds the judge's windows."""
+    source = source or metric_source()
+    if getattr(source, "name", "") == "store":
+        prefixes = Q()
+        for prefix in QUANTILE_HISTOGRAMS:
+            prefixes |= Q(metric__startswith=f"{prefix}:")
+        sums = (
+            sample_list(user=user, endpoint=endpoint, since=since, until=until)
+            .filter(prefixes, variant__in=variants)
+            .values("variant", "metric")
+            .annotate(n=Sum("value"))
+            .values_list("variant", "metric", "n")
+        )
+        arms = arms_from_rows(((variant, metric, None, n) for variant, metric, n in sums), variants)
+    else:
+        arms = source.judge_arms(endpoint=endpoint, variants=variants, since=since, until=until)
+    out: dict[str, dict[str, float]] = {}
+    for variant, arm in arms.items():
+        values = out.setdefault(variant, {})
+        for prefix, column in QUANTILE_HISTOGRAMS.items():
+            buckets = getattr(arm, HISTOGRAMS[prefix][0])
+            for label, q in TABLE_QUANTILES:
+                value = histogram_quantile(q, buckets) if buckets else None
+                if value is not None:
+                    values[f"{column}_{label}_ms"] = value * 1000
+    return out
 
 
 def judge_window(

@@ -1,5 +1,6 @@
 """Alerts: raised once per rollout (or endpoint) and kind, counted when raised again,
-acknowledged and resolved by people; each new or reopened alert is notified on every
+acknowledged and resolved by people, or by the platform when what raised them is gone
+(alerts_clear: a route entry built again, a gateway that accepts it); each new or reopened alert is notified on every
 channel after commit (notifications.py delivers), unless a silence matches it
 (services/silences.py) or an earlier alert of its group carries it.
 
@@ -116,6 +117,42 @@ def alert_raise(
         if notify:
             _notify(alert, now)
     return alert, notify
+
+
+CLEAR_BATCH = 200  # alerts resolved per call at most (a tick's bounded batch)
+
+
+def alerts_clear(*, kind: str, keep: set[str], reason: str) -> int:
+    """Resolve the open and acknowledged alerts of `kind` whose endpoint is not in `keep`:
+    their cause is gone (the caller just looked, the same tick that raises them). The
+    platform resolves each with an audit event saying why; raised again later, it reopens
+    (alert_raise). Returns how many it resolved."""
+    stale = list(
+        Alert.objects.filter(kind=kind)
+        .exclude(status=AlertStatus.RESOLVED)
+        .exclude(endpoint__in=keep)
+        .values_list("pk", flat=True)[:CLEAR_BATCH]
+    )
+    resolved = 0
+    for pk in stale:
+        with transaction.atomic():
+            alert = lock_objects.alert_for_update(pk)
+            if alert.status == AlertStatus.RESOLVED:
+                continue
+            from_state = alert.status
+            alert.status, alert.resolved_at = AlertStatus.RESOLVED, timezone.now()
+            alert.save(update_fields=["status", "resolved_at"])
+            event_record(
+                actor=None,
+                obj=alert,
+                team=alert.team,
+                action=EventAction.ALERT_RESOLVED,
+                from_state=from_state,
+                to_state=AlertStatus.RESOLVED,
+                reason=reason,
+            )
+            resolved += 1
+    return resolved
 
 
 def _default_links(alert: Alert) -> dict:

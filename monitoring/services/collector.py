@@ -190,7 +190,8 @@ def metrics_collect(*, targets: list[ScrapeTarget] | None = None, now: datetime 
         return summary
     with _gc_paused():
         outages = _tick(targets, now, summary)
-    summary["route_refused"] = route_refusals_alert(summary.pop("_refused"))
+    summary["outages"] = sorted(outages)  # failing for MONITORING_SCRAPE_ALERT_AFTER_S or longer
+    summary["route_refused"] = route_refusals_alert(summary.pop("_refused"), complete=summary.pop("_gateways_read"))
     if outages:
         # Monitoring that cannot see is itself worth an alert: the judge would wait forever.
         alert_raise(
@@ -208,6 +209,9 @@ def _tick(targets: list[ScrapeTarget], now: datetime | None, summary: dict) -> d
     enough to alert on."""
     scrapes = scrape_all(targets)
     summary["_refused"] = {(s.target.url, r): s.target.endpoint_teams for s in scrapes for r in s.refused or ()}
+    gateways = [s for s in scrapes if s.target.kind == "gateway"]
+    # every gateway read: what none of them refuses is accepted (its refusal alert resolves)
+    summary["_gateways_read"] = bool(gateways) and all(s.error is None and s.snapshot is not None for s in gateways)
     at = now or timezone.now()
     parts, team_ids, outages, changed = [], {}, {}, []
     written_at = timezone.now()

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from django.contrib.auth.models import Group
 
+from deployments.selectors.gateway_routes import ROUTE_LOADING as LOADING
 from deployments.selectors.gateway_routes import route_table_problems
 from monitoring.models import Severity
-from monitoring.services.alerts import alert_raise
+from monitoring.services.alerts import alert_raise, alerts_clear
 
 REFUSED = "route_refused"  # gateway/metrics.py ROUTE_REFUSED, after the prefix
 
@@ -77,8 +78,10 @@ def refused_entries(text: str, prefix: str = "gateway_") -> list[tuple[str, str,
     return sorted(out)
 
 
-def route_refusals_alert(refused: dict) -> int:
-    """One alert per refused entry: {(gateway URL, (kind, name, code)): {endpoint: team id}}. Returns how many."""
+def route_refusals_alert(refused: dict, *, complete: bool = False) -> int:
+    """One alert per refused entry: {(gateway URL, (kind, name, code)): {endpoint: team id}}.
+    `complete`: every gateway answered this tick, so an entry not refused now is accepted:
+    its alert resolves itself. Returns how many are refused."""
     for (url, (kind, name, code)), endpoint_teams in sorted(refused.items()):
         why = REASONS.get(code, code)
         entry = kind in ENTRY_KINDS
@@ -105,6 +108,11 @@ def route_refusals_alert(refused: dict) -> int:
             reason=reason,
             evidence={"gateway": url, "kind": kind, "name": name, "code": code},
         )
+    if complete:
+        names = {name for (_, (kind, name, _)) in refused if kind in ENTRY_KINDS}
+        if any(kind not in ENTRY_KINDS for (_, (kind, _, _)) in refused):
+            names.add("")  # a key or secret still left out: the alert of those stays
+        alerts_clear(kind=REFUSED, keep=names, reason="the gateway accepts the route entry again")
     return len(refused)
 
 
@@ -114,8 +122,11 @@ KEY_LEFT_OUT = "route_key_left_out"
 
 def route_problems_alert() -> int:
     """One alert per endpoint (and key) the route table builder could not build as its rows
-    ask. Returns how many."""
+    ask; an endpoint whose model is still loading is waiting, not broken: no alert (its page
+    says it is loading). The alerts of endpoints built as asked again resolve themselves.
+    Returns how many problems there are."""
     problems = route_table_problems()
+    loading = {name for name, p in problems["endpoints"].items() if p["code"] == LOADING}
     teams = {
         team.pk: team
         for team in Group.objects.filter(
@@ -123,6 +134,8 @@ def route_problems_alert() -> int:
         )
     }
     for name, problem in sorted(problems["endpoints"].items()):
+        if name in loading:
+            continue
         alert_raise(
             kind=DEGRADED,
             severity=Severity.CRITICAL if problem["served"] == "none" else Severity.WARNING,
@@ -140,4 +153,12 @@ def route_problems_alert() -> int:
             reason=problem["reason"],
             evidence={"key": name, "code": problem["code"]},
         )
+    alerts_clear(
+        kind=DEGRADED,
+        keep=set(problems["endpoints"]) - loading,
+        reason="the route table carries the endpoint's entry as its rows ask again, or it waits for its model to load",
+    )
+    alerts_clear(
+        kind=KEY_LEFT_OUT, keep={""} if problems["keys"] else set(), reason="every key is in the route table again"
+    )
     return len(problems["endpoints"]) + len(problems["keys"])

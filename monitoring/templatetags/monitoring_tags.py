@@ -47,9 +47,23 @@ def release_measured(context, release, prediction=None):
     judge's verdicts), shown on the endpoint page beside what the tune predicted."""
     measured = None
     if release is not None and release.rollout_id:
-        verdicts = alert_selectors.verdict_list(user=context["request"].user, rollout_id=release.rollout_id)[:50]
-        measured = canary_measured(verdicts)
+        # every verdict, newest first, read in chunks until one has both arms: after the last
+        # step (100 % to the candidate, no control beside it) the figures stay those of the canary
+        verdicts = alert_selectors.verdict_list(user=context["request"].user, rollout_id=release.rollout_id)
+        measured = canary_measured(verdicts.iterator(chunk_size=100))
     return {"measured": measured, "prediction": prediction, "release": release}
+
+
+@register.inclusion_tag("monitoring/_rollout_charts.html")
+def rollout_charts(endpoint, config):
+    """The endpoint page's candidate-vs-stable charts: the panels of the metrics its judge
+    decides on (an LLM endpoint's TTFT and ITL, a tensor endpoint's p99), each with its
+    unit and the endpoint's SLO line (monitoring/charts.py), over the rollout's time range
+    and arms (`config`, deployments.selectors.rollout_page.chart_config)."""
+    from monitoring.charts import rollout_panels
+
+    panels = rollout_panels(endpoint)
+    return {"panels": panels, "config": {**(config or {}), "panels": panels}, "rollout": (config or {}).get("rollout")}
 
 
 @register.inclusion_tag("monitoring/_key_traffic.html", takes_context=True)
@@ -77,6 +91,14 @@ def inference_key_traffic(context, keys):
     anonymous = sorted((name, reasons) for name, reasons in traffic["anonymous"].items() if name in names)
     since = datetime.fromtimestamp(traffic["since"], tz=UTC) if traffic["since"] else None
     return {"rows": rows, "anonymous": anonymous, "since": since}
+
+
+@register.filter
+def reason_beside_endpoint(alert) -> str:
+    """An alert's reason where its endpoint is already named beside it (the banner, the
+    alerts table): without the "<endpoint>: " a notification's text starts with."""
+    reason, prefix = alert.reason or "", f"{alert.endpoint}: "
+    return reason[len(prefix) :] if alert.endpoint and reason.startswith(prefix) else reason
 
 
 @register.filter

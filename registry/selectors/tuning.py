@@ -43,6 +43,25 @@ def _knobs_text(knobs: dict) -> str:
     return ", ".join(parts)
 
 
+def headline(evidence: dict, trials: list[dict], key: str) -> dict:
+    """The default's or the best's figure as the table shows it: the throughput within the
+    SLO, the table's rows it is the mean of (its own and, after the search, its run again),
+    and why it is 0 when it is (the trial's `why_zero`)."""
+    point = evidence.get(key) or {}
+    number = point.get("trial")
+    again = "default, again" if key == "default" else f"best (#{number}), again"
+    runs = [t for t in trials if t.get("trial") == number or t.get("label") == again]
+    zero = next((t.get("why_zero") or t.get("error") for t in runs if not t.get("throughput_rps")), None)
+    return {
+        "throughput_rps": point.get("throughput_rps"),
+        "runs": [{"trial": t["trial"], "throughput_rps": t.get("throughput_rps") or 0.0} for t in runs],
+        "mean_of_runs": len(runs) > 1,
+        "why_zero": zero if not point.get("throughput_rps") else None,
+        "p50_ms": point.get("p50_ms"),
+        "p99_ms": point.get("p99_ms"),
+    }
+
+
 def tune_report(artifact) -> dict | None:
     """The table and chart of one artifact's tune, or None when it has none."""
     evidence = tune_evidence(artifact)
@@ -80,6 +99,7 @@ def tune_report(artifact) -> dict | None:
     return {
         "artifact": artifact,
         "evidence": evidence,
+        "headlines": [("default", headline(evidence, trials, "default")), ("best", headline(evidence, trials, "best"))],
         "rows": rows,
         "chart": chart,
         "chart_id": f"tune-chart-{artifact.pk}",
@@ -97,9 +117,11 @@ def tune_prediction(artifact) -> dict | None:
     if evidence is None:
         return None
     default, best = evidence.get("default") or {}, evidence.get("best") or {}
+    trials = [t for t in evidence["trials"] if isinstance(t, dict)]
     return {
         "slo_p99_ms": evidence.get("slo_p99_ms"),
         "default_rps": default.get("throughput_rps"),
+        "default_why_zero": headline(evidence, trials, "default")["why_zero"],
         "tuned_rps": best.get("throughput_rps"),
         "gain": evidence.get("gain"),
         "default_p50_ms": default.get("p50_ms"),
@@ -109,3 +131,10 @@ def tune_prediction(artifact) -> dict | None:
         "config": _knobs_text(best.get("knobs")),
         "load_avg": (evidence.get("machine") or {}).get("load_avg_start"),
     }
+
+
+def tune_budget_default() -> float:
+    """The tune's time budget when a request gives none (TUNE_BUDGET_S): what a form shows."""
+    from registry.factory import conf
+
+    return float(conf.get("TUNE_BUDGET_S"))

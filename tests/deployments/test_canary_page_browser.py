@@ -1,7 +1,8 @@
 """The endpoint page during a canary in a real browser (Debian's Chromium via Playwright),
 issue 28: every arm's share with the baseline labelled; the three charts over one time
 range, one line per arm of this rollout (no old variant in the legend) in its role's
-colour, and a gap in the data left as a gap; the page fits 1280 px."""
+colour, and a gap in the data left as a gap; the error rate in % and the p99 with their
+SLO lines (issue 35); the page fits 1280 px."""
 
 from datetime import timedelta
 from pathlib import Path
@@ -23,7 +24,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 CHARTS = """() => Object.values(Chart.instances).map(c => ({
   id: c.canvas.id, min: c.options.scales.x.min, max: c.options.scales.x.max,
-  lines: c.data.datasets.map(d => ({label: d.label, role: d.role, color: d.borderColor,
+  slo: c.data.datasets.filter(d => d.slo).map(d => d.data[0].y),
+  lines: c.data.datasets.filter(d => !d.slo).map(d => ({label: d.label, role: d.role, color: d.borderColor,
                                     nulls: d.data.filter(p => p.y === null).length, points: d.data.length}))}))"""
 
 
@@ -57,11 +59,17 @@ def test_canary_page_labels_every_arm_and_shares_one_time_range(
     wait_until(
         page,
         "() => Object.values(Chart.instances).length === 3"
-        " && Object.values(Chart.instances).every(c => c.data.datasets.length === 3)",
+        " && Object.values(Chart.instances).every(c => c.data.datasets.filter(d => !d.slo).length === 3)",
         timeout=15000,
     )
     charts = page.evaluate(CHARTS)
     assert len({(c["min"], c["max"]) for c in charts}) == 1  # one time range for all three
+    # the error rate in % and the p99 in ms, each with the endpoint's SLO line; no SLO on the rate
+    assert {c["id"]: c["slo"] for c in charts} == {
+        "chart-request_rate": [],
+        "chart-error_rate": [endpoint.slo_error_rate * 100],
+        "chart-latency_p99_ms": [endpoint.slo_p99_ms],
+    }
     for chart in charts:
         assert [line["role"] for line in chart["lines"]] == ["candidate", "baseline", "stable"]  # no v0 line
         assert all(line["color"] == ROLE_COLORS[line["role"]] for line in chart["lines"])

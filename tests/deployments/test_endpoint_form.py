@@ -231,3 +231,30 @@ def test_the_admin_form_refuses_a_pool_spec_outside_the_teams_confinement(admin_
     made = admin_web.post("/admin/deployments/servingpool/add/", fields)
     assert made.status_code == 302, made.content.decode()[:3000]
     assert ServingPool.objects.get(name="k1").namespace == "modelplane-team-team-a"
+
+
+def test_a_new_llm_endpoint_gets_llm_defaults_without_javascript(deployer, team_a):
+    """?kind=llm pre-fills the LLM defaults; a form posted with the tensor defaults left
+    untouched (the page without its script) still gets the LLM ones from the service."""
+    from deployments.forms import kind_defaults
+    from deployments.services.llm_endpoints import LLM_DEFAULTS
+
+    factories.pool(team_a, "cpu-pool", ready_replicas=1)
+    stable = factories.llm_artifact(team_a, model_name="chat")
+    web = _web(deployer)
+    page = web.get("/deployments/endpoints/new/?kind=llm").content.decode()
+    assert f'name="timeout_ms" value="{LLM_DEFAULTS["timeout_ms"]}"' in page
+    assert f'name="sticky_header" value="{LLM_DEFAULTS["sticky_header"]}"' in page
+    tensor = {k: str(v) for k, v in kind_defaults("tensor").items()}
+    response = web.post(
+        "/deployments/endpoints/new/",
+        {**tensor, "public": "false", "name": "chat", "kind": "llm", "pool": "cpu-pool", "stable_artifact": stable.pk},
+    )
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    endpoint = Endpoint.objects.get(name="chat")
+    assert (endpoint.timeout_ms, endpoint.sticky_header) == (LLM_DEFAULTS["timeout_ms"], LLM_DEFAULTS["sticky_header"])
+    typed = web.post(  # what a person typed stays: a 5 s timeout
+        "/deployments/endpoints/new/",
+        {**tensor, "timeout_ms": "5000", "public": "false", "name": "chat2", "kind": "llm", "pool": "cpu-pool"},
+    )
+    assert typed.status_code == 302 and Endpoint.objects.get(name="chat2").timeout_ms == 5000

@@ -9,12 +9,10 @@ from deployments.models import Endpoint, PoolModel, Release, ReleaseState, Rollo
 from deployments.rollout_machine import State
 from deployments.services import releases as services
 from harness import factories
-from harness.packaging import write_model_dir
 from kernel.errors import Conflict, Forbidden, InvalidInput
 from monitoring.selectors.verdicts import canary_measured
-from registry import storage
-from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, Event, ModelVersion, Role, VersionSource
-from registry.names import triton_model_name
+from registry.models import Build, Event, ModelVersion, Role, VersionSource
+from tests.deployments.release_helpers import finish_build
 
 
 @pytest.fixture
@@ -86,46 +84,6 @@ def test_a_release_needs_the_endpoints_model_a_deployer_and_no_rollout_in_flight
         services.release_start(user=deployer, endpoint=endpoint, version=version)
 
 
-def _packaged(build, variant: str, onnx_path, tmp_path) -> dict:
-    name = triton_model_name(build.version.model.name, build.version.version, variant)
-    rel, sha = storage.put_dir(write_model_dir(tmp_path / f"staging-{variant}", name, onnx_path))
-    return {"path": rel, "sha256": sha, "triton_model_name": name}
-
-
-def _finish_build(release, *, tuned: bool, failed: bool = False, onnx_path=None, tmp_path=None):
-    build = Build.objects.get(pk=release.build_id)
-    if failed:
-        build.status, build.error = BuildStatus.FAILED, "validate: the model outputs NaN"
-        build.save()
-        return None
-    base = Artifact.objects.create(
-        version=build.version,
-        build=build,
-        variant="onnx-int8",
-        status=ArtifactStatus.SERVABLE,
-        **_packaged(build, "onnx-int8", onnx_path, tmp_path),
-    )
-    evidence = {
-        "trials": [{"trial": 0, "knobs": {"instances": 1}, "throughput_rps": 100.0}],
-        "default": {"throughput_rps": 100.0, "p50_ms": 2.0, "p99_ms": 9.0},
-        "best": {"trial": 1, "knobs": {"instances": 2}, "throughput_rps": 310.0, "p50_ms": 1.0, "p99_ms": 6.0},
-        "gain": 3.1,
-        "slo_p99_ms": 40.0,
-    }
-    tuned_row = Artifact.objects.create(
-        version=build.version,
-        build=build,
-        variant="onnx-int8-tuned",
-        status=ArtifactStatus.SERVABLE if tuned else ArtifactStatus.SKIPPED,
-        status_reason="" if tuned else "no config beat the factory's default by more than 5 %",
-        benchmark={"tune": evidence},
-        **(_packaged(build, "onnx-int8-tuned", onnx_path, tmp_path) if tuned else {}),
-    )
-    build.status = BuildStatus.SUCCEEDED
-    build.save()
-    return tuned_row if tuned else base
-
-
 @pytest.mark.parametrize("tuned", [True, False])
 def test_the_reconcile_canaries_the_tuned_variant_or_says_why_not(stack, deployer, tuned, onnx_path, tmp_path):
     endpoint, version = stack
@@ -133,7 +91,7 @@ def test_the_reconcile_canaries_the_tuned_variant_or_says_why_not(stack, deploye
         user=deployer, endpoint=endpoint, version=version, rollout_options={"steps_bp": [5000, 10000]}
     )
     assert services.release_reconcile(release_id=release.pk).state == ReleaseState.BUILDING  # the build is running
-    candidate = _finish_build(release, tuned=tuned, onnx_path=onnx_path, tmp_path=tmp_path)
+    candidate = finish_build(release, tuned=tuned, onnx_path=onnx_path, tmp_path=tmp_path)
     release = services.release_reconcile(release_id=release.pk)
     assert release.state == ReleaseState.CANARY and release.candidate_artifact_id == candidate.pk, release.reason
     rollout = Rollout.objects.get(pk=release.rollout_id)
@@ -158,7 +116,7 @@ def test_the_reconcile_canaries_the_tuned_variant_or_says_why_not(stack, deploye
 def test_a_failed_build_fails_the_release_with_its_reason(stack, deployer):
     endpoint, version = stack
     release = services.release_start(user=deployer, endpoint=endpoint, version=version)
-    _finish_build(release, tuned=False, failed=True)
+    finish_build(release, tuned=False, failed=True)
     release = services.release_reconcile(release_id=release.pk)
     assert release.state == ReleaseState.FAILED and "outputs NaN" in release.reason and release.finished_at
 
@@ -166,7 +124,7 @@ def test_a_failed_build_fails_the_release_with_its_reason(stack, deployer):
 def test_promoted_when_the_canary_succeeds(stack, deployer, onnx_path, tmp_path):
     endpoint, version = stack
     release = services.release_start(user=deployer, endpoint=endpoint, version=version)
-    _finish_build(release, tuned=True, onnx_path=onnx_path, tmp_path=tmp_path)
+    finish_build(release, tuned=True, onnx_path=onnx_path, tmp_path=tmp_path)
     release = services.release_reconcile(release_id=release.pk)
     Rollout.objects.filter(pk=release.rollout_id).update(state=State.SUCCEEDED, reason="promoted: all steps passed")
     assert services.release_reconcile(release_id=release.pk).state == ReleaseState.PROMOTED
@@ -204,7 +162,7 @@ def test_the_endpoint_page_shows_the_release_card_and_its_prediction(stack, depl
     page = client.get(f"/deployments/endpoints/{endpoint.name}/")
     assert page.status_code == 200 and 'id="release-form"' in page.content.decode()
     release = services.release_start(user=deployer, endpoint=endpoint, version=version)
-    _finish_build(release, tuned=True, onnx_path=onnx_path, tmp_path=tmp_path)
+    finish_build(release, tuned=True, onnx_path=onnx_path, tmp_path=tmp_path)
     services.release_reconcile(release_id=release.pk)
     card = client.get(f"/deployments/endpoints/{endpoint.name}/release/", HTTP_HX_REQUEST="true").content.decode()
     assert "Release #" in card and 'id="predicted-gain"' in card and "3.10×" in card and "canary" in card

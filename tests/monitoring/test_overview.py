@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gateway.metrics import CLIENT, OK, UNKNOWN_ENDPOINT, HotPath
 from harness import factories
 from monitoring import charts, collect
+from monitoring.collect import bucket_metric
 from monitoring.selectors import metrics as metric_selectors
 from monitoring.services.store import samples_store
 
@@ -58,7 +59,9 @@ def test_panels_have_titles_units_and_the_endpoints_slo(alice, bob, team_a, team
         rows=[
             ("ctr", "v1", "request_rate", 150.0),
             ("ctr", "v1", "error_rate", 0.02),
-            ("ctr", "v1", "latency_p99_ms", 12.5),
+            ("ctr", "v1", "latency_p99_ms", 12.5),  # the tick's own quantile: not the table's
+            ("ctr", "v1", bucket_metric("latency_bucket", 0.010), 0.0),  # the lower edge of the next
+            ("ctr", "v1", bucket_metric("latency_bucket", 0.020), 100.0),
         ],
         at=now,
         team_ids={"ctr": team_a.pk},
@@ -74,7 +77,9 @@ def test_panels_have_titles_units_and_the_endpoints_slo(alice, bob, team_a, team
         "ctr": {"error_rate": 0.5, "latency_p99_ms": 42.0}
     }  # in the panel's unit; not bob's endpoint
     assert "Latency p99 <span" in body and ">latency_p99_ms<" not in body  # a title people read, not the metric id
-    assert "150.0 req/s" in body and "2.00 %" in body and "12.50 ms" in body  # every figure with its unit
+    assert "150.0 req/s" in body and "2.00 %" in body  # every figure with its unit
+    # the p99 from the bucket counts over the range (Prometheus' histogram_quantile, as the judge)
+    assert "15.00 ms" in body and "19.90 ms" in body and "12.50 ms" not in body
 
 
 def test_requests_to_unknown_endpoints_are_one_bucket_not_an_endpoint(alice, staff, team_a):

@@ -9,6 +9,7 @@ with its reason inside its budget, and a tuned config that Triton's protobuf par
 loads in a fresh tritonserver as a pool loads it and answers like ONNX Runtime."""
 
 import json
+import os
 import shutil
 import time
 
@@ -19,7 +20,8 @@ import pytest
 from kernel.tritonserver import TritonProcess, find_binary
 from registry import triton_config
 from registry.factory import stages, stages_for
-from registry.factory.tune import measure
+from registry.factory.tune import scratch
+from registry.selectors.tuning import headline
 from tests.registry import model_families
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -35,7 +37,8 @@ TINY_TUNE = {
     "BUILD_VALIDATION_ROWS": 512,
 }
 SLO_MS = 250.0  # loose: on a shared 2-core machine the default must meet it, so both figures exist
-BUDGET_S = 14.0
+BUDGET_S = 24.0  # the default's run and the closing runs take ~10 s of it on 2 busy cores; the search the rest
+OVERRUN_S = 6.0  # the window a trial at the deadline finishes (TINY_TUNE's: under 2 s) and the server's stop
 
 
 def _reference_onnx(path):
@@ -71,10 +74,12 @@ def _build_with_tune(settings, tmp_path, source, variant):
         tune={"slo_p99_ms": SLO_MS, "variants": [variant], "budget_s": BUDGET_S, "max_trials": 5},
     )
     ctx.work_dir.mkdir(parents=True)
-    started = time.monotonic()
+    took = {}
     for name in stages_for(True):
+        started = time.monotonic()
         stages.STAGE_FUNCTIONS[name](ctx)
-    return ctx, lines, time.monotonic() - started
+        took[name] = time.monotonic() - started
+    return ctx, lines, took
 
 
 def _kserve_body(feeds, signature):
@@ -98,8 +103,10 @@ def test_tune_on_a_real_tritonserver(model, settings, tmp_path):
     find_binary()
     make, variant = MODELS[model]
     source = make(tmp_path / f"{model}.onnx")
-    ctx, lines, _ = _build_with_tune(settings, tmp_path, source, variant)
+    ctx, lines, took = _build_with_tune(settings, tmp_path, source, variant)
     log = "\n".join(lines)
+    print(f"tune stage {took['tune']:.1f} s on a {BUDGET_S:g} s budget; load average {os.getloadavg()[0]:.1f}")
+    print("\n".join(line for line in lines if "tun" in line or "#" in line or "search" in line))
     assert "GPU part skipped: no GPU on this worker" in log  # said at run time, not silently
     tuned = ctx.variants[f"{variant}-tuned"]
     evidence = tuned.benchmark["tune"]
@@ -112,15 +119,26 @@ def test_tune_on_a_real_tritonserver(model, settings, tmp_path):
     assert evidence["gain"] == pytest.approx(
         evidence["best"]["throughput_rps"] / evidence["default"]["throughput_rps"], rel=1e-2
     )
+    # each headline figure is the table's rows it names: its run, or the mean with its closing run
+    for key in ("default", "best"):
+        head = headline(evidence, trials, key)
+        runs = [run["throughput_rps"] for run in head["runs"]]
+        assert head["throughput_rps"] == pytest.approx(sum(runs) / len(runs), abs=0.1), (key, head)
+        assert head["why_zero"] is None or head["throughput_rps"] == 0
     measured = [t for t in trials if "error" not in t]
     odd = [t for t in measured if t["p50_ms"] is None or t["p99_ms"] is None or not 0 <= t["cpu_util"] <= 1]
     assert not odd, odd
-    assert all(t["sweep"] and t["open"] for t in measured)  # concurrency sweep and open-loop windows, each trial
+    # concurrency sweep and open-loop windows, each trial; the closing runs: open-loop windows only
+    assert all((t["sweep"] or t["label"].endswith(", again")) and t["open"] for t in measured)
 
     # a search, bounded: it said why it stopped, measured a path (not the grid) within its budget
     assert evidence["stop_reason"].split(":")[0] in ("converged", "time budget spent", "trial budget spent")
     assert 2 <= evidence["measured"] < evidence["space"]["size"]
-    assert evidence["elapsed_s"] <= BUDGET_S + 40  # the trial running at the deadline finishes, then two re-runs
+    # the whole stage (the scratch server's start, the search, the closing runs, the check that
+    # the tuned config answers like the default) within its budget, plus what a trial at the
+    # deadline finishes (the window it is in) and the server's stop
+    assert evidence["elapsed_s"] <= BUDGET_S + OVERRUN_S, evidence["elapsed_s"]
+    assert took["tune"] <= BUDGET_S + OVERRUN_S, f"the tune stage took {took['tune']:.1f} s on a {BUDGET_S:g} s budget"
     assert evidence["machine"]["cores"] >= 1 and evidence["gpu"].startswith("skipped: no GPU")
 
     # the tuned config: parsed by Triton's protobuf, loaded by a fresh tritonserver as a pool loads it
@@ -154,7 +172,7 @@ def test_tune_on_a_real_tritonserver(model, settings, tmp_path):
         )
         feeds = stages._data_or_synthetic(ctx, 3, seed=9)[0]
         signature = triton_config.kserve_signature(config)
-        served = measure.outputs_of(f"{server.http_url}/v2/models/{name}/infer", _kserve_body(feeds, signature))
+        served = scratch.outputs_of(f"{server.http_url}/v2/models/{name}/infer", _kserve_body(feeds, signature))
         session = ort.InferenceSession(str(base.onnx_path), providers=["CPUExecutionProvider"])
         expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
         for key, value in served.items():

@@ -1,6 +1,7 @@
 """`make run`: migrate, create the admin login once, seed a demo, then run the web
 server, a Celery worker and beat, the local pool supervisor and the inference gateway
-in the foreground under config.supervisor: a child that dies is restarted by itself (with
+in the foreground under config.supervisor, saying what it does at least every few seconds
+until every component answers and it prints the URLs (config/startup.py): a child that dies is restarted by itself (with
 backoff; the others keep running), /healthz shows restarts and last exits as component
 "supervisor", and Ctrl-C (or SIGTERM) stops them all."""
 
@@ -19,6 +20,7 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from config.heartbeats import heartbeat_record
+from config.startup import HealthWait, Progress, SeedOutput
 from config.supervisor import Supervisor
 
 GATEWAY_LINGER_S = 30.0
@@ -128,6 +130,26 @@ class Command(BaseCommand):
     def log(self, message: str) -> None:
         self.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor: {message}")
 
+    @staticmethod
+    def celery_worker(name: str, queues: str, *, concurrency: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "--quiet",
+            "worker",
+            f"--hostname={name}@%h",
+            "-Q",
+            queues,
+            f"--concurrency={concurrency}",
+            "--prefetch-multiplier=1",  # a long task does not hold the next one back in its slot's prefetch
+            f"--loglevel={settings.LOG_LEVEL}",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+
     def processes(self, port: int) -> dict[str, list[str]]:
         python = sys.executable
         return {
@@ -157,21 +179,11 @@ class Command(BaseCommand):
                 "--log-level=warning",
                 "--logger-class=config.gunicorn_logging.QuietAccessLogger",
             ],
-            "worker": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "--quiet",
-                "worker",
-                "-Q",
-                "control,build-cpu,build-gpu",
-                "--concurrency=2",
-                f"--loglevel={settings.LOG_LEVEL}",
-                "--without-gossip",
-                "--without-mingle",
-            ],
+            # two workers: the control loop (judge, collector, reconciles, model loads, the
+            # heartbeat /healthz reads) never waits behind a build or a training, which one
+            # worker of two slots did at start (the demo's training and an LLM load held both)
+            "worker": self.celery_worker("worker", "control", concurrency=2),
+            "builder": self.celery_worker("builder", "build-cpu,build-gpu", concurrency=1),
             "beat": [
                 python,
                 "-m",
@@ -185,38 +197,13 @@ class Command(BaseCommand):
             ],
         }
 
-    def handle(self, *args, port, no_seed, no_demo_experiment=False, no_demo_llm=False, **options):
-        call_command("migrate", interactive=False, verbosity=0)
-        call_command("collectstatic", interactive=False, verbosity=0)
-        ensure_admin(self.stdout)
-        if not no_seed:
-            call_command("seed_demo", no_experiment=no_demo_experiment, no_llm=no_demo_llm)
-        gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
-        env = dict(
-            os.environ,
-            HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,feedback,gateway={gateway_url}",
-            PYTHONUNBUFFERED="1",
-            GATEWAY_TOKEN=ensure_gateway_token(),
-            # the gateway's /metrics and /status need a token; its scrapers (worker, web) get the same
-            GATEWAY_METRICS_TOKEN=os.environ.get("GATEWAY_METRICS_TOKEN") or secrets.token_urlsafe(32),
-            GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL,
-            HEALTHZ_TOKEN=ensure_healthz_token(),
-        )
-        supervisor = Supervisor(
-            self.processes(port),
-            env=env,
-            cwd=settings.BASE_DIR,
-            log=self.log,
-            backoff_max_s=settings.SUPERVISOR_BACKOFF_MAX_S,
-            stable_after_s=settings.SUPERVISOR_STABLE_AFTER_S,
-            # a killed gateway's workers answer on for GATEWAY_SHUTDOWN_GRACE_S (5 s) beside its
-            # restart, then stop by themselves (gateway/workers.py); 30 s is only the backstop
-            linger_s={"gateway": GATEWAY_LINGER_S},
-        )
-        supervisor.start()
-        heartbeat = Heartbeat(supervisor, self.log)
-        supervisor.on_change = heartbeat.poke
-        heartbeat.start()
+    def announce(self, progress: Progress, port: int, gateway_url: str, waiting: HealthWait) -> None:
+        """The URLs, once /healthz is 200 (or the wait gave up: then what is still down)."""
+        took = time.monotonic() - waiting.started
+        if waiting.down:
+            progress.say(f"not up after {took:.0f} s: {', '.join(waiting.down)} (see /healthz); the rest serves")
+        else:
+            progress.say(f"everything is up ({took:.0f} s after its processes started)")
         self.stdout.write(
             self.style.SUCCESS(f"dashboard: http://127.0.0.1:{port}/   health: http://127.0.0.1:{port}/healthz")
         )
@@ -236,6 +223,62 @@ class Command(BaseCommand):
                 f"(tritonclient.grpc.InferenceServerClient('127.0.0.1:{settings.GATEWAY_GRPC_PORT}'))"
             )
 
+    def handle(self, *args, port, no_seed, no_demo_experiment=False, no_demo_llm=False, **options):
+        loading = getattr(sys.modules.get("__main__"), "LOADING", None)  # manage.py's lines while Django loaded
+        if loading is not None:
+            loading.set()
+        progress = Progress(self.stdout.write)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the tiny LLM's save: no progress bar in the log
+        with progress.step("migrating the database"):
+            call_command("migrate", interactive=False, verbosity=0)
+        with progress.step("collecting static files"):
+            call_command("collectstatic", interactive=False, verbosity=0)
+        with progress.step("creating the admin login"):  # its password hash takes a moment on a busy machine
+            ensure_admin(self.stdout)
+        if not no_seed:
+            with progress.step("seeding the demo"):
+                call_command(
+                    "seed_demo",
+                    no_experiment=no_demo_experiment,
+                    no_llm=no_demo_llm,
+                    stdout=SeedOutput(self.stdout, progress),
+                )
+        gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
+        healthz_token = ensure_healthz_token()
+        env = dict(
+            os.environ,
+            HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,feedback,gateway={gateway_url}",
+            PYTHONUNBUFFERED="1",
+            GATEWAY_TOKEN=ensure_gateway_token(),
+            # the gateway's /metrics and /status need a token; its scrapers (worker, web) get the same
+            GATEWAY_METRICS_TOKEN=os.environ.get("GATEWAY_METRICS_TOKEN") or secrets.token_urlsafe(32),
+            GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL,
+            HEALTHZ_TOKEN=healthz_token,
+        )
+        processes = self.processes(port)
+        supervisor = Supervisor(
+            processes,
+            env=env,
+            cwd=settings.BASE_DIR,
+            log=self.log,
+            backoff_max_s=settings.SUPERVISOR_BACKOFF_MAX_S,
+            stable_after_s=settings.SUPERVISOR_STABLE_AFTER_S,
+            # a killed gateway's workers answer on for GATEWAY_SHUTDOWN_GRACE_S (5 s) beside its
+            # restart, then stop by themselves (gateway/workers.py); 30 s is only the backstop
+            linger_s={"gateway": GATEWAY_LINGER_S},
+        )
+        # the gateway once the web server answers: it reads its first route table there (started
+        # beside it, its first polls fail and it logs a warning about nothing that is wrong)
+        first = [name for name in processes if name != "gateway"]
+        progress.say(f"starting {', '.join(first)}; the gateway once the web server answers")
+        supervisor.start(first)
+        heartbeat = Heartbeat(supervisor, self.log)
+        supervisor.on_change = heartbeat.poke
+        heartbeat.start()
+        # the URLs once every component answers (meanwhile: what it still waits for)
+        waiting = HealthWait(progress, f"http://127.0.0.1:{port}/healthz", healthz_token, list(processes))
+        waiting.start()
+
         stopping = False
 
         def stop(*_):
@@ -244,9 +287,18 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        announced = gateway_started = False
         while not stopping:
+            if not gateway_started and waiting.web_up.is_set():
+                gateway_started = True
+                supervisor.start(["gateway"])
+                heartbeat.poke()
             supervisor.step()
+            if not announced and waiting.ready.is_set():
+                announced = True
+                self.announce(progress, port, gateway_url, waiting)
             time.sleep(POLL_S)
+        waiting.stopping.set()
         heartbeat.stopping.set()
         supervisor.stop()
         reap_leftovers(self.log)

@@ -155,6 +155,7 @@ class Command(BaseCommand):
         )
         version = version_list(user=admin, model=model).order_by("version").first()
         if version is None:
+            self.stdout.write(f"seed: training the tiny LLM {LLM_DEMO} (a few seconds on a free core)…")
             with tempfile.TemporaryDirectory() as tmp:
                 hf_dir = make_tiny_llm(Path(tmp) / LLM_DEMO)
                 archive = Path(tmp) / f"{LLM_DEMO}.tar.gz"

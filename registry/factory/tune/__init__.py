@@ -9,6 +9,8 @@ the servable variant `{variant}-tuned` with the table of what was tried as its e
 - space.py   the dimensions and values searched (CPU: instances, ONNX Runtime threads,
              preferred batch, queue delay; GPU: instance groups, batching, TensorRT precision)
 - search.py  the climb: state in, decision out (table-tested)
-- measure.py one trial on the real server: concurrency sweep, open-loop rate search, CPU use
+- scratch.py the scratch tritonserver, the load generator's process, request bodies, CPU use
+- measure.py one trial on them: concurrency sweep, open-loop rate search; a closing run again
+- tuner.py   one variant's search: its budget on the wall clock, its trials, the closing runs
 - stage.py   the stage the build runs (registry/factory/stages.py dispatches to it)
 """

@@ -14,29 +14,22 @@ A trial, in a few seconds of wall time:
 2. open-loop (Poisson) windows that look for the highest rate whose p99 meets the SLO
    with every request answered: starting at 90 % of the capacity within the SLO, up by
    20 % after a pass, down by 30 % after a miss;
-3. the trial's objective is that rate's achieved throughput ("throughput within the SLO",
-   0 when no rate met it); its p50/p99 and the server's CPU use (every process of its
-   group: tritonserver and the python stubs, from /proc) are the config's row in the table.
+3. the trial's objective is the achieved throughput of the highest window that passed
+   ("throughput within the SLO"); its p50/p99 and the server's CPU use (every process of
+   its group: tritonserver and the python stubs, from /proc) are the config's row in the
+   table. A window passes on what was served: every request it sent answered and the p99
+   within the SLO, whatever share of the scheduled rate the Poisson draw of that window
+   sent. When no window passed the objective is 0 and `why_zero` says what each missed
+   by (the p99 over the SLO, requests refused or left unanswered), so a 0 is never
+   shown without its reason.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
-
-from kernel import tritonserver
-from registry import triton_config
-
-ROOT = Path(__file__).resolve().parents[3]
-KSERVE_JSON_TYPES = {"BOOL": bool, "FP16": float, "FP32": float, "FP64": float, "BYTES": str}
+from registry.factory.tune.scratch import LoadClient, ScratchTriton, TrialFailed, cores, cpu_between
 
 
 @dataclass(frozen=True)
@@ -51,177 +44,30 @@ class Plan:
     min_flat_level: int = 8  # the sweep may call throughput flat only from this concurrency on
 
 
-class TrialFailed(Exception):
-    """The candidate config did not load or did not answer."""
-
-
-# --- request bodies ---------------------------------------------------------------------------------
-def request_bodies(config, feeds: dict[str, np.ndarray], count: int) -> list[bytes]:
-    """KServe v2 JSON bodies of single-row requests (one row each, `count` distinct rows,
-    cycled when there are fewer), as a client sends them to the endpoint."""
-    signature = triton_config.kserve_signature(config)
-    if signature is None:
-        raise TrialFailed("the config has a datatype KServe JSON cannot carry")
-    batched = config.max_batch_size > 0
-    rows = len(next(iter(feeds.values())))
-    bodies = []
-    for i in range(count):
-        inputs = []
-        for spec in signature["inputs"]:
-            array = feeds[spec["name"]]
-            value = array[i % rows : i % rows + 1] if batched else array
-            caster = KSERVE_JSON_TYPES.get(spec["datatype"], int)
-            inputs.append(
-                {
-                    "name": spec["name"],
-                    "shape": list(value.shape),
-                    "datatype": spec["datatype"],
-                    "data": [caster(x) for x in value.reshape(-1).tolist()],
-                }
-            )
-        bodies.append(json.dumps({"inputs": inputs}).encode())
-    return bodies
-
-
-# --- CPU use of a process group --------------------------------------------------------------------------
-def cpu_ticks(pids: list[int]) -> dict[int, float]:
-    """CPU seconds (user + system) each process has used so far, from /proc."""
-    out = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
-def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU seconds used between two readings by the processes alive at the second (a
-    process started in between counts from 0; one that ended takes its share with it)."""
-    return sum(max(0.0, used - before.get(pid, 0.0)) for pid, used in after.items())
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        return os.cpu_count() or 1
-
-
-# --- the scratch server --------------------------------------------------------------------------
-class ScratchTriton:
-    """One tritonserver serving one packaged variant under `name`, reloaded per trial."""
-
-    def __init__(self, package_dir: Path, work_dir: Path, name: str, *, max_queue_size: int, queue_timeout_ms: int):
-        self.name = name
-        self.work_dir = work_dir
-        self.repo = work_dir / "repo"
-        self.repo.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(package_dir, self.repo / name, symlinks=True, dirs_exist_ok=True)
-        self.limits = {"max_queue_size": max_queue_size, "queue_timeout_ms": queue_timeout_ms}
-        self.server = tritonserver.TritonProcess(model_repository=self.repo, work_dir=work_dir / "server")
-
-    def start(self, timeout: float = 90.0) -> ScratchTriton:
-        self.server.start()
-        self.server.wait_live(timeout)
-        return self
-
-    @property
-    def infer_url(self) -> str:
-        return f"{self.server.http_url}/v2/models/{self.name}/infer"
-
-    def load(self, config, timeout: float = 120.0) -> None:
-        """(Re)load the model with `config` as the pool would load it (queue limits included)."""
-        text = triton_config.to_text(config)
-        override = triton_config.override_json(text, name=self.name, **self.limits)
-        try:
-            self.server.load(self.name, timeout=timeout, config=override)
-        except Exception as exc:  # Triton's own message (a bad config, a model that fails to load)
-            raise TrialFailed(f"the config did not load: {str(exc).splitlines()[0][:300]}") from None
-        if not self.server.is_model_ready(self.name):
-            raise TrialFailed("the config loaded but the model is not ready")
-
-    def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Wait until Triton has no request of the model pending (what an overloaded window
-        left queued: the load generator gave up on it, Triton computes it anyway), so the
-        next window starts on an empty queue. False when it did not drain in time."""
-        from kernel.triton import TritonError, TritonHTTP
-
-        client = TritonHTTP(self.server.http_url, self.server.metrics_url)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                pending = client.metric_samples("nv_inference_pending_request_count")
-            except TritonError:
-                return False
-            if not any(value > 0 for (model, _), value in pending.items() if model == self.name):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def cpu_ticks(self) -> dict[int, float]:
-        """Per process of the server's group (tritonserver and its python stubs)."""
-        if not self.server.process:
-            return {}
-        return cpu_ticks(tritonserver.process_group(self.server.process.pid))
-
-    def log_tail(self) -> str:
-        return self.server.log_tail(20)
-
-    def stop(self) -> None:
-        self.server.stop()
-        if self.server.process is not None:
-            tritonserver.kill_group(self.server.process.pid)  # stubs the server left behind
-
-
-# --- the load generator's process -------------------------------------------------------------------
-class LoadClient:
-    """`python -m gateway.loadgen` in its own process, one JSON window at a time."""
-
-    def __init__(self, url: str, bodies: list[bytes], work_dir: Path):
-        work_dir.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for i, body in enumerate(bodies):
-            path = work_dir / f"body-{i}.json"
-            path.write_bytes(body)
-            paths.append(str(path))
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.loadgen", url, *paths],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-
-    def window(self, **command) -> dict:
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise TrialFailed("the load generator exited")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise TrialFailed(f"load generator: {reply['error']}")
-        return reply
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 # --- one trial -------------------------------------------------------------------------------------------
 def _within(window: dict, slo_ms: float) -> bool:
     return window["ok"] > 0 and not window["errors"] and window["p99_ms"] is not None and window["p99_ms"] <= slo_ms
+
+
+def miss_reason(window: dict, slo_ms: float) -> str:
+    """Why an open-loop window did not count as within the SLO, in words."""
+    offered = f"at {window.get('rate', 0):,.0f} req/s"
+    if window.get("errors"):
+        failed = sum(window["errors"].values())
+        kinds = ", ".join(f"{status} ×{n}" for status, n in sorted(window["errors"].items()))
+        return f"{offered} {failed} of {window.get('sent', 0)} requests not answered ({kinds})"
+    if not window.get("ok"):
+        return f"{offered} no request answered"
+    return f"{offered} p99 {window['p99_ms']:.2f} ms > the SLO {slo_ms:g} ms"
+
+
+def why_zero(open_rows: list[dict], sweep: list[dict], slo_ms: float) -> str:
+    """Why a config scores 0 req/s within the SLO: each open-loop window's miss."""
+    if not open_rows:
+        peak = max((r["achieved_rps"] for r in sweep), default=0.0)
+        return f"no open-loop window ran (capacity {peak:,.0f} req/s, the budget ended first)"
+    misses = "; ".join(miss_reason(r, slo_ms) for r in open_rows)
+    return f"no open-loop window met p99 <= {slo_ms:g} ms with every request answered: {misses}"
 
 
 def _row(window: dict, cpu_s: float, machine_cores: int, elapsed_s: float) -> dict:
@@ -268,18 +114,18 @@ def _open_search(
     server: ScratchTriton,
     load: LoadClient,
     slo_ms: float,
-    sweep: list[dict],
     plan: Plan,
     machine_cores: int,
     deadline: float,
+    *,
+    rate: float,
+    peak: float,
+    windows: int,
 ) -> tuple[list[dict], dict | None]:
-    """Open-loop windows: start at 90 % of the best closed-loop rate within the SLO (half the
-    peak when none was), up 20 % after a pass, down 30 % after a miss; the highest pass wins."""
-    inside = [r["achieved_rps"] for r in sweep if _within(r, slo_ms)]
-    peak = max((r["achieved_rps"] for r in sweep), default=0.0)
-    rate = 0.9 * max(inside) if inside else 0.5 * peak
+    """Open-loop windows from `rate`: up 20 % after a pass (until 10 % past `peak`), down
+    30 % after a miss, at most `windows`; the highest pass wins."""
     rows, passed = [], None
-    for _ in range(plan.open_windows):
+    for _ in range(windows):
         if rate < 1.0 or (rows and time.monotonic() > deadline):
             break
         row = _measured(
@@ -293,7 +139,7 @@ def _open_search(
             warmup=0.2,
         )
         rows.append(row)
-        if _within(row, slo_ms) and row["achieved_rps"] >= 0.95 * rate:
+        if _within(row, slo_ms):
             if passed is None or row["achieved_rps"] > passed["achieved_rps"]:
                 passed = row
             if rate >= 1.1 * peak:
@@ -318,33 +164,84 @@ def measure_config(
     machine_cores = cores()
     try:
         server.load(config)
+        loaded_s = time.monotonic() - started
         warm = load.window(mode="closed", concurrency=2, seconds=plan.warmup_s, warmup=0.0, timeout=5.0)
         if not warm["ok"]:
             raise TrialFailed(f"no request answered ({warm['errors']})")
         sweep = _sweep(server, load, slo_ms, plan, machine_cores, deadline)
-        open_rows, passed = _open_search(server, load, slo_ms, sweep, plan, machine_cores, deadline)
+        # from 90 % of the best closed-loop rate within the SLO (half the peak when none was)
+        inside = [r["achieved_rps"] for r in sweep if _within(r, slo_ms)]
+        peak = max((r["achieved_rps"] for r in sweep), default=0.0)
+        open_rows, passed = _open_search(
+            server,
+            load,
+            slo_ms,
+            plan,
+            machine_cores,
+            deadline,
+            rate=0.9 * max(inside) if inside else 0.5 * peak,
+            peak=peak,
+            windows=plan.open_windows,
+        )
     except TrialFailed as exc:
-        return {"error": str(exc), "throughput_rps": 0.0, "seconds": round(time.monotonic() - started, 2)}
-    point = passed or min(open_rows or sweep, key=lambda r: (r["p99_ms"] is None, r["p99_ms"] or 0))
+        return {
+            "error": str(exc),
+            "throughput_rps": 0.0,
+            "seconds": round(time.monotonic() - started, 2),
+            "load_s": 0.0,
+        }
+    return _result(passed, sweep, open_rows, slo_ms, started, loaded_s)
+
+
+def _result(passed, sweep: list[dict], open_rows: list[dict], slo_ms: float, started: float, loaded_s: float) -> dict:
+    windows = open_rows or sweep
+    point = passed or (min(windows, key=lambda r: (r["p99_ms"] is None, r["p99_ms"] or 0)) if windows else {})
     return {
         "throughput_rps": passed["achieved_rps"] if passed else 0.0,
+        "rate_rps": passed["rate"] if passed else None,  # the offered rate of the window that counted
         "feasible": passed is not None,
-        "p50_ms": point["p50_ms"],
-        "p99_ms": point["p99_ms"],
-        "cpu_util": point["cpu_util"],
-        "loadgen_cpu_util": point["loadgen_cpu_util"],
-        "capacity_rps": max((r["achieved_rps"] for r in sweep), default=0.0),
+        **({} if passed else {"why_zero": why_zero(open_rows, sweep, slo_ms)}),
+        "p50_ms": point.get("p50_ms"),
+        "p99_ms": point.get("p99_ms"),
+        "cpu_util": point.get("cpu_util"),
+        "loadgen_cpu_util": point.get("loadgen_cpu_util"),
+        "capacity_rps": max((r["achieved_rps"] for r in sweep), default=None),
         "sweep": sweep,
         "open": open_rows,
         "seconds": round(time.monotonic() - started, 2),
+        "load_s": round(loaded_s, 2),  # of which loading the config into the server
     }
 
 
-def outputs_of(url: str, body: bytes, timeout: float = 10.0) -> dict:
-    """The output tensors of one request, by name (for comparing a tuned config's answers)."""
-    import urllib.request
-
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        reply = json.loads(response.read())
-    return {o["name"]: np.asarray(o["data"], dtype=np.float64) for o in reply.get("outputs", [])}
+def measure_again(
+    server: ScratchTriton,
+    load: LoadClient,
+    config,
+    *,
+    slo_ms: float,
+    plan: Plan,
+    rate: float,
+    deadline: float | None = None,
+) -> dict:
+    """A config measured once more at the rate its first run passed at (the closing runs
+    that temper the winner's curse): load it, warm up, then at most two open-loop windows
+    from `rate` (up 20 % after a pass, down 30 % after a miss), no concurrency sweep: a
+    few seconds where a whole trial takes several times that. The same row as
+    measure_config, without a sweep (its capacity is the first run's)."""
+    started = time.monotonic()
+    deadline = deadline if deadline is not None else float("inf")
+    try:
+        server.load(config)
+        loaded_s = time.monotonic() - started
+        warm = load.window(mode="closed", concurrency=2, seconds=plan.warmup_s, warmup=0.0, timeout=5.0)
+        if not warm["ok"]:
+            raise TrialFailed(f"no request answered ({warm['errors']})")
+        open_rows, passed = _open_search(server, load, slo_ms, plan, cores(), deadline, rate=rate, peak=rate, windows=2)
+    except TrialFailed as exc:
+        return {
+            "error": str(exc),
+            "throughput_rps": 0.0,
+            "seconds": round(time.monotonic() - started, 2),
+            "load_s": 0.0,
+        }
+    return _result(passed, [], open_rows, slo_ms, started, loaded_s)

@@ -4,7 +4,7 @@ servable variant `{variant}-tuned` with the search as its evidence.
 
 Read top to bottom: the request (Build.tune, checked at the API: slo_p99_ms, variants,
 budget_s, max_trials, search_space, the pool's queue limits), then per variant: a scratch
-server and the load generator (measure.py), the factory's default config measured first
+server and the load generator (scratch.py, measure.py), the factory's default config measured first
 (the reference every figure is compared with, in the same run), the climb (search.py)
 over the space (space.py) until it stops with its reason, and the result: a tuned
 package whose config.pbtxt comes from Triton's protobuf (registry/triton_config.py),
@@ -25,22 +25,14 @@ import time
 
 from registry import names, triton_config
 from registry.factory import conf
-from registry.factory.tune import measure, search, space
+from registry.factory.tune import scratch, search, space
+from registry.factory.tune.tuner import Budget, Tuner
 from registry.names import base_variant, tuned_variant
 
 OBJECTIVE = (
     "throughput within the SLO: the highest open-loop (Poisson) rate of batch-1 requests whose p99 met "
     "the SLO with every request answered"
 )
-
-
-def _plan() -> measure.Plan:
-    return measure.Plan(
-        window_s=float(conf.get("TUNE_WINDOW_S")),
-        open_window_s=float(conf.get("TUNE_OPEN_WINDOW_S")),
-        levels=tuple(conf.bench_batches("TUNE_LEVELS")),
-        open_windows=int(conf.get("TUNE_OPEN_WINDOWS")),
-    )
 
 
 def gpu_unavailable() -> str | None:
@@ -109,67 +101,7 @@ def _grid(name: str, config, request: dict) -> space.Space:
     overrides = space.check_overrides(request.get("search_space"))
     if names.needs_gpu(name):
         return space.gpu_space(batched=batched, max_batch_size=top, tensorrt=name == "tensorrt", overrides=overrides)
-    return space.cpu_space(batched=batched, max_batch_size=top, cores=measure.cores(), overrides=overrides)
-
-
-class _Tuner:
-    """One variant's search on its scratch server (the stage's per-variant state)."""
-
-    def __init__(self, ctx, name: str, config, grid: space.Space, server, load, *, slo: float, limits, progress):
-        self.ctx, self.name, self.config, self.grid = ctx, name, config, grid
-        self.server, self.load, self.slo, self.limits, self.progress = server, load, slo, limits, progress
-        self.plan = _plan()
-        self.trials: list[dict] = []
-        self.started = time.monotonic()
-
-    def trial(self, label: str, knobs: dict, coord=None, deadline=None) -> dict:
-        config = triton_config.with_knobs(self.config, knobs)
-        row = measure.measure_config(self.server, self.load, config, slo_ms=self.slo, plan=self.plan, deadline=deadline)
-        row = {
-            "trial": len(self.trials),
-            "label": label,
-            "knobs": knobs,
-            "coord": list(coord) if coord else None,
-            **row,
-        }
-        self.trials.append(row)
-        summary = " ".join(f"{k}={v}" for k, v in knobs.items())
-        if "error" in row:
-            self.ctx.log(f"{self.name} #{row['trial']} {label or summary}: {row['error']}")
-        else:
-            self.ctx.log(
-                f"{self.name} #{row['trial']} {label + ' ' if label else ''}{summary}: "
-                f"{row['throughput_rps']:,.0f}/s within the SLO (p50 {row['p50_ms'] or 0:.2f} ms, "
-                f"p99 {row['p99_ms'] or 0:.2f} ms, CPU {row['cpu_util']:.0%}; capacity {row['capacity_rps']:,.0f}/s) "
-                f"in {row['seconds']:.1f} s"
-            )
-        return row
-
-    def climb(self, default_knobs: dict) -> tuple[search.SearchState, str]:
-        state = search.SearchState(sizes=self.grid.sizes, home=self.grid.nearest(default_knobs))
-        while True:
-            state.elapsed_s = time.monotonic() - self.started
-            decision = search.decide(state, self.limits)
-            self.progress(min(0.9, max(state.elapsed_s / self.limits.budget_s, state.trials / self.limits.max_trials)))
-            if decision.action == "stop":
-                return state, decision.reason
-            row = self.trial(
-                "",
-                self.grid.knobs(decision.coord),
-                decision.coord,
-                deadline=self.started + self.limits.budget_s,
-            )
-            search.record(state, decision.coord, row["throughput_rps"], min_gain=self.limits.min_gain)
-
-    def confirm(self, default: dict, best: dict) -> tuple[float, float]:
-        """The best of many noisy measurements is optimistic (the winner's curse): the default
-        and the best are measured once more, side by side, and each is judged on its mean."""
-        again_default = self.trial("default, again", default["knobs"])
-        again_best = self.trial(f"best (#{best['trial']}), again", best["knobs"], best.get("coord"))
-        return (
-            (default["throughput_rps"] + again_default["throughput_rps"]) / 2,
-            (best["throughput_rps"] + again_best["throughput_rps"]) / 2,
-        )
+    return space.cpu_space(batched=batched, max_batch_size=top, cores=scratch.cores(), overrides=overrides)
 
 
 def _tune_variant(ctx, name: str, request: dict, *, slo: float, budget_s: float, gpu_reason, progress) -> None:
@@ -181,46 +113,57 @@ def _tune_variant(ctx, name: str, request: dict, *, slo: float, budget_s: float,
         return _skip(ctx, name, f"GPU search skipped: {gpu_reason}")
     from registry.factory.stages import _data_or_synthetic
 
+    clock = Budget(budget_s)
     config = triton_config.parse((base.package_dir / "config.pbtxt").read_text())
     grid = _grid(name, config, request)
-    limits = search.Limits(budget_s=budget_s, max_trials=int(request.get("max_trials") or conf.get("TUNE_MAX_TRIALS")))
+    max_trials = int(request.get("max_trials") or conf.get("TUNE_MAX_TRIALS"))
     feeds = _data_or_synthetic(ctx, int(conf.get("TUNE_BODIES")), seed=5)[0]
-    bodies = measure.request_bodies(config, feeds, int(conf.get("TUNE_BODIES")))
+    bodies = scratch.request_bodies(config, feeds, int(conf.get("TUNE_BODIES")))
     work = ctx.work_dir / f"tune-{name}"
     load_avg = os.getloadavg()[0]
     ctx.log(
         f"{name}: tuning for p99 <= {slo:g} ms within {budget_s:.0f} s: {grid.kind.upper()} space "
         + ", ".join(f"{d.name} {list(d.values)}" for d in grid.dimensions)
-        + f" ({grid.size} configs); {measure.cores()} cores, load average {load_avg:.1f}"
+        + f" ({grid.size} configs); {scratch.cores()} cores, load average {load_avg:.1f}"
     )
     limits_of_pool = {k: int(request.get(k, 0)) for k in ("max_queue_size", "queue_timeout_ms")}
-    server = measure.ScratchTriton(base.package_dir, work, base.package_dir.name, **limits_of_pool)
+    server = scratch.ScratchTriton(base.package_dir, work, base.package_dir.name, **limits_of_pool)
     load = None
     try:
         try:
             server.start()
         except Exception as exc:  # no binary, a server that dies at start: the variant is skipped with why
             return _skip(ctx, name, f"the scratch tritonserver did not start: {str(exc).splitlines()[0][:200]}")
-        load = measure.LoadClient(server.infer_url, bodies, work / "loadgen")
-        tuner = _Tuner(ctx, name, config, grid, server, load, slo=slo, limits=limits, progress=progress)
+        load = scratch.LoadClient(server.infer_url, bodies, work / "loadgen")
+        limits = search.Limits(budget_s=budget_s, max_trials=max_trials)  # the search's share is set below
+        tuner = Tuner(ctx, name, config, grid, server, load, slo=slo, limits=limits, progress=progress, clock=clock)
         default = tuner.trial("default", triton_config.knobs_of(config))
+        tuner.limits = limits = search.Limits(
+            budget_s=clock.search_budget(default.get("load_s", 0.0), tuner.plan),
+            max_trials=max_trials,
+            min_gain=limits.min_gain,
+        )
         state, reason = tuner.climb(default["knobs"])
         ctx.log(f"{name}: search stopped after {time.monotonic() - tuner.started:.0f} s: {reason}")
         best = max(tuner.trials, key=lambda t: t["throughput_rps"])
         default_rps, best_rps = default["throughput_rps"], best["throughput_rps"]
-        if best_rps > 0 and best is not default:
-            default_rps, best_rps = tuner.confirm(default, best)
+        if best_rps > 0 and best is not default and (means := tuner.confirm(default, best)) is not None:
+            default_rps, best_rps = means
         evidence = _evidence(
             tuner, state, reason, default, best, default_rps, best_rps, load_avg, gpu_reason, limits_of_pool
         )
+        ctx.log(f"{name}: tuned in {clock.elapsed():.1f} s of its {clock.seconds:.0f} s budget")
         if best_rps <= 0:
-            return _skip(ctx, name, f"no config met p99 <= {slo:g} ms", evidence)
+            why = default.get("why_zero") or default.get("error") or ""
+            return _skip(
+                ctx, name, f"no config met p99 <= {slo:g} ms" + (f" (the default: {why})" if why else ""), evidence
+            )
         if best is default or best_rps <= default_rps * (1 + limits.min_gain):
             return _skip(
                 ctx,
                 name,
                 f"no config beat the factory's default by more than {limits.min_gain:.0%} within p99 <= {slo:g} ms "
-                f"(default {default_rps:,.0f}/s, best {best_rps:,.0f}/s, each the mean of two runs)",
+                f"(default {default_rps:,.0f}/s, best {best_rps:,.0f}/s, judged on {evidence['judged_on']})",
                 evidence,
             )
         _publish(ctx, base, config, best, evidence, server, bodies)
@@ -241,12 +184,15 @@ def _evidence(tuner, state, reason, default, best, default_rps, best_rps, load_a
         "default": {**_point(default), "throughput_rps": round(default_rps, 1)},
         "best": {**_point(best), "throughput_rps": round(best_rps, 1)},
         "gain": round(gain, 3) if gain else None,
-        "judged_on": "the mean of two runs of the default and of the best (the second side by side, after the search)"
-        if best is not default and best["throughput_rps"] > 0
+        "judged_on": "the mean of two runs of the default and of the best (the second side by side after the "
+        "search, from the rate the first passed at)"
+        if len(tuner.trials) > state.trials + 1
         else "one run each",
         "stop_reason": reason,
-        "elapsed_s": round(time.monotonic() - tuner.started, 1),
-        "budget_s": tuner.limits.budget_s,
+        # the variant's wall time from before its scratch server started, against its share of the budget
+        "elapsed_s": round(tuner.clock.elapsed(), 1),
+        "budget_s": round(tuner.clock.seconds, 1),
+        "search_budget_s": round(tuner.limits.budget_s, 1),
         "max_trials": tuner.limits.max_trials,
         "measured": len(tuner.trials),
         "space": {
@@ -257,7 +203,7 @@ def _evidence(tuner, state, reason, default, best, default_rps, best_rps, load_a
         "path": [list(c) for c in state.path],
         "queue_limits": queue_limits,
         "machine": {
-            "cores": measure.cores(),
+            "cores": scratch.cores(),
             "load_avg_start": round(load_avg, 2),
             "load_avg_end": round(os.getloadavg()[0], 2),
         },
@@ -267,7 +213,18 @@ def _evidence(tuner, state, reason, default, best, default_rps, best_rps, load_a
 
 
 def _point(trial: dict) -> dict:
-    keep = ("trial", "label", "knobs", "throughput_rps", "p50_ms", "p99_ms", "cpu_util", "capacity_rps", "error")
+    keep = (
+        "trial",
+        "label",
+        "knobs",
+        "throughput_rps",
+        "p50_ms",
+        "p99_ms",
+        "cpu_util",
+        "capacity_rps",
+        "error",
+        "why_zero",
+    )
     return {k: trial[k] for k in keep if k in trial}
 
 
@@ -313,7 +270,7 @@ def _answers_like_default(server, default_config, tuned_config, bodies: list[byt
     answers = []
     for config in (default_config, tuned_config):
         server.load(config)
-        answers.append([measure.outputs_of(server.infer_url, body) for body in bodies])
+        answers.append([scratch.outputs_of(server.infer_url, body) for body in bodies])
     worst = 0.0
     for before, after in zip(*answers):
         if set(before) != set(after):

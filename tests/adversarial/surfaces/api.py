@@ -447,4 +447,13 @@ SURFACES = [
         },
         not_applicable={Abuse.SSRF: NO_URL},
     ),
+    Surface(
+        name="favicon",
+        routes=("page /favicon.ico",),
+        not_applicable={
+            Abuse.SSRF: NO_URL,
+            Abuse.OVERSIZED: "a redirect to a static file: it reads no body, no parameter",
+            Abuse.FOREIGN_OBJECTS: "names no object",
+        },
+    ),
 ]
