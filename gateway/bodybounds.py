@@ -29,7 +29,7 @@ team's) is told the endpoint's own bound. The refusal then costs what a 404 woul
 
 from __future__ import annotations
 
-from .feedback import MAX_FEEDBACK_BODY, MAX_KEYLESS_BODY
+from .feedback import FEEDBACK_TOO_LARGE, MAX_FEEDBACK_BODY, MAX_KEYLESS_BODY
 from .llm.requests import MAX_MESSAGES
 from .paths import MODELS, model_route
 from .tenants import lookup_key
@@ -142,8 +142,8 @@ class BodyBounds:
         """A valid key may send a team's batch; without one a body is one user's feedback."""
         _, key = lookup_key(headers, self.table.keys)
         if key is None:
-            return MAX_KEYLESS_BODY, " (feedback without a valid key: one user's feedback)"
-        return MAX_FEEDBACK_BODY, " (a feedback batch)"
+            return MAX_KEYLESS_BODY, " (feedback without a valid key: one user's feedback)", FEEDBACK_TOO_LARGE
+        return MAX_FEEDBACK_BODY, " (a feedback batch)", FEEDBACK_TOO_LARGE
 
     def _llm(self, headers: dict):
         best = self.llm_public

@@ -34,6 +34,7 @@ MAX_FEEDBACK_BODY = 1024 * 1024
 # Without a valid key a body is one user's feedback (a browser's few events): larger bodies are
 # refused before they are parsed, so an anonymous flood costs the gateway its bytes, not its parse.
 MAX_KEYLESS_BODY = 64 * 1024
+FEEDBACK_TOO_LARGE = "feedback_too_large"  # the 413's code, here and before the body is read (bodybounds.py)
 
 
 class EventBuckets:

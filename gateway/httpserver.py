@@ -241,6 +241,7 @@ class HttpProtocol(asyncio.Protocol):
         "client",
         "body_limit",
         "body_what",
+        "body_code",
     )
 
     def __init__(self, server: HttpServer):
@@ -282,6 +283,7 @@ class HttpProtocol(asyncio.Protocol):
         self.pending = 0
         self.body_limit = self.limits.max_body_bytes
         self.body_what = ""
+        self.body_code = "body_too_large"
 
     # --- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport):
@@ -488,12 +490,15 @@ class HttpProtocol(asyncio.Protocol):
             path = url.decode("latin-1").partition("?")[0] if url[:1] == b"/" else _target(url)[0]
             own = bound(parser.get_method(), path, headers)
             if own is not None and own[0] < limit:
-                limit, self.body_what = own
+                limit, self.body_what = own[0], own[1]
                 self.body_limit = limit
+                if len(own) > 2:
+                    self.body_code = own[2]
         if length is not None and int(length) > limit:  # llhttp checked it is digits
+            self.server.body_refused(self.body_code)
             raise Reject(
                 413,
-                "body_too_large",
+                self.body_code,
                 f"request body of {length} bytes exceeds the limit of {limit} bytes{self.body_what}",
             )
         expect = headers.get("expect")
@@ -515,7 +520,8 @@ class HttpProtocol(asyncio.Protocol):
         size = self.body_len + len(chunk)
         limit = self.body_limit
         if size > limit:
-            raise Reject(413, "body_too_large", f"request body exceeds the limit of {limit} bytes{self.body_what}")
+            self.server.body_refused(self.body_code)
+            raise Reject(413, self.body_code, f"request body exceeds the limit of {limit} bytes{self.body_what}")
         self.body_len = size
         body = self.body
         if body is None:
@@ -749,10 +755,12 @@ def _target(url: bytes) -> tuple[str, str]:
 
 
 class HttpServer:
-    """`body_bound(method: bytes, path: str, headers) -> (limit, why) | None`, when given, is
-    asked once a request's head is in and before its body is read: the most bytes this route
-    can need (`why`, appended to the 413's message, says whose rule it is), or None for
-    max_body_bytes. `client_keys` (peers.ClientKeys) says which client a connection counts for."""
+    """`body_bound(method: bytes, path: str, headers) -> (limit, why[, code]) | None`, when
+    given, is asked once a request's head is in and before its body is read: the most bytes
+    this route can need (`why`, appended to the 413's message, says whose rule it is; `code`,
+    the 413's code, `body_too_large` unless given), or None for max_body_bytes;
+    `on_body_refused(code)` is told of each body refused past its bound (the route's own
+    counters). `client_keys` (peers.ClientKeys) says which client a connection counts for."""
 
     def __init__(
         self,
@@ -762,6 +770,7 @@ class HttpServer:
         max_body: int | None = None,
         idle_timeout: float | None = None,
         body_bound=None,
+        on_body_refused=None,
         client_keys: ClientKeys | None = None,
     ):
         self.handler = handler
@@ -771,6 +780,7 @@ class HttpServer:
         if idle_timeout is not None:
             self.limits.idle_timeout_s = idle_timeout
         self.body_bound = body_bound
+        self.on_body_refused = on_body_refused
         self.client_keys = client_keys or ClientKeys()
         self.connections: set[HttpProtocol] = set()
         self.per_client: dict[str, int] = {}  # client key -> its open connections
@@ -779,6 +789,10 @@ class HttpServer:
         self.server = None
         self.sweeper = None
         self.stopping = False
+
+    def body_refused(self, code: str) -> None:
+        if self.on_body_refused is not None:
+            self.on_body_refused(code)
 
     @property
     def max_body(self) -> int:

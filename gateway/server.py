@@ -26,8 +26,8 @@ from .aggregate import Siblings
 from .bodybounds import BodyBounds
 from .breaker import Breakers
 from .exposures import EXPOSURES_DROPPED, ExposureLog
-from .feedback import EventBuckets, feedback
-from .feedback_stream import FeedbackRelay
+from .feedback import FEEDBACK_TOO_LARGE, EventBuckets, feedback
+from .feedback_stream import FEEDBACK_BODIES_REFUSED, FeedbackRelay
 from .httpserver import HttpServer, Request
 from .ids import request_id
 from .infer import Inference
@@ -238,6 +238,12 @@ def http_routes() -> list[str]:
     return routes
 
 
+def body_refused(code: str) -> None:
+    """A body refused past its route's bound before it was read: counted where its route counts."""
+    if code == FEEDBACK_TOO_LARGE:
+        FEEDBACK_BODIES_REFUSED.labels(code).inc()
+
+
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     set_replicas(settings.replicas)
     gateway = Gateway(settings)
@@ -247,6 +253,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         gateway.handle,
         limits=settings.limits(),
         body_bound=gateway.body_bound,
+        on_body_refused=body_refused,
         client_keys=ClientKeys(settings.client_cap_exempt),
     )
     grpc_server = None
