@@ -27,8 +27,11 @@ from bench.judge.replay import Traffic
 from deployments.rollout_machine import FULL_BP, Split
 
 TICK_S = 15  # config/celery.py: experiments-analyze every 15 s
-RATES = (200.0, 2000.0)  # at 20 req/s the planned sample takes hours: not a rate experiments are planned for
-HORIZON = 1.5  # x the planned units per arm
+# the endpoint's rate and the share of the experiments run at it: at 20 req/s the planned sample
+# takes hours (not a rate experiments are planned for); one at 200 req/s replays ~25 min of
+# traffic through the collector and the judge (~5 s of CPU), so fewer run there
+RATES = {2000.0: 0.8, 200.0: 0.2}
+HORIZON = 1.2  # x the planned units per arm: peeking goes on past the plan
 _STATE: dict = {}
 
 
@@ -64,6 +67,8 @@ def experiment(job: tuple) -> dict:
             reason = verdict.reason[:300]
             break
     units = float(sums_by_look["control"]["units"][min(look, looks - 1)])
+    # the look at which the control arm first has its planned units (the plan's horizon, in looks)
+    planned_look = int(np.searchsorted(sums_by_look["control"]["units"], planned)) + 1
     return {
         "trace": trace_name,
         "rate": rate,
@@ -73,7 +78,7 @@ def experiment(job: tuple) -> dict:
         "look": look + 1,
         "seconds": (look + 1) * TICK_S,
         "units_per_arm": units,
-        "by_plan": units <= planned,
+        "by_plan": look + 1 <= planned_look,
         "reason": reason,
         "failed_checks": [c["name"] for c in decision.checks if c["outcome"] == "fail"]
         if outcome == "harm_guardrail"
@@ -81,7 +86,7 @@ def experiment(job: tuple) -> dict:
     }
 
 
-def _jobs(count: int, loaded, settings: dict, seed: int) -> tuple[list[tuple], int]:
+def _jobs(count: int, power_count: int, loaded, settings: dict, seed: int) -> tuple[list[tuple], int]:
     from experiments import analysis, simulate
 
     plan = analysis.plan_sample(
@@ -94,8 +99,8 @@ def _jobs(count: int, loaded, settings: dict, seed: int) -> tuple[list[tuple], i
     rng = np.random.default_rng(seed)
     jobs = []
     cells = [(trace, rate, kind) for trace in sorted(loaded) for rate in RATES for kind in ("A/A", "MDE")]
-    per_cell = math.ceil(count / (len(cells) // 2))
     for trace, rate, kind in cells:
+        per_cell = math.ceil((count if kind == "A/A" else power_count) * RATES[rate] / len(loaded))
         units_per_look = int(rate * TICK_S / settings["exposures_per_unit"])  # one request is one exposure
         looks = math.ceil(HORIZON * plan.units_per_arm * 2 / units_per_look)
         lift = 1.0 + (settings["mde"] if kind == "MDE" else 0.0)
@@ -115,12 +120,12 @@ def _jobs(count: int, loaded, settings: dict, seed: int) -> tuple[list[tuple], i
     return jobs, plan.units_per_arm
 
 
-def run(count: int, loaded, alpha: float, workers: int, seed: int = 0) -> dict:
+def run(count: int, power_count: int, loaded, workers: int, seed: int = 0) -> dict:
     settings = adapter.experiment_defaults()
     defaults, judge_alpha = adapter.endpoint_defaults()
     config = adapter.judge_config(defaults, judge_alpha)
     started = time.monotonic()
-    jobs, planned = _jobs(count, loaded, settings, seed)
+    jobs, planned = _jobs(count, power_count, loaded, settings, seed)
     print(
         f"{len(jobs)} experiments (A/A and at the MDE) on {sorted(loaded)} at {list(RATES)} req/s, planned {planned} units/arm"
     )
@@ -137,6 +142,8 @@ def summarize(results: list[dict], settings: dict, planned: int, wall_s: float) 
 
     aa = [r for r in results if r["kind"] == "A/A"]
     mde = [r for r in results if r["kind"] == "MDE"]
+    # both arms serve one model in every experiment here: any guardrail stop is a false one
+    guardrail_stops = sum(r["outcome"] == "harm_guardrail" for r in results)
     by_cell = {}
     for trace in sorted({r["trace"] for r in results}):
         for rate in RATES:
@@ -149,7 +156,7 @@ def summarize(results: list[dict], settings: dict, planned: int, wall_s: float) 
                 "power_by_plan": share(part_mde, "ship", by_plan=True),
             }
     checks: dict[str, int] = {}
-    for r in aa:
+    for r in results:
         for name in r["failed_checks"]:
             checks[name] = checks.get(name, 0) + 1
     return {
@@ -160,7 +167,8 @@ def summarize(results: list[dict], settings: dict, planned: int, wall_s: float) 
         "false_ship_rate": share(aa, "ship"),
         "false_harm_metric_rate": share(aa, "stop_metric"),
         "false_harm_guardrail_rate": share(aa, "harm_guardrail"),
-        "guardrail_checks_failed_on_aa": checks,
+        "false_guardrail_stop_rate_all": guardrail_stops / len(results) if results else None,
+        "guardrail_checks_that_stopped": checks,
         "power_by_plan": share(mde, "ship", by_plan=True),
         "power_by_horizon": share(mde, "ship"),
         "mde_harm_guardrail_rate": share(mde, "harm_guardrail"),
@@ -171,7 +179,7 @@ def summarize(results: list[dict], settings: dict, planned: int, wall_s: float) 
         "goals": {
             "false_ships_at_most_alpha": (share(aa, "ship") or 0.0) <= settings["alpha"],
             "power_at_mde_at_least_80pct": (share(mde, "ship", by_plan=True) or 0.0) >= settings["power"],
-            "no_false_guardrail_stops": (share(aa, "harm_guardrail") or 0.0) == 0.0,
+            "no_false_guardrail_stops": guardrail_stops == 0,
         },
         "wall_s": round(wall_s, 1),
         "experiments": results,
@@ -199,7 +207,7 @@ def print_summary(s: dict) -> None:
     )
     print_table(["trace rate", "A/A n", "false ship", "false guardrail stop", "power at MDE (by plan)"], rows)
     print(
-        f"  A/A stopped on the primary metric: {_pct(s['false_harm_metric_rate'])}; guardrail checks that stopped A/As: {s['guardrail_checks_failed_on_aa']}"
+        f"  A/A stopped on the primary metric: {_pct(s['false_harm_metric_rate'])}; false guardrail stops over all {s['aa_experiments'] + s['mde_experiments']} experiments (one model in both arms): {_pct(s['false_guardrail_stop_rate_all'])}, by {s['guardrail_checks_that_stopped']}"
     )
     print(f"  goals: {s['goals']}; wall time {s['wall_s']:.0f} s")
 

@@ -34,11 +34,12 @@ STABLE_SCORE_RATE = 0.05  # gateway/scores.py GATEWAY_SCORE_SAMPLE_RATE's defaul
 
 
 class Traffic:
-    def __init__(self, trace: Trace, *, rate: float, fault: Fault, seed: int, block_s: int = 10):
+    def __init__(self, trace: Trace, *, rate: float, fault: Fault, seed: int, block_s: int = 10, arm_of=None):
         self.trace, self.rate, self.fault, self.block_s = trace, rate, fault, block_s
         self.rng = np.random.default_rng(seed)
         arms = self.rng.permutation(3)
-        self.arm_of = dict(zip(VARIANTS, arms.tolist()))  # which recorded arm plays each variant
+        # which recorded arm plays each variant (`arm_of`: given, e.g. one process for two variants)
+        self.arm_of = dict(arm_of) if arm_of else dict(zip(VARIANTS, arms.tolist()))
         self._blocks: list[int] = []
         ok = trace.status == 200
         arm_latency = trace.latency_s[ok & (trace.arm == self.arm_of[CANDIDATE])]

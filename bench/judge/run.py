@@ -7,7 +7,7 @@ default plan's steps 10/25/50/100 % and the steps the rollout forecast suggests 
 rate, both with the fair baseline) runs `--aa-per-cell` A/A rollouts and `--faults-per-cell`
 rollouts of each fault class (bench/judge/faults.py), each to its end through
 deployments/rollout_machine.py (bench/judge/sim.py). Experiments: `--experiments` A/A
-experiments and as many at the planned MDE, peeked at every analysis tick
+experiments and `--power-experiments` at the planned MDE, peeked at every analysis tick
 (bench/judge/experiments_sim.py). Prints one table with the goals and the published
 figures beside it and writes var/bench/judge.json (every rollout's outcome included).
 Worker processes: --workers (default: the CPUs). Not a test.
@@ -99,9 +99,8 @@ def main(argv: list[str]) -> int:
         "--faults-per-cell", type=int, default=5, help="rollouts per fault class and cell (5: 60 a class)"
     )
     parser.add_argument("--rates", default="20,200,2000")
-    parser.add_argument(
-        "--experiments", type=int, default=1000, help="A/A experiments (and as many at the MDE); 0: none"
-    )
+    parser.add_argument("--experiments", type=int, default=1000, help="A/A experiments (0: no experiments)")
+    parser.add_argument("--power-experiments", type=int, default=400, help="experiments with the true lift at the MDE")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="judge", help="var/bench/OUT.json")
@@ -123,7 +122,7 @@ def main(argv: list[str]) -> int:
     if args.experiments:
         from bench.judge import experiments_sim
 
-        experiments = experiments_sim.run(args.experiments, loaded, alpha, args.workers, args.seed)
+        experiments = experiments_sim.run(args.experiments, args.power_experiments, loaded, args.workers, args.seed)
     wall_s = time.monotonic() - started
     _print_rollouts(summary, rates, rollouts_s)
     if experiments:

@@ -54,9 +54,10 @@ def _unchanged(last, fresh_rows: bool) -> bool:
     return last is not None and not fresh_rows and not any(c.get("breaches") for c in last.checks)
 
 
-def simulate(spec: Spec, trace: Trace, fault: Fault, config: JudgeConfig) -> dict:
+def simulate(spec: Spec, trace: Trace, fault: Fault, config: JudgeConfig, *, arm_of: dict | None = None) -> dict:
+    """One rollout to its end; `arm_of`: which recorded arm plays each variant (default: drawn)."""
     plan = plan_for(spec.steps_bp)
-    traffic = Traffic(trace, rate=spec.rate, fault=fault, seed=spec.seed)
+    traffic = Traffic(trace, rate=spec.rate, fault=fault, seed=spec.seed, arm_of=arm_of)
     phase = int(traffic.rng.integers(0, 2))  # when in the 2 s the collector scrapes
     counters, snapshot = GatewayCounters(), {}
     anchored, step = Window(), Window()
