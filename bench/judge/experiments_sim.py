@@ -30,7 +30,7 @@ TICK_S = 15  # config/celery.py: experiments-analyze every 15 s
 # the endpoint's rate and the share of the experiments run at it: at 20 req/s the planned sample
 # takes hours (not a rate experiments are planned for); one at 200 req/s replays ~25 min of
 # traffic through the collector and the judge (~5 s of CPU), so fewer run there
-RATES = {2000.0: 0.8, 200.0: 0.2}
+RATES = {2000.0: 0.9, 200.0: 0.1}
 HORIZON = 1.2  # x the planned units per arm: peeking goes on past the plan
 _STATE: dict = {}
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bench.judge import adapter, faults, run, sim, traces
+from bench.judge import adapter, experiments_sim, faults, run, sim, traces
 from bench.judge.adapter import BASELINE, CANDIDATE, STABLE, VARIANTS, GatewayCounters, Window
 from bench.judge.replay import Traffic
 from deployments.rollout_machine import DEFAULT_STEPS_BP, FULL_BP, Split
@@ -173,3 +173,31 @@ def test_the_benchmark_runs_the_counts_the_issue_asks_for(recorded, config):
         assert sum(s.fault == fault.name for s in specs) >= 50, fault.name
     assert len({s.seed for s in specs}) == len(specs)
     assert {s.split for s in specs} == {"default", "suggested"}
+
+
+def test_an_experiment_tick_ships_a_clear_winner_and_not_an_equal_arm(recorded, config):
+    """The analysis tick the beat runs (guardrails by the judge, analyze, decide_experiment) on
+    four 15 s looks at 2,000 req/s; the SLO is one the recorded host keeps (see above)."""
+    from experiments import simulate
+
+    trace = recorded["quiet"]
+    settings = adapter.experiment_defaults()
+    host_kept = replace(config, slo_p99_ms=10 * float(np.percentile(trace.latency_s, 99)) * 1000)
+    experiments_sim._init(host_kept, recorded, settings)
+    rng = np.random.default_rng(5)
+    outcomes = {}
+    for kind, lift in (("winner", 1.3), ("equal", 1.0)):
+        sums = simulate.simulate(
+            rng,
+            sims=1,
+            looks=4,
+            units_per_look=30_000,
+            rates={"control": 0.1, "arm": 0.1 * lift},
+            allocation={"control": 0.5, "arm": 0.5},
+            exposures_per_unit=1.0,
+        )
+        by_look = {arm: {k: v[0] for k, v in sums[arm].items()} for arm in sums}
+        outcomes[kind] = experiments_sim.experiment(("quiet", 2000.0, 7, kind, by_look, 115_000))
+    assert outcomes["winner"]["outcome"] == "ship", outcomes["winner"]
+    assert outcomes["equal"]["outcome"] == "running", outcomes["equal"]
+    assert outcomes["equal"]["look"] == 4 and outcomes["equal"]["units_per_arm"] > 50_000
