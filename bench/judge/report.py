@@ -93,6 +93,10 @@ def summarize(results: list[dict]) -> dict:
             for (trace, rate), rows in _grouped(healthy, ("trace", "rate")).items()
         },
         "failed_checks": _failed_checks(healthy),
+        "failed_checks_by_trace": {
+            trace: _failed_checks(rows) for (trace,), rows in _grouped(healthy, ("trace",)).items()
+        },
+        "rolled_back_at_step": _steps(healthy),
         "promote_seconds_median": _median([r["seconds"] for r in healthy if r["outcome"] == "promoted"]),
     }
     aa_by_cell = {cell: _rate(rows) for cell, rows in _grouped(healthy, ("trace", "rate", "split")).items()}
@@ -166,6 +170,16 @@ def _failed_checks(rows) -> dict:
             for name in row["failed_checks"] or ["(none)"]:
                 counts[name] += 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _steps(rows) -> dict:
+    """Rollbacks by the step (index) they happened in; the last step of the plan is 100 %."""
+    counts: dict[str, int] = defaultdict(int)
+    for row in rows:
+        if row["outcome"] == "rolled_back":
+            last = len(row["steps_bp"]) - 1
+            counts["100 %" if row["last_step"] == last else f"step {row['last_step'] + 1}"] += 1
+    return dict(sorted(counts.items()))
 
 
 def _median(values):

@@ -85,11 +85,33 @@ def _print_rollouts(summary: dict, rates, wall_s: float) -> None:
     print(
         f"  A/A false rollbacks {aa['false_rollbacks']} of {aa['rollouts']} (95 % CI {lo:.1%}-{hi:.1%}); outcomes {aa['outcomes']}"
     )
-    print(f"  what rolled the A/As back: {aa['failed_checks']}")
+    print(f"  what rolled the A/As back: {aa['failed_checks']}; by trace {aa.get('failed_checks_by_trace')}")
+    print(f"  in which step: {aa.get('rolled_back_at_step')}; median time to promote {aa['promote_seconds_median']} s")
     print("\nPublished figures")
     for entry in report.PUBLISHED:
         print(f"  {entry['system']}: {entry['figure']} [{entry['method']}] — {entry['source']}")
     print(f"\nwall time {wall_s:.0f} s")
+
+
+def table(argv: list[str]) -> int:
+    """The tables of a finished run, summarised again from its rollouts (so a change to the
+    report needs no new run)."""
+    import json
+    from pathlib import Path
+
+    from bench.common import out_dir
+    from bench.judge import experiments_sim
+
+    path = Path(argv[0]) if argv else out_dir() / "judge.json"
+    data = json.loads(path.read_text())
+    summary = report.summarize(data["rollouts"])
+    _print_rollouts(summary, data["rates"], data["rollouts_wall_s"])
+    if data.get("experiments"):
+        experiments_sim.print_summary(data["experiments"])
+    print(
+        f"load average before {data['load_before']}, after {data['load_after']}; {data['workers']} workers; wall {data['wall_s']:.0f} s"
+    )
+    return 0
 
 
 def main(argv: list[str]) -> int:
