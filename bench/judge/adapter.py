@@ -159,14 +159,19 @@ def judge_config(endpoint_defaults: dict, alpha: float) -> JudgeConfig:
     return JudgeConfig(alpha=alpha, **endpoint_defaults)
 
 
-def endpoint_defaults() -> tuple[dict, float]:
-    """(the judge's fields of a new Endpoint as the model declares them, MONITORING_JUDGE_ALPHA)."""
+def _django() -> None:
+    """Django set up (the defaults below are the models' and settings'); idempotent."""
     import os
 
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
+
+
+def endpoint_defaults() -> tuple[dict, float]:
+    """(the judge's fields of a new Endpoint as the model declares them, MONITORING_JUDGE_ALPHA)."""
+    _django()
     from django.apps import apps
 
     from monitoring import conf
@@ -247,6 +252,7 @@ def shares(split: Split) -> dict[str, float]:
 # --- experiments: experiments/services/online.experiment_analyze's tick, without the database ---
 def experiment_defaults() -> dict:
     """The planning and decision fields of a new Experiment as the model declares them."""
+    _django()
     from django.apps import apps
 
     experiment = apps.get_model("experiments", "Experiment")
@@ -254,16 +260,11 @@ def experiment_defaults() -> dict:
     return {name: experiment._meta.get_field(name).default for name in names}
 
 
-def experiment_tick(
-    window: Window, sums: dict, allocation: dict, settings: dict, config: JudgeConfig, previous: dict, now_s: float
-):
-    """(decision, guardrail status): the candidate arm's machine guardrails as
-    monitoring/services/arm_guardrails.arm_guardrails_judge judges them (the judge, the arm
-    against the control over the whole experiment, `control` the stable variant here, the arm
-    the candidate one), then experiments.analysis.analyze and experiments.decision.decide_experiment."""
-    from experiments.analysis import analyze
-    from experiments.decision import decide_experiment
-    from experiments.models import ExperimentState
+def arm_guardrails(window: Window, config: JudgeConfig, previous: dict, now_s: float):
+    """(status, failing checks, the judge's decision): the candidate arm's machine guardrails
+    as monitoring/services/arm_guardrails.arm_guardrails_judge judges them (the arm against
+    the control over the whole experiment; here the stable variant is the control, the
+    candidate variant the arm)."""
     from monitoring.services.arm_guardrails import STATUS
 
     decision = judge(
@@ -275,10 +276,18 @@ def experiment_tick(
         seconds=now_s,
         control="control",
     )
-    status = str(STATUS[decision.outcome])
-    failed = {}
-    if status == "fail":
-        failed = {"arm": {"reason": decision.reason, "checks": [c for c in decision.checks if c["outcome"] == "fail"]}}
+    failing = [c for c in decision.checks if c["outcome"] == "fail"]
+    return str(STATUS[decision.outcome]), failing, decision
+
+
+def analysis_tick(sums: dict, allocation: dict, settings: dict, status: str, failing: list, reason: str = ""):
+    """(the experiment's decision, the analysis): experiments/services/online.experiment_analyze's
+    pure part, experiments.analysis.analyze then experiments.decision.decide_experiment, for a
+    control arm "control" and a candidate "arm" whose guardrails are `status`."""
+    from experiments.analysis import analyze
+    from experiments.decision import decide_experiment
+    from experiments.models import ExperimentState
+
     result = analyze(
         sums,
         control="control",
@@ -288,6 +297,7 @@ def experiment_tick(
         srm_alpha=settings["srm_alpha"],
         guardrails={"arm": status},
     )
+    failed = {"arm": {"reason": reason, "checks": failing}} if status == "fail" else {}
     verdict = decide_experiment(
         state=ExperimentState.RUNNING,
         control="control",
@@ -295,4 +305,4 @@ def experiment_tick(
         failed_guardrails=failed,
         srm=result["srm"],
     )
-    return verdict, decision, result
+    return verdict, result

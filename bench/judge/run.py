@@ -123,6 +123,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rates", default="20,200,2000")
     parser.add_argument("--experiments", type=int, default=1000, help="A/A experiments (0: no experiments)")
     parser.add_argument("--power-experiments", type=int, default=400, help="experiments with the true lift at the MDE")
+    parser.add_argument(
+        "--guardrail-paths", type=int, default=120, help="replayed guardrail paths the experiments share (120)"
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="judge", help="var/bench/OUT.json")
@@ -144,7 +147,9 @@ def main(argv: list[str]) -> int:
     if args.experiments:
         from bench.judge import experiments_sim
 
-        experiments = experiments_sim.run(args.experiments, args.power_experiments, loaded, args.workers, args.seed)
+        experiments = experiments_sim.run(
+            args.experiments, args.power_experiments, loaded, args.workers, args.seed, args.guardrail_paths
+        )
     wall_s = time.monotonic() - started
     _print_rollouts(summary, rates, rollouts_s)
     if experiments:

@@ -176,14 +176,17 @@ def test_the_benchmark_runs_the_counts_the_issue_asks_for(recorded, config):
 
 
 def test_an_experiment_tick_ships_a_clear_winner_and_not_an_equal_arm(recorded, config):
-    """The analysis tick the beat runs (guardrails by the judge, analyze, decide_experiment) on
-    four 15 s looks at 2,000 req/s; the SLO is one the recorded host keeps (see above)."""
+    """The analysis tick the beat runs (the arm's guardrails by the judge over a replayed trace,
+    then analyze and decide_experiment) on four 15 s looks at 2,000 req/s; the SLO is one the
+    recorded host keeps (see above)."""
     from experiments import simulate
 
     trace = recorded["quiet"]
     settings = adapter.experiment_defaults()
     host_kept = replace(config, slo_p99_ms=10 * float(np.percentile(trace.latency_s, 99)) * 1000)
     experiments_sim._init(host_kept, recorded, settings)
+    path = experiments_sim.guardrail_path(("quiet", 2000.0, 7, 4))
+    assert [status for status, _, _ in path][-1] == "pass" and len(path) == 4
     rng = np.random.default_rng(5)
     outcomes = {}
     for kind, lift in (("winner", 1.3), ("equal", 1.0)):
@@ -197,7 +200,13 @@ def test_an_experiment_tick_ships_a_clear_winner_and_not_an_equal_arm(recorded, 
             exposures_per_unit=1.0,
         )
         by_look = {arm: {k: v[0] for k, v in sums[arm].items()} for arm in sums}
-        outcomes[kind] = experiments_sim.experiment(("quiet", 2000.0, 7, kind, by_look, 115_000))
+        outcomes[kind] = experiments_sim.experiment((kind, "quiet", 2000.0, 0, by_look, path, 115_000))
     assert outcomes["winner"]["outcome"] == "ship", outcomes["winner"]
     assert outcomes["equal"]["outcome"] == "running", outcomes["equal"]
     assert outcomes["equal"]["look"] == 4 and outcomes["equal"]["units_per_arm"] > 50_000
+    # a failing guardrail stops the experiment for harm whatever the lift says
+    failed = [*path[:1], ("fail", ["latency_tail"], "judge: slower")]
+    stopped = experiments_sim.experiment(("winner", "quiet", 2000.0, 0, by_look, failed, 115_000))
+    assert (
+        stopped["outcome"] == "harm_guardrail" and stopped["look"] == 2 and stopped["failed_checks"] == ["latency_tail"]
+    )
