@@ -97,6 +97,7 @@ def summarize(results: list[dict]) -> dict:
             trace: _failed_checks(rows) for (trace,), rows in _grouped(healthy, ("trace",)).items()
         },
         "rolled_back_at_step": _steps(healthy),
+        "paused_waiting_for": _waiting(healthy),
         "promote_seconds_median": _median([r["seconds"] for r in healthy if r["outcome"] == "promoted"]),
     }
     aa_by_cell = {cell: _rate(rows) for cell, rows in _grouped(healthy, ("trace", "rate", "split")).items()}
@@ -168,6 +169,16 @@ def _failed_checks(rows) -> dict:
     for row in rows:
         if row["outcome"] == "rolled_back":
             for name in row["failed_checks"] or ["(none)"]:
+                counts[name] += 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _waiting(rows) -> dict:
+    """What paused rollouts' last verdicts still waited for (runs before this field: none)."""
+    counts: dict[str, int] = defaultdict(int)
+    for row in rows:
+        if row["outcome"] == "paused":
+            for name in row.get("waiting_checks") or ["(not recorded)"]:
                 counts[name] += 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 

@@ -87,6 +87,7 @@ def _print_rollouts(summary: dict, rates, wall_s: float) -> None:
     )
     print(f"  what rolled the A/As back: {aa['failed_checks']}; by trace {aa.get('failed_checks_by_trace')}")
     print(f"  in which step: {aa.get('rolled_back_at_step')}; median time to promote {aa['promote_seconds_median']} s")
+    print(f"  paused A/As waited for: {aa.get('paused_waiting_for')}")
     print("\nPublished figures")
     for entry in report.PUBLISHED:
         print(f"  {entry['system']}: {entry['figure']} [{entry['method']}] — {entry['source']}")

@@ -108,6 +108,7 @@ def simulate(spec: Spec, trace: Trace, fault: Fault, config: JudgeConfig, *, arm
 
 def _result(spec: Spec, fault: Fault, outcome: str, t: float, reason: str, last, steps_seen, anchored) -> dict:
     failed = [c["name"] for c in last.checks if c["outcome"] == "fail"] if last else []
+    waiting = [c["name"] for c in last.checks if c["outcome"] == "inconclusive"] if last else []
     return {
         "trace": spec.trace,
         "rate": spec.rate,
@@ -119,6 +120,7 @@ def _result(spec: Spec, fault: Fault, outcome: str, t: float, reason: str, last,
         "seconds": t,
         "reason": reason[:300],
         "failed_checks": failed,
+        "waiting_checks": waiting,  # what the last verdict still waited for (a paused rollout's why)
         "last_step": steps_seen[-1],
         "candidate_requests": int(anchored.arms[CANDIDATE].requests),
     }
