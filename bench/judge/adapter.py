@@ -21,8 +21,15 @@ The path of one rollout tick here and in the beat (monitoring/services/canary.py
   rollout machine       rollout_machine.on_tick as rollout_apply_verdict calls it, and the
                         promotion's grace (a fail while promoting rolls back)
 
+An experiment's analysis tick (experiments/services/online.experiment_analyze) goes the same
+way: the arm's guardrails by the judge (`arm_guardrails`), then analyze and decide_experiment
+(`analysis_tick`).
+
 What it leaves out: the database and the Celery hops (the beat's 1 s ticks are simulated
 time here) and the route table's propagation (a new split applies from the next second).
+
+Why this is one long module: it is the benchmark's only contact with the judge's and the
+analysis' interfaces, kept in one place so that a change to them is re-pointed here alone.
 """
 
 from __future__ import annotations
