@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,6 @@ from bench.judge import traces
 
 ENDPOINT = "judge-trace"
 ATTEMPT_TIMEOUT_S = 0.5  # the gateway's default for a canary or baseline: half the endpoint's 1 s timeout
-ROLES = {"stable": "stable", "baseline": "baseline", "canary": "canary"}  # arm -> route role
 
 
 def _route_table(triton_url: str, models: dict[str, str]) -> dict:
@@ -54,7 +54,7 @@ def _route_table(triton_url: str, models: dict[str, str]) -> dict:
                         "name": arm,
                         "model_version": "1",
                         "triton_model": models[arm],
-                        "role": ROLES[arm],
+                        "role": arm,  # the arms are named by their route roles
                         "weight_bp": weights[arm],
                         "replicas": [triton_url],
                         "signature": SIGNATURE,
@@ -205,6 +205,7 @@ def record(name: str, *, rate: float, seconds: float, hogs: int, seed: int, out_
         if gateway is not None:
             stop_gateway(gateway)
         triton.stop()
+    shutil.rmtree(work, ignore_errors=True)  # model copies and logs; kept only when the recording failed
     rows = sorted(client.rows)
     path = out_dir / f"{name}.csv.gz"
     traces.write(path, rows)

@@ -66,9 +66,6 @@ class Trace:
     def __len__(self) -> int:
         return len(self.t_s)
 
-    def arm_rows(self, arm: int) -> np.ndarray:
-        return self._rows[arm]
-
     def draw(self, rng: np.random.Generator, arm: int, seconds: np.ndarray) -> np.ndarray:
         """Row indices: one request of `arm` from each recorded second in `seconds` (a
         second in which the arm had no request borrows one from the arm's whole trace)."""
