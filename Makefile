@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm clean lint security
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm bench-judge clean lint security
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -127,6 +127,13 @@ bench-llm: install
 
 bench-gpu: install
 	$(PY) -m bench gpu --reference
+
+# The judge's error rates: >= 1,000 A/A rollouts and >= 50 per fault class replayed from recorded
+# traces (bench/data/judge/) through the beat's judge code, and A/A experiments under continuous
+# peeking (var/bench/judge.json). Record a trace: python -m bench judge record NAME [--hogs N].
+# e.g. make bench-judge JUDGE_ARGS="--aa-per-cell 10 --faults-per-cell 1 --experiments 50"
+bench-judge: install
+	$(PY) -m bench judge $(JUDGE_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VAR_DIR)

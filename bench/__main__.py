@@ -1,4 +1,4 @@
-"""python -m bench NAME: run one benchmark (artifacts, gateway, gateway_abuse, rollback, gpu, build_box, replies, experiments, tune, llm); each prints a
+"""python -m bench NAME: run one benchmark (artifacts, gateway, gateway_abuse, rollback, gpu, build_box, replies, experiments, tune, llm, judge); each prints a
 table and writes var/bench/NAME.json. Benchmarks are never timed tests. `gpu` imports no
 Django (it runs on GPU hosts without it): the settings module is only named here."""
 
@@ -18,6 +18,7 @@ NAMES = (
     "collector",
     "tune",
     "llm",
+    "judge",
 )
 
 
