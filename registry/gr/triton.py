@@ -36,6 +36,21 @@ INPUTS = (
     ("beam_width", mc.TYPE_INT32, [1], True),
 )
 OUTPUTS = (("items", mc.TYPE_INT64, [-1]), ("scores", mc.TYPE_FP32, [-1]), ("cache", mc.TYPE_STRING, [1]))
+# The version's signature in the registry's form (numpy dtype names; what the gateway checks
+# requests against when no config.pbtxt is at hand).
+SIGNATURE = {
+    "inputs": [
+        {"name": "user_id", "dtype": "string", "shape": [1]},
+        {"name": "history", "dtype": "int64", "shape": [-1]},
+        {"name": "top_k", "dtype": "int32", "shape": [1], "optional": True},
+        {"name": "beam_width", "dtype": "int32", "shape": [1], "optional": True},
+    ],
+    "outputs": [
+        {"name": "items", "dtype": "int64", "shape": [-1]},
+        {"name": "scores", "dtype": "float32", "shape": [-1]},
+        {"name": "cache", "dtype": "string", "shape": [1]},
+    ],
+}
 DEFAULTS = {
     "cache_max_bytes": 64 << 20,
     "default_beam_width": 32,
