@@ -174,3 +174,43 @@ def metric_value(text: str, name: str, **labels) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
+
+
+def outlier_bundle(source_bundle: Path, dest: Path, *, scale: float = 1000.0, channel: int = 0) -> Path:
+    """A copy of a bundle whose graphs compute the same function with one outlier input channel
+    in every layer's first projection: the channel's LayerNorm gain and bias are divided by
+    `scale` and the projection weight's matching input column multiplied by it. fp32 keeps its
+    beams; per-tensor INT8 weights, whose scale the outlier sets, lose nearly every other weight
+    (the outlier-feature failure of LLM.int8()): an int8 variant the overlap gate must stop."""
+    import onnx
+    from onnx import numpy_helper
+
+    dest = Path(dest)
+    shutil.copytree(source_bundle, dest)
+    for path in dest.glob("*.onnx"):
+        model = onnx.load(str(path))
+        inits = {init.name: init for init in model.graph.initializer}
+        consumers = {}
+        for node in model.graph.node:
+            for name in node.input:
+                consumers.setdefault(name, []).append(node)
+        for norm in [n for n in model.graph.node if n.op_type == "LayerNormalization"]:
+            projections = [
+                n for n in consumers.get(norm.output[0], []) if n.op_type in ("Gemm", "MatMul") and n.input[1] in inits
+            ]
+            if not projections or len(norm.input) < 3 or norm.input[1] not in inits:
+                continue
+            for name in norm.input[1:3]:
+                values = numpy_helper.to_array(inits[name]).copy()
+                values[channel] /= scale
+                inits[name].CopyFrom(numpy_helper.from_array(values, name))
+            for node in projections:
+                weight = numpy_helper.to_array(inits[node.input[1]]).copy()
+                trans_b = node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
+                if trans_b:
+                    weight[:, channel] *= scale  # [out, in]
+                else:
+                    weight[channel, :] *= scale  # [in, out]
+                inits[node.input[1]].CopyFrom(numpy_helper.from_array(weight, node.input[1]))
+        onnx.save(model, str(path))
+    return dest
