@@ -45,3 +45,10 @@ def gr_spec_of_version(version) -> GRSpec | None:
         return version.gr
     except GRSpec.DoesNotExist:
         return None
+
+
+def serving_catalog(artifact) -> ItemCatalogVersion | None:
+    """The catalog version a generative recommender's artifact serves (None for other artifacts)."""
+    if artifact.item_catalog_version_id is None:
+        return None
+    return ItemCatalogVersion.objects.select_related("catalog").get(pk=artifact.item_catalog_version_id)
