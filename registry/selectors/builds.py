@@ -30,7 +30,12 @@ def build_log_tail(build: Build, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def artifact_list(*, user, version: ModelVersion | None = None, build: Build | None = None) -> QuerySet:
-    qs = team_scoped(Artifact.objects.select_related("version__model", "build"), user, "version__model__team_id")
+    qs = team_scoped(
+        Artifact.objects.select_related("version__model", "build", "item_catalog_version__catalog"),
+        user,
+        "version__model__team_id",
+    )
+
     if version is not None:
         qs = qs.filter(version=version)
     if build is not None:
