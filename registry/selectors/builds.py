@@ -102,3 +102,23 @@ def latency_series(artifacts) -> dict:
             }
         )
     return {"batch_sizes": batches, "series": series}
+
+
+def beam_gates(artifacts) -> list[dict]:
+    """A generative recommender build's gate table: per variant its gates (figure, threshold,
+    passed, reason), status and reason; [] for other builds (registry/factory/generative/gates.py)."""
+    rows = []
+    for artifact in artifacts:
+        validation = artifact.validation or {}
+        if validation.get("gates"):
+            rows.append(
+                {
+                    "variant": artifact.variant,
+                    "status": artifact.status,
+                    "reason": artifact.status_reason,
+                    "gates": validation["gates"],
+                    "figures": validation.get("figures", {}),
+                    "catalog": validation.get("catalog", ""),
+                }
+            )
+    return rows

@@ -4,6 +4,8 @@ map, and an int8 variant whose beams drift from fp32's (through the real factory
 import shutil
 
 import pytest
+from django.urls import reverse
+
 
 from harness import gr
 from registry import storage
@@ -49,7 +51,9 @@ def test_a_candidate_whose_catalog_trie_disagrees_with_its_items_is_stopped_at_b
     assert not Artifact.objects.filter(build=build).exists()
 
 
-def test_an_int8_variant_under_the_overlap_gate_is_not_servable(alice, team_a, gr_source, fast_gr_build, tmp_path):
+def test_an_int8_variant_under_the_overlap_gate_is_not_servable(
+    alice, team_a, gr_source, fast_gr_build, tmp_path, client
+):
     """The real int8 keeps ~99 % of the tiny model's beams, so the bundle is degraded the way
     outlier channels degrade per-tensor int8 (harness.gr.outlier_bundle: fp32 unchanged)."""
     source = tmp_path / "outlier"
@@ -69,3 +73,10 @@ def test_an_int8_variant_under_the_overlap_gate_is_not_servable(alice, team_a, g
     gates = {g["gate"]: g for g in int8.validation["gates"]}
     assert gates["beam_overlap"]["figure"] < 0.86 and not gates["beam_overlap"]["passed"]
     assert gates["illegal_ids"]["passed"]  # the trie still holds: every beam is an item, just the wrong ones
+
+    client.force_login(alice)
+    page = client.get(reverse("registry:build-detail", args=[build.pk])).content.decode()
+    table = page[page.index('id="beam-gates"') :]
+    row = table[table.index("gr-int8-c1") :]
+    assert f"{gates['beam_overlap']['figure']:.3f}" in row and "&gt;= 0.86" in row and "✗" in row
+    assert "no: beam gates failed: beam-set overlap with fp32 is" in row
