@@ -6,7 +6,6 @@ import shutil
 import pytest
 from django.urls import reverse
 
-
 from harness import gr
 from registry import storage
 from registry.factory import runner
