@@ -214,3 +214,35 @@ def outlier_bundle(source_bundle: Path, dest: Path, *, scale: float = 1000.0, ch
                 inits[node.input[1]].CopyFrom(numpy_helper.from_array(weight, node.input[1]))
         onnx.save(model, str(path))
     return dest
+
+
+def package(source: Path, repo: Path, name: str, **parameters) -> Path:
+    """The fp32 Triton model directory of `source` (tiny_gr()'s layout) at `repo/name`, made
+    the factory's way (registry/gr/triton.py) but without a build: for gateway tests and
+    benchmarks that need a served GR model and no database."""
+    from registry.gr import catalog_files
+    from registry.gr.runtime import GRAPH_FILES
+    from registry.gr.triton import write_gr_model
+
+    arrays = catalog_arrays(source)
+    manifest = json.loads((Path(source) / "bundle" / "manifest.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="gr-catalog-") as tmp:
+        catalog = catalog_files.write_catalog(
+            Path(tmp), arrays["item_id"], arrays["semantic_id"], codes_per_level=manifest["codes_per_level"]
+        )
+        return write_gr_model(
+            repo,
+            name,
+            graphs={role: Path(source) / "bundle" / filename for role, filename in GRAPH_FILES.items()},
+            catalog_dir=catalog,
+            serving={**manifest, "catalog": {"name": "tiny-items", "version": 1}, "variant": "gr-fp32-c1"},
+            **parameters,
+        )
+
+
+def kserve_signature(name: str = "gr") -> dict:
+    """The gateway's route-table signature of a GR model (what the route builder derives from its config)."""
+    from registry.gr.triton import gr_config
+    from registry.triton_config import kserve_signature as from_config
+
+    return from_config(gr_config(name))
