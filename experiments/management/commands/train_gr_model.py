@@ -19,13 +19,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--tiny", action="store_true", help="The tests' tiny world and model (seconds).")
         parser.add_argument("--items", type=int, default=1000)
-        parser.add_argument("--users", type=int, default=3000)
-        parser.add_argument("--epochs", type=int, default=8)
+        parser.add_argument("--users", type=int, default=None, help="Training users (default 3000; --tiny: 300).")
+        parser.add_argument("--epochs", type=int, default=None, help="Default 8; --tiny: 4.")
         parser.add_argument("--codes-per-level", type=int, default=64)
         parser.add_argument("--d-model", type=int, default=64)
         parser.add_argument("--layers", type=int, default=2)
         parser.add_argument("--max-history", type=int, default=50)
-        parser.add_argument("--holdout-users", type=int, default=300)
+        parser.add_argument("--holdout-users", type=int, default=None, help="Default 300; --tiny: 48.")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--threads", type=int, default=1)
         parser.add_argument("--version-tag", default="", help="Tag recorded on the run and the version (e.g. v1).")
@@ -46,10 +46,11 @@ class Command(BaseCommand):
 
         user = acting_user(opts["user"]) if opts["register"] else None
         team = run_team(user=user, model_name=opts["register"], team_name=opts["team"])
+        defaults = {"users": 3000, "epochs": 8, "holdout_users": 300}
         if opts["tiny"]:
             preset = recipe.TINY
             world, config = preset["world"], preset["model"]
-            sizes = {k: preset[k] for k in ("users", "epochs", "holdout_users")}
+            defaults = {k: preset[k] for k in defaults}
         else:
             world = WorldConfig(items=opts["items"])
             config = GRConfig(
@@ -58,7 +59,7 @@ class Command(BaseCommand):
                 layers=opts["layers"],
                 max_history=opts["max_history"],
             )
-            sizes = {k: opts[k] for k in ("users", "epochs", "holdout_users")}
+        sizes = {k: default if opts[k] is None else opts[k] for k, default in defaults.items()}
         try:
             result = recipe.train(world, config, seed=opts["seed"], threads=opts["threads"], **sizes)
         except ValueError as exc:
