@@ -7,7 +7,8 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm clean lint security
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm bench-gr clean lint security
+
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -127,6 +128,12 @@ bench-llm: install
 
 bench-gpu: install
 	$(PY) -m bench gpu --reference
+
+# The reference generative recommender: HR@10 against the oracle and a SASRec baseline, illegal
+# ids with and without the trie, each variant's beam overlap, latency with and without a cached
+# prefix on tritonserver (var/bench/gr.json). e.g. make bench-gr GR_ARGS="--quick"
+bench-gr: install
+	$(PY) -m bench gr $(GR_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VAR_DIR)

@@ -1,4 +1,5 @@
-"""python -m bench NAME: run one benchmark (artifacts, gateway, rollback, gpu, build_box, replies, experiments, tune, llm); each prints a
+"""python -m bench NAME: run one benchmark (artifacts, gateway, rollback, gpu, build_box, replies, experiments, tune, llm, gr); each prints a
+
 table and writes var/bench/NAME.json. Benchmarks are never timed tests. `gpu` imports no
 Django (it runs on GPU hosts without it): the settings module is only named here."""
 
@@ -6,7 +7,19 @@ import importlib
 import os
 import sys
 
-NAMES = ("artifacts", "gateway", "rollback", "gpu", "build_box", "replies", "experiments", "collector", "tune", "llm")
+NAMES = (
+    "artifacts",
+    "gateway",
+    "rollback",
+    "gpu",
+    "build_box",
+    "replies",
+    "experiments",
+    "collector",
+    "tune",
+    "llm",
+    "gr",
+)
 
 
 def main() -> int:

@@ -212,20 +212,26 @@ def plan_prefix(cached: tuple | None, history: tuple, *, max_history: int, slack
     ("grown", start, n): append the last n items; ("rebased" | "miss", start, 0): encode
     history[start:] afresh (the window moved on; no cached window matches).
 
-    A cached window found at the end of the history, followed by n new items, grows while it
-    stays within max_history; past that the window is re-encoded from `max_history - slack`
-    items back, so a long history's next `slack` requests grow again instead of re-encoding."""
+    A fresh encode takes the history's last max_history items. When the cached window starts
+    where that one would, the cache gives exactly the fresh answer (a history that grew). Else
+    the window's latest place in the history is used (a client sliding its own window): it
+    grows while it stays within max_history; past that it is re-encoded from
+    `max_history - slack` items back, so a long history's next `slack` requests grow again."""
+    fresh = window_start(len(history), max_history)
     if cached:
         size = len(cached)
-        for new in range(0, len(history) - size + 1):
-            end = len(history) - new
-            if history[end - size : end] == cached:
+        if history[fresh : fresh + size] == cached:
+            new = len(history) - fresh - size
+            return ("hit", fresh, 0) if new == 0 else ("grown", fresh, new)
+        for start in range(len(history) - size, -1, -1):
+            if history[start : start + size] == cached:
+                new = len(history) - start - size
                 if new == 0:
-                    return "hit", end - size, 0
+                    return "hit", start, 0
                 if size + new <= max_history:
-                    return "grown", end - size, new
+                    return "grown", start, new
                 return "rebased", max(0, len(history) - (max_history - slack)), 0
-    return "miss", window_start(len(history), max_history), 0
+    return "miss", fresh, 0
 
 
 class PrefixCache:

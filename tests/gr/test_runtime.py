@@ -68,10 +68,11 @@ def test_more_items_than_ids_is_a_collision_error():
         ((1, 2, 3), (1, 2, 3, 4, 5), ("grown", 0, 2)),
         ((2, 3), (1, 2, 3, 4), ("grown", 1, 1)),  # a client's sliding window: found further in
         ((1, 2, 3), (9, 9, 9), ("miss", 0, 0)),
+        ((7, 7, 7), (7, 7, 7, 7), ("grown", 0, 1)),  # a repeated item: read as growth, as a fresh encode would
         ((1, 2, 3), tuple(range(1, 12)), ("rebased", 11 - (8 - 2), 0)),  # past max history 8: slack 2
         (None, tuple(range(20)), ("miss", 12, 0)),  # a fresh user: the last max_history items
     ],
-    ids=["new", "same", "grown", "sliding", "changed", "overflow", "long"],
+    ids=["new", "same", "grown", "sliding", "changed", "repeated", "overflow", "long"],
 )
 def test_the_prefix_plan(cached, history, expected):
     assert rt.plan_prefix(cached, history, max_history=8, slack=2) == expected

@@ -86,10 +86,24 @@ def bundle(ctx: BuildContext) -> None:
 
 
 # --- 2. variants -------------------------------------------------------------------------------
-def _int8(src: Path, dest: Path) -> None:
+def make_variant_graphs(target: str, graphs: dict, out: Path) -> dict:
+    """`target`'s graphs (gr-fp32 or gr-int8) made from `graphs` (by role) into `out`; the
+    benchmark makes its variants with this too."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dest), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
+    out.mkdir(parents=True, exist_ok=True)
+    made = {}
+    for role, src in graphs.items():
+        made[role] = out / Path(src).name
+        if target == "gr-fp32":
+            graph_tools.ort_offline(Path(src), made[role], "extended")
+        elif target == "gr-int8":
+            quantize_dynamic(
+                str(src), str(made[role]), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"]
+            )
+        else:
+            raise KeyError(target)
+    return made
 
 
 def _gpu_reason() -> str | None:
@@ -113,16 +127,8 @@ def variants(ctx: BuildContext) -> None:
             result.status, result.reason = "skipped", _gpu_reason()
             ctx.log(f"{name}: skipped ({result.reason})")
             continue
-        out = ctx.work_dir / name
-        out.mkdir(parents=True, exist_ok=True)
-        made = {}
         try:
-            for role, src in _bundle_graphs(ctx).items():
-                made[role] = out / src.name
-                if target == "gr-fp32":
-                    graph_tools.ort_offline(src, made[role], "extended")
-                else:
-                    _int8(src, made[role])
+            made = make_variant_graphs(target, _bundle_graphs(ctx), ctx.work_dir / name)
         except Exception as exc:  # the optimizer and the quantizer raise their own types
             result.status, result.reason = "rejected", f"{target} could not be made: {str(exc).splitlines()[0][:300]}"
             ctx.log(f"{name}: {result.reason}")
