@@ -112,3 +112,9 @@ def test_a_ranker_model_takes_no_bundle(alice, team_a, catalog_version, gr_sourc
         gr_version_create(
             user=alice, model=ranker, bundle_dir=_bundle(gr_source, tmp_path), catalog_version=catalog_version
         )
+
+
+def test_a_generative_recommender_takes_no_single_onnx_file(alice_api, recs, onnx_path):
+    with open(onnx_path, "rb") as fh:
+        response = alice_api.post("/api/v1/models/recs/versions/", {"file": fh}, format="multipart")
+    assert response.status_code == 400 and response.json()["code"] == "model_is_generative_rec"

@@ -162,7 +162,13 @@ class TritonPythonModel:
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error), pb_utils.TritonError.INVALID_ARG))
                 )
                 continue
-            served = self.recommender.serve(user, history, width=width, top_k=top_k)
+            try:
+                served = self.recommender.serve(user, history, width=width, top_k=top_k)
+            except Exception as error:  # the model's own failure: this request's error, the others go on
+                self.cache.drop(user)  # never keep a cache entry a failed request may have left half made
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"recommender: {error}")))
+                continue
+
             self._observe(served, width)
             responses.append(
                 pb_utils.InferenceResponse(
