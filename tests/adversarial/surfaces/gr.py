@@ -10,7 +10,10 @@ API = "tests/gr/test_catalog_api.py"
 SURFACES = [
     Surface(
         name="gr-endpoint-inputs",
-        routes=("POST /v2/models/{endpoint}/infer (a generative recommender's endpoint)",),
+        # The gateway's infer route (listed for every tensor endpoint by the gateway's surfaces);
+        # here for what a generative recommender's inputs add to it.
+        routes=("POST /v2/models/{endpoint}/infer",),
+
         cases={
             Abuse.OVERSIZED: (
                 f"{INPUTS}::test_absurd_values_are_a_clear_400_and_the_neighbour_holds",
