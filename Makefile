@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm bench-judge clean lint security
+.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm bench-judge bench-gr clean lint security
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -134,6 +134,12 @@ bench-gpu: install
 # e.g. make bench-judge JUDGE_ARGS="--aa-per-cell 10 --faults-per-cell 1 --experiments 50"
 bench-judge: install
 	$(PY) -m bench judge $(JUDGE_ARGS)
+
+# The reference generative recommender: HR@10 against the oracle and a SASRec baseline, illegal
+# ids with and without the trie, each variant's beam overlap, latency with and without a cached
+# prefix on tritonserver (var/bench/gr.json). e.g. make bench-gr GR_ARGS="--quick"
+bench-gr: install
+	$(PY) -m bench gr $(GR_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VAR_DIR)

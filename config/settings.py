@@ -400,7 +400,8 @@ SPECTACULAR_SETTINGS = {
         "DataKindEnum": "registry.models.DataKind",
         "OnInconclusiveEnum": "deployments.models.rollouts.ON_INCONCLUSIVE_CHOICES",
         "GuardrailStatusEnum": "experiments.api.results_schema.GUARDRAIL_STATUS",
-        "BuildVariantEnum": "registry.factory.VARIANTS",  # build targets and a release's variant: one set
+        "BuildVariantEnum": "registry.factory.VARIANTS",  # a release's variant and a tune's variants
+        "BuildTargetEnum": "registry.factory.BUILD_TARGETS",  # what a build may ask for (GR targets too)
         "RolloutArmRoleEnum": "deployments.selectors.rollout_page.ARM_ROLES",
     },
 }

@@ -184,3 +184,72 @@ def pool_model_ready(p: ServingPool, artifact: Artifact):
         state=PoolModelState.READY,
         replica_ready={r.name: True for r in PoolReplica.objects.filter(pool=p)},
     )
+
+
+def item_catalog_version(t: Group, name: str = "items", version: int = 1, *, levels: int = 3, codes: int = 8):
+    """An item catalog (created when missing) and its version `version` as rows (no files)."""
+    from registry.models import ItemCatalog, ItemCatalogVersion
+
+    catalog = ItemCatalog.objects.filter(name=name).first() or ItemCatalog.objects.create(
+        name=name, team=t, levels=levels, codes_per_level=codes
+    )
+    return ItemCatalogVersion.objects.create(
+        catalog=catalog, version=version, path=f"dirs/00/{name}-{version}", sha256="0" * 64, items=10
+    )
+
+
+def gr_artifact(t: Group, catalog_version, *, model_name: str = "recs", version: int = 1, target: str = "gr-fp32"):
+    """A generative recommender's artifact row serving `catalog_version` (its version and
+    GRSpec made when missing), stored as a model directory with its config.pbtxt only (enough
+    for an endpoint and a pool load request; no model code)."""
+    import tempfile
+    from pathlib import Path
+
+    from google.protobuf import text_format
+
+    from registry.gr.triton import SIGNATURE, gr_config
+    from registry.models import GRSpec, Task
+    from registry.names import gr_variant
+
+    model = RegisteredModel.objects.filter(name=model_name).first() or registered_model(
+        t, name=model_name, task=Task.GENERATIVE_REC
+    )
+    row = ModelVersion.objects.filter(model=model, version=version).first()
+    if row is None:
+        row = ModelVersion.objects.create(
+            model=model,
+            version=version,
+            source=VersionSource.GR_BUNDLE,
+            file_sha256="0" * 64,
+            file_path="dirs/00/bundle",
+            signature=SIGNATURE,
+        )
+        GRSpec.objects.create(
+            version=row,
+            catalog_version=catalog_version,
+            levels=3,
+            codes_per_level=8,
+            layers=2,
+            d_model=32,
+            max_history=24,
+            codebook_sha256="0" * 64,
+        )
+    variant = gr_variant(target, catalog_version.version)
+    name = triton_model_name(model.name, version, variant)
+    staged = Path(tempfile.mkdtemp(dir=storage.tmp_dir())) / name
+    (staged / "1").mkdir(parents=True)
+    (staged / "config.pbtxt").write_text(text_format.MessageToString(gr_config(name)))
+    rel, sha = storage.put_dir(staged)
+    build = Build.objects.create(
+        version=row, targets=[target], status=BuildStatus.SUCCEEDED, item_catalog_version=catalog_version
+    )
+    return Artifact.objects.create(
+        version=row,
+        build=build,
+        variant=variant,
+        status=ArtifactStatus.SERVABLE,
+        triton_model_name=name,
+        path=rel,
+        sha256=sha,
+        item_catalog_version=catalog_version,
+    )

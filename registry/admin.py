@@ -5,7 +5,17 @@ from django.contrib import admin, messages
 
 from kernel.admin import ReadOnlyAdmin
 from kernel.errors import PlatformError
-from registry.models import Artifact, Build, Event, ModelVersion, ProviderSecret, RegisteredModel, TeamMembership
+from registry.models import (
+    Artifact,
+    Build,
+    Event,
+    ItemCatalog,
+    ItemCatalogVersion,
+    ModelVersion,
+    ProviderSecret,
+    RegisteredModel,
+    TeamMembership,
+)
 from registry.services import catalog as services
 
 
@@ -101,6 +111,21 @@ class ProviderSecretAdmin(ReadOnlyAdmin):
     search_fields = ["name"]
     fields = ["name", "team", "origins", "last4", "created_by", "created_at"]
     readonly_fields = fields
+
+
+@admin.register(ItemCatalog)
+class ItemCatalogAdmin(ReadOnlyAdmin):
+    """Item catalogs of generative recommenders; versions are made through the API (a compiled trie)."""
+
+    list_display = ["name", "team", "levels", "codes_per_level", "created_by", "created_at"]
+    list_filter = ["team"]
+    search_fields = ["name"]
+
+
+@admin.register(ItemCatalogVersion)
+class ItemCatalogVersionAdmin(ReadOnlyAdmin):
+    list_display = ["catalog", "version", "items", "parent", "sha256", "created_by", "created_at"]
+    search_fields = ["catalog__name", "sha256"]
 
 
 @admin.register(Event)

@@ -13,3 +13,9 @@ def version_for_update(version_id: int) -> ModelVersion:
 
 def build_for_update(build_id: int) -> Build:
     return Build.objects.select_for_update().get(pk=build_id)
+
+
+def item_catalog_for_update(catalog_id: int):
+    from registry.models import ItemCatalog
+
+    return ItemCatalog.objects.select_for_update().get(pk=catalog_id)

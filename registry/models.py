@@ -1,6 +1,7 @@
 """Registry data: teams and roles, models, versions, artifacts, builds, the audit trail,
-and what an LLM version is (its LLMSpec: a model directory or a backend reference) with
-the team's provider secrets it may name.
+what an LLM version is (its LLMSpec: a model directory or a backend reference) with
+the team's provider secrets it may name, and what a generative recommender is (its GRSpec)
+with the item catalogs its semantic ids name (ItemCatalog, ItemCatalogVersion).
 
 Data and invariants only; every write goes through registry.services.
 
@@ -49,6 +50,7 @@ class Task(models.TextChoices):
     REGRESSION = "regression", "Regression"
     EMBEDDING = "embedding", "Embedding"
     LLM = "llm", "Large language model (OpenAI API endpoints)"
+    GENERATIVE_REC = "generative_rec", "Generative recommender (semantic-id beam search)"
     OTHER = "other", "Other"
 
 
@@ -73,6 +75,7 @@ class VersionSource(models.TextChoices):
     MLFLOW = "mlflow", "MLflow model URI"
     LLM_DIR = "llm_dir", "Uploaded LLM model directory"
     LLM_BACKEND = "llm_backend", "LLM backend reference (OpenAI-compatible server)"
+    GR_BUNDLE = "gr_bundle", "Generative recommender bundle (graphs, codebook, holdout)"
 
 
 class Framework(models.TextChoices):
@@ -114,7 +117,7 @@ class ModelVersion(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["model", "version"], name="uniq_model_version"),
             models.CheckConstraint(
-                condition=(Q(source__in=["upload", "llm_dir"]) & ~Q(file_sha256=""))
+                condition=(Q(source__in=["upload", "llm_dir", "gr_bundle"]) & ~Q(file_sha256=""))
                 | (Q(source__in=["mlflow", "llm_backend"]) & ~Q(source_uri="")),
                 name="version_has_source",
             ),
@@ -201,6 +204,10 @@ class Build(models.Model):
     # [{"name", "status", "started_at", "duration_s", "log"}] in pipeline order.
     stages = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
+    # A generative recommender's build: the catalog version it packages (null: the version's own).
+    item_catalog_version = models.ForeignKey(
+        "ItemCatalogVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="builds"
+    )
     attempt = models.PositiveSmallIntegerField(default=0)
     max_attempts = models.PositiveSmallIntegerField(default=3)
     lease_owner = models.CharField(max_length=128, blank=True)
@@ -248,6 +255,10 @@ class Artifact(models.Model):
     size_bytes = models.BigIntegerField(null=True, blank=True)
     validation = models.JSONField(default=dict, blank=True)
     benchmark = models.JSONField(default=dict, blank=True)
+    # A generative recommender's variant serves one catalog version (its trie and item map are in it).
+    item_catalog_version = models.ForeignKey(
+        "ItemCatalogVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="artifacts"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -397,3 +408,73 @@ class LLMSpec(models.Model):
 
     def __str__(self):
         return f"{self.version} ({self.kind})"
+
+
+class ItemCatalog(models.Model):
+    """A team's item catalog for generative recommenders: the items semantic ids name, in
+    versions (registry/services/item_catalogs.py). Its shape (levels x codes_per_level) is fixed:
+    every version's ids and every model built against it use it."""
+
+    name = models.SlugField(max_length=64, unique=True, help_text="Lower-case letters, digits, - and _.")
+    description = models.TextField(blank=True)
+    team = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="item_catalogs")
+    levels = models.PositiveSmallIntegerField(help_text="Codes per semantic id.")
+    codes_per_level = models.PositiveIntegerField(help_text="Distinct codes at each level.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(levels__gte=1, levels__lte=8), name="catalog_levels_bounds"),
+            models.CheckConstraint(
+                condition=Q(codes_per_level__gte=2, codes_per_level__lte=4096), name="catalog_codes_bounds"
+            ),
+        ]
+
+    def __str__(self):
+        return f"catalog {self.name}"
+
+
+class ItemCatalogVersion(models.Model):
+    """One immutable set of items: `path` (relative to ARTIFACT_ROOT, content-addressed) holds
+    items.npz (item_id int64 [n], semantic_id [n, levels]) and the trie compiled from it
+    (trie.npz). New items make a new version; models and artifacts name the version they serve."""
+
+    catalog = models.ForeignKey(ItemCatalog, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    path = models.CharField(max_length=512)
+    sha256 = models.CharField(max_length=64)
+    items = models.PositiveIntegerField()
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", help_text="The version it extends."
+    )
+    # The codebook that encoded the items added by this version (blank: ids were given as they are).
+    codebook_sha256 = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["catalog__name", "-version"]
+        constraints = [models.UniqueConstraint(fields=["catalog", "version"], name="uniq_catalog_version")]
+
+    def __str__(self):
+        return f"{self.catalog.name} c{self.version}"
+
+
+class GRSpec(models.Model):
+    """What a generative recommender version is: its bundle (the version's file_path: graphs,
+    codebook, holdout; registry/gr/bundle.py), its model shape, and the catalog version it was
+    built against (its semantic ids are that catalog's)."""
+
+    version = models.OneToOneField(ModelVersion, on_delete=models.CASCADE, related_name="gr")
+    catalog_version = models.ForeignKey(ItemCatalogVersion, on_delete=models.PROTECT, related_name="gr_specs")
+    levels = models.PositiveSmallIntegerField()
+    codes_per_level = models.PositiveIntegerField()
+    layers = models.PositiveSmallIntegerField()
+    d_model = models.PositiveIntegerField()
+    max_history = models.PositiveIntegerField(help_text="History items the model attends to (its positions).")
+    codebook_sha256 = models.CharField(max_length=64)
+
+    def __str__(self):
+        return f"{self.version} on {self.catalog_version}"

@@ -15,6 +15,10 @@
 - LLM variants: an LLM version's one artifact is `llm` (a Triton generate model made from
   its model directory, `{model}__v{version}__llm`) or `llm-backend` (a reference to an
   OpenAI-compatible server: nothing to load). Neither needs a GPU to be routed.
+- Generative recommender variants: a build target (`gr-fp32`, `gr-int8`, `gr-fp16`) packaged
+  against one catalog version is `{target}-c{catalog version}` (`gr-int8-c2`): the same model
+  version rebuilt on a new catalog version is another variant, with its own Triton name, so a
+  catalog can be rolled out like a model. Only gr-fp16 needs a GPU.
 - Reserved model names: words a model may not be called because its page
   (`/models/{name}/`) would be another page's URL (`/models/new/` is the registration
   form). tests/registry/test_names.py checks every literal segment of the registry's
@@ -31,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from registry.factory import CPU_VARIANTS, VARIANTS
+from registry.factory import CPU_VARIANTS, GR_CPU_TARGETS, GR_TARGETS, VARIANTS
 
 if TYPE_CHECKING:
     from kernel.errors import Conflict
@@ -149,8 +153,29 @@ def baseline_variant_name(artifact: Artifact) -> str:
 
 def needs_gpu(variant: str) -> bool:
     """Whether a replica needs a GPU to serve the variant (every variant but the CPU ones
-    and their tuned configs)."""
+    and their tuned configs, the LLM ones and the CPU generative recommender ones)."""
+    if is_gr_variant(variant):
+        return gr_target(variant) not in GR_CPU_TARGETS
     return base_variant(variant) not in CPU_VARIANTS and variant not in LLM_VARIANTS
+
+
+GR_CATALOG_RE = re.compile(r"^(?P<target>gr-[a-z0-9]+)-c(?P<catalog>[1-9][0-9]{0,8})$")
+
+
+def gr_variant(target: str, catalog_version: int) -> str:
+    """A GR build target packaged on catalog version N: gr-int8-c2."""
+    return f"{target}-c{catalog_version}"
+
+
+def is_gr_variant(variant: str) -> bool:
+    match = GR_CATALOG_RE.match(variant or "")
+    return bool(match) and match["target"] in GR_TARGETS
+
+
+def gr_target(variant: str) -> str:
+    """The build target of a GR variant (gr-int8 for gr-int8-c2); "" for another variant."""
+    match = GR_CATALOG_RE.match(variant or "")
+    return match["target"] if match and match["target"] in GR_TARGETS else ""
 
 
 # --- version aliases and model URIs ------------------------------------------------------------

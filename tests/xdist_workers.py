@@ -30,6 +30,8 @@ if WORKER.startswith("gw"):
         os.environ["EXPOSURE_STREAM_URL"] = _own_redis_db(os.environ["EXPOSURE_STREAM_URL"], _number)
     _shared = Path(os.environ.get("VAR_DIR", "var")).resolve()
     os.environ.setdefault("TINY_LLM_CACHE", str(_shared / "llm-cache"))  # one tiny LLM for every worker
+    os.environ.setdefault("GR_CACHE", str(_shared / "gr-cache"))  # one tiny recommender for every worker
+
     os.environ["VAR_DIR"] = str(_shared / f"test-{WORKER}")
     Path(os.environ["VAR_DIR"]).mkdir(parents=True, exist_ok=True)
 

@@ -16,7 +16,11 @@ An artifact may serve an endpoint as a rollout candidate or an experiment arm on
 - its signature takes the requests the stable takes: the same input names (optional ones
   aside), datatypes and shapes (a -1 dimension matches any size). An artifact whose
   signature is unknown (no readable config, no stored signature) is not refused for it:
-  the gateway still checks each request against the shapes it declares.
+  the gateway still checks each request against the shapes it declares;
+- a generative recommender's arms serve the same catalog version (an A/B of two models on two
+  item sets measures the items, not the models), unless the rollout is of the catalog itself:
+  the stable's model version and build target on another version of the same catalog
+  (`catalog_problem`).
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ from dataclasses import dataclass
 
 from deployments.models import DeviceKind
 from kernel.errors import InvalidInput
-from registry.names import is_llm_variant, needs_gpu
+from registry.names import gr_target, is_gr_variant, is_llm_variant, needs_gpu
+from registry.selectors.item_catalogs import serving_catalog
 from registry.selectors.serving import artifact_serving_signature
 
 
 @dataclass(frozen=True)
 class ServingProblem:
-    code: str  # wrong_model, same_variant, variant_not_servable_here, incompatible_signature
+    code: str  # wrong_model, same_variant, variant_not_servable_here, catalog_mismatch, incompatible_signature
     message: str
 
 
@@ -93,6 +98,38 @@ def kind_problem(*, kind: str, artifact) -> ServingProblem | None:
     return None
 
 
+def catalog_problem(*, stable, artifact) -> ServingProblem | None:
+    """Why `artifact` may not serve beside `stable` for the catalogs they serve, or None: both
+    serve one catalog version, or the candidate is the stable's model version and target on
+    another version of the same catalog (a rollout of the catalog)."""
+    if not (is_gr_variant(stable.variant) or is_gr_variant(artifact.variant)):
+        return None
+    ours, theirs = serving_catalog(stable), serving_catalog(artifact)
+    if ours is None or theirs is None:
+        return ServingProblem(
+            "catalog_mismatch",
+            f"{_describe(artifact)} and the stable ({_describe(stable)}) must both be generative recommender "
+            "variants that serve a catalog version.",
+        )
+    if ours.pk == theirs.pk:
+        return None
+    if ours.catalog_id != theirs.catalog_id:
+        return ServingProblem(
+            "catalog_mismatch",
+            f"{_describe(artifact)} serves catalog {theirs.catalog.name!r}; the stable serves catalog "
+            f"{ours.catalog.name!r}: both arms serve one catalog.",
+        )
+    if (artifact.version_id, gr_target(artifact.variant)) != (stable.version_id, gr_target(stable.variant)):
+        return ServingProblem(
+            "catalog_mismatch",
+            f"{_describe(artifact)} serves {theirs}, the stable serves {ours}: both arms serve the same catalog "
+            f"version unless the rollout is of the catalog itself (the stable's version and target, "
+            f"v{stable.version.version} {gr_target(stable.variant)}, built on {theirs}). Roll out the catalog first, "
+            f"or build this version on {ours}.",
+        )
+    return None
+
+
 def serving_problem(*, endpoint, artifact) -> ServingProblem | None:
     """Why `endpoint` cannot serve `artifact` beside its stable (a candidate or an arm), or None."""
     stable = endpoint.stable_artifact
@@ -116,6 +153,9 @@ def serving_problem(*, endpoint, artifact) -> ServingProblem | None:
     device = stable_problem(pool=endpoint.pool, artifact=artifact)
     if device is not None:
         return device
+    catalog = catalog_problem(stable=stable, artifact=artifact)
+    if catalog is not None:
+        return catalog
     problem = signature_problem(artifact_serving_signature(stable), artifact_serving_signature(artifact))
     if problem:
         return ServingProblem(

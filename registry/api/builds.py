@@ -22,7 +22,7 @@ from rest_framework.routers import SimpleRouter
 from kernel.serializers import StrictCharField, StrictModelSerializer
 from kernel.viewsets import TeamScopedViewSet
 from registry import storage
-from registry.factory import VARIANTS
+from registry.factory import BUILD_TARGETS, VARIANTS
 from registry.models import Artifact, Build
 from registry.selectors import builds as build_selectors
 from registry.selectors.catalog import version_get
@@ -35,6 +35,9 @@ class ArtifactSerializer(StrictModelSerializer):
     model = StrictCharField(source="version.model.name", read_only=True)
     version_number = serializers.IntegerField(source="version.version", read_only=True)
     auc_delta = serializers.SerializerMethodField()
+    catalog = serializers.SerializerMethodField(
+        help_text="A generative recommender's variant: the catalog version it serves ({catalog, version}); null otherwise."
+    )
 
     class Meta:
         model = Artifact
@@ -54,6 +57,7 @@ class ArtifactSerializer(StrictModelSerializer):
             "sha256",
             "size_bytes",
             "auc_delta",
+            "catalog",
             "validation",
             "benchmark",
             "created_at",
@@ -62,6 +66,12 @@ class ArtifactSerializer(StrictModelSerializer):
 
     def get_auc_delta(self, artifact) -> float | None:
         return (artifact.validation or {}).get("auc_delta")
+
+    def get_catalog(self, artifact) -> dict | None:
+        if artifact.item_catalog_version_id is None:
+            return None
+        served = artifact.item_catalog_version
+        return {"catalog": served.catalog.name, "version": served.version}
 
 
 class StageSerializer(serializers.Serializer):
@@ -138,10 +148,17 @@ class BuildSerializer(StrictModelSerializer):
 
 class BuildCreateSerializer(serializers.Serializer):
     targets = serializers.ListField(
-        child=serializers.ChoiceField(choices=VARIANTS),
+        child=serializers.ChoiceField(choices=BUILD_TARGETS),
         required=False,
         allow_empty=False,
-        help_text="Variants to build; default onnx-fp32 and onnx-int8 (CPU pools).",
+        help_text="Variants to build; default onnx-fp32 and onnx-int8 (CPU pools); a generative recommender's "
+        "version: gr-fp32, gr-int8 (default) and gr-fp16 (GPU).",
+    )
+    catalog_version = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="A generative recommender's build: the version of its catalog to package (default: the one "
+        "the model version was built against). New items served without retraining.",
     )
     tune = TuneRequestField(
         required=False,
@@ -201,7 +218,9 @@ class VersionBuildViewSet(mixins.ListModelMixin, TeamScopedViewSet):
             targets=payload.validated_data.get("targets"),
             idempotency_key=request.headers.get("Idempotency-Key", ""),
             tune=payload.validated_data.get("tune"),
+            catalog_version=payload.validated_data.get("catalog_version"),
         )
+
         build = _builds(Build.objects.filter(pk=build.pk)).get()
         return Response(
             BuildSerializer(build, context=self.get_serializer_context()).data,

@@ -84,6 +84,10 @@ class VersionSerializer(StrictModelSerializer):
         help_text="LLM versions: kind (dir|openai), context_length, tokenizer, base_url, upstream_model, "
         "secret (its name), cost_per_1k_prompt/completion; null for a tensor model's version."
     )
+    gr = serializers.SerializerMethodField(
+        help_text="Generative recommender versions: the catalog version it was built against (catalog, "
+        "catalog_version), levels, codes_per_level, layers, d_model, max_history; null otherwise."
+    )
 
     class Meta:
         model = ModelVersion
@@ -104,6 +108,7 @@ class VersionSerializer(StrictModelSerializer):
             "tags",
             "aliases",
             "llm",
+            "gr",
             "created_by",
             "created_at",
         ]
@@ -113,7 +118,20 @@ class VersionSerializer(StrictModelSerializer):
         """The model's aliases that point at this version (models:/{model}@{alias})."""
         return sorted(alias.name for alias in version.aliases.all())
 
+    def get_gr(self, version) -> dict | None:
+        from registry.selectors.item_catalogs import gr_spec_of_version
+
+        spec = gr_spec_of_version(version)
+        if spec is None:
+            return None
+        return {
+            "catalog": spec.catalog_version.catalog.name,
+            "catalog_version": spec.catalog_version.version,
+            **{k: getattr(spec, k) for k in ("levels", "codes_per_level", "layers", "d_model", "max_history")},
+        }
+
     def get_llm(self, version) -> dict | None:
+
         from registry.selectors.llm import llm_spec_of_version
 
         spec = llm_spec_of_version(version)

@@ -37,3 +37,8 @@ urlpatterns += build_api.urlpatterns
 from registry.api import version_data as data_api  # noqa: E402
 
 urlpatterns += data_api.urlpatterns
+
+# Item catalogs: what generative recommenders' semantic ids name (registry/api/item_catalogs.py).
+from registry.api import item_catalogs as item_catalog_api  # noqa: E402
+
+urlpatterns += item_catalog_api.urlpatterns

@@ -71,6 +71,7 @@ class BoxedStages:
     def __init__(self, ctx_kwargs: dict, *, settings_snapshot: dict, memory_mb: int, cpu_s: int, gpu: bool):
         self.memory_mb, self.cpu_s = memory_mb, cpu_s
         self.proc, self.conn = _take()
+        self.ctx_kwargs = ctx_kwargs
         limits = {"memory_mb": memory_mb, "cpu_s": cpu_s, "memory_resource": "RLIMIT_DATA" if gpu else "RLIMIT_AS"}
         self.conn.send((limits, settings_snapshot, ctx_kwargs))
 
@@ -294,7 +295,7 @@ def _child(fd: int) -> None:
 
     for name, value in snapshot.items():
         setattr(settings, name, value)
-    from registry.factory import stages
+    from registry.factory import GR_TASK, stages
     from registry.factory.graphs import GraphError
 
     ctx = stages.BuildContext(
@@ -302,6 +303,11 @@ def _child(fd: int) -> None:
         log=lambda line: conn.send(("log", f"{time.strftime('%H:%M:%S')} {line}")),
         progress=lambda share: conn.send(("progress", float(share))),
     )
+    functions = stages.STAGE_FUNCTIONS
+    if ctx.task == GR_TASK:  # a generative recommender's own stages (registry/factory/generative/)
+        from registry.factory.generative import stages as gr_stages
+
+        functions = gr_stages.STAGE_FUNCTIONS
     memory = memory_reason(int(limits["memory_mb"]))
     ctx.log(
         f"build process pid {os.getpid()} (limits: {limits['memory_mb']} MiB {limits['memory_resource']}, {limits['cpu_s']} s CPU)"
@@ -314,7 +320,7 @@ def _child(fd: int) -> None:
             conn.send(("variants", pickle.dumps(ctx.variants)))
             continue
         try:
-            stages.STAGE_FUNCTIONS[message[1]](ctx)
+            functions[message[1]](ctx)
             reply = ("ok",)
         except MemoryError:
             reply = ("failed", memory, "memory_limit")

@@ -36,6 +36,14 @@ DEFAULTS = {
     "TUNE_OPEN_WINDOWS": 4,  # open-loop windows per trial at most
     "TUNE_LEVELS": "1,2,4,8,16,32,64",  # concurrency levels of the sweep
     "TUNE_BODIES": 64,  # distinct single-row request bodies the load cycles over
+    # Generative recommender builds (registry/factory/generative/): the beam gates' holdout,
+    # the served beam width they judge at, and their thresholds (gates.py says why each).
+    "BUILD_GR_HOLDOUT_USERS": 256,
+    "BUILD_GR_BEAM_WIDTH": 32,
+    "BUILD_GR_MIN_OVERLAP": 0.86,
+    "BUILD_GR_MIN_TOP_IN_BEAM": 0.95,
+    "BUILD_GR_MAX_HR_DROP": 0.02,
+    "BUILD_GR_CACHE_MB": 64,  # a packaged variant's prefix cache bound per replica
     # Each build's stages run in one child process with these limits (registry/factory/box.py).
     "BUILD_MEMORY_LIMIT_MB": 4096,
     "BUILD_CPU_LIMIT_S": 600,

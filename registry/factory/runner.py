@@ -20,7 +20,18 @@ from pathlib import Path
 from django.db import connection
 
 from registry import storage
-from registry.factory import GPU_VARIANTS, StageStatus, box, conf, numerics, scratch, stages, stages_for
+from registry.factory import (
+    GPU_VARIANTS,
+    GR_GPU_TARGETS,
+    GR_TASK,
+    StageStatus,
+    box,
+    conf,
+    numerics,
+    scratch,
+    stages,
+    stages_for,
+)
 from registry.models import ArtifactStatus, Build, VersionData
 from registry.services import builds as build_services
 
@@ -68,7 +79,9 @@ def _context(build: Build, work_dir: Path) -> dict:
             paths[kind] = storage.absolute(rel)
         except ValueError:
             continue
+    gr = _gr_context(build) if version.model.task == GR_TASK else None
     return dict(
+        gr=gr,
         work_dir=work_dir,
         version_id=version.pk,
         model_name=version.model.name,
@@ -84,6 +97,18 @@ def _context(build: Build, work_dir: Path) -> dict:
         input_example=paths.get("example"),
         tune=build.tune or None,
     )
+
+
+def _gr_context(build: Build) -> dict:
+    """A generative recommender's build: the catalog version it packages (the build's, else
+    the one the version was built against)."""
+    catalog_version = build.item_catalog_version or build.version.gr.catalog_version
+    return {
+        "catalog_dir": storage.absolute(catalog_version.path),
+        "catalog": str(catalog_version),
+        "catalog_version": catalog_version.version,
+        "catalog_version_id": catalog_version.pk,
+    }
 
 
 def _settings_snapshot() -> dict:
@@ -102,14 +127,15 @@ def _box(build: Build, work_dir: Path) -> box.BoxedStages:
         settings_snapshot=_settings_snapshot(),
         memory_mb=int(conf.get("BUILD_MEMORY_LIMIT_MB")),
         cpu_s=int(conf.get("BUILD_CPU_LIMIT_S")),
-        gpu=any(target in GPU_VARIANTS for target in build.targets),
+        gpu=any(target in GPU_VARIANTS or target in GR_GPU_TARGETS for target in build.targets),
     )
 
 
-def _artifact_rows(variants: dict[str, stages.VariantResult]) -> list[dict]:
+def _artifact_rows(variants: dict[str, stages.VariantResult], catalog_version_id: int | None = None) -> list[dict]:
     rows = []
     for name, result in variants.items():
         row = {
+            "item_catalog_version_id": catalog_version_id,
             "variant": name,
             "status": result.status if result.status in ArtifactStatus.values else ArtifactStatus.REJECTED,
             "status_reason": result.reason,
@@ -193,7 +219,7 @@ def run(build_id: int, *, owner: str) -> str:
     work_dir = storage.tmp_dir() / scratch.work_dir_name(build_id, build.attempt, uuid.uuid4().hex[:8])
     work_dir.mkdir(parents=True)
     sink = _StageLog(build_id, owner)
-    plan = stages_for(bool(build.tune))
+    plan = stages_for(bool(build.tune), build.version.model.task)
     current = plan[0]
     boxed = None
     try:
@@ -247,7 +273,8 @@ def run(build_id: int, *, owner: str) -> str:
                 current,
                 time.monotonic() - started,
             )
-        rows = _artifact_rows(boxed.variants())
+        gr = boxed.ctx_kwargs.get("gr")
+        rows = _artifact_rows(boxed.variants(), gr["catalog_version_id"] if gr else None)
         build_services.build_publish(build_id=build_id, owner=owner, artifacts=rows)
         return "published"
     except build_services.LeaseLost as exc:

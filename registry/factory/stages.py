@@ -48,6 +48,7 @@ class VariantResult:
     benchmark: dict = field(default_factory=dict)
     package_dir: Path | None = None
     size_bytes: int | None = None
+    graphs: dict | None = None  # a generative recommender's variant: its graph files by role
 
 
 @dataclass
@@ -78,6 +79,9 @@ class BuildContext:
     input_plans: dict | None = None  # synthetic-input plans, derived once from the canonical graph
     tune: dict | None = None  # the build's tune request (Build.tune), None when it asked for none
     progress: Callable[[float], None] = lambda share: None  # how far the running stage is (0-1)
+    # A generative recommender's build: {"catalog_dir", "catalog", "catalog_version"} (runner.py),
+    # and what its stages find (manifest, holdout, items, trie, reference beams).
+    gr: dict | None = None
 
 
 # --- 1. canonicalize ---------------------------------------------------------------------------

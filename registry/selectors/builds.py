@@ -30,7 +30,12 @@ def build_log_tail(build: Build, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def artifact_list(*, user, version: ModelVersion | None = None, build: Build | None = None) -> QuerySet:
-    qs = team_scoped(Artifact.objects.select_related("version__model", "build"), user, "version__model__team_id")
+    qs = team_scoped(
+        Artifact.objects.select_related("version__model", "build", "item_catalog_version__catalog"),
+        user,
+        "version__model__team_id",
+    )
+
     if version is not None:
         qs = qs.filter(version=version)
     if build is not None:
@@ -97,3 +102,23 @@ def latency_series(artifacts) -> dict:
             }
         )
     return {"batch_sizes": batches, "series": series}
+
+
+def beam_gates(artifacts) -> list[dict]:
+    """A generative recommender build's gate table: per variant its gates (figure, threshold,
+    passed, reason), status and reason; [] for other builds (registry/factory/generative/gates.py)."""
+    rows = []
+    for artifact in artifacts:
+        validation = artifact.validation or {}
+        if validation.get("gates"):
+            rows.append(
+                {
+                    "variant": artifact.variant,
+                    "status": artifact.status,
+                    "reason": artifact.status_reason,
+                    "gates": validation["gates"],
+                    "figures": validation.get("figures", {}),
+                    "catalog": validation.get("catalog", ""),
+                }
+            )
+    return rows

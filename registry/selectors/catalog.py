@@ -28,7 +28,12 @@ def model_get(*, user, name: str) -> RegisteredModel:
 
 
 def version_list(*, user, model: RegisteredModel | None = None) -> QuerySet:
-    qs = team_scoped(ModelVersion.objects.select_related("model", "model__team", "created_by"), user, "model__team_id")
+    qs = team_scoped(
+        ModelVersion.objects.select_related("model", "model__team", "created_by", "gr__catalog_version__catalog"),
+        user,
+        "model__team_id",
+    )
+
     if model is not None:
         qs = qs.filter(model=model)
     return qs

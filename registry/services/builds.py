@@ -4,6 +4,9 @@ progress, fail, publish, reclaim. Each change and its audit Event share a transa
 Fencing: a worker owns a running build through `lease_owner`; every write a worker
 makes re-checks (under select_for_update) that it still holds the lease, so a worker
 whose lease expired and was reclaimed can never publish or overwrite progress.
+
+Why this is one long module: a build's whole life (start, claim, stage progress, fail,
+publish, reclaim) shares one lease, one fencing check and one status helper, read in order.
 """
 
 from __future__ import annotations
@@ -15,12 +18,23 @@ from django.utils import timezone
 
 from kernel.errors import Conflict, InvalidInput, scrub_paths
 from registry import factory
-from registry.factory import DEFAULT_TARGETS, VARIANTS, conf, queue_for, stage_rows, stage_weight
+from registry.factory import (
+    DEFAULT_TARGETS,
+    GR_DEFAULT_TARGETS,
+    GR_TARGETS,
+    GR_TASK,
+    VARIANTS,
+    conf,
+    queue_for,
+    stage_rows,
+    stage_weight,
+)
 from registry.factory.tune import request as tune_request
 from registry.lock_objects import build_for_update
 from registry.models import Artifact, ArtifactStatus, Build, BuildStatus, EventAction, ModelVersion, Role, VersionStatus
 from registry.services.catalog import version_set_status
 from registry.services.events import event_record
+from registry.services.gr_versions import gr_build_catalog
 from registry.services.teams import require_role
 from registry.tasks import build_run
 
@@ -57,15 +71,19 @@ def _settle_version(version: ModelVersion, *, reason: str, otherwise: str = Vers
 
 
 # --- user actions ------------------------------------------------------------------------------
-def _clean_targets(targets) -> list[str]:
+def _clean_targets(targets, *, generative: bool = False) -> list[str]:
+    """The build's targets: a generative recommender's version takes GR targets only, any
+    other version the ONNX variants."""
+    allowed = GR_TARGETS if generative else VARIANTS
     if targets in (None, []):
-        return list(DEFAULT_TARGETS)
+        return list(GR_DEFAULT_TARGETS if generative else DEFAULT_TARGETS)
     if not isinstance(targets, (list, tuple)) or not all(isinstance(t, str) for t in targets):
         raise InvalidInput("targets: give a list of variant names.", field="targets")
-    unknown = [t for t in targets if t not in VARIANTS]
+    unknown = [t for t in targets if t not in allowed]
     if unknown:
+        kind = "a generative recommender's version" if generative else "this version"
         raise InvalidInput(
-            f"targets: unknown target(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}.",
+            f"targets: {kind} cannot be built as {', '.join(unknown)}; choose from {', '.join(allowed)}.",
             code="unknown_target",
             field="targets",
         )
@@ -73,17 +91,23 @@ def _clean_targets(targets) -> list[str]:
 
 
 def build_start(
-    *, user, version: ModelVersion, targets=None, idempotency_key: str = "", tune=None
+    *, user, version: ModelVersion, targets=None, idempotency_key: str = "", tune=None, catalog_version=None
 ) -> tuple[Build, bool]:
     """Queue a build of `version`; returns (build, created).
 
     Guarantees: the same non-empty Idempotency-Key for a version returns the same build
     (409 when it names other targets or another tune); the task is sent only after the row
     commits, to build-gpu when a GPU target is asked for, else build-cpu. `tune` (checked
-    by registry/factory/tune/request.py, 400 naming the field) adds the tune stage.
+    by registry/factory/tune/request.py, 400 naming the field) adds the tune stage. A
+    generative recommender's version builds GR targets on its own catalog version, or on
+    `catalog_version` (a number of the same catalog): new items served without retraining.
     """
     require_role(user=user, team=version.model.team, role=Role.DEVELOPER)
-    targets = _clean_targets(targets)
+    generative = version.model.task == GR_TASK
+    targets = _clean_targets(targets, generative=generative)
+    if generative and tune:
+        raise InvalidInput("tune: a generative recommender's build is not tuned.", code="invalid_tune", field="tune")
+    catalog = gr_build_catalog(version, catalog_version, generative=generative)
     try:
         tune = tune_request.clean(tune, targets=targets)
     except tune_request.TuneRequestError as exc:
@@ -98,7 +122,11 @@ def build_start(
         build = (
             Build.objects.filter(version=version, idempotency_key=idempotency_key).first() if idempotency_key else None
         )
-        if build is not None and (build.targets != targets or build.tune != tune):
+        if build is not None and (
+            build.targets != targets
+            or build.tune != tune
+            or build.item_catalog_version_id != (catalog.pk if catalog else None)
+        ):
             tune_text = f" and tune {build.tune}" if build.tune else ""
             raise Conflict(
                 f"Idempotency-Key {idempotency_key!r} was used for build #{build.pk} with targets {build.targets}{tune_text}.",
@@ -118,7 +146,8 @@ def build_start(
                 created_by=user,
                 lease_expires_at=_redispatch_at(),
                 max_attempts=int(conf.get("BUILD_MAX_ATTEMPTS")),
-                stages=stage_rows(tune),
+                stages=stage_rows(tune, version.model.task),
+                item_catalog_version=catalog,
             )
             event_record(
                 actor=user,
@@ -196,7 +225,7 @@ def build_claim(*, build_id: int, owner: str) -> Build | None:
         note = f"attempt {build.attempt} of {build.max_attempts}" + (
             " (the previous attempt's worker was lost)" if previous else ""
         )
-        build.stages = stage_rows(build.tune)
+        build.stages = stage_rows(build.tune, build.version.model.task)
         build.stages[0]["log"] = note + "\n"
         _set_status(build, BuildStatus.RUNNING, reason=note, data={"owner": owner, "attempt": build.attempt})
         build.save(
@@ -249,10 +278,10 @@ def build_stage_update(
             entry["log"] = (entry.get("log") or "") + scrub_paths(log)
         if duration_s is not None:
             entry["duration_s"] = round(duration_s, 3)
-        tuned = bool(build.tune)
-        done = sum(stage_weight(s["name"], tuned) for s in stages if s["status"] in factory.STAGE_DONE)
+        tuned, task = bool(build.tune), build.version.model.task
+        done = sum(stage_weight(s["name"], tuned, task) for s in stages if s["status"] in factory.STAGE_DONE)
         if status == factory.StageStatus.RUNNING and share is not None:
-            done += stage_weight(stage, tuned) * max(0.0, min(1.0, float(share)))
+            done += stage_weight(stage, tuned, task) * max(0.0, min(1.0, float(share)))
         build.stages = stages
         build.progress = min(100, int(done + 1e-6))
         build.lease_expires_at = timezone.now() + dt.timedelta(seconds=float(conf.get("BUILD_LEASE_SECONDS")))

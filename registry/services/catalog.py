@@ -113,6 +113,13 @@ def _require_tensor_model(model: RegisteredModel) -> None:
             code="model_is_llm",
             field="model",
         )
+    if model.task == Task.GENERATIVE_REC:
+        raise InvalidInput(
+            f"model: {model.name!r} is a generative recommender; its versions are bundles with a catalog version "
+            "(manage.py train_gr_model, registry/services/gr_versions.py), not single ONNX files.",
+            code="model_is_generative_rec",
+            field="model",
+        )
 
 
 def _check_filename(name: str) -> str:

@@ -2,7 +2,7 @@
 
 from django import template
 
-from registry.factory import DEFAULT_TARGETS, VARIANTS
+from registry.factory import DEFAULT_TARGETS, GR_DEFAULT_TARGETS, GR_TARGETS, GR_TASK, VARIANTS
 from registry.selectors import builds as build_selectors
 from registry.sizes import human_size
 
@@ -13,13 +13,14 @@ register = template.Library()
 def version_build_panel(context, version):
     user = context["request"].user
     artifacts = build_selectors.latest_artifacts(user=user, version=version)
+    generative = version.model.task == GR_TASK
     return {
         "version": version,
         "builds": build_selectors.build_list(user=user, version=version).order_by("-created_at")[:10],
         "artifacts": artifacts,
         "latency": build_selectors.latency_series(artifacts),
-        "variants": VARIANTS,
-        "default_targets": DEFAULT_TARGETS,
+        "variants": GR_TARGETS if generative else VARIANTS,
+        "default_targets": GR_DEFAULT_TARGETS if generative else DEFAULT_TARGETS,
         "csrf_token": context.get("csrf_token"),
     }
 

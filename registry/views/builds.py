@@ -10,7 +10,6 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from kernel.errors import PlatformError
-from registry.factory import DEFAULT_TARGETS
 from registry.models import BuildStatus
 from registry.selectors import builds as build_selectors
 from registry.selectors import tuning
@@ -45,7 +44,9 @@ def build_detail(request, pk):
         "done": done,
         "log_tail": build_selectors.build_log_tail(build),
         "tune_reports": tuning.tune_reports(artifacts),
+        "beam_gates": build_selectors.beam_gates(artifacts),
     }
+
     if request.htmx:
         response = render(request, "registry/build_detail.html#build-live", context)
         if done:
@@ -58,7 +59,8 @@ def build_detail(request, pk):
 @require_POST
 def build_start(request, pk):
     version = version_get(user=request.user, version_id=pk)
-    targets = [t for t in request.POST.getlist("targets") if t] or list(DEFAULT_TARGETS)
+    targets = [t for t in request.POST.getlist("targets") if t] or None  # None: the version's kind's defaults
+
     try:
         build, _ = build_services.build_start(
             user=request.user, version=version, targets=targets, idempotency_key=request.POST.get("idempotency_key", "")

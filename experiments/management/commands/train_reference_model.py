@@ -3,10 +3,9 @@ log params, AUC, logloss and the model to MLflow, and optionally register it as 
 version (`--register MODEL_NAME`) through registry.services.catalog.version_create_from_mlflow.
 """
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
+from experiments.management.registration import acting_user, run_team
 from experiments.reference.model import ReferenceConfig
 from experiments.reference.train import log_to_mlflow, train
 from kernel.errors import PlatformError
@@ -51,8 +50,8 @@ class Command(BaseCommand):
             cross_layers=opts["cross_layers"],
             mlp=mlp,
         )
-        user = self._user(opts["user"]) if opts["register"] else None
-        team = self._team(user=user, model_name=opts["register"], team_name=opts["team"])
+        user = acting_user(opts["user"]) if opts["register"] else None
+        team = run_team(user=user, model_name=opts["register"], team_name=opts["team"])
         result = train(
             config,
             rows=opts["rows"],
@@ -82,41 +81,6 @@ class Command(BaseCommand):
         if opts["register"]:
             version = self._register(user=user, name=opts["register"], team=team, uri=uri, result=result, tags=tags)
             self.stdout.write(self.style.SUCCESS(f"registered {version} (id {version.pk})"))
-
-    def _user(self, username: str):
-        users = get_user_model().objects
-        user = (
-            users.filter(username=username).first()
-            if username
-            else users.filter(is_superuser=True).order_by("pk").first()
-        )
-        if user is None:
-            raise CommandError(
-                f"--user: no user {username!r}" if username else "--register needs --user (no superuser exists)"
-            )
-        return user
-
-    def _team(self, *, user, model_name, team_name):
-        """The team the run is logged for: the model's (when --register names an existing
-        one), else --team, else the user's first team; None without --register or --team."""
-        from registry.selectors.catalog import model_list
-        from registry.selectors.teams import team_list
-
-        if model_name:
-            model = model_list(user=user).filter(name=model_name).first()
-            if model is not None:
-                return model.team
-        if team_name:
-            team = Group.objects.filter(name=team_name).first()
-            if team is None:
-                raise CommandError(f"--team: no team {team_name!r}")
-            return team
-        if model_name:
-            team = team_list(user=user).first()
-            if team is None:
-                raise CommandError("--team: the user belongs to no team")
-            return team
-        return None
 
     def _register(self, *, user, name, team, uri, result, tags):
         from registry.services.catalog import version_register_trained
