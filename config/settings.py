@@ -229,6 +229,12 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 EXPOSURE_STREAM_URL = os.environ.get(
     "EXPOSURE_STREAM_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
 )
+# The exposure and feedback store (experiments/store.py): `postgres` (the relational database),
+# `chdb` (ClickHouse's engine embedded, under VAR_DIR/experiment-store, owned by the
+# experiment-data process), `chdb:<path>`, or a ClickHouse server `clickhouse://host:8123/db`;
+# EXPERIMENT_STORE_DB is the ClickHouse database the tables live in.
+EXPERIMENT_STORE = os.environ.get("EXPERIMENT_STORE", "postgres")
+EXPERIMENT_STORE_DB = os.environ.get("EXPERIMENT_STORE_DB", "modelplane")
 # Online-experiment feedback: events per second one inference key (or member) may send at each
 # door; how long rows are kept (unknown ones, matching no exposure, sooner; ended experiments'
 # rows after their end; dead letters); docs/experiments.md.
