@@ -62,6 +62,14 @@ class ExposureStore:  # the interface
     def arm_sums(self, experiment: Experiment) -> tuple[dict, dict, dict]:
         raise NotImplementedError
 
+    def arm_sums_many(self, experiments) -> dict:
+        """{experiment pk: arm_sums(experiment)}: a store that can answers for all in one pass."""
+        return {x.pk: self.arm_sums(x) for x in experiments}
+
+    def write_captures(self, rows: list[dict]) -> int:
+        """Captured requests (training data); a store without a captures table keeps none."""
+        return 0
+
 
 class PostgresStore(ExposureStore):
     def write_exposures(self, rows: list[dict]) -> int:
