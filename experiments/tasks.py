@@ -7,7 +7,10 @@ from celery import shared_task
 def ingest() -> dict:
     """Drain a bounded batch of the gateway's exposure and feedback streams into the store."""
     from experiments.services.ingest import ingest_once
+    from experiments.store import store_is_embedded
 
+    if store_is_embedded():  # chdb lives in one process: run_experiment_data ingests
+        return {"skipped": "the embedded store is owned by manage.py run_experiment_data"}
     return ingest_once()
 
 
@@ -15,7 +18,10 @@ def ingest() -> dict:
 def analyze() -> dict:
     """One analysis tick over every running experiment, each isolated; shipping ones follow their rollout."""
     from experiments.services.ticks import experiments_analyze_all
+    from experiments.store import store_is_embedded
 
+    if store_is_embedded():  # chdb lives in one process: run_experiment_data analyses
+        return {"skipped": "the embedded store is owned by manage.py run_experiment_data"}
     return experiments_analyze_all()
 
 
