@@ -186,6 +186,8 @@ class Command(BaseCommand):
             # the gateway's /metrics and /status need a token; its scrapers (worker, web) get the same
             GATEWAY_METRICS_TOKEN=os.environ.get("GATEWAY_METRICS_TOKEN") or secrets.token_urlsafe(32),
             GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL,
+            GATEWAY_EVENT_LOG_URL=_event_log_url(),  # NATS JetStream when one answers (docs/experiments.md)
+            GATEWAY_EVENT_LOG_PREFIX=settings.EVENT_LOG_PREFIX,
             HEALTHZ_TOKEN=ensure_healthz_token(),
         )
         supervisor = Supervisor(
@@ -236,3 +238,9 @@ class Command(BaseCommand):
         heartbeat.stopping.set()
         supervisor.stop()
         self.stdout.write("stopped")
+
+
+def _event_log_url() -> str:
+    from experiments.eventlog import log_url
+
+    return log_url()
