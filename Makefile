@@ -36,6 +36,9 @@ install: $(STAMP) $(CHECKOV) system-deps
 run: $(STAMP)
 	@if [ -z "$$CELERY_BROKER_URL" ] && timeout 1 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null; then \
 	  export CELERY_BROKER_URL=redis://127.0.0.1:6379/1; echo "make run: Redis answers: broker and exposure streams on $$CELERY_BROKER_URL"; fi; \
+	if [ -z "$$EVENT_LOG_URL" ] && timeout 1 bash -c '</dev/tcp/127.0.0.1/4222' 2>/dev/null; then \
+	  export EVENT_LOG_URL=nats://127.0.0.1:4222 EVENT_LOG_PREFIX=$${EVENT_LOG_PREFIX:-mp-$$(realpath -m $(VAR_DIR) | sha1sum | cut -c1-8)}; echo "make run: nats-server answers: the durable exposure and feedback log on $$EVENT_LOG_URL"; \
+	else echo "make run: no nats-server on 127.0.0.1:4222: exposures and feedback go through Redis Streams"; fi; \
 	  $(PY) manage.py run_platform
 
 # Debian packages the browser test (chromium) and the gateway benchmark (nginx-light for

@@ -343,6 +343,13 @@ def main(argv: list[str]) -> int:
             ]
         ],
     )
+    print("5/5 the columnar store (chdb): writes per second and the tick's statistics pass at 10 000 experiments ...")
+    payload["columnar_store"] = c = experiments_scale.columnar_store()
+    print_table(
+        ["store", "exposures/s", "feedback events/s", "stats pass s (experiments)", "load avg (1 min)"],
+        [["chdb", c["exposures_per_s"], c["feedback_events_per_s"], f"{c['stats_query_s']:.2f} ({c['experiments']})",
+          c["load_avg"][0]]],
+    )  # fmt: skip
     payload["notes"] = (
         "2 shared CPUs: the client, tritonserver, Redis and the gateway share them; figures are noisy. "
         "Decision units are medians over simulations."

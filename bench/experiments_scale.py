@@ -227,3 +227,67 @@ def _cleanup(fixtures: list[dict]) -> None:
             except Exception:  # noqa: BLE001 - protected rows (artifacts, keys) stay; they are labelled bench-*
                 pass
         shutil.rmtree(fx["work"], ignore_errors=True)
+
+
+def columnar_store(experiments: int = 10_000, exposures: int = 2_000_000, events: int = 200_000) -> dict:
+    """The columnar store (chdb, in this process) alone: exposures written per second, feedback
+    judged and written per second (batches of 20 000, half attributed), and the statistics
+    statement over `experiments` running experiments (the tick's one pass; no Django rows)."""
+    import uuid
+
+    import numpy as np
+
+    from experiments.columnar.stats import STATS_SQL
+    from experiments.store import columnar_store as open_store
+
+    store = open_store("chdb", db=f"bench_{uuid.uuid4().hex[:10]}")
+    try:
+        rng = np.random.default_rng(0)
+        t0 = time.perf_counter()
+        batch = 200_000
+        now = time.time() - 600
+        for start in range(0, exposures, batch):
+            n = min(batch, exposures - start)
+            exp = rng.integers(1, experiments + 1, n)
+            store.write_exposures(
+                [
+                    {"request_id": f"r{start + i}", "experiment": int(exp[i]), "arm": int(exp[i]) * 2 + (i & 1),
+                     "unit_key": f"u{(start + i) % 50_000}", "time": now, "team": 1}
+                    for i in range(n)
+                ]
+            )  # fmt: skip
+        exposure_s = time.perf_counter() - t0
+
+        class Team:
+            pk = 1
+
+        class Exp:
+            def __init__(self, pk):
+                self.pk, self.state, self.attribution_window_s = pk, "running", 3600
+
+        t0 = time.perf_counter()
+        for start in range(0, events, 20_000):
+            evs = [
+                {"event_id": f"e{start + i}", "type": "click", "value": 1.0, "time": now + 1,
+                 "request_id": f"r{(start + i) * 7 % exposures}" if i % 2 else f"none-{i}"}
+                for i in range(20_000)
+            ]  # fmt: skip
+            store.write_feedback(
+                team=Team(), endpoint_name="bench", experiments=[Exp(e) for e in range(1, 101)], events=evs
+            )
+        feedback_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rows = store.conn.frame(STATS_SQL.replace("{db}", store.db), {"exps": list(range(1, experiments + 1))})
+        stats_s = time.perf_counter() - t0
+        return {
+            "experiments": experiments,
+            "exposures": exposures,
+            "exposures_per_s": exposures / exposure_s,
+            "feedback_events": events,
+            "feedback_events_per_s": events / feedback_s,
+            "stats_query_s": stats_s,
+            "stats_rows": int(len(rows)),
+            "load_avg": os.getloadavg(),
+        }
+    finally:
+        store.drop()

@@ -260,6 +260,17 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 EXPOSURE_STREAM_URL = os.environ.get(
     "EXPOSURE_STREAM_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
 )
+# The exposure and feedback store (experiments/store.py): `postgres` (the relational database),
+# `chdb` (ClickHouse's engine embedded, under VAR_DIR/experiment-store, owned by the
+# experiment-data process), `chdb:<path>`, or a ClickHouse server `clickhouse://host:8123/db`;
+# EXPERIMENT_STORE_DB is the ClickHouse database the tables live in.
+EXPERIMENT_STORE = os.environ.get("EXPERIMENT_STORE", "postgres")
+# The durable log between the gateway and the store: a NATS JetStream server (`nats://host:4222`,
+# streams and subjects under EVENT_LOG_PREFIX, gateway/log_contract.py); empty, or a server that
+# does not answer: the Redis Streams of EXPOSURE_STREAM_URL. `make run` sets it when one answers.
+EVENT_LOG_URL = os.environ.get("EVENT_LOG_URL", "")
+EVENT_LOG_PREFIX = os.environ.get("EVENT_LOG_PREFIX", "modelplane")
+EXPERIMENT_STORE_DB = os.environ.get("EXPERIMENT_STORE_DB", "modelplane")
 # Online-experiment feedback: events per second one inference key (or member) may send at each
 # door; how long rows are kept (unknown ones, matching no exposure, sooner; ended experiments'
 # rows after their end; dead letters); docs/experiments.md.

@@ -308,6 +308,8 @@ def _entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dic
         "shadow_sample_rate": 0.0,
         "auth": _listed_auth(endpoint, sources, listed_keys),
     }
+    if endpoint.capture_share > 0:  # captured requests' inputs go to the log with their exposure
+        entry["capture_share"] = endpoint.capture_share
 
     def make(artifact, role, weight_bp, model_name, name=""):
         urls = _ready_urls(endpoint.pool_id, model_name, sources.ready_models, sources.replicas)

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, DecimalField, Q, Sum
 from django.db.models.functions import Cast
@@ -60,6 +61,14 @@ class ExposureStore:  # the interface
 
     def arm_sums(self, experiment: Experiment) -> tuple[dict, dict, dict]:
         raise NotImplementedError
+
+    def arm_sums_many(self, experiments) -> dict:
+        """{experiment pk: arm_sums(experiment)}: a store that can answers for all in one pass."""
+        return {x.pk: self.arm_sums(x) for x in experiments}
+
+    def write_captures(self, rows: list[dict]) -> int:
+        """Captured requests (training data); a store without a captures table keeps none."""
+        return 0
 
 
 class PostgresStore(ExposureStore):
@@ -165,5 +174,46 @@ class PostgresStore(ExposureStore):
         return sums, extras, {s.value: counts.get(s.value, 0) for s in FeedbackStatus}
 
 
+_STORES: dict[str, ExposureStore] = {}
+
+
+def store_kind(url: str | None = None) -> str:
+    """`postgres`, `chdb` (embedded: one owning process) or `clickhouse` (a server)."""
+    url = settings.EXPERIMENT_STORE if url is None else url
+    if url in ("", "postgres"):
+        return "postgres"
+    if url == "chdb" or url.startswith("chdb:"):
+        return "chdb"
+    if url.startswith(("clickhouse://", "clickhouses://", "http://", "https://")):
+        return "clickhouse"
+    raise ValueError(f"EXPERIMENT_STORE: {url!r} is none of postgres, chdb, chdb:<path>, clickhouse://host:port/db")
+
+
+def columnar_store(url: str | None = None, db: str | None = None) -> ExposureStore:
+    """The ClickHouse store of `url` (chdb or a server), one per process and database."""
+    from experiments.columnar.connection import ChdbConnection, ServerConnection
+    from experiments.columnar.store import ClickHouseStore
+
+    url = settings.EXPERIMENT_STORE if url is None else url
+    db = db or settings.EXPERIMENT_STORE_DB
+    key = f"{url} {db}"
+    if key not in _STORES:
+        if store_kind(url) == "chdb":
+            path = url.partition(":")[2] or str(settings.VAR_DIR / "experiment-store")
+            conn = ChdbConnection(path)
+        else:
+            conn = ServerConnection(url)
+        _STORES[key] = ClickHouseStore(conn, db)
+    return _STORES[key]
+
+
+def store_is_embedded() -> bool:
+    """The store lives inside one process (chdb): others read results from the database."""
+    return store_kind() == "chdb"
+
+
 def default_store() -> ExposureStore:
-    return PostgresStore()
+    """The store EXPERIMENT_STORE names (PostgreSQL by default; docs/experiments.md)."""
+    if store_kind() == "postgres":
+        return PostgresStore()
+    return columnar_store()

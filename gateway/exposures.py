@@ -19,8 +19,14 @@ adds to every experiment's budget for feedback without a key what its exposures'
 carry (feedback_stream.credit_key). The control plane validates feedback again,
 de-duplicates by event id per team and attributes it.
 
-A large deployment replaces the Redis Stream with a Kafka topic (same record fields); the
-gateway side is this one class.
+Captured requests (an endpoint's `capture_share` of its replies, for training data) ride in
+the same records: [..., score, propensity, inputs, endpoint] with the request's JSON inputs (at most
+MAX_CAPTURE_BYTES) and its variant's split weight as the propensity; a capture outside an
+experiment has an empty experiment.
+
+Where the records go (one interface, `flush`): NATS JetStream when `GATEWAY_EVENT_LOG_URL`
+names one (eventlog.py; subjects per team and endpoint, log_contract.py), else the Redis
+Stream, the zero-setup default. Either way a flush that is not stored keeps its records.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from prometheus_client import Counter, Gauge
 
 from .feedback_rules import max_unit_key
 from .feedback_stream import CREDIT_TTL_MS, credit_key, credit_per_exposure
+from .log_contract import EXPOSURES as EXPOSURE_SUBJECT
+from .log_contract import subject
 
 EXPOSURE_STREAM = "modelplane:exposures"
 
@@ -52,6 +60,12 @@ MAX_UNIT_KEY = max_unit_key()  # the sticky header's bound (the request path ref
 # smaller (~100 KB per second of exposures at 1k req/s). Feedback: feedback_stream.py.
 MAX_ENTRY_BYTES = 256 * 1024
 EXPOSURE_STREAM_MAXLEN = 1_000
+CAPTURE_PER_S = 1000.0  # captured requests per endpoint per second per gateway process, whatever the share
+MAX_CAPTURE_BYTES = 64 * 1024  # a captured request's inputs; a larger body is not captured (counted)
+CAPTURES = Counter("gateway_captures", "Requests captured for training data, by endpoint", ["endpoint"])
+CAPTURES_SKIPPED = Counter(
+    "gateway_captures_skipped", "Requests drawn for capture but not captured (too big, binary, rate)", ["reason"]
+)
 
 
 def _chunks(records: list[str], limit: int):
@@ -93,8 +107,12 @@ class ExposureLog:
         batch: int = 5_000,
         interval_s: float = 1.0,
         stream_maxlen: int = EXPOSURE_STREAM_MAXLEN,
+        log=None,
     ):
         self.redis_url = redis_url
+        self.log = log  # eventlog.NatsLog, or None: the Redis Stream
+        self.teams: dict[str, str] = {}  # endpoint -> team label (the log's subjects), set per route table
+        self.capture_budget: dict[str, tuple[float, float]] = {}  # endpoint -> (captures left, when)
         self.capacity = capacity
         self.batch = batch
         self.interval_s = interval_s
@@ -103,9 +121,30 @@ class ExposureLog:
         self.client = None
         EXPOSURE_BUFFER.set_function(lambda: len(self.buffer))
 
+    def capture_of(self, ep, variant, plain: bytes, headers) -> tuple[float, bytes] | None:
+        """(propensity, inputs) of a request drawn for capture, or None (counted): too big, binary
+        tensors, or past the endpoint's captures per second (CAPTURE_PER_S, so no share floods the log)."""
+        if "inference-header-content-length" in headers:
+            CAPTURES_SKIPPED.labels("binary").inc()
+            return None
+        if len(plain) > MAX_CAPTURE_BYTES:
+            CAPTURES_SKIPPED.labels("too_big").inc()
+            return None
+        now = time.monotonic()
+        level, stamp = self.capture_budget.get(ep.name, (CAPTURE_PER_S, now))
+        level = min(CAPTURE_PER_S, level + (now - stamp) * CAPTURE_PER_S)
+        if level < 1.0:
+            CAPTURES_SKIPPED.labels("rate").inc()
+            self.capture_budget[ep.name] = (level, now)
+            return None
+        self.capture_budget[ep.name] = (level - 1.0, now)
+        total = sum(v.weight_bp for v in ep.live) or 1
+        CAPTURES.labels(ep.name).inc()
+        return variant.weight_bp / total, bytes(plain)
+
     @property
     def enabled(self) -> bool:
-        return bool(self.redis_url)
+        return bool(self.redis_url) or self.log is not None
 
     def record(
         self,
@@ -116,8 +155,9 @@ class ExposureLog:
         unit_key: str | None,
         body: bytes | None,
         encoding: str | None = None,
+        capture: tuple[float, bytes] | None = None,
     ) -> None:
-        """Hot path: O(1), no I/O."""
+        """Hot path: O(1), no I/O. `capture`: (propensity, the request's JSON inputs) to log with it."""
         if not self.enabled:
             EXPOSURES_DROPPED.labels("no_stream").inc()
             return
@@ -134,6 +174,7 @@ class ExposureLog:
                 time.time(),
                 body if body is not None and len(body) <= MAX_SCORE_BODY else None,
                 encoding,
+                capture,
             )
         )
 
@@ -152,29 +193,11 @@ class ExposureLog:
             return 0
         take = [self.buffer.popleft() for _ in range(min(self.batch, len(self.buffer)))]
         try:
-            records = [
-                json.dumps(
-                    [rid, experiment, arm, unit, round(t, 6), first_score(body, encoding)], separators=(",", ":")
-                )
-                for rid, experiment, endpoint, arm, unit, t, body, encoding in take
-            ]
-            client = await self.connect()
-            pipe = client.pipeline(transaction=False)
-            for chunk in _chunks(records, MAX_ENTRY_BYTES):  # entries of at most 256 KiB: the stream's bound holds
-                pipe.xadd(
-                    EXPOSURE_STREAM,
-                    {"n": len(chunk), "b": "[" + ",".join(chunk) + "]"},
-                    maxlen=self.stream_maxlen,
-                    approximate=True,
-                )
-            per_experiment: dict[str, int] = {}
-            for record in take:
-                per_experiment[record[1]] = per_experiment.get(record[1], 0) + 1
-            credit = credit_per_exposure()
-            for experiment, n in per_experiment.items():  # what these exposures' tokens may carry
-                pipe.hincrbyfloat(credit_key(experiment), "l", n * credit)
-                pipe.pexpire(credit_key(experiment), CREDIT_TTL_MS)
-            await pipe.execute()
+            records = [_record_json(record) for record in take]
+            if self.log is not None:
+                await self._publish(take, records)
+            if self.redis_url:
+                await self._to_redis(take, records)
         except Exception:  # noqa: BLE001 - any stream failure: keep what fits, count the rest
             room = self.capacity - len(self.buffer)
             keep = take[: max(0, room)]
@@ -190,6 +213,42 @@ class ExposureLog:
             EXPOSURES.labels(endpoint).inc(n)
         return len(take)
 
+    async def _publish(self, take: list, records: list[str]) -> None:
+        """One message per endpoint and 256 KiB on its team's subject (log_contract.py)."""
+        by_endpoint: dict[str, list[str]] = {}
+        for record, text in zip(take, records):
+            by_endpoint.setdefault(record[2], []).append(text)
+        messages = []
+        for endpoint, texts in by_endpoint.items():
+            name = subject(self.log.prefix, EXPOSURE_SUBJECT, self.teams.get(endpoint, ""), endpoint)
+            for chunk in _chunks(texts, MAX_ENTRY_BYTES):
+                body = "[" + ",".join(chunk) + "]"
+                messages.append((name, body.encode(), f"x-{zlib.crc32(body.encode()):08x}-{chunk[0][2:34]}"))
+        await self.log.publish(messages)
+
+    async def _to_redis(self, take: list, records: list[str]) -> None:
+        """The Redis Stream's entries (unless the log took them) and every experiment's budget
+        for feedback without a key (feedback_stream.py): what these exposures' tokens may carry."""
+        client = await self.connect()
+        pipe = client.pipeline(transaction=False)
+        if self.log is None:
+            for chunk in _chunks(records, MAX_ENTRY_BYTES):  # entries of at most 256 KiB: the stream's bound holds
+                pipe.xadd(
+                    EXPOSURE_STREAM,
+                    {"n": len(chunk), "b": "[" + ",".join(chunk) + "]"},
+                    maxlen=self.stream_maxlen,
+                    approximate=True,
+                )
+        per_experiment: dict[str, int] = {}
+        for record in take:
+            if record[1]:
+                per_experiment[record[1]] = per_experiment.get(record[1], 0) + 1
+        credit = credit_per_exposure()
+        for experiment, n in per_experiment.items():
+            pipe.hincrbyfloat(credit_key(experiment), "l", n * credit)
+            pipe.pexpire(credit_key(experiment), CREDIT_TTL_MS)
+        await pipe.execute()
+
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
@@ -201,3 +260,13 @@ class ExposureLog:
             pass
         if self.client is not None:
             await self.client.aclose()
+        if self.log is not None:
+            await self.log.close()
+
+
+def _record_json(record: tuple) -> str:
+    rid, experiment, endpoint, arm, unit, t, body, encoding, capture = record
+    fields = [rid, experiment, arm, unit, round(t, 6), first_score(body, encoding)]
+    if capture is not None:
+        fields += [capture[0], capture[1].decode("utf-8", "replace"), endpoint]
+    return json.dumps(fields, separators=(",", ":"))

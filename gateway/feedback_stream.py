@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 
 from prometheus_client import Counter
 
 from .feedback_rules import FEEDBACK_STREAMS, KINDS, TokenUse, feedback_stream, per_exposure
+from .log_contract import FEEDBACK as FEEDBACK_SUBJECT
+from .log_contract import backlog_key, subject
 
 FEEDBACK_BACKLOG = 100  # entries waiting in one source's stream before that source gets a 503
 FEEDBACK_STREAM_MAXLEN = 120  # a safety net above the backlog bound (never reached by the door)
@@ -100,6 +103,32 @@ redis.call('SADD', streams, stream)
 return {'ok', 0}
 """.replace("CREDIT_TTL_MS", str(CREDIT_TTL_MS))
 
+# The same admission when the durable log (NATS JetStream, eventlog.py) carries the entries:
+# KEYS[1] is the source's backlog counter (what its subject holds unread, kept by the reader,
+# log_contract.backlog_key) instead of its stream; admitted entries are counted on it and the
+# gateway publishes them after the script (REFUND gives back what a failed publish took).
+ADMIT_LOG = ADMIT.replace(
+    "if redis.call('XLEN', stream) >= backlog then",
+    "if (tonumber(redis.call('GET', stream)) or 0) >= backlog then",
+)
+_XADD_LOOP = ADMIT[ADMIT.index("for e = 1, entries do") : ADMIT.index("return {'ok', 0}")]
+ADMIT_LOG = ADMIT_LOG.replace(_XADD_LOOP, "redis.call('INCRBY', stream, entries)\n")
+
+# KEYS: backlog counter, credit key ("" for a keyed batch), spent keys; ARGV: entries, events
+# asked of the credit, then per exposure its four asks.
+REFUND = """
+redis.call('DECRBY', KEYS[1], ARGV[1])
+if KEYS[2] ~= '' then redis.call('HINCRBYFLOAT', KEYS[2], 'l', ARGV[2]) end
+local fields = {'click', 'conversion', 'value', 'value_abs'}
+for x = 3, #KEYS do
+  for f = 1, 4 do
+    local ask = tonumber(ARGV[2 + (x - 3) * 4 + f])
+    if ask > 0 then redis.call('HINCRBYFLOAT', KEYS[x], fields[f], -ask) end
+  end
+end
+return 1
+"""
+
 
 def spent_key(exposure: str) -> str:
     return SPENT_PREFIX + exposure
@@ -129,7 +158,7 @@ class FeedbackRelay:
     def __init__(self, exposures, *, floor_per_s: float, floor_burst: float):
         self.exposures = exposures
         self.floor_per_s, self.floor_burst = floor_per_s, floor_burst
-        self.script = None
+        self.script = self.refund = None
 
     async def relay(
         self, endpoint: str, events: list, key_id: str | None, *, uses: dict, expiries: dict, experiment: str
@@ -138,9 +167,16 @@ class FeedbackRelay:
         `expiries`: exposure -> its token's expiry (unix ms); `experiment`: whose budget a
         batch without a key draws on."""
         client = await self.exposures.connect()
+        log = self.exposures.log
         if self.script is None or self.script.registered_client is not client:  # a new client after a stream error
-            self.script = client.register_script(ADMIT)
-        stream = feedback_stream(endpoint, key_id)
+            self.script = client.register_script(ADMIT if log is None else ADMIT_LOG)
+            self.refund = client.register_script(REFUND)
+        if log is None:
+            stream = feedback_stream(endpoint, key_id)
+        else:
+            team = self.exposures.teams.get(endpoint, "")
+            log_subject = subject(log.prefix, FEEDBACK_SUBJECT, team, endpoint, key_id)
+            stream = backlog_key(log_subject)
         exposures = list(uses)
         keys = [stream, FEEDBACK_STREAMS, credit_key(experiment) if key_id is None else ""]
         keys += [spent_key(x) for x in exposures]
@@ -158,11 +194,30 @@ class FeedbackRelay:
         verdict, detail = await self.script(keys=keys, args=args)
         verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
         if verdict == "ok":
+            if log is not None:
+                await self._publish(log, log_subject, endpoint, key_id, chunks, keys, args, uses, exposures)
             FEEDBACK_EVENTS.labels(endpoint).inc(len(events))
             return
         if verdict == "spent":
             raise Refused("spent", exposure=exposures[int(detail) - 1])
         raise Refused(verdict, wait_s=int(detail) / 1000.0)
+
+    async def _publish(self, log, log_subject, endpoint, key_id, chunks, keys, args, uses, exposures) -> None:
+        """The admitted entries onto the log; when that fails, what the script took is given
+        back (backlog, budget, allowances) and the error raised: the client's retry is no replay."""
+        messages = []
+        for chunk in chunks:
+            body = json.dumps({"e": endpoint, "k": key_id or "", "b": chunk}, separators=(",", ":")).encode()
+            messages.append((log_subject, body, f"f-{zlib.crc32(body):08x}-{len(body)}-{_now_ms()}"))
+        try:
+            await log.publish(messages)
+        except Exception:
+            refund_args: list = [len(chunks), args[5]]
+            for x in exposures:
+                use: TokenUse = uses[x]
+                refund_args += [use.click, use.conversion, use.value, repr(use.value_abs)]
+            await self.refund(keys=[keys[0], keys[2], *keys[3:]], args=refund_args)
+            raise
 
 
 def _now_ms() -> int:

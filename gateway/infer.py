@@ -171,7 +171,10 @@ class Inference:
             return self._done(request, (status, out, data), t0, name, variant.name, fault, tenant)
         if pinned is None and ep.shadows and ep.shadow_sample_rate > 0.0 and random.random() < ep.shadow_sample_rate:
             self.gateway.shadows.offer(ep, (body, up_headers), parsed)
-        return self._reply(request, ep, variant, served, headers, rid, t0, tenant, pinned)
+        capture = None
+        if pinned is None and ep.capture_share > 0.0 and random.random() < ep.capture_share:
+            capture = self.gateway.exposures.capture_of(ep, variant, plain, headers)
+        return self._reply(request, ep, variant, served, headers, rid, t0, tenant, pinned, capture)
 
     async def route(self, ep, parsed, sticky, timeout: float, send, payload, t0: float, pinned=None):
         """Choose, attempt and fail over, for either protocol. `send(entry, payload,
@@ -305,7 +308,7 @@ class Inference:
         return status, rheaders, data
 
     # --- the reply ----------------------------------------------------------------------
-    def _reply(self, request, ep, variant, served, headers, rid: str, t0: float, tenant, pinned=None):
+    def _reply(self, request, ep, variant, served, headers, rid: str, t0: float, tenant, pinned=None, capture=None):
         status, rheaders, data = served
         name = ep.name
         out = reply_headers(rheaders, rid, variant.name)
@@ -330,7 +333,7 @@ class Inference:
             gateway.scores.maybe_observe(
                 name, variant.name, rheaders, data, candidate=variant is not ep.stable, at_least=ep.stable_score_rate
             )
-            if ep.experiment and pinned is None:  # the assigned arm (intention to treat), even when failed over
+            if (ep.experiment or capture) and pinned is None:  # the assigned arm (intention to treat)
                 gateway.exposures.record(
                     rid,
                     ep.experiment,
@@ -339,5 +342,6 @@ class Inference:
                     headers.get(ep.sticky_key),
                     data,
                     rheaders.get("content-encoding"),
+                    capture,
                 )
         return response

@@ -128,6 +128,8 @@ class Endpoint(Split):
     versions: dict[str, Variant] = field(default_factory=dict)
     exposure_token_key: bytes = b""  # the experiment signs exposure tokens with it (empty: it takes none)
     exposure_token_ttl_s: int = DEFAULT_TOKEN_TTL_S  # a token is citable this long: the attribution window
+    team: str = ""  # the owning team's label: the durable log's subjects carry it (log_contract.py)
+    capture_share: float = 0.0  # share of replies whose request inputs are logged for training data
 
     def __post_init__(self):
         self.sticky_key = self.sticky_header.lower()
@@ -291,4 +293,6 @@ def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict, key
         experiment=ep.get("experiment", ""),
         exposure_token_key=bytes.fromhex(ep.get("exposure_token_key", "")),
         exposure_token_ttl_s=ep.get("exposure_token_ttl_s", DEFAULT_TOKEN_TTL_S),
+        team=ep.get("team", ""),
+        capture_share=float(ep.get("capture_share", 0.0)),
     )

@@ -25,6 +25,7 @@ from . import admin, metrics
 from .aggregate import Siblings
 from .bodybounds import BodyBounds
 from .breaker import Breakers
+from .eventlog import NatsLog
 from .exposures import EXPOSURES_DROPPED, ExposureLog
 from .feedback import FEEDBACK_TOO_LARGE, EventBuckets, feedback
 from .feedback_stream import FEEDBACK_BODIES_REFUSED, FeedbackRelay
@@ -59,7 +60,8 @@ class Gateway:
         self.pools: dict = {}
         self.hot = metrics.HotPath()
         self.scores = ScoreSampler()
-        self.exposures = ExposureLog(settings.exposure_stream_url)
+        log = NatsLog(settings.event_log_url, settings.event_log_prefix) if settings.event_log_url else None
+        self.exposures = ExposureLog(settings.exposure_stream_url, log=log)
         self.feedback_buckets = EventBuckets(settings.feedback_events_per_s)
         self.feedback_relay = FeedbackRelay(
             self.exposures,
@@ -122,6 +124,7 @@ class Gateway:
             asyncio.get_running_loop().create_task(self.grpc_service.channels.retain(targets))
         self.bounds = BodyBounds(table, self.settings.max_body_bytes)
         self.llm.configure(document, table.pool_addresses())  # the outbound rules of tenant backends
+        self.exposures.teams = {name: ep.team for name, ep in table.endpoints.items()}  # the log's subjects
         self.table = table
         metrics.ROUTE_ENDPOINTS.set(len(table.endpoints))
         metrics.ROUTE_LOADED_AT.set(time.time())

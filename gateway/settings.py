@@ -63,6 +63,10 @@ class Settings:
     exposure_stream_url: str | None = (
         None  # Redis URL of the exposure/feedback streams; None: exposures are counted as dropped
     )
+    # The durable log (NATS JetStream, eventlog.py) the exposures, captures and feedback go to; None: the
+    # Redis Streams above. Its subjects start with the prefix (log_contract.py).
+    event_log_url: str | None = None
+    event_log_prefix: str = "modelplane"
     feedback_events_per_s: float = 50_000.0  # per key, per process
     # An experiment's feedback without a key draws on what its exposures allow (feedback_stream.py);
     # this floor refills by time for quiet experiments and clicks that beat their exposure's flush.
@@ -117,6 +121,8 @@ class Settings:
             idle_timeout_s=number("GATEWAY_IDLE_TIMEOUT_S", cls.idle_timeout_s, float),
             shutdown_grace_s=number("GATEWAY_SHUTDOWN_GRACE_S", cls.shutdown_grace_s, float),
             exposure_stream_url=env.get("GATEWAY_EXPOSURE_STREAM_URL") or None,
+            event_log_url=env.get("GATEWAY_EVENT_LOG_URL") or None,
+            event_log_prefix=env.get("GATEWAY_EVENT_LOG_PREFIX") or cls.event_log_prefix,
             workers=number("GATEWAY_WORKERS", cls.workers),
             replicas=number("GATEWAY_REPLICAS", cls.replicas),
             grpc_port=0 if env.get("GATEWAY_GRPC_PORT") == "0" else number("GATEWAY_GRPC_PORT", cls.grpc_port),

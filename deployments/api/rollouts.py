@@ -71,6 +71,7 @@ class EndpointSerializer(StrictModelSerializer):
             "sticky_header",
             "timeout_ms",
             "public",
+            "capture_share",
             "kind",
             "ttft_slo_ms",
             "itl_slo_ms",
@@ -89,6 +90,10 @@ class EndpointSerializer(StrictModelSerializer):
 
 
 class EndpointUpdateSerializer(serializers.Serializer):
+    capture_share = serializers.FloatField(
+        required=False,
+        help_text="Share (0-1) of served requests whose inputs are logged with their exposure for training data.",
+    )
     slo_p99_ms = serializers.FloatField(required=False)
     slo_error_rate = serializers.FloatField(required=False)
     ttft_slo_ms = serializers.FloatField(required=False, help_text="LLM endpoints: time-to-first-token p99 SLO.")

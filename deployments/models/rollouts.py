@@ -93,6 +93,12 @@ class Endpoint(models.Model):
     # Closed by default: the gateway lets through only the team's inference keys scoped to
     # it. Public: anyone who reaches the gateway may call it (e.g. the seeded demo).
     public = models.BooleanField(default=False, help_text="Callable without an inference key.")
+    capture_share = models.FloatField(
+        default=0.0,
+        db_default=0.0,
+        help_text="Share (0-1) of served requests whose inputs are logged with their exposure for training "
+        "data (docs/experiments.md); the gateway caps captures per second whatever the share.",
+    )
     on_inconclusive = models.CharField(
         max_length=16,
         default=DEFAULT_ON_INCONCLUSIVE,
@@ -114,6 +120,9 @@ class Endpoint(models.Model):
             models.CheckConstraint(condition=Q(slo_p99_ms__gt=0), name="endpoint_slo_p99_positive"),
             models.CheckConstraint(
                 condition=Q(latency_margin__gte=0, latency_margin__lte=5), name="endpoint_latency_margin_0_5"
+            ),
+            models.CheckConstraint(
+                condition=Q(capture_share__gte=0, capture_share__lte=1), name="endpoint_capture_share_0_1"
             ),
         ]
 

@@ -23,6 +23,7 @@ import urllib.request
 from django.conf import settings
 
 from deployments.routes import LOADING, route_build, route_table
+from deployments.routes import team_label as _team_label
 from kernel.conf import setting
 
 ROUTE_LOADING = LOADING  # a problem's code while its endpoint waits for its model to load (not a fault)
@@ -134,3 +135,8 @@ def endpoint_route_state(*, endpoint, rollout=None) -> dict:
         "excluded": excluded,
         "degraded": degraded,
     }
+
+
+def team_label(team) -> str:
+    """The team as the route table names it: what the durable log's subjects carry (other apps read it here)."""
+    return _team_label(team)

@@ -27,6 +27,7 @@ STICKY_HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,100}$")
 RESERVED_ENDPOINT_NAMES = frozenset({"new"})
 ENDPOINT_KINDS = ("tensor", "llm")
 ENDPOINT_FIELDS = (
+    "capture_share",
     "slo_p99_ms",
     "slo_error_rate",
     "ttft_slo_ms",
@@ -61,6 +62,11 @@ def _endpoint_values(changes: dict) -> dict:
         if key not in changes or changes[key] is None:
             continue
         value = changes[key]
+        if key == "capture_share" and not (isinstance(value, (int, float)) and 0 <= float(value) <= 1):
+            raise InvalidInput(
+                f"capture_share: {value!r} is not a share of requests; give a number in 0..1 (0.1 = one in ten).",
+                field=key,
+            )
         if key == "slo_error_rate" and not 0 <= float(value) <= 1:
             raise InvalidInput("slo_error_rate: give a fraction in 0..1.", field=key)
         if key in ("slo_p99_ms", "psi_threshold", "ttft_slo_ms", "itl_slo_ms") and not 0 < float(value) <= 3_600_000:

@@ -47,14 +47,18 @@ def train(
     signal_seed: int = 1234,
     threads: int = 2,
     device: str = "cpu",
+    data: ClickLog | None = None,
+    valid: ClickLog | None = None,
 ) -> TrainResult:
-    """Train on `device` ("cuda" where a GPU is); the returned model stays there."""
+    """Train on `device` ("cuda" where a GPU is); the returned model stays there. `data` and
+    `valid`: a dataset's splits (experiments/services/datasets.py) instead of synthetic clicks."""
     config = config or ReferenceConfig()
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     started = time.monotonic()
-    data = generate(rows, seed=seed, signal_seed=signal_seed)
-    valid = generate(valid_rows, seed=seed + 10_000, signal_seed=signal_seed)
+    data = data if data is not None else generate(rows, seed=seed, signal_seed=signal_seed)
+    valid = valid if valid is not None else generate(valid_rows, seed=seed + 10_000, signal_seed=signal_seed)
+    rows, valid_rows = len(data), len(valid)
     model = ReferenceCTR(config).to(device)
     optimizers = [torch.optim.Adam(model.dense_parameters(), lr=lr)]
     table_params = list(model.tables.parameters())
@@ -133,6 +137,7 @@ def log_to_mlflow(
     run_name: str = "",
     tags: dict | None = None,
     team: str = "",
+    dataset=None,
 ) -> str:
     """Log params, metrics and the model (pytorch flavor, tensor signature); returns the model URI.
     With `team`, the experiment and the run carry the team tag (kernel.mlflow.TEAM_TAG)."""
@@ -147,6 +152,10 @@ def log_to_mlflow(
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or None, tags=run_tags):
         mlflow.log_params({k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in result.params.items()})
         mlflow.log_metrics({k: float(v) for k, v in result.metrics.items()})
+        if dataset is not None:  # the version's lineage: the dataset it learned from, as MLflow tracks datasets
+            from experiments.services.dataset_mlflow import training_input
+
+            mlflow.log_input(training_input(dataset), context="training")
         # "pickle": the module is re-created with its class from experiments.reference (a trusted,
         # in-tree model); the build worker loads it with mlflow.pytorch.load_model.
         # MLflow warns about pickle at every save: the choice is made, in-tree and said above

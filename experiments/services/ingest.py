@@ -135,14 +135,16 @@ def write_each(stream: str, items, write) -> list:
     return done
 
 
-def _exposure_rows(records, arm_ids: dict, now: float) -> list[dict]:
+def _exposure_rows(records, arm_ids: dict, now: float, captures: list | None = None) -> list[dict]:
+    """The exposure rows of one entry's records; a captured request's inputs go to `captures`
+    (experiments/services/captures.py reads them), a record with no experiment is a capture only."""
     if not isinstance(records, list):
         raise Poison("the entry is not a list of exposure records")
     rows = []
     for record in records:
         try:
-            rid, experiment, arm, unit, t, score = record
-            exp_pk = int(str(experiment).removeprefix("exp-"))
+            rid, experiment, arm, unit, t, score, *captured = record
+            exp_pk = int(str(experiment).removeprefix("exp-")) if experiment else 0
             t = float(t)
         except (TypeError, ValueError) as exc:
             raise Poison(f"an exposure record is malformed: {exc}") from None
@@ -152,6 +154,10 @@ def _exposure_rows(records, arm_ids: dict, now: float) -> list[dict]:
             raise Poison(f"an exposure record's time {t!r} is not within 7 days of now")
         if score is not None and (not isinstance(score, (int, float)) or not math.isfinite(score)):
             score = None
+        if captured and captures is not None:
+            captures.append((rid, exp_pk, str(arm), unit[:MAX_UNIT], t, captured))
+        if not exp_pk:
+            continue
         key = (exp_pk, str(arm))
         if key not in arm_ids:
             arm_ids[key] = Arm.objects.filter(experiment_id=exp_pk, name=str(arm)).values_list("pk", flat=True).first()

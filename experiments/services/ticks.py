@@ -37,6 +37,7 @@ def experiments_analyze_all(*, budget_s: float = 40.0, store=None) -> dict:
         .order_by(F("analyzed_at").asc(nulls_first=True), "pk")
         .values_list("pk", flat=True)
     )
+    store = _prefetched(store, ids)  # one statistics pass over every running experiment (a columnar store)
     done = failed = 0
     for pk in ids:
         if time.monotonic() - t0 > budget_s:
@@ -57,6 +58,27 @@ def experiments_analyze_all(*, budget_s: float = 40.0, store=None) -> dict:
         "left": len(ids) - done - failed,
         "ship_moved": shipped,
     }
+
+
+class _Prefetched:
+    """The store's answers for every running experiment, read in one pass at the tick's start."""
+
+    def __init__(self, store, sums: dict):
+        self.store, self.sums = store, sums
+
+    def arm_sums(self, experiment):
+        got = self.sums.get(experiment.pk)
+        return got if got is not None else self.store.arm_sums(experiment)
+
+
+def _prefetched(store, ids: list[int]):
+    from experiments.store import PostgresStore, default_store
+
+    store = store or default_store()
+    if isinstance(store, PostgresStore) or not ids:  # its per-experiment queries are indexed; no pass to share
+        return store
+    experiments = list(Experiment.objects.filter(pk__in=ids).select_related("endpoint"))
+    return _Prefetched(store, store.arm_sums_many(experiments))
 
 
 def _analysis_failed(pk: int, reason: str) -> None:

@@ -253,6 +253,8 @@ class Command(BaseCommand):
             # the gateway's /metrics and /status need a token; its scrapers (worker, web) get the same
             GATEWAY_METRICS_TOKEN=os.environ.get("GATEWAY_METRICS_TOKEN") or secrets.token_urlsafe(32),
             GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL,
+            GATEWAY_EVENT_LOG_URL=_event_log_url(),  # NATS JetStream when one answers (docs/experiments.md)
+            GATEWAY_EVENT_LOG_PREFIX=settings.EVENT_LOG_PREFIX,
             HEALTHZ_TOKEN=healthz_token,
         )
         processes = self.processes(port)
@@ -303,3 +305,9 @@ class Command(BaseCommand):
         supervisor.stop()
         reap_leftovers(self.log)
         self.stdout.write("stopped")
+
+
+def _event_log_url() -> str:
+    from experiments.eventlog import log_url
+
+    return log_url()

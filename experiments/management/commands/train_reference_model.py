@@ -37,6 +37,12 @@ class Command(BaseCommand):
             "--team", default="", help="Team of a model created by --register (default: the user's first team)."
         )
         parser.add_argument("--user", default="", help="Acting user for --register (default: the first superuser).")
+        parser.add_argument(
+            "--dataset",
+            default="",
+            help="Train on a dataset built from the platform's traffic (its id, ds-…; manage.py build_dataset) "
+            "instead of synthetic clicks; the version records it.",
+        )
 
     def handle(self, *args, **opts):
         try:
@@ -50,8 +56,9 @@ class Command(BaseCommand):
             cross_layers=opts["cross_layers"],
             mlp=mlp,
         )
-        user = acting_user(opts["user"]) if opts["register"] else None
+        user = acting_user(opts["user"]) if opts["register"] or opts["dataset"] else None
         team = run_team(user=user, model_name=opts["register"], team_name=opts["team"])
+        dataset, splits = self._dataset(user, opts["dataset"]) if opts["dataset"] else (None, {})
         result = train(
             config,
             rows=opts["rows"],
@@ -60,11 +67,14 @@ class Command(BaseCommand):
             seed=opts["seed"],
             signal_seed=opts["signal_seed"],
             threads=opts["threads"],
+            **splits,
         )
         self.stdout.write(
             f"trained in {result.metrics['train_seconds']:.1f}s: AUC {result.metrics['auc']:.4f}, logloss {result.metrics['logloss']:.4f}"
         )
         tags = {"version_tag": opts["version_tag"]} if opts["version_tag"] else {}
+        if dataset is not None:
+            tags["dataset"] = dataset.public_id
         from kernel.mlflow import ExperimentOfAnotherTeam
 
         try:
@@ -74,6 +84,7 @@ class Command(BaseCommand):
                 run_name=opts["version_tag"],
                 tags=tags,
                 team=team.name if team else "",
+                dataset=dataset,
             )
         except ExperimentOfAnotherTeam as exc:
             raise CommandError(f"--experiment: {exc}; name another experiment.") from None
@@ -81,6 +92,25 @@ class Command(BaseCommand):
         if opts["register"]:
             version = self._register(user=user, name=opts["register"], team=team, uri=uri, result=result, tags=tags)
             self.stdout.write(self.style.SUCCESS(f"registered {version} (id {version.pk})"))
+
+    def _dataset(self, user, public_id: str):
+        """(the dataset, its splits as ClickLogs) of one of the user's teams; CommandError otherwise."""
+        from experiments.models import Dataset
+        from experiments.reference.data import ClickLog
+        from experiments.services.datasets import dataset_arrays
+
+        dataset = Dataset.objects.filter(public_id=public_id, team__in=user.groups.all()).first()
+        if dataset is None and user.is_superuser:
+            dataset = Dataset.objects.filter(public_id=public_id).first()
+        if dataset is None:
+            raise CommandError(f"--dataset: no dataset {public_id!r} of your teams")
+        splits = {}
+        for split, key in (("train", "data"), ("valid", "valid")):
+            arrays = dataset_arrays(dataset, split)
+            if "dense" not in arrays or "sparse" not in arrays:
+                raise CommandError(f"--dataset: {public_id} has no dense and sparse inputs (its: {sorted(arrays)})")
+            splits[key] = ClickLog(dense=arrays["dense"], sparse=arrays["sparse"], label=arrays["label"])
+        return dataset, splits
 
     def _register(self, *, user, name, team, uri, result, tags):
         from registry.services.catalog import version_register_trained
