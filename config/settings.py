@@ -338,6 +338,7 @@ API_RESOURCE_TAGS = {
     "data": "registry",
     "aliases": "registry",
     "llm-versions": "registry",
+    "item-catalogs": "registry",
     "secrets": "keys",
     "events": "audit",
     "teams": "teams",

@@ -209,13 +209,17 @@ class EndpointForm(ServiceForm):
         for name in LLM_FIELDS:  # LLM settings: empty takes the default (and a tensor endpoint has none)
             if name in self.fields:
                 self.fields[name].required = False
+        if "capture_share" in self.fields:  # empty: the endpoint captures nothing (the model's default)
+            self.fields["capture_share"].required = False
 
     def call_service(self, data):
         kind = data.get("kind") or getattr(self.instance, "kind", None) or "tensor"
         values = {
             f: data[f]
             for f in endpoint_services.ENDPOINT_FIELDS
-            if f in data and not (f in LLM_FIELDS and (kind != "llm" or data[f] in (None, "")))
+            if f in data
+            and not (f in LLM_FIELDS and (kind != "llm" or data[f] in (None, "")))
+            and not (f == "capture_share" and data[f] is None)
         }
         if self.instance.pk is None:  # endpoint_create loads the stable on the pool
             return endpoint_services.endpoint_create(

@@ -81,7 +81,13 @@ def test_the_triton_model_dir_is_decoupled_with_the_generate_contract(hf_dir, tm
         "stream": mc.TYPE_BOOL,
     }
     assert all(i.optional for i in config.input)
-    assert [o.name for o in config.output] == ["text_output", "finish_reason", "prompt_tokens", "completion_tokens"]
+    assert [o.name for o in config.output] == [
+        "text_output",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "generated_tokens",
+    ]
     assert config.parameters["delay_first_token_ms"].string_value == "250"
     assert config.parameters["delay_per_token_ms"].string_value == "5"
     assert (path / "1" / "model.py").is_file()

@@ -133,7 +133,9 @@ def world(api_for, onnx_path, tmp_path, mlflow_run, settings):
     )
     created.append(made)
     secret = api.post(
-        "/api/v1/secrets/", {"team": team.name, "name": "scan-secret", "value": "sk-" + "x" * 20}, format="json"
+        "/api/v1/secrets/",
+        {"team": team.name, "name": "scan-secret", "value": "sk-" + "x" * 20, "origins": ["https://api.example.com"]},
+        format="json",
     )
     created.append(secret)
     silence = api.post(
@@ -168,6 +170,17 @@ def world(api_for, onnx_path, tmp_path, mlflow_run, settings):
     binding = pool_secret_bind(
         user=factories.user("scan-admin", staff=True), team=team, namespace="", secret_name="scan-s3"
     )
+    import numpy as np
+
+    from registry.services.item_catalogs import item_catalog_create, item_catalog_version_create
+
+    catalog = item_catalog_create(user=owner, team=team, name="scan-items", levels=2, codes_per_level=4)
+    catalog_version = item_catalog_version_create(
+        user=owner,
+        catalog=catalog,
+        item_id=np.arange(1, 5, dtype=np.int64),
+        semantic_id=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.int64),
+    )
     experiment_id, run_id = mlflow_run
     ids = {
         "alerts": alert.pk,
@@ -177,6 +190,8 @@ def world(api_for, onnx_path, tmp_path, mlflow_run, settings):
         "events": Event.objects.filter(team=team).latest("pk").pk,
         "experiments": made.json().get("id"),
         "inference-keys": key.pk,
+        "item-catalogs": catalog.name,
+        "item-catalogs/versions": catalog_version.version,
         "models": model.name,
         "aliases": "champion",
         "pools": pool.name,
@@ -200,12 +215,13 @@ def _get_routes() -> list[str]:
 
 def _fill(template: str, ids: dict) -> str | None:
     """The template with each parameter replaced by the world's object of the resource
-    named just before it; None when the world has none."""
+    named just before it (a nested one by "outer/inner"); None when the world has none."""
     parts = template.strip("/").split("/")
     out = []
     for index, part in enumerate(parts):
         if part.startswith("{"):
-            value = ids.get(parts[index - 1])
+            nested = f"{parts[index - 3]}/{parts[index - 1]}" if index >= 3 else None
+            value = ids.get(nested) if nested in ids else ids.get(parts[index - 1])
             if value is None:
                 return None
             out.append(str(value))
