@@ -104,7 +104,12 @@ def test_big_bodies_are_refused_before_they_are_read(stack, honest):
     abusers.append(Abuser(big_body(stack.port, "127.0.0.13", 8_000_000, chunked=True), BODY_EVERY_S))
     for abuser in abusers:
         abuser.start()
-    time.sleep(4.0)
+    # at least 4 s of abuse, and until each abuser has sent its 10 bodies (a busy host runs it slower)
+    started = time.monotonic()
+    while time.monotonic() - started < 4.0 or (
+        min(sum(a.outcomes.values()) for a in abusers) < 10 and time.monotonic() - started < 60.0
+    ):
+        time.sleep(0.5)
     beside = honest.since(mark)
     for abuser in abusers:
         abuser.finish()
