@@ -235,12 +235,14 @@ class Inference:
                 metrics.RETRIES.labels(name, variant.name).inc()
             if not on_stable:
                 metrics.FAILOVERS.labels(name, variant.name, stable.name, reason).inc()
-            variant = stable
+            from_variant, variant = variant, stable
             try:
                 served = await send(retry_entry, payload, remaining, name, variant.name, client_limited)
                 return variant, served, None
             except UpstreamFailure as exc:
                 failure = exc
+                if not on_stable:
+                    metrics.FAILOVERS_FAILED.labels(name, from_variant.name, reason).inc()
                 if counts_as_upstream_error(exc.reason):
                     metrics.UPSTREAM_ERRORS.labels(name, variant.name, exc.reason).inc()
         outcome = failure_outcome(

@@ -46,6 +46,13 @@ FAILOVERS = Counter(
     "Requests moved from a canary/arm variant to stable",
     ["endpoint", "from_variant", "to_variant", "reason"],
 )
+# a failover whose retry on the stable failed too: the stable (the pool) could not serve it
+# either, so for the judge it is no error of the variant it came from (monitoring/outage.py)
+FAILOVERS_FAILED = Counter(
+    "gateway_failovers_failed",
+    "Failovers whose retry on stable failed too, by the first attempt's reason",
+    ["endpoint", "from_variant", "reason"],
+)
 UPSTREAM_ERRORS = Counter(
     "gateway_upstream_errors",
     "Failed upstream attempts (connect error, 5xx, timeout)",

@@ -44,6 +44,9 @@ class GatewayNames:
     upstream: str = "upstream_duration_seconds"
     retries: str = "retries_total"
     failovers: str = "failovers_total"
+    failovers_failed: str = "failovers_failed_total"  # {endpoint, from_variant, reason}
+    reason_label: str = "reason"
+    timeout_reason: str = "timeout"  # gateway/failover.py FailureReason.TIMEOUT
     upstream_errors: str = "upstream_errors_total"
     shadow_dropped: str = "shadow_dropped_total"
     shadow_requests: str = "shadow_requests_total"
@@ -154,6 +157,7 @@ def gateway_families(names: GatewayNames = GatewayNames()) -> tuple[str, ...]:
             names.upstream,
             names.retries,
             names.failovers,
+            names.failovers_failed,
             names.upstream_errors,
             names.shadow_dropped,
             names.in_flight,
@@ -228,8 +232,16 @@ def gateway_snapshot_samples(samples, names: GatewayNames = GatewayNames()) -> d
             out[_key(histograms[name[: -len("_sum")]] + "_sum", labels.get(ep_l, ""), labels.get(var_l, ""))] += value
         elif name in simple:
             out[_key(simple[name], labels.get(ep_l, ""), labels.get(var_l, ""))] += value
-        elif name == names.name(names.failovers):
-            out[_key("failovers", labels.get(ep_l, ""), labels.get(names.from_variant_label, ""))] += value
+        elif name in (names.name(names.failovers), names.name(names.failovers_failed)):
+            kind = "failovers" if name == names.name(names.failovers) else "failovers_failed"
+            timeout = labels.get(names.reason_label) == names.timeout_reason
+            out[
+                _key(
+                    kind + ("_timeout" if timeout else ""),
+                    labels.get(ep_l, ""),
+                    labels.get(names.from_variant_label, ""),
+                )
+            ] += value
         elif name == names.name(names.in_flight):
             out[_key("in_flight", labels.get(ep_l, ""), labels.get(var_l, ALL_VARIANTS))] += value
         elif name == names.name(names.llm_streams):
@@ -351,14 +363,12 @@ def gateway_deltas(  # noqa: C901 - one pass read top to bottom; split when next
             store[le] += count
         if kind != "score":
             target.values[HISTOGRAM_KINDS[kind] + "_count"] += sum(per_bucket.values())
+    # the gateway's largest finite latency bound: where a timed-out attempt is counted from
+    top = max(
+        (le for (kind, _, _), b in cumulative.items() if kind == "lat" for le in b if not math.isinf(le)), default=None
+    )
     for totals in result.values():
-        # A canary/arm attempt that failed over to stable is counted by the gateway under
-        # the stable's final status; for the judge it is one failed request of its own
-        # variant, or failover would hide a bad candidate's errors entirely.
-        failed_over = totals.values.get("failovers", 0.0)
-        if failed_over:
-            totals.values["requests"] += failed_over
-            totals.values["errors"] += failed_over
+        _failovers_counted(totals, top)
         if "requests" in totals.values:
             totals.values["request_rate"] += totals.values["requests"] / seconds if seconds > 0 else 0.0
         if "llm_requests" in totals.values:
@@ -367,6 +377,33 @@ def gateway_deltas(  # noqa: C901 - one pass read top to bottom; split when next
             # a rate per target, so replicas (several gateways) add up like request_rate
             totals.values["tokens_per_s"] += totals.values["completion_tokens"] / seconds if seconds > 0 else 0.0
     return dict(result)
+
+
+def _failovers_counted(totals: Totals, top_le: float | None) -> None:
+    """A canary/arm attempt that failed over to stable is counted by the gateway under the
+    stable's final status; for the judge it is a request of its own variant: an error when
+    its attempt failed (or failover would hide a bad candidate's errors entirely), a latency
+    observation past every finite bound (the +Inf bucket, its lower edge `top_le`) when it timed out (the candidate was slow,
+    clients saw the stable's answer), and neither when the retry on the stable failed too
+    (the pool failed both: `shared_failures`, monitoring/outage.py)."""
+    v = totals.values
+    timeouts = v.pop("failovers_timeout", 0.0)
+    failed, failed_timeouts = v.pop("failovers_failed", 0.0), v.pop("failovers_failed_timeout", 0.0)
+    if timeouts:
+        v["failovers"] += timeouts
+    if not (v.get("failovers") or failed or failed_timeouts):
+        return
+    slow = max(timeouts - failed_timeouts, 0.0)
+    errors = max(v.get("failovers", 0.0) - timeouts - failed, 0.0)
+    v["requests"] += errors + slow
+    v["errors"] += errors
+    if slow:
+        totals.latency_buckets[math.inf] += slow
+        if top_le is not None:
+            totals.latency_buckets[top_le] += 0.0  # the +Inf bucket's lower edge, as _decumulate keeps it
+        v["latency_count"] += slow
+    if failed or failed_timeouts:
+        v["shared_failures"] += failed + failed_timeouts
 
 
 # --- Triton -------------------------------------------------------------------------------------
@@ -525,7 +562,15 @@ def derive(totals: Totals) -> dict[str, float]:  # noqa: C901 - one pass read to
         p99 = histogram_quantile(0.99, totals.upstream_buckets)
         if p99 is not None:
             out["upstream_p99_ms"] = p99 * 1000
-    for name in ("retries", "failovers", "upstream_errors", "shadow_dropped", "in_flight", "client_faults"):
+    for name in (
+        "retries",
+        "failovers",
+        "upstream_errors",
+        "shadow_dropped",
+        "in_flight",
+        "client_faults",
+        "shared_failures",
+    ):
         if name in v:
             out[name] = v[name]
     if "triton_success" in v or "triton_failure" in v:

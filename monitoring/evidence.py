@@ -48,6 +48,10 @@ class ArmWindow:
     ttft_ticks: list[dict[float, float]] = field(default_factory=list)
     itl_buckets: dict[float, float] = field(default_factory=dict)
     itl_ticks: list[dict[float, float]] = field(default_factory=list)
+    # per tick, aligned with `ticks`: requests whose attempt on this variant failed and whose
+    # failover failed on the stable too (the gateway's gateway_failovers_failed): neither
+    # requests nor errors of this variant; empty when the source does not count them
+    shared_failures: list[float] = field(default_factory=list)
 
     def as_llm(self, histogram: str | None = None) -> ArmWindow:
         """This LLM arm in the shape the tensor checks read: its LLM requests and errors
@@ -87,6 +91,7 @@ class ArmWindow:
             ttft_ticks=_ticks_added(self.ttft_ticks, other.ttft_ticks),
             itl_buckets=_added(self.itl_buckets, other.itl_buckets),
             itl_ticks=_ticks_added(self.itl_ticks, other.itl_ticks),
+            shared_failures=_counts_added(self.shared_failures, other.shared_failures),
         )
 
 
@@ -97,6 +102,14 @@ def _ticks_added(a: list[dict], b: list[dict]) -> list[dict]:
     if len(a) != len(b):
         raise ValueError("windows must be aligned tick by tick")
     return [_added(x, y) for x, y in zip(a, b)]
+
+
+def _counts_added(a: list[float], b: list[float]) -> list[float]:
+    if not (a and b):
+        return list(a or b)
+    if len(a) != len(b):
+        raise ValueError("windows must be aligned tick by tick")
+    return [x + y for x, y in zip(a, b)]
 
 
 def _pairs_added(a: list[tuple], b: list[tuple]) -> list[tuple]:
@@ -132,10 +145,17 @@ class JudgeConfig:
     slo_error_rate: float | None = None
     psi_threshold: float = 0.25
     min_requests: int = 500
-    min_latency_samples: int = 300
-    # A rank test with a large stable arm calls 3-4 slow candidate requests significant
-    # (p ~ 1e-5): one hiccup right after traffic starts would roll a healthy candidate back.
-    min_latency_fail_samples: int = 20
+    # The latency comparisons vote window by window (monitoring/paired.py): a window is
+    # consecutive ticks with `min_window_samples` requests on each arm; a pass needs
+    # `min_latency_windows` of them (a fail needs no more than its e-value: a slower candidate
+    # in every window reaches it in ~7 windows). `min_latency_samples` is what that is in
+    # requests per arm (the forecast's unit).
+    min_window_samples: int = 20
+    min_latency_windows: int = 8
+    min_latency_samples: int = 160
+    # The error-rate test fails only with this many candidate requests judged: two timeouts
+    # among a candidate's first 14 requests are not "14 % errors" (docs/rollouts.md).
+    min_error_fail_requests: int = 50
     min_guardrail_requests: int = 100
     min_score_samples: int = 200
     guardrail_alpha: float = 0.01
@@ -149,13 +169,21 @@ class JudgeConfig:
     slo_exceedance_share: float = 0.01
     slo_exceedance_ratios: tuple[float, ...] = (1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 40.0)
     error_margin: float = 0.01  # absolute difference of error rates that is "no worse"
-    latency_margin: float = 0.10  # relative: 10 % slower than stable is the practical limit
-    latency_alpha: float = 0.001
+    # relative: how much slower than the control is still "no worse". None: derived from the
+    # SLO's headroom over the control's p99 (monitoring/paired.py margin_for): half of it,
+    # within [min, max]; the default without an SLO.
+    latency_margin: float | None = None
+    default_latency_margin: float = 0.20
+    min_latency_margin: float = 0.20
+    max_latency_margin: float = 0.30
+    latency_alpha: float = 0.01  # of the always-valid sign e-processes (threshold 100)
+    # A tick in which most of the candidate's failed attempts failed on the stable too (the
+    # pool serving both is down) is a shared outage: not judged (monitoring/outage.py).
+    outage_min_failures: int = 2
     # Large odds ratios let a small arm's first errors count: two candidate errors (none on
     # the control) are an e-value of ~61 at a 5 % share and ~25 at 10 % (> 1/α = 20); with
     # the grid ending at 8 they were 11 and 8 (docs/rollouts.md, "Detection time").
     odds_ratios: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 8.0, 16.0, 32.0, 64.0)
-    max_latency_points: int = 4000
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -17,11 +17,15 @@ from __future__ import annotations
 from scipy import stats
 
 from deployments.rollout_machine import Verdict
+from monitoring import eprocess
 from monitoring.evidence import ArmWindow, JudgeConfig, make_check, progress
 from monitoring.p99_guardrail import check_p99_slo
 from monitoring.statistics import psi
 
 PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
+SKIPPED = "skipped"
+# what a comparison that needs a control says at a 100 % step with no control history
+NO_CONTROL = "no control at 100 %: nothing serves beside the candidate; the SLO guardrails judge it"
 
 
 def sustained(
@@ -79,10 +83,21 @@ def check_guardrails(
             if n_c >= 1
             else None
         )
+        # beside a control, the candidate must also err more often than it (always-valid, per
+        # tick): an error SLO the whole pool breaches is not the candidate's breach
+        e_control, control_rate = None, (stable.errors / stable.requests if stable.requests else None)
+        if compare and len(stable.ticks) == len(candidate.ticks) and stable.requests > 0:
+            e_control = eprocess.e_value(eprocess.conditional_steps(stable.ticks, candidate.ticks, config.odds_ratios))
         if not enough:
             outcome = INCONCLUSIVE
-        elif p_value is not None and p_value < config.guardrail_alpha:
+        elif (
+            p_value is not None
+            and p_value < config.guardrail_alpha
+            and (e_control is None or e_control >= 1.0 / config.guardrail_alpha)
+        ):
             outcome = FAIL
+        elif rate is not None and rate > config.slo_error_rate and not (e_control is not None and rate <= control_rate):
+            outcome = INCONCLUSIVE  # over the SLO (and its control's rate), not shown yet: the step holds
         else:
             outcome = PASS
         checks.append(
@@ -93,15 +108,19 @@ def check_guardrails(
                 samples={"candidate": n_c},
                 statistic=rate,
                 p_value=p_value,
+                e_value_control=e_control,
                 threshold=config.slo_error_rate,
                 alpha=config.guardrail_alpha,
                 min_samples=config.min_guardrail_requests,
                 **progress(n_c, config.min_guardrail_requests, "requests", seconds),
             )
         )
-    if candidate.score_bins and stable.score_bins:
-        n_sc, n_cc = sum(stable.score_bins), sum(candidate.score_bins)
+    if candidate.score_bins and (stable.score_bins or not compare):
+        n_sc, n_cc = sum(stable.score_bins or []), sum(candidate.score_bins)
         value = psi(stable.score_bins, candidate.score_bins) if n_sc > 0 and n_cc > 0 else None
+        if not compare and n_sc < config.min_score_samples:
+            checks.append(make_check("psi", "guardrail", SKIPPED, window="none", why=NO_CONTROL))
+            return checks
         if min(n_sc, n_cc) < config.min_score_samples or value is None:
             outcome, memory = INCONCLUSIVE, {"breaches": 0, "breach_since": None}
         else:

@@ -38,17 +38,19 @@ statistical comparisons
                  does from tick to tick. Fail when the e-value >= 1/alpha; pass needs
                  `min_requests` candidate requests, no alarm and an observed difference
                  within `error_margin`.
-  * latency      Mann-Whitney U (rank based, so heavy tails do not dominate) on samples
-                 reconstructed from histogram bucket counts (spread evenly inside each
-                 bucket), against the stable arm scaled by (1 + latency_margin): fail when
-                 the candidate is significantly slower than stable+margin, pass when it is
-                 significantly faster than stable+margin (non-inferiority), each at
-                 `latency_alpha`, pass only with `min_latency_samples`, fail only with
-                 `min_latency_fail_samples` (a few slow requests are not a regression).
-                 The margin is what keeps repeated looks at an A/A pair from flagging:
-                 under A/A the truth is 10 % away from the null boundary.
-  * latency_tail a quantile test: the share of candidate requests above stable's
-                 p95 x (1 + margin) against 5 % (one-sided binomial test).
+  * latency      candidate vs control window by window (both arms in the same scrape
+                 windows, so what the host does to both cancels): the sign of "candidate
+                 p50 over control p50 x (1 + margin)" per window, as an always-valid
+                 e-process (monitoring/paired.py); the margin is the endpoint's or derived
+                 from the SLO's headroom. Pass by the mirror e-process after
+                 `min_latency_windows` windows.
+  * latency_tail the same on each window's p90.
+
+Shared outages (monitoring/outage.py): ticks in which the pool serving both arms failed are
+set aside from every check; while the latest tick is one the verdict is "shared outage: not
+judged" (inconclusive: the step holds). At a 100 % step (nothing serves beside the
+candidate) the comparisons that need a control say "no control at 100 %" (skipped) when the
+rollout has no control history (an undo, a Ship); the SLO guardrails judge it.
 
 LLM endpoints (`config.kind == "llm"`): the same tests on time to first token and
 inter-token latency (rank tests, SLO guardrails) and on the LLM requests' error rate,
@@ -59,19 +61,19 @@ Why this is one long module: the judge's checks, their configuration and how eac
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from deployments.rollout_machine import VariantRole, Verdict
 from monitoring import eprocess
+from monitoring import outage as outages
 from monitoring.evidence import ArmWindow, JudgeConfig, progress
 from monitoring.evidence import make_check as _check
-from monitoring.guardrails import check_guardrails
+from monitoring.guardrails import NO_CONTROL, check_guardrails
 from monitoring.llm_checks import describe_llm, llm_checks
-from monitoring.statistics import histogram_quantile
+from monitoring.paired import check_latency
+from monitoring.paired import describe as describe_latency
 
 __all__ = ["ArmWindow", "Decision", "JudgeConfig", "check_error_rate", "check_guardrails", "check_latency", "judge"]
 
@@ -100,15 +102,20 @@ def error_e_path(stable_ticks, candidate_ticks, odds_ratios=JudgeConfig.odds_rat
 
 
 def check_error_rate(
-    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None
+    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None, *, compare: bool = True
 ) -> dict:
+    """The error-rate comparison; `compare=False`: nothing serves beside the candidate (a
+    100 % step), and without `min_requests` of control history (an undo, a Ship) the
+    check says so instead of waiting for a control that gets no traffic."""
+    if not compare and stable.requests < config.min_requests:
+        return _check("error_rate", "test", SKIPPED, window="none", why=NO_CONTROL)
     e_value = error_e_value(stable.ticks, candidate.ticks, config.odds_ratios)
     threshold = 1.0 / config.alpha
     n_s, n_c = stable.requests, candidate.requests
     rate_s = stable.errors / n_s if n_s else None
     rate_c = candidate.errors / n_c if n_c else None
     difference = (rate_c - rate_s) if rate_s is not None and rate_c is not None else None
-    if e_value >= threshold:
+    if e_value >= threshold and n_c >= config.min_error_fail_requests:
         outcome = FAIL
     elif n_c >= config.min_requests and difference is not None and difference <= config.error_margin:
         outcome = PASS
@@ -126,133 +133,10 @@ def check_error_rate(
         e_value=e_value,
         threshold=threshold,
         min_samples=config.min_requests,
+        min_fail_samples=config.min_error_fail_requests,
         margin=config.error_margin,
         **progress(n_c, config.min_requests, "requests", seconds),
     )
-
-
-# --- latency ---------------------------------------------------------------------------------
-def reconstruct(buckets: dict[float, float], max_points: int | None = None) -> np.ndarray:
-    """Samples spread evenly inside each histogram bucket (the +Inf bucket sits at the
-    largest finite bound), thinned proportionally to at most `max_points`."""
-    total = sum(buckets.values())
-    if total <= 0:
-        return np.empty(0)
-    scale = min(1.0, max_points / total) if max_points else 1.0
-    parts, lower = [], 0.0
-    for le in sorted(buckets):
-        count = int(round(buckets[le] * scale))
-        if count > 0:
-            if math.isinf(le):
-                parts.append(np.full(count, lower))
-            else:
-                parts.append(lower + (le - lower) * (np.arange(count) + 0.5) / count)
-        if not math.isinf(le):
-            lower = le
-    return np.concatenate(parts) if parts else np.empty(0)
-
-
-def _quantiles_ms(buckets: dict[float, float]) -> dict:
-    return {
-        name: (None if (v := histogram_quantile(q, buckets)) is None else v * 1000)
-        for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
-    }
-
-
-def check_latency(
-    stable: ArmWindow, candidate: ArmWindow, config: JudgeConfig, seconds: float | None = None, *, floor_s: float = 0.0
-) -> list[dict]:
-    """The rank test and the tail test (see the module's docstring). `floor_s`: an absolute
-    margin added to the relative one (stable x (1 + margin) + floor): the LLM checks' floor
-    of practical significance (monitoring/llm_checks.py); 0 for request latency."""
-    s = reconstruct(stable.latency_buckets, config.max_latency_points)
-    c = reconstruct(candidate.latency_buckets, config.max_latency_points)
-    n_s_true, n_c_true = sum(stable.latency_buckets.values()), sum(candidate.latency_buckets.values())
-    samples = {"stable": n_s_true, "candidate": n_c_true}
-    quantiles = {"stable": _quantiles_ms(stable.latency_buckets), "candidate": _quantiles_ms(candidate.latency_buckets)}
-    # the slower-filling arm sets the pace (with a baseline both arms fill alike)
-    have = min(n_s_true, n_c_true)
-    pace = progress(have, config.min_latency_samples, "requests", seconds)
-    if len(s) < 2 or len(c) < 2:
-        return [
-            _check(
-                "latency",
-                "test",
-                INCONCLUSIVE,
-                test="Mann-Whitney U vs stable x (1+margin)",
-                samples=samples,
-                quantiles_ms=quantiles,
-                statistic=None,
-                p_value=None,
-                threshold=config.latency_alpha,
-                **pace,
-            ),
-            _check(
-                "latency_tail",
-                "test",
-                INCONCLUSIVE,
-                test="binomial test on share above stable p95 x (1+margin)",
-                samples=samples,
-                statistic=None,
-                p_value=None,
-                threshold=config.latency_alpha,
-                **pace,
-            ),
-        ]
-    bound = s * (1 + config.latency_margin) + floor_s
-    slower = stats.mannwhitneyu(c, bound, alternative="greater")
-    faster = stats.mannwhitneyu(c, bound, alternative="less")
-    # Common-language effect size: P(candidate > stable x (1+margin)).
-    effect = float(slower.statistic) / (len(c) * len(bound))
-    may_fail = n_c_true >= config.min_latency_fail_samples
-    if slower.pvalue < config.latency_alpha:
-        outcome = FAIL if may_fail else INCONCLUSIVE
-    elif faster.pvalue < config.latency_alpha and have >= config.min_latency_samples:
-        outcome = PASS
-    else:
-        outcome = INCONCLUSIVE
-    shift = _check(
-        "latency",
-        "test",
-        outcome,
-        test="Mann-Whitney U vs stable x (1+margin)",
-        samples=samples,
-        quantiles_ms=quantiles,
-        statistic=float(slower.statistic),
-        effect=effect,
-        p_value=float(slower.pvalue),
-        p_value_noninferior=float(faster.pvalue),
-        threshold=config.latency_alpha,
-        margin=config.latency_margin,
-        floor_ms=floor_s * 1000,
-        min_samples=config.min_latency_samples,
-        min_fail_samples=config.min_latency_fail_samples,
-        **pace,
-    )
-
-    stable_p95 = histogram_quantile(0.95, stable.latency_buckets)
-    limit = stable_p95 * (1 + config.latency_margin) + floor_s
-    above = int(np.sum(c > limit))
-    tail = stats.binomtest(above, len(c), 0.05, alternative="greater")
-    tail_outcome = (
-        (FAIL if may_fail else INCONCLUSIVE)
-        if tail.pvalue < config.latency_alpha
-        else (PASS if have >= config.min_latency_samples else INCONCLUSIVE)
-    )
-    tail_check = _check(
-        "latency_tail",
-        "test",
-        tail_outcome,
-        test="binomial test on share above stable p95 x (1+margin)",
-        samples=samples,
-        statistic=above / len(c),
-        limit_ms=limit * 1000,
-        p_value=float(tail.pvalue),
-        threshold=config.latency_alpha,
-        expected_share=0.05,
-        **pace,
-    )
-    return [shift, tail_check]
 
 
 # --- the verdict ---------------------------------------------------------------------------------
@@ -297,22 +181,29 @@ def judge(
             step_seconds=step_seconds,
         )
         return _decision(checks, control, pooled=error_control is not None)
+    mask = outages.outage_ticks(error_control or stable, candidate, config)
+    shared = _check(
+        "shared_outage",
+        "guardrail",
+        INCONCLUSIVE if outages.latest(mask) else PASS,
+        **outages.summary(error_control or stable, candidate, mask),
+    )
+    if mask.any():
+        stable, candidate = outages.without(stable, mask), outages.without(candidate, mask)
+        error_control = outages.without(error_control, mask) if error_control is not None else None
+    if latency is not None:
+        step_mask = outages.outage_ticks(*latency, config)
+        latency = (outages.without(latency[0], step_mask), outages.without(latency[1], step_mask))
     if compare_latency:
         latency_checks = check_latency(*(latency or (stable, candidate)), config, step_seconds if latency else seconds)
         for check in latency_checks:
             check["window"] = "step" if latency else "rollout"
     else:
         latency_checks = [
-            _check(
-                name,
-                "test",
-                SKIPPED,
-                window="none",
-                why="no stable traffic beside the candidate to compare with; the p99 SLO guardrail applies",
-            )
-            for name in ("latency", "latency_tail")
+            _check(name, "test", SKIPPED, window="none", why=NO_CONTROL) for name in ("latency", "latency_tail")
         ]
     checks = [
+        shared,
         *check_guardrails(
             error_control or stable,
             candidate,
@@ -323,7 +214,7 @@ def judge(
             latency_control=stable,
             compare=compare_latency,
         ),
-        check_error_rate(error_control or stable, candidate, config, seconds),
+        check_error_rate(error_control or stable, candidate, config, seconds, compare=compare_latency),
         *latency_checks,
     ]
     return _decision(checks, control, pooled=error_control is not None)
@@ -332,6 +223,9 @@ def judge(
 def _decision(checks: list[dict], control: str, pooled: bool) -> Decision:
     """Fail if any check fails (the reason says each), pass if all pass or are skipped,
     else inconclusive (the reason says what each waits for)."""
+    shared = next((c for c in checks if c["name"] == "shared_outage"), None)
+    if shared is not None and shared["outcome"] == INCONCLUSIVE:
+        return Decision(INCONCLUSIVE, "shared outage: not judged (" + _outage_evidence(shared) + ")", checks)
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:
         return Decision(FAIL, "; ".join(_describe(c, control, pooled=pooled) for c in failed), checks)
@@ -372,24 +266,30 @@ def _describe(check: dict, control: str = VariantRole.STABLE, pooled: bool = Fal
             f"{rates['stable']:.2%} "
             f"(e-value {check['e_value']:.3g} >= {check['threshold']:.3g})"
         )
-    if name == "latency":
-        q = check["quantiles_ms"]
-        return (
-            f"candidate slower than {control} +{check['margin']:.0%}: p50 {q['candidate']['p50']:.2f} ms vs "
-            f"{q['stable']['p50']:.2f} ms (Mann-Whitney p={check['p_value']:.2g} < {check['threshold']})"
-        )
-    if name == "latency_tail":
-        return (
-            f"{check['statistic']:.1%} of candidate requests above {check['limit_ms']:.2f} ms "
-            f"(p={check['p_value']:.2g} < {check['threshold']})"
-        )
+    if name in ("latency", "latency_tail"):
+        return describe_latency(check, control)
     if name == "p99_slo":
         return f"candidate p99 over the SLO {check['threshold']:g} ms: {_p99_evidence(check)}"
     if name == "error_slo":
-        return f"candidate error rate {check['statistic']:.2%} over the SLO {check['threshold']:.2%}"
+        return f"candidate error rate {check['statistic']:.2%} over the SLO {check['threshold']:.2%}" + (
+            f" and above {control}'s (e-value {check['e_value_control']:.3g})"
+            if check.get("e_value_control") is not None
+            else ""
+        )
     if name == "psi":
         return f"prediction drift PSI {check['statistic']:.3f} over {check['threshold']}"
     return name
+
+
+def _outage_evidence(check: dict) -> str:
+    """ "the pool failed both arms in 3 of 41 ticks: 128 candidate attempts failed on the
+    stable too, the control had 127 errors"."""
+    text = f"the pool failed both arms in {check['ticks_set_aside']} of {check['ticks']} ticks"
+    if check.get("shared_failures"):
+        text += f": {check['shared_failures']:.0f} candidate attempts failed on the stable too"
+    if check.get("control_errors"):
+        text += f", {check['control_errors']:.0f} control errors in them"
+    return text + "; those ticks are no evidence against the candidate"
 
 
 def _p99_evidence(check: dict) -> str:

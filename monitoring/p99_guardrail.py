@@ -17,8 +17,10 @@ and counting that breach at several looks of a cumulative window adds no evidenc
   ceiling `slo_exceedance_share` (1 %), a product over ticks mixed over alternatives of 1.5
   to 40 times the ceiling (`eprocess.ceiling_steps`); valid however often it is looked at.
 * Evidence against the control (when one serves beside the candidate, i.e. not at a 100 %
-  step): the error-rate test's conditional e-process with "over the SLO" as the event, tick
-  by tick, so a slowdown of the whole pool (both arms slow) is not the candidate's fault.
+  step): window by window, a sign e-process on "the candidate's share over the SLO is more
+  than twice the control's" (`control_e_value`), so a slowdown of the whole pool (both arms
+  slow) is not the candidate's fault, and neither is a process whose tail is a little
+  heavier in some windows.
 * Sustained: the candidate was over the ceiling in at least `guardrail_failure_limit`
   disjoint windows (scrape ticks), so one burst in one tick cannot fail it alone.
 
@@ -36,11 +38,16 @@ import math
 import numpy as np
 
 from deployments.rollout_machine import Verdict
-from monitoring import eprocess
+from monitoring import eprocess, paired
 from monitoring.evidence import ArmWindow, JudgeConfig, make_check, progress
 from monitoring.statistics import histogram_quantile
 
 PASS, FAIL, INCONCLUSIVE = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE
+# alternatives of the pass-side e-process, as multiples of its null share (2 x the ceiling)
+PASS_RATIOS = (0.5, 0.25, 0.1, 0.02)
+# the candidate's share over the SLO must exceed the control's by this factor in a window to
+# count against it (two processes of one model on a busy host: 92 vs 154 ms p99)
+CONTROL_FACTOR = 2.0
 
 
 def over_slo(buckets: dict[float, float], slo_s: float) -> tuple[float, float, float | None]:
@@ -70,24 +77,22 @@ def windows_over(ticks: np.ndarray, ceiling: float) -> np.ndarray:
     return (ticks[:, 1] > ceiling * ticks[:, 0]).astype(int)
 
 
-def fail_path(candidate: np.ndarray, control: np.ndarray | None, compared, config: JudgeConfig) -> np.ndarray:
-    """Whether the guardrail fails at each tick, vectorised (what check_p99_slo decides
-    after each tick; for simulations). `candidate`, `control`: (ticks, 2) of (requests,
-    over the SLO); `compared`: per tick, whether a control served beside the candidate."""
-    threshold = 1.0 / config.guardrail_alpha
-    ceiling = config.slo_exceedance_share
-    e_slo = eprocess.e_path(eprocess.ceiling_steps(candidate, ceiling, config.slo_exceedance_ratios))
-    against_control = (
-        eprocess.e_path(eprocess.conditional_steps(control, candidate, config.odds_ratios)) >= threshold
-        if control is not None
-        else np.zeros(len(candidate), dtype=bool)
-    )
-    return (
-        (np.cumsum(candidate[:, 0]) >= config.min_guardrail_requests)
-        & (e_slo >= threshold)
-        & (np.cumsum(windows_over(candidate, ceiling)) >= config.guardrail_failure_limit)
-        & (~np.asarray(compared, dtype=bool) | against_control)
-    )
+def control_e_value(control: ArmWindow, candidate: ArmWindow, slo_s: float, config: JudgeConfig) -> tuple[float, int]:
+    """(e-value, windows compared) of "the candidate's share over the SLO is more than
+    `CONTROL_FACTOR` x the control's", window by window (monitoring/paired.py's windows and
+    sign e-process): per window Z = 1 when it is; windows where neither arm had a request over
+    the SLO carry no vote. A per-request comparison (the conditional e-process) found the
+    difference between two processes of one model on a busy host within seconds at 2,000
+    req/s; a window is one vote, so only a candidate heavier-tailed window after window fails."""
+    votes = []
+    for k, c in paired.windows(control, candidate, config.min_window_samples):
+        n_k, o_k, _ = over_slo(k, slo_s)
+        n_c, o_c, _ = over_slo(c, slo_s)
+        if o_k == 0 and o_c == 0:
+            continue
+        votes.append(1.0 if o_c * n_k > CONTROL_FACTOR * o_k * n_c else 0.0)
+    steps = eprocess.ceiling_steps(np.c_[np.ones(len(votes)), votes], 0.5, paired.SIGN_RATIOS)
+    return eprocess.e_value(steps), len(votes)
 
 
 def check_p99_slo(
@@ -101,15 +106,24 @@ def check_p99_slo(
     cand = exceedance_ticks(candidate, slo_s)
     n, over = float(cand[:, 0].sum()), float(cand[:, 1].sum())
     p99 = histogram_quantile(0.99, candidate.latency_buckets)
+    ctrl = exceedance_ticks(control, slo_s)
+    control_share = float(ctrl[:, 1].sum() / ctrl[:, 0].sum()) if len(ctrl) and ctrl[:, 0].sum() else None
+    if not compare and control_share is not None and ctrl[:, 0].sum() >= config.min_guardrail_requests:
+        ceiling = min(max(ceiling, CONTROL_FACTOR * control_share), 0.5)  # the pool's own level at 100 %
     e_slo = eprocess.e_value(eprocess.ceiling_steps(cand, ceiling, config.slo_exceedance_ratios))
+    e_within = eprocess.e_value(eprocess.ceiling_steps(cand, min(2 * ceiling, 0.5), PASS_RATIOS))
     sustained = int(windows_over(cand, ceiling).sum())
-    e_control, control_share = None, None
+    e_control, control_windows = None, None
     if compare:
-        ctrl = exceedance_ticks(control, slo_s)
-        pair = (ctrl, cand) if len(ctrl) == len(cand) else (ctrl.sum(0, keepdims=True), cand.sum(0, keepdims=True))
-        e_control = eprocess.e_value(eprocess.conditional_steps(*pair, config.odds_ratios))
-        control_share = float(ctrl[:, 1].sum() / ctrl[:, 0].sum()) if ctrl[:, 0].sum() else None
+        e_control, control_windows = control_e_value(control, candidate, slo_s, config)
     share = over / n if n else None
+    host_tail = (
+        compare
+        and control_share is not None
+        and control_share > ceiling
+        and share is not None
+        and share <= 1.5 * control_share
+    )
     counted_from = over_slo(candidate.latency_buckets, slo_s)[2]
     evidence = (
         e_slo >= threshold
@@ -121,7 +135,7 @@ def check_p99_slo(
     elif evidence:
         outcome = FAIL
     else:
-        outcome = PASS if share <= ceiling else INCONCLUSIVE
+        outcome = PASS if (e_within >= 1.0 / config.alpha or host_tail) else INCONCLUSIVE
     return make_check(
         "p99_slo",
         "guardrail",
@@ -133,9 +147,12 @@ def check_p99_slo(
         over={"candidate": over},
         share_over={"candidate": share, "control": control_share},
         allowed_share=ceiling,
+        e_value_within=e_within,
+        host_tail=bool(host_tail),
         counted_over_ms=None if counted_from is None else counted_from * 1000,
         e_value=e_slo,
         e_value_control=e_control,
+        control_windows=control_windows,
         e_threshold=threshold,
         windows_over=sustained,
         windows=len(cand),

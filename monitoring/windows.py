@@ -20,6 +20,7 @@ from monitoring.statistics import SCORE_BINS
 
 # What the judge reads of a variant's samples (the store's query filters on these).
 TICK_METRICS = ("requests", "errors")
+SHARED_METRIC = "shared_failures"  # collect._failovers_counted: failed on the variant and on the stable
 LLM_TICK_METRICS = ("llm_requests", "llm_errors")  # LLM endpoints' requests and errors (gateway_llm_requests)
 BUCKET_PREFIXES = ("latency_bucket:", "score_bin:", "ttft_bucket:", "itl_bucket:")
 # histogram metric prefix -> the ArmWindow fields it fills (window totals, per tick)
@@ -31,7 +32,12 @@ HISTOGRAMS = {
 
 
 def wanted(metric: str) -> bool:
-    return metric in TICK_METRICS or metric in LLM_TICK_METRICS or metric.startswith(BUCKET_PREFIXES)
+    return (
+        metric in TICK_METRICS
+        or metric == SHARED_METRIC
+        or metric in LLM_TICK_METRICS
+        or metric.startswith(BUCKET_PREFIXES)
+    )
 
 
 def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: list[str]) -> dict[str, ArmWindow]:
@@ -41,11 +47,14 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
     buckets = {h: {v: {} for v in variants} for h in HISTOGRAMS}
     buckets_at = {h: {v: defaultdict(dict) for v in variants} for h in HISTOGRAMS}
     scores: dict[str, list[float]] = {v: [] for v in variants}
+    shared: dict[datetime, dict[str, float]] = defaultdict(lambda: dict.fromkeys(variants, 0.0))
     for variant, metric, time, value in rows:
         if variant not in scores:
             continue
         if metric in TICK_METRICS:
             per_tick[time][variant][0 if metric == "requests" else 1] += value
+        elif metric == SHARED_METRIC:
+            shared[time][variant] += value
         elif metric in LLM_TICK_METRICS:
             llm_tick[time][variant][0 if metric == "llm_requests" else 1] += value
         elif metric.startswith("score_bin:"):
@@ -62,7 +71,7 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
                 at = buckets_at[prefix][variant][time]
                 at[le] = at.get(le, 0.0) + value
     # a histogram tick without request counts is a tick of its own (per_tick fills it with zeros)
-    times = sorted(set(per_tick).union(llm_tick, *(buckets_at[h][v] for h in HISTOGRAMS for v in variants)))
+    times = sorted(set(per_tick).union(llm_tick, shared, *(buckets_at[h][v] for h in HISTOGRAMS for v in variants)))
 
     has_llm = bool(llm_tick)
 
@@ -81,6 +90,7 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
             ttft_ticks=per_time("ttft_bucket", v),
             itl_buckets=buckets["itl_bucket"][v],
             itl_ticks=per_time("itl_bucket", v),
+            shared_failures=[shared[t][v] if t in shared else 0.0 for t in times] if shared else [],
         )
         for v in variants
     }

@@ -70,7 +70,8 @@ class GatewayCounters:
     latency: dict = field(default_factory=lambda: {v: np.zeros(len(BUCKETS) + 1) for v in VARIANTS})
     latency_sum: dict = field(default_factory=lambda: defaultdict(float))
     scores: dict = field(default_factory=lambda: {v: np.zeros(len(SCORE_BUCKETS) + 1) for v in VARIANTS})
-    failovers: dict = field(default_factory=lambda: defaultdict(float))  # from_variant -> n
+    failovers: dict = field(default_factory=lambda: defaultdict(float))  # (from_variant, reason) -> n
+    failovers_failed: dict = field(default_factory=lambda: defaultdict(float))  # (from_variant, reason) -> n
 
     def answered(self, variant: str, latencies_s: np.ndarray, statuses: np.ndarray) -> None:
         """Requests the gateway answered under `variant` (the one that served, or the last one
@@ -89,8 +90,13 @@ class GatewayCounters:
             fault = "backend" if status >= 500 or status == 0 else "none"
             self.requests[(variant, str(status if status else 502), fault)] += count
 
-    def failed_over(self, variant: str, count: int) -> None:
-        self.failovers[variant] += count
+    def failed_over(self, variant: str, count: int, reason: str = "5xx", retry_failed: int = 0) -> None:
+        """`count` attempts of `variant` failed over for `reason` ("timeout" or "5xx"); of
+        them `retry_failed` failed on the stable too (gateway_failovers_failed)."""
+        if count:
+            self.failovers[(variant, reason)] += count
+        if retry_failed:
+            self.failovers_failed[(variant, reason)] += retry_failed
 
     def scored(self, variant: str, scores: np.ndarray) -> None:
         scores = scores[~np.isnan(scores)]
@@ -118,9 +124,12 @@ class GatewayCounters:
                     )
         for variant, total in self.latency_sum.items():
             out.append((f"{NAMES.name(NAMES.latency)}_sum", {"endpoint": ENDPOINT, "variant": variant}, total))
-        for variant, value in self.failovers.items():
-            labels = {"endpoint": ENDPOINT, "from_variant": variant, "to_variant": STABLE, "reason": "5xx"}
+        for (variant, reason), value in self.failovers.items():
+            labels = {"endpoint": ENDPOINT, "from_variant": variant, "to_variant": STABLE, "reason": reason}
             out.append((NAMES.name(NAMES.failovers), labels, value))
+        for (variant, reason), value in self.failovers_failed.items():
+            labels = {"endpoint": ENDPOINT, "from_variant": variant, "reason": reason}
+            out.append((NAMES.name(NAMES.failovers_failed), labels, value))
         return out
 
 
@@ -150,6 +159,7 @@ class Window:
             if tick.llm_ticks or tick.ttft_buckets or tick.itl_buckets:
                 raise ValueError("LLM series: the benchmark replays tensor endpoints only")
             arm.ticks.extend(tick.ticks)
+            arm.shared_failures.extend(tick.shared_failures or [0.0] * len(tick.ticks))
             arm.latency_ticks.extend(tick.latency_ticks)
             for le, n in tick.latency_buckets.items():
                 arm.latency_buckets[le] = arm.latency_buckets.get(le, 0.0) + n

@@ -96,10 +96,14 @@ class Traffic:
             if variant == STABLE:  # one replica: nothing to retry on
                 counters.answered(STABLE, latency[failed], np.full(moved, 503))
                 continue
-            counters.failed_over(variant, moved)
+            slow = int((failed & timed_out).sum())
             if outage:  # the stable fails too: the gateway's 503 under the stable
+                counters.failed_over(variant, moved - slow, "5xx", retry_failed=moved - slow)
+                counters.failed_over(variant, slow, "timeout", retry_failed=slow)
                 counters.answered(STABLE, np.full(moved, 2 * OUTAGE_LATENCY_S), np.full(moved, 503))
                 continue
+            counters.failed_over(variant, moved - slow, "5xx")
+            counters.failed_over(variant, slow, "timeout")
             recorded_failover = trace.failover[rows][failed]
             retry = trace.draw(rng, self.arm_of[STABLE], np.full(moved, recorded))
             total = np.where(recorded_failover, latency[failed], attempt[failed] + trace.latency_s[retry])

@@ -99,7 +99,12 @@ class EndpointUpdateSerializer(serializers.Serializer):
     ttft_slo_ms = serializers.FloatField(required=False, help_text="LLM endpoints: time-to-first-token p99 SLO.")
     itl_slo_ms = serializers.FloatField(required=False, help_text="LLM endpoints: inter-token latency p99 SLO.")
     psi_threshold = serializers.FloatField(required=False)
-    latency_margin = serializers.FloatField(required=False)
+    latency_margin = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="Candidate latency may exceed the control's by this fraction; null: derived from the p99 SLO's "
+        "headroom over the control's p99 (half of it, 10-30 %).",
+    )
     on_inconclusive = serializers.ChoiceField(
         choices=ON_INCONCLUSIVE_CHOICES,
         required=False,

@@ -55,7 +55,9 @@ class EndpointForm(forms.Form):
     )
     psi_threshold = forms.FloatField(label="PSI threshold", help_text="Prediction drift guardrail.")
     latency_margin = forms.FloatField(
-        help_text="The candidate's latency may exceed the stable's by this fraction (0.2 = 20 %)."
+        required=False,
+        help_text="The candidate's latency may exceed the control's by this fraction (0.2 = 20 %); "
+        "empty: derived from the p99 SLO's headroom (10-30 %).",
     )
     on_inconclusive = forms.ChoiceField(label="If a step stays inconclusive", choices=ON_INCONCLUSIVE_CHOICES)
     timeout_ms = forms.IntegerField(label="Timeout (ms)", help_text="A request's whole time at the gateway.")

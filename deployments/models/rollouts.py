@@ -85,9 +85,15 @@ class Endpoint(models.Model):
     slo_p99_ms = models.FloatField(default=50.0, help_text="Candidate p99 above this fails the guardrail.")
     slo_error_rate = models.FloatField(default=0.01, help_text="Candidate error rate above this fails the guardrail.")
     psi_threshold = models.FloatField(default=0.25, help_text="Prediction-score PSI (candidate vs stable) guardrail.")
-    # Practical significance of a latency difference: the arm with less traffic runs slower on
-    # shared CPUs even when healthy (docs/monitoring.md, "Why these defaults").
-    latency_margin = models.FloatField(default=0.2, help_text="Candidate latency may exceed stable's by this fraction.")
+    # Practical significance of a latency difference; None (the default): derived from the p99
+    # SLO's headroom over the control's own p99, 10-30 % (monitoring/paired.py margin_for;
+    # docs/rollouts.md, "Latency margin").
+    latency_margin = models.FloatField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="Candidate latency may exceed the control's by this fraction; empty: derived from the SLO's headroom.",
+    )
     sticky_header = models.CharField(max_length=100, default="X-User-Id")
     timeout_ms = models.PositiveIntegerField(default=1000)
     # Closed by default: the gateway lets through only the team's inference keys scoped to
