@@ -22,7 +22,9 @@ and counting that breach at several looks of a cumulative window adds no evidenc
   slow) is not the candidate's fault, and neither is a process whose tail is a little
   heavier in some windows.
 * Sustained: the candidate was over the ceiling in at least `guardrail_failure_limit`
-  disjoint windows (scrape ticks), so one burst in one tick cannot fail it alone.
+  disjoint windows (scrape ticks), so one burst in one tick cannot fail it alone; and at
+  100 %, where no control serves at the same moments to tell the host's load spikes from
+  the candidate, over it in most windows of 3 / ceiling requests (`majority_e_value`).
 
 Fail needs all of these (each at `guardrail_alpha`) and `min_guardrail_requests`: under
 either null ("at most 1 % over the SLO" or "no worse than the control") the chance of ever
@@ -95,6 +97,22 @@ def control_e_value(control: ArmWindow, candidate: ArmWindow, slo_s: float, conf
     return eprocess.e_value(steps), len(votes)
 
 
+def majority_e_value(ticks: np.ndarray, ceiling: float) -> float:
+    """At 100 % (no control at the same moments): a sign e-process on "this window's share over
+    the SLO is over the ceiling", over consecutive ticks joined to at least 3 / ceiling
+    requests (300 at 1 %: three expected over the SLO, so a window's share is an estimate). A
+    load spike of the host puts a few windows over; a candidate over its SLO puts most of
+    them over, window after window."""
+    need, votes, n, x = math.ceil(3 / ceiling), [], 0.0, 0.0
+    for requests, over in ticks:
+        n, x = n + requests, x + over
+        if n >= need:
+            votes.append(1.0 if x > ceiling * n else 0.0)
+            n, x = 0.0, 0.0
+    steps = eprocess.ceiling_steps(np.c_[np.ones(len(votes)), votes], 0.5, paired.SIGN_RATIOS)
+    return eprocess.e_value(steps)
+
+
 def check_p99_slo(
     control: ArmWindow, candidate: ArmWindow, config: JudgeConfig, *, compare: bool = True, seconds=None
 ) -> dict:
@@ -125,9 +143,11 @@ def check_p99_slo(
         and share <= 1.5 * control_share
     )
     counted_from = over_slo(candidate.latency_buckets, slo_s)[2]
+    e_majority = None if compare else majority_e_value(cand, ceiling)
     evidence = (
         e_slo >= threshold
         and (e_control is None or e_control >= threshold)
+        and (e_majority is None or e_majority >= threshold)
         and sustained >= config.guardrail_failure_limit
     )
     if n < config.min_guardrail_requests:
@@ -155,6 +175,7 @@ def check_p99_slo(
         control_windows=control_windows,
         e_threshold=threshold,
         windows_over=sustained,
+        e_value_majority=e_majority,
         windows=len(cand),
         failure_limit=config.guardrail_failure_limit,
         min_samples=config.min_guardrail_requests,

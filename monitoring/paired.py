@@ -26,7 +26,11 @@ slower than the control x (1 + margin)", with both arms' per-window noise exchan
 looking (Ville). Fail at e >= 1/`latency_alpha` (100); pass when the mirror e-process (W = 1
 when the candidate is under the bound; null: the candidate IS that much slower) reaches
 1/`alpha` (20: passing a candidate that is that much slower is the lesser error) after
-`min_latency_windows` windows. What it cannot tell apart: a candidate process that is slower for its host
+`min_latency_windows` windows. A window's p90 from 20 requests is too noisy for that mirror
+test to conclude at low traffic (an A/A pair at 2 req/s was over the bound in 38 % of its
+windows), so the tail also passes after twice the minimum windows when its evidence leans
+the other way (e-value < 1): the p99 SLO guardrail, which needs evidence to pass, holds
+the far tail. What it cannot tell apart: a candidate process that is slower for its host
 for the whole step (one replica on a busy core, the control on a quiet one) from a slower
 model; the margin is the allowance for that (docs/rollouts.md, "Latency margin").
 """
@@ -128,7 +132,10 @@ def check_latency(
         e_slower, e_within, over = sign_e_values(pairs, q, margin, floor_s)
         if e_slower >= threshold:
             outcome = FAIL
-        elif e_within >= 1.0 / config.alpha and len(pairs) >= config.min_latency_windows:
+        elif len(pairs) >= config.min_latency_windows and (
+            e_within >= 1.0 / config.alpha
+            or (name == "latency_tail" and len(pairs) >= 2 * config.min_latency_windows and e_slower < 1.0)
+        ):
             outcome = PASS
         else:
             outcome = INCONCLUSIVE
