@@ -4,10 +4,13 @@ before it starts (issue 12 item 5), and step shares that fit the traffic (item 6
 Pure: `forecast(rate_rps, plan…, config)` walks the plan step by step with the judge's
 sample minimums. What each check needs, and where it counts from:
   error_rate   `min_requests` candidate requests, anchored (from the first step on)
-  guardrails   `min_guardrail_requests` candidate requests (p99, error SLO), anchored
+  guardrails   `min_guardrail_requests` candidate requests (error SLO), anchored; the p99
+               guardrail's pass needs evidence, ~180 requests with none over the SLO
+               (monitoring/p99_guardrail.py `pass_requests`)
   psi          `min_score_samples` scores from each arm, anchored (the candidate and the
                baseline are sampled at 1.0, the stable at the candidate's weight / its own)
-  latency      `min_latency_samples` from each arm within the step (a constant split);
+  latency      `min_latency_samples` from each arm within the step (a constant split; the
+               comparison's windows of `min_window_samples`, monitoring/paired.py);
                skipped at a step with nothing beside the candidate
   step floor   the plan's `step_min_seconds` and `step_min_requests`
 The expected time of a step is the longest of these; a step that cannot conclude before
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from deployments.rollout_machine import DEFAULT_PLAN, FULL_BP, baseline_share
 from monitoring.evidence import JudgeConfig
+from monitoring.p99_guardrail import pass_requests
 
 LADDER = (500, 1000, 2500, 5000)
 # A 2.5 %-failing candidate at 20 req/s errs every 2 s: two errors (what the e-process
@@ -55,6 +59,7 @@ def forecast(
             "warnings": ["no traffic observed on this endpoint: no check can conclude until requests arrive"],
         }
     steps, warnings, elapsed = [], [], 0.0
+    guardrail_need = max(config.min_guardrail_requests, pass_requests(config) if config.slo_p99_ms else 0)
     have = {"requests": 0.0, "scores_candidate": 0.0, "scores_control": 0.0}
     for index, weight in enumerate(steps_bp):
         base_bp = baseline_share(weight) if baseline else 0
@@ -67,8 +72,8 @@ def forecast(
         checks = {
             "error_rate": (config.min_requests, _time(config.min_requests, have["requests"], c_rps), "requests"),
             "guardrails": (
-                config.min_guardrail_requests,
-                _time(config.min_guardrail_requests, have["requests"], c_rps),
+                guardrail_need,
+                _time(guardrail_need, have["requests"], c_rps),
                 "requests",
             ),
             "psi": (

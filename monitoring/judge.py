@@ -225,7 +225,7 @@ def _decision(checks: list[dict], control: str, pooled: bool) -> Decision:
     else inconclusive (the reason says what each waits for)."""
     shared = next((c for c in checks if c["name"] == "shared_outage"), None)
     if shared is not None and shared["outcome"] == INCONCLUSIVE:
-        return Decision(INCONCLUSIVE, "shared outage: not judged (" + _outage_evidence(shared) + ")", checks)
+        return Decision(INCONCLUSIVE, f"{outages.NOT_JUDGED} ({_outage_evidence(shared)})", checks)
     failed = [c for c in checks if c["outcome"] == FAIL]
     if failed:
         return Decision(FAIL, "; ".join(_describe(c, control, pooled=pooled) for c in failed), checks)

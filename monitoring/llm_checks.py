@@ -23,11 +23,10 @@ guardrails (each needs `min_guardrail_requests` first)
 
 statistical comparisons (candidate vs control, as a ranker's)
   * error_rate the always-valid conditional e-process on the LLM requests' errors.
-  * ttft       Mann-Whitney U on TTFT samples rebuilt from the bucket counts, against the
-               control x (1 + latency_margin) + `ttft_floor_ms` (50 ms), within the current
-               step (judge.check_latency);
-  * ttft_tail  the share of the candidate's first tokens above the control's TTFT p95 x
-               (1 + margin) + the floor vs 5 % (binomial);
+  * ttft       the per-window comparison of the TTFT p50 (monitoring/paired.py: a sign
+               e-process, both arms in the same windows) against the control x (1 +
+               latency_margin) + `ttft_floor_ms` (50 ms), within the current step;
+  * ttft_tail  the same on each window's p90;
   * itl, itl_tail  the same on inter-token gaps, with `itl_floor_ms` (5 ms).
 The floors are the practical significance a relative margin alone lacks at these scales:
 through the real gateway on this CPU a healthy candidate's token gaps were 1.5 ms against
@@ -35,16 +34,17 @@ the stable's 0.4 ms (scheduling noise, +275 %), which a 20 % margin called a reg
 At a step where the candidate takes every request there is no control: the comparisons
 are skipped and the SLO guardrails hold the candidate alone, as for rankers.
 
-The checks keep the tensor checks' evidence (samples, quantiles, p-/e-values, progress)
+The checks keep the tensor checks' evidence (samples, quantiles, e-values, progress)
 under their own names, so a verdict says "ttft" failed and its reason names the numbers:
-"TTFT slower than baseline +20% +50 ms: p99 812 ms vs 96 ms, p50 640 ms vs 41 ms (Mann-Whitney
-p=1e-40 < 0.001)".
+"TTFT slower than baseline +20% +50 ms at p50 in 12 of 12 windows (p50 640.00 ms vs 41.00 ms;
+e-value 571 >= 100)".
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from monitoring import paired
 from monitoring.evidence import ArmWindow, JudgeConfig, make_check
 from monitoring.guardrails import check_guardrails
 from monitoring.p99_guardrail import check_p99_slo
@@ -143,18 +143,8 @@ def describe_llm(check: dict, control: str, p99_evidence) -> str | None:
     if name not in LLM_CHECKS:
         return None
     label = LLM_HISTOGRAMS[check["metric"]]
-    if name in LLM_HISTOGRAMS:
-        q = check["quantiles_ms"]
-        return (
-            f"{label} slower than {control} +{check['margin']:.0%} +{check['floor_ms']:g} ms: p99 {q['candidate']['p99']:.1f} ms vs "
-            f"{q['stable']['p99']:.1f} ms, p50 {q['candidate']['p50']:.1f} ms vs {q['stable']['p50']:.1f} ms "
-            f"(Mann-Whitney p={check['p_value']:.2g} < {check['threshold']})"
-        )
-    if name.endswith("_tail"):
-        return (
-            f"{check['statistic']:.1%} of candidate {label} above {check['limit_ms']:.1f} ms ({control} p95 +margin; "
-            f"p={check['p_value']:.2g} < {check['threshold']})"
-        )
+    if name in LLM_HISTOGRAMS or name.endswith("_tail"):
+        return paired.describe(check, control, label)
     p99 = check.get("statistic")
     return (
         f"candidate {label} p99 {'?' if p99 is None else f'{p99:.1f}'} ms over the SLO {check['threshold']:g} ms: "

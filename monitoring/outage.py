@@ -23,6 +23,8 @@ import numpy as np
 
 from monitoring.evidence import ArmWindow, JudgeConfig
 
+NOT_JUDGED = "shared outage: not judged"  # how a verdict held by one starts (services match it)
+
 
 def _pairs(ticks) -> np.ndarray:
     return np.asarray(ticks, dtype=float).reshape(-1, 2)

@@ -18,13 +18,13 @@ and counting that breach at several looks of a cumulative window adds no evidenc
   to 40 times the ceiling (`eprocess.ceiling_steps`); valid however often it is looked at.
 * Evidence against the control (when one serves beside the candidate, i.e. not at a 100 %
   step): window by window, a sign e-process on "the candidate's share over the SLO is more
-  than twice the control's" (`control_e_value`), so a slowdown of the whole pool (both arms
+  than twice the control's" (`control_votes`), so a slowdown of the whole pool (both arms
   slow) is not the candidate's fault, and neither is a process whose tail is a little
   heavier in some windows.
 * Sustained: the candidate was over the ceiling in at least `guardrail_failure_limit`
   disjoint windows (scrape ticks), so one burst in one tick cannot fail it alone; and at
   100 %, where no control serves at the same moments to tell the host's load spikes from
-  the candidate, over it in most windows of 3 / ceiling requests (`majority_e_value`).
+  the candidate, over it in most windows of 1 / ceiling requests (`majority_votes`).
 
 Fail needs all of these (each at `guardrail_alpha`) and `min_guardrail_requests`: under
 either null ("at most 1 % over the SLO" or "no worse than the control") the chance of ever
@@ -79,38 +79,100 @@ def windows_over(ticks: np.ndarray, ceiling: float) -> np.ndarray:
     return (ticks[:, 1] > ceiling * ticks[:, 0]).astype(int)
 
 
-def control_e_value(control: ArmWindow, candidate: ArmWindow, slo_s: float, config: JudgeConfig) -> tuple[float, int]:
-    """(e-value, windows compared) of "the candidate's share over the SLO is more than
-    `CONTROL_FACTOR` x the control's", window by window (monitoring/paired.py's windows and
-    sign e-process): per window Z = 1 when it is; windows where neither arm had a request over
-    the SLO carry no vote. A per-request comparison (the conditional e-process) found the
-    difference between two processes of one model on a busy host within seconds at 2,000
-    req/s; a window is one vote, so only a candidate heavier-tailed window after window fails."""
-    votes = []
-    for k, c in paired.windows(control, candidate, config.min_window_samples):
-        n_k, o_k, _ = over_slo(k, slo_s)
-        n_c, o_c, _ = over_slo(c, slo_s)
-        if o_k == 0 and o_c == 0:
-            continue
-        votes.append(1.0 if o_c * n_k > CONTROL_FACTOR * o_k * n_c else 0.0)
-    steps = eprocess.ceiling_steps(np.c_[np.ones(len(votes)), votes], 0.5, paired.SIGN_RATIOS)
-    return eprocess.e_value(steps), len(votes)
+def control_votes(control: np.ndarray, candidate: np.ndarray, min_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the tick each vote closed at, the votes) of "the candidate's share over the SLO is
+    more than `CONTROL_FACTOR` x the control's", window by window: `control`, `candidate`
+    (ticks, 2) of (requests, over the SLO), ticks joined until both arms have `min_samples`
+    requests (monitoring/paired.py's windows); a window where neither arm had a request over
+    the SLO carries no vote. Unaligned arms are one window of their totals.
+
+    Why windows: a per-request comparison (the conditional e-process) found the difference
+    between two processes of one model on a busy host within seconds at 2,000 req/s; a
+    window is one vote, so only a candidate heavier-tailed window after window fails."""
+    if len(control) != len(candidate):
+        control, candidate = control.sum(0, keepdims=True), candidate.sum(0, keepdims=True)
+    at, votes = [], []
+    acc = np.zeros(4)
+    for t, ((n_k, o_k), (n_c, o_c)) in enumerate(zip(control, candidate)):
+        acc += (n_k, o_k, n_c, o_c)
+        if acc[0] >= min_samples and acc[2] >= min_samples:
+            if acc[1] or acc[3]:
+                at.append(t)
+                votes.append(1.0 if acc[3] * acc[0] > CONTROL_FACTOR * acc[1] * acc[2] else 0.0)
+            acc[:] = 0.0
+    return np.asarray(at, dtype=int), np.asarray(votes)
 
 
-def majority_e_value(ticks: np.ndarray, ceiling: float) -> float:
-    """At 100 % (no control at the same moments): a sign e-process on "this window's share over
-    the SLO is over the ceiling", over consecutive ticks joined to at least 3 / ceiling
-    requests (300 at 1 %: three expected over the SLO, so a window's share is an estimate). A
-    load spike of the host puts a few windows over; a candidate over its SLO puts most of
-    them over, window after window."""
-    need, votes, n, x = math.ceil(3 / ceiling), [], 0.0, 0.0
-    for requests, over in ticks:
+def majority_votes(ticks: np.ndarray, ceiling: float) -> tuple[np.ndarray, np.ndarray]:
+    """At 100 % (no control at the same moments): (closing ticks, votes) of "this window's
+    share over the SLO is over the ceiling", ticks joined to at least 1 / ceiling requests
+    (100 at 1 %: at the ceiling a window is over it less than half the time, the binomial's
+    median being at most its mean rounded up). A load spike of the host puts a few windows
+    over; a candidate over its SLO puts most of them over, window after window."""
+    need, at, votes, n, x = math.ceil(1 / ceiling), [], [], 0.0, 0.0
+    for t, (requests, over) in enumerate(ticks):
         n, x = n + requests, x + over
         if n >= need:
+            at.append(t)
             votes.append(1.0 if x > ceiling * n else 0.0)
             n, x = 0.0, 0.0
-    steps = eprocess.ceiling_steps(np.c_[np.ones(len(votes)), votes], 0.5, paired.SIGN_RATIOS)
-    return eprocess.e_value(steps)
+    return np.asarray(at, dtype=int), np.asarray(votes)
+
+
+def sign_e_path(at: np.ndarray, votes: np.ndarray, ticks: int) -> np.ndarray:
+    """The sign e-process (monitoring/paired.py) after each tick: 1 before the first vote."""
+    out = np.ones(ticks)
+    if len(votes):
+        path = eprocess.e_path(eprocess.ceiling_steps(np.c_[np.ones(len(votes)), votes], 0.5, paired.SIGN_RATIOS))
+        index = np.searchsorted(at, np.arange(ticks), side="right") - 1
+        out = np.where(index >= 0, path[np.maximum(index, 0)], 1.0)
+    return out
+
+
+def ceiling_for(ceiling: float, control: np.ndarray, compare: bool, config: JudgeConfig) -> float:
+    """The ceiling the candidate's share is held to: the SLO's (1 %), or at 100 % (nothing
+    beside the candidate) the share over the SLO its control had during the rollout times
+    `CONTROL_FACTOR` when that is higher: the pool's own level."""
+    n = control[:, 0].sum() if len(control) else 0.0
+    if compare or n < config.min_guardrail_requests:
+        return ceiling
+    return min(max(ceiling, CONTROL_FACTOR * float(control[:, 1].sum() / n)), 0.5)
+
+
+def fail_path(candidate: np.ndarray, control: np.ndarray, compared, config: JudgeConfig) -> np.ndarray:
+    """Whether the guardrail fails at each tick (what check_p99_slo decides after each tick,
+    for simulations): `candidate`, `control` (ticks, 2) of (requests, over the SLO) aligned;
+    `compared`: per tick, whether a control served beside the candidate."""
+    compared = np.asarray(compared, dtype=bool)
+    ticks, threshold = len(candidate), 1.0 / config.guardrail_alpha
+    enough = np.cumsum(candidate[:, 0]) >= config.min_guardrail_requests
+    out = np.zeros(ticks, dtype=bool)
+    e_control = sign_e_path(*control_votes(control, candidate, config.min_window_samples), ticks)
+    # the control's history up to each tick decides the ceiling at 100 %: one path per ceiling
+    seen, over = np.cumsum(control[:, 0]), np.cumsum(control[:, 1])
+    pool_level = np.minimum(np.maximum(config.slo_exceedance_share, CONTROL_FACTOR * over / np.maximum(seen, 1)), 0.5)
+    ceilings = np.where(
+        compared | (seen < config.min_guardrail_requests), config.slo_exceedance_share, pool_level
+    )  # ceiling_for, after each tick
+    for ceiling in np.unique(ceilings):
+        use = ceilings == ceiling
+        e_slo = eprocess.e_path(eprocess.ceiling_steps(candidate, ceiling, config.slo_exceedance_ratios))
+        sustained = np.cumsum(windows_over(candidate, ceiling)) >= config.guardrail_failure_limit
+        majority = sign_e_path(*majority_votes(candidate, ceiling), ticks) >= threshold
+        side = np.where(compared, e_control >= threshold, majority)
+        out |= use & enough & (e_slo >= threshold) & sustained & side
+    return out
+
+
+def pass_requests(config: JudgeConfig) -> int:
+    """The fewest candidate requests with which the guardrail can pass (none of them over the
+    SLO): where its pass-side e-process reaches 1/alpha (the forecast's need)."""
+    null = min(2 * config.slo_exceedance_share, 0.5)
+    per_request = np.log([(1 - min(r * null, 0.999)) / (1 - null) for r in PASS_RATIOS])
+    n = config.min_guardrail_requests
+    while np.mean(np.exp(n * per_request)) < 1.0 / config.alpha and n < 1_000_000:
+        n += 10
+    return n
 
 
 def check_p99_slo(
@@ -126,14 +188,14 @@ def check_p99_slo(
     p99 = histogram_quantile(0.99, candidate.latency_buckets)
     ctrl = exceedance_ticks(control, slo_s)
     control_share = float(ctrl[:, 1].sum() / ctrl[:, 0].sum()) if len(ctrl) and ctrl[:, 0].sum() else None
-    if not compare and control_share is not None and ctrl[:, 0].sum() >= config.min_guardrail_requests:
-        ceiling = min(max(ceiling, CONTROL_FACTOR * control_share), 0.5)  # the pool's own level at 100 %
+    ceiling = ceiling_for(ceiling, ctrl, compare, config)
     e_slo = eprocess.e_value(eprocess.ceiling_steps(cand, ceiling, config.slo_exceedance_ratios))
     e_within = eprocess.e_value(eprocess.ceiling_steps(cand, min(2 * ceiling, 0.5), PASS_RATIOS))
     sustained = int(windows_over(cand, ceiling).sum())
     e_control, control_windows = None, None
     if compare:
-        e_control, control_windows = control_e_value(control, candidate, slo_s, config)
+        at, votes = control_votes(ctrl, cand, config.min_window_samples)
+        e_control, control_windows = float(sign_e_path(at, votes, max(len(cand), 1))[-1]), len(votes)
     share = over / n if n else None
     host_tail = (
         compare
@@ -143,7 +205,7 @@ def check_p99_slo(
         and share <= 1.5 * control_share
     )
     counted_from = over_slo(candidate.latency_buckets, slo_s)[2]
-    e_majority = None if compare else majority_e_value(cand, ceiling)
+    e_majority = None if compare else float(sign_e_path(*majority_votes(cand, ceiling), max(len(cand), 1))[-1])
     evidence = (
         e_slo >= threshold
         and (e_control is None or e_control >= threshold)

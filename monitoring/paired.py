@@ -169,7 +169,7 @@ def check_latency(
 def describe(check: dict, control: str, label: str = "candidate") -> str:
     """A failed comparison in a sentence."""
     q = check["quantiles_ms"]
-    which = "p50" if check["name"].endswith(("latency", "ttft", "itl")) and check.get("quantile") == 0.5 else "p99"
+    which = "p50" if check.get("quantile") == 0.5 else "p95"
     floor = f" +{check['floor_ms']:g} ms" if check.get("floor_ms") else ""
     cand, ctrl = q["candidate"].get(which), q["stable"].get(which)
     figures = f"{which} {cand:.2f} ms vs {ctrl:.2f} ms" if cand is not None and ctrl is not None else ""

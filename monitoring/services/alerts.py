@@ -256,3 +256,21 @@ def alert_resolve(*, user, alert: Alert, note: str = "") -> Alert:
             reason=note,
         )
     return alert
+
+
+def shared_outage_alert(*, endpoint, reason: str, rollout_id: int | None = None, evidence: dict | None = None) -> bool:
+    """A warning naming the pool that served both arms while it failed them both: the
+    candidate is not judged on those moments (monitoring/outage.py), someone should look at
+    the pool. Deduplicated per rollout (or endpoint) while open; returns whether it was
+    notified."""
+    pool = endpoint.pool.name
+    _, notified = alert_raise(
+        kind="shared_outage",
+        severity=Severity.WARNING,
+        reason=f"{endpoint.name}: pool {pool} failed both arms — {reason}",
+        endpoint=endpoint.name,
+        rollout_id=rollout_id,
+        team=endpoint.team,
+        evidence={"pool": pool, **(evidence or {})},
+    )
+    return notified

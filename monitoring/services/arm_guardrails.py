@@ -1,7 +1,7 @@
 """Machine guardrails per arm of an online experiment: every candidate arm against the
 control arm with the canary judge's own checks (monitoring/judge.py: the p99 and
 error-rate SLO guardrails, prediction-score PSI, the always-valid error-rate e-process and
-the latency rank tests), over the metric store's per-variant samples of the endpoint
+the per-window latency comparisons; a shared outage of the pool holds them, "not judged"), over the metric store's per-variant samples of the endpoint
 (the gateway labels each request with the arm that answered, route role `arm`).
 
 This module is the one seam experiments uses into monitoring (pyproject's import
@@ -23,7 +23,8 @@ from monitoring import conf
 from monitoring.evidence import ArmWindow, GuardrailStatus, make_check
 from monitoring.judge import FAIL, INCONCLUSIVE, PASS, SKIPPED, JudgeConfig, judge
 from monitoring.models import Severity
-from monitoring.services.alerts import alert_raise
+from monitoring.outage import NOT_JUDGED
+from monitoring.services.alerts import alert_raise, shared_outage_alert
 from monitoring.sources import MetricSource, metric_source
 from monitoring.statistics import psi as psi_index
 
@@ -90,6 +91,8 @@ def arm_guardrails_judge(
                 check["window"] = "experiment"  # the latency tests' window: the whole experiment
         if not psi:
             decision.checks.append(_psi_shown(arms[control], arms[name], config))
+        if decision.reason.startswith(NOT_JUDGED):
+            shared_outage_alert(endpoint=endpoint, reason=f"arm {name}: {decision.reason}")
         out[name] = {
             "status": str(STATUS[decision.outcome]),  # stored in the experiment's evidence (JSON)
             "reason": decision.reason,

@@ -22,7 +22,8 @@ from kernel.errors import InvalidInput
 from monitoring import conf
 from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
 from monitoring.models import Alert, Severity, Verdict, VerdictOutcome
-from monitoring.services.alerts import alert_dedupe_key, alert_raise
+from monitoring.outage import NOT_JUDGED
+from monitoring.services.alerts import alert_dedupe_key, alert_raise, shared_outage_alert
 from monitoring.sources import MetricSource, metric_source
 from registry.names import baseline_variant_name, variant_name
 
@@ -186,6 +187,13 @@ def judge_rollout(rollout, *, now=None, source: MetricSource | None = None) -> d
         now=now,
         verdict_id=verdict.pk,
     )
+    if verdict.reason.startswith(NOT_JUDGED):
+        shared_outage_alert(
+            endpoint=rollout.endpoint,
+            reason=verdict.reason,
+            rollout_id=rollout.pk,
+            evidence={"verdict_id": verdict.pk, "candidate": candidate, "links": _links(rollout)},
+        )
     if decision is not None and decision.to_state in (State.ROLLING_BACK, State.PAUSED):
         rolled_back = decision.to_state == State.ROLLING_BACK
         alert_raise(

@@ -40,7 +40,7 @@ def _replay(trace, fault, seconds, *, rate=200.0, split=SPLIT, seed=3):
     for t in range(seconds):
         traffic.second(t, split, counters)
         if (t + 1) % 2 == 0:
-            before = dict(counters.failovers) if before is None else before
+            before = dict(counters.failovers) if before is None else before  # (variant, reason) -> n
             snapshot, rows = adapter.scrape(counters, snapshot, float(t + 1))
             scrapes.append(rows)
     return scrapes, counters, before
@@ -96,10 +96,47 @@ def test_a_failed_over_attempt_is_one_request_and_one_error_of_the_candidate(rec
     window = Window()
     for rows in scrapes:
         window.add(rows)
-    moved = counters.failovers[CANDIDATE] - before.get(CANDIDATE, 0.0)
+    moved = _moved(counters.failovers, CANDIDATE, "5xx") - _moved(before, CANDIDATE, "5xx")
     assert moved > 0 and window.arms[CANDIDATE].errors == moved
     # the clients saw 200s: the failed-over requests were served by the stable
     assert window.arms[STABLE].errors == 0
+
+
+def _moved(failovers: dict, variant: str, reason: str | None = None) -> float:
+    return sum(v for (frm, why), v in failovers.items() if frm == variant and reason in (None, why))
+
+
+def test_a_timed_out_attempt_is_a_slow_request_of_the_candidate_not_an_error(recorded):
+    """A +50 % candidate on the busy trace: its attempts past the 500 ms attempt timeout fail
+    over (clients see the stable's 200); for the judge each is one request of the candidate,
+    over every finite latency bound, and no error."""
+    fault = faults.Fault("slow", "latency", 60.0, 0.98)  # the slowest 2 % take 61x as long: past 500 ms
+    scrapes, counters, before = _replay(recorded["busy"], fault, 60, split=HALVES)
+    window = Window()
+    for rows in scrapes:
+        window.add(rows)
+    slow = _moved(counters.failovers, CANDIDATE, "timeout") - _moved(before, CANDIDATE, "timeout")
+    assert slow > 0 and _moved(counters.failovers, CANDIDATE, "5xx") == 0
+    candidate = window.arms[CANDIDATE]
+    assert candidate.errors == 0 and candidate.latency_buckets.get(math.inf, 0.0) >= slow
+
+
+def test_a_shared_outage_is_no_candidate_error_and_is_set_aside(recorded, config):
+    """Every variant down for 15 s: the candidate's failed-over attempts failed on the stable
+    too (gateway_failovers_failed): no candidate errors, its `shared_failures` per tick, and
+    the judge holds the step on "shared outage: not judged" while it lasts."""
+    from monitoring.judge import judge
+
+    scrapes, _, _ = _replay(recorded["quiet"], faults.by_name("shared outage 15 s"), 30, split=SPLIT)
+    window = Window()
+    for rows in scrapes:
+        window.add(rows)
+    candidate, pooled = window.arms[CANDIDATE], window.arms[STABLE].plus(window.arms[BASELINE])
+    assert candidate.errors == 0 and sum(candidate.shared_failures) > 0
+    assert window.arms[STABLE].errors > 0
+    decision = judge(window.arms[BASELINE], candidate, config, error_control=pooled, now_s=30.0)
+    assert decision.outcome == "inconclusive" and decision.reason.startswith("shared outage: not judged")
+    assert not [c for c in decision.checks if c["outcome"] == "fail"]
 
 
 def test_latency_faults_move_the_quantile_they_name(recorded):
@@ -118,11 +155,10 @@ def test_latency_faults_move_the_quantile_they_name(recorded):
 def test_error_tail_drift_and_outage_faults_have_their_size(recorded):
     trace = recorded["quiet"]
     _, counters, _ = _replay(trace, faults.by_name("errors 5%"), 200, split=HALVES)
-    attempts = (
-        sum(v for (variant, _, _), v in counters.requests.items() if variant == CANDIDATE)
-        + counters.failovers[CANDIDATE]
+    attempts = sum(v for (variant, _, _), v in counters.requests.items() if variant == CANDIDATE) + _moved(
+        counters.failovers, CANDIDATE
     )
-    share = counters.failovers[CANDIDATE] / attempts
+    share = _moved(counters.failovers, CANDIDATE, "5xx") / attempts
     assert abs(share - 0.05) < 4 * math.sqrt(0.05 * 0.95 / attempts)
 
     rng = np.random.default_rng(1)
@@ -137,7 +173,8 @@ def test_error_tail_drift_and_outage_faults_have_their_size(recorded):
     served = sum(v for (variant, status, _), v in during.requests.items() if status == "200")
     failed = sum(v for (variant, status, _), v in during.requests.items() if status == "503")
     assert failed > 0.25 * (served + failed)  # 15 of 35 s down, every variant
-    assert during.failovers[CANDIDATE] > 0 and during.failovers[BASELINE] > 0
+    assert _moved(during.failovers, CANDIDATE) > 0 and _moved(during.failovers, BASELINE) > 0
+    assert _moved(during.failovers_failed, CANDIDATE) == _moved(during.failovers, CANDIDATE)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -44,7 +44,7 @@ def test_eta_per_step_comes_from_each_checks_need_and_the_share():
     assert first["eta_seconds"] == pytest.approx(CONFIG.min_requests / 20) and first["fits_deadline"]
     second = plan["steps"][1]  # the anchored error sample is complete; the step's own latency sample is not
     assert second["checks"]["error_rate"]["eta_seconds"] == 0.0
-    assert second["eta_seconds"] == pytest.approx(CONFIG.min_latency_samples / 50)
+    assert second["eta_seconds"] == pytest.approx(max(CONFIG.min_latency_samples / 50, 5))  # or the step's minimum
     assert "latency" not in plan["steps"][2]["checks"]  # nothing beside the candidate at 100 %
     assert plan["total_seconds"] == pytest.approx(sum(s["eta_seconds"] for s in plan["steps"]))
     assert plan["warnings"] == []

@@ -3,6 +3,7 @@ or under alpha; real regressions are caught; small samples never pass."""
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from monitoring import statistics
 from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, error_e_path, error_e_value, judge
@@ -75,16 +76,17 @@ def test_judge_verdict_fails_on_error_regression_with_evidence():
     assert "error rate" in decision.reason
 
 
-def _latency_arms(rng, n_stable, n_candidate, scale):
-    stable = ArmWindow(ticks=[(n_stable, 0)], latency_buckets=bucketize(latencies(rng, n_stable)))
-    candidate = ArmWindow(ticks=[(n_candidate, 0)], latency_buckets=bucketize(latencies(rng, n_candidate, scale)))
-    return stable, candidate
+def _latency_arms(rng, n_stable, n_candidate, scale, ticks=20):
+    """Both arms over the same `ticks` scrape ticks (the latency comparisons vote per window)."""
+    return ticked(latencies(rng, n_stable), ticks), ticked(latencies(rng, n_candidate, scale), ticks)
 
 
 def test_thirty_percent_latency_regression_is_caught():
+    """+30 % at every quantile against the default 20 % margin: caught window by window (80
+    windows of 20 candidate requests; a candidate slower in each window is caught sooner)."""
     caught = 0
     for seed in range(30):
-        stable, candidate = _latency_arms(np.random.default_rng(seed), 3600, 400, 1.3)
+        stable, candidate = _latency_arms(np.random.default_rng(seed), 14400, 1600, 1.3, ticks=80)
         decision = judge(stable, candidate, JudgeConfig(alpha=ALPHA))
         latency = next(c for c in decision.checks if c["name"] == "latency")
         caught += decision.outcome == "fail" and latency["outcome"] == "fail"
@@ -92,36 +94,77 @@ def test_thirty_percent_latency_regression_is_caught():
 
 
 def test_aa_latency_is_not_flagged_over_repeated_looks():
-    """30 A/A canaries, each judged at 6 growing windows: no latency failure."""
+    """30 A/A canaries, each judged after every one of 60 ticks: no latency failure."""
     flagged = 0
     for seed in range(30):
         rng = np.random.default_rng(500 + seed)
-        s_all, c_all = latencies(rng, 12000), latencies(rng, 1200)
-        for look in range(1, 7):
-            stable = ArmWindow(latency_buckets=bucketize(s_all[: 2000 * look]))
-            candidate = ArmWindow(latency_buckets=bucketize(c_all[: 200 * look]))
-            checks = judge(stable, candidate, JudgeConfig(alpha=ALPHA)).checks
+        stable, candidate = _latency_arms(rng, 12000, 1200, 1.0, ticks=60)
+        for look in range(1, 61, 3):
+            cut = [
+                ArmWindow(
+                    ticks=arm.ticks[:look],
+                    latency_ticks=arm.latency_ticks[:look],
+                    latency_buckets={le: sum(h[le] for h in arm.latency_ticks[:look]) for le in arm.latency_buckets},
+                )
+                for arm in (stable, candidate)
+            ]
+            checks = judge(*cut, JudgeConfig(alpha=ALPHA)).checks
             flagged += any(c["outcome"] == "fail" for c in checks if c["name"].startswith("latency"))
     assert flagged == 0
 
 
+def test_a_host_that_slows_each_arm_in_turns_is_not_a_regression():
+    """Two processes of one model on busy cores: in each window one of them may run 40 %
+    slower, which one changing from window to window (the recorded busy trace). Over the
+    step's pooled requests a rank test finds the arm that happened to be slow more often
+    "slower" (p ~ 1e-35 here); window by window it is noise, even at a 10 % margin."""
+    rng = np.random.default_rng(1)
+    slow = rng.choice([1.0, 1.4], size=(2, 60))  # per arm, per window: the host's slowdown
+    arms, pooled = [], []
+    for side, n in ((0, 2000), (1, 400)):
+        parts = [latencies(rng, n, float(slow[side, t])) for t in range(60)]
+        pooled.append(np.concatenate(parts))
+        arms.append(
+            ArmWindow(
+                ticks=[(float(n), 0.0)] * 60,
+                latency_ticks=[bucketize(p) for p in parts],
+                latency_buckets=bucketize(pooled[-1]),
+            )
+        )
+    assert stats.mannwhitneyu(pooled[1], pooled[0], alternative="greater").pvalue < 1e-10
+    checks = {c["name"]: c for c in judge(*arms, JudgeConfig(alpha=ALPHA, latency_margin=0.1)).checks}
+    assert checks["latency"]["outcome"] != "fail" and checks["latency_tail"]["outcome"] != "fail"
+    assert checks["latency"]["windows"] == 60
+
+
 def test_healthy_candidate_passes_only_after_the_minimum_sample():
     rng = np.random.default_rng(9)
-    config = JudgeConfig(alpha=ALPHA, slo_p99_ms=250, slo_error_rate=0.05, min_requests=500, min_latency_samples=300)
+    config = JudgeConfig(alpha=ALPHA, slo_p99_ms=250, slo_error_rate=0.05, min_requests=500)
     stable_ticks, candidate_ticks = traffic(rng, 150, weight=0.25, p_stable=0.01, p_candidate=0.01)
 
+    def arm(ticks):
+        window = ticked(latencies(rng, int(ticks[:, 0].sum())), 1)
+        parts = np.split(latencies(rng, int(ticks[:, 0].sum())), np.cumsum(ticks[:-1, 0]).astype(int))
+        window.ticks, window.latency_ticks = ticks.tolist(), [bucketize(p) for p in parts]
+        window.latency_buckets = bucketize(np.concatenate(parts))
+        return window
+
     def at(ticks):
-        n_s, n_c = int(stable_ticks[:ticks, 0].sum()), int(candidate_ticks[:ticks, 0].sum())
-        stable = ArmWindow(ticks=stable_ticks[:ticks].tolist(), latency_buckets=bucketize(latencies(rng, n_s)))
-        candidate = ArmWindow(ticks=candidate_ticks[:ticks].tolist(), latency_buckets=bucketize(latencies(rng, n_c)))
-        return judge(stable, candidate, config)
+        return judge(arm(stable_ticks[:ticks]), arm(candidate_ticks[:ticks]), config)
 
     early = at(2)  # about 200 candidate requests
     assert early.outcome == "inconclusive"
     assert {c["name"] for c in early.checks if c["outcome"] == "inconclusive"} >= {"error_rate"}
     late = at(150)
     assert late.outcome == "pass", late.reason
-    assert {c["name"] for c in late.checks} == {"p99_slo", "error_slo", "error_rate", "latency", "latency_tail"}
+    assert {c["name"] for c in late.checks} == {
+        "shared_outage",
+        "p99_slo",
+        "error_slo",
+        "error_rate",
+        "latency",
+        "latency_tail",
+    }
 
 
 def test_guardrails_p99_error_slo_and_psi():
@@ -131,8 +174,8 @@ def test_guardrails_p99_error_slo_and_psi():
         latency_buckets=bucketize(latencies(rng, 4000)),
         score_bins=statistics.score_bins(rng.beta(2, 8, 4000)),
     )
-    # p50 ~60 ms: most requests over a 100 ms SLO, in each of 8 ticks beside a control
-    control, slow_ticks = ticked(latencies(rng, 4000), 8), ticked(latencies(rng, 400, 20.0), 8)
+    # p50 ~60 ms: most requests over a 100 ms SLO, in each of 20 ticks beside a control
+    control, slow_ticks = ticked(latencies(rng, 4000), 20), ticked(latencies(rng, 400, 20.0), 20)
     decision = judge(control, slow_ticks, JudgeConfig(alpha=ALPHA, slo_p99_ms=100))
     assert next(c for c in decision.checks if c["name"] == "p99_slo")["outcome"] == "fail"
     assert "over the SLO" in decision.reason
@@ -167,12 +210,13 @@ def test_guardrails_p99_error_slo_and_psi():
 
 def test_a_few_slow_requests_are_not_a_latency_regression_but_a_slow_stream_is():
     """Right after traffic starts, 4 candidate requests 10x slower than a large stable arm
-    are 'significant' to a rank test (p ~ 1e-5); the judge waits for a real sample."""
+    are no window yet (a window needs `min_window_samples` on each arm); 10 windows of them,
+    slower in every one, fail."""
     rng = np.random.default_rng(21)
-    stable = ArmWindow(latency_buckets=bucketize(latencies(rng, 3000)))
-    for n, expected in ((4, "inconclusive"), (40, "fail")):
-        candidate = ArmWindow(latency_buckets=bucketize(latencies(rng, n, 10.0)))
+    for ticks, n, expected in ((1, 4, "inconclusive"), (10, 200, "fail")):
+        stable = ticked(latencies(rng, 300 * ticks), ticks)
+        candidate = ticked(latencies(rng, n, 10.0), ticks)
         checks = {c["name"]: c for c in judge(stable, candidate, JudgeConfig(alpha=ALPHA)).checks}
         assert checks["latency"]["outcome"] == checks["latency_tail"]["outcome"] == expected, n
         if expected == "inconclusive":
-            assert checks["latency"]["p_value"] < JudgeConfig().latency_alpha  # significant, yet too few to act on
+            assert checks["latency"]["windows"] == 0 and checks["latency"]["progress"]["unit"] == "windows"

@@ -81,7 +81,7 @@ CASES = [
         True,
         FAIL,
         {"ttft": FAIL, "ttft_tail": FAIL, "itl": PASS, "error_rate": PASS},
-        ["TTFT slower than baseline +20% +50 ms: p99", "ms vs", "Mann-Whitney"],
+        ["TTFT slower than baseline +20% +50 ms at p50 in", "windows", "ms vs", "e-value"],
     ),
     (
         "slower decoding (12 ms vs 4 ms a token) is rolled back on ITL",
@@ -153,15 +153,16 @@ def test_llm_verdicts(candidate, kwargs, compare, outcome, checks, reason):
 
 def test_slow_pool_is_not_the_candidates_fault():
     """Both arms' first tokens over the SLO alike (a slow pool): the guardrail against the
-    control holds, the TTFT SLO check never fails (waits), nor does the rank test."""
+    control holds, the TTFT SLO check never fails: it passes as the pool's tail (the
+    candidate no more over it than its control), nor does the comparison."""
     rng = np.random.default_rng(3)
     control = arm(rng, slow_share=0.1, slow_ms=800.0)
     cand = arm(rng, slow_share=0.1, slow_ms=800.0)
     decision = judge(control, cand, config(ttft_slo_ms=500), control="baseline")
     got = by_name(decision)
-    assert got["ttft_slo"]["outcome"] == INCONCLUSIVE and got["ttft_slo"]["e_value"] > 100
+    assert got["ttft_slo"]["outcome"] == PASS and got["ttft_slo"]["e_value"] > 100 and got["ttft_slo"]["host_tail"]
     assert got["ttft_slo"]["e_value_control"] < 100
-    assert got["ttft"]["outcome"] != FAIL and decision.outcome == INCONCLUSIVE
+    assert got["ttft"]["outcome"] != FAIL and decision.outcome != FAIL
 
 
 def test_step_window_is_what_the_rank_tests_read():
@@ -179,7 +180,7 @@ def test_tensor_endpoints_are_judged_as_before():
     """kind "tensor" (the default) on the same windows: no LLM check appears."""
     rng = np.random.default_rng(1)
     decision = judge(arm(rng), arm(rng, ttft_ms=400.0), JudgeConfig())
-    assert {c["name"] for c in decision.checks} == {"error_rate", "latency", "latency_tail"}
+    assert {c["name"] for c in decision.checks} == {"shared_outage", "error_rate", "latency", "latency_tail"}
 
 
 def test_windows_add_up_with_their_llm_parts():

@@ -106,7 +106,8 @@ def test_two_slow_requests_in_141_do_not_fail_a_healthy_candidate():
 
 def test_a_truly_slow_candidate_fails_and_says_why():
     rng = np.random.default_rng(7)
-    baseline, candidate = windows(rng, [40] * 15, 0.003), windows(rng, [40] * 15, 0.05)
+    # the comparison with the control votes window by window: 30 windows of 40 requests
+    baseline, candidate = windows(rng, [40] * 30, 0.003), windows(rng, [40] * 30, 0.05)
     decision = judge(baseline, candidate, CONFIG, now_s=0.0)
     check = _p99(decision)
     assert check["outcome"] == "fail" and decision.outcome == "fail"
@@ -117,25 +118,31 @@ def test_a_truly_slow_candidate_fails_and_says_why():
 def test_one_burst_in_one_window_is_not_sustained():
     """30 slow requests in one 2 s tick (a pause of the pool) is strong evidence against the
     ceiling, but from one window: with no control to excuse it (100 % step), it still does
-    not fail; the same share spread over three windows does."""
+    not fail; the same share spread over every window does (most windows over the ceiling)."""
     quiet, burst = {0.0015: 0.0, 0.002: 400.0}, {0.0015: 0.0, 0.002: 370.0, 0.1: 0.0, 0.25: 30.0}
     candidate = ArmWindow(ticks=[(400.0, 0.0)] * 3, latency_ticks=[quiet, quiet, burst])
     candidate.latency_buckets = {0.0015: 0.0, 0.002: 1170.0, 0.1: 0.0, 0.25: 30.0}
     check = check_p99_slo(ArmWindow(), candidate, CONFIG, compare=False)
     assert check["e_value"] >= 100 and check["windows_over"] == 1 and check["outcome"] == "inconclusive"
-    spread = {0.0015: 0.0, 0.002: 390.0, 0.1: 0.0, 0.25: 10.0}
-    candidate.latency_ticks = [spread] * 3
+    spread = {0.0015: 0.0, 0.002: 97.0, 0.1: 0.0, 0.25: 3.0}
+    candidate = ArmWindow(ticks=[(100.0, 0.0)] * 12, latency_ticks=[spread] * 12)
+    candidate.latency_buckets = {0.0015: 0.0, 0.002: 1164.0, 0.1: 0.0, 0.25: 36.0}
     assert check_p99_slo(ArmWindow(), candidate, CONFIG, compare=False)["outcome"] == "fail"
 
 
 def test_a_slow_pool_is_not_the_candidates_fault_unless_the_candidate_is_alone():
-    """Both arms 5 % over the SLO: beside its control the candidate is no worse (no fail);
-    at a 100 % step nothing serves beside it and the SLO alone holds it."""
+    """Both arms 5 % over the SLO: beside its control the candidate is no worse (no fail: it
+    passes, the host's tail is not its own); at a 100 % step the pool's own level (twice the
+    share its control had) is the ceiling; with no control history (an undo) the SLO alone
+    holds it."""
     rng = np.random.default_rng(8)
     baseline, candidate = windows(rng, [40] * 30, 0.05), windows(rng, [40] * 30, 0.05)
     beside = check_p99_slo(baseline, candidate, CONFIG, compare=True)
-    assert beside["e_value"] >= 100 and beside["e_value_control"] < 100 and beside["outcome"] == "inconclusive"
-    alone = check_p99_slo(baseline, candidate, CONFIG, compare=False)
+    assert beside["e_value"] >= 100 and beside["e_value_control"] < 100 and beside["outcome"] != "fail"
+    assert beside["host_tail"] and beside["outcome"] == "pass"
+    at_full = check_p99_slo(baseline, candidate, CONFIG, compare=False)
+    assert at_full["outcome"] != "fail" and at_full["allowed_share"] > 0.05
+    alone = check_p99_slo(ArmWindow(), candidate, CONFIG, compare=False)
     assert alone["outcome"] == "fail" and alone["e_value_control"] is None
 
 
@@ -143,9 +150,14 @@ def test_a_healthy_candidate_passes_after_the_minimum_sample():
     rng = np.random.default_rng(9)
     baseline, candidate = windows(rng, [20] * 4, 0.002), windows(rng, [20] * 4, 0.002)
     assert check_p99_slo(baseline, candidate, CONFIG)["outcome"] == "inconclusive"  # 80 < 100 requests
-    baseline, candidate = windows(rng, [20] * 10, 0.002), windows(rng, [20] * 10, 0.002)
+    # a pass needs evidence that at most twice the ceiling is over the SLO: ~220 requests
+    # with none over, not a share that happens to be under the ceiling
+    baseline, candidate = windows(rng, [20] * 6, 0.002), windows(rng, [20] * 6, 0.002)
     check = check_p99_slo(baseline, candidate, CONFIG)
-    assert check["outcome"] == "pass" and check["share_over"]["candidate"] <= 0.01
+    assert check["outcome"] == "inconclusive" and check["share_over"]["candidate"] <= 0.01
+    baseline, candidate = windows(rng, [20] * 20, 0.002), windows(rng, [20] * 20, 0.002)
+    check = check_p99_slo(baseline, candidate, CONFIG)
+    assert check["outcome"] == "pass" and check["e_value_within"] >= 1 / CONFIG.alpha
 
 
 def test_fail_path_is_what_the_check_decides_at_each_tick():
@@ -204,9 +216,13 @@ def test_aa_false_failures_at_the_ceiling_stay_under_alpha(rate_rps, control):
     assert failures / runs <= CONFIG.guardrail_alpha
 
 
-def test_a_candidate_with_5_percent_over_the_slo_is_stopped_within_a_minute_at_200_rps():
+def test_a_candidate_with_5_percent_over_the_slo_is_stopped_within_a_minute_median_at_200_rps():
     """5 % of the candidate's requests over the SLO, its baseline at the 1 % ceiling, 200 req/s
-    (20 req/s to the candidate at the first, 10 % step)."""
+    (20 req/s to the candidate at the first, 10 % step). The comparison with the control
+    votes once per window (so two processes of one model on a busy host are not told apart
+    by their tails), which costs time: a minute median, under three minutes at p95 (the
+    per-request comparison it replaced stopped it within a minute at p95 and rolled back A/A
+    pairs of busy processes)."""
     runs, seconds = 200, []
     rng = np.random.default_rng(2100)
     for _ in range(runs):
@@ -216,4 +232,4 @@ def test_a_candidate_with_5_percent_over_the_slo_is_stopped_within_a_minute_at_2
     median, p95, worst = np.median(seconds), np.percentile(seconds, 95), seconds.max()
     print(f"\n5 % over the SLO at 200 req/s: stopped after {median:.0f} s median, {p95:.0f} s p95, {worst:.0f} s max")
     assert np.isfinite(seconds).all()
-    assert p95 <= 60.0
+    assert median <= 60.0 and p95 <= 180.0
