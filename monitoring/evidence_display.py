@@ -41,8 +41,11 @@ CHECK_WORDS: dict[str, dict[str, tuple[str, str] | None]] = {
     "error_slo": {"statistic": ("Error rate", "%"), "threshold": ("SLO", "%")},
     "p99_slo": {"statistic": ("p99", "ms"), "threshold": ("SLO p99", "ms")},
     "psi": {"statistic": ("PSI", ""), "threshold": ("PSI limit", "")},
-    "latency": {"statistic": None, "threshold": ("p-value needed below", "")},
-    "latency_tail": {"statistic": ("Share above the control's p95", "%"), "threshold": ("p-value needed below", "")},
+    "latency": {"statistic": ("Share of windows over the control +margin", "%"), "threshold": ("e-value needed", "")},
+    "latency_tail": {
+        "statistic": ("Share of windows over the control +margin", "%"),
+        "threshold": ("e-value needed", ""),
+    },
 }
 # The keys that decide a check, in the order they are shown; every other key is folded.
 DECIDING = (
@@ -55,6 +58,7 @@ DECIDING = (
     "e_value",
     "e_value_control",
     "e_threshold",
+    "windows",
     "samples",
     "errors",
     "over",

@@ -187,6 +187,7 @@ def judge(
         "guardrail",
         INCONCLUSIVE if outages.latest(mask) else PASS,
         **outages.summary(error_control or stable, candidate, mask),
+        **progress(candidate.requests, None, "requests", None),
     )
     if mask.any():
         stable, candidate = outages.without(stable, mask), outages.without(candidate, mask)

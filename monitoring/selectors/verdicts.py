@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 TREND_LENGTH = 12
 SYMBOLS = {"pass": "✓", "fail": "✗", "inconclusive": "·", "skipped": "–"}
-UNITS = {"requests", "samples", "scores"}
+UNITS = {"requests", "samples", "scores", "windows"}
 
 
 @dataclass

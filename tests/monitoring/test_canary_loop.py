@@ -5,8 +5,10 @@ tested against real processes in tests/monitoring/."""
 
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.utils import timezone
+from scipy import stats
 
 from deployments.models import PoolReplica, Rollout
 from deployments.rollout_machine import State
@@ -18,6 +20,17 @@ from registry.names import variant_name
 from tests.monitoring.canary_feed import feed, start_rollout
 
 pytestmark = pytest.mark.django_db
+
+
+def reconstruct(buckets: dict) -> np.ndarray:
+    """Samples spread evenly inside each bucket (what the pooled rank test read)."""
+    parts, lower = [], 0.0
+    for le in sorted(buckets):
+        n = int(buckets[le])
+        top = lower if np.isinf(le) else le
+        parts.append(lower + (top - lower) * (np.arange(n) + 0.5) / max(n, 1))
+        lower = top
+    return np.concatenate(parts)
 
 
 @pytest.fixture
@@ -40,8 +53,10 @@ def test_error_regression_is_rolled_back_with_an_alert_that_says_why(live_rollou
 
 
 def test_latency_regression_is_rolled_back(live_rollout):
+    """+60 %: past the margin the SLO's headroom allows (30 % at most: a candidate far inside
+    a 200 ms SLO is not failed for being 20 % slower), in every one of 15 windows."""
     start = live_rollout.traffic_started_at
-    feed(live_rollout, ticks=15, start=start, cand_slow=1.3, seed=3)
+    feed(live_rollout, ticks=15, start=start, cand_slow=1.6, seed=3)
     canary.judge_rollout(live_rollout, now=start + timedelta(seconds=15))
     assert Rollout.objects.get(pk=live_rollout.pk).state == State.ROLLING_BACK
 
@@ -58,8 +73,9 @@ def test_healthy_candidate_moves_to_the_next_step(live_rollout):
 
 def test_latency_is_compared_within_the_step_and_not_at_all_without_a_stable_beside(deployer, team_a, artifact_factory):
     """An A/A pair whose latency rises 50 % for both arms at the 50 % step (as on the
-    bench machine): pooled over the rollout, the stable's samples are mostly early and
-    the candidate's mostly late, which reads as a regression; within the step it is not."""
+    bench machine): pooled over the rollout, the stable's samples are mostly early and the
+    candidate's mostly late, which a pooled rank test read as a regression; compared window
+    by window (both arms at the same moments) it is not, over the step or the rollout."""
     rollout = start_rollout(deployer, team_a, artifact_factory, [500, 5000, 10000])
     start = rollout.traffic_started_at
     feed(rollout, ticks=20, start=start, seed=5)
@@ -77,7 +93,11 @@ def test_latency_is_compared_within_the_step_and_not_at_all_without_a_stable_bes
         since=start,
         until=now,
     )
-    assert judge(*anchored, canary.judge_config_for(rollout.endpoint)).outcome == "fail"  # the trap is real
+    pooled_ranks = stats.mannwhitneyu(
+        *(reconstruct(arm.latency_buckets) for arm in (anchored[1], anchored[0])), alternative="greater"
+    )
+    assert pooled_ranks.pvalue < 1e-6  # the trap is real for a pooled comparison
+    assert judge(*anchored, canary.judge_config_for(rollout.endpoint)).outcome != "fail"
 
     result = canary.judge_rollout(rollout, now=now)
     verdict = Verdict.objects.filter(rollout_id=rollout.pk).latest("id")

@@ -23,15 +23,16 @@ def fair_rollout(deployer, team_a, artifact_factory):
 
 
 def test_a_cold_small_arm_is_compared_with_an_equally_cold_baseline(fair_rollout):
-    """A/A where the two small arms (candidate and baseline, 5 % each) compute 35 % slower
-    than the 90 % stable arm, as measured on shared CPUs: judged against the stable that
-    is a latency regression (a false rollback); against the baseline it passes."""
+    """A/A where the two small arms (candidate and baseline, 5 % each) compute 50 % slower
+    than the 90 % stable arm (as measured on shared CPUs: 35 %, and past the margin the SLO's
+    headroom allows here, 30 %, more): judged against the stable that is a latency regression
+    (a false rollback); against the baseline it passes."""
     assert fair_rollout.baseline_model and fair_rollout.split.baseline_bp == 500
     start = fair_rollout.traffic_started_at
-    feed(fair_rollout, ticks=20, start=start, stable_rps=900, cand_rps=50, cand_slow=1.35, seed=5)
+    feed(fair_rollout, ticks=20, start=start, stable_rps=900, cand_rps=50, cand_slow=1.5, seed=5)
     # the baseline copy runs as cold as the candidate (feed gave it the stable's speed): rewrite its rows
     MetricSample.objects.filter(variant=baseline_variant_name(fair_rollout.baseline_artifact)).delete()
-    _feed_variant(fair_rollout, baseline_variant_name(fair_rollout.baseline_artifact), start, rps=50, slow=1.35, seed=6)
+    _feed_variant(fair_rollout, baseline_variant_name(fair_rollout.baseline_artifact), start, rps=50, slow=1.5, seed=6)
 
     stable_control = canary.judge_tick(
         rollout_id=fair_rollout.pk,
@@ -77,7 +78,7 @@ def test_a_slow_candidate_is_still_caught_against_the_baseline(fair_rollout):
     feed(fair_rollout, ticks=15, start=start, cand_slow=1.6, seed=3)
     canary.judge_rollout(fair_rollout, now=start + timedelta(seconds=15))
     rollout = Rollout.objects.get(pk=fair_rollout.pk)
-    assert rollout.state == State.ROLLING_BACK and "slower than baseline +20%" in rollout.reason
+    assert rollout.state == State.ROLLING_BACK and "slower than baseline +" in rollout.reason
 
 
 def test_an_erroring_candidate_is_judged_against_stable_and_baseline_pooled(fair_rollout):

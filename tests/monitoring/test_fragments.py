@@ -108,7 +108,7 @@ def _two_slow_in_141() -> dict:
         latency_ticks=per_tick,
         latency_buckets={0.002: 139.0, 0.05: 0.0, 0.1: 2.0},
     )
-    return check_p99_slo(candidate, candidate, JudgeConfig(slo_p99_ms=50.0), compare=False, seconds=72.0)
+    return check_p99_slo(ArmWindow(), candidate, JudgeConfig(slo_p99_ms=50.0), compare=False, seconds=72.0)
 
 
 def test_verdicts_are_grouped_per_check_with_trend_progress_and_the_headers_step(rollout, deployer, team_a):

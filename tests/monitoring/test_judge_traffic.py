@@ -51,7 +51,8 @@ def test_every_check_carries_progress_and_an_eta():
     by_name = {c["name"]: c for c in decision.checks}
     assert by_name["error_rate"]["progress"] == {"have": 100, "need": 500, "unit": "requests"}
     assert by_name["error_rate"]["eta_seconds"] == pytest.approx(40.0)  # 400 more at 10 req/s
-    assert by_name["latency"]["progress"] == {"have": 100, "need": 300, "unit": "requests"}
+    # latency compares windows (here only the totals are known: one window) of 20+ requests each
+    assert by_name["latency"]["progress"] == {"have": 1, "need": 8, "unit": "windows"}
     assert by_name["psi"]["progress"] == {"have": 100, "need": 200, "unit": "scores"}
     assert by_name["p99_slo"]["progress"]["have"] == 100 and by_name["p99_slo"]["eta_seconds"] == 0.0
     assert all("progress" in c and "eta_seconds" in c for c in decision.checks)
@@ -70,8 +71,12 @@ def test_two_candidate_errors_at_a_5_percent_share_are_enough():
     assert check_error_rate(stable, candidate, old)["outcome"] != "fail"
     one = ArmWindow(ticks=[(10, 0)] * 7 + [(10, 1)])
     assert check_error_rate(stable, one, JudgeConfig())["outcome"] != "fail"  # one error is not a regression
-    at_10 = check_error_rate(ArmWindow(ticks=[(180, 0)] * 2), ArmWindow(ticks=[(20, 1)] * 2), JudgeConfig())
+    at_10 = check_error_rate(ArmWindow(ticks=[(180, 0)] * 3), ArmWindow(ticks=[(20, 1)] * 2 + [(20, 0)]), JudgeConfig())
     assert at_10["outcome"] == "fail" and at_10["e_value"] > 20
+    # the same two errors among the candidate's first 40 requests: enough e-value, too few
+    # requests for the effect it claims (a load spike's timeouts were "14 % errors" so)
+    early = check_error_rate(ArmWindow(ticks=[(180, 0)] * 2), ArmWindow(ticks=[(20, 1)] * 2), JudgeConfig())
+    assert early["e_value"] > 20 and early["outcome"] == "inconclusive" and early["min_fail_samples"] == 50
     assert check_error_rate(ArmWindow(ticks=[(180, 0)] * 2), ArmWindow(ticks=[(20, 1)] * 2), old)["outcome"] != "fail"
 
 

@@ -71,7 +71,7 @@ def test_slower_llm_canary_is_rolled_back_on_ttft_with_an_alert_that_says_why(ll
     assert checks["ttft"] == "fail" and checks["itl"] != "fail" and "latency" not in checks
     alert = Alert.objects.get(rollout_id=rollout.pk)
     assert alert.kind == "rollout_rolled_back" and "TTFT slower than stable" in alert.reason
-    assert "p99" in alert.reason and " ms vs " in alert.reason
+    assert "p50" in alert.reason and " ms vs " in alert.reason and "windows" in alert.reason
 
 
 def test_healthy_llm_canary_is_promoted(llm_rollout):
