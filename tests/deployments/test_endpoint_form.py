@@ -23,7 +23,7 @@ FORM = {
     "slo_p99_ms": "40",
     "slo_error_rate": "0.02",
     "psi_threshold": "0.25",
-    "latency_margin": "0.2",
+    "latency_margin": "",  # empty: derived from the SLO headroom (the default)
     "on_inconclusive": "pause",
     "timeout_ms": "800",
     "sticky_header": "X-User-Id",
@@ -245,7 +245,7 @@ def test_a_new_llm_endpoint_gets_llm_defaults_without_javascript(deployer, team_
     page = web.get("/deployments/endpoints/new/?kind=llm").content.decode()
     assert f'name="timeout_ms" value="{LLM_DEFAULTS["timeout_ms"]}"' in page
     assert f'name="sticky_header" value="{LLM_DEFAULTS["sticky_header"]}"' in page
-    tensor = {k: str(v) for k, v in kind_defaults("tensor").items()}
+    tensor = {k: "" if v is None else str(v) for k, v in kind_defaults("tensor").items()}  # None: an empty field
     response = web.post(
         "/deployments/endpoints/new/",
         {**tensor, "public": "false", "name": "chat", "kind": "llm", "pool": "cpu-pool", "stable_artifact": stable.pk},
