@@ -158,8 +158,15 @@ class Plan:
 
 DEFAULT_PLAN = Plan()  # what a rollout gets for every value it is not given
 # `rollout undo`: the previous stable back at once, one step of all traffic with no minimum time or
-# requests (it served before; the judge still watches it while it loads and serves)
-UNDO_PLAN = Plan(steps_bp=(FULL_BP,), step_min_seconds=0.0, step_min_requests=0)
+# requests (it served before; the judge's SLO guardrails still watch it while it serves), and
+# at the deadline without a verdict it goes on (nothing showed it worse)
+UNDO_PLAN = Plan(steps_bp=(FULL_BP,), step_min_seconds=0.0, step_min_requests=0, on_inconclusive=OnInconclusive.PROMOTE)
+# What the judge's reason starts with while the candidate has had no request (the endpoint
+# page, the experiment page and `watch` show it).
+WAITING_FOR_TRAFFIC = "waiting for traffic"
+# A step whose plan needs no requests (an undo, a Ship) and that got none for this long is
+# done: there is nothing to judge, and its plan asks for nothing.
+NO_TRAFFIC_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -222,7 +229,9 @@ def on_tick(
 
     fail → roll back now; pass for the step's minimum time and sample → next step (or
     promote after the last); inconclusive → wait, until the step deadline, then the
-    plan's policy (roll back, pause, or go on as if passed).
+    plan's policy (roll back, pause, or go on as if passed). A step whose plan needs no
+    requests (an undo, a Ship) and whose candidate got none for `NO_TRAFFIC_WAIT_S` is done
+    (`candidate_requests`: the candidate's requests in the step, whatever the verdict).
     """
     state = State(state)
     if state not in (State.SHADOW, State.CANARY):
@@ -231,6 +240,14 @@ def on_tick(
         return Decision(State.ROLLING_BACK, step_index, f"judge: {verdict_reason or 'candidate failed'}")
     enough = step_elapsed_s >= (plan.shadow_seconds if state == State.SHADOW else plan.step_min_seconds)
     enough = enough and (state == State.SHADOW or candidate_requests >= plan.step_min_requests)
+    if (
+        verdict == Verdict.INCONCLUSIVE
+        and state == State.CANARY
+        and plan.step_min_requests == 0
+        and candidate_requests == 0
+        and step_elapsed_s >= max(plan.step_min_seconds, NO_TRAFFIC_WAIT_S)
+    ):
+        verdict, enough = Verdict.PASS, True  # no traffic to judge, and the plan needs none
     if verdict == Verdict.PASS and enough:
         if state == State.SHADOW:
             if plan.strategy == Strategy.BLUE_GREEN:

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deployments.rollout_machine import VariantRole, Verdict
+from deployments.rollout_machine import WAITING_FOR_TRAFFIC, VariantRole, Verdict
 from monitoring import eprocess
 from monitoring import outage as outages
 from monitoring.evidence import ArmWindow, JudgeConfig, progress
@@ -218,7 +218,17 @@ def judge(
         check_error_rate(error_control or stable, candidate, config, seconds, compare=compare_latency),
         *latency_checks,
     ]
-    return _decision(checks, control, pooled=error_control is not None)
+    decision = _decision(checks, control, pooled=error_control is not None)
+    if (
+        decision.outcome == INCONCLUSIVE
+        and candidate.requests == 0
+        and not decision.reason.startswith(outages.NOT_JUDGED)
+    ):
+        decision.reason = (
+            f"{WAITING_FOR_TRAFFIC}: no request has reached the candidate yet; every check needs live "
+            f"traffic to the endpoint ({decision.reason})"
+        )
+    return decision
 
 
 def _decision(checks: list[dict], control: str, pooled: bool) -> Decision:

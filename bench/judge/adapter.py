@@ -251,7 +251,7 @@ def apply_verdict(
         step_index=step_index,
         plan=plan,
         step_elapsed_s=step_s,
-        candidate_requests=step_requests if outcome == "pass" else 0,
+        candidate_requests=step_requests,
         verdict=outcome,
         verdict_reason=reason,
     )

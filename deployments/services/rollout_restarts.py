@@ -88,7 +88,8 @@ def rollout_undo(
 ) -> Rollout:
     """Bring back the endpoint's previous stable (what it served before its last promotion)
     as a rollout: by default one step at 100 % that promotes on the judge's first pass (the
-    previous stable served all the traffic before). 409 `no_previous_stable` when the
+    previous stable served all the traffic before), after 30 s without traffic (nothing to
+    judge), or at the step deadline without a verdict (UNDO_PLAN: nothing showed it worse). 409 `no_previous_stable` when the
     endpoint's stable never changed (or the previous one is gone); the usual 409s when a
     rollout or an experiment runs."""
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
@@ -110,6 +111,7 @@ def rollout_undo(
             step_min_seconds=step_min_seconds,
             step_min_requests=step_min_requests,
             step_deadline_seconds=max(600.0, step_min_seconds),
+            on_inconclusive=UNDO_PLAN.on_inconclusive,
             promote_grace_seconds=promote_grace_seconds,
             origin={"undo_of": current.pk},
             origin_reason=why,

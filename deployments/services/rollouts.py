@@ -31,6 +31,7 @@ from deployments.rollout_machine import (
     DEFAULT_PLAN,
     FULL_BP,
     TERMINAL,
+    WAITING_FOR_TRAFFIC,
     Decision,
     IllegalTransition,
     Plan,
@@ -359,6 +360,11 @@ def rollout_apply_verdict(
                 verdict_reason=reason,
             )
         if decision.to_state is None:
+            waiting = reason.startswith(WAITING_FOR_TRAFFIC)
+            if (waiting or locked.reason.startswith(WAITING_FOR_TRAFFIC)) and locked.reason != reason:
+                # the rollout says it waits for traffic (the pages and `watch` read it), and stops saying so
+                locked.reason = reason[:4000] if waiting else "the candidate gets requests: the judge is judging"
+                locked.save(update_fields=["reason"])
             return locked, decision
         _transition(
             locked,

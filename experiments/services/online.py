@@ -15,7 +15,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from deployments.rollout_machine import ACTIVE, FULL_BP, TERMINAL, Strategy
+from deployments.rollout_machine import ACTIVE, FULL_BP, TERMINAL, UNDO_PLAN, WAITING_FOR_TRAFFIC, Strategy
 from deployments.rollout_machine import State as RolloutState
 from deployments.selectors.compatibility import require_servable_beside_stable
 from deployments.selectors.rollouts import rollout_list, rollout_outcomes
@@ -264,8 +264,17 @@ def experiment_ship(*, user, experiment: Experiment, reason: str = ""):
         winner = locked.winner
         if winner.is_control:
             raise Conflict("the control won: nothing to ship.", code="control_won")
+        # one step at 100 %, judged by the SLO guardrails; like an undo it needs no requests (the
+        # winner served its share through the experiment): done after 30 s without traffic, or
+        # at the deadline without a verdict (nothing showed it worse)
         rollout = rollout_services.rollout_start(
-            user=user, endpoint=locked.endpoint, candidate=winner.artifact, strategy=Strategy.CANARY, steps_bp=[FULL_BP]
+            user=user,
+            endpoint=locked.endpoint,
+            candidate=winner.artifact,
+            strategy=Strategy.CANARY,
+            steps_bp=[FULL_BP],
+            step_min_requests=UNDO_PLAN.step_min_requests,
+            on_inconclusive=UNDO_PLAN.on_inconclusive,
         )
         locked.rollout_id = rollout.pk
         locked.evidence = {**locked.evidence, "ship": {"rollout": rollout.pk, "state": "started"}}
@@ -273,6 +282,19 @@ def experiment_ship(*, user, experiment: Experiment, reason: str = ""):
         return _transition(
             locked, S.SHIPPING, actor=user, reason=why, data={"rollout": rollout.pk, "winner": winner.name}
         )
+
+
+def _ship_waiting(pk: int, rollout_id: int, waiting: str) -> None:
+    """What the ship's rollout waits for, on the experiment page while it ships ("waiting for
+    traffic: ..."), written only when it changes."""
+    with transaction.atomic():
+        locked = _locked(Experiment(pk=pk))
+        ship = dict(locked.evidence.get("ship") or {})
+        if locked.state != S.SHIPPING or locked.rollout_id != rollout_id or ship.get("waiting", "") == waiting:
+            return
+        ship["waiting"] = waiting
+        locked.evidence = {**locked.evidence, "ship": ship}
+        locked.save(update_fields=["evidence"])
 
 
 def experiments_ship_follow(*, experiment_ids=None) -> int:
@@ -287,6 +309,7 @@ def experiments_ship_follow(*, experiment_ids=None) -> int:
     for pk, rollout_id in pairs.items():
         state, why = outcomes.get(rollout_id, ("missing", "the rollout no longer exists"))
         if state not in TERMINAL and state != "missing":
+            _ship_waiting(pk, rollout_id, why if why.startswith(WAITING_FOR_TRAFFIC) else "")
             continue
         with transaction.atomic():
             locked = _locked(Experiment(pk=pk))

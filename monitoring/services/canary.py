@@ -21,7 +21,7 @@ from deployments.services.rollouts import rollout_apply_verdict
 from kernel.errors import InvalidInput
 from monitoring import conf
 from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
-from monitoring.models import Alert, Severity, Verdict, VerdictOutcome
+from monitoring.models import Alert, Severity, Verdict
 from monitoring.outage import NOT_JUDGED
 from monitoring.services.alerts import alert_dedupe_key, alert_raise, shared_outage_alert
 from monitoring.sources import MetricSource, metric_source
@@ -175,7 +175,7 @@ def judge_rollout(rollout, *, now=None, source: MetricSource | None = None) -> d
         source=source,
     )
     step_requests = 0
-    if step_window and verdict.outcome == VerdictOutcome.PASS:
+    if step_window:
         # an LLM endpoint's requests are its gateway_llm_requests (the window's llm ticks)
         arm = step_window[1].as_llm() if rollout.endpoint.kind == "llm" else step_window[1]
         step_requests = int(arm.requests)

@@ -38,7 +38,7 @@ from kernel.conf import setting
 from kernel.errors import PlatformError
 from monitoring import collect
 from monitoring.evidence import ArmWindow
-from monitoring.windows import BUCKET_PREFIXES, LLM_TICK_METRICS, TICK_METRICS, arms_from_rows, wanted
+from monitoring.windows import BUCKET_PREFIXES, LLM_TICK_METRICS, SHARED_METRIC, TICK_METRICS, arms_from_rows, wanted
 
 MAX_QUERY_POINTS = 10_000  # per series and query (Prometheus refuses more than 11,000)
 MAX_POINTS = 2000  # per series shown (as the store's metric_series)
@@ -69,11 +69,14 @@ def _alternatives(values) -> str:
     return "(" + "|".join(re.escape(v) for v in values) + ")"
 
 
-_REQUESTS = ("requests", "shadow_requests", "failovers")  # a failed-over attempt is its variant's error
+# a failed-over attempt is its variant's error, a timed-out one a slow request, one the stable failed too neither
+_REQUESTS = ("requests", "shadow_requests", "failovers", "failovers_failed")
 _LATENCY = ("latency", "shadow_latency")
 # derived metric -> the GatewayNames fields (families) it is computed from
 _GATEWAY_EXACT = {
-    **dict.fromkeys(("requests", "errors", "request_rate", "error_rate", "client_faults"), _REQUESTS),
+    **dict.fromkeys(
+        ("requests", "errors", "request_rate", "error_rate", "client_faults", "shared_failures"), _REQUESTS
+    ),
     **{name: (name,) for name in ("retries", "failovers", "upstream_errors", "shadow_dropped", "in_flight")},
     "upstream_mean_ms": ("upstream",),
     "upstream_p99_ms": ("upstream",),
@@ -90,7 +93,7 @@ _GATEWAY_EXACT = {
     "llm_queue_p99_ms": ("llm_queue",),
 }
 _GATEWAY_PREFIX = (
-    ("latency_", _LATENCY),
+    ("latency_", (*_LATENCY, "failovers", "failovers_failed")),  # a timed-out failover is a slow request
     ("score_bin:", ("prediction_score",)),
     ("ttft_", ("llm_ttft",)),
     ("itl_", ("llm_itl",)),
@@ -267,7 +270,7 @@ class PrometheusSource:
     def judge_arms(self, *, endpoint, variants, since, until=None) -> dict[str, ArmWindow]:
         until = until or datetime.now(tz=UTC)
         step = max(self.step_s, (until - since).total_seconds() / MAX_QUERY_POINTS)
-        judged = {*TICK_METRICS, *LLM_TICK_METRICS, *BUCKET_PREFIXES}
+        judged = {*TICK_METRICS, SHARED_METRIC, *LLM_TICK_METRICS, *BUCKET_PREFIXES}
         rows = self.rows(endpoints=[endpoint], since=since, until=until, step_s=step, metrics=judged)
         return arms_from_rows([row[1:] for row in rows if wanted(row[2])], variants)
 
