@@ -62,9 +62,8 @@ def test_build_tune_canary_promoted_then_a_config_over_the_slo_rolled_back(
         queues=("control", "build-cpu"),
         beat_args=(),
     ) as loop:
-        # the release's steps and its SLO guardrail are the subject, not the relative latency
-        # judge: four test workers share two cores, so the latency margin is 100 %
-        stable, pool, endpoint = loop.serve(team_a, deployer, onnx_path, pool="rel", latency_margin=1.0)
+        # at the product's latency defaults (the judge compares latency window by window)
+        stable, pool, endpoint = loop.serve(team_a, deployer, onnx_path, pool="rel")
         load = loop.load("ctr", rate=80, threads=2, warm=30)
 
         # 1. build -> tune -> canary -> promoted ------------------------------------------------------

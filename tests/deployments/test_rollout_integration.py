@@ -63,12 +63,9 @@ def test_closed_loop_with_real_processes(live_server, subprocess_env, tmp_path, 
             pools_dir,
             env={"MONITORING_ALERT_WEBHOOKS": webhook.url, "OUTBOUND_ALLOWED_HOSTS": "127.0.0.1"},
         ) as loop:
-            # restarts and errors are the subject, not latency (test_rollout_low_traffic judges that):
-            # on four test workers sharing two cores a healthy candidate's latency can run far from
-            # its baseline's, so the margin is 100 %
-            stable, pool, endpoint = loop.serve(
-                team_a, deployer, onnx_path, pool="loop", slo_error_rate=0.02, latency_margin=1.0
-            )
+            # at the product's latency defaults: the judge compares latency window by window, so
+            # four test workers sharing two cores slow both arms alike (no raised margin)
+            stable, pool, endpoint = loop.serve(team_a, deployer, onnx_path, pool="loop", slo_error_rate=0.02)
             load = loop.load("ctr", rate=120, threads=3, warm=50)
 
             # 1. restart safety mid-canary ------------------------------------------------------------

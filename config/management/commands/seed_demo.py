@@ -113,11 +113,12 @@ class Command(BaseCommand):
             user=admin, name="demo-cpu", team=team, replicas=1, cost_per_replica_hour="0.10"
         )
         # public: the README's curl works without a key (other endpoints need inference keys)
-        # latency_margin 3.0: the demo experiment's candidate is a DCN, the stable a linear layer, so
-        # v2 computes more, and more so the busier the cores (p95 3.9 ms against 1.5 ms on 2 busy
-        # cores: the latency tail check stopped the demo once at a margin of 1.0); up to four times
-        # v1's latency, far inside the 50 ms p99 SLO, is no harm here (the SLO and error guardrails
-        # still apply)
+        # latency_margin 3.0 is the demo's product choice, not an allowance for noise (the judge
+        # compares latency window by window, so a busy host is no regression at the defaults): the
+        # demo experiment's candidate is a DCN, the stable a linear layer, so v2 really computes
+        # more (p95 3.9 ms against 1.5 ms on 2 busy cores) and the default margin (20-30 %) would
+        # rightly call it slower; up to four times v1's latency, far inside the 50 ms p99 SLO, is
+        # no harm here (the SLO and error guardrails still apply)
         endpoint_create(
             user=admin,
             name="demo-ctr",
