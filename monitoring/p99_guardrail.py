@@ -136,7 +136,12 @@ def ceiling_for(ceiling: float, control: np.ndarray, compare: bool, config: Judg
     n = control[:, 0].sum() if len(control) else 0.0
     if compare or n < config.min_guardrail_requests:
         return ceiling
-    return min(max(ceiling, CONTROL_FACTOR * float(control[:, 1].sum() / n)), 0.5)
+    return _pool_level(ceiling, CONTROL_FACTOR * float(control[:, 1].sum() / n))
+
+
+def _pool_level(ceiling, share):
+    """max(ceiling, share), rounded up to 0.1 % (a ceiling of few values), at most 50 %."""
+    return np.minimum(np.maximum(ceiling, np.ceil(np.asarray(share) * 1000 - 1e-9) / 1000), 0.5)
 
 
 def fail_path(candidate: np.ndarray, control: np.ndarray, compared, config: JudgeConfig) -> np.ndarray:
@@ -150,7 +155,7 @@ def fail_path(candidate: np.ndarray, control: np.ndarray, compared, config: Judg
     e_control = sign_e_path(*control_votes(control, candidate, config.min_window_samples), ticks)
     # the control's history up to each tick decides the ceiling at 100 %: one path per ceiling
     seen, over = np.cumsum(control[:, 0]), np.cumsum(control[:, 1])
-    pool_level = np.minimum(np.maximum(config.slo_exceedance_share, CONTROL_FACTOR * over / np.maximum(seen, 1)), 0.5)
+    pool_level = _pool_level(config.slo_exceedance_share, CONTROL_FACTOR * over / np.maximum(seen, 1))
     ceilings = np.where(
         compared | (seen < config.min_guardrail_requests), config.slo_exceedance_share, pool_level
     )  # ceiling_for, after each tick
@@ -188,7 +193,7 @@ def check_p99_slo(
     p99 = histogram_quantile(0.99, candidate.latency_buckets)
     ctrl = exceedance_ticks(control, slo_s)
     control_share = float(ctrl[:, 1].sum() / ctrl[:, 0].sum()) if len(ctrl) and ctrl[:, 0].sum() else None
-    ceiling = ceiling_for(ceiling, ctrl, compare, config)
+    ceiling = float(ceiling_for(ceiling, ctrl, compare, config))
     e_slo = eprocess.e_value(eprocess.ceiling_steps(cand, ceiling, config.slo_exceedance_ratios))
     e_within = eprocess.e_value(eprocess.ceiling_steps(cand, min(2 * ceiling, 0.5), PASS_RATIOS))
     sustained = int(windows_over(cand, ceiling).sum())

@@ -162,11 +162,11 @@ def test_a_healthy_candidate_passes_after_the_minimum_sample():
 
 def test_fail_path_is_what_the_check_decides_at_each_tick():
     rng = np.random.default_rng(10)
-    baseline, candidate = windows(rng, rng.poisson(20, 40), 0.01), windows(rng, rng.poisson(20, 40), 0.06)
-    compared = np.arange(40) < 25  # a 100 % step from tick 25 on
+    baseline, candidate = windows(rng, rng.poisson(20, 80), 0.01), windows(rng, rng.poisson(20, 80), 0.06)
+    compared = np.arange(80) < 50  # a 100 % step from tick 50 on
     path = fail_path(exceedance_ticks(candidate, 0.05), exceedance_ticks(baseline, 0.05), compared, CONFIG)
     assert path.any() and not path.all()
-    for t in range(40):
+    for t in range(80):
         cut = [ArmWindow(ticks=a.ticks[: t + 1], latency_ticks=a.latency_ticks[: t + 1]) for a in (baseline, candidate)]
         for arm in cut:
             arm.latency_buckets = {le: sum(h.get(le, 0.0) for h in arm.latency_ticks) for le in EDGES}
