@@ -50,6 +50,11 @@ PASS_RATIOS = (0.5, 0.25, 0.1, 0.02)
 # the candidate's share over the SLO must exceed the control's by this factor in a window to
 # count against it (two processes of one model on a busy host: 92 vs 154 ms p99)
 CONTROL_FACTOR = 2.0
+# a candidate passes beside a control over the SLO itself (the host's tail) when its share is
+# at most this many times the control's; at 100 % the pool's level is this times the
+# control's share over the rollout (two processes of one model on a busy host: 2.1 vs 3.0 %
+# over 50 ms; a candidate adding 2 % of +100 ms requests beside them: ~4.5 %)
+POOL_FACTOR = 1.25
 
 
 def over_slo(buckets: dict[float, float], slo_s: float) -> tuple[float, float, float | None]:
@@ -132,11 +137,11 @@ def sign_e_path(at: np.ndarray, votes: np.ndarray, ticks: int) -> np.ndarray:
 def ceiling_for(ceiling: float, control: np.ndarray, compare: bool, config: JudgeConfig) -> float:
     """The ceiling the candidate's share is held to: the SLO's (1 %), or at 100 % (nothing
     beside the candidate) the share over the SLO its control had during the rollout times
-    `CONTROL_FACTOR` when that is higher: the pool's own level."""
+    `POOL_FACTOR` when that is higher: the pool's own level."""
     n = control[:, 0].sum() if len(control) else 0.0
     if compare or n < config.min_guardrail_requests:
         return ceiling
-    return _pool_level(ceiling, CONTROL_FACTOR * float(control[:, 1].sum() / n))
+    return _pool_level(ceiling, POOL_FACTOR * float(control[:, 1].sum() / n))
 
 
 def _pool_level(ceiling, share):
@@ -155,7 +160,7 @@ def fail_path(candidate: np.ndarray, control: np.ndarray, compared, config: Judg
     e_control = sign_e_path(*control_votes(control, candidate, config.min_window_samples), ticks)
     # the control's history up to each tick decides the ceiling at 100 %: one path per ceiling
     seen, over = np.cumsum(control[:, 0]), np.cumsum(control[:, 1])
-    pool_level = _pool_level(config.slo_exceedance_share, CONTROL_FACTOR * over / np.maximum(seen, 1))
+    pool_level = _pool_level(config.slo_exceedance_share, POOL_FACTOR * over / np.maximum(seen, 1))
     ceilings = np.where(
         compared | (seen < config.min_guardrail_requests), config.slo_exceedance_share, pool_level
     )  # ceiling_for, after each tick
@@ -169,10 +174,17 @@ def fail_path(candidate: np.ndarray, control: np.ndarray, compared, config: Judg
     return out
 
 
+def pass_null(ceiling: float, config: JudgeConfig) -> float:
+    """The share the pass-side e-process must show the candidate under: twice the SLO's
+    ceiling, or at 100 % the pool's level when that is higher (not twice it: on a busy host
+    2-3 % over the SLO, a candidate adding 2 % of +100 ms requests sat at 1.25x the pool)."""
+    return min(max(2 * config.slo_exceedance_share, ceiling), 0.5)
+
+
 def pass_requests(config: JudgeConfig) -> int:
     """The fewest candidate requests with which the guardrail can pass (none of them over the
     SLO): where its pass-side e-process reaches 1/alpha (the forecast's need)."""
-    null = min(2 * config.slo_exceedance_share, 0.5)
+    null = pass_null(config.slo_exceedance_share, config)
     per_request = np.log([(1 - min(r * null, 0.999)) / (1 - null) for r in PASS_RATIOS])
     n = config.min_guardrail_requests
     while np.mean(np.exp(n * per_request)) < 1.0 / config.alpha and n < 1_000_000:
@@ -195,7 +207,8 @@ def check_p99_slo(
     control_share = float(ctrl[:, 1].sum() / ctrl[:, 0].sum()) if len(ctrl) and ctrl[:, 0].sum() else None
     ceiling = float(ceiling_for(ceiling, ctrl, compare, config))
     e_slo = eprocess.e_value(eprocess.ceiling_steps(cand, ceiling, config.slo_exceedance_ratios))
-    e_within = eprocess.e_value(eprocess.ceiling_steps(cand, min(2 * ceiling, 0.5), PASS_RATIOS))
+    # pass: evidence of a share under twice the SLO's ceiling, or under the pool's level at 100 %
+    e_within = eprocess.e_value(eprocess.ceiling_steps(cand, pass_null(ceiling, config), PASS_RATIOS))
     sustained = int(windows_over(cand, ceiling).sum())
     e_control, control_windows = None, None
     if compare:
@@ -207,7 +220,7 @@ def check_p99_slo(
         and control_share is not None
         and control_share > ceiling
         and share is not None
-        and share <= 1.5 * control_share
+        and share <= POOL_FACTOR * control_share
     )
     counted_from = over_slo(candidate.latency_buckets, slo_s)[2]
     e_majority = None if compare else float(sign_e_path(*majority_votes(cand, ceiling), max(len(cand), 1))[-1])
