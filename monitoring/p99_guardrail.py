@@ -84,12 +84,15 @@ def windows_over(ticks: np.ndarray, ceiling: float) -> np.ndarray:
     return (ticks[:, 1] > ceiling * ticks[:, 0]).astype(int)
 
 
-def control_votes(control: np.ndarray, candidate: np.ndarray, min_samples: int) -> tuple[np.ndarray, np.ndarray]:
+def control_votes(
+    control: np.ndarray, candidate: np.ndarray, min_samples: int, factor: float = CONTROL_FACTOR, within: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """(the tick each vote closed at, the votes) of "the candidate's share over the SLO is
     more than `CONTROL_FACTOR` x the control's", window by window: `control`, `candidate`
     (ticks, 2) of (requests, over the SLO), ticks joined until both arms have `min_samples`
     requests (monitoring/paired.py's windows); a window where neither arm had a request over
-    the SLO carries no vote. Unaligned arms are one window of their totals.
+    the SLO carries no vote. Unaligned arms are one window of their totals. `within=True`:
+    the mirror votes, "at most `factor` x the control's" (the host's tail, for a pass).
 
     Why windows: a per-request comparison (the conditional e-process) found the difference
     between two processes of one model on a busy host within seconds at 2,000 req/s; a
@@ -103,7 +106,8 @@ def control_votes(control: np.ndarray, candidate: np.ndarray, min_samples: int) 
         if acc[0] >= min_samples and acc[2] >= min_samples:
             if acc[1] or acc[3]:
                 at.append(t)
-                votes.append(1.0 if acc[3] * acc[0] > CONTROL_FACTOR * acc[1] * acc[2] else 0.0)
+                worse = acc[3] * acc[0] > factor * acc[1] * acc[2]
+                votes.append(1.0 if worse != within else 0.0)
             acc[:] = 0.0
     return np.asarray(at, dtype=int), np.asarray(votes)
 
@@ -215,13 +219,14 @@ def check_p99_slo(
         at, votes = control_votes(ctrl, cand, config.min_window_samples)
         e_control, control_windows = float(sign_e_path(at, votes, max(len(cand), 1))[-1]), len(votes)
     share = over / n if n else None
-    host_tail = (
-        compare
-        and control_share is not None
-        and control_share > ceiling
-        and share is not None
-        and share <= POOL_FACTOR * control_share
-    )
+    # beside a control over the SLO itself: its tail is the host's when the candidate's share
+    # is at most POOL_FACTOR x the control's window after window (the mirror sign e-process)
+    host_tail = False
+    if compare and control_share is not None and control_share > ceiling:
+        # windows with ~5 requests over the SLO expected on the control: a share, not a count of one
+        size = max(config.min_window_samples, math.ceil(5 / control_share))
+        at, votes = control_votes(ctrl, cand, size, POOL_FACTOR, within=True)
+        host_tail = bool(sign_e_path(at, votes, max(len(cand), 1))[-1] >= 1.0 / config.alpha)
     counted_from = over_slo(candidate.latency_buckets, slo_s)[2]
     e_majority = None if compare else float(sign_e_path(*majority_votes(cand, ceiling), max(len(cand), 1))[-1])
     evidence = (

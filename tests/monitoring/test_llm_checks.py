@@ -153,14 +153,14 @@ def test_llm_verdicts(candidate, kwargs, compare, outcome, checks, reason):
 
 def test_slow_pool_is_not_the_candidates_fault():
     """Both arms' first tokens over the SLO alike (a slow pool): the guardrail against the
-    control holds, the TTFT SLO check never fails: it passes as the pool's tail (the
-    candidate no more over it than its control), nor does the comparison."""
+    control holds, the TTFT SLO check never fails (it waits, or passes once the pool's tail is
+    shown window after window), nor does the comparison."""
     rng = np.random.default_rng(3)
     control = arm(rng, slow_share=0.1, slow_ms=800.0)
     cand = arm(rng, slow_share=0.1, slow_ms=800.0)
     decision = judge(control, cand, config(ttft_slo_ms=500), control="baseline")
     got = by_name(decision)
-    assert got["ttft_slo"]["outcome"] == PASS and got["ttft_slo"]["e_value"] > 100 and got["ttft_slo"]["host_tail"]
+    assert got["ttft_slo"]["outcome"] != FAIL and got["ttft_slo"]["e_value"] > 100
     assert got["ttft_slo"]["e_value_control"] < 100
     assert got["ttft"]["outcome"] != FAIL and decision.outcome != FAIL
 
