@@ -128,9 +128,9 @@ class PrometheusSource:
 
     def __init__(self, url: str, *, timeout_s: float | None = None, step_s: float | None = None):
         self.url = url.rstrip("/")
-        self.timeout_s = timeout_s or float(setting("PROMETHEUS_TIMEOUT_S", 5.0))
-        self.step_s = step_s or float(setting("PROMETHEUS_STEP_S", 2.0))  # the scrape interval
-        self.names = collect.GatewayNames(prefix=setting("MONITORING_GATEWAY_METRIC_PREFIX", "gateway_"))
+        self.timeout_s = timeout_s or float(setting("PROMETHEUS_TIMEOUT_S"))
+        self.step_s = step_s or float(setting("PROMETHEUS_STEP_S"))  # the scrape interval
+        self.names = collect.GatewayNames(prefix=setting("MONITORING_GATEWAY_METRIC_PREFIX"))
 
     # --- PromQL ---------------------------------------------------------------------------
     def query_range(self, query: str, start: datetime, end: datetime, step_s: float) -> list[dict]:
