@@ -154,9 +154,7 @@ class Gateway:
 
     async def close(self) -> None:
         if self.grpc_service is not None:
-            await self.grpc_service.channels.close()
-            if self.grpc_service.connection_cap is not None:
-                await self.grpc_service.connection_cap.close()
+            await self.grpc_service.close()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
