@@ -33,6 +33,7 @@ from .httpserver import HttpServer, Request
 from .ids import request_id
 from .infer import Inference
 from .llm.handler import PATHS as LLM_PATHS
+from .llm.handler import TEMPLATES as LLM_TEMPLATES
 from .llm.handler import LlmService
 from .llm.table import llm_replicas
 from .metadata import model_config, model_metadata, model_ready, model_stats, server_metadata
@@ -225,6 +226,7 @@ ADMIN_PATHS = {
     "/v2/health/live": admin.live,
     "/v2/health/ready": admin.ready,
     "/healthz": admin.ready,
+    "/health": admin.ready,  # vLLM's name for it, which LLM benchmark tools check first (guidellm)
     "/status": admin.status_page,
 }
 
@@ -235,7 +237,7 @@ def http_routes() -> list[str]:
     routes = model_templates()
     routes += [f"POST {path}" for path in POST_PATHS]
     routes += [f"GET {path}" for path in ADMIN_PATHS]
-    routes += [f"{methods.split(', ')[0]} {path}" for path, methods in LLM_PATHS.items()]
+    routes += [f"{methods.split(', ')[0]} {path}" for path, methods in (LLM_PATHS | LLM_TEMPLATES).items()]
     return routes
 
 
