@@ -22,9 +22,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha._async import ReflectionServicer
 from tritonclient.grpc import service_pb2
 
-INFERENCE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
-HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"].full_name
+# every service the gRPC port serves (the adversarial registry lists each of their methods)
+SERVICES = (
+    service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"],
+    health_pb2.DESCRIPTOR.services_by_name["Health"],
+    reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
+)
+INFERENCE, HEALTH, REFLECTION = (service.full_name for service in SERVICES)
 FOLLOW_S = 0.5
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

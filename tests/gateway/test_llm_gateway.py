@@ -252,6 +252,18 @@ def test_benchmark_tool_options_reach_the_backend_or_are_refused_by_name(stack):
         ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n", "invalid_value"),
         ({"messages": [{"role": "user", "content": "x"}], "temperature": 3}, "temperature", "invalid_value"),
         ({"messages": [{"role": "user", "content": "x"}], "tools": []}, "tools", "unknown_parameter"),
+        ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs", "unknown_parameter"),
+        ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": "yes"}, "ignore_eos", "invalid_value"),
+        ({"messages": [{"role": "user", "content": "x"}], "min_tokens": -1}, "min_tokens", "invalid_value"),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": True,
+                "stream_options": {"continuous_usage_stats": 1},
+            },
+            "stream_options.continuous_usage_stats",
+            "invalid_value",
+        ),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}, "max_tokens", "invalid_value"),
         (
             {"messages": [{"role": "user", "content": "x" * 16000}], "max_tokens": 100},
