@@ -348,7 +348,12 @@ def test_benchmark_options_through_the_gateway_on_the_real_backends(gateway):
     for options in ({"ignore_eos": True, "stop": None}, {"min_tokens": 100}):
         chunks = list(
             c.chat.completions.create(
-                model="tiny-triton", messages=CHAT, max_tokens=100, stream=True, stream_options=usage, extra_body=options
+                model="tiny-triton",
+                messages=CHAT,
+                max_tokens=100,
+                stream=True,
+                stream_options=usage,
+                extra_body=options,
             )
         )
         assert all(ch.usage is not None for ch in chunks)
