@@ -30,16 +30,16 @@ class Handlers:
 
 
 def unimplemented(service: str, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """A handler of `handler`'s kind answering UNIMPLEMENTED (the generated base class's
-    answer, without its NotImplementedError: grpcio logs that as an ERROR with a traceback)."""
+    """A handler answering UNIMPLEMENTED at the call's HEADERS (the generated base class's
+    answer, without its NotImplementedError: grpcio logs that as an ERROR with a traceback).
+    Served as client-streaming, the same bytes on the wire, so it answers without waiting for
+    a request message (a unary handler would hold the call until one came)."""
     message = f"the gateway does not serve {service}/{method}"
 
-    async def refuse(request, context):
+    async def refuse(requests, context):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
 
-    kind = ("stream_" if handler.request_streaming else "unary_") + (
-        "stream" if handler.response_streaming else "unary"
-    )
+    kind = "stream_stream" if handler.response_streaming else "stream_unary"
     return getattr(grpc, f"{kind}_rpc_method_handler")(
         refuse, request_deserializer=None, response_serializer=handler.response_serializer
     )

@@ -5,10 +5,11 @@ from grpcio's maintained packages (grpcio-health-checking, grpcio-reflection), s
 Health follows what ServerReady answers: SERVING once a route table is loaded and while the
 worker is not stopping, else NOT_SERVING, for the server ("") and for
 `inference.GRPCInferenceService`; other service names are NOT_FOUND (Check) or
-SERVICE_UNKNOWN (Watch). Check answers from the state now; Watch's stream is told of a change within FOLLOW_S. Reflection lists the
-inference service, health and reflection itself: the public Triton protos, nothing about
-the endpoints. Both need no key. Watch and reflection are streams: each counts as a call in
-progress against its client's cap (transport.CallCaps.guard_stream).
+SERVICE_UNKNOWN (Watch). Check answers from the state now; a Watch stream is told of a
+change within FOLLOW_S. Reflection lists the inference service, health and reflection
+itself: the public Triton protos, nothing about the endpoints. Both need no key. Watch and
+reflection are streams: each counts as a call in progress against its client's cap
+(transport.CallCaps.guard_stream).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ SERVICES = (
     reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"],
 )
 INFERENCE, HEALTH, REFLECTION = (service.full_name for service in SERVICES)
-FOLLOW_S = 0.5
+FOLLOW_S = 1.0  # a wake-up a second while idle: next to nothing
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 

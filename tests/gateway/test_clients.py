@@ -42,6 +42,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
+from harness.h2streams import HalfOpenStreams
 from harness.onnx import N_DENSE, N_SPARSE
 from harness.triton_models import behaviour_model, ctr_model
 from tests.gateway.conftest import require_triton
@@ -618,6 +619,19 @@ def test_grpc_unserved_methods_and_malformed_messages_answer_cleanly(env):
         with pytest.raises(grpc.RpcError) as refused:
             call(message, timeout=5)
         assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED and "does not serve" in refused.value.details()
+    # answered at the call's HEADERS: a client that never sends the message holds nothing
+    headers_only = HalfOpenStreams(
+        env.one.grpc_port, "127.0.0.6", 1, 4, hold_s=10, method="/inference.GRPCInferenceService/RepositoryIndex"
+    )
+    headers_only.start()
+    try:
+        assert headers_only.set_up.wait(10)
+        deadline = time.monotonic() + 2.0  # well inside the first-message deadline
+        while sum(headers_only.outcomes.values()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert headers_only.outcomes == {"grpc-status 12": 4}, headers_only.outcomes
+    finally:
+        headers_only.finish()
     garbage = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, a length past the message's end
     for method in ("ModelInfer", "ModelReady"):
         raw = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
