@@ -566,10 +566,20 @@ def test_grpc_streams_serve_like_unary_infer_with_keys_and_splits(env):
     arms = {u: _call(stub, _request("exp")[0], (("x-user-id", u),))[2]["x-model-variant"] for u in users}
     assert set(arms.values()) == {"v1", "v2"}
     assert {u: _call(stub, _request("exp")[0], (("x-user-id", f" {u} "),))[2]["x-model-variant"] for u in users} == arms
+    rids = {}  # each message an exposure of its own, under the arm unary ModelInfer picks for the user
     for user in ("u1", "u2", "u3"):
-        (result, error), *_ = _sync_stream(env.one, [("exp", "e-1"), ("exp", "e-2")], headers={"x-user-id": f" {user}"})
-        assert error is None and _parameters(result)["x-model-variant"] == arms[user]
-    assert env.one.metric("gateway_requests_total", endpoint="exp", status="200") >= 6
+        for result, error in _sync_stream(env.one, [("exp", "e-1"), ("exp", "e-2")], headers={"x-user-id": f" {user}"}):
+            assert error is None and _parameters(result)["x-model-variant"] == arms[user]
+            rids[_parameters(result)["x-request-id"]] = arms[user]
+    assert len(rids) == 6
+    stream, found, deadline = redis.Redis.from_url(REDIS_URL), {}, time.monotonic() + 5
+    while set(found) != set(rids) and time.monotonic() < deadline:
+        for _, entry in stream.xrange("modelplane:exposures"):
+            for rid, experiment, arm, *_ in json.loads(entry[b"b"]):
+                if rid in rids and experiment == "exp-grpc":
+                    found[rid] = arm
+        time.sleep(0.2)
+    assert found == rids
 
 
 def test_grpc_aio_stream_and_health_and_reflection(env):
