@@ -32,6 +32,7 @@ from .httpserver import HttpServer, Request
 from .ids import request_id
 from .infer import Inference
 from .llm.handler import PATHS as LLM_PATHS
+from .llm.handler import TEMPLATES as LLM_TEMPLATES
 from .llm.handler import LlmService
 from .llm.table import llm_replicas
 from .metadata import model_config, model_metadata, model_ready, model_stats, server_metadata
@@ -151,9 +152,7 @@ class Gateway:
 
     async def close(self) -> None:
         if self.grpc_service is not None:
-            await self.grpc_service.channels.close()
-            if self.grpc_service.connection_cap is not None:
-                await self.grpc_service.connection_cap.close()
+            await self.grpc_service.close()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -222,6 +221,7 @@ ADMIN_PATHS = {
     "/v2/health/live": admin.live,
     "/v2/health/ready": admin.ready,
     "/healthz": admin.ready,
+    "/health": admin.ready,  # vLLM's name for it, which LLM benchmark tools check first (guidellm)
     "/status": admin.status_page,
 }
 
@@ -232,7 +232,7 @@ def http_routes() -> list[str]:
     routes = model_templates()
     routes += [f"POST {path}" for path in POST_PATHS]
     routes += [f"GET {path}" for path in ADMIN_PATHS]
-    routes += [f"{methods.split(', ')[0]} {path}" for path, methods in LLM_PATHS.items()]
+    routes += [f"{methods.split(', ')[0]} {path}" for path, methods in (LLM_PATHS | LLM_TEMPLATES).items()]
     return routes
 
 

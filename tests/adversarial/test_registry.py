@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 
 from django.urls import URLResolver, get_resolver
-from tritonclient.grpc import service_pb2
 
+from gateway.grpc.health import SERVICES
 from gateway.server import http_routes
 from tests.adversarial.registry import Abuse, Surface, all_surfaces
 
@@ -83,8 +83,8 @@ def django_routes() -> tuple[set[str], set[str]]:
 
 
 def grpc_routes() -> set[str]:
-    service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-    return {f"grpc /{service.full_name}/{method.name}" for method in service.methods}
+    """Every method of every service the gateway's gRPC port serves (inference, health, reflection)."""
+    return {f"grpc /{service.full_name}/{method.name}" for service in SERVICES for method in service.methods}
 
 
 def listed(surfaces: list[Surface]) -> set[str]:

@@ -112,28 +112,56 @@ SURFACES = [
             Abuse.HALF_OPEN: (
                 f"{GRPC_ABUSE}::test_half_open_streams_cost_only_their_connection",
                 f"{GRPC_ABUSE}::test_held_half_open_streams_cost_the_tenant_nothing",
+                f"{GRPC_ABUSE}::test_streams_held_open_are_bounded_per_client_and_end",  # ModelStreamInfer
+                f"{CLIENTS}::test_grpc_unserved_methods_and_malformed_messages_answer_cleanly",  # unserved: at HEADERS
             ),
             Abuse.FLOOD: (
                 f"{GRPC_ABUSE}::test_idle_connections_past_the_cap_are_closed",
                 f"{GRPC_ABUSE}::test_ping_flood_gets_goaway",
+                f"{GRPC_ABUSE}::test_streams_held_open_are_bounded_per_client_and_end",
                 f"{CLIENTS}::test_grpc_rate_limit_and_concurrency_quota",
                 f"{CLIENTS}::test_grpc_rpcs_in_progress_are_bounded",
             ),
             Abuse.OVERSIZED: (f"{CLIENTS}::test_grpc_limits_deadline_and_unknowns",),
             Abuse.MALFORMED: (
                 f"{CLIENTS}::test_grpc_bad_tensors_are_invalid_argument_before_triton",
+                f"{CLIENTS}::test_grpc_unserved_methods_and_malformed_messages_answer_cleanly",  # streams too
                 "tests/gateway/test_grpc_contents.py",
             ),
             Abuse.FOREIGN_OBJECTS: (
                 f"{ORACLE}::test_grpc_a_closed_endpoint_refused_reads_as_an_unknown_one",
                 f"{ORACLE}::test_grpc_model_ready_is_false_alike",
                 f"{CLIENTS}::test_grpc_keys",
+                f"{CLIENTS}::test_grpc_streams_serve_like_unary_infer_with_keys_and_splits",
             ),
         },
         not_applicable={
             Abuse.SSRF: NO_URL + "; the repository, shared-memory, trace and log RPCs answer UNIMPLEMENTED",
             Abuse.LOOP: NO_URL,
             Abuse.SECRET_EXFILTRATION: NO_SECRET,
+        },
+    ),
+    Surface(
+        name="gRPC health and server reflection",
+        routes=(
+            "grpc /grpc.health.v1.Health/Check",
+            "grpc /grpc.health.v1.Health/Watch",
+            "grpc /grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        ),
+        cases={
+            Abuse.HALF_OPEN: (f"{GRPC_ABUSE}::test_streams_held_open_are_bounded_per_client_and_end",),  # Watch
+            Abuse.FLOOD: (
+                f"{GRPC_ABUSE}::test_streams_held_open_are_bounded_per_client_and_end",
+                f"{CLIENTS}::test_grpc_rpcs_in_progress_are_bounded",
+            ),
+            Abuse.MALFORMED: (f"{CLIENTS}::test_grpc_unserved_methods_and_malformed_messages_answer_cleanly",),
+            Abuse.FOREIGN_OBJECTS: (f"{CLIENTS}::test_grpc_aio_stream_and_health_and_reflection",),  # no endpoint named
+        },
+        not_applicable={
+            Abuse.SSRF: NO_URL,
+            Abuse.LOOP: NO_URL,
+            Abuse.SECRET_EXFILTRATION: "the server's status and the public Triton protos only; no key, endpoint or replica",
+            Abuse.OVERSIZED: "a service name bounded by grpc.max_receive_message_length; nothing is stored",
         },
     ),
     Surface(
@@ -157,7 +185,14 @@ SURFACES = [
     ),
     Surface(
         name="operator surfaces and health (/metrics, /status, health)",
-        routes=("GET /metrics", "GET /status", "GET /v2/health/live", "GET /v2/health/ready", "GET /healthz"),
+        routes=(
+            "GET /metrics",
+            "GET /status",
+            "GET /v2/health/live",
+            "GET /v2/health/ready",
+            "GET /healthz",
+            "GET /health",
+        ),
         cases={
             Abuse.SECRET_EXFILTRATION: (
                 f"{HOSTILE}::test_health_says_live_and_ready_only_and_operator_surfaces_need_the_token",
