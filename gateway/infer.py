@@ -214,7 +214,7 @@ class Inference:
     def pick(ep, variant, key: bytes | None):
         """The replica of `variant` for this request: the user's on a user-affinity endpoint
         (affinity.py, counted by placement), else the one with the fewest requests in progress."""
-        if not ep.affinity_input:
+        if variant.ring is None:  # affinity off, or one replica: nothing to choose by user
             return variant.pick()
         entry, placement = variant.pick_for(key)
         if entry is not None:
