@@ -6,7 +6,9 @@ come back cold on the other replica while everyone else stays warm."""
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -37,6 +39,14 @@ def _table(replicas: list[str], version: str) -> dict:
     }
     endpoint = {"name": "recs", "affinity": "user", "auth": {"public": True}, "timeout_ms": 5000}
     return {"version": version, "endpoints": [{**endpoint, "variants": [variant]}]}
+
+
+def _readme_request() -> tuple[dict, dict]:
+    """(headers, JSON body) of README.md's request to the GR endpoint."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    command = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "/v2/models/recs/infer" in b)
+    header = re.search(r"-H '([^:]+): ([^']+)'", command)
+    return {header.group(1): header.group(2)}, json.loads(re.search(r"-d '(.*)'", command, flags=re.S).group(1))
 
 
 def _cache(gateway, user: str, history: list[int]) -> str:
@@ -77,6 +87,11 @@ def test_a_users_requests_reach_their_replica_and_a_lost_replica_moves_only_its_
             assert gr.metric_value(text, "gr_cache_lookups_total", model=MODEL, result="hit") == mine
             assert gr.metric_value(text, "gr_cache_lookups_total", model=MODEL, result="miss") == mine
 
+        headers, body = _readme_request()  # the README's request, as written, through the gateway
+        reply = requests.post(f"{gateway.url}/v2/models/recs/infer", data=json.dumps(body), headers=headers, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert len({o["name"]: o["data"] for o in reply.json()["outputs"]}["items"]) == 10
+
         lost = servers[1]
         lost.stop(timeout=0.01)  # the replica is gone (SIGKILL after SIGTERM)
         lost.process.wait(5)
@@ -93,9 +108,9 @@ def test_a_users_requests_reach_their_replica_and_a_lost_replica_moves_only_its_
             placement: gateway.metric("gateway_affinity_picks_total", endpoint="recs", placement=placement)
             for placement in ("home", "spilled", "none")
         }
-        # two rounds at home, then the lost replica's users spill once its breaker opens; with one
+        # two rounds at home (and the README's request), then the lost replica's users spill once its breaker opens; with one
         # replica left there is no ring to choose on (not counted)
-        assert picks["home"] >= 2 * USERS and picks["home"] + picks["spilled"] == 3 * USERS and not picks["none"]
+        assert picks["home"] >= 2 * USERS and picks["home"] + picks["spilled"] == 3 * USERS + 1 and not picks["none"]
     finally:
         if gateway is not None:
             gateway.stop()
