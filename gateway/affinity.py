@@ -31,6 +31,8 @@ from bisect import bisect_right
 from hashlib import blake2b
 from math import ceil
 
+from . import metrics
+
 VNODES = 64  # points per replica: the replicas' shares of the ring within ~15 % of each other
 EPSILON = 0.25  # a replica takes at most 1.25x its share of the requests in progress
 MAX_KEY_BYTES = 256
@@ -136,3 +138,14 @@ def affinity_key(ep, parsed, sticky: str | None) -> bytes | None:
     if not value or len(value) > MAX_KEY_BYTES:
         return None
     return ep.name.encode() + b"\x1f" + value
+
+
+def replica_for(ep, variant, key: bytes | None):
+    """The replica of `variant` for this request: the user's on a user-affinity endpoint
+    (counted by placement), else the one with the fewest requests in progress."""
+    if variant.ring is None:  # affinity off, or one replica: nothing to choose by user
+        return variant.pick()
+    entry, placement = variant.pick_for(key)
+    if entry is not None:
+        metrics.AFFINITY_PICKS.labels(ep.name, variant.name, placement).inc()
+    return entry

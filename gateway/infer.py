@@ -23,7 +23,7 @@ from time import perf_counter
 
 from . import metrics
 from .access import admit, missing
-from .affinity import affinity_key
+from .affinity import affinity_key, replica_for
 from .failover import (
     BACKEND,
     CLIENT,
@@ -190,7 +190,7 @@ class Inference:
         key = affinity_key(ep, parsed, sticky) if ep.affinity_input else None
         entry = None
         if failure is None:
-            entry = self.pick(ep, variant, key)
+            entry = replica_for(ep, variant, key)
             if entry is None and variant is stable:
                 entry = stable.pick_panic()  # every stable replica ejected: try a live one rather than refuse all
             if entry is None:
@@ -210,20 +210,7 @@ class Inference:
             failure, ep, stable, variant, entry, parsed, send, payload, t0 + timeout, client_limited, key
         )
 
-    @staticmethod
-    def pick(ep, variant, key: bytes | None):
-        """The replica of `variant` for this request: the user's on a user-affinity endpoint
-        (affinity.py, counted by placement), else the one with the fewest requests in progress."""
-        if variant.ring is None:  # affinity off, or one replica: nothing to choose by user
-            return variant.pick()
-        entry, placement = variant.pick_for(key)
-        if entry is not None:
-            metrics.AFFINITY_PICKS.labels(ep.name, variant.name, placement).inc()
-        return entry
-
-    async def _recover(
-        self, failure, ep, stable, variant, entry, parsed, send, payload, deadline, client_limited, key=None
-    ):
+    async def _recover(self, failure, ep, stable, variant, entry, parsed, send, payload, deadline, client_limited, key):
         """After a failed first attempt: at most one retry (failover.retry_on_stable), then
         the answer failover.failure_outcome gives. `stable` is where a retry may go (the
         pinned variant itself for a versioned request). Returns (variant, served, None)
@@ -239,8 +226,7 @@ class Inference:
             stable_fits = stable.signature is variant.signature or stable.signature.check(parsed) is None
         retry_entry = None
         if retry_on_stable(reason, on_stable=on_stable, stable_fits=stable_fits):
-            # the user's next replica on the ring (affinity), or the least loaded
-            retry_entry = stable.pick_after(key, entry) if on_stable else self.pick(ep, stable, key)
+            retry_entry = stable.pick_after(key, entry) if on_stable else replica_for(ep, stable, key)
             if retry_entry is None and not on_stable:
                 retry_entry = stable.pick_panic()
             if on_stable and retry_entry is entry:

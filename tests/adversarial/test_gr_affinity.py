@@ -6,7 +6,7 @@ The key is the `user_id` input, else the X-User-Id header (gateway/affinity.py).
 (huge, binary, missing) are a clear 400 or are routed without affinity, never a 5xx; one user
 id hammered from many connections spreads over both replicas under the load bound instead of
 pinning one; the neighbour's users, even with the same ids, keep their replicas and their
-warm caches. Tolerance for the neighbour: tests/adversarial/test_gr_inputs.py's `Neighbour`
+warm caches. Tolerance for the neighbour: tests/adversarial/gr_tenants.py's `Neighbour`
 (every reply a 200 within 2 s, median at most twice its own before the attack plus 25 ms,
 its users' caches still hit).
 """
@@ -23,7 +23,7 @@ from gateway.affinity import MAX_KEY_BYTES
 from harness import gr
 from harness.gateway import GatewayProcess, start_triton
 from registry.gr.triton import request_body
-from tests.adversarial.test_gr_inputs import Neighbour, _with
+from tests.adversarial.gr_tenants import Neighbour, with_input
 from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration
@@ -86,11 +86,11 @@ def test_absurd_user_keys_are_a_clear_400_or_routed_without_affinity(stack):
     good = request_body("abuser", items[:10], top_k=5)
     no_user = {**good, "inputs": [t for t in good["inputs"] if t["name"] != "user_id"]}
     refused = {
-        "huge-input": (_with(good, "user_id", data=["u" * 100_000]), {}),
+        "huge-input": (with_input(good, "user_id", data=["u" * 100_000]), {}),
         "huge-header": (good, {"X-User-Id": "h" * 10_000}),
-        "nul-input": (_with(good, "user_id", data=["a\u0000b"]), {}),
-        "binary-input-as-numbers": (_with(good, "user_id", datatype="INT64", data=[2**63 - 1]), {}),
-        "nested-input": (_with(good, "user_id", shape=[1, 1], data=[["x"]]), {}),
+        "nul-input": (with_input(good, "user_id", data=["a\u0000b"]), {}),
+        "binary-input-as-numbers": (with_input(good, "user_id", datatype="INT64", data=[2**63 - 1]), {}),
+        "nested-input": (with_input(good, "user_id", shape=[1, 1], data=[["x"]]), {}),
         "missing-everywhere": (no_user, {}),
         "missing-input-header-given": (no_user, {"X-User-Id": "someone"}),
         "binary-header": (good, {"X-User-Id": "\x01\x7f\x00"}),  # refused by the HTTP parser
