@@ -13,7 +13,7 @@
             first request (miss: the whole history encoded), the same request again (hit: no
             encode) and one with a new event (grown: one item encoded); client p50/p99 and the
             model's own prefill and decode time per request (its Triton metrics);
-  routing   two tritonservers behind the real gateway, each cache holding ~70 % of the users,
+  routing   two tritonservers behind the real gateway, each cache holding ~60 % of the users,
             sessions that grow by one event a request: requests/s, p50/p99 and the replicas'
             cache reuse with `affinity: user` and without (bench/gr_routing.py).
 Writes var/bench/gr.json with the load average before and after (2 shared cores here).

@@ -1,7 +1,7 @@
 """User-affinity vs round-robin routing of a generative recommender (bench/gr.py's routing row).
 
 Two real tritonservers serve the same gr-fp32 model behind the real gateway; each replica's
-prefix cache holds about CACHE_SHARE of the users (its byte bound from one user's full-window
+prefix cache holds about CACHE_SHARE (60 %) of the users (its byte bound from one user's full-window
 entry, measured in-process with the same runtime), so a replica can keep its half of the users
 but not all of them. Clients (`concurrency` closed-loop workers, each with its own users, one
 request of a user at a time) send each user's history with one new event per request, as a
@@ -30,7 +30,7 @@ from harness.gr import kserve_signature, metric_value
 from registry.gr import runtime as rt
 from registry.gr.triton import request_body, write_gr_model
 
-CACHE_SHARE = 0.7  # of all users, per replica: enough for its half under affinity, not for all
+CACHE_SHARE = 0.6  # of all users, per replica: enough for its half under affinity, not for all
 MODELS = {"round_robin": "gr__v1__gr-fp32-c1", "affinity": "gr__v2__gr-fp32-c1"}  # one per mode: fresh caches
 RESULTS = ("hit", "grown", "rebased", "miss")
 
