@@ -58,7 +58,7 @@ def _send(gateway, users: dict, rounds: int) -> None:
 
 def _snapshots(gateway, servers) -> tuple[dict, list[dict]]:
     return (
-        collect.gateway_snapshot(requests.get(f"{gateway.url}/metrics", timeout=10).text),
+        collect.gateway_snapshot(requests.get(f"{gateway.control_url}/metrics", timeout=10).text),
         [collect.triton_snapshot(requests.get(s.metrics_url, timeout=10).text) for s in servers],
     )
 
