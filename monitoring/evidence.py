@@ -48,6 +48,9 @@ class ArmWindow:
     ttft_ticks: list[dict[float, float]] = field(default_factory=list)
     itl_buckets: dict[float, float] = field(default_factory=dict)
     itl_ticks: list[dict[float, float]] = field(default_factory=list)
+    # other counts summed over the window (windows.COUNT_METRICS: a generative recommender's
+    # cache lookups and hits, beams and illegal beams; monitoring/gr_guardrails.py reads them)
+    counts: dict[str, float] = field(default_factory=dict)
 
     def as_llm(self, histogram: str | None = None) -> ArmWindow:
         """This LLM arm in the shape the tensor checks read: its LLM requests and errors
@@ -87,6 +90,7 @@ class ArmWindow:
             ttft_ticks=_ticks_added(self.ttft_ticks, other.ttft_ticks),
             itl_buckets=_added(self.itl_buckets, other.itl_buckets),
             itl_ticks=_ticks_added(self.itl_ticks, other.itl_ticks),
+            counts=_added(self.counts, other.counts),
         )
 
 

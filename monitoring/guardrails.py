@@ -10,6 +10,9 @@ seen at `guardrail_failure_limit` successive looks spanning at least
 `breach_since`), carried from the rollout's previous verdict, so the judge stays a pure
 function. error_slo needs no such count: its one-sided binomial test at
 `guardrail_alpha` already keeps a handful of early errors from tripping it.
+
+A generative recommender's candidate adds gr_illegal_items and gr_cache_hit_rate
+(monitoring/gr_guardrails.py).
 """
 
 from __future__ import annotations
@@ -120,4 +123,16 @@ def check_guardrails(
                 **progress(min(n_sc, n_cc), config.min_score_samples, "scores", seconds),
             )
         )
+    from monitoring.gr_guardrails import check_gr_guardrails  # it reads `sustained` from here
+
+    checks += check_gr_guardrails(
+        stable,
+        candidate,
+        config,
+        cache_control=latency_control,
+        compare=compare,
+        previous=previous,
+        now_s=now_s,
+        seconds=seconds,
+    )
     return checks

@@ -389,7 +389,7 @@ def _describe(check: dict, control: str = VariantRole.STABLE, pooled: bool = Fal
         return f"candidate error rate {check['statistic']:.2%} over the SLO {check['threshold']:.2%}"
     if name == "psi":
         return f"prediction drift PSI {check['statistic']:.3f} over {check['threshold']}"
-    return name
+    return check.get("reason") or name  # a check that says its own reason (gr_guardrails.py)
 
 
 def _p99_evidence(check: dict) -> str:

@@ -22,6 +22,8 @@ from monitoring.statistics import SCORE_BINS
 TICK_METRICS = ("requests", "errors")
 LLM_TICK_METRICS = ("llm_requests", "llm_errors")  # LLM endpoints' requests and errors (gateway_llm_requests)
 BUCKET_PREFIXES = ("latency_bucket:", "score_bin:", "ttft_bucket:", "itl_bucket:")
+# counts summed over the window into ArmWindow.counts (a generative recommender's: collect.GR_STORED)
+COUNT_METRICS = ("gr_cache_lookups", "gr_cache_hits", "gr_beams", "gr_illegal_beams")
 # histogram metric prefix -> the ArmWindow fields it fills (window totals, per tick)
 HISTOGRAMS = {
     "latency_bucket": ("latency_buckets", "latency_ticks"),
@@ -31,7 +33,12 @@ HISTOGRAMS = {
 
 
 def wanted(metric: str) -> bool:
-    return metric in TICK_METRICS or metric in LLM_TICK_METRICS or metric.startswith(BUCKET_PREFIXES)
+    return (
+        metric in TICK_METRICS
+        or metric in LLM_TICK_METRICS
+        or metric in COUNT_METRICS
+        or metric.startswith(BUCKET_PREFIXES)
+    )
 
 
 def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: list[str]) -> dict[str, ArmWindow]:
@@ -41,6 +48,7 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
     buckets = {h: {v: {} for v in variants} for h in HISTOGRAMS}
     buckets_at = {h: {v: defaultdict(dict) for v in variants} for h in HISTOGRAMS}
     scores: dict[str, list[float]] = {v: [] for v in variants}
+    counts: dict[str, dict[str, float]] = {v: {} for v in variants}
     for variant, metric, time, value in rows:
         if variant not in scores:
             continue
@@ -48,6 +56,8 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
             per_tick[time][variant][0 if metric == "requests" else 1] += value
         elif metric in LLM_TICK_METRICS:
             llm_tick[time][variant][0 if metric == "llm_requests" else 1] += value
+        elif metric in COUNT_METRICS:
+            counts[variant][metric] = counts[variant].get(metric, 0.0) + value
         elif metric.startswith("score_bin:"):
             index = int(metric.split(":", 1)[1])
             if 0 <= index < SCORE_BINS:
@@ -81,6 +91,7 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
             ttft_ticks=per_time("ttft_bucket", v),
             itl_buckets=buckets["itl_bucket"][v],
             itl_ticks=per_time("itl_bucket", v),
+            counts=counts[v],
         )
         for v in variants
     }

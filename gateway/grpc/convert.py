@@ -164,7 +164,7 @@ def parse_infer(request):  # noqa: C901 - one pass read top to bottom, as tensor
         if _shared_memory(item.parameters):
             return _bad(f"output {_label(item.name)}: shared memory outputs cannot go through the gateway")
         outputs.append(item.name)
-    return Parsed(inputs, outputs)
+    return Parsed(inputs, outputs, request)
 
 
 def metadata_dict(pairs):
