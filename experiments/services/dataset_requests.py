@@ -6,7 +6,8 @@ the embedded store (docs/experiments.md: one process owns it), so there a door c
 no store (role, experiment, window), queues a DatasetBuildRequest, and waits for the
 experiment-data process (`manage.py run_experiment_data`), which runs queued builds between its
 ingest runs and writes the outcome on the row. The door then deletes the row: a refused build
-leaves nothing, its error is the door's 4xx; a built one is its Dataset.
+leaves nothing, its error is the door's 4xx; a built one is its Dataset. Every build holds a
+row while it runs, so a team's builds are bounded across processes (BUILDS_PER_TEAM).
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ log = logging.getLogger(__name__)
 WAIT_S = 60.0  # a door waits this long for the owner to start a build
 POLL_S = 0.25
 BUILDS_PER_RUN = 2  # queued builds the owner runs between two ingest runs
+BUILDS_PER_TEAM = 2  # builds one team may have queued or running at once (429 past it)
 FORGOTTEN_AFTER = timedelta(hours=1)  # rows whose door went away (a killed request)
 
 
 def dataset_request(*, user, endpoint, start, end, name: str, experiment=None, wait_s: float = WAIT_S) -> Dataset:
     """The built Dataset, or the build's error raised as it would be raised in the owner."""
     dataset_check(user=user, endpoint=endpoint, start=start, end=end, experiment=experiment)
-    if store_readable_here():
-        return dataset_build(user=user, endpoint=endpoint, start=start, end=end, name=name, experiment=experiment)
+    here = store_readable_here()
     request = DatasetBuildRequest.objects.create(
         team=endpoint.team,
         endpoint=endpoint,
@@ -43,11 +44,30 @@ def dataset_request(*, user, endpoint, start, end, name: str, experiment=None, w
         window_start=start,
         window_end=end,
         created_by=user,
+        status=DatasetRequestStatus.RUNNING if here else DatasetRequestStatus.QUEUED,
     )
     try:
+        _bound(request)
+        if here:
+            return dataset_build(user=user, endpoint=endpoint, start=start, end=end, name=name, experiment=experiment)
         return _outcome(_await(request, wait_s))
     finally:
         DatasetBuildRequest.objects.filter(pk=request.pk).delete()
+
+
+def _bound(request: DatasetBuildRequest) -> None:
+    """A team has at most BUILDS_PER_TEAM builds queued or running, in every process together
+    (counted after this one is in: two at once may both be refused, never both let through)."""
+    active = DatasetBuildRequest.objects.filter(
+        team_id=request.team_id, status__in=(DatasetRequestStatus.QUEUED, DatasetRequestStatus.RUNNING)
+    ).count()
+    if active > BUILDS_PER_TEAM:
+        raise PlatformError(
+            f"name: your team has {BUILDS_PER_TEAM} dataset builds going already; try again when one has finished.",
+            field="name",
+            code="dataset_builds_busy",
+            status=429,
+        )
 
 
 def _await(request: DatasetBuildRequest, wait_s: float) -> DatasetBuildRequest:
