@@ -84,14 +84,19 @@ def traffic(store, endpoint, experiment, start, n=200, clicks_every=3):
     return len([e for i, e in enumerate(events) if e["event_id"] != "c3"])
 
 
-@pytest.fixture
-def served(team_a, deployer, artifact_factory):
-    pool = factories.pool(team_a, ready_replicas=1)
-    stable, candidate = artifact_factory(team_a, model_name="ds"), artifact_factory(team_a, model_name="ds")
-    endpoint = factories.endpoint(pool, stable, name="ds-ep", public=True)
+def serve(team, user, artifact_factory, name="ds-ep"):
+    """(endpoint, its running experiment) of `team`: a stable and a candidate artifact, 50/50."""
+    pool = factories.pool(team, ready_replicas=1)
+    stable, candidate = artifact_factory(team, model_name=name), artifact_factory(team, model_name=name)
+    endpoint = factories.endpoint(pool, stable, name=name, public=True)
     experiment = services.experiment_create(
-        user=deployer, endpoint=endpoint, name="ds", candidates=[candidate], attribution_window_s=WINDOW_S
+        user=user, endpoint=endpoint, name=name, candidates=[candidate], attribution_window_s=WINDOW_S
     )
     Experiment.objects.filter(pk=experiment.pk).update(state="running")
     experiment.refresh_from_db()
     return endpoint, experiment
+
+
+@pytest.fixture
+def served(team_a, deployer, artifact_factory):
+    return serve(team_a, deployer, artifact_factory)
