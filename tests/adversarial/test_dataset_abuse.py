@@ -92,7 +92,7 @@ def _abuse_cases(own, theirs, start, end):
 
 
 def test_dataset_abuse_is_refused_and_the_neighbour_holds(
-    live_server, column_store, team_a, team_b, deployer, artifact_factory, tmp_path, settings, mlflow_store
+    live_server, column_store, team_a, team_b, deployer, artifact_factory, tmp_path, settings, mlflow_store  # noqa: F811
 ):
     settings.VAR_DIR = tmp_path
     nina = factories.user("nina")
