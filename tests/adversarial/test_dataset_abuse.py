@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the fixtures imported from tests/experiments are arguments of the test)
 """Dataset builds attacked at the REST API (surfaces/datasets.py), against a live server over a
 real chdb store holding two teams' captured traffic, beside the second team's own use.
 
@@ -92,7 +93,15 @@ def _abuse_cases(own, theirs, start, end):
 
 
 def test_dataset_abuse_is_refused_and_the_neighbour_holds(
-    live_server, column_store, team_a, team_b, deployer, artifact_factory, tmp_path, settings, mlflow_store  # noqa: F811
+    live_server,
+    column_store,
+    team_a,
+    team_b,
+    deployer,
+    artifact_factory,
+    tmp_path,
+    settings,
+    mlflow_store,
 ):
     settings.VAR_DIR = tmp_path
     nina = factories.user("nina")

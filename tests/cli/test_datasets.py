@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the fixtures imported from tests/experiments are arguments of the test)
 """`modelplane datasets build | list | get` against a live server, over a small real run of
 captured requests and clicks in a chdb store: the build prints its id and figures, list and get
 show it, a bad window is exit 4 naming what is wrong (nothing written), another team sees nothing."""
@@ -14,7 +15,7 @@ from tests.experiments.conftest import empty_mlflow_db, mlflow_store  # noqa: F4
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-def test_datasets_build_list_get(cli_as, column_store, served, deployer, bob, mlflow_store, tmp_path, settings):  # noqa: F811
+def test_datasets_build_list_get(cli_as, column_store, served, deployer, bob, mlflow_store, tmp_path, settings):
     settings.VAR_DIR = tmp_path
     endpoint, experiment = served
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
