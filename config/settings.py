@@ -245,6 +245,9 @@ KUBERNETES_PROMETHEUS_NAMESPACE = os.environ.get("KUBERNETES_PROMETHEUS_NAMESPAC
 
 GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8080"))
 GATEWAY_GRPC_PORT = int(os.environ.get("GATEWAY_GRPC_PORT", "8081"))  # KServe v2 gRPC; 0: none
+# /metrics, /status and health answered off the gateway's event loop (gateway/control.py): what the
+# collector scrapes, so samples are not lost while the data path is saturated; 0: none (the data port)
+GATEWAY_CONTROL_PORT = int(os.environ.get("GATEWAY_CONTROL_PORT", "8082"))
 # What monitoring's collector scrapes: targets from MONITORING_TARGETS (JSON) and, from
 # deployments, the gateway and each pool replica serving an endpoint.
 MONITORING_TARGET_SOURCES = env_list(

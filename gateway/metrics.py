@@ -211,5 +211,8 @@ class HotPath:
         return []
 
 
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
 def exposition() -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

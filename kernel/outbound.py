@@ -81,9 +81,9 @@ def platform_listener_entries() -> list[str]:
     OUTBOUND_PLATFORM_LISTENERS, and each OUTBOUND_LISTENER_SOURCES callable's (every pool
     replica). What the gateway gets in its route table too (deployments/routes.py)."""
     entries = [f"127.0.0.1:{port}" for port in (setting("PORT", 8000), setting("GATEWAY_PORT", 8080)) if port]
-    grpc = setting("GATEWAY_GRPC_PORT", 8081)
-    if grpc:
-        entries.append(f"127.0.0.1:{grpc}")
+    for extra in (setting("GATEWAY_GRPC_PORT", 8081), setting("GATEWAY_CONTROL_PORT", 8082)):
+        if extra:
+            entries.append(f"127.0.0.1:{extra}")
     entries += list(setting("OUTBOUND_PLATFORM_LISTENERS", []))
     for path in setting("OUTBOUND_LISTENER_SOURCES", []):
         entries += list(import_string(path)())

@@ -138,6 +138,12 @@ def test_every_gateway_http_route_is_listed():
     assert not problems_of(all_surfaces(), routes, ("GET /v", "POST /v", "GET /m", "GET /s", "GET /h"))
 
 
+def test_every_control_port_route_is_listed():
+    from gateway.control import PATHS
+
+    assert not problems_of(all_surfaces(), {f"control GET {path}" for path in PATHS}, ("control ",))
+
+
 def test_every_grpc_method_is_listed():
     assert not problems_of(all_surfaces(), grpc_routes(), ("grpc ",))
 

@@ -18,7 +18,9 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -557,6 +559,57 @@ def test_two_workers_hold_the_total_rate_limit_and_show_one_metrics(env):
     assert "gateway_workers 2.0" in text
     assert two.metric("gateway_requests_total", endpoint="single", status="200") == 30  # both workers' counts
     assert two.metric("gateway_auth_rejections_total", key="k-rate", reason="rate_limited") >= codes[429]
+
+
+def test_scrapes_and_route_polls_are_answered_while_the_data_path_is_saturated(env, tmp_path):
+    """wrk saturates the two-worker gateway's data port (64 connections of infer POSTs, both
+    cores busy) while a scraper reads /metrics every 0.2 s with Prometheus's habit of a short
+    timeout (1 s): on the control port (gateway/control.py: a thread of each worker, outside its
+    loop) no scrape is missed and every worker is in each; the route polls (a thread too) do
+    not fail. The data port's /metrics is timed beside it for the record."""
+    two = env.two
+    script = tmp_path / "post.lua"
+    body = _json_body().replace('"', '\\"')
+    script.write_text(f'wrk.method = "POST"\nwrk.body = "{body}"\nwrk.headers["Content-Type"] = "application/json"\n')
+    polls_failed = two.metric("gateway_route_fetches_total", result="error")
+    scrapes = {"control": [], "data": []}
+    stop = threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            for where, base in (("control", two.control_url), ("data", two.url)):
+                started = time.monotonic()
+                try:
+                    reply = requests.get(f"{base}/metrics", timeout=1.0)
+                    ok = reply.status_code == 200 and "gateway_workers 2.0" in reply.text
+                except requests.RequestException:
+                    ok = False
+                scrapes[where].append((ok, time.monotonic() - started))
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=scraper)
+    thread.start()
+    try:
+        flood = subprocess.run(
+            ["wrk", "-t2", "-c64", "-d6s", "-s", str(script), f"{two.url}/v2/models/single/infer"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        stop.set()
+        thread.join()
+    served = int(re.search(r"(\d+) requests in", flood.stdout).group(1))
+    assert served > 500, flood.stdout  # the data path was busy
+    latency = {where: sorted(t for _, t in rows) for where, rows in scrapes.items()}
+    print(
+        "scrapes under saturation: "
+        + ", ".join(f"{w}: {len(v)} p50 {v[len(v) // 2]:.3f} s max {v[-1]:.3f} s" for w, v in latency.items())
+    )
+    missed = [t for ok, t in scrapes["control"] if not ok]
+    assert len(scrapes["control"]) >= 10 and not missed, (missed, latency)
+    assert two.metric("gateway_route_fetches_total", result="error") == polls_failed
+    assert requests.get(f"{two.control_url}/v2/health/live", timeout=1).status_code == 200
 
 
 def test_rolling_restart_and_killed_worker_fail_no_request(env):

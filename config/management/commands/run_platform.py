@@ -175,6 +175,7 @@ class Command(BaseCommand):
                 "gateway",
                 f"--port={settings.GATEWAY_PORT}",
                 f"--grpc-port={settings.GATEWAY_GRPC_PORT}",
+                f"--control-port={settings.GATEWAY_CONTROL_PORT}",
                 "--host=127.0.0.1",
                 f"--log-level={settings.LOG_LEVEL}",
                 f"--routes-url=http://127.0.0.1:{port}/api/v1/gateway/routes",

@@ -2,6 +2,7 @@
 (gateway.server.http_routes) and every gRPC method of the KServe v2 service, with the tests
 that attack each."""
 
+from gateway.control import PATHS as CONTROL_PATHS
 from tests.adversarial.registry import Abuse, Surface
 
 HOSTILE = "tests/gateway/test_hostile.py"
@@ -10,6 +11,7 @@ GRPC_ABUSE = "tests/adversarial/test_gateway_grpc_abuse.py"
 ORACLE = "tests/gateway/test_no_name_oracle.py"
 CLIENTS = "tests/gateway/test_clients.py"
 LLM = "tests/gateway/test_llm_gateway.py"
+CONTROL = "tests/adversarial/test_control_port.py"
 
 NO_URL = "the client names an endpoint, never an address: replicas come from the route table the control plane wrote"
 NO_SECRET = "the request carries its own key only; replies name the endpoint, never a replica, key or secret"
@@ -179,5 +181,21 @@ SURFACES = [
             Abuse.HALF_OPEN: (f"{LLM}::test_client_disconnect_mid_stream_cancels_the_upstream",),
             Abuse.FOREIGN_OBJECTS: (f"{LLM}::test_models_keys_and_no_name_oracle",),
         },
+    ),
+    Surface(
+        name="the control port (/metrics, /status, health off the event loop: gateway/control.py)",
+        routes=tuple(f"control GET {path}" for path in CONTROL_PATHS),
+        cases={
+            Abuse.SECRET_EXFILTRATION: (f"{CONTROL}::test_operator_pages_need_the_token_and_health_says_nothing_more",),
+            Abuse.FLOOD: (f"{CONTROL}::test_a_connection_flood_costs_bounded_threads_and_nothing_on_the_data_path",),
+            Abuse.HALF_OPEN: (
+                f"{CONTROL}::test_a_connection_flood_costs_bounded_threads_and_nothing_on_the_data_path",
+            ),
+            Abuse.SLOW: (f"{CONTROL}::test_a_connection_flood_costs_bounded_threads_and_nothing_on_the_data_path",),
+            Abuse.SSRF: (f"{CONTROL}::test_no_tenant_url_may_point_at_the_control_port",),
+            Abuse.LOOP: (f"{CONTROL}::test_no_tenant_url_may_point_at_the_control_port",),
+            Abuse.MALFORMED: (f"{CONTROL}::test_operator_pages_need_the_token_and_health_says_nothing_more",),
+        },
+        not_applicable={Abuse.OVERSIZED: "GET only: a body is never read", Abuse.FOREIGN_OBJECTS: NO_URL},
     ),
 ]
