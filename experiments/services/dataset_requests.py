@@ -25,7 +25,8 @@ from experiments.store import store_readable_here
 from kernel.errors import PlatformError
 
 log = logging.getLogger(__name__)
-WAIT_S = 60.0  # a door waits this long for the owner to start a build
+WAIT_S = 45.0  # a door waits this long for the owner to start a build
+RUNNING_WAIT_S = 60.0  # ... and this long more for a started one (inside the web server's 120 s)
 POLL_S = 0.25
 BUILDS_PER_RUN = 2  # queued builds the owner runs between two ingest runs
 BUILDS_PER_TEAM = 2  # builds one team may have queued or running at once (429 past it)
@@ -76,6 +77,14 @@ def _await(request: DatasetBuildRequest, wait_s: float) -> DatasetBuildRequest:
         request.refresh_from_db()
         if request.status in (DatasetRequestStatus.SUCCEEDED, DatasetRequestStatus.FAILED):
             return request
+        if time.monotonic() >= deadline + RUNNING_WAIT_S:  # started, not done: it will be listed when it is
+            raise PlatformError(
+                f"name: the build of {request.name} is still running in the experiment-data process; its version "
+                f"will be listed when it is done (GET /api/v1/datasets/?name={request.name}).",
+                field="name",
+                code="dataset_build_running",
+                status=503,
+            )
         if time.monotonic() >= deadline and request.status == DatasetRequestStatus.QUEUED:
             taken = DatasetBuildRequest.objects.filter(pk=request.pk, status=DatasetRequestStatus.QUEUED).update(
                 status=DatasetRequestStatus.CANCELLED
@@ -88,7 +97,7 @@ def _await(request: DatasetBuildRequest, wait_s: float) -> DatasetBuildRequest:
                     code="store_owner_unavailable",
                     status=503,
                 )
-        time.sleep(POLL_S)  # a started build runs to its end (bounded by MAX_WINDOW)
+        time.sleep(POLL_S)
 
 
 def _outcome(request: DatasetBuildRequest) -> Dataset:
@@ -156,4 +165,7 @@ def _run_one(request: DatasetBuildRequest, store) -> None:
         )
     else:
         request.status, request.dataset = DatasetRequestStatus.SUCCEEDED, dataset
-    request.save(update_fields=["status", "error", "dataset"])
+    # an update, not a save: the door may have given up and deleted the row meanwhile
+    DatasetBuildRequest.objects.filter(pk=request.pk).update(
+        status=request.status, error=request.error, dataset=request.dataset
+    )
