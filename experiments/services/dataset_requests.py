@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 WAIT_S = 45.0  # a door waits this long for the owner to start a build
 RUNNING_WAIT_S = 60.0  # ... and this long more for a started one (inside the web server's 120 s)
 POLL_S = 0.25
-BUILDS_PER_RUN = 2  # queued builds the owner runs between two ingest runs
+BUILDS_PER_RUN = 1  # queued builds the owner runs between two ingest runs (each bounded by MAX_ROWS)
 BUILDS_PER_TEAM = 2  # builds one team may have queued or running at once (429 past it)
 FORGOTTEN_AFTER = timedelta(hours=1)  # rows whose door went away (a killed request)
 

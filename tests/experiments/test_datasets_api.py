@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from experiments.models import Dataset, DatasetBuildRequest
-from experiments.services import dataset_requests
+from experiments.services import dataset_requests, datasets
 from harness import factories
 from registry.models import Role
 from tests.experiments.captured import WINDOW_S, traffic
@@ -60,7 +60,7 @@ def test_build_list_and_detail_through_the_api(
 
 @pytest.mark.django_db
 def test_bad_input_is_a_400_naming_it_and_writes_nothing(
-    column_store, served, deployer_api, bob, bob_api, tmp_path, settings
+    column_store, served, deployer_api, bob, bob_api, tmp_path, settings, monkeypatch
 ):
     settings.VAR_DIR = tmp_path
     endpoint, experiment = served
@@ -89,6 +89,9 @@ def test_bad_input_is_a_400_naming_it_and_writes_nothing(
         assert field in text, (extra, text)
         if code:
             assert reply.json()["code"] == code, (extra, text)
+    monkeypatch.setattr(datasets, "MAX_ROWS", 30)  # 40 captured requests in the window: over the bound
+    reply = deployer_api.post("/api/v1/datasets/", _body(endpoint, experiment, start, end), format="json")
+    assert reply.status_code == 400 and reply.json()["code"] == "too_many_rows", reply.content
     for raw in (b"[]", b"{", b'{"endpoint": null}'):
         reply = deployer_api.generic("POST", "/api/v1/datasets/", raw, content_type="application/json")
         assert reply.status_code == 400, raw
