@@ -25,6 +25,7 @@ SURFACES = [
         cases={
             Abuse.FOREIGN_OBJECTS: (
                 ABUSE,
+                "tests/security/test_cross_team_matrix.py::test_cross_team_matrix",
                 f"{API}::test_bad_input_is_a_400_naming_it_and_writes_nothing",
                 f"{API}::test_build_list_and_detail_through_the_api",
                 f"{PAGES}::test_list_and_detail_show_lineage_statistics_and_trained_versions",
