@@ -31,3 +31,18 @@ def test_the_web_process_reads_the_last_tick_where_it_may_not_read_the_store(ser
     experiment.refresh_from_db()
     after = selectors.experiment_results(experiment=experiment)
     assert after["arms"] == arms and after["feedback"] == {"attributed": 4} and after["progress"]["have"] == 7
+
+
+@pytest.mark.django_db
+def test_the_api_feedback_door_never_opens_another_processs_store(served, deployer_api, monkeypatch, settings):
+    """No log and a store the web process may not open: a clear 503, nothing stored here."""
+    from experiments.models import Feedback
+    from experiments.services import feedback
+
+    endpoint, _ = served
+    settings.EVENT_LOG_URL = ""
+    monkeypatch.setattr(feedback, "store_readable_here", lambda: False)
+    events = [{"event_id": "e1", "type": "click", "unit_key": "u1"}]
+    reply = deployer_api.post("/api/v1/feedback/", {"endpoint": endpoint.name, "events": events}, format="json")
+    assert reply.status_code == 503 and reply.json()["code"] == "feedback_log_unavailable", reply.content
+    assert "POST /v2/feedback" in reply.json()["detail"] and not Feedback.objects.exists()
