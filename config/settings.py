@@ -345,6 +345,7 @@ API_RESOURCE_TAGS = {
     "experiments": "experiments",
     "feedback": "feedback",
     "training-experiments": "training",
+    "datasets": "datasets",
 }
 API_TAGS = [
     ("registry", "Registered models, their versions (uploads and MLflow sources), signatures and data."),
@@ -358,6 +359,7 @@ API_TAGS = [
     ("experiments", "Online A/B experiments on endpoints: arms, results, ship and stop."),
     ("feedback", "Clicks, conversions and values fed back for online experiments."),
     ("training", "MLflow training experiments and runs of your teams."),
+    ("datasets", "Training datasets built from an endpoint's captured requests joined with their clicks."),
     ("teams", "Your teams and your role in each."),
     ("audit", "The audit trail: who changed what, when, from and to."),
 ]
