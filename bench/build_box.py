@@ -93,7 +93,7 @@ def main(argv) -> int:
 
     for key, value in FAST.items():
         setattr(settings, key, value)
-    snapshot = {name: conf.get(name) for name in conf.DEFAULTS}
+    snapshot = {name: conf.get(name) for name in conf.SETTINGS}
     root = Path(tempfile.mkdtemp(prefix="bench-box-"))
     try:
         source = write_onnx(root / "ctr.onnx")

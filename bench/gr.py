@@ -13,12 +13,13 @@
             first request (miss: the whole history encoded), the same request again (hit: no
             encode) and one with a new event (grown: one item encoded); client p50/p99 and the
             model's own prefill and decode time per request (its Triton metrics);
-  routing   requests/s at equal p99 with user-affinity vs round-robin: not measured yet
-            (needs affinity routing in the gateway), a row saying so.
+  routing   two tritonservers behind the real gateway, each cache holding ~60 % of the users,
+            sessions that grow by one event a request: requests/s, p50/p99 and the replicas'
+            cache reuse with `affinity: user` and without (bench/gr_routing.py).
 Writes var/bench/gr.json with the load average before and after (2 shared cores here).
 
 Options: --quick (the tests' tiny model: seconds), --users N, --epochs N, --holdout N,
---latency-users N.
+--latency-users N, --routing-seconds S (per mode), --routing-concurrency N.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import requests
 
+from bench import gr_routing
 from bench.common import print_table, write_json
 from experiments.gr import train as recipe
 from experiments.gr.baseline import recommend_sasrec, train_sasrec
@@ -46,7 +48,6 @@ from registry.gr.trie import compile_trie
 from registry.gr.triton import request_body, write_gr_model
 
 WIDTH, WIDTHS = 32, (8, 32, 128)
-ROUTING_ROW = "not measured yet: needs affinity routing (user-affinity in the gateway)"
 
 
 def _recommender(paths: dict, result, trie, items, *, optimized: bool = True) -> rt.Recommender:
@@ -205,6 +206,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--holdout", type=int)
     parser.add_argument("--latency-users", type=int, default=100)
+    parser.add_argument("--routing-seconds", type=float)
+    parser.add_argument("--routing-concurrency", type=int, default=4)
     args = parser.parse_args(argv)
     load_start, started = os.getloadavg(), time.monotonic()
     if args.quick:
@@ -244,6 +247,24 @@ def main(argv: list[str]) -> int:
         trie_rates = _trie_rates(result, variants["gr-fp32"], users, trie, items)
         print("measuring latency on tritonserver")
         latency = _latency(result, variants["gr-fp32"], catalog_dir, users[: args.latency_users], work)
+        print("measuring affinity vs round-robin routing (2 tritonservers, the gateway)")
+        c = result.model.config
+        routing = gr_routing.measure(
+            graphs=variants["gr-fp32"],
+            catalog_dir=catalog_dir,
+            serving={
+                "levels": c.levels,
+                "codes_per_level": c.codes_per_level,
+                "max_history": c.max_history,
+                "catalog": {"name": "bench-items", "version": 1},
+            },
+            items=items,
+            users=users,
+            catalog_items=[int(i) for i in result.item_ids],
+            work=work,
+            seconds=args.routing_seconds or (6.0 if args.quick else 20.0),
+            concurrency=args.routing_concurrency,
+        )
 
     load_end = os.getloadavg()
     print("\nHR@10 on the holdout (expected: the true mass of the ten items returned)")
@@ -274,7 +295,21 @@ def main(argv: list[str]) -> int:
         f"hit vs miss: {latency['hit_speedup_p50']:.2f}x at p50; paired, a hit saves {latency['miss_minus_hit_p50_ms']:.2f} ms "
         f"(median) and is faster for {latency['hit_faster_share']:.0%} of users"
     )
-    print_table(["routing", "requests/s at equal p99"], [["affinity vs round-robin", ROUTING_ROW]])
+    print(
+        f"\nRouting across 2 replicas ({routing['users']} users, {routing['concurrency']} clients, "
+        f"caches of {routing['cache_bytes_per_replica'] / 1e6:.1f} MB: ~{gr_routing.CACHE_SHARE:.0%} of the users each)"
+    )
+    print_table(
+        ["routing", "requests/s", "p50 ms", "p99 ms", "cache reuse"],
+        [
+            [mode, r["requests_per_s"], r["p50_ms"], r["p99_ms"], r["cache_reuse_rate"]]
+            for mode, r in ((m, routing[m]) for m in ("round_robin", "affinity"))
+        ],
+    )
+    print(
+        f"affinity / round-robin: {routing['requests_per_s_ratio']:.2f}x requests/s at the same concurrency "
+        f"(affinity's p99 {'not higher: a lower bound at equal p99' if routing['affinity_p99_not_higher'] else 'higher'})"
+    )
     path = write_json(
         "gr",
         {
@@ -286,7 +321,7 @@ def main(argv: list[str]) -> int:
             "illegal_ids": trie_rates,
             "variants": variant_rows,
             "latency": latency,
-            "routing": {"affinity_vs_round_robin": ROUTING_ROW},
+            "routing": routing,
             "gpu": "not measured: this bench runs ONNX Runtime's CPU provider; a GPU run needs onnxruntime-gpu",
         },
     )

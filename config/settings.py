@@ -8,7 +8,6 @@ Why this is one long module: Django reads one settings module; each block is a f
 settings of one concern, read top to bottom, and splitting them would hide the defaults.
 """
 
-import json
 import os
 import secrets
 from datetime import timedelta
@@ -17,29 +16,16 @@ from pathlib import Path
 import dj_database_url
 
 from config import client_ip as _client_ip
+from config.env import BASE_DIR, env
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR = Path(env("VAR_DIR")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def _secret_key() -> str:
     """SECRET_KEY from the environment, else generated once into VAR_DIR."""
-    if os.environ.get("SECRET_KEY"):
-        return os.environ["SECRET_KEY"]
+    if env("SECRET_KEY"):
+        return env("SECRET_KEY")
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -49,11 +35,11 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = env_bool("DEBUG")
+DEBUG = env("DEBUG")
 # PRODUCTION=1 turns on the HTTPS-only settings that `manage.py check --deploy` asks for.
-PRODUCTION = env_bool("PRODUCTION")
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+PRODUCTION = env("PRODUCTION")
+ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+CSRF_TRUSTED_ORIGINS = env("CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -118,8 +104,8 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        env("DATABASE_URL"),
+        conn_max_age=env("DB_CONN_MAX_AGE"),
         conn_health_checks=True,
     )
 }
@@ -149,11 +135,11 @@ AUTH_PASSWORD_VALIDATORS = [
 # (config/client_ip.py); TRUSTED_ADMIN_NETWORKS are never locked out. `manage.py
 # axes_reset_username NAME` unlocks one username, `manage.py axes_reset` everyone.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
-AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_FAILURE_LIMIT = env("LOGIN_FAILURE_LIMIT")
+AXES_COOLOFF_TIME = timedelta(minutes=env("LOGIN_LOCKOUT_MINUTES"))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-TRUSTED_PROXIES = _client_ip.parse_networks("TRUSTED_PROXIES", env_list("TRUSTED_PROXIES", ""))
-TRUSTED_ADMIN_NETWORKS = _client_ip.parse_networks("TRUSTED_ADMIN_NETWORKS", env_list("TRUSTED_ADMIN_NETWORKS", ""))
+TRUSTED_PROXIES = _client_ip.parse_networks("TRUSTED_PROXIES", env("TRUSTED_PROXIES"))
+TRUSTED_ADMIN_NETWORKS = _client_ip.parse_networks("TRUSTED_ADMIN_NETWORKS", env("TRUSTED_ADMIN_NETWORKS"))
 AXES_CLIENT_IP_CALLABLE = "config.client_ip.client_ip"
 AXES_WHITELIST_CALLABLE = "config.client_ip.never_locked"
 AXES_RESET_ON_SUCCESS = True
@@ -180,53 +166,53 @@ STORAGES = {
 }
 
 # --- platform -------------------------------------------------------------------------
-ARTIFACT_ROOT = Path(os.environ.get("ARTIFACT_ROOT", VAR_DIR / "artifacts")).resolve()
-MAX_UPLOAD_MB = int(os.environ.get("MAX_UPLOAD_MB", "512"))
-VERSION_DATA_MAX_MB = int(os.environ.get("VERSION_DATA_MAX_MB", "256"))  # a version's example / validation set
-VERSION_DATA_MAX_ROWS = int(os.environ.get("VERSION_DATA_MAX_ROWS", "1000000"))
+ARTIFACT_ROOT = Path(env("ARTIFACT_ROOT")).resolve()
+MAX_UPLOAD_MB = env("MAX_UPLOAD_MB")
+VERSION_DATA_MAX_MB = env("VERSION_DATA_MAX_MB")  # a version's example / validation set
+VERSION_DATA_MAX_ROWS = env("VERSION_DATA_MAX_ROWS")
 # Uploads stream to disk past 2.5 MB; the request-size check happens before that.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 FILE_UPLOAD_TEMP_DIR = None
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 
-MLFLOW_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI", f"sqlite:///{VAR_DIR / 'mlflow.db'}")
-MLFLOW_ARTIFACT_ROOT = os.environ.get("MLFLOW_ARTIFACT_ROOT", str(VAR_DIR / "mlruns"))
+MLFLOW_TRACKING_URI = env("MLFLOW_TRACKING_URI")
+MLFLOW_ARTIFACT_ROOT = env("MLFLOW_ARTIFACT_ROOT")
 
 # /healthz: components besides database and broker that must be up (set by `make run`).
-HEALTHZ_EXPECT = env_list("HEALTHZ_EXPECT", "")
-HEALTHZ_MAX_AGE_S = int(os.environ.get("HEALTHZ_MAX_AGE_S", "20"))
+HEALTHZ_EXPECT = env("HEALTHZ_EXPECT")
+HEALTHZ_MAX_AGE_S = env("HEALTHZ_MAX_AGE_S")
 # /healthz tells anyone ok/degraded; the components (hosts, pids, errors) only to staff or to
 # `Authorization: Bearer $HEALTHZ_TOKEN` (`make run` makes one: VAR_DIR/healthz_token)
-HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")
+HEALTHZ_TOKEN = env("HEALTHZ_TOKEN")
 # Hosts that user-configured outbound URLs (alert webhooks) may reach even when they
 # resolve to loopback/private/link-local addresses (kernel/outbound.py); exact names.
-OUTBOUND_ALLOWED_HOSTS = env_list("OUTBOUND_ALLOWED_HOSTS", "")
+OUTBOUND_ALLOWED_HOSTS = env("OUTBOUND_ALLOWED_HOSTS")
 # Networks (CIDR, comma-separated; default none) that tenant URLs may reach although they are
 # internal (e.g. 10.20.0.0/16 where the teams' vLLM servers run): LLM backend base URLs,
 # webhooks, provider secrets' origins. Checked at registration and by the gateway at connect
 # (it gets them in its route table). The platform's own listeners stay refused whatever is listed.
-OUTBOUND_ALLOWED_NETWORKS = env_list("OUTBOUND_ALLOWED_NETWORKS", "")
+OUTBOUND_ALLOWED_NETWORKS = env("OUTBOUND_ALLOWED_NETWORKS")
 # The platform's listeners on other hosts ("host:port", comma-separated; default none), refused
 # as a tenant URL like this host's PORT, GATEWAY_PORT, GATEWAY_GRPC_PORT and every pool replica
 # (OUTBOUND_LISTENER_SOURCES: callables returning "host:port"/URL entries).
-OUTBOUND_PLATFORM_LISTENERS = env_list("OUTBOUND_PLATFORM_LISTENERS", "")
-OUTBOUND_LISTENER_SOURCES = env_list("OUTBOUND_LISTENER_SOURCES", "deployments.selectors.pools.replica_listeners")
+OUTBOUND_PLATFORM_LISTENERS = env("OUTBOUND_PLATFORM_LISTENERS")
+OUTBOUND_LISTENER_SOURCES = env("OUTBOUND_LISTENER_SOURCES")
 # The longest first-token timeout an LLM endpoint may set (ms, default 60000): enforced when an
 # endpoint is saved and by the gateway (route table `llm_rules`), so a backend that never answers
 # holds a connection this long at most.
-LLM_FIRST_TOKEN_TIMEOUT_MAX_MS = int(os.environ.get("LLM_FIRST_TOKEN_TIMEOUT_MAX_MS", "60000"))
+LLM_FIRST_TOKEN_TIMEOUT_MAX_MS = env("LLM_FIRST_TOKEN_TIMEOUT_MAX_MS")
 # `make run` restarts a child that dies after 0, 1, 2, 4, ... s, at most this long; the
 # streak resets once the child stayed up SUPERVISOR_STABLE_AFTER_S.
-SUPERVISOR_BACKOFF_MAX_S = float(os.environ.get("SUPERVISOR_BACKOFF_MAX_S", "30"))
-SUPERVISOR_STABLE_AFTER_S = float(os.environ.get("SUPERVISOR_STABLE_AFTER_S", "60"))
+SUPERVISOR_BACKOFF_MAX_S = env("SUPERVISOR_BACKOFF_MAX_S")
+SUPERVISOR_STABLE_AFTER_S = env("SUPERVISOR_STABLE_AFTER_S")
 
 # Local pool replicas are probed each supervisor tick (GET /v2/health/live with this
 # deadline) and judged on consecutive failures (deployments/drivers/liveness.py): not ready
 # after UNREADY_AFTER, killed and restarted after KILL_AFTER spanning KILL_WINDOW_S.
-POOL_PROBE_TIMEOUT_S = float(os.environ.get("POOL_PROBE_TIMEOUT_S", "2"))
-POOL_PROBE_UNREADY_AFTER = int(os.environ.get("POOL_PROBE_UNREADY_AFTER", "2"))
-POOL_PROBE_KILL_AFTER = int(os.environ.get("POOL_PROBE_KILL_AFTER", "3"))
-POOL_PROBE_KILL_WINDOW_S = float(os.environ.get("POOL_PROBE_KILL_WINDOW_S", "6"))
+POOL_PROBE_TIMEOUT_S = env("POOL_PROBE_TIMEOUT_S")
+POOL_PROBE_UNREADY_AFTER = env("POOL_PROBE_UNREADY_AFTER")
+POOL_PROBE_KILL_AFTER = env("POOL_PROBE_KILL_AFTER")
+POOL_PROBE_KILL_WINDOW_S = env("POOL_PROBE_KILL_WINDOW_S")
 
 # What a team's Kubernetes pool may declare (deployments/pool_policy.py, docs/pools.md): the
 # namespace the platform assigns each team ({team}: its name as a DNS label), or, for the teams
@@ -235,59 +221,57 @@ POOL_PROBE_KILL_WINDOW_S = float(os.environ.get("POOL_PROBE_KILL_WINDOW_S", "6")
 # "registry/repository:tag-glob" or "registry/repository@sha256:digest"); the addresses pool
 # pods may open connections to besides DNS (the object store, CIDRs); the namespace the
 # platform runs in and Prometheus's, never a pool's.
-POOL_NAMESPACE_TEMPLATE = os.environ.get("POOL_NAMESPACE_TEMPLATE", "modelplane-team-{team}")
-POOL_TEAM_NAMESPACES = json.loads(os.environ.get("POOL_TEAM_NAMESPACES") or "{}")
-POOL_IMAGES = env_list("POOL_IMAGES", "nvcr.io/nvidia/tritonserver:*-py3")
-POOL_TEAM_IMAGES = json.loads(os.environ.get("POOL_TEAM_IMAGES") or "{}")
-POOL_EGRESS_CIDRS = env_list("POOL_EGRESS_CIDRS", "")
-KUBERNETES_PLATFORM_NAMESPACE = os.environ.get("KUBERNETES_PLATFORM_NAMESPACE", "modelplane")
-KUBERNETES_PROMETHEUS_NAMESPACE = os.environ.get("KUBERNETES_PROMETHEUS_NAMESPACE", "monitoring")
+POOL_NAMESPACE_TEMPLATE = env("POOL_NAMESPACE_TEMPLATE")
+POOL_TEAM_NAMESPACES = env("POOL_TEAM_NAMESPACES")
+POOL_IMAGES = env("POOL_IMAGES")
+POOL_TEAM_IMAGES = env("POOL_TEAM_IMAGES")
+POOL_EGRESS_CIDRS = env("POOL_EGRESS_CIDRS")
+KUBERNETES_PLATFORM_NAMESPACE = env("KUBERNETES_PLATFORM_NAMESPACE")
+KUBERNETES_PROMETHEUS_NAMESPACE = env("KUBERNETES_PROMETHEUS_NAMESPACE")
 
-GATEWAY_PORT = int(os.environ.get("GATEWAY_PORT", "8080"))
-GATEWAY_GRPC_PORT = int(os.environ.get("GATEWAY_GRPC_PORT", "8081"))  # KServe v2 gRPC; 0: none
+GATEWAY_PORT = env("GATEWAY_PORT")
+GATEWAY_GRPC_PORT = env("GATEWAY_GRPC_PORT")  # KServe v2 gRPC; 0: none
+# /metrics, /status and health answered off the gateway's event loop (gateway/control.py): what the
+# collector scrapes, so samples are not lost while the data path is saturated; 0: none (the data port)
+GATEWAY_CONTROL_PORT = env("GATEWAY_CONTROL_PORT")
 # What monitoring's collector scrapes: targets from MONITORING_TARGETS (JSON) and, from
 # deployments, the gateway and each pool replica serving an endpoint.
-MONITORING_TARGET_SOURCES = env_list(
-    "MONITORING_TARGET_SOURCES",
-    "monitoring.targets.targets_from_settings,monitoring.selectors.targets.from_deployments",
-)
-PORT = int(os.environ.get("PORT", "8000"))
+MONITORING_TARGET_SOURCES = env("MONITORING_TARGET_SOURCES")
+PORT = env("PORT")
 
 # --- Celery -----------------------------------------------------------------------------
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = env("CELERY_BROKER_URL")
 # Redis Streams the gateway writes exposures and feedback to (experiments/services/ingest.py drains them);
 # defaults to the broker when that is Redis. Empty: no exposure log (feedback via the API still works).
-EXPOSURE_STREAM_URL = os.environ.get(
-    "EXPOSURE_STREAM_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
-)
+EXPOSURE_STREAM_URL = env("EXPOSURE_STREAM_URL")
 # The exposure and feedback store (experiments/store.py): `postgres` (the relational database),
 # `chdb` (ClickHouse's engine embedded, under VAR_DIR/experiment-store, owned by the
 # experiment-data process), `chdb:<path>`, or a ClickHouse server `clickhouse://host:8123/db`;
 # EXPERIMENT_STORE_DB is the ClickHouse database the tables live in.
-EXPERIMENT_STORE = os.environ.get("EXPERIMENT_STORE", "postgres")
+EXPERIMENT_STORE = env("EXPERIMENT_STORE")
 # The durable log between the gateway and the store: a NATS JetStream server (`nats://host:4222`,
 # streams and subjects under EVENT_LOG_PREFIX, gateway/log_contract.py); empty, or a server that
 # does not answer: the Redis Streams of EXPOSURE_STREAM_URL. `make run` sets it when one answers.
-EVENT_LOG_URL = os.environ.get("EVENT_LOG_URL", "")
-EVENT_LOG_PREFIX = os.environ.get("EVENT_LOG_PREFIX", "modelplane")
-EXPERIMENT_STORE_DB = os.environ.get("EXPERIMENT_STORE_DB", "modelplane")
+EVENT_LOG_URL = env("EVENT_LOG_URL")
+EVENT_LOG_PREFIX = env("EVENT_LOG_PREFIX")
+EXPERIMENT_STORE_DB = env("EXPERIMENT_STORE_DB")
 # Online-experiment feedback: events per second one inference key (or member) may send at each
 # door; how long rows are kept (unknown ones, matching no exposure, sooner; ended experiments'
 # rows after their end; dead letters); docs/experiments.md.
-FEEDBACK_EVENTS_PER_S_PER_KEY = int(os.environ.get("FEEDBACK_EVENTS_PER_S_PER_KEY", "50000"))
+FEEDBACK_EVENTS_PER_S_PER_KEY = env("FEEDBACK_EVENTS_PER_S_PER_KEY")
 # The ingest's work per run (experiments.ingest, every second): exposure records, then feedback
 # events shared fairly across every endpoint's and key's stream, and no new work past the time;
 # an endpoint whose feedback waited longer than FEEDBACK_LAG_ALERT_S is alerted and /healthz says so.
-EXPOSURE_INGEST_RECORDS_PER_RUN = int(os.environ.get("EXPOSURE_INGEST_RECORDS_PER_RUN", "100000"))
-FEEDBACK_INGEST_EVENTS_PER_RUN = int(os.environ.get("FEEDBACK_INGEST_EVENTS_PER_RUN", "20000"))
-FEEDBACK_INGEST_RUN_S = float(os.environ.get("FEEDBACK_INGEST_RUN_S", "8"))
-FEEDBACK_LAG_ALERT_S = float(os.environ.get("FEEDBACK_LAG_ALERT_S", "30"))
+EXPOSURE_INGEST_RECORDS_PER_RUN = env("EXPOSURE_INGEST_RECORDS_PER_RUN")
+FEEDBACK_INGEST_EVENTS_PER_RUN = env("FEEDBACK_INGEST_EVENTS_PER_RUN")
+FEEDBACK_INGEST_RUN_S = env("FEEDBACK_INGEST_RUN_S")
+FEEDBACK_LAG_ALERT_S = env("FEEDBACK_LAG_ALERT_S")
 # The API's door for feedback without a key (exposure tokens), per endpoint; the gateway's door
 # sizes the same budget from the experiment's exposures (docs/experiments.md).
-FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT = int(os.environ.get("FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT", "200"))
-FEEDBACK_UNKNOWN_RETENTION_DAYS = int(os.environ.get("FEEDBACK_UNKNOWN_RETENTION_DAYS", "7"))
-EXPERIMENT_DATA_RETENTION_DAYS = int(os.environ.get("EXPERIMENT_DATA_RETENTION_DAYS", "90"))
-DEAD_LETTER_RETENTION_DAYS = int(os.environ.get("DEAD_LETTER_RETENTION_DAYS", "30"))
+FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT = env("FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT")
+FEEDBACK_UNKNOWN_RETENTION_DAYS = env("FEEDBACK_UNKNOWN_RETENTION_DAYS")
+EXPERIMENT_DATA_RETENTION_DAYS = env("EXPERIMENT_DATA_RETENTION_DAYS")
+DEAD_LETTER_RETENTION_DAYS = env("DEAD_LETTER_RETENTION_DAYS")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
@@ -361,6 +345,7 @@ API_RESOURCE_TAGS = {
     "experiments": "experiments",
     "feedback": "feedback",
     "training-experiments": "training",
+    "datasets": "datasets",
 }
 API_TAGS = [
     ("registry", "Registered models, their versions (uploads and MLflow sources), signatures and data."),
@@ -374,6 +359,7 @@ API_TAGS = [
     ("experiments", "Online A/B experiments on endpoints: arms, results, ship and stop."),
     ("feedback", "Clicks, conversions and values fed back for online experiments."),
     ("training", "MLflow training experiments and runs of your teams."),
+    ("datasets", "Training datasets built from an endpoint's captured requests joined with their clicks."),
     ("teams", "Your teams and your role in each."),
     ("audit", "The audit trail: who changed what, when, from and to."),
 ]
@@ -424,19 +410,19 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_SSL_REDIRECT = env("SECURE_SSL_REDIRECT")
+    SECURE_HSTS_SECONDS = env("SECURE_HSTS_SECONDS")
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
 
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "modelplane@localhost")
+EMAIL_BACKEND = env("EMAIL_BACKEND")
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL")
 
 # LOG_LEVEL (INFO): one line per meaningful event; DEBUG adds the per-second housekeeping
 # (periodic Celery tasks, polling requests) that config/log_filters.py otherwise drops.
-LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").strip().upper()
+LOG_LEVEL = env("LOG_LEVEL").strip().upper()
 if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
     from django.core.exceptions import ImproperlyConfigured
 

@@ -34,7 +34,7 @@ DEFAULT_CONNECT_TIMEOUT_MS = 1000
 
 def first_token_timeout_max_ms() -> int:
     """LLM_FIRST_TOKEN_TIMEOUT_MAX_MS: the ceiling of an endpoint's first_token_timeout_ms."""
-    return int(setting("LLM_FIRST_TOKEN_TIMEOUT_MAX_MS", 60_000))
+    return int(setting("LLM_FIRST_TOKEN_TIMEOUT_MAX_MS"))
 
 
 def hop_mark() -> str:
@@ -44,8 +44,8 @@ def hop_mark() -> str:
 
 def rules_document() -> dict:
     return {
-        "allowed_networks": [str(n) for n in setting("OUTBOUND_ALLOWED_NETWORKS", [])],
-        "allowed_hosts": [h.lower().strip("[]") for h in setting("OUTBOUND_ALLOWED_HOSTS", [])],
+        "allowed_networks": [str(n) for n in setting("OUTBOUND_ALLOWED_NETWORKS")],
+        "allowed_hosts": [h.lower().strip("[]") for h in setting("OUTBOUND_ALLOWED_HOSTS")],
         "platform_listeners": platform_listener_entries(),
         "hop_mark": hop_mark(),
         "first_token_timeout_max_ms": first_token_timeout_max_ms(),

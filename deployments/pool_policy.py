@@ -51,17 +51,17 @@ class PoolPolicy:
     @classmethod
     def from_settings(cls) -> PoolPolicy:
         def team_map(name: str) -> dict[str, tuple[str, ...]]:
-            raw = setting(name, {}) or {}
+            raw = setting(name) or {}
             if not isinstance(raw, Mapping):
                 raise ValueError(f'{name}: give a JSON object {{"team": ["...", ...]}}, not {type(raw).__name__}')
             return {str(team): tuple(str(v) for v in (values or ())) for team, values in raw.items()}
 
         return cls(
-            platform_namespace=setting("KUBERNETES_PLATFORM_NAMESPACE", cls.platform_namespace),
-            prometheus_namespace=setting("KUBERNETES_PROMETHEUS_NAMESPACE", cls.prometheus_namespace),
-            namespace_template=setting("POOL_NAMESPACE_TEMPLATE", cls.namespace_template),
+            platform_namespace=setting("KUBERNETES_PLATFORM_NAMESPACE"),
+            prometheus_namespace=setting("KUBERNETES_PROMETHEUS_NAMESPACE"),
+            namespace_template=setting("POOL_NAMESPACE_TEMPLATE"),
             team_namespaces=team_map("POOL_TEAM_NAMESPACES"),
-            images=tuple(setting("POOL_IMAGES", list(cls.images))),
+            images=tuple(setting("POOL_IMAGES")),
             team_images=team_map("POOL_TEAM_IMAGES"),
         )
 

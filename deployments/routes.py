@@ -63,6 +63,7 @@ from deployments.selectors.compatibility import serving_problem
 from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
+from registry.models import Task
 from registry.names import baseline_triton_name, baseline_variant_name, triton_name, variant_name
 from registry.selectors.llm import artifacts_by_id
 from registry.selectors.serving import artifact_serving_signature
@@ -310,6 +311,8 @@ def _entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dic
     }
     if endpoint.capture_share > 0:  # captured requests' inputs go to the log with their exposure
         entry["capture_share"] = endpoint.capture_share
+    if endpoint.stable_artifact.version.model.task == Task.GENERATIVE_REC:
+        entry["affinity"] = "user"  # each replica keeps its own users' KV cache (gateway/affinity.py)
 
     def make(artifact, role, weight_bp, model_name, name=""):
         urls = _ready_urls(endpoint.pool_id, model_name, sources.ready_models, sources.replicas)

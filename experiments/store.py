@@ -212,6 +212,16 @@ def store_is_embedded() -> bool:
     return store_kind() == "chdb"
 
 
+def store_readable_here() -> bool:
+    """This process may read the store: a shared one (PostgreSQL, a ClickHouse server), or the
+    embedded one when this process opened it (the experiment-data process; a test)."""
+    if store_kind() != "chdb":
+        return True
+    from experiments.columnar.connection import chdb_open_here
+
+    return chdb_open_here()
+
+
 def default_store() -> ExposureStore:
     """The store EXPERIMENT_STORE names (PostgreSQL by default; docs/experiments.md)."""
     if store_kind() == "postgres":

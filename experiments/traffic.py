@@ -39,3 +39,29 @@ def show_and_click(scores: np.ndarray, truth: np.ndarray, rng: np.random.Generat
     """The top-scored item is shown; the click is drawn from its true probability."""
     shown = int(np.argmax(scores))
     return shown, bool(rng.random() < truth[shown])
+
+
+class GrUsers:
+    """Simulated users of a generative recommender (experiments/gr/world.py): each has a hidden
+    taste and a history drawn from the world. Asked for `k` recommendations, the user then
+    consumes its next item, drawn from the world's true next-item distribution, and clicks when
+    that item is among the recommendations (a hit): a model with a higher HR@k earns
+    proportionally more clicks, a copy of the control none more. The item consumed joins the
+    history either way, as a session goes on."""
+
+    def __init__(self, world, users: int, *, seed: int, history: int = 12, keep: int = 64):
+        sequences, self.tastes = world.sequences(users, seed=seed, length=history)
+        self.world = world
+        self.rows = [list(map(int, s)) for s in sequences]
+        self.keep = keep
+
+    def history(self, user: int) -> list[int]:
+        """The catalog item ids of the user's recent history, oldest first."""
+        return [int(self.world.item_ids[row]) for row in self.rows[user][-self.keep :]]
+
+    def consume(self, user: int, recommended: list[int], rng: np.random.Generator) -> bool:
+        probs = self.world.next_probabilities(np.array([self.rows[user][-1]]), self.tastes[user : user + 1])[0]
+        row = int(rng.choice(len(probs), p=probs / probs.sum()))  # computed in float32: sum to 1 again
+        self.rows[user].append(row)
+        del self.rows[user][: -self.keep]
+        return int(self.world.item_ids[row]) in set(recommended)

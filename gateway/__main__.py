@@ -40,6 +40,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--grpc-port", type=int, help="KServe v2 gRPC port (default: GATEWAY_GRPC_PORT or 8081; 0: none)"
     )
+    parser.add_argument(
+        "--control-port",
+        type=int,
+        help="/metrics, /status and health off the event loop (default: GATEWAY_CONTROL_PORT or 0: none)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -48,7 +53,13 @@ def main(argv=None) -> int:
         datefmt="%Y-%m-%d %H:%M:%S",
         stream=sys.stderr,
     )  # the control plane's format (config/settings.py)
-    overrides = dict(port=args.port, host=args.host, routes_url=args.routes_url, grpc_port=args.grpc_port)
+    overrides = dict(
+        port=args.port,
+        host=args.host,
+        routes_url=args.routes_url,
+        grpc_port=args.grpc_port,
+        control_port=args.control_port,
+    )
     if args.routes_file:
         overrides.update(routes_file=args.routes_file, routes_url=None)
     try:

@@ -3,11 +3,13 @@ and `/status` (behind GATEWAY_METRICS_TOKEN when it is set)."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import os
 
 from . import metrics
+from .aggregate import all_workers
 from .ids import request_id
 from .responses import JSON_CT, error, plain_headers
 
@@ -24,6 +26,10 @@ def operator_allowed(gateway, request) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"), expected)
 
 
+def unauthorized(path: str, request):
+    return _unauthorized(path, request_id(request.headers))
+
+
 def _unauthorized(path: str, rid: str):
     return error(
         401,
@@ -38,15 +44,18 @@ def metrics_page(gateway, request):
     rid = request_id(request.headers)
     if not operator_allowed(gateway, request):
         return _unauthorized("/metrics", rid)
-    if gateway.siblings is not None:  # several workers: one exposition for all (aggregate.py)
+    if gateway.control is not None and gateway.settings.run_dir:  # several workers: one exposition for all
         return _all_workers(gateway, rid)
     body, content_type = metrics.exposition()
     return 200, plain_headers(rid, content_type=content_type), body
 
 
 async def _all_workers(gateway, rid: str):
-    body, content_type = await gateway.siblings.exposition()
-    return 200, plain_headers(rid, content_type=content_type), body
+    # the siblings are read by a thread (control.py), not by this worker's loop
+    body = await asyncio.get_running_loop().run_in_executor(
+        None, all_workers, gateway.settings.run_dir, gateway.control.own_socket
+    )
+    return 200, plain_headers(rid, content_type=metrics.CONTENT_TYPE), body
 
 
 def live(gateway, request):

@@ -2,7 +2,7 @@
 
 Each worker keeps its own metrics (HotPath's plain ints, prometheus_client's registry) and
 also answers its own exposition on a private Unix socket (`metrics-<row>.sock` in the
-supervisor's 0700 run directory). A scrape of /metrics reaches one worker through the
+supervisor's 0700 run directory), from a thread of its own (control.py). A scrape of /metrics reaches one worker through the
 shared port; that worker asks every sibling for its exposition over those sockets, parses
 them with prometheus_client's parser and writes one exposition: counters, histograms and
 summaries summed per series, gauges summed where they count things across the workers
@@ -14,20 +14,17 @@ the platform's collector (monitoring/collect.py) read it as one process's.
 
 from __future__ import annotations
 
-import asyncio
 import glob
+import http.client
 import logging
 import os
 import socket
-from pathlib import Path
 
-import aiohttp
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import metrics
-from .httpserver import HttpServer
 
 log = logging.getLogger("gateway")
 
@@ -43,7 +40,7 @@ SUM_GAUGES = frozenset(
     )
 )
 MIN_GAUGES = frozenset(("process_start_time_seconds", "gateway_route_table_loaded_timestamp_seconds"))
-FETCH_TIMEOUT_S = 2.0
+FETCH_TIMEOUT_S = 1.0
 
 
 def merge(texts: list[str]) -> bytes:
@@ -88,44 +85,43 @@ class _Fixed:
         return self.families
 
 
-class Siblings:
-    """This worker's private metrics socket and the reading of its siblings'."""
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("worker", timeout=timeout)
+        self.unix_path = path
 
-    def __init__(self, run_dir: str, row: int):
-        self.run_dir = run_dir
-        self.path = os.path.join(run_dir, f"metrics-{row}.sock")
-        self.server = None
-
-    async def start(self) -> None:
-        async def answer(request):
-            body, content_type = metrics.exposition()
-            return 200, {"Content-Type": content_type}, body
-
-        Path(self.path).unlink(missing_ok=True)
+    def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(self.path)
-        sock.listen(16)
-        self.server = HttpServer(answer)
-        await self.server.start("", 0, sock=sock)
-
-    async def close(self) -> None:
-        if self.server is not None:
-            await self.server.close(0)
-        Path(self.path).unlink(missing_ok=True)
-
-    async def _fetch(self, path: str) -> str | None:
+        sock.settimeout(self.timeout)
         try:
-            connector = aiohttp.UnixConnector(path=path)
-            async with aiohttp.ClientSession(connector=connector) as session:
-                timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
-                async with session.get("http://worker/metrics", timeout=timeout) as response:
-                    return await response.text() if response.status == 200 else None
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            return None  # a worker that is gone or restarting: its counts come back with it
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
 
-    async def exposition(self) -> tuple[bytes, str]:
-        own, _ = metrics.exposition()
-        others = [p for p in sorted(glob.glob(os.path.join(self.run_dir, "metrics-*.sock"))) if p != self.path]
-        fetched = await asyncio.gather(*(self._fetch(p) for p in others))
-        texts = [own.decode()] + [text for text in fetched if text]
-        return merge(texts), CONTENT_TYPE_LATEST
+
+def sibling_exposition(path: str) -> str | None:
+    """One sibling worker's own exposition over its private socket (answered by that worker's
+    control thread, control.py: never behind its event loop); None if it is gone."""
+    connection = _UnixConnection(path, FETCH_TIMEOUT_S)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        body = response.read()
+        return body.decode() if response.status == 200 else None
+    except (OSError, http.client.HTTPException):
+        return None  # a worker that is gone or restarting: its counts come back with it
+    finally:
+        connection.close()
+
+
+def all_workers(run_dir: str | None, own_socket: str | None) -> bytes:
+    """Every worker's metrics as one exposition (merge), or this worker's alone. Blocking: call
+    it from a thread (the control listener's, or the loop's executor)."""
+    own, _ = metrics.exposition()
+    if not run_dir:
+        return own
+    others = [p for p in sorted(glob.glob(os.path.join(run_dir, "metrics-*.sock"))) if p != own_socket]
+    texts = [own.decode()] + [text for text in map(sibling_exposition, others) if text]
+    return merge(texts)

@@ -23,6 +23,7 @@ from time import perf_counter
 
 from . import metrics
 from .access import admit, missing
+from .affinity import affinity_key, replica_for
 from .failover import (
     BACKEND,
     CLIENT,
@@ -186,9 +187,10 @@ class Inference:
             return chosen
         variant, failure = chosen
         stable = ep.stable if pinned is None else pinned
+        key = affinity_key(ep, parsed, sticky) if ep.affinity_input else None
         entry = None
         if failure is None:
-            entry = variant.pick()
+            entry = replica_for(ep, variant, key)
             if entry is None and variant is stable:
                 entry = stable.pick_panic()  # every stable replica ejected: try a live one rather than refuse all
             if entry is None:
@@ -205,15 +207,15 @@ class Inference:
             except UpstreamFailure as exc:
                 failure = exc
         return await self._recover(
-            failure, ep, stable, variant, entry, parsed, send, payload, t0 + timeout, client_limited
+            failure, ep, stable, variant, entry, parsed, send, payload, t0 + timeout, client_limited, key
         )
 
-    async def _recover(self, failure, ep, stable, variant, entry, parsed, send, payload, deadline, client_limited):
+    async def _recover(self, failure, ep, stable, variant, entry, parsed, send, payload, deadline, client_limited, key):
         """After a failed first attempt: at most one retry (failover.retry_on_stable), then
         the answer failover.failure_outcome gives. `stable` is where a retry may go (the
         pinned variant itself for a versioned request). Returns (variant, served, None)
         when the retry served or Triton's own 5xx is passed on, else (variant, None,
-        (outcome, failure))."""
+        (outcome, failure)). `key`: the user's affinity key (affinity.py), or None."""
         name = ep.name
         reason = failure.reason
         if counts_as_upstream_error(reason):
@@ -224,7 +226,7 @@ class Inference:
             stable_fits = stable.signature is variant.signature or stable.signature.check(parsed) is None
         retry_entry = None
         if retry_on_stable(reason, on_stable=on_stable, stable_fits=stable_fits):
-            retry_entry = stable.pick()
+            retry_entry = stable.pick_after(key, entry) if on_stable else replica_for(ep, stable, key)
             if retry_entry is None and not on_stable:
                 retry_entry = stable.pick_panic()
             if on_stable and retry_entry is entry:

@@ -67,6 +67,12 @@ SHADOW_LATENCY = Histogram(
 SHADOW_DROPPED = Counter(
     "gateway_shadow_dropped", "Shadow copies dropped because the shadow queue was full", ["endpoint", "variant"]
 )
+AFFINITY_PICKS = Counter(
+    "gateway_affinity_picks",
+    "Replica choices of user-affinity endpoints: home (the user's own replica), spilled (the "
+    "load bound or an open breaker moved the user on the ring), none (the request named no user)",
+    ["endpoint", "variant", "placement"],
+)
 SHADOW_QUEUE = Gauge("gateway_shadow_queue_depth", "Shadow copies waiting to be sent")
 BREAKER_OPEN = Gauge(
     "gateway_replica_circuit_open", "1 while the circuit breaker of a model on a replica is open", ["replica", "model"]
@@ -216,6 +222,9 @@ class HotPath:
 
     def describe(self):
         return []
+
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 def exposition() -> tuple[bytes, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .affinity import Ring
 from .feedback_rules import DEFAULT_TOKEN_TTL_S
 from .llm.table import compile_llm_endpoints
 from .replies import reply_prefixes
@@ -72,6 +73,28 @@ class Variant:
     # replies.py: Triton's reply prefix naming this variant's model, and the endpoint's
     reply_from: bytes = b""
     reply_to: bytes = b""
+    ring: Ring | None = None  # user-affinity endpoints with 2+ replicas (affinity.py)
+
+    def pick_for(self, key: bytes | None):
+        """(entry or None, placement) on a user-affinity endpoint: the user's replica on the
+        ring under the load bound ("home" or "spilled"), or the usual pick without a key ("none")."""
+        ring = self.ring
+        if ring is None or key is None:
+            return self.pick(), "none"
+        picked = ring.pick(key)
+        if picked is None:
+            return None, "none"
+        return picked[0], "home" if picked[1] else "spilled"
+
+    def pick_after(self, key: bytes | None, failed):
+        """The replica for a retry on this variant after `failed` did not serve: the next
+        usable one on the user's walk (their cache's next home), else the usual pick."""
+        if self.ring is not None and key is not None:
+            for entry in self.ring.walk(key):
+                if entry is not failed and not entry[0].broken:
+                    return entry
+            return None
+        return self.pick()
 
     def pick(self):
         """Least outstanding requests among replicas whose breaker is closed (ties: round robin)."""
@@ -130,6 +153,7 @@ class Endpoint(Split):
     exposure_token_ttl_s: int = DEFAULT_TOKEN_TTL_S  # a token is citable this long: the attribution window
     team: str = ""  # the owning team's label: the durable log's subjects carry it (log_contract.py)
     capture_share: float = 0.0  # share of replies whose request inputs are logged for training data
+    affinity_input: str = ""  # user-affinity routing's input name (affinity.py); "": off
 
     def __post_init__(self):
         self.sticky_key = self.sticky_header.lower()
@@ -255,6 +279,7 @@ def _replicas(v: dict, states: dict, pools: dict) -> list:
 
 def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict, key_teams: dict | None = None) -> Endpoint:
     timeout_ms = ep.get("timeout_ms", 1000)
+    affine = ep.get("affinity", "none") == "user"
     variants = []
     for v in ep["variants"]:
         attempt = v.get("attempt_timeout_ms")
@@ -276,6 +301,8 @@ def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict, key
             replicas=_replicas(v, states, pools),
             signature=signature,
         )
+        if affine and len(variant.replicas) > 1:
+            variant.ring = Ring(variant.replicas)
         variant.reply_from, variant.reply_to = reply_prefixes(ep["name"], v["triton_model"], v["model_version"])
         variants.append(variant)
     return Endpoint(
@@ -295,4 +322,5 @@ def _compile_endpoint(ep: dict, states: dict, pools: dict, signatures: dict, key
         exposure_token_ttl_s=ep.get("exposure_token_ttl_s", DEFAULT_TOKEN_TTL_S),
         team=ep.get("team", ""),
         capture_share=float(ep.get("capture_share", 0.0)),
+        affinity_input=ep.get("affinity_input", "user_id") if affine else "",
     )

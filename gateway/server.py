@@ -1,6 +1,7 @@
 """The gateway process: an HTTP/1.1 server on llhttp (httpserver.py) in front of a pooled
-keep-alive HTTP/1.1 client to the Triton replicas (upstream.py); aiohttp only polls the
-control plane for the route table.
+keep-alive HTTP/1.1 client to the Triton replicas (upstream.py); the route table is polled
+from the control plane by a thread (source.py), and /metrics and health are also answered off
+the event loop on the control port (control.py).
 
 This module holds the process together: the route table and its source, the components
 each request path uses (breakers, metrics, score sampler, exposure log, shadows), the
@@ -19,12 +20,10 @@ import signal
 import threading
 import time
 
-import aiohttp
-
 from . import admin, metrics
-from .aggregate import Siblings
 from .bodybounds import BodyBounds
 from .breaker import Breakers
+from .control import ControlThread
 from .eventlog import NatsLog
 from .exposures import EXPOSURES_DROPPED, ExposureLog
 from .feedback import FEEDBACK_TOO_LARGE, EventBuckets, feedback
@@ -33,6 +32,7 @@ from .httpserver import HttpServer, Request
 from .ids import request_id
 from .infer import Inference
 from .llm.handler import PATHS as LLM_PATHS
+from .llm.handler import TEMPLATES as LLM_TEMPLATES
 from .llm.handler import LlmService
 from .llm.table import llm_replicas
 from .metadata import model_config, model_metadata, model_ready, model_stats, server_metadata
@@ -74,9 +74,8 @@ class Gateway:
         self.shadows = Shadows(settings.shadow_queue, self.breakers, self.scores)
         self.inference = Inference(self)
         self.grpc_service = None  # gateway/grpc/service.py, set when the gRPC port is served
-        self.siblings = None  # gateway/aggregate.Siblings when several workers serve (one /metrics)
+        self.control = None  # control.ControlThread: /metrics and health off the event loop
         self.poll_offset_s = 0.0
-        self.session: aiohttp.ClientSession | None = None
         self.tasks: list[asyncio.Task] = []
         self.stopping = False
         self.metrics_token = (settings.metrics_token or "").encode()
@@ -135,13 +134,12 @@ class Gateway:
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
-        self.session = aiohttp.ClientSession()  # control plane only; replicas use upstream.Pool
         await self.llm.start()  # LLM backends: their own client (gateway/llm/backends.py says why)
         self.shadows.start()
         if isinstance(self.source, FileRouteSource):
             self.source.check()  # serve from the first request on when the file is good
         else:
-            await self.source.fetch_once(self.session)
+            await self.source.fetch_once()
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self._poll()), loop.create_task(self.breakers.probe_loop())]
         self.tasks += [loop.create_task(self.shadows.worker()) for _ in range(self.settings.shadow_workers)]
@@ -154,9 +152,7 @@ class Gateway:
 
     async def close(self) -> None:
         if self.grpc_service is not None:
-            await self.grpc_service.channels.close()
-            if self.grpc_service.connection_cap is not None:
-                await self.grpc_service.connection_cap.close()
+            await self.grpc_service.close()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -165,8 +161,6 @@ class Gateway:
                 await asyncio.wait_for(self.exposures.close(), 2.0)
             except Exception:  # noqa: BLE001 - shutting down: what is left is counted as dropped
                 EXPOSURES_DROPPED.labels("shutdown").inc(len(self.exposures.buffer))
-        if self.session:
-            await self.session.close()
         await self.llm.close()
         for pool in self.pools.values():
             pool.close()
@@ -227,6 +221,7 @@ ADMIN_PATHS = {
     "/v2/health/live": admin.live,
     "/v2/health/ready": admin.ready,
     "/healthz": admin.ready,
+    "/health": admin.ready,  # vLLM's name for it, which LLM benchmark tools check first (guidellm)
     "/status": admin.status_page,
 }
 
@@ -237,7 +232,7 @@ def http_routes() -> list[str]:
     routes = model_templates()
     routes += [f"POST {path}" for path in POST_PATHS]
     routes += [f"GET {path}" for path in ADMIN_PATHS]
-    routes += [f"{methods.split(', ')[0]} {path}" for path, methods in LLM_PATHS.items()]
+    routes += [f"{methods.split(', ')[0]} {path}" for path, methods in (LLM_PATHS | LLM_TEMPLATES).items()]
     return routes
 
 
@@ -262,9 +257,10 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     grpc_server = None
     try:
         await server.start(settings.host, settings.port, sock=settings.http_socket)
-        if settings.run_dir:  # one of several workers (workers.py): /metrics adds up all of them
-            gateway.siblings = Siblings(settings.run_dir, settings.worker_row)
-            await gateway.siblings.start()
+        # the control port and, with several workers, this worker's metrics socket (/metrics adds
+        # up all of them), answered by threads outside this loop (control.py)
+        gateway.control = ControlThread(gateway, settings)
+        gateway.control.start()
         if settings.grpc_port:
             from .grpc.service import start as start_grpc  # grpcio only where gRPC is served
 
@@ -324,7 +320,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     if grpc_server is not None:
         closing.append(grpc_server.stop(grace))  # GOAWAY, RPCs in progress finish within the grace
     await asyncio.gather(*closing)
-    if gateway.siblings is not None:
-        await gateway.siblings.close()
+    if gateway.control is not None:
+        gateway.control.close()
     await gateway.close()
     watchdog.cancel()

@@ -50,6 +50,10 @@ class Settings:
     worker_row: int = 0
     replicas: int = 1  # gateway replicas behind one address: each enforces 1/R of every key's limits
     grpc_port: int = 8081  # KServe v2 gRPC (gateway/grpc/); 0: no gRPC port
+    # /metrics, /status and health answered off the event loop (control.py); 0: none (the data
+    # port answers them either way). make run and the manifests set 8082.
+    control_port: int = 0
+    control_socket: object = None  # the control port's socket, made once by the supervisor
     grpc_max_streams: int = 128  # concurrent streams (RPCs) per HTTP/2 connection
     grpc_max_rpcs: int = 4096  # RPCs in progress in one worker; more: RESOURCE_EXHAUSTED
     # gRPC transport limits (gateway/grpc/transport.py says which grpcio option does what and why)
@@ -126,6 +130,9 @@ class Settings:
             workers=number("GATEWAY_WORKERS", cls.workers),
             replicas=number("GATEWAY_REPLICAS", cls.replicas),
             grpc_port=0 if env.get("GATEWAY_GRPC_PORT") == "0" else number("GATEWAY_GRPC_PORT", cls.grpc_port),
+            control_port=0
+            if env.get("GATEWAY_CONTROL_PORT") == "0"
+            else number("GATEWAY_CONTROL_PORT", cls.control_port),
             grpc_max_streams=number("GATEWAY_GRPC_MAX_STREAMS", cls.grpc_max_streams),
             grpc_max_rpcs=number("GATEWAY_GRPC_MAX_RPCS", cls.grpc_max_rpcs),
             grpc_max_calls_per_client=number("GATEWAY_GRPC_MAX_CALLS_PER_CLIENT", cls.grpc_max_calls_per_client),

@@ -63,13 +63,16 @@ def _bad(detail: str) -> Problem:
 class Parsed:
     """A request that passed the model-independent checks: its inputs as
     (name, datatype, shape) tuples, the batch size (first dim of the first input, or
-    None), and the requested output names."""
+    None), and the requested output names. `source`: what the inputs were read from (the
+    JSON body's `inputs` list, or the gRPC request), for the few values routing reads
+    (affinity.input_value); None when nothing needs them."""
 
-    __slots__ = ("inputs", "outputs")
+    __slots__ = ("inputs", "outputs", "source")
 
-    def __init__(self, inputs: list, outputs: list):
+    def __init__(self, inputs: list, outputs: list, source=None):
         self.inputs = inputs
         self.outputs = outputs
+        self.source = source
 
 
 def _label(name: str) -> str:
@@ -202,7 +205,7 @@ def parse_request(body, ihcl: str | None):  # noqa: C901 - one pass read top to 
             if type(item) is not dict or type(item.get("name")) is not str:
                 return _bad(f"outputs[{i}] must be an object with a 'name'")
             outputs.append(item["name"])
-    return Parsed(inputs, outputs)
+    return Parsed(inputs, outputs, raw_inputs)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ import tempfile
 import time
 
 from . import tenants
+from .control import control_socket
 from .sharedlimits import SharedLimits
 
 log = logging.getLogger("gateway.workers")
@@ -102,6 +103,8 @@ class Supervisor:
         if port == 0:  # an ephemeral port: every slot on the one the kernel chose
             port = settings.port = self.sockets[0].getsockname()[1]
         self.sockets += [listening_socket(settings.host, port) for _ in range(workers - 1)]
+        if settings.control_port:  # one control socket every worker's thread accepts on (control.py)
+            settings.control_socket = control_socket(settings.host, settings.control_port)
         self.limits = SharedLimits(rows=2 * workers)  # two rows per slot: the old and the new worker of a restart
         self.run_dir = tempfile.mkdtemp(prefix="gateway-workers-")
         os.chmod(self.run_dir, 0o700)
@@ -279,6 +282,8 @@ class Supervisor:
             os.kill(worker.pid, signal.SIGKILL)
         for sock in self.sockets:
             sock.close()
+        if self.settings.control_socket is not None:
+            self.settings.control_socket.close()
         return 0
 
 

@@ -113,11 +113,13 @@ class GatewayProcess:
         self.port = free_port()
         self.log = work / "gateway.log"
         self.grpc_port = free_port()
+        self.control_port = free_port()  # /metrics and health off the event loop (gateway/control.py)
         self.env = {
             **os.environ,
             "GATEWAY_WORKERS": "1",  # one process unless the test asks for more (gateway/workers.py)
             **env,
             "GATEWAY_GRPC_PORT": str(self.grpc_port),
+            "GATEWAY_CONTROL_PORT": str(self.control_port),
             "GATEWAY_PORT": str(self.port),
             "GATEWAY_HOST": "127.0.0.1",
             "PYTHONUNBUFFERED": "1",
@@ -127,6 +129,10 @@ class GatewayProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://127.0.0.1:{self.control_port}"
 
     @property
     def grpc_url(self) -> str:
@@ -157,8 +163,8 @@ class GatewayProcess:
         raise TimeoutError(f"gateway not ready:\n{self.log.read_text()[-3000:]}")
 
     def metric(self, name: str, **labels) -> float:
-        """Sum of the samples of `name` whose labels include `labels`."""
-        text = requests.get(f"{self.url}/metrics", timeout=2).text
+        """Sum of the samples of `name` whose labels include `labels` (read on the control port)."""
+        text = requests.get(f"{self.control_url}/metrics", timeout=2).text
         total = 0.0
         for line in text.splitlines():
             if not line.startswith(name) or line.startswith("#"):

@@ -1,6 +1,8 @@
 """Half-open gRPC streams: HTTP/2 connections (framed by `h2`, a maintained HTTP/2 library)
 that open streams with a HEADERS frame for a gRPC method and never send the message, the
-way the gateway's RPC slots were once all taken. Each connection runs in one asyncio loop
+way the gateway's RPC slots were once all taken — or send one message and then nothing more
+(`message`: a streaming call held open after its first message, the request side left open
+unless `end_stream`). Each connection runs in one asyncio loop
 on its own thread; what every stream ended with (its grpc-status, a reset, the connection
 closing under it) is counted."""
 
@@ -28,9 +30,22 @@ class HalfOpenStreams(threading.Thread):
     "refused_connection": connections that could not be opened}; `opened` streams sent;
     `ended_at`: when each stream ended, seconds after its HEADERS."""
 
-    def __init__(self, port: int, source: str, connections: int, streams: int, *, hold_s: float = 60.0):
+    def __init__(
+        self,
+        port: int,
+        source: str,
+        connections: int,
+        streams: int,
+        *,
+        hold_s: float = 60.0,
+        method: str = METHOD,
+        message: bytes | None = None,
+        end_stream: bool = False,
+    ):
         super().__init__(daemon=True)
         self.port, self.source, self.connections, self.streams, self.hold_s = port, source, connections, streams, hold_s
+        self.method, self.end_stream = method, end_stream
+        self.data = None if message is None else b"\0" + len(message).to_bytes(4, "big") + message  # gRPC framing
         self.outcomes: dict[str, int] = {}
         self.opened = 0
         self.ended_at: list[float] = []
@@ -117,12 +132,14 @@ class HalfOpenStreams(threading.Thread):
             headers = [
                 (":method", "POST"),
                 (":scheme", "http"),
-                (":path", METHOD),
+                (":path", self.method),
                 (":authority", authority),
                 ("content-type", "application/grpc"),
                 ("te", "trailers"),
             ]
-            conn.send_headers(stream_id, headers, end_stream=False)  # and never the message
+            conn.send_headers(stream_id, headers, end_stream=False)  # and never the message, or one
+            if self.data is not None:
+                conn.send_data(stream_id, self.data, end_stream=self.end_stream)
             started[stream_id] = time.monotonic()
             self.opened += 1
 

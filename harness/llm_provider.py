@@ -4,7 +4,7 @@ A fake, and allowed as one: the real providers are on the internet, which these 
 cannot reach. It speaks the part of the OpenAI API the gateway uses, as a provider does:
 `Authorization: Bearer <key>` required (401 otherwise), POST /v1/chat/completions and
 /v1/completions (stream or not; `usage` in replies, and in a last chunk when
-`stream_options.include_usage`), GET /v1/models, errors in OpenAI's shape. The tokens are
+`stream_options.include_usage`), GET /v1/models, errors in OpenAI's shape, an argument OpenAI's API does not know refused (400 naming it). The tokens are
 real: the project's tiny model (a Hugging Face model dir) generates them, greedily, token
 by token, in a thread per request.
 
@@ -34,6 +34,13 @@ import uuid
 from aiohttp import web
 
 MAX_BODY = 1 << 20
+# the request arguments of OpenAI's chat and completions APIs; any other is refused, as OpenAI does
+OPENAI_ARGUMENTS = frozenset(
+    "model messages prompt max_tokens max_completion_tokens temperature top_p n stream stream_options stop seed "
+    "presence_penalty frequency_penalty logit_bias logprobs top_logprobs user tools tool_choice response_format "
+    "suffix echo best_of parallel_tool_calls store metadata modalities audio prediction reasoning_effort "
+    "service_tier".split()
+)
 
 
 def _error(status: int, message: str, kind: str, code: str | None = None, headers: dict | None = None):
@@ -129,6 +136,14 @@ class Provider:
             assert max_tokens > 0
         except Exception as error:  # noqa: BLE001 - any malformed body is the caller's 400
             return _error(400, f"invalid request body: {error!r}", "invalid_request_error")
+        unknown = sorted(set(body) - OPENAI_ARGUMENTS)
+        if unknown:  # as OpenAI's API answers an argument it does not know (vLLM's ignore_eos, ...)
+            return _error(
+                400,
+                f"Unrecognized request argument supplied: {unknown[0]}",
+                "invalid_request_error",
+                "unknown_parameter",
+            )
         if body.get("model") != self.model:
             return _error(
                 404, f"The model `{body.get('model')}` does not exist.", "invalid_request_error", "model_not_found"

@@ -67,7 +67,7 @@ def _allowed_hosts() -> set[str]:
 def allowed_networks() -> tuple:
     """OUTBOUND_ALLOWED_NETWORKS as networks (a bad entry stops the check: an operator's typo
     must not open or close everything silently)."""
-    return rules.parse_networks(setting("OUTBOUND_ALLOWED_NETWORKS", []))
+    return rules.parse_networks(setting("OUTBOUND_ALLOWED_NETWORKS"))
 
 
 def address_problem(address: str) -> str | None:
@@ -80,12 +80,12 @@ def platform_listener_entries() -> list[str]:
     """ "host:port" of every listener of the platform: this host's web and gateway ports,
     OUTBOUND_PLATFORM_LISTENERS, and each OUTBOUND_LISTENER_SOURCES callable's (every pool
     replica). What the gateway gets in its route table too (deployments/routes.py)."""
-    entries = [f"127.0.0.1:{port}" for port in (setting("PORT", 8000), setting("GATEWAY_PORT", 8080)) if port]
-    grpc = setting("GATEWAY_GRPC_PORT", 8081)
-    if grpc:
-        entries.append(f"127.0.0.1:{grpc}")
-    entries += list(setting("OUTBOUND_PLATFORM_LISTENERS", []))
-    for path in setting("OUTBOUND_LISTENER_SOURCES", []):
+    entries = [f"127.0.0.1:{port}" for port in (setting("PORT"), setting("GATEWAY_PORT")) if port]
+    for extra in (setting("GATEWAY_GRPC_PORT"), setting("GATEWAY_CONTROL_PORT")):
+        if extra:
+            entries.append(f"127.0.0.1:{extra}")
+    entries += list(setting("OUTBOUND_PLATFORM_LISTENERS"))
+    for path in setting("OUTBOUND_LISTENER_SOURCES"):
         entries += list(import_string(path)())
     return list(dict.fromkeys(entries))[: rules.MAX_LISTENERS]
 

@@ -78,6 +78,7 @@ def cli(ctx, url, token, http_timeout, as_json, field):
 from modelplane_cli.commands import (  # noqa: E402  (they use State)
     auth,
     builds,
+    datasets,
     deploy,
     experiments,
     feedback,
@@ -97,9 +98,10 @@ for group in (
     *keys.COMMANDS,
     *experiments.COMMANDS,
     *feedback.COMMANDS,
+    *datasets.COMMANDS,
 ):
     cli.add_command(group)
-Root.aliases = {**keys.ALIASES, **experiments.ALIASES}
+Root.aliases = {**keys.ALIASES, **experiments.ALIASES, **datasets.ALIASES}
 
 
 def main() -> None:

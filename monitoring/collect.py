@@ -90,7 +90,19 @@ TRITON_COUNTERS = {
     "nv_inference_compute_output_duration_us": "compute_output_us",
 }
 TRITON_GAUGES = {"nv_inference_pending_request_count": "pending"}
-TRITON_FAMILIES = (*TRITON_COUNTERS, *TRITON_GAUGES)
+# A generative recommender's own counters beside Triton's, per model and version
+# (platform/triton/gr_adapter/model.py): cache lookups (hits: "hit" and "grown", which reuse
+# the cached prefix), beams and beams whose semantic id no item has.
+GR_COUNTERS = {"gr_cache_lookups": "gr_lookups", "gr_beams": "gr_beams", "gr_illegal_beams": "gr_illegal_beams"}
+GR_HIT_RESULTS = frozenset({"hit", "grown"})
+# stored per endpoint x variant and tick: interval counts (summed over a window by the judge)
+GR_STORED = {
+    "gr_lookups": "gr_cache_lookups",
+    "gr_hits": "gr_cache_hits",
+    "gr_beams": "gr_beams",
+    "gr_illegal_beams": "gr_illegal_beams",
+}
+TRITON_FAMILIES = (*TRITON_COUNTERS, *TRITON_GAUGES, *GR_COUNTERS)
 
 
 @dataclass
@@ -418,10 +430,13 @@ def triton_snapshot_samples(samples) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for name, labels, value in samples:
         # names as written (Triton's counters have no "_total"; a re-exporter may add it)
-        field_name = TRITON_COUNTERS.get(name.removesuffix("_total")) or TRITON_GAUGES.get(name)
+        base = name.removesuffix("_total")
+        field_name = TRITON_COUNTERS.get(base) or TRITON_GAUGES.get(name) or GR_COUNTERS.get(base)
         if field_name is None:
             continue
         out[_key(field_name, labels.get("model", ""), labels.get("version", ""))] += value
+        if field_name == "gr_lookups" and labels.get("result") in GR_HIT_RESULTS:
+            out[_key("gr_hits", labels.get("model", ""), labels.get("version", ""))] += value
     return dict(out)
 
 
@@ -596,4 +611,15 @@ def derive(totals: Totals) -> dict[str, float]:  # noqa: C901 - one pass read to
             out["batch_size"] = inferences / v["triton_executions"]
         if v.get("cost_per_hour", 0.0) > 0 and out["triton_inference_rate"] > 0:
             out["cost_per_1k_inferences"] = v["cost_per_hour"] / (out["triton_inference_rate"] * 3600) * 1000
+    out.update(derive_gr(v))
+    return out
+
+
+def derive_gr(v: dict) -> dict[str, float]:
+    """A generative recommender's counts of the tick and their rates (no lookups, no rates)."""
+    out = {stored: v[f"triton_{raw}"] for raw, stored in GR_STORED.items() if f"triton_{raw}" in v}
+    if out.get("gr_cache_lookups"):
+        out["gr_cache_hit_rate"] = out.get("gr_cache_hits", 0.0) / out["gr_cache_lookups"]
+    if out.get("gr_beams"):
+        out["gr_illegal_rate"] = out.get("gr_illegal_beams", 0.0) / out["gr_beams"]
     return out

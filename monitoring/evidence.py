@@ -52,6 +52,9 @@ class ArmWindow:
     # failover failed on the stable too (the gateway's gateway_failovers_failed): neither
     # requests nor errors of this variant; empty when the source does not count them
     shared_failures: list[float] = field(default_factory=list)
+    # other counts summed over the window (windows.COUNT_METRICS: a generative recommender's
+    # cache lookups and hits, beams and illegal beams; monitoring/gr_guardrails.py reads them)
+    counts: dict[str, float] = field(default_factory=dict)
 
     def as_llm(self, histogram: str | None = None) -> ArmWindow:
         """This LLM arm in the shape the tensor checks read: its LLM requests and errors
@@ -92,6 +95,7 @@ class ArmWindow:
             itl_buckets=_added(self.itl_buckets, other.itl_buckets),
             itl_ticks=_ticks_added(self.itl_ticks, other.itl_ticks),
             shared_failures=_counts_added(self.shared_failures, other.shared_failures),
+            counts=_added(self.counts, other.counts),
         )
 
 

@@ -10,6 +10,9 @@ seen at `guardrail_failure_limit` successive looks spanning at least
 `breach_since`), carried from the rollout's previous verdict, so the judge stays a pure
 function. error_slo needs no such count: its one-sided binomial test at
 `guardrail_alpha` already keeps a handful of early errors from tripping it.
+
+A generative recommender's candidate adds gr_illegal_items and gr_cache_hit_rate
+(monitoring/gr_guardrails.py).
 """
 
 from __future__ import annotations
@@ -115,12 +118,12 @@ def check_guardrails(
                 **progress(n_c, config.min_guardrail_requests, "requests", seconds),
             )
         )
-    if candidate.score_bins and (stable.score_bins or not compare):
-        n_sc, n_cc = sum(stable.score_bins or []), sum(candidate.score_bins)
+    n_sc = sum(stable.score_bins or [])
+    if candidate.score_bins and not compare and n_sc < config.min_score_samples:
+        checks.append(make_check("psi", "guardrail", SKIPPED, window="none", why=NO_CONTROL))
+    elif candidate.score_bins and stable.score_bins:
+        n_cc = sum(candidate.score_bins)
         value = psi(stable.score_bins, candidate.score_bins) if n_sc > 0 and n_cc > 0 else None
-        if not compare and n_sc < config.min_score_samples:
-            checks.append(make_check("psi", "guardrail", SKIPPED, window="none", why=NO_CONTROL))
-            return checks
         if min(n_sc, n_cc) < config.min_score_samples or value is None:
             outcome, memory = INCONCLUSIVE, {"breaches": 0, "breach_since": None}
         else:
@@ -139,4 +142,16 @@ def check_guardrails(
                 **progress(min(n_sc, n_cc), config.min_score_samples, "scores", seconds),
             )
         )
+    from monitoring.gr_guardrails import check_gr_guardrails  # it reads `sustained` from here
+
+    checks += check_gr_guardrails(
+        stable,
+        candidate,
+        config,
+        cache_control=latency_control,
+        compare=compare,
+        previous=previous,
+        now_s=now_s,
+        seconds=seconds,
+    )
     return checks

@@ -289,7 +289,7 @@ def _describe(check: dict, control: str = VariantRole.STABLE, pooled: bool = Fal
         )
     if name == "psi":
         return f"prediction drift PSI {check['statistic']:.3f} over {check['threshold']}"
-    return name
+    return check.get("reason") or name  # a check that says its own reason (gr_guardrails.py)
 
 
 def _outage_evidence(check: dict) -> str:

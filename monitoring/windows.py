@@ -23,6 +23,8 @@ TICK_METRICS = ("requests", "errors")
 SHARED_METRIC = "shared_failures"  # collect._failovers_counted: failed on the variant and on the stable
 LLM_TICK_METRICS = ("llm_requests", "llm_errors")  # LLM endpoints' requests and errors (gateway_llm_requests)
 BUCKET_PREFIXES = ("latency_bucket:", "score_bin:", "ttft_bucket:", "itl_bucket:")
+# counts summed over the window into ArmWindow.counts (a generative recommender's: collect.GR_STORED)
+COUNT_METRICS = ("gr_cache_lookups", "gr_cache_hits", "gr_beams", "gr_illegal_beams")
 # histogram metric prefix -> the ArmWindow fields it fills (window totals, per tick)
 HISTOGRAMS = {
     "latency_bucket": ("latency_buckets", "latency_ticks"),
@@ -36,6 +38,7 @@ def wanted(metric: str) -> bool:
         metric in TICK_METRICS
         or metric == SHARED_METRIC
         or metric in LLM_TICK_METRICS
+        or metric in COUNT_METRICS
         or metric.startswith(BUCKET_PREFIXES)
     )
 
@@ -48,6 +51,7 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
     buckets_at = {h: {v: defaultdict(dict) for v in variants} for h in HISTOGRAMS}
     scores: dict[str, list[float]] = {v: [] for v in variants}
     shared: dict[datetime, dict[str, float]] = defaultdict(lambda: dict.fromkeys(variants, 0.0))
+    counts: dict[str, dict[str, float]] = {v: {} for v in variants}
     for variant, metric, time, value in rows:
         if variant not in scores:
             continue
@@ -57,6 +61,8 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
             shared[time][variant] += value
         elif metric in LLM_TICK_METRICS:
             llm_tick[time][variant][0 if metric == "llm_requests" else 1] += value
+        elif metric in COUNT_METRICS:
+            counts[variant][metric] = counts[variant].get(metric, 0.0) + value
         elif metric.startswith("score_bin:"):
             index = int(metric.split(":", 1)[1])
             if 0 <= index < SCORE_BINS:
@@ -91,6 +97,7 @@ def arms_from_rows(rows: Iterable[tuple[str, str, datetime, float]], variants: l
             itl_buckets=buckets["itl_bucket"][v],
             itl_ticks=per_time("itl_bucket", v),
             shared_failures=[shared[t][v] if t in shared else 0.0 for t in times] if shared else [],
+            counts=counts[v],
         )
         for v in variants
     }

@@ -30,8 +30,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from kernel.conf import setting
 from kernel.errors import InvalidInput
+from registry import conf as registry_conf
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".h5", ".msgpack")
 TOKENIZER_FILES = (
@@ -60,7 +60,7 @@ class LLMDir:
 
 
 def _limits() -> tuple[int, int]:
-    return int(setting("LLM_MAX_FILES", 2000)), int(setting("LLM_MAX_DIR_MB", 8192)) * 1024 * 1024
+    return int(registry_conf.get("LLM_MAX_FILES")), int(registry_conf.get("LLM_MAX_DIR_MB")) * 1024 * 1024
 
 
 def _bad(message: str, code: str) -> InvalidInput:

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
-from kernel.conf import setting
+from registry import conf as registry_conf
 
 HKDF_SALT = b"modelplane provider secrets"
 HKDF_INFO = b"fernet key v1"
@@ -34,7 +34,7 @@ def derived_key(secret_key: str) -> bytes:
 
 
 def _box() -> MultiFernet:
-    configured = [k.strip() for k in str(setting("PROVIDER_SECRETS_KEY", "")).split(",") if k.strip()]
+    configured = [k.strip() for k in str(registry_conf.get("PROVIDER_SECRETS_KEY")).split(",") if k.strip()]
     keys = configured or [derived_key(settings.SECRET_KEY)]
     return MultiFernet([Fernet(k) for k in keys])
 

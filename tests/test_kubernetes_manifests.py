@@ -126,7 +126,7 @@ def test_the_platforms_parts(rendered):
     assert by_kind(objects, "HorizontalPodAutoscaler")["modelplane-gateway"]["spec"]["minReplicas"] >= 2
     assert by_kind(objects, "PodDisruptionBudget")["modelplane-gateway"]["spec"]["minAvailable"] == 1
     ports = {p["name"]: p["port"] for p in by_kind(objects, "Service")["modelplane-gateway"]["spec"]["ports"]}
-    assert ports == {"http": 8080, "grpc": 8081}
+    assert ports == {"http": 8080, "grpc": 8081, "control": 8082}
     container = gateway["spec"]["template"]["spec"]["containers"][0]
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert "envFrom" not in container  # single keys, never the Secret with the database password

@@ -110,6 +110,7 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path, settings):
     env.update(
         VAR_DIR=str(tmp_path / "var"),
         GATEWAY_PORT=str(gateway_port),
+        GATEWAY_CONTROL_PORT=str(free_port()),  # not 8082: another run on this host may hold it
         PYTHONUNBUFFERED="1",
         CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
     )

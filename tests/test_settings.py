@@ -1,7 +1,10 @@
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,3 +90,46 @@ def test_models_and_migrations_agree(tmp_path):
     for _ in range(2):
         result = _manage("makemigrations", "--check", "--dry-run", tmp_path=tmp_path, env_extra={})
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- settings one way (kernel/conf.py) ------------------------------------------------------
+APPS = ("config", "kernel", "registry", "deployments", "monitoring", "experiments")
+READS = re.compile(r"""(?:\bsetting|\bconf\.get|_conf\.get|\bconf\.setting|\benv)\(\s*["']([A-Z][A-Z0-9_]+)["']""")
+
+
+def test_the_configuration_page_is_the_registries():
+    from config.management.commands.settings_doc import BEGIN, END, PAGE, tables
+
+    text = PAGE.read_text()
+    assert text.partition(BEGIN)[2].partition(END)[0].strip() == tables().strip(), (
+        "docs/configuration.md differs from the declared settings: run `python manage.py settings_doc --write`"
+    )
+
+
+def test_every_setting_read_is_declared_and_settings_py_reads_the_environment_only_through_it():
+    from config.management.commands.settings_doc import tables
+    from kernel.conf import REGISTRY
+
+    tables()  # imports every registry
+    undeclared = set()
+    for app in APPS:
+        for path in (ROOT / app).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            for name in READS.findall(path.read_text()):
+                if name not in REGISTRY:
+                    undeclared.add(f"{path.relative_to(ROOT)}: {name}")
+    assert not undeclared, sorted(undeclared)
+    source = (ROOT / "config" / "settings.py").read_text()
+    assert "os.environ" not in source and "getenv" not in source
+
+
+def test_a_value_that_does_not_parse_is_refused_by_name(monkeypatch):
+    from kernel.conf import SettingError, from_environment
+
+    monkeypatch.setenv("MAX_UPLOAD_MB", "lots")
+    with pytest.raises(SettingError, match="MAX_UPLOAD_MB='lots' is not a valid int"):
+        from_environment("MAX_UPLOAD_MB")
+    monkeypatch.setenv("POOL_TEAM_IMAGES", "{not json")
+    with pytest.raises(SettingError, match="POOL_TEAM_IMAGES"):
+        from_environment("POOL_TEAM_IMAGES")

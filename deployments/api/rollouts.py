@@ -256,7 +256,8 @@ class RolloutCreateSerializer(serializers.Serializer):
     fair_baseline = serializers.BooleanField(
         default=True,
         help_text="Load a fresh copy of the stable with the candidate's share and judge the candidate "
-        "against it (canary strategy; default true).",
+        "against it (canary strategy; default true; a generative recommender's canary cannot turn it off: "
+        "its cache starts as cold as the copy's, 400 cold_cache_needs_baseline).",
     )
 
 

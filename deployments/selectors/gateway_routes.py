@@ -22,6 +22,7 @@ import urllib.request
 
 from django.conf import settings
 
+from deployments import conf as deployments_conf
 from deployments.routes import LOADING, route_build, route_table
 from deployments.routes import team_label as _team_label
 from kernel.conf import setting
@@ -34,12 +35,15 @@ _lock = threading.Lock()
 
 def gateway_status_url() -> str:
     """GATEWAY_STATUS_URL (kernel.conf: a setting, then the environment), else this machine's gateway."""
-    return setting("GATEWAY_STATUS_URL", "") or f"http://127.0.0.1:{settings.GATEWAY_PORT}/status"
+    return (
+        deployments_conf.get("GATEWAY_STATUS_URL")
+        or f"http://127.0.0.1:{settings.GATEWAY_CONTROL_PORT or settings.GATEWAY_PORT}/status"
+    )
 
 
 def _read_status(url: str, timeout: float) -> dict:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    token = setting("GATEWAY_METRICS_TOKEN", "")  # /status is behind the same token as /metrics
+    token = setting("GATEWAY_METRICS_TOKEN")  # /status is behind the same token as /metrics
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     with urllib.request.urlopen(request, timeout=timeout) as response:

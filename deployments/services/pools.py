@@ -16,6 +16,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
+from deployments import conf as deployments_conf
 from deployments import pool_policy
 from deployments.lock_objects import pool_for_update
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolModelState, PoolStatus, ServingPool
@@ -23,7 +24,6 @@ from deployments.pool_fields import DNS1123_LABEL, pool_fields_check
 from deployments.selectors.pools import bound_secret_names
 from deployments.services.reconcile import model_dir_for, sealed_admin_key
 from deployments.tasks import pool_model_load_task, pool_model_unload_task, pool_reconcile_task, pool_teardown_task
-from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound
 from kernel.tritonserver import TritonNotAvailable, find_binary
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
@@ -51,7 +51,7 @@ KUBERNETES_ONLY = ("autoscale_metric", "autoscale_target", "repository_secret")
 
 def pools_root() -> Path:
     """Where local pools keep their repositories, replica state and logs."""
-    configured = setting("POOLS_DIR", "")  # a Django setting, then the environment (kernel.conf)
+    configured = deployments_conf.get("POOLS_DIR")
     return Path(configured or Path(settings.VAR_DIR) / "pools").resolve()
 
 

@@ -48,10 +48,24 @@ from deployments.services import pools as pool_services
 from deployments.services import rollout_loads as loads
 from deployments.services.endpoints import require_servable
 from kernel.errors import Conflict, InvalidInput
-from registry.models import Artifact, EventAction, Role
+from registry.models import Artifact, EventAction, Role, Task
 from registry.names import baseline_triton_name
 from registry.services.events import event_record
 from registry.services.teams import require_role
+
+
+def _require_cold_control(endpoint, strategy, steps, baseline: bool) -> None:
+    """A generative recommender's canary starts with an empty cache while the stable's is warm:
+    its first requests are all misses. It is judged against the fair baseline, a copy of the
+    stable loaded with it and as cold (monitoring/gr_guardrails.py), so it cannot be left out."""
+    split = Strategy(strategy) == Strategy.CANARY and any(s < FULL_BP for s in steps)
+    if split and not baseline and endpoint.stable_artifact.version.model.task == Task.GENERATIVE_REC:
+        raise InvalidInput(
+            "fair_baseline: a generative recommender's canary starts with a cold cache and is judged against "
+            "an equally cold copy of the stable; leave fair_baseline on.",
+            code="cold_cache_needs_baseline",
+            field="fair_baseline",
+        )
 
 
 def rollout_start(
@@ -106,6 +120,7 @@ def rollout_start(
     steps = tuple(int(s) for s in (steps_bp or DEFAULT_PLAN.steps_bp))
     on_inconclusive = on_inconclusive or endpoint.on_inconclusive
     baseline = bool(fair_baseline) and Strategy(strategy) == Strategy.CANARY and any(s < FULL_BP for s in steps)
+    _require_cold_control(endpoint, strategy, steps, baseline)
     try:
         plan = Plan(
             strategy=Strategy(strategy),

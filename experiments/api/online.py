@@ -229,7 +229,10 @@ class FeedbackView(APIView):
     citing exposure tokens of the endpoint's running experiment that accepts them, all of
     one unit. Every cited token must verify and be unexpired; no exposure may be asked for
     more than one exposure carries (409, counting what earlier feedback took). The batch is
-    checked by the rules the gateway's door uses (gateway/feedback.schema.json)."""
+    checked by the rules the gateway's door uses (gateway/feedback.schema.json). With the durable
+    log (EVENT_LOG_URL answers) the admitted batch is published on it like the gateway's (202
+    {received, queued}: its reader attributes and stores it); without, it is stored at once (202
+    with the counts)."""
 
     permission_classes = [permissions.AllowAny]
     # no or a wrong key or token, another team, unknown endpoint, a replayed token, over rate
@@ -280,6 +283,9 @@ class FeedbackView(APIView):
         spent = feedback_services.tokens_carried(events=events)
         if spent is not None:
             raise PlatformError(spent, field="events", code="exposure_allowance_exceeded", status=409)
+        queued = feedback_services.feedback_publish(endpoint=endpoint, events=request.data["events"], source=caller)
+        if queued is not None:  # on the durable log, as the gateway's door queues it: stored by its reader
+            return Response({"received": len(events), "queued": queued}, status=202)
         result = feedback_services.feedback_ingest(endpoint=endpoint, events=events, experiments=experiments)
         return Response(result, status=202)
 

@@ -1,11 +1,13 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
+from experiments.api import datasets as datasets_api
 from experiments.api import online as online_api
 from experiments.api import training as api
 
 router = SimpleRouter()
 router.register("experiments", online_api.ExperimentViewSet, basename="online-experiment")
+router.register("datasets", datasets_api.DatasetViewSet, basename="dataset")
 
 # Training experiments (MLflow); /api/v1/experiments/ is for online experiments.
 urlpatterns = [

@@ -17,6 +17,11 @@ _CHDB: dict[str, object] = {}  # one chdb session per process (chdb allows one):
 _CHDB_LOCK = threading.Lock()
 
 
+def chdb_open_here() -> bool:
+    """Whether this process holds the embedded store's session (it owns the store)."""
+    return bool(_CHDB)
+
+
 class ChdbConnection:
     """ClickHouse's engine in this process over a data directory only this process opens."""
 

@@ -1,4 +1,4 @@
-from experiments.models.datasets import Dataset  # noqa: F401, E402
+from experiments.models.datasets import Dataset, DatasetBuildRequest, DatasetRequestStatus  # noqa: F401, E402
 from experiments.models.online import (  # noqa: F401
     Arm,
     DeadLetter,

@@ -40,3 +40,37 @@ class Dataset(models.Model):
 
     def __str__(self):
         return f"{self.name} v{self.version}"
+
+
+class DatasetRequestStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class DatasetBuildRequest(models.Model):
+    """A dataset build asked of the process that owns the embedded store (chdb opens its data in
+    one process: `manage.py run_experiment_data`). The door that asked waits for the outcome and
+    deletes the row: a refused build leaves nothing behind, a built one is its Dataset."""
+
+    team = models.ForeignKey("auth.Group", on_delete=models.CASCADE, related_name="+")
+    endpoint = models.ForeignKey("deployments.Endpoint", on_delete=models.CASCADE, related_name="+")
+    experiment = models.ForeignKey(
+        "experiments.Experiment", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    name = models.SlugField(max_length=64)
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=DatasetRequestStatus.choices, default=DatasetRequestStatus.QUEUED)
+    dataset = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    error = models.JSONField(default=dict, blank=True, help_text="{detail, code, field, status} of a refused build.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self):
+        return f"{self.name} ({self.status})"

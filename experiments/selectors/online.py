@@ -8,7 +8,7 @@ from deployments.route_overlays import Overlay
 from experiments import analysis
 from experiments.models import DeadLetter, Experiment, ExperimentState
 from experiments.services.guardrails import stored_guardrails
-from experiments.store import default_store
+from experiments.store import default_store, store_readable_here
 from kernel.errors import NotFound
 from registry.selectors.events import event_list
 from registry.selectors.teams import team_scoped
@@ -48,21 +48,15 @@ def experiment_results(*, experiment: Experiment, store=None) -> dict:
     """The analysis now (read-only: ticks that move the state are the service's), plus
     the plan's progress, the chart's history and each candidate arm's guardrails as the
     last analysis tick judged them (the sustained checks count breaches tick by tick)."""
-    store = store or default_store()
     arms = list(experiment.arms.all())
-    sums, extras, counts = store.arm_sums(experiment)
-    control = next(a for a in arms if a.is_control)
     guards = stored_guardrails(experiment)
-    result = analysis.analyze(
-        {a.name: sums[a.pk] for a in arms},
-        control=control.name,
-        allocation={a.name: a.allocation_bp / FULL_BP for a in arms},
-        alpha=experiment.alpha,
-        mde=experiment.mde,
-        srm_alpha=experiment.srm_alpha,
-        guardrails={n: g["status"] for n, g in guards.items()},
-        extras={a.name: extras.get(a.pk, {}) for a in arms},
-    )
+    evidence = experiment.evidence or {}
+    if store is None and not store_readable_here() and "arms" in evidence:
+        # the embedded store lives in the experiment-data process: the last tick's analysis
+        result = {k: v for k, v in evidence.items() if k not in ("ship", "plan", "guardrails_ok", "guardrails")}
+        counts = result.pop("feedback", {})
+    else:
+        result, counts = _analysis_now(experiment, arms, guards, store)
     have = min((r["units"] for r in result["arms"].values()), default=0)
     need = experiment.planned_units_per_arm
     result.update(
@@ -79,6 +73,28 @@ def experiment_results(*, experiment: Experiment, store=None) -> dict:
         }
     )
     return result
+
+
+def _analysis_now(experiment, arms, guards, store) -> tuple[dict, dict]:
+    """(the analysis of the store's sums now, feedback counts); zeros where this process may
+    not read the store and no tick has run yet."""
+    if store is None and not store_readable_here():
+        sums = {a.pk: {k: 0.0 for k in analysis.SUMS} for a in arms}
+        extras, counts = {}, {}
+    else:
+        sums, extras, counts = (store or default_store()).arm_sums(experiment)
+    control = next(a for a in arms if a.is_control)
+    result = analysis.analyze(
+        {a.name: sums[a.pk] for a in arms},
+        control=control.name,
+        allocation={a.name: a.allocation_bp / FULL_BP for a in arms},
+        alpha=experiment.alpha,
+        mde=experiment.mde,
+        srm_alpha=experiment.srm_alpha,
+        guardrails={n: g["status"] for n, g in guards.items()},
+        extras={a.name: extras.get(a.pk, {}) for a in arms},
+    )
+    return result, counts
 
 
 def running_overlays(endpoints) -> dict:

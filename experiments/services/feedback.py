@@ -18,7 +18,13 @@ from django.db import transaction
 
 from experiments import feedback as feedback_rules
 from experiments.models import Experiment, ExperimentState, Feedback, FeedbackStatus
-from experiments.store import default_store
+from experiments.store import default_store, store_readable_here
+from kernel.errors import PlatformError
+
+
+class FeedbackLogDown(PlatformError):
+    status = 503
+    code = "feedback_log_unavailable"
 
 
 class FeedbackRefused(Exception):
@@ -135,3 +141,27 @@ def feedback_ingest(*, endpoint, events: list[dict], experiments=None, store=Non
             team=endpoint.team, endpoint_name=endpoint.name, experiments=experiments, events=events
         )
     return result.as_dict()
+
+
+def feedback_publish(*, endpoint, events: list[dict], source: str | None) -> int | None:
+    """Publish an admitted batch (the events as the client sent them) on the durable log, on the
+    endpoint's team's subject of `source` (None: exposure tokens only), as the gateway's door
+    does; the messages published, or None without a log (then the caller stores it at once, where
+    this process may write the store; 503 where the embedded store is another process's)."""
+    from deployments.selectors.gateway_routes import team_label
+    from experiments.eventlog.writer import log_writer
+
+    writer = log_writer()
+    if writer is None:
+        if not store_readable_here():  # the embedded store is another process's: only the log reaches it
+            raise FeedbackLogDown(
+                "feedback at the API needs the durable log (EVENT_LOG_URL) while the embedded store is owned by the "
+                "experiment-data process; send it to the gateway's door (POST /v2/feedback) meanwhile"
+            )
+        return None
+    try:
+        return writer.publish_feedback(
+            team=team_label(endpoint.team), endpoint=endpoint.name, source=source, events=events
+        )
+    except Exception as exc:  # noqa: BLE001 - the log refused or is gone: the client retries (event ids dedupe)
+        raise FeedbackLogDown(f"the feedback log did not take the batch ({type(exc).__name__}); send it again") from exc

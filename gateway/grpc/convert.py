@@ -164,13 +164,14 @@ def parse_infer(request):  # noqa: C901 - one pass read top to bottom, as tensor
         if _shared_memory(item.parameters):
             return _bad(f"output {_label(item.name)}: shared memory outputs cannot go through the gateway")
         outputs.append(item.name)
-    return Parsed(inputs, outputs)
+    return Parsed(inputs, outputs, request)
 
 
 def metadata_dict(pairs):
     """The request's metadata as the lower-case str dict the key check and routing read
-    (the first of duplicates; binary `-bin` entries left out), or a Problem when a field
-    the gateway reads comes twice."""
+    (the first of duplicates; binary `-bin` entries left out), each value trimmed of the
+    spaces and tabs around it as an HTTP parser trims a header's (`x-user-id: " u3"` is
+    "u3" on both protocols), or a Problem when a field the gateway reads comes twice."""
     out = {}
     for key, value in pairs or ():
         if key.endswith("-bin"):
@@ -179,7 +180,7 @@ def metadata_dict(pairs):
             if key in SINGLETONS:
                 return Problem(400, "bad_header", f"duplicate {key} metadata")
             continue
-        out[key] = value
+        out[key] = value.strip(" \t")
     return out
 
 

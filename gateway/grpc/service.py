@@ -1,6 +1,9 @@
-"""`inference.GRPCInferenceService` on GATEWAY_GRPC_PORT: ModelInfer, ServerLive/Ready,
-ServerMetadata, ModelReady, ModelMetadata, ModelConfig and ModelStatistics; the other
-RPCs (repository, shared memory, trace, logging, streaming) answer UNIMPLEMENTED.
+"""`inference.GRPCInferenceService` on GATEWAY_GRPC_PORT: ModelInfer, ModelStreamInfer
+(stream.py), ServerLive/Ready, ServerMetadata, ModelReady, ModelMetadata, ModelConfig and
+ModelStatistics; the other RPCs (repository, shared memory, trace, logging) answer
+UNIMPLEMENTED, as does any method of no service here (grpc core's answer), without a log
+line. Beside it `grpc.health.v1.Health` and server reflection (health.py). A request message
+that does not parse is INVALID_ARGUMENT (transport.tolerant).
 
 Same semantics as HTTP, through the same code: the key from the `authorization` (Bearer)
 or `x-api-key` metadata (access.admit), the request's tensors as `tensors.Parsed`
@@ -41,8 +44,10 @@ from ..peers import ClientKeys
 from ..tenants import release
 from ..tensors import Problem
 from .convert import http_status, metadata_dict, parse_infer
+from .handlers import add_guarded
 from .reads import ReadRPCs, abort, abort_http, new_trailers, trailers
 from .sockets import ConnectionCap
+from .stream import StreamRPC
 from .transport import CallCaps, server_options
 from .upstream import Channels, failure_reason
 
@@ -82,7 +87,7 @@ def response_scores(response, limit: int = 256) -> list:
     return []
 
 
-class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
+class InferenceService(ReadRPCs, StreamRPC, service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, gateway):
         self.gateway = gateway
         self.inference = gateway.inference
@@ -90,6 +95,14 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
         self.breakers = gateway.breakers
         self.channels = Channels(gateway.settings.max_body_bytes)
         self.connection_cap = None  # sockets.ConnectionCap, once serving
+        self.health = None  # health.Health, once serving
+
+    async def close(self) -> None:
+        await self.channels.close()
+        if self.connection_cap is not None:
+            await self.connection_cap.close()
+        if self.health is not None:
+            await self.health.close()
 
     # --- health and metadata ------------------------------------------------------------
     async def ModelInfer(self, request, context):
@@ -263,30 +276,6 @@ class InferenceService(ReadRPCs, service_pb2_grpc.GRPCInferenceServiceServicer):
         return "200"
 
 
-class _Handlers:
-    """Stands in for the server to take the generated method handlers (tritonclient's
-    `add_GRPCInferenceServiceServicer_to_server`) so each can be guarded first."""
-
-    def add_generic_rpc_handlers(self, handlers) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
-        self.service, self.handlers = service, handlers
-
-
-def add_guarded(server, service, caps: CallCaps) -> None:
-    """The service's methods on `server`, every unary one behind the per-client call cap and
-    the first-message deadline (transport.py)."""
-    taken = _Handlers()
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, taken)
-    handlers = {
-        name: caps.guard(h) if not h.request_streaming and not h.response_streaming else h
-        for name, h in taken.handlers.items()
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.service, handlers),))
-    server.add_registered_method_handlers(taken.service, handlers)
-
-
 async def start(gateway, settings):
     """The gRPC server of this worker on settings.grpc_port (SO_REUSEPORT: every worker binds
     it), with the transport limits of transport.py."""
@@ -300,10 +289,11 @@ async def start(gateway, settings):
         lambda code, n: GRPC_REFUSALS.labels(code).inc(n),
     )
     caps = CallCaps(settings, client_keys, lambda code: GRPC_REFUSALS.labels(code).inc(), cap.close_peer)
-    add_guarded(server, service, caps)
+    service.health = add_guarded(server, service, caps, gateway)
     port = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     await server.start()
     gateway.grpc_service = service
     service.connection_cap = cap
     cap.start()
+    service.health.start()
     return server, port

@@ -61,6 +61,40 @@ MAX_TRACKED_PEERS = 65536
 PENDING_SOFT, PENDING_HARD = 50_000, 100_000  # calls waiting for the application (see above)
 
 
+class Malformed:
+    """A request message that is not the protobuf its method takes: answered INVALID_ARGUMENT
+    by the handler (grpcio would answer UNKNOWN naming a Python class, and log it)."""
+
+    __slots__ = ("detail",)
+
+    def __init__(self, detail: str):
+        self.detail = detail
+
+
+def tolerant(deserialize):
+    """`deserialize` returning Malformed instead of raising on bytes that do not parse."""
+    if deserialize is None:
+        return None
+    message = getattr(deserialize, "__self__", None)
+    name = message.DESCRIPTOR.full_name if message is not None else "request"
+
+    def read(data: bytes):
+        try:
+            return deserialize(data)
+        except Exception:  # protobuf's DecodeError and kin: the client's bytes, never a server error
+            return Malformed(f"the request message does not parse as {name} (protobuf)")
+
+    return read
+
+
+async def checked(requests, context):
+    """A request stream that ends the call with INVALID_ARGUMENT at a malformed message."""
+    async for message in requests:
+        if type(message) is Malformed:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message.detail)
+        yield message
+
+
 def server_options(settings) -> list[tuple[str, int]]:
     return [
         ("grpc.so_reuseport", 1),
@@ -135,6 +169,8 @@ class CallCaps:
                     )
                 if request is grpc.aio.EOF:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without a request message")
+                if type(request) is Malformed:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.detail)
                 return await unary(request, context)
             finally:
                 if client is not None:
@@ -142,7 +178,47 @@ class CallCaps:
 
         return grpc.stream_unary_rpc_method_handler(
             guarded,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=tolerant(handler.request_deserializer),
+            response_serializer=handler.response_serializer,
+        )
+
+    def guard_stream(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """`handler` (streaming) behind the per-client call cap: a stream is one call in
+        progress for as long as it is open, so streams are bounded as unary calls are. Its
+        messages are read by the handler (stream.py bounds the waits between them); a
+        malformed one reaches it as `Malformed`."""
+        caps = self
+        kind = "stream_stream" if handler.response_streaming else "stream_unary"
+        if not handler.request_streaming:
+            kind = "unary_stream" if handler.response_streaming else "unary_unary"
+        inner = getattr(handler, kind)
+
+        async def guarded(request, context):
+            peer = context.peer()
+            client = caps.client_keys.key(peer_host(peer))
+            if client is not None:
+                refusal = caps.admit(client, peer)
+                if refusal is not None:
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, PUSHBACK)
+            try:
+                if handler.request_streaming:
+                    request = checked(request, context)
+                elif type(request) is Malformed:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.detail)
+                result = inner(request, context)
+                if hasattr(result, "__aiter__"):  # a response stream written by an async generator
+                    async for message in result:
+                        await context.write(message)
+                    return None
+                return await result
+            finally:
+                if client is not None:
+                    caps.release(client, peer)
+
+        make = getattr(grpc, f"{kind}_rpc_method_handler")
+        return make(
+            guarded,
+            request_deserializer=tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
 

@@ -1,9 +1,12 @@
 """The OpenAI API of the gateway: POST /v1/chat/completions, POST /v1/completions,
-GET /v1/models.
+GET /v1/models and GET /v1/models/{model} (models.py).
 
 One request: check the body (requests.py); find the endpoint its `model` names and who may
 call it (a public endpoint: anyone, credentials ignored; otherwise a valid key scoped to it;
-an unknown model and one the key may not call get the same 404 model_not_found); fit
+an unknown model and one the caller may not call get the same 404 model_not_found, whatever
+credentials came with it: no key, one that is no key, another team's — so a mistyped name is
+named as unknown even with a client's placeholder key, and nothing tells a private model from
+a name that does not exist); fit
 max_tokens to the context; take the key's limits (quotas.py); choose the variant (sticky
 header, else `user`, else the weighted split); try backends in order (routing.chain) until
 one gives a first token within first_token_timeout_ms; then stream it (SSE) or collect it.
@@ -57,7 +60,7 @@ from ..ids import exposure_id, new_id, request_id
 from ..metrics import AUTH_REJECTIONS, UNKNOWN_ENDPOINT
 from ..tenants import MAX_KEY_LENGTH, presented_key
 from ..tensors import Problem
-from . import quotas, routing
+from . import models, quotas, routing
 from .backends import Attempt, BackendFailure, Piece
 from .buffers import ReplyBuffer
 from .errors import LlmError, headers, model_not_found, reply
@@ -66,6 +69,9 @@ from .metrics import ITL_BUCKETS, LlmMetrics
 from .requests import MAX_USER, estimate_tokens, fit_context, parse
 
 PATHS = {"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET, HEAD"}
+MODEL_TEMPLATE = "/v1/models/{model}"
+MODEL_PREFIX = "/v1/models/"
+TEMPLATES = {MODEL_TEMPLATE: "GET, HEAD"}  # paths with a part of the client's (server.http_routes lists them)
 SSE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 FALLBACK = "fallback"  # the variant label of requests the endpoint's fallbacks served (never a variant's name: v<n>-…)
@@ -120,7 +126,7 @@ class LlmService:
             return reply(
                 LlmError(508, "loop_detected", "this request came back through a gateway of this platform: a loop"), rid
             )
-        allowed = PATHS.get(path)
+        allowed = PATHS.get(path) or (TEMPLATES[MODEL_TEMPLATE] if path.startswith(MODEL_PREFIX) else None)
         if allowed is None:
             return reply(LlmError(404, "not_found", f"no route for {method} {path[:200]}"), rid)
         if method not in allowed.split(", "):
@@ -128,35 +134,20 @@ class LlmService:
             out["Allow"] = allowed
             return status, out, body
         if path == "/v1/models":
-            return self.models(request, rid)
+            return models.listing(self.gateway.table, self._known_key, request, rid)
+        if path.startswith(MODEL_PREFIX):
+            return models.one(self.gateway.table, self._known_key, request, rid, path[len(MODEL_PREFIX) :])
         return await self.complete(request, rid, chat=path == "/v1/chat/completions")
 
     # --- who may call what ---------------------------------------------------------------
-    def _key(self, table, headers_):
-        """The caller's Key, None when it sent none; raises LlmError 401 for a key that is not one."""
+    @staticmethod
+    def _known_key(table, headers_):
+        """The caller's Key; None when it sent none or one that is no key (unknown, revoked,
+        malformed): the hash is looked up whenever something was presented, so both cost alike."""
         token = presented_key(headers_)
-        if token is None:
+        if token is None or type(token) is Problem or len(token) > MAX_KEY_LENGTH:
             return None
-        key = None
-        if type(token) is not Problem and len(token) <= MAX_KEY_LENGTH:
-            key = table.keys.get(sha256(token.encode("latin-1")).hexdigest())
-        if key is None:
-            raise LlmError(401, "invalid_api_key", "Incorrect API key provided (unknown or revoked).")
-        return key
-
-    def models(self, request, rid: str):
-        table = self.gateway.table
-        if table is None:
-            return reply(LlmError(503, "no_routes", "no route table loaded yet", None, 1.0), rid)
-        try:
-            key = self._key(table, request.headers)
-        except LlmError:  # as for a public model's call, credentials that are no key are ignored
-            key = None
-        names = sorted(
-            name for name, ep in table.llm.items() if ep.auth.public or (key is not None and key.id in ep.auth.allowed)
-        )
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": "modelplane"} for name in names]
-        return 200, headers(rid), orjson.dumps({"object": "list", "data": data})
+        return table.keys.get(sha256(token.encode("latin-1")).hexdigest())
 
     # --- one completion ------------------------------------------------------------------
     async def complete(self, request, rid: str, *, chat: bool):
@@ -169,12 +160,8 @@ class LlmService:
             req = parse(request.body, chat=chat)
             ep = table.llm.get(req.model)
             if ep is None or not ep.auth.public:
-                key = self._key(table, request.headers)
-                if key is None:
-                    raise LlmError(
-                        401, "missing_api_key", "You didn't provide an API key: send Authorization: Bearer <key>."
-                    )
-                if ep is None or key.id not in ep.auth.allowed:
+                key = self._known_key(table, request.headers)
+                if ep is None or key is None or key.id not in ep.auth.allowed:
                     raise model_not_found(req.model)
                 tenant = key
             name = ep.name
@@ -300,8 +287,8 @@ class Call:
                         own_failure = "guard"
                     continue
                 if last.reason == "refused":
-                    if last.status in (400, 413, 422):
-                        raise LlmError(400, "backend_refused", last.message)
+                    if last.status in (400, 413, 422):  # its words name what it cannot take (ignore_eos, ...)
+                        raise LlmError(400, "backend_refused", last.message.replace(backend.model, ep.name))
                     routing.failed(replica, breakers)
                     raise LlmError(502, "upstream_error", last.message)
                 reason = "5xx" if last.reason == "protocol" else last.reason
@@ -425,6 +412,8 @@ class Call:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
             kind = "text_completion"
         body = {"id": self._id(), "object": kind, "created": self.created, "model": self.ep.name, "choices": [choice]}
+        if self.req.continuous_usage:  # vLLM's stream_options.continuous_usage_stats: the usage so far
+            body["usage"] = self.usage()
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
     def _id(self) -> str:

@@ -13,8 +13,16 @@ Rules (each a 400 in the OpenAI error shape naming the parameter):
               (the estimate is characters / 4 + 4 per message: the gateway has no tokenizer;
               the backend's count corrects the quota afterwards, quotas.py);
   n           absent or 1; temperature 0..2; top_p 0..1; presence/frequency_penalty -2..2;
-  seed        an integer; stop a string or at most 4 strings of <= 256 characters;
-  stream      a boolean; stream_options only with stream, {"include_usage": bool};
+  seed        an integer; stop a string or at most 4 strings of <= 256 characters (null: none);
+  ignore_eos  a boolean: generate max_tokens whatever the model's end-of-sequence says (vLLM's
+              extension, which benchmark tools send with a fixed output length);
+  min_tokens  an integer 0..max_tokens: the end-of-sequence is not taken before that many
+              (vLLM's); both are passed to the backend, and a backend that does not take them
+              refuses the request naming them (a Triton model without that input, an
+              OpenAI-compatible server that does not know the argument): never dropped;
+  stream      a boolean; stream_options only with stream, {"include_usage": bool,
+              "continuous_usage_stats": bool} (vLLM's: with include_usage, every chunk carries
+              the usage so far);
   user        a string of at most MAX_USER characters (the sticky unit when no header is sent).
 Any other field is refused (400 unknown_parameter), as OpenAI's API refuses an unrecognized
 argument: a field the gateway would silently drop (tools, logprobs, response_format, ...) would
@@ -51,6 +59,8 @@ COMMON = frozenset(
         "seed",
         "presence_penalty",
         "frequency_penalty",
+        "ignore_eos",
+        "min_tokens",
     )
 )
 CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens"}
@@ -70,6 +80,9 @@ class LlmRequest:
         "stop",
         "stream",
         "include_usage",
+        "continuous_usage",
+        "ignore_eos",
+        "min_tokens",
         "user",
         "seed",
         "presence_penalty",
@@ -86,6 +99,10 @@ class LlmRequest:
                 out[name] = value
         if self.stop:
             out["stop"] = self.stop
+        if self.ignore_eos is not None:
+            out["ignore_eos"] = self.ignore_eos
+        if self.min_tokens is not None:
+            out["min_tokens"] = self.min_tokens
         return out
 
 
@@ -170,21 +187,29 @@ def _stop(body: dict) -> list[str]:
     return stop
 
 
-def _stream(body: dict) -> tuple[bool, bool]:
+STREAM_OPTIONS = ("include_usage", "continuous_usage_stats")
+
+
+def _stream(body: dict) -> tuple[bool, bool, bool]:
+    """(stream, include_usage, usage in every chunk)."""
     stream = body.get("stream", False)
     if type(stream) is not bool:
         raise _bad("stream must be a boolean", "stream")
     options = body.get("stream_options")
     if options is None:
-        return stream, False
+        return stream, False, False
     if not stream:
         raise _bad("stream_options is only allowed with stream: true", "stream_options")
-    if type(options) is not dict or set(options) - {"include_usage"}:
-        raise _bad("stream_options may only hold include_usage", "stream_options")
-    include = options.get("include_usage", False)
-    if type(include) is not bool:
-        raise _bad("stream_options.include_usage must be a boolean", "stream_options")
-    return stream, include
+    if type(options) is not dict or set(options) - set(STREAM_OPTIONS):
+        raise _bad(f"stream_options may only hold {' and '.join(STREAM_OPTIONS)}", "stream_options")
+    flags = []
+    for name in STREAM_OPTIONS:
+        value = options.get(name, False)
+        if type(value) is not bool:
+            raise _bad(f"stream_options.{name} must be a boolean", f"stream_options.{name}")
+        flags.append(value)
+    include, continuous = flags
+    return stream, include, include and continuous
 
 
 def estimate_tokens(text: str | int, messages: int = 0) -> int:
@@ -243,7 +268,12 @@ def parse(raw: bytes, *, chat: bool) -> LlmRequest:
     req.frequency_penalty = _number(body, "frequency_penalty", -2.0, 2.0)
     req.seed = _integer(body, "seed", -(2**63), 2**63 - 1)
     req.stop = _stop(body)
-    req.stream, req.include_usage = _stream(body)
+    req.stream, req.include_usage, req.continuous_usage = _stream(body)
+    ignore_eos = body.get("ignore_eos")
+    if ignore_eos is not None and type(ignore_eos) is not bool:
+        raise _bad("ignore_eos must be a boolean", "ignore_eos")
+    req.ignore_eos = ignore_eos
+    req.min_tokens = _integer(body, "min_tokens", 0, 2**31 - 1)
     user = body.get("user")
     if user is not None and (type(user) is not str or len(user) > MAX_USER):
         raise _bad(f"user must be a string of at most {MAX_USER} characters", "user")
@@ -253,6 +283,12 @@ def parse(raw: bytes, *, chat: bool) -> LlmRequest:
 
 def fit_context(req: LlmRequest, context_length: int, max_tokens_default: int) -> None:
     """Set max_tokens against the endpoint's context (raises LlmError when it does not fit)."""
+    _fit(req, context_length, max_tokens_default)
+    if req.min_tokens is not None and req.min_tokens > req.max_tokens:
+        raise _bad(f"min_tokens must be at most max_tokens ({req.max_tokens})", "min_tokens")
+
+
+def _fit(req: LlmRequest, context_length: int, max_tokens_default: int) -> None:
     param = "max_tokens"
     if req.max_tokens is None:
         room = context_length - req.prompt_estimate

@@ -12,7 +12,7 @@ from monitoring.models import MetricSample
 from monitoring.sources import MetricSource, metric_source
 from monitoring.sources.store import sample_list
 from monitoring.statistics import SCORE_BINS, histogram_quantile
-from monitoring.windows import HISTOGRAMS, LLM_TICK_METRICS, SHARED_METRIC, TICK_METRICS, arms_from_rows
+from monitoring.windows import COUNT_METRICS, HISTOGRAMS, LLM_TICK_METRICS, SHARED_METRIC, TICK_METRICS, arms_from_rows
 
 
 # --- time series ---------------------------------------------------------------------------------
@@ -129,9 +129,9 @@ def judge_arms(
     ticks = base.filter(
         Q(metric__in=(*TICK_METRICS, SHARED_METRIC, *LLM_TICK_METRICS)) | histograms_per_tick
     ).values_list("variant", "metric", "time", "value")
-    # score bins are summed over the window by the database (their time does not matter)
+    # score bins and counts are summed over the window by the database (their time does not matter)
     histograms = (
-        base.filter(metric__startswith="score_bin:")
+        base.filter(Q(metric__startswith="score_bin:") | Q(metric__in=COUNT_METRICS))
         .values("variant", "metric")
         .annotate(n=Sum("value"))
         .values_list("variant", "metric", "n")

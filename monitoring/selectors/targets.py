@@ -36,7 +36,10 @@ def _model_map(endpoint_name: str, artifact, variant: str = "") -> TritonModelMa
 
 
 def gateway_metrics_url() -> str:
-    return conf.get("GATEWAY_METRICS_URL") or f"http://127.0.0.1:{settings.GATEWAY_PORT}/metrics"
+    """GATEWAY_METRICS_URL, else the gateway's control port (answered off its event loop, so a
+    scrape is not lost while the data path is saturated: gateway/control.py), else its data port."""
+    port = getattr(settings, "GATEWAY_CONTROL_PORT", 0) or settings.GATEWAY_PORT
+    return conf.get("GATEWAY_METRICS_URL") or f"http://127.0.0.1:{port}/metrics"
 
 
 def from_deployments() -> list[ScrapeTarget]:

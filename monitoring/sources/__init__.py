@@ -50,7 +50,7 @@ class MetricSource(Protocol):
 
 def metric_source() -> MetricSource:
     """Prometheus when PROMETHEUS_URL is set, else the store."""
-    url = setting("PROMETHEUS_URL", "")
+    url = setting("PROMETHEUS_URL")
     if url:
         from monitoring.sources.prometheus import PrometheusSource
 

@@ -38,7 +38,15 @@ from kernel.conf import setting
 from kernel.errors import PlatformError
 from monitoring import collect
 from monitoring.evidence import ArmWindow
-from monitoring.windows import BUCKET_PREFIXES, LLM_TICK_METRICS, SHARED_METRIC, TICK_METRICS, arms_from_rows, wanted
+from monitoring.windows import (
+    BUCKET_PREFIXES,
+    COUNT_METRICS,
+    LLM_TICK_METRICS,
+    SHARED_METRIC,
+    TICK_METRICS,
+    arms_from_rows,
+    wanted,
+)
 
 MAX_QUERY_POINTS = 10_000  # per series and query (Prometheus refuses more than 11,000)
 MAX_POINTS = 2000  # per series shown (as the store's metric_series)
@@ -48,7 +56,8 @@ MINUTE_S = 60.0
 # the Triton-derived metrics (collect.derive): only these need Triton's series
 TRITON_METRICS = frozenset(
     "triton_requests triton_failures triton_inference_rate triton_in_flight triton_error_rate queue_ms compute_ms"
-    " compute_infer_ms server_ms queue_share utilization batch_size cost_per_1k_inferences".split()
+    " compute_infer_ms server_ms queue_share utilization batch_size cost_per_1k_inferences"
+    " gr_cache_lookups gr_cache_hits gr_beams gr_illegal_beams gr_cache_hit_rate gr_illegal_rate".split()
 )
 
 
@@ -131,9 +140,9 @@ class PrometheusSource:
 
     def __init__(self, url: str, *, timeout_s: float | None = None, step_s: float | None = None):
         self.url = url.rstrip("/")
-        self.timeout_s = timeout_s or float(setting("PROMETHEUS_TIMEOUT_S", 5.0))
-        self.step_s = step_s or float(setting("PROMETHEUS_STEP_S", 2.0))  # the scrape interval
-        self.names = collect.GatewayNames(prefix=setting("MONITORING_GATEWAY_METRIC_PREFIX", "gateway_"))
+        self.timeout_s = timeout_s or float(setting("PROMETHEUS_TIMEOUT_S"))
+        self.step_s = step_s or float(setting("PROMETHEUS_STEP_S"))  # the scrape interval
+        self.names = collect.GatewayNames(prefix=setting("MONITORING_GATEWAY_METRIC_PREFIX"))
 
     # --- PromQL ---------------------------------------------------------------------------
     def query_range(self, query: str, start: datetime, end: datetime, step_s: float) -> list[dict]:
@@ -270,7 +279,7 @@ class PrometheusSource:
     def judge_arms(self, *, endpoint, variants, since, until=None) -> dict[str, ArmWindow]:
         until = until or datetime.now(tz=UTC)
         step = max(self.step_s, (until - since).total_seconds() / MAX_QUERY_POINTS)
-        judged = {*TICK_METRICS, SHARED_METRIC, *LLM_TICK_METRICS, *BUCKET_PREFIXES}
+        judged = {*TICK_METRICS, SHARED_METRIC, *LLM_TICK_METRICS, *BUCKET_PREFIXES, *COUNT_METRICS}
         rows = self.rows(endpoints=[endpoint], since=since, until=until, step_s=step, metrics=judged)
         return arms_from_rows([row[1:] for row in rows if wanted(row[2])], variants)
 

@@ -39,7 +39,7 @@ import threading
 import time
 from multiprocessing.connection import Connection, Pipe
 
-# Settings the stages read besides the factory's own (registry/factory/conf.py DEFAULTS).
+# Settings the stages read besides the factory's own (registry/factory/conf.py SETTINGS).
 PASSED_SETTINGS = ("ARTIFACT_ROOT", "MLFLOW_TRACKING_URI", "MLFLOW_ARTIFACT_ROOT", "VAR_DIR")
 ALLOCATION_FAILED = ("failed to allocate", "bad_alloc", "cannot allocate memory", "out of memory", "memoryerror")
 

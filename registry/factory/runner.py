@@ -116,7 +116,7 @@ def _settings_snapshot() -> dict:
     defaults), for the child to use as its settings."""
     from django.conf import settings
 
-    snapshot = {name: conf.get(name) for name in conf.DEFAULTS}
+    snapshot = {name: conf.get(name) for name in conf.SETTINGS}
     snapshot.update({name: getattr(settings, name) for name in box.PASSED_SETTINGS if hasattr(settings, name)})
     return snapshot
 

@@ -163,9 +163,7 @@ def _use_mlflow_dataset(ctx: BuildContext) -> None:
         inputs = {s["name"] for s in ctx.signature["inputs"]}
         extra = [k for k in arrays if k not in inputs]
         label = "label" if "label" in arrays else (extra[0] if len(extra) == 1 else None)
-        checked = data_files.check(
-            arrays, ctx.signature, label=label, max_rows=int(conf.setting("VERSION_DATA_MAX_ROWS", 1_000_000))
-        )
+        checked = data_files.check(arrays, ctx.signature, label=label, max_rows=int(conf.get("VERSION_DATA_MAX_ROWS")))
     except PlatformError as exc:
         ctx.log(f"the MLflow validation dataset does not fit the model ({exc.detail}); not using it")
         return

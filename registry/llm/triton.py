@@ -10,7 +10,9 @@ one event per token) and `/generate` (one JSON).
 Inputs: text_input | messages_json (TYPE_STRING [1]), max_tokens (TYPE_INT32 [1]),
 temperature, top_p, presence_penalty, frequency_penalty (TYPE_FP32 [1]), seed (TYPE_INT64 [1]),
 stop (TYPE_STRING [-1]), stream (TYPE_BOOL [1], false for
-`/generate`: one response with the whole text); all optional in the config, the
+`/generate`: one response with the whole text), ignore_eos (TYPE_BOOL [1]) and min_tokens
+(TYPE_INT32 [1]) (vLLM's options: the end-of-sequence token is never chosen, or not before
+min_tokens tokens); all optional in the config, the
 adapter wants exactly one of the first two. Outputs: text_output (TYPE_STRING [1]) and
 generated_tokens (TYPE_INT32 [1], the count so far) on every streamed response, prompt_tokens
 on the first; finish_reason (TYPE_STRING [1]), prompt_tokens and completion_tokens
@@ -39,6 +41,8 @@ INPUTS = (
     ("seed", mc.TYPE_INT64, [1]),
     ("stop", mc.TYPE_STRING, [-1]),
     ("stream", mc.TYPE_BOOL, [1]),
+    ("ignore_eos", mc.TYPE_BOOL, [1]),
+    ("min_tokens", mc.TYPE_INT32, [1]),
 )
 OUTPUTS = (
     ("text_output", mc.TYPE_STRING, [1]),

@@ -14,12 +14,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 
-from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound, TooLarge
+from registry import conf as registry_conf
 from registry import names, storage
 from registry.gr import catalog_files
 from registry.gr.bundle import codebook_of, read_npz
@@ -31,11 +30,9 @@ from registry.services.catalog import NAME_RE
 from registry.services.events import event_record
 from registry.services.teams import require_role
 
-DEFAULT_MAX_ITEMS = 2_000_000
-
 
 def max_items() -> int:
-    return int(setting("GR_CATALOG_MAX_ITEMS", DEFAULT_MAX_ITEMS))
+    return int(registry_conf.get("GR_CATALOG_MAX_ITEMS"))
 
 
 def item_catalog_create(
@@ -166,7 +163,7 @@ def item_catalog_version_from_upload(
     [n, levels] or `embedding` [n, dim] (encoded with `encode_with`'s codebook). With `base` (a
     version number) the new version is that version's items plus these (no id may repeat)."""
     require_role(user=user, team=catalog.team, role=Role.DEVELOPER)
-    limit = int(setting("GR_CATALOG_MAX_MB", settings.MAX_UPLOAD_MB)) * 1024 * 1024
+    limit = int(registry_conf.get("GR_CATALOG_MAX_MB")) * 1024 * 1024
     if size is not None and size > limit:
         raise TooLarge(f"file: {size} bytes is over the {limit >> 20} MB limit (GR_CATALOG_MAX_MB).", field="file")
     if encode_with is not None and encode_with.model.team_id != catalog.team_id:

@@ -36,13 +36,12 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from kernel.conf import setting
 from kernel.errors import Conflict, InvalidInput, NotFound, TooLarge
 from kernel.outbound import OutboundRefused, Unresolvable, origin_of, origin_refusal, vet_url
+from registry import conf as registry_conf
 from registry import llm_archive, names, secret_box, storage
 from registry.factory import StageStatus
 from registry.lock_objects import model_for_update
@@ -329,7 +328,7 @@ def llm_version_create_from_archive(
         "delay_first_token_ms": _delay(delay_first_token_ms, "delay_first_token_ms"),
         "delay_per_token_ms": _delay(delay_per_token_ms, "delay_per_token_ms"),
     }
-    limit = int(setting("LLM_MAX_ARCHIVE_MB", settings.MAX_UPLOAD_MB)) * 1024 * 1024
+    limit = int(registry_conf.get("LLM_MAX_ARCHIVE_MB")) * 1024 * 1024
     if size is not None and size > limit:
         raise TooLarge(
             f"archive: {size} bytes is over the {limit >> 20} MB limit (LLM_MAX_ARCHIVE_MB).", field="archive"

@@ -19,6 +19,7 @@ kind succeed; its p50 latency (TTFT for chats) at most 2x the quiet p50 + 10 ms;
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+import aiohttp
 import requests
 
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
@@ -158,6 +160,31 @@ def red_chat(base: str, model: str, *, key: str = RED_KEY, timeout: float = 30, 
         return reply.status_code, reply.json()
     except ValueError:
         return reply.status_code, {}
+
+
+def red_wave(base: str, model: str, count: int, *, key: str = RED_KEY, **body) -> list[tuple[int, dict]]:
+    """`count` concurrent chat requests of red on one event loop: [(status, JSON body or {})].
+    One loop, not `count` threads: on two cores the abuser's own client must not be what slows
+    blue (a hundred `requests` threads took five seconds of CPU for 400 small replies, more
+    than the gateway spent on the whole flood); what red costs blue must go through the gateway."""
+    payload = {"model": model, "messages": CHAT, "max_tokens": 8, **body}
+
+    async def one(session) -> tuple[int, dict]:
+        async with session.post(f"{base}/v1/chat/completions", json=payload) as reply:
+            raw = await reply.read()
+            try:
+                return reply.status, json.loads(raw)
+            except ValueError:
+                return reply.status, {}
+
+    async def wave() -> list[tuple[int, dict]]:
+        timeout = aiohttp.ClientTimeout(total=30)
+        connector = aiohttp.TCPConnector(limit=count, force_close=True)
+        headers = {"Authorization": f"Bearer {key}"}
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=headers) as session:
+            return list(await asyncio.gather(*(one(session) for _ in range(count))))
+
+    return asyncio.run(wave())
 
 
 # --- blue's traffic, in a process of its own -------------------------------------------------------

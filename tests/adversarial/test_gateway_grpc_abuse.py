@@ -12,7 +12,12 @@ tenant's gRPC traffic (127.0.0.1) held to harness/abuse.py's tolerance (success 
   its success and latency hold while an address holds its whole share of calls;
 - connection hoarding: 300 idle HTTP/2 connections from one address are cut to the cap;
 - ping floods: a connection pinging without data more often than the enforced interval is
-  sent GOAWAY ENHANCE_YOUR_CALM (grpcio's keepalive enforcement, as configured).
+  sent GOAWAY ENHANCE_YOUR_CALM (grpcio's keepalive enforcement, as configured);
+- streams held open (issue 37): an address opening more ModelStreamInfer streams (each sends
+  one request, is answered, and then sends nothing), or health Watch streams (which never end
+  by design), than its share of calls: the ones past GATEWAY_GRPC_MAX_CALLS_PER_CLIENT are
+  refused, the tenant's success and latency hold beside the rest, and an inference stream
+  with no next message ends at GATEWAY_IDLE_TIMEOUT_S (DEADLINE_EXCEEDED).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from grpc_health.v1 import health_pb2
 
-from harness.abuse import MIN_SUCCESS_RATE, Honest, harm, start_stack
+from harness.abuse import MIN_SUCCESS_RATE, Honest, grpc_request, harm, start_stack
 from harness.h2streams import HalfOpenStreams, ping_flood
 from tests.gateway.conftest import require_triton
 
@@ -30,6 +36,7 @@ pytestmark = pytest.mark.integration
 FIRST_MESSAGE_S = 6.0
 CALLS_PER_CLIENT = 512
 CONNECTIONS_PER_CLIENT = 64
+IDLE_S = 10.0  # GATEWAY_IDLE_TIMEOUT_S: a stream's wait for its next message
 RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED = "grpc-status 8", "grpc-status 4"
 
 
@@ -40,6 +47,7 @@ def stack():
         GATEWAY_GRPC_FIRST_MESSAGE_TIMEOUT_S=str(FIRST_MESSAGE_S),
         GATEWAY_GRPC_MAX_CALLS_PER_CLIENT=str(CALLS_PER_CLIENT),
         GATEWAY_GRPC_MAX_CONNECTIONS_PER_CLIENT=str(CONNECTIONS_PER_CLIENT),
+        GATEWAY_IDLE_TIMEOUT_S=str(IDLE_S),
     )
     yield stack
     stack.stop()
@@ -134,3 +142,49 @@ def test_idle_connections_past_the_cap_are_closed(stack, honest):
 def test_ping_flood_gets_goaway(stack):
     """Pings without data every 50 ms (the enforced minimum is 10 s): GOAWAY ENHANCE_YOUR_CALM (0xb)."""
     assert ping_flood(stack.grpc_port, "127.0.0.4", pings=10, interval_s=0.05) == 0xB
+
+
+@pytest.mark.parametrize(
+    "method, message, end_stream",
+    [
+        ("/inference.GRPCInferenceService/ModelStreamInfer", grpc_request().SerializeToString(), False),
+        ("/grpc.health.v1.Health/Watch", health_pb2.HealthCheckRequest().SerializeToString(), True),
+    ],
+    ids=["inference-stream", "health-watch"],
+)
+def test_streams_held_open_are_bounded_per_client_and_end(stack, honest, method, message, end_stream):
+    """5 connections x 128 streams from one address, each sending one message and then
+    nothing: its share (512) is held, the rest refused or closed with their connection, the
+    tenant unharmed beside them; inference streams then end at the idle timeout."""
+    alone = honest.since(0)
+    abuser = HalfOpenStreams(
+        stack.grpc_port,
+        "127.0.0.5",
+        connections=5,
+        streams=128,
+        hold_s=60,
+        method=method,
+        message=message,
+        end_stream=end_stream,
+    )
+    abuser.start()
+    try:
+        assert abuser.set_up.wait(60)
+        time.sleep(1.5)
+        mark = honest.mark()
+        time.sleep(3.0)
+        beside = honest.since(mark)
+        held = abuser.opened - sum(abuser.outcomes.values())
+        refused = dict(abuser.outcomes)
+        inference = "ModelStreamInfer" in method
+        deadline = time.monotonic() + IDLE_S + 10
+        while inference and sum(abuser.outcomes.values()) < abuser.opened and time.monotonic() < deadline:
+            time.sleep(0.2)
+        outcomes = dict(abuser.outcomes)
+    finally:
+        abuser.finish()
+    assert abuser.opened == 5 * 128 and held == CALLS_PER_CLIENT, (held, refused)
+    assert set(refused) <= {RESOURCE_EXHAUSTED, "connection_closed"} and refused.get(RESOURCE_EXHAUSTED), refused
+    assert not harm(alone, beside), (harm(alone, beside), alone, beside, honest.errors)
+    if inference:  # no next message within the idle timeout: the stream ends, its slot freed
+        assert outcomes.get(DEADLINE_EXCEEDED, 0) == CALLS_PER_CLIENT, outcomes

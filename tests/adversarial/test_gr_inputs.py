@@ -14,9 +14,6 @@ user ids, even the same ones, never reach another model's cache).
 from __future__ import annotations
 
 import json
-import statistics
-import threading
-import time
 
 import pytest
 import requests
@@ -24,6 +21,7 @@ import requests
 from harness import gr
 from harness.gateway import GatewayProcess, start_triton
 from registry.gr.triton import request_body
+from tests.adversarial.gr_tenants import Neighbour, with_input
 from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration
@@ -47,53 +45,6 @@ def _table(url: str) -> dict:
         return {"name": name, "salt": f"{name}-1", "timeout_ms": 5000, "auth": {"public": True}, "variants": [variant]}
 
     return {"version": "gr-1", "keys": [], "endpoints": [endpoint("recs", ABUSED), endpoint("recs-b", NEIGHBOUR)]}
-
-
-class Neighbour(threading.Thread):
-    """The second tenant: five users of recs-b asking again and again (their caches warm)."""
-
-    def __init__(self, url: str, items: list[int]):
-        super().__init__(daemon=True)
-        self.url, self.items = url, items
-        self.stop = threading.Event()
-        self.results: list[tuple[int, float, str]] = []
-
-    def run(self):
-        with requests.Session() as session:
-            turn = 0
-            while not self.stop.is_set():
-                user = turn % 5
-                body = request_body(f"shared-{user}", self.items[user * 7 : user * 7 + 12], top_k=5)
-                started = time.monotonic()
-                try:
-                    reply = session.post(f"{self.url}/v2/models/recs-b/infer", json=body, timeout=10)
-                    outputs = {o["name"]: o["data"] for o in reply.json().get("outputs", [])} if reply.ok else {}
-                    result = (reply.status_code, time.monotonic() - started, (outputs.get("cache") or [""])[0])
-                except (requests.RequestException, ValueError):
-                    result = (-1, time.monotonic() - started, "")
-                self.results.append(result)
-                turn += 1
-                time.sleep(0.02)
-
-    def mark(self) -> int:
-        return len(self.results)
-
-    def baseline(self, count: int = 25) -> float:
-        deadline = time.monotonic() + 30
-        while len(self.results) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return statistics.median(latency for _, latency, _ in self.results[:count])
-
-    def check(self, since: int, baseline_p50: float) -> None:
-        deadline = time.monotonic() + 5
-        while len(self.results) < since + 5 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        window = self.results[since:]
-        assert window, "the neighbour made no progress"
-        assert all(status == 200 for status, _, _ in window), f"the neighbour was refused: {window[:5]}"
-        assert max(latency for _, latency, _ in window) < 2.0
-        assert statistics.median(latency for _, latency, _ in window) <= 2 * baseline_p50 + 0.025
-        assert {cache for _, _, cache in window} == {"hit"}  # its users stay cached
 
 
 @pytest.fixture(scope="module")
@@ -127,36 +78,26 @@ def _send(gateway, body) -> requests.Response:
     return requests.post(f"{gateway.url}/v2/models/recs/infer", json=body, timeout=10)
 
 
-def _with(body: dict, name: str, **changes) -> dict:
-    body = json.loads(json.dumps(body))
-    for tensor in body["inputs"]:
-        if tensor["name"] == name:
-            tensor.update(changes)
-    if name not in {t["name"] for t in body["inputs"]}:
-        body["inputs"].append({"name": name, **changes})
-    return body
-
-
 def _cases(items):
     good = request_body("abuser", items[:10], top_k=5)
     long = list(range(1000))
     return {
-        "history-1000": (_with(good, "history", shape=[1000], data=[items[i % 50] for i in long]), "history"),
-        "history-empty": (_with(good, "history", shape=[0], data=[]), "history"),
-        "unknown-items": (_with(good, "history", shape=[2], data=[items[0], 123]), "not in catalog"),
-        "negative-item": (_with(good, "history", shape=[1], data=[-5]), "not in catalog"),
-        "int64-max-item": (_with(good, "history", shape=[1], data=[2**63 - 1]), "not in catalog"),
-        "history-floats": (_with(good, "history", datatype="FP32", data=[1.5] * 10), "history"),
-        "user-10k-chars": (_with(good, "user_id", data=["u" * 10_000]), "user_id"),
-        "user-odd-chars": (_with(good, "user_id", data=["bob\n; DROP"]), "user_id"),
-        "user-two-ids": (_with(good, "user_id", shape=[2], data=["a", "b"]), "user_id"),
+        "history-1000": (with_input(good, "history", shape=[1000], data=[items[i % 50] for i in long]), "history"),
+        "history-empty": (with_input(good, "history", shape=[0], data=[]), "history"),
+        "unknown-items": (with_input(good, "history", shape=[2], data=[items[0], 123]), "not in catalog"),
+        "negative-item": (with_input(good, "history", shape=[1], data=[-5]), "not in catalog"),
+        "int64-max-item": (with_input(good, "history", shape=[1], data=[2**63 - 1]), "not in catalog"),
+        "history-floats": (with_input(good, "history", datatype="FP32", data=[1.5] * 10), "history"),
+        "user-10k-chars": (with_input(good, "user_id", data=["u" * 10_000]), "user_id"),
+        "user-odd-chars": (with_input(good, "user_id", data=["bob\n; DROP"]), "user_id"),
+        "user-two-ids": (with_input(good, "user_id", shape=[2], data=["a", "b"]), "user_id"),
         "no-user": ({**good, "inputs": [t for t in good["inputs"] if t["name"] != "user_id"]}, "user_id"),
-        "beam-0": (_with(good, "beam_width", shape=[1], datatype="INT32", data=[0]), "beam_width"),
-        "beam-negative": (_with(good, "beam_width", shape=[1], datatype="INT32", data=[-1]), "beam_width"),
-        "beam-huge": (_with(good, "beam_width", shape=[1], datatype="INT32", data=[2**31 - 1]), "beam_width"),
-        "top-k-0": (_with(good, "top_k", data=[0]), "top_k"),
+        "beam-0": (with_input(good, "beam_width", shape=[1], datatype="INT32", data=[0]), "beam_width"),
+        "beam-negative": (with_input(good, "beam_width", shape=[1], datatype="INT32", data=[-1]), "beam_width"),
+        "beam-huge": (with_input(good, "beam_width", shape=[1], datatype="INT32", data=[2**31 - 1]), "beam_width"),
+        "top-k-0": (with_input(good, "top_k", data=[0]), "top_k"),
         "top-k-over-beam": (
-            _with(_with(good, "beam_width", shape=[1], datatype="INT32", data=[4]), "top_k", data=[9]),
+            with_input(with_input(good, "beam_width", shape=[1], datatype="INT32", data=[4]), "top_k", data=[9]),
             "top_k",
         ),
     }

@@ -14,7 +14,6 @@ floods as fast as a provider would.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from tests.adversarial.llm_tenants import (
     backend,
     llm_entry,
     red_chat,
+    red_wave,
     stand_in,
 )
 from tests.gateway.conftest import require_triton
@@ -88,10 +88,9 @@ def test_a_flooding_backend_costs_only_its_tenant(stack):
             blue.wait_warm()
             time.sleep(QUIET_S)
             started = time.time()
-            with ThreadPoolExecutor(WAVE_SIZE) as pool:
-                for _ in range(WAVES):
-                    answers += pool.map(lambda _: red_chat(stack.url, "red-flood", max_tokens=200), range(WAVE_SIZE))
-                    time.sleep(WAVE_PAUSE_S)
+            for _ in range(WAVES):
+                answers += red_wave(stack.url, "red-flood", WAVE_SIZE, max_tokens=200)
+                time.sleep(WAVE_PAUSE_S)
             ended = time.time()
         finally:
             records = blue.stop()

@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 
 from django.urls import URLResolver, get_resolver
-from tritonclient.grpc import service_pb2
 
+from gateway.grpc.health import SERVICES
 from gateway.server import http_routes
 from tests.adversarial.registry import Abuse, Surface, all_surfaces
 
@@ -83,8 +83,8 @@ def django_routes() -> tuple[set[str], set[str]]:
 
 
 def grpc_routes() -> set[str]:
-    service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-    return {f"grpc /{service.full_name}/{method.name}" for method in service.methods}
+    """Every method of every service the gateway's gRPC port serves (inference, health, reflection)."""
+    return {f"grpc /{service.full_name}/{method.name}" for service in SERVICES for method in service.methods}
 
 
 def listed(surfaces: list[Surface]) -> set[str]:
@@ -136,6 +136,12 @@ def test_every_gateway_http_route_is_listed():
     routes = set(http_routes())
     assert len(routes) >= 20
     assert not problems_of(all_surfaces(), routes, ("GET /v", "POST /v", "GET /m", "GET /s", "GET /h"))
+
+
+def test_every_control_port_route_is_listed():
+    from gateway.control import PATHS
+
+    assert not problems_of(all_surfaces(), {f"control GET {path}" for path in PATHS}, ("control ",))
 
 
 def test_every_grpc_method_is_listed():

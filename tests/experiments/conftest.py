@@ -2,6 +2,8 @@ import shutil
 
 import pytest
 
+from tests.experiments.captured import column_store, served  # noqa: F401  (fixtures)
+
 
 @pytest.fixture(scope="session")
 def empty_mlflow_db(tmp_path_factory):

@@ -4,101 +4,17 @@ no label from after a training row's window, written as Parquet, registered with
 version trained on it records the dataset. Bad input is refused and writes nothing."""
 
 import io
-import json
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
 
-from experiments.models import Dataset, Experiment
+from experiments.models import Dataset
 from experiments.reference import data as reference
-from experiments.services import online as services
 from experiments.services.datasets import dataset_build
-from experiments.store import columnar_store
-from harness import factories
 from kernel.errors import InvalidInput
 from registry.models import ModelVersion
-
-WINDOW_S = 600
-
-
-@pytest.fixture
-def column_store():
-    store = columnar_store("chdb", db=f"t_{uuid.uuid4().hex[:12]}")
-    yield store
-    store.drop()
-
-
-def _inputs(log, i, *, sparse_name="sparse"):
-    return json.dumps(
-        [
-            {"name": "dense", "shape": [1, reference.N_DENSE], "datatype": "FP32", "data": log.dense[i].tolist()},
-            {
-                "name": sparse_name,
-                "shape": [1, reference.N_SPARSE],
-                "datatype": "INT64",
-                "data": log.sparse[i].tolist(),
-            },
-        ]
-    )
-
-
-def _traffic(store, endpoint, experiment, start, n=200, clicks_every=3):
-    """n captured requests over an hour from `start`, with clicks on every third (one of them
-    after its window: late, no label), and a click of another team on the same request id."""
-    log = reference.generate(n, seed=3)
-    arms = list(experiment.arms.all())
-    rows, events = [], []
-    for i in range(n):
-        t = start + timedelta(seconds=i * 3600 / n)
-        rows.append(
-            {
-                "team": endpoint.team_id,
-                "endpoint": endpoint.name,
-                "experiment": experiment.pk,
-                "variant": arms[i % 2].name,
-                "propensity": 0.5,
-                "request_id": f"q{i}",
-                "unit": f"u{i}",
-                "time": t,
-                "signature": "dense:FP32:[13];sparse:INT64:[26]",
-                "inputs": _inputs(log, i),
-            }
-        )
-        if i % clicks_every == 0:
-            delay = WINDOW_S + 60 if i == 3 else 5
-            events.append(
-                {"event_id": f"c{i}", "type": "click", "request_id": f"q{i}", "time": t + timedelta(seconds=delay)}
-            )
-    store.write_captures(rows)
-    store.write_exposures(
-        [
-            {
-                "request_id": r["request_id"],
-                "experiment": experiment.pk,
-                "arm": arms[i % 2].pk,
-                "unit_key": r["unit"],
-                "time": r["time"],
-            }
-            for i, r in enumerate(rows)
-        ]
-    )
-    store.write_feedback(team=endpoint.team, endpoint_name=endpoint.name, experiments=[experiment], events=events)
-    return len([e for i, e in enumerate(events) if e["event_id"] != "c3"])
-
-
-@pytest.fixture
-def served(team_a, deployer, artifact_factory):
-    pool = factories.pool(team_a, ready_replicas=1)
-    stable, candidate = artifact_factory(team_a, model_name="ds"), artifact_factory(team_a, model_name="ds")
-    endpoint = factories.endpoint(pool, stable, name="ds-ep", public=True)
-    experiment = services.experiment_create(
-        user=deployer, endpoint=endpoint, name="ds", candidates=[candidate], attribution_window_s=WINDOW_S
-    )
-    Experiment.objects.filter(pk=experiment.pk).update(state="running")
-    experiment.refresh_from_db()
-    return endpoint, experiment
+from tests.experiments.captured import WINDOW_S, inputs_json, traffic
 
 
 @pytest.mark.django_db
@@ -106,7 +22,7 @@ def test_dataset_build_and_a_version_trained_on_it(column_store, served, deploye
     settings.VAR_DIR = tmp_path
     endpoint, experiment = served
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
-    labelled = _traffic(column_store, endpoint, experiment, start)
+    labelled = traffic(column_store, endpoint, experiment, start)
     end = start + timedelta(hours=1)
     dataset = dataset_build(
         user=deployer, endpoint=endpoint, experiment=experiment, start=start, end=end, name="ctr", store=column_store
@@ -146,7 +62,7 @@ def test_bad_windows_and_mixed_inputs_write_nothing(column_store, served, deploy
     endpoint, experiment = served
     now = datetime.now(UTC)
     start = now - timedelta(hours=3)
-    _traffic(column_store, endpoint, experiment, start, n=40)
+    traffic(column_store, endpoint, experiment, start, n=40)
     cases = [
         (now - timedelta(hours=1), now - timedelta(seconds=WINDOW_S - 1), "attribution_open"),
         (now - timedelta(days=40), now - timedelta(hours=1), "window_too_long"),
@@ -164,7 +80,7 @@ def test_bad_windows_and_mixed_inputs_write_nothing(column_store, served, deploy
             {
                 "team": endpoint.team_id, "endpoint": endpoint.name, "experiment": experiment.pk, "variant": "x",
                 "propensity": 0.5, "request_id": "odd", "unit": "u", "time": start + timedelta(minutes=30),
-                "signature": "dense:FP32:[13];ids:INT64:[26]", "inputs": _inputs(log, 0, sparse_name="ids"),
+                "signature": "dense:FP32:[13];ids:INT64:[26]", "inputs": inputs_json(log, 0, sparse_name="ids"),
             }
         ]
     )  # fmt: skip

@@ -158,3 +158,30 @@ def test_a_teams_subject_cannot_reach_another_teams_rows(
     assert all(s["n"] == 0 for s in sums.values())
     _publish_exposures(prefix, endpoint_a, experiment_a, "team-a", 5)  # its own team's: stored
     assert ingest_log_once(reader, store=column_store)["exposures"] == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_door_publishes_on_the_log_like_the_gateways(
+    log_prefix, column_store, team_a, deployer, artifact_factory, settings, api_for
+):
+    """With the log answering, the API's feedback door queues an admitted batch on the team's
+    subject (202 {received, queued}); the reader checks and stores it like the gateway's."""
+    prefix, reader = log_prefix
+    settings.EVENT_LOG_URL, settings.EVENT_LOG_PREFIX = NATS_URL, prefix
+    endpoint, experiment = _running(team_a, deployer, artifact_factory, "log-api")
+    _publish_exposures(prefix, endpoint, experiment, "team-a", 10)
+    past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    clicks = [{"event_id": f"a{i}", "type": "click", "request_id": f"r{i}", "time": past} for i in range(0, 10, 2)]
+    reply = api_for(deployer).post("/api/v1/feedback/", {"endpoint": endpoint.name, "events": clicks}, format="json")
+    assert reply.status_code == 202 and reply.json() == {"received": 5, "queued": 1}, reply.content
+    assert not column_store.frame("SELECT count() AS n FROM {db}.feedback")["n"][0]  # queued, not stored at the door
+    totals = {}
+    for _ in range(20):
+        for k, v in ingest_log_once(reader, store=column_store).items():
+            totals[k] = totals.get(k, 0) + v
+        if totals.get("attributed", 0) >= 5:
+            break
+        time.sleep(0.5)
+    assert totals["exposures"] == 10 and totals["attributed"] == 5 and not totals.get("dead_letters"), totals
+    sums, _, _ = column_store.arm_sums(experiment)
+    assert sum(s["c"] for s in sums.values()) == 5

@@ -24,6 +24,9 @@ end (`cancelled`). What a model does is in its name (the route table's backend `
   leak-<status>  answers that status with a long body of internal details (a page whose words
                  must not reach the client; `LEAK` is a phrase in it);
   redirect       answers 307 to `redirect_to` (where a secret must not follow);
+  strict         (Triton) refuses an input other than the adapter's first ones (text_input,
+                 messages_json, max_tokens, sampling options, stop, stream) in Triton's words, as
+                 a model without an ignore_eos or min_tokens input does;
   relay          forwards the request, headers included, to `relay_to` + its path (a backend that
                  leads back to the gateway: a loop) and answers what that answered;
   anything else  streams at once.
@@ -45,6 +48,10 @@ from aiohttp import web
 from kernel.tritonserver import free_port
 
 LEAK = "internal-db-password=hunter2"
+STRICT_INPUTS = frozenset(
+    ("text_input", "messages_json", "max_tokens", "temperature", "top_p", "seed", "stop", "stream")
+    + ("presence_penalty", "frequency_penalty")
+)
 LEAK_BODY = (
     "<html><body><h1>Internal Server Error</h1><pre>\r\n" + f"{LEAK}\r\n" * 2000 + "</pre></body></html>"
 ).encode()
@@ -149,6 +156,12 @@ class LlmUpstream:
 
     async def _triton(self, request):
         body = await request.json()
+        model = request.match_info["model"]
+        unexpected = sorted(set(body) - STRICT_INPUTS) if model == "strict" else []
+        if unexpected:
+            self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
+            message = f"[request id: <id_unknown>] unexpected inference input '{unexpected[0]}' for model '{model}'"
+            return web.json_response({"error": message}, status=400)
         text = body.get("text_input") or " ".join(m["content"] for m in json.loads(body.get("messages_json", "[]")))
         n = int(body.get("max_tokens", 16))
         prompt = len(text.split())

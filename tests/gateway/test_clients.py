@@ -18,7 +18,10 @@ import asyncio
 import hashlib
 import json
 import os
+import queue
+import re
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -32,11 +35,14 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.grpc.aio as triton_grpc_aio
 import tritonclient.http as triton_http
 import tritonclient.http.aio as triton_http_aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
+from harness.h2streams import HalfOpenStreams
 from harness.onnx import N_DENSE, N_SPARSE
 from harness.triton_models import behaviour_model, ctr_model
 from tests.gateway.conftest import require_triton
@@ -522,6 +528,139 @@ def test_grpc_failover_and_exposures(env):
     assert all(0.0 <= score <= 1.0 for _, score in found.values())
 
 
+# --- gRPC like Triton's: streams, health, reflection, what is not served (issue 37) -----------
+def _sync_stream(gateway, messages, headers=None):
+    """tritonclient's sync stream: [(result, error)] for (model, request id) messages, in order."""
+    client = triton_grpc.InferenceServerClient(gateway.grpc_url)
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)), headers=headers)
+    try:
+        for model, rid in messages:
+            client.async_stream_infer(model, ctr_inputs(triton_grpc, seed=3), request_id=rid)
+        return [answers.get(timeout=10) for _ in messages]
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def _parameters(result) -> dict:
+    return {k: v.string_param for k, v in result.get_response().parameters.items()}
+
+
+def test_grpc_streams_serve_like_unary_infer_with_keys_and_splits(env):
+    inputs = ctr_inputs(triton_grpc, seed=3)
+    unary = triton_grpc.InferenceServerClient(env.one.grpc_url).infer("single", inputs).as_numpy("ctr")
+    answers = _sync_stream(env.one, [("single", "s-1"), ("keyed", "s-2"), ("nope", "s-3"), ("single", "s-4")])
+    (first, error1), (_, keyed), (_, nope), (last, error4) = answers
+    assert error1 is None and error4 is None
+    np.testing.assert_array_equal(first.as_numpy("ctr"), unary)
+    assert first.get_response().id == "s-1" and first.get_response().model_name == "single"
+    tags = _parameters(first)
+    assert tags["x-model-variant"] == "v1" and tags["x-request-id"] != _parameters(last)["x-request-id"]
+    assert "unknown endpoint 'keyed'" in str(keyed) and "unknown endpoint 'nope'" in str(nope)  # no key: not there
+    ok = _sync_stream(env.one, [("keyed", "k-1")], headers={"authorization": f"Bearer {KEYS['ads']}"})
+    assert ok[0][1] is None and ok[0][0].get_response().model_name == "keyed"
+    # the stream's sticky key picks the arm unary ModelInfer picks for it, metadata trimmed on both
+    stub = _stub(env.one)
+    users = [f"u{i}" for i in range(12)]
+    arms = {u: _call(stub, _request("exp")[0], (("x-user-id", u),))[2]["x-model-variant"] for u in users}
+    assert set(arms.values()) == {"v1", "v2"}
+    assert {u: _call(stub, _request("exp")[0], (("x-user-id", f" {u} "),))[2]["x-model-variant"] for u in users} == arms
+    rids = {}  # each message an exposure of its own, under the arm unary ModelInfer picks for the user
+    for user in ("u1", "u2", "u3"):
+        for result, error in _sync_stream(env.one, [("exp", "e-1"), ("exp", "e-2")], headers={"x-user-id": f" {user}"}):
+            assert error is None and _parameters(result)["x-model-variant"] == arms[user]
+            rids[_parameters(result)["x-request-id"]] = arms[user]
+    assert len(rids) == 6
+    stream, found, deadline = redis.Redis.from_url(REDIS_URL), {}, time.monotonic() + 5
+    while set(found) != set(rids) and time.monotonic() < deadline:
+        for _, entry in stream.xrange("modelplane:exposures"):
+            for rid, experiment, arm, *_ in json.loads(entry[b"b"]):
+                if rid in rids and experiment == "exp-grpc":
+                    found[rid] = arm
+        time.sleep(0.2)
+    assert found == rids
+
+
+def test_grpc_aio_stream_and_health_and_reflection(env):
+    async def run():
+        client = triton_grpc_aio.InferenceServerClient(env.one.grpc_url)
+
+        async def messages():
+            for i in range(3):
+                yield {"model_name": "single", "inputs": ctr_inputs(triton_grpc, seed=i), "request_id": f"a-{i}"}
+
+        try:
+            got = [(result, error) async for result, error in client.stream_infer(messages())]
+        finally:
+            await client.close()
+        assert [error for _, error in got] == [None] * 3
+        assert [result.get_response().id for result, _ in got] == ["a-0", "a-1", "a-2"]
+
+    asyncio.run(run())
+    channel = grpc.insecure_channel(env.one.grpc_url)
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "inference.GRPCInferenceService"):
+        reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    with pytest.raises(grpc.RpcError) as unknown:
+        health.Check(health_pb2.HealthCheckRequest(service="another.Service"), timeout=5)
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=5)
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+    watch.cancel()
+    reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    listed = next(reflection.ServerReflectionInfo(iter([request]), timeout=5))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {"inference.GRPCInferenceService", "grpc.health.v1.Health"} <= names and not any("__" in n for n in names)
+    channel.close()
+
+
+def test_grpc_unserved_methods_and_malformed_messages_answer_cleanly(env):
+    channel = grpc.insecure_channel(env.one.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    log_before = env.one.log.stat().st_size
+    for call, message in (
+        (stub.RepositoryIndex, pb.RepositoryIndexRequest()),
+        (stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest()),
+        (stub.TraceSetting, pb.TraceSettingRequest()),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            call(message, timeout=5)
+        assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED and "does not serve" in refused.value.details()
+    # answered at the call's HEADERS: a client that never sends the message holds nothing
+    headers_only = HalfOpenStreams(
+        env.one.grpc_port, "127.0.0.6", 1, 4, hold_s=10, method="/inference.GRPCInferenceService/RepositoryIndex"
+    )
+    headers_only.start()
+    try:
+        assert headers_only.set_up.wait(10)
+        deadline = time.monotonic() + 2.0  # well inside the first-message deadline
+        while sum(headers_only.outcomes.values()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert headers_only.outcomes == {"grpc-status 12": 4}, headers_only.outcomes
+    finally:
+        headers_only.finish()
+    garbage = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, a length past the message's end
+    for method in ("ModelInfer", "ModelReady"):
+        raw = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+        with pytest.raises(grpc.RpcError) as bad:
+            raw(garbage, timeout=5)
+        assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT, bad.value.details()
+        assert "does not parse as inference." in bad.value.details() and "class" not in bad.value.details()
+    streamed = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+    with pytest.raises(grpc.RpcError) as bad:
+        list(streamed(iter([garbage]), timeout=5))
+    assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    channel.close()
+    time.sleep(0.2)
+    with open(env.one.log, "rb") as log:
+        log.seek(log_before)
+        written = log.read().decode(errors="replace")
+    assert "ERROR" not in written and "Traceback" not in written, written
+
+
 # --- every core: two workers -----------------------------------------------------------------
 def _pids_answering(gateway, tries=40) -> set:
     pids = set()
@@ -557,6 +696,57 @@ def test_two_workers_hold_the_total_rate_limit_and_show_one_metrics(env):
     assert "gateway_workers 2.0" in text
     assert two.metric("gateway_requests_total", endpoint="single", status="200") == 30  # both workers' counts
     assert two.metric("gateway_auth_rejections_total", key="k-rate", reason="rate_limited") >= codes[429]
+
+
+def test_scrapes_and_route_polls_are_answered_while_the_data_path_is_saturated(env, tmp_path):
+    """wrk saturates the two-worker gateway's data port (64 connections of infer POSTs, both
+    cores busy) while a scraper reads /metrics every 0.2 s with Prometheus's habit of a short
+    timeout (1 s): on the control port (gateway/control.py: a thread of each worker, outside its
+    loop) no scrape is missed and every worker is in each; the route polls (a thread too) do
+    not fail. The data port's /metrics is timed beside it for the record."""
+    two = env.two
+    script = tmp_path / "post.lua"
+    body = _json_body().replace('"', '\\"')
+    script.write_text(f'wrk.method = "POST"\nwrk.body = "{body}"\nwrk.headers["Content-Type"] = "application/json"\n')
+    polls_failed = two.metric("gateway_route_fetches_total", result="error")
+    scrapes = {"control": [], "data": []}
+    stop = threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            for where, base in (("control", two.control_url), ("data", two.url)):
+                started = time.monotonic()
+                try:
+                    reply = requests.get(f"{base}/metrics", timeout=1.0)
+                    ok = reply.status_code == 200 and "gateway_workers 2.0" in reply.text
+                except requests.RequestException:
+                    ok = False
+                scrapes[where].append((ok, time.monotonic() - started))
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=scraper)
+    thread.start()
+    try:
+        flood = subprocess.run(
+            ["wrk", "-t2", "-c64", "-d6s", "-s", str(script), f"{two.url}/v2/models/single/infer"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        stop.set()
+        thread.join()
+    served = int(re.search(r"(\d+) requests in", flood.stdout).group(1))
+    assert served > 500, flood.stdout  # the data path was busy
+    latency = {where: sorted(t for _, t in rows) for where, rows in scrapes.items()}
+    print(
+        "scrapes under saturation: "
+        + ", ".join(f"{w}: {len(v)} p50 {v[len(v) // 2]:.3f} s max {v[-1]:.3f} s" for w, v in latency.items())
+    )
+    missed = [t for ok, t in scrapes["control"] if not ok]
+    assert len(scrapes["control"]) >= 10 and not missed, (missed, latency)
+    assert two.metric("gateway_route_fetches_total", result="error") == polls_failed
+    assert requests.get(f"{two.control_url}/v2/health/live", timeout=1).status_code == 200
 
 
 def test_rolling_restart_and_killed_worker_fail_no_request(env):

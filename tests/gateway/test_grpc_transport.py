@@ -11,9 +11,11 @@ import socket
 import time
 
 import pytest
+from tritonclient.grpc import service_pb2 as pb
 
+from gateway.grpc.convert import metadata_dict
 from gateway.grpc.sockets import ConnectionCap
-from gateway.grpc.transport import OVERFLOW_TO_CLOSE, CallCaps, peer_host, server_options
+from gateway.grpc.transport import OVERFLOW_TO_CLOSE, CallCaps, Malformed, peer_host, server_options, tolerant
 from gateway.peers import ClientKeys, parse_exempt
 from gateway.settings import Settings
 
@@ -121,3 +123,17 @@ def test_close_peer_closes_that_connection_in_a_batch():
         listener.close()
 
     asyncio.run(scenario())
+
+
+def test_bytes_that_do_not_parse_are_named_by_their_message_and_metadata_is_trimmed():
+    read = tolerant(pb.ModelInferRequest.FromString)
+    assert read(pb.ModelInferRequest(model_name="m").SerializeToString()).model_name == "m"
+    bad = read(b"\x0a\xff\xff\xff\xff\x0f")
+    assert (
+        type(bad) is Malformed
+        and bad.detail == "the request message does not parse as inference.ModelInferRequest (protobuf)"
+    )
+    assert metadata_dict([("x-user-id", " u3 "), ("authorization", "Bearer k\t")]) == {
+        "x-user-id": "u3",
+        "authorization": "Bearer k",
+    }

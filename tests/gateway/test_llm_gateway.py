@@ -89,6 +89,7 @@ def table(up: LlmUpstream, dead_url: str) -> dict:
             _endpoint("stall-llm", [_triton("stalled", up.url, "stall-3000")], fallbacks=[_triton("quick", up.url)])
             | {"first_token_timeout_ms": 300},
             _endpoint("slow-llm", [_triton("slow", up.url, "slow-50")]),
+            _endpoint("strict-llm", [_triton("strict", up.url, "strict")]),
             _endpoint("pace-fast", [_triton("pf", up.url, "slow-2")]),
             _endpoint("pace-slow", [_triton("ps", up.url, "quick")], context_length=30000),
             _endpoint("die-llm", [_triton("dies", up.url, "die-2")], fallbacks=[_triton("unused", up.url)]),
@@ -181,23 +182,66 @@ def test_models_keys_and_no_name_oracle(stack):
     assert "tri-llm" in anonymous and "oai-llm" not in anonymous and "quota-llm" not in anonymous
     assert "oai-llm" in {m.id for m in client(base, KEY_A).models.list()}
 
-    with pytest.raises(openai.AuthenticationError):  # a private model without a key
-        client(base).chat.completions.create(model="oai-llm", messages=[{"role": "user", "content": "x"}])
-    answers = []
-    for model in ("oai-llm", "no-such-model"):  # key B may not call oai-llm: same answer as a name that is not there
-        with pytest.raises(openai.NotFoundError) as caught:
-            client(base, KEY_B).chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
-        body = caught.value.body
-        answers.append((body["code"], body["type"], body["message"].replace(model, "M")))
-    assert (
-        answers[0]
-        == answers[1]
-        == (
-            "model_not_found",
-            "invalid_request_error",
-            "The model 'M' does not exist or you do not have access to it.",
+    # a private model and a name that is not there read alike, whatever credentials come: none,
+    # the README's placeholder (so a mistyped public name is named unknown, not a bad key),
+    # another team's key B; for chat and for the openai client's models.retrieve
+    answers = set()
+    for key in ("unused-on-a-public-endpoint", KEY_B):
+        c = client(base, key)
+        for model in ("oai-llm", "no-such-model", "tri-lm"):
+            for call in (
+                lambda: c.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}]),
+                lambda: c.models.retrieve(model),
+            ):
+                with pytest.raises(openai.NotFoundError) as caught:
+                    call()
+                body = caught.value.body
+                answers.add((body["code"], body["type"], body["message"].replace(model, "M")))
+    for model in ("oai-llm", "no-such-model"):  # no credentials at all
+        chat = {"model": model, "messages": [{"role": "user", "content": "x"}]}
+        for reply in (
+            requests.post(f"{base}/v1/chat/completions", json=chat, timeout=5),
+            requests.get(f"{base}/v1/models/{model}", timeout=5),
+        ):
+            assert reply.status_code == 404
+            body = reply.json()["error"]
+            answers.add((body["code"], body["type"], body["message"].replace(model, "M")))
+    assert answers == {
+        ("model_not_found", "invalid_request_error", "The model 'M' does not exist or you do not have access to it.")
+    }
+    assert client(base).models.retrieve("tri-llm").id == "tri-llm"
+    assert client(base, KEY_A).models.retrieve("oai-llm").id == "oai-llm"
+    health = requests.get(f"{base}/health", timeout=5)  # vLLM's health path, beside /healthz
+    assert health.status_code == 200 and requests.get(f"{base}/healthz", timeout=5).status_code == 200
+
+
+def test_benchmark_tool_options_reach_the_backend_or_are_refused_by_name(stack):
+    """What guidellm sends with a fixed output length: stream_options.continuous_usage_stats
+    (the usage in every chunk), ignore_eos, min_tokens and stop: null; passed to a backend that
+    takes them, refused naming the input by one that does not (a Triton model without it)."""
+    up, base, _ = stack
+    options = {"ignore_eos": True, "min_tokens": 3, "stop": None}
+    usage = {"include_usage": True, "continuous_usage_stats": True}
+    for model, c in (("tri-llm", client(base)), ("oai-llm", client(base, KEY_A))):
+        chunks = list(
+            c.completions.create(
+                model=model, prompt="a b", max_tokens=4, stream=True, stream_options=usage, extra_body=options
+            )
         )
-    )
+        texts = [ch for ch in chunks if ch.choices and ch.choices[0].text]
+        assert len(texts) == 4 and all(ch.usage is not None for ch in chunks)
+        assert [ch.usage.completion_tokens for ch in texts] == [1, 2, 3, 4]
+        assert chunks[-1].usage.completion_tokens == 4 and chunks[-1].usage.prompt_tokens == 2
+        sent = up.requests[-1]["body"]
+        assert (sent["ignore_eos"], sent["min_tokens"]) == (True, 3) and "stop" not in sent
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(base).completions.create(model="strict-llm", prompt="a", max_tokens=4, extra_body=options)
+    body = caught.value.body
+    assert body["code"] == "backend_refused" and "unexpected inference input 'ignore_eos'" in body["message"]
+    assert "for model 'strict-llm'" in body["message"]  # the endpoint's name, never the backend's model
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(base).completions.create(model="tri-llm", prompt="a", max_tokens=2, extra_body={"min_tokens": 5})
+    assert caught.value.body["param"] == "min_tokens"
 
 
 @pytest.mark.parametrize(
@@ -208,6 +252,18 @@ def test_models_keys_and_no_name_oracle(stack):
         ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n", "invalid_value"),
         ({"messages": [{"role": "user", "content": "x"}], "temperature": 3}, "temperature", "invalid_value"),
         ({"messages": [{"role": "user", "content": "x"}], "tools": []}, "tools", "unknown_parameter"),
+        ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs", "unknown_parameter"),
+        ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": "yes"}, "ignore_eos", "invalid_value"),
+        ({"messages": [{"role": "user", "content": "x"}], "min_tokens": -1}, "min_tokens", "invalid_value"),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": True,
+                "stream_options": {"continuous_usage_stats": 1},
+            },
+            "stream_options.continuous_usage_stats",
+            "invalid_value",
+        ),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}, "max_tokens", "invalid_value"),
         (
             {"messages": [{"role": "user", "content": "x" * 16000}], "max_tokens": 100},

@@ -105,3 +105,23 @@ def test_max_tokens_fits_the_context():
     with pytest.raises(LlmError) as caught:
         fit_context(req, 100, 256)
     assert caught.value.code == "context_length_exceeded" and caught.value.param == "messages"
+
+
+def test_what_benchmark_tools_send_is_taken_and_passed_on():
+    """guidellm's body with a fixed output length: continuous usage (only with include_usage,
+    as vLLM), ignore_eos, min_tokens and stop: null; the backend options carry the two."""
+    usage = {"include_usage": True, "continuous_usage_stats": True}
+    req = parse(chat(stream=True, stream_options=usage, ignore_eos=True, min_tokens=4, stop=None), chat=True)
+    assert (req.include_usage, req.continuous_usage, req.stop) == (True, True, [])
+    fit_context(req, 4096, 16)
+    options = req.upstream_options()
+    assert options["ignore_eos"] is True and options["min_tokens"] == 4 and "stop" not in options
+    alone = parse(chat(stream=True, stream_options={"continuous_usage_stats": True}), chat=True)
+    assert not alone.continuous_usage and "ignore_eos" not in parse(chat(), chat=True).upstream_options()
+    too_many = parse(chat(max_tokens=3, min_tokens=5), chat=True)
+    with pytest.raises(LlmError) as caught:
+        fit_context(too_many, 4096, 16)
+    assert caught.value.param == "min_tokens"
+    assert refused(chat(ignore_eos=1)) == (400, "ignore_eos", "invalid_value")
+    assert refused(chat(n=2)) == (400, "n", "invalid_value")
+    assert refused(chat(logprobs=True)) == (400, "logprobs", "unknown_parameter")

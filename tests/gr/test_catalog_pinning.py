@@ -5,30 +5,11 @@ check, so the API, experiments and the route table agree."""
 
 import pytest
 
-from deployments.models import PoolModel, PoolModelState, Rollout
+from deployments.models import PoolModel, Rollout
 from deployments.selectors.compatibility import serving_problem
-from deployments.services import endpoints as endpoint_services
 from harness import factories
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def catalogs(team_a):
-    return {
-        "c1": factories.item_catalog_version(team_a, "items", 1),
-        "c2": factories.item_catalog_version(team_a, "items", 2),
-        "other": factories.item_catalog_version(team_a, "other-items", 1),
-    }
-
-
-@pytest.fixture
-def endpoint(deployer, team_a, catalogs):
-    pool = factories.pool(team_a, "cpu-pool", ready_replicas=1)
-    stable = factories.gr_artifact(team_a, catalogs["c1"], version=1)
-    ep = endpoint_services.endpoint_create(user=deployer, name="recs-ep", pool=pool, stable_artifact=stable)
-    PoolModel.objects.update(state=PoolModelState.READY, replica_ready={"r0": True})
-    return ep
 
 
 def test_a_new_model_version_on_the_stables_catalog_version_may_serve_beside_it(endpoint, team_a, catalogs):

@@ -335,6 +335,35 @@ def test_a_provider_failing_before_the_first_token_falls_back_to_triton(gateway,
     assert reasons == {"5xx", "429", "connect"}
 
 
+def test_benchmark_options_through_the_gateway_on_the_real_backends(gateway):
+    """What guidellm sends with a fixed output length, through the gateway with the openai
+    client: the Triton adapter takes ignore_eos and min_tokens (the chat answer, which the
+    model ends before 100 tokens, runs to max_tokens), every chunk carries the usage so far
+    (continuous_usage_stats), stop: null is no stop; the provider, which (as OpenAI's API)
+    does not know ignore_eos, refuses it by name."""
+    c = client(gateway)
+    natural = c.chat.completions.create(model="tiny-triton", messages=CHAT, max_tokens=100)
+    assert natural.choices[0].finish_reason == "stop" and natural.usage.completion_tokens < 100
+    usage = {"include_usage": True, "continuous_usage_stats": True}
+    for options in ({"ignore_eos": True, "stop": None}, {"min_tokens": 100}):
+        chunks = list(
+            c.chat.completions.create(
+                model="tiny-triton",
+                messages=CHAT,
+                max_tokens=100,
+                stream=True,
+                stream_options=usage,
+                extra_body=options,
+            )
+        )
+        assert all(ch.usage is not None for ch in chunks)
+        assert chunks[-1].usage.completion_tokens == 100, options
+        assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "length"
+    with pytest.raises(openai.BadRequestError) as caught:
+        c.chat.completions.create(model="tiny-provider", messages=CHAT, max_tokens=4, extra_body={"ignore_eos": True})
+    assert caught.value.body["code"] == "backend_refused" and "ignore_eos" in caught.value.body["message"]
+
+
 def test_a_client_leaving_mid_stream_frees_the_triton_model(gateway):
     """The slow model runs one stream at a time (250 ms a token; "the ranker" runs 26 tokens
     before the model ends it): had the gateway kept the abandoned stream going, the next

@@ -131,7 +131,7 @@ def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings)
 
     PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
     targets = {t.kind: t for t in scrape_targets()}
-    assert targets["gateway"].url.endswith(f":{settings.GATEWAY_PORT}/metrics")
+    assert targets["gateway"].url.endswith(f":{settings.GATEWAY_CONTROL_PORT}/metrics")  # the control port
     models = targets["triton"].models
     stable, candidate = live_rollout.baseline_artifact, live_rollout.candidate_artifact
     assert {m.variant for m in models.values()} == {variant_name(stable), variant_name(candidate)}

@@ -8,9 +8,11 @@ is an allowed caller meeting the object's state).
 """
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from deployments.services.keys import inference_key_create
+from experiments.models import Dataset
 from harness import factories
 from monitoring.models import NotificationChannel
 from monitoring.services.alerts import alert_raise
@@ -46,6 +48,7 @@ ACTIONS = [
     ("key.get", "get", "/api/v1/inference-keys/{key}/", None, V),
     ("key.revoke", "post", "/api/v1/inference-keys/{key}/revoke/", {}, DEP),
     ("event.get", "get", "/api/v1/events/{event}/", None, V),
+    ("dataset.get", "get", "/api/v1/datasets/{dataset}/", None, V),
 ]
 ROLES = ["anonymous", "team-b", V, DEV, DEP, ADM]
 
@@ -65,6 +68,11 @@ def world(onnx_path, tmp_path):
     )
     channel = NotificationChannel.objects.create(team=team_a, kind="email", target="ops@example.com")
     key, _ = inference_key_create(user=owner, team=team_a, name="matrix-key")
+    now = timezone.now()
+    dataset = Dataset.objects.create(
+        team=team_a, endpoint=endpoint, name="matrix-ds", version=1, window_start=now, window_end=now,
+        split_at=now, attribution_window_s=60, path="matrix-ds",
+    )  # fmt: skip
     ids = {
         "model": "matrix-model",
         "version": stable.version.pk,
@@ -77,6 +85,7 @@ def world(onnx_path, tmp_path):
         "channel": channel.pk,
         "key": key.pk,
         "event": Event.objects.filter(team=team_a).latest("pk").pk,
+        "dataset": dataset.public_id,
     }
     return team_a, team_b, ids
 

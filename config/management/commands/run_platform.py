@@ -152,6 +152,21 @@ class Command(BaseCommand):
 
     def processes(self, port: int) -> dict[str, list[str]]:
         python = sys.executable
+        return self.base_processes(port) | self.experiment_data(python)
+
+    @staticmethod
+    def experiment_data(python: str) -> dict[str, list[str]]:
+        """The embedded experiment store's owner (EXPERIMENT_STORE=chdb): chdb opens its data in
+        one process, which ingests the log, runs the analysis tick and builds datasets
+        (docs/experiments.md); Celery's ingest and analysis skip meanwhile. None otherwise."""
+        from experiments.store import store_is_embedded
+
+        if not store_is_embedded():
+            return {}
+        return {"experiment-data": [python, str(settings.BASE_DIR / "manage.py"), "run_experiment_data"]}
+
+    def base_processes(self, port: int) -> dict[str, list[str]]:
+        python = sys.executable
         return {
             "pools": [python, str(settings.BASE_DIR / "manage.py"), "run_pools", "--stop-replicas-on-exit"],
             "gateway": [
@@ -160,6 +175,7 @@ class Command(BaseCommand):
                 "gateway",
                 f"--port={settings.GATEWAY_PORT}",
                 f"--grpc-port={settings.GATEWAY_GRPC_PORT}",
+                f"--control-port={settings.GATEWAY_CONTROL_PORT}",
                 "--host=127.0.0.1",
                 f"--log-level={settings.LOG_LEVEL}",
                 f"--routes-url=http://127.0.0.1:{port}/api/v1/gateway/routes",

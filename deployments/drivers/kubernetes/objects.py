@@ -58,7 +58,7 @@ class ClusterSettings:
             platform_namespace=policy.platform_namespace,
             prometheus_namespace=policy.prometheus_namespace,
             policy=policy,
-            egress_cidrs=tuple(setting("POOL_EGRESS_CIDRS", [])),
+            egress_cidrs=tuple(setting("POOL_EGRESS_CIDRS")),
         )
 
 

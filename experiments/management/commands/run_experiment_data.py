@@ -4,7 +4,8 @@ chdb (EXPERIMENT_STORE=chdb) keeps its data directory open in one process, so th
 does everything that touches it: every second it ingests the log (NATS JetStream when
 EVENT_LOG_URL answers, said once in the log, else the Redis Streams) into the store, and
 every ANALYSIS_EVERY_S it runs the analysis tick, whose results (evidence with each arm's
-sums) go to the relational database the web process reads. With a shared store (PostgreSQL,
+sums) go to the relational database the web process reads; between ingest runs it builds the
+datasets the web process asked for (experiments/services/dataset_requests.py). With a shared store (PostgreSQL,
 a ClickHouse server) Celery's `experiments.ingest` and `experiments.analyze` do the same.
 """
 
@@ -28,6 +29,7 @@ class Command(BaseCommand):
         from experiments.eventlog import log_url
         from experiments.eventlog.reader import NatsReader
         from experiments.services import ingest, ticks
+        from experiments.services.dataset_requests import dataset_requests_run
         from experiments.services.log_ingest import ingest_log_once
         from experiments.store import default_store
 
@@ -46,6 +48,7 @@ class Command(BaseCommand):
             totals = ingest_log_once(reader, store=store, redis_client=redis_client) if reader else ingest.ingest_once()
             if totals.get("store_down"):
                 log.warning("experiment data: the store refused a write, the log keeps it: %s", totals["store_down"])
+            dataset_requests_run(store=store)  # builds the web process asked for (it never opens chdb)
             if started >= next_tick:
                 ticks.experiments_analyze_all(store=store, budget_s=ANALYSIS_EVERY_S * 2)
                 next_tick = started + ANALYSIS_EVERY_S

@@ -11,6 +11,13 @@ X-Exposure-Token where the experiment accepts them, as a user's browser would (a
 a key carries one unit's feedback; a click on a reply without a token, before an experiment
 runs, is counted but not sent). A better-trained candidate therefore earns a true lift;
 progress is printed every 5 s.
+
+With --gr the endpoint is a generative recommender (docs/generative-recommendation.md): each
+request sends a simulated user's recent history (its `user_id` keeps its arm and its replica),
+and the user clicks when the item it goes on to consume, drawn from the synthetic world's true
+next-item distribution, is among the `k` items recommended (experiments/traffic.GrUsers). Its
+world must be the served model's: `--gr tiny` for `train_gr_model --tiny`, else `--gr default`
+with the same `--items`.
 """
 
 import json
@@ -22,7 +29,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from experiments.reference import data
-from experiments.traffic import show_and_click, true_click_probability
+from experiments.traffic import GrUsers, show_and_click, true_click_probability
 
 
 class Command(BaseCommand):
@@ -36,8 +43,15 @@ class Command(BaseCommand):
         parser.add_argument("--k", type=int, default=10, help="Items ranked per request.")
         parser.add_argument("--key", default="", help="Inference key when the endpoint is not public.")
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument(
+            "--gr",
+            choices=("tiny", "default"),
+            default="",
+            help="The endpoint is a generative recommender trained on this world (train_gr_model's --tiny or not).",
+        )
+        parser.add_argument("--items", type=int, default=1000, help="--gr default: the world's items (as trained).")
 
-    def handle(self, *args, endpoint, gateway, seconds, users, k, key, seed, **options):
+    def handle(self, *args, endpoint, gateway, seconds, users, k, key, seed, gr="", items=1000, **options):
         if not settings.EXPOSURE_STREAM_URL:
             self.stderr.write(
                 "warning: no EXPOSURE_STREAM_URL in these settings: a gateway started with them logs no "
@@ -46,8 +60,7 @@ class Command(BaseCommand):
             )
         rng = np.random.default_rng(seed)
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-        pool = data.generate(20_000, seed=seed + 101)
-        truth = true_click_probability(pool)
+        traffic = _Recommending(gr, items, users, seed, k) if gr else _Ranking(users, seed, k)
         sent = clicks = errors = unsent = refused = 0
         refusals: dict[int, int] = {}  # clicks the gateway refused, by status
         statuses: dict[int, int] = {}  # error replies by status, said in the progress lines
@@ -57,24 +70,7 @@ class Command(BaseCommand):
         t_report = time.monotonic() + 5
         with requests.Session() as session:
             while time.monotonic() < t_end:
-                rows = rng.integers(0, len(truth), k)
-                body = {
-                    "inputs": [
-                        {
-                            "name": "dense",
-                            "shape": [k, data.N_DENSE],
-                            "datatype": "FP32",
-                            "data": pool.dense[rows].ravel().tolist(),
-                        },
-                        {
-                            "name": "sparse",
-                            "shape": [k, data.N_SPARSE],
-                            "datatype": "INT64",
-                            "data": pool.sparse[rows].ravel().tolist(),
-                        },
-                    ]
-                }
-                user = f"user-{int(rng.zipf(1.5)) % users}"
+                user, body, clicked_in = traffic.request(rng)
                 try:
                     r = session.post(
                         f"{gateway}/v2/models/{endpoint}/infer",
@@ -89,8 +85,7 @@ class Command(BaseCommand):
                     errors += 1
                     statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
                     continue
-                scores = np.asarray(r.json()["outputs"][0]["data"], dtype=float)[:k]
-                _, clicked = show_and_click(scores, truth[rows], rng)
+                clicked = clicked_in(r.json(), rng)
                 arm = per_arm.setdefault(r.headers.get("X-Model-Variant", "?"), [0, 0])
                 arm[0] += 1
                 if clicked:
@@ -143,3 +138,60 @@ class Command(BaseCommand):
 
 def _by_status(statuses: dict[int, int]) -> str:
     return (": " + ", ".join(f"{n}× {code}" for code, n in sorted(statuses.items()))) if statuses else ""
+
+
+class _Ranking:
+    """A user asks to rank `k` rows of the reference click log; the top one is shown and
+    clicked with its true probability (experiments/traffic.py)."""
+
+    def __init__(self, users: int, seed: int, k: int):
+        self.pool = data.generate(20_000, seed=seed + 101)
+        self.truth = true_click_probability(self.pool)
+        self.users, self.k = users, k
+
+    def request(self, rng):
+        rows = rng.integers(0, len(self.truth), self.k)
+        dense = self.pool.dense[rows].ravel().tolist()
+        sparse = self.pool.sparse[rows].ravel().tolist()
+        body = {
+            "inputs": [
+                {"name": "dense", "shape": [self.k, data.N_DENSE], "datatype": "FP32", "data": dense},
+                {"name": "sparse", "shape": [self.k, data.N_SPARSE], "datatype": "INT64", "data": sparse},
+            ]
+        }
+
+        def clicked(reply: dict, rng) -> bool:
+            scores = np.asarray(reply["outputs"][0]["data"], dtype=float)[: self.k]
+            return show_and_click(scores, self.truth[rows], rng)[1]
+
+        return f"user-{int(rng.zipf(1.5)) % self.users}", body, clicked
+
+
+class _Recommending:
+    """A user of a generative recommender sends its recent history and clicks when what it
+    consumes next is among the `k` items recommended (experiments/traffic.GrUsers)."""
+
+    def __init__(self, gr: str, items: int, users: int, seed: int, k: int):
+        from experiments.gr import train as gr_recipe
+        from experiments.gr.world import World, WorldConfig
+
+        world = World(gr_recipe.TINY["world"] if gr == "tiny" else WorldConfig(items=items))
+        self.users = GrUsers(world, users, seed=seed + 101)
+        self.count, self.k = users, k
+
+    def request(self, rng):
+        number = int(rng.zipf(1.5)) % self.count
+        user, history = f"user-{number}", self.users.history(number)
+        body = {
+            "inputs": [
+                {"name": "user_id", "shape": [1], "datatype": "BYTES", "data": [user]},
+                {"name": "history", "shape": [len(history)], "datatype": "INT64", "data": history},
+                {"name": "top_k", "shape": [1], "datatype": "INT32", "data": [self.k]},
+            ]
+        }
+
+        def clicked(reply: dict, rng) -> bool:
+            items = next(output["data"] for output in reply["outputs"] if output["name"] == "items")
+            return self.users.consume(number, [int(item) for item in items], rng)
+
+        return user, body, clicked

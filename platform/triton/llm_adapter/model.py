@@ -23,6 +23,9 @@ Inputs (all but one of text_input / messages_json optional):
   stop           strings that end the completion (not included in it)
   stream         true (default): a response per token; false: one response with the whole text
                  (what `/generate` needs: it accepts exactly one response)
+  ignore_eos     true: the end-of-sequence token is never chosen (max_tokens are generated; vLLM's
+                 option, which benchmark tools send with a fixed output length)
+  min_tokens     the end-of-sequence token is not chosen before this many tokens (vLLM's); 0 default
 A bad request gets one error response naming the input and what is wrong.
 
 Each request runs in a thread of its own (up to `max_streams` at once, the rest queue), so
@@ -151,7 +154,14 @@ class TritonPythonModel:
         if len(stop) > MAX_STOP_STRINGS:
             raise BadRequest(f"stop holds {len(stop)} strings; at most {MAX_STOP_STRINGS}")
         stream = _input(request, "stream")
+        ignore_eos = _input(request, "ignore_eos")
+        min_tokens = _input(request, "min_tokens")
+        min_tokens = 0 if min_tokens is None else int(min_tokens[0])
+        if min_tokens < 0:
+            raise BadRequest(f"min_tokens must be at least 0, not {min_tokens}")
         return {
+            "ignore_eos": ignore_eos is not None and bool(ignore_eos[0]),
+            "min_tokens": min_tokens,
             "stream": True if stream is None else bool(stream[0]),
             "prompt_ids": prompt_ids,
             "max_tokens": min(max_tokens, self.context_length - len(prompt_ids)),
@@ -191,7 +201,10 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {error}")), flags=FINAL
             )
 
-    def _next_token(self, logits, job: dict, counts: dict, generator) -> int:
+    def _next_token(self, logits, job: dict, counts: dict, generator, step: int = 0) -> int:
+        if self.stop_ids and (job["ignore_eos"] or step < job["min_tokens"]):  # the end may not be chosen
+            logits = logits.clone()
+            logits[list(self.stop_ids)] = float("-inf")
         if counts and (job["presence_penalty"] or job["frequency_penalty"]):
             logits = logits.clone()
             ids = torch.tensor(list(counts))
@@ -217,7 +230,7 @@ class TritonPythonModel:
             for step in range(job["max_tokens"]):
                 out = self.model(input_ids=step_ids, use_cache=True, **{self.cache_arg: past})
                 past = out.past_key_values
-                token = self._next_token(out.logits[0, -1], job, counts, generator)
+                token = self._next_token(out.logits[0, -1], job, counts, generator, step)
                 if token in self.stop_ids:
                     finish = "stop"
                     break

@@ -2,6 +2,7 @@
 (gateway.server.http_routes) and every gRPC method of the KServe v2 service, with the tests
 that attack each."""
 
+from gateway.control import PATHS as CONTROL_PATHS
 from tests.adversarial.registry import Abuse, Surface
 
 HOSTILE = "tests/gateway/test_hostile.py"
@@ -10,6 +11,7 @@ GRPC_ABUSE = "tests/adversarial/test_gateway_grpc_abuse.py"
 ORACLE = "tests/gateway/test_no_name_oracle.py"
 CLIENTS = "tests/gateway/test_clients.py"
 LLM = "tests/gateway/test_llm_gateway.py"
+CONTROL = "tests/adversarial/test_control_port.py"
 
 NO_URL = "the client names an endpoint, never an address: replicas come from the route table the control plane wrote"
 NO_SECRET = "the request carries its own key only; replies name the endpoint, never a replica, key or secret"
@@ -110,28 +112,56 @@ SURFACES = [
             Abuse.HALF_OPEN: (
                 f"{GRPC_ABUSE}::test_half_open_streams_cost_only_their_connection",
                 f"{GRPC_ABUSE}::test_held_half_open_streams_cost_the_tenant_nothing",
+                f"{GRPC_ABUSE}::test_streams_held_open_are_bounded_per_client_and_end",  # ModelStreamInfer
+                f"{CLIENTS}::test_grpc_unserved_methods_and_malformed_messages_answer_cleanly",  # unserved: at HEADERS
             ),
             Abuse.FLOOD: (
                 f"{GRPC_ABUSE}::test_idle_connections_past_the_cap_are_closed",
                 f"{GRPC_ABUSE}::test_ping_flood_gets_goaway",
+                f"{GRPC_ABUSE}::test_streams_held_open_are_bounded_per_client_and_end",
                 f"{CLIENTS}::test_grpc_rate_limit_and_concurrency_quota",
                 f"{CLIENTS}::test_grpc_rpcs_in_progress_are_bounded",
             ),
             Abuse.OVERSIZED: (f"{CLIENTS}::test_grpc_limits_deadline_and_unknowns",),
             Abuse.MALFORMED: (
                 f"{CLIENTS}::test_grpc_bad_tensors_are_invalid_argument_before_triton",
+                f"{CLIENTS}::test_grpc_unserved_methods_and_malformed_messages_answer_cleanly",  # streams too
                 "tests/gateway/test_grpc_contents.py",
             ),
             Abuse.FOREIGN_OBJECTS: (
                 f"{ORACLE}::test_grpc_a_closed_endpoint_refused_reads_as_an_unknown_one",
                 f"{ORACLE}::test_grpc_model_ready_is_false_alike",
                 f"{CLIENTS}::test_grpc_keys",
+                f"{CLIENTS}::test_grpc_streams_serve_like_unary_infer_with_keys_and_splits",
             ),
         },
         not_applicable={
             Abuse.SSRF: NO_URL + "; the repository, shared-memory, trace and log RPCs answer UNIMPLEMENTED",
             Abuse.LOOP: NO_URL,
             Abuse.SECRET_EXFILTRATION: NO_SECRET,
+        },
+    ),
+    Surface(
+        name="gRPC health and server reflection",
+        routes=(
+            "grpc /grpc.health.v1.Health/Check",
+            "grpc /grpc.health.v1.Health/Watch",
+            "grpc /grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        ),
+        cases={
+            Abuse.HALF_OPEN: (f"{GRPC_ABUSE}::test_streams_held_open_are_bounded_per_client_and_end",),  # Watch
+            Abuse.FLOOD: (
+                f"{GRPC_ABUSE}::test_streams_held_open_are_bounded_per_client_and_end",
+                f"{CLIENTS}::test_grpc_rpcs_in_progress_are_bounded",
+            ),
+            Abuse.MALFORMED: (f"{CLIENTS}::test_grpc_unserved_methods_and_malformed_messages_answer_cleanly",),
+            Abuse.FOREIGN_OBJECTS: (f"{CLIENTS}::test_grpc_aio_stream_and_health_and_reflection",),  # no endpoint named
+        },
+        not_applicable={
+            Abuse.SSRF: NO_URL,
+            Abuse.LOOP: NO_URL,
+            Abuse.SECRET_EXFILTRATION: "the server's status and the public Triton protos only; no key, endpoint or replica",
+            Abuse.OVERSIZED: "a service name bounded by grpc.max_receive_message_length; nothing is stored",
         },
     ),
     Surface(
@@ -155,7 +185,14 @@ SURFACES = [
     ),
     Surface(
         name="operator surfaces and health (/metrics, /status, health)",
-        routes=("GET /metrics", "GET /status", "GET /v2/health/live", "GET /v2/health/ready", "GET /healthz"),
+        routes=(
+            "GET /metrics",
+            "GET /status",
+            "GET /v2/health/live",
+            "GET /v2/health/ready",
+            "GET /healthz",
+            "GET /health",
+        ),
         cases={
             Abuse.SECRET_EXFILTRATION: (
                 f"{HOSTILE}::test_health_says_live_and_ready_only_and_operator_surfaces_need_the_token",
@@ -179,5 +216,21 @@ SURFACES = [
             Abuse.HALF_OPEN: (f"{LLM}::test_client_disconnect_mid_stream_cancels_the_upstream",),
             Abuse.FOREIGN_OBJECTS: (f"{LLM}::test_models_keys_and_no_name_oracle",),
         },
+    ),
+    Surface(
+        name="the control port (/metrics, /status, health off the event loop: gateway/control.py)",
+        routes=tuple(f"control GET {path}" for path in CONTROL_PATHS),
+        cases={
+            Abuse.SECRET_EXFILTRATION: (f"{CONTROL}::test_operator_pages_need_the_token_and_health_says_nothing_more",),
+            Abuse.FLOOD: (f"{CONTROL}::test_a_connection_flood_costs_bounded_threads_and_nothing_on_the_data_path",),
+            Abuse.HALF_OPEN: (
+                f"{CONTROL}::test_a_connection_flood_costs_bounded_threads_and_nothing_on_the_data_path",
+            ),
+            Abuse.SLOW: (f"{CONTROL}::test_a_connection_flood_costs_bounded_threads_and_nothing_on_the_data_path",),
+            Abuse.SSRF: (f"{CONTROL}::test_no_tenant_url_may_point_at_the_control_port",),
+            Abuse.LOOP: (f"{CONTROL}::test_no_tenant_url_may_point_at_the_control_port",),
+            Abuse.MALFORMED: (f"{CONTROL}::test_operator_pages_need_the_token_and_health_says_nothing_more",),
+        },
+        not_applicable={Abuse.OVERSIZED: "GET only: a body is never read", Abuse.FOREIGN_OBJECTS: NO_URL},
     ),
 ]

@@ -5,6 +5,7 @@ item ids, semantic ids and embeddings)."""
 from tests.adversarial.registry import Abuse, Surface
 
 INPUTS = "tests/adversarial/test_gr_inputs.py"
+AFFINITY = "tests/adversarial/test_gr_affinity.py"
 API = "tests/gr/test_catalog_api.py"
 
 SURFACES = [
@@ -30,6 +31,29 @@ SURFACES = [
             Abuse.HALF_OPEN: "the gateway's idle timeouts apply as to any endpoint (tests/gateway/test_hostile.py)",
             Abuse.FOREIGN_OBJECTS: "a user id names a cache entry inside the endpoint's own model; ids are not shared across endpoints",
             Abuse.FORGERY: "the endpoint's keys are the gateway's (tests/gateway/test_tenants.py)",
+        },
+    ),
+    Surface(
+        name="gr-affinity-key",
+        # The route entry's `affinity: user` makes the request's user id (the user_id input, else
+        # X-User-Id) choose the replica (gateway/affinity.py): a value a client sets that moves load.
+        routes=("field endpoint.affinity", "POST /v2/models/{endpoint}/infer"),
+        cases={
+            Abuse.OVERSIZED: (f"{AFFINITY}::test_absurd_user_keys_are_a_clear_400_or_routed_without_affinity",),
+            Abuse.MALFORMED: (f"{AFFINITY}::test_absurd_user_keys_are_a_clear_400_or_routed_without_affinity",),
+            Abuse.FLOOD: (f"{AFFINITY}::test_one_user_id_cannot_pin_a_replica_nor_move_another_tenants_users",),
+            Abuse.COLLIDING_IDS: (f"{AFFINITY}::test_one_user_id_cannot_pin_a_replica_nor_move_another_tenants_users",),
+            Abuse.FOREIGN_OBJECTS: (
+                f"{AFFINITY}::test_one_user_id_cannot_pin_a_replica_nor_move_another_tenants_users",
+            ),
+        },
+        not_applicable={
+            Abuse.SSRF: "the key chooses among the route table's replicas only; no address is taken",
+            Abuse.LOOP: "no target is taken",
+            Abuse.SECRET_EXFILTRATION: "placement needs no secret (BLAKE2b of endpoint and key); replies name no replica",
+            Abuse.SLOW: "the gateway's receive timeouts apply as to any endpoint (tests/gateway/test_hostile.py)",
+            Abuse.HALF_OPEN: "the gateway's idle timeouts apply as to any endpoint (tests/gateway/test_hostile.py)",
+            Abuse.FORGERY: "a user id is the client's own claim about its request; it buys only a replica, bounded in load",
         },
     ),
     Surface(

@@ -35,8 +35,11 @@ SURFACES = [
         },
     ),
     Surface(
-        name="OpenAI model list",
-        routes=("GET /v1/models", "HEAD /v1/models"),
+        name="OpenAI model list and model (the openai client's models.list and models.retrieve)",
+        routes=("GET /v1/models", "HEAD /v1/models", "GET /v1/models/{model}"),
+        cases={  # another team's model names, with no key, a placeholder or another team's key
+            Abuse.FOREIGN_OBJECTS: ("tests/gateway/test_llm_gateway.py::test_models_keys_and_no_name_oracle",),
+        },
         not_applicable={
             Abuse.SSRF: "reads the route table only: no upstream call",
             Abuse.LOOP: "no upstream call",
