@@ -243,8 +243,7 @@ class Inference:
                 return variant, served, None
             except UpstreamFailure as exc:
                 failure = exc
-                if not on_stable:
-                    metrics.FAILOVERS_FAILED.labels(name, from_variant.name, reason).inc()
+                metrics.failover_failed(name, from_variant.name, reason, on_stable)
                 if counts_as_upstream_error(exc.reason):
                     metrics.UPSTREAM_ERRORS.labels(name, variant.name, exc.reason).inc()
         outcome = failure_outcome(

@@ -53,6 +53,14 @@ FAILOVERS_FAILED = Counter(
     "Failovers whose retry on stable failed too, by the first attempt's reason",
     ["endpoint", "from_variant", "reason"],
 )
+
+
+def failover_failed(endpoint: str, from_variant: str, reason: str, on_stable: bool) -> None:
+    """A retry on the stable failed too: counted for the variant it came from (not the stable's own)."""
+    if not on_stable:
+        FAILOVERS_FAILED.labels(endpoint, from_variant, reason).inc()
+
+
 UPSTREAM_ERRORS = Counter(
     "gateway_upstream_errors",
     "Failed upstream attempts (connect error, 5xx, timeout)",
