@@ -124,7 +124,7 @@ def llm_checks(
         shift, tail = check_latency(
             control.as_llm(histogram),
             cand.as_llm(histogram),
-            config,
+            replace(config, slo_p99_ms=getattr(config, f"{histogram}_slo_ms")),  # the margin's headroom: this SLO
             step_seconds if latency else seconds,
             floor_s=getattr(config, f"{histogram}_floor_ms") / 1000,
         )
