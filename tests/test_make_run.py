@@ -71,7 +71,7 @@ def _route_table_llm_endpoints(env: dict) -> list[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,  # a Django start beside the whole running platform, on two busy cores
     )
     return result.stdout.split()
 

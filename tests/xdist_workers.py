@@ -46,6 +46,8 @@ LONGEST = (
     "test_rollout_integration.py",
     "test_mlflow_scope.py",  # a real MLflow store per test: ~80 s under load since the one-rule tests
     "test_backends.py",  # tritonserver, transformers serve and the provider stand-in, directly and via the gateway
+    "test_release_integration.py",  # build, tune and two canaries on real processes
+    "test_readme_gr.py",  # the README's GR block: a live server, a real build worker and tritonserver
 )
 
 

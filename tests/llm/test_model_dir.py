@@ -79,6 +79,8 @@ def test_the_triton_model_dir_is_decoupled_with_the_generate_contract(hf_dir, tm
         "seed": mc.TYPE_INT64,
         "stop": mc.TYPE_STRING,
         "stream": mc.TYPE_BOOL,
+        "ignore_eos": mc.TYPE_BOOL,
+        "min_tokens": mc.TYPE_INT32,
     }
     assert all(i.optional for i in config.input)
     assert [o.name for o in config.output] == [

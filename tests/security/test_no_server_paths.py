@@ -181,8 +181,30 @@ def world(api_for, onnx_path, tmp_path, mlflow_run, settings):
         item_id=np.arange(1, 5, dtype=np.int64),
         semantic_id=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.int64),
     )
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from experiments.models import Dataset
+
+    now = timezone.now()
+    dataset = Dataset.objects.create(  # as a build leaves it: its Parquet folder under VAR_DIR
+        team=team,
+        endpoint=endpoint,
+        name="scan-data",
+        version=1,
+        window_start=now - dt.timedelta(hours=3),
+        window_end=now - dt.timedelta(hours=2),
+        split_at=now - dt.timedelta(hours=2, minutes=20),
+        attribution_window_s=600,
+        path=str(tmp_path / "var" / "datasets" / "scan-data" / "1"),
+        schema={"inputs": {"dense": {"datatype": "FP32", "shape": [13]}}},
+        statistics={"rows": 10, "label_rate": 0.3},
+        lineage={"endpoint": endpoint.name, "experiment": None, "serving_versions": ["v1-onnx-fp32"]},
+    )
     experiment_id, run_id = mlflow_run
     ids = {
+        "datasets": dataset.public_id,
         "alerts": alert.pk,
         "artifacts": stable.pk,
         "builds": stable.build.pk,

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 from rest_framework.authtoken.models import Token
 
 from harness import factories
@@ -59,10 +60,19 @@ def test_live_api_conforms_to_its_schema(live_server, onnx_path, tmp_path, setti
 
     max_examples = os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "4")
     max_time = os.environ.get("SCHEMATHESIS_MAX_TIME", "60")
+    # The live server's schema, fetched here without schemathesis's 10-s load timeout (drf-spectacular
+    # builds it per request: ~10 s on two busy cores), then fuzzed against that same server.
+    schema = requests.get(
+        f"{live_server.url}/api/schema/?format=json", headers={"Authorization": f"Token {token}"}, timeout=120
+    )
+    assert schema.status_code == 200, schema.text[:300]
+    (tmp_path / "schema.json").write_bytes(schema.content)
     command = [
         *_schemathesis(),
         "run",
-        f"{live_server.url}/api/schema/?format=json",
+        str(tmp_path / "schema.json"),
+        "--url",
+        live_server.url,
         "-H",
         f"Authorization: Token {token}",
         "--checks",
