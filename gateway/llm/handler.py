@@ -94,7 +94,9 @@ class LlmService:
         self.tenant_session: aiohttp.ClientSession | None = None  # tenants' URLs (kind openai): the guard's sockets
         settings = gateway.settings
         # this gateway's own ports, at every address of the host (a backend there is a loop)
-        self.guard = OutboundGuard([("0.0.0.0", port) for port in (settings.port, settings.grpc_port) if port])
+        self.guard = OutboundGuard(
+            [("0.0.0.0", port) for port in (settings.port, settings.grpc_port, settings.control_port) if port]
+        )
         self.closing: set[asyncio.Task] = set()  # upstream streams being closed (a task is kept until it ran)
 
     async def start(self) -> None:

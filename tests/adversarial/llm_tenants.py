@@ -79,6 +79,27 @@ def blue_table(triton_url: str, blue_llm_url: str) -> dict:
 
 
 # --- the stack: tritonserver, blue's pool stand-in, the gateway fed by a route server ----------------
+def favour(pid: int) -> None:
+    """Blue's side of the host (the gateway, blue's backends and blue's client, with every process
+    they started) at a higher CPU priority than the abuser's own client and hostile backend and
+    than the other tests beside this one on two cores: in production those run on machines of
+    their own, and what red may cost blue is what it costs through the gateway. Red's requests
+    in the gateway still compete with blue's at the same priority (what is measured). Without
+    the right to raise a priority (not root), nothing changes."""
+    pids, seen = [pid], set()
+    while pids:
+        current = pids.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            os.setpriority(os.PRIO_PROCESS, current, -5)
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pids += [int(child) for child in (task / "children").read_text().split()]
+        except (OSError, PermissionError):
+            continue
+
+
 class Stack:
     """Real processes for one test module: tritonserver with blue's tensor model, a pool stand-in
     for blue's LLM endpoint, and the gateway (`workers` processes) polling a route server."""
@@ -104,6 +125,8 @@ class Stack:
             },
         ).start(timeout=60)
         self.version = 0
+        for pid in (self.gateway.proc.pid, self.triton.process.pid, self.blue_pool.pid):
+            favour(pid)
 
     @property
     def url(self) -> str:
@@ -199,6 +222,7 @@ class BlueTraffic:
             work / "blue.log",
         )
         self.records: list[tuple] = []
+        favour(self.proc.pid)
 
     def wait_warm(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -220,7 +244,12 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def window(records, start: float, end: float, kind: str) -> dict:
-    rows = [r for r in records if start <= r[0] < end and r[1] == kind]
+    return windows(records, [(start, end)], kind)
+
+
+def windows(records, spans: list[tuple[float, float]], kind: str) -> dict:
+    """Blue's figures over the union of `spans`."""
+    rows = [r for r in records if r[1] == kind and any(start <= r[0] < end for start, end in spans)]
     ok = [r[3] for r in rows if r[2] == 200]
     return {
         "n": len(rows),
@@ -229,6 +258,18 @@ def window(records, start: float, end: float, kind: str) -> dict:
         "p95": _percentile(ok, 0.95) if ok else float("inf"),
         "statuses": sorted({r[2] for r in rows}),
     }
+
+
+def assert_unharmed_interleaved(records, quiet: list, attack: list, kinds=("tensor", "chat")):
+    """As assert_unharmed, over attack windows interleaved with quiet ones (each wave of the
+    attack follows a quiet window of its own): what the host does over seconds (other tests'
+    processes on these two cores) falls on both alike, as the judge compares arms per window."""
+    for kind in kinds:
+        before, during = windows(records, quiet, kind), windows(records, attack, kind)
+        assert before["n"] >= 10 and during["n"] >= 10, (kind, before, during)
+        assert during["success"] >= SUCCESS_RATE, (kind, before, during)
+        assert during["p50"] <= P50_FACTOR * before["p50"] + P50_SLACK_S, (kind, before, during)
+        assert during["p95"] <= P95_FACTOR * before["p95"] + P95_SLACK_S, (kind, before, during)
 
 
 def assert_unharmed(records, quiet: tuple[float, float], attack: tuple[float, float], kinds=("tensor", "chat")):

@@ -76,7 +76,10 @@ def test_operator_pages_need_the_token_and_health_says_nothing_more(stack):
         assert _scrape(gateway, None, path).status_code == 401
         assert _scrape(gateway, "a-guess", path).status_code == 401
         assert _scrape(gateway, METRICS_TOKEN, path).status_code == 200
-    assert "gateway_workers 2.0" in _scrape(gateway).text
+    deadline = time.monotonic() + 30  # the second worker may still be starting (the first one answered ready)
+    while "gateway_workers 2.0" not in _scrape(gateway).text:
+        assert time.monotonic() < deadline, "the control port never added up both workers"
+        time.sleep(0.2)
     for path in ("/healthz", "/v2/health/live", "/v2/health/ready"):
         reply = _scrape(gateway, None, path)
         assert reply.status_code == 200 and set(reply.json()) <= {"live", "ready"}

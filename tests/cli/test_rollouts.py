@@ -269,7 +269,7 @@ def test_on_a_terminal_the_watch_is_a_live_view_redrawn_in_place(rollout_setup):
     view += rf"  candidate +v{candidate.version.version}-onnx-fp32 +5%\r?\n"
     view += rf"  baseline +{stable_variant(stable)}-baseline +5%\r?\n"
     view += rf"  stable +{stable_variant(stable)} +90%\r?\n"
-    view += r"guardrails: judge \x1b\[33minconclusive\x1b\[0m at \d\d:\d\d:\d\d \(step 1/2 \(5%\)\)  p99_slo=\w+"
+    view += r"guardrails: judge \x1b\[33minconclusive\x1b\[0m at \d\d:\d\d:\d\d \(step 1/2 \(5%\)\)  shared_outage=\w+ p99_slo=\w+"
     assert re.search(view, screen), screen
     assert re.search(r"last decision: \d\d:\d\d:\d\d  loading → canary step 1/2 \(5%\)  candidate READY", screen)
     assert "\r\x1b[5A\x1b[J" in screen  # the six-line view goes back to its first line and is drawn again

@@ -164,7 +164,7 @@ def test_arms_judged_from_real_gateway_metrics_aa_runs_on_and_a_failing_arm_stop
     g = result["guardrails"][candidate]
     outcomes = {c["name"]: c["outcome"] for c in g["checks"]}
     assert g["status"] != "fail" and "fail" not in outcomes.values(), g["reason"]
-    assert set(outcomes) == {"p99_slo", "error_slo", "psi", "error_rate", "latency", "latency_tail"}
+    assert set(outcomes) == {"shared_outage", "p99_slo", "error_slo", "psi", "error_rate", "latency", "latency_tail"}
     if traffic["variants"][candidate] >= 500:  # the e-process's minimum sample for a pass
         assert outcomes["error_rate"] == "pass"
     assert Experiment.objects.get(pk=aa.pk).state == "running" and not Alert.objects.exists()
