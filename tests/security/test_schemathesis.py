@@ -5,7 +5,7 @@ seeded objects; it must find 0 server errors, 0 undocumented status codes, 0 res
 that break their schema and no invalid input accepted.
 
 Bounded for `make test` (SCHEMATHESIS_MAX_EXAMPLES=4 per operation, at most
-SCHEMATHESIS_MAX_TIME=60 s); `make security` runs a longer one.
+SCHEMATHESIS_MAX_TIME=40 s); `make security` runs a longer one.
 """
 
 import os
@@ -59,7 +59,7 @@ def test_live_api_conforms_to_its_schema(live_server, onnx_path, tmp_path, setti
     mlflow_config.experiment_id("fuzz-experiment", team=team.name)
 
     max_examples = os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "4")
-    max_time = os.environ.get("SCHEMATHESIS_MAX_TIME", "60")
+    max_time = os.environ.get("SCHEMATHESIS_MAX_TIME", "40")
     # The live server's schema, fetched here without schemathesis's 10-s load timeout (drf-spectacular
     # builds it per request: ~10 s on two busy cores), then fuzzed against that same server.
     schema = requests.get(
