@@ -7,7 +7,7 @@ VAR_DIR ?= var
 export VAR_DIR
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: system-deps install run test test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm bench-judge bench-gr clean lint security
+.PHONY: system-deps install run test test-slow test-fast bench bench-artifacts bench-gateway bench-rollback bench-build-box bench-replies bench-gpu bench-experiments bench-collector bench-tune bench-llm llm-tools bench-llm-tools test-llm-tools bench-judge bench-gr bench-idle clean lint security
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -77,7 +77,12 @@ XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-p tests.xdist_workers -n $(PYTEST_W
 
 test: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
-	  $(PY) -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS)
+	  $(PY) -m pytest $(XDIST) --durations=25 -m "not slow" $(PYTEST_ARGS)
+
+# The tests too slow for make test's budget (marker `slow`: minutes of real rollouts each).
+test-slow: install
+	@eval "$$($(PY) tests/services.py --exports)" && \
+	  $(PY) -m pytest --durations=10 -m slow $(PYTEST_ARGS)
 
 test-fast: install lint
 	@eval "$$($(PY) tests/services.py --exports)" && \
@@ -125,8 +130,25 @@ bench-tune: install
 # LLM streams: TTFT and ITL the gateway adds over each backend (Triton, transformers serve, the
 # provider stand-in), streams per core, failover past a dead backend (var/bench/llm.json).
 # e.g. make bench-llm LLM_ARGS="--quick"
-bench-llm: install
+bench-llm: install llm-tools
 	$(PY) -m bench llm $(LLM_ARGS)
+	$(PY) -m bench llm_tools $(LLM_TOOLS_ARGS)
+
+# aiperf, guidellm and genai-perf (with tritonclient 2.51.0's perf_analyzer), a venv each under var/tools/
+llm-tools: install
+	$(PY) -c "from bench.llm_tools import install; install()"
+
+# e.g. make bench-llm-tools LLM_TOOLS_ARGS="--quick"
+bench-llm-tools: llm-tools
+	$(PY) -m bench llm_tools $(LLM_TOOLS_ARGS)
+
+# the three tools on a bounded run through the real gateway; fails unless each runs clean
+test-llm-tools: llm-tools
+	$(PY) -m bench llm_tools --quick --streams 1,4 --check
+
+# An idle `make run` with the demo loaded: CPU and PSS per component (var/bench/idle.json).
+bench-idle: install
+	$(PY) -m bench idle $(IDLE_ARGS)
 
 bench-gpu: install
 	$(PY) -m bench gpu --reference

@@ -1,4 +1,4 @@
-"""python -m bench NAME: run one benchmark (artifacts, gateway, gateway_abuse, rollback, gpu, build_box, replies, experiments, tune, llm, judge, gr); each prints a
+"""python -m bench NAME: run one benchmark (artifacts, gateway, gateway_abuse, rollback, gpu, build_box, replies, experiments, tune, llm, llm_tools, judge, gr, idle); each prints a
 table and writes var/bench/NAME.json. Benchmarks are never timed tests. `gpu` imports no
 Django (it runs on GPU hosts without it): the settings module is only named here."""
 
@@ -15,11 +15,14 @@ NAMES = (
     "build_box",
     "replies",
     "experiments",
+    "experiments_e2e",
     "collector",
     "tune",
     "llm",
+    "llm_tools",
     "judge",
     "gr",
+    "idle",
 )
 
 

@@ -107,14 +107,70 @@ def _pipeline(model, work: Path):
     }
 
 
-def main(argv) -> int:  # noqa: C901 - one pass read top to bottom; split when next changed
+def _runners(model, valid, onnx_variants: dict, *, no_compile: bool) -> tuple[dict, dict]:
+    """({name: (kind, runner)}, notes): PyTorch eager, torch.compile (unless asked not to, or
+    unavailable: said in the notes) and an ORT session per ONNX variant."""
+    import torch
+
+    from registry.factory import graphs
+
+    runners, notes = {}, {}
+
+    def eager(dense, sparse):
+        with torch.inference_mode():
+            return model(dense, sparse)
+
+    runners["pytorch-eager"] = ("torch", eager)
+    if not no_compile:
+        try:
+            # Default (dynamic=None): one specialised graph per batch size measured.
+            compiled = torch.compile(model)
+            started = time.monotonic()
+            with torch.inference_mode():
+                for b in BATCHES:  # compile for the shapes measured, outside the timing
+                    compiled(torch.from_numpy(valid.dense[:b]), torch.from_numpy(valid.sparse[:b]))
+            notes["torch.compile"] = (
+                f"compiled in {time.monotonic() - started:.1f}s (inductor, one graph per batch size)"
+            )
+
+            def compiled_call(dense, sparse):
+                with torch.inference_mode():
+                    return compiled(dense, sparse)
+
+            runners["torch.compile"] = ("torch", compiled_call)
+        except Exception as exc:  # inductor needs a working C++ toolchain
+            notes["torch.compile"] = f"unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    for name, path in onnx_variants.items():
+        sess = graphs.session(Path(path), threads=1, level="all")
+        runners[name] = ("ort", sess)
+    return runners, notes
+
+
+def _scores(runners: dict, feeds_all: dict, rows: int) -> dict:
+    """Each runner's scores on the labelled validation rows, 2,048 at a time."""
+    import torch
+
+    scores = {}
+    for name, (kind, runner) in runners.items():
+        out = []
+        for start in range(0, rows, 2048):
+            part = {k: v[start : start + 2048] for k, v in feeds_all.items()}
+            if kind == "torch":
+                out.append(runner(torch.from_numpy(part["dense"]), torch.from_numpy(part["sparse"])).numpy())
+            else:
+                out.append(runner.run(["ctr"], part)[0])
+        scores[name] = np.concatenate(out).reshape(-1)
+    return scores
+
+
+def main(argv) -> int:
     import django
 
     django.setup()
     import torch
 
     from registry.factory import graphs
-    from registry.factory.stages import measure
+    from registry.factory.timing import measure
     from registry.quality import auc
 
     args = _args(argv)
@@ -124,35 +180,7 @@ def main(argv) -> int:  # noqa: C901 - one pass read top to bottom; split when n
     try:
         onnx_variants = _pipeline(model, work)
         feeds_all = {"dense": valid.dense, "sparse": valid.sparse}
-        runners, scores, notes = {}, {}, {}
-
-        def eager(dense, sparse):
-            with torch.inference_mode():
-                return model(dense, sparse)
-
-        runners["pytorch-eager"] = ("torch", eager)
-        if not args.no_compile:
-            try:
-                # Default (dynamic=None): one specialised graph per batch size measured.
-                compiled = torch.compile(model)
-                started = time.monotonic()
-                with torch.inference_mode():
-                    for b in BATCHES:  # compile for the shapes measured, outside the timing
-                        compiled(torch.from_numpy(valid.dense[:b]), torch.from_numpy(valid.sparse[:b]))
-                notes["torch.compile"] = (
-                    f"compiled in {time.monotonic() - started:.1f}s (inductor, one graph per batch size)"
-                )
-
-                def compiled_call(dense, sparse):
-                    with torch.inference_mode():
-                        return compiled(dense, sparse)
-
-                runners["torch.compile"] = ("torch", compiled_call)
-            except Exception as exc:  # inductor needs a working C++ toolchain
-                notes["torch.compile"] = f"unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        for name, path in onnx_variants.items():
-            sess = graphs.session(Path(path), threads=1, level="all")
-            runners[name] = ("ort", sess)
+        runners, notes = _runners(model, valid, onnx_variants, no_compile=args.no_compile)
 
         def call_for(kind, runner, batch):
             if kind == "torch":
@@ -162,15 +190,7 @@ def main(argv) -> int:  # noqa: C901 - one pass read top to bottom; split when n
             return lambda: runner.run(["ctr"], part)
 
         # AUC on the 20k labelled validation rows.
-        for name, (kind, runner) in runners.items():
-            out = []
-            for start in range(0, len(valid), 2048):
-                part = {k: v[start : start + 2048] for k, v in feeds_all.items()}
-                if kind == "torch":
-                    out.append(runner(torch.from_numpy(part["dense"]), torch.from_numpy(part["sparse"])).numpy())
-                else:
-                    out.append(runner.run(["ctr"], part)[0])
-            scores[name] = np.concatenate(out).reshape(-1)
+        scores = _scores(runners, feeds_all, len(valid))
         aucs = {name: auc(valid.label, s) for name, s in scores.items()}
         results = {name: {} for name in runners}
         for batch in BATCHES:

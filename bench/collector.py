@@ -1,5 +1,5 @@
 """python -m bench collector [--targets 1000] [--hung 0,50] [--ticks 5]: the built-in
-collector's tick on many scrape targets (issue 26: >= 1,000 targets per 2 s tick).
+collector's tick on many scrape targets (the goal: >= 1,000 targets per 2 s tick).
 
 The targets are real HTTP servers, each on its own loopback address (127.0.x.y, so no two
 share a connection, as replicas on different pods do not), served by one aiohttp process:
@@ -126,7 +126,8 @@ def legacy_tick(*, targets) -> dict:
     from django.utils import timezone
     from prometheus_client.parser import text_string_to_metric_families
 
-    from monitoring import collect, lock_objects
+    from monitoring import lock_objects
+    from monitoring.collection import collect, triton_samples
     from monitoring.models import ScrapeState
     from monitoring.services.collector import EPOCH
     from monitoring.services.store import samples_store
@@ -139,11 +140,13 @@ def legacy_tick(*, targets) -> dict:
             return None, datetime.now(tz=UTC)
 
     def snapshot(text):
-        keep = [line for line in text.splitlines() if line.startswith(collect.TRITON_FAMILIES)]
+        keep = [line for line in text.splitlines() if line.startswith(triton_samples.TRITON_FAMILIES)]
         out = {}
         for family in text_string_to_metric_families("\n".join(keep) + "\n"):
             for s in family.samples:
-                field = collect.TRITON_COUNTERS.get(s.name.removesuffix("_total")) or collect.TRITON_GAUGES.get(s.name)
+                field = triton_samples.TRITON_COUNTERS.get(
+                    s.name.removesuffix("_total")
+                ) or triton_samples.TRITON_GAUGES.get(s.name)
                 key = f"{field}|{s.labels.get('model', '')}|{s.labels.get('version', '')}"
                 out[key] = out.get(key, 0.0) + s.value
         return out
@@ -164,7 +167,9 @@ def legacy_tick(*, targets) -> dict:
             current = snapshot(text)
             if state.scraped_at > EPOCH:
                 seconds = (at - state.scraped_at).total_seconds()
-                parts.append(collect.triton_deltas(state.counters, current, seconds=seconds, models=target.models))
+                parts.append(
+                    triton_samples.triton_deltas(state.counters, current, seconds=seconds, models=target.models)
+                )
             state.counters, state.scraped_at, state.ok = current, at, True
             changed.append(state)
             summary["scraped"] += 1
@@ -178,7 +183,7 @@ def legacy_tick(*, targets) -> dict:
     return summary
 
 
-def main(argv=None) -> int:  # noqa: C901 - the run reads top to bottom: start, measure each way, table
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench collector")
     parser.add_argument("--targets", type=int, default=1000)
     parser.add_argument("--hung", default="0,50", help="comma-separated: wedged targets added, one run each")
@@ -191,11 +196,11 @@ def main(argv=None) -> int:  # noqa: C901 - the run reads top to bottom: start, 
     from django.core.management import call_command
     from django.test.utils import override_settings
 
-    from kernel.tritonserver import free_port
-    from monitoring.collect import TritonModelMap
+    from monitoring.collection.targets import ScrapeTarget
+    from monitoring.collection.triton_samples import TritonModelMap
     from monitoring.models import MetricSample, ScrapeState
     from monitoring.services.collector import metrics_collect
-    from monitoring.targets import ScrapeTarget
+    from serving.tritonserver import free_port
 
     call_command("migrate", interactive=False, verbosity=0)
     port = free_port()

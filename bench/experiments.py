@@ -15,6 +15,11 @@
    every look vs a fixed-horizon z-test at the same alpha and power (its planned n);
    median units per arm to a decision and the fraction that shipped.
 
+6. The experiment data path with its parts running (bench/experiments_e2e.py, in processes of
+   its own): the whole tick at 10 000 experiments on chdb; gateway → NATS JetStream → the
+   experiment-data process's chdb end to end, the API door, the store stopped under 20 000
+   exposures/s (`--outage-s`), each id counted once.
+
 Prints a table per part and writes var/bench/experiments.json. Not a test.
 """
 
@@ -47,7 +52,7 @@ def gateway_cost(phase_requests: int, phases: int) -> dict:
     from django.conf import settings
 
     from harness.triton_models import SIGNATURE, ctr_model, infer_body
-    from kernel.tritonserver import TritonProcess, free_port
+    from serving.tritonserver import TritonProcess, free_port
 
     stream_url = settings.EXPOSURE_STREAM_URL or "redis://127.0.0.1:6379/0"
     work = Path(tempfile.mkdtemp(prefix="bench-exp-"))
@@ -159,7 +164,7 @@ def exposure_log_cpu(records: int = 20_000) -> dict:
 
     from django.conf import settings
 
-    from gateway.exposures import ExposureLog
+    from gateway.telemetry.exposures import ExposureLog
 
     body = gzip.compress(
         json.dumps(
@@ -239,6 +244,23 @@ def time_to_decision(sims: int) -> dict:
     }
 
 
+def experiments_e2e_parts(tick_experiments: int, outage_s: float) -> dict:
+    """Part 6 (bench/experiments_e2e.py) in processes of its own: chdb opens one store per process."""
+    out = {}
+    for name, extra in (
+        ("tick", ["--skip-data-path", f"--tick-experiments={tick_experiments}"]),
+        ("e2e", ["--tick-experiments=0", f"--outage-s={outage_s}"]),
+    ):
+        with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+            done = subprocess.run(
+                [sys.executable, "-m", "bench", "experiments_e2e", f"--json={fh.name}", *extra], cwd=ROOT
+            )
+            out[name] = (
+                json.loads(Path(fh.name).read_text() or "{}") if done.returncode == 0 else {"failed": done.returncode}
+            )
+    return out
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
@@ -251,7 +273,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--sims", type=int, default=400)
     parser.add_argument("--tick-experiments", type=int, default=1000)
+    parser.add_argument("--tick-experiments-scale", type=int, default=10_000, help="Part 6's whole tick (chdb).")
+    parser.add_argument("--outage-s", type=float, default=90.0, help="Part 6: how long the store is stopped.")
     args = parser.parse_args(argv)
+    os.environ.setdefault("EXPERIMENT_STORE", "postgres")  # parts 2 and 4 measure the relational store
     django.setup()
     payload = {}
     print("1/3 exposure logging on the gateway (tritonserver upstream, alternating phases) ...", flush=True)
@@ -350,6 +375,9 @@ def main(argv: list[str]) -> int:
         [["chdb", c["exposures_per_s"], c["feedback_events_per_s"], f"{c['stats_query_s']:.2f} ({c['experiments']})",
           c["load_avg"][0]]],
     )  # fmt: skip
+    print("6/6 the experiment data path with its parts running: the whole tick at 10 000 experiments (chdb), then "
+          "gateway → NATS JetStream → the experiment-data process's chdb, the API door, the store stopped ...", flush=True)  # fmt: skip
+    payload["data_path"] = experiments_e2e_parts(args.tick_experiments_scale, args.outage_s)
     payload["notes"] = (
         "2 shared CPUs: the client, tritonserver, Redis and the gateway share them; figures are noisy. "
         "Decision units are medians over simulations."

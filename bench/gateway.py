@@ -21,7 +21,7 @@ Load, following perf_analyzer's method:
 Then bench/gateway_abuse.py's table, "abuse beside honest traffic" (var/bench/gateway_abuse.json).
 Writes var/bench/gateway.json: added_p50_ms / added_p99_ms (gateway minus direct at the
 same rate) and nginx's, each with `_ci95`, max_rps per path, rps_ratio_vs_nginx, the
-proxies' CPU per request; with --profile also py-spy/perf summaries of where the
+proxies' CPU per request; with --profile also py-spy/perf summaries (bench/gateway_profile.py) of where the
 gateway's time goes, the HTTP parser (llhttp via httptools) and the request checks
 broken out.
 
@@ -36,19 +36,18 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections import Counter
 from pathlib import Path
 
-from bench import gateway_abuse, gateway_clients, openloop
+from bench import gateway_abuse, gateway_clients, gateway_profile, gateway_report, openloop, procs
 from bench.common import print_table, write_json
+from harness.processes import stop
+from harness.procstats import context_switches, cpu_seconds, process_tree, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
-# Goals (issue 10): capacity at least 0.8 of nginx's; added latency at the same rate no more
+# Goals: capacity at least 0.8 of nginx's; added latency at the same rate no more
 # than nginx adds at p50, and no more than 1.5x what nginx adds at p99.
 GOALS = {
     "rps_ratio_vs_nginx": ">= 0.8",
@@ -67,44 +66,6 @@ STABLE, CANARY = "ctr__v1__onnx", "ctr__v2__onnx"
 
 
 # --- closed loop (wrk) --------------------------------------------------------------------
-def cpu_seconds(pids: list[int]) -> tuple[float, float]:
-    """(user, system) CPU seconds of these processes so far (from /proc)."""
-    user = system = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            user += int(fields[11])
-            system += int(fields[12])
-        except (OSError, IndexError, ValueError):
-            pass
-    tick = os.sysconf("SC_CLK_TCK")
-    return user / tick, system / tick
-
-
-def context_switches(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.endswith("ctxt_switches:") or "ctxt_switches:" in line:
-                    total += int(line.split()[-1])
-        except (OSError, ValueError):
-            pass
-    return total
-
-
-def process_tree(pid: int) -> list[int]:
-    pids, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        pids.append(p)
-        try:
-            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
-        except OSError:
-            pass
-    return pids
-
-
 def wrk_window(url: str, concurrency: int, seconds: float, lua: Path) -> tuple[float, int]:
     proc = subprocess.run(
         ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "-s", str(lua), url],
@@ -283,222 +244,10 @@ def start_nginx(work: Path, triton_port: int, port: int):
         stderr=open(work / "nginx.out", "wb"),
         start_new_session=True,
     )
-    if not _wait_http(f"http://127.0.0.1:{port}/v2/models/ctr/infer", proc, post=True):
+    if not wait_http(f"http://127.0.0.1:{port}/v2/models/ctr/infer", proc, post=True):
         proc.kill()
         return None, f"nginx did not start: {(work / 'nginx.out').read_text()[-500:]}"
     return proc, None
-
-
-def _wait_http(url: str, proc, timeout: float = 20.0, post: bool = False) -> bool:
-    import urllib.error
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False
-        try:
-            req = urllib.request.Request(
-                url, data=b'{"inputs": []}' if post else None, method="POST" if post else "GET"
-            )
-            urllib.request.urlopen(req, timeout=1)
-            return True
-        except urllib.error.HTTPError:
-            return True  # it answered
-        except OSError:
-            time.sleep(0.1)
-    return False
-
-
-def stop(proc) -> None:
-    if proc is not None and proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-
-
-IDLE_FRAMES = ("epoll_pwait", "epoll_wait")
-# Parts of the gateway whose inclusive share of busy py-spy samples is reported: a sample
-# counts for a part when any frame of its stack matches.
-PARTS = {
-    "HTTP parsing (llhttp via httptools, with its callbacks)": (
-        "httptools",
-        "llhttp",
-        "feed_data",
-        "on_header (",
-        "on_headers_complete (",
-        "on_body (",
-        "on_url (",
-        "on_message_begin (",
-        "on_message_complete (",
-        "on_status (",
-        "on_chunk_header (",
-    ),
-    "request checks (gateway/tensors.py)": ("tensors.py",),
-    "keys (gateway/tenants.py)": ("tenants.py",),
-    "routing and metrics (routes.py, metrics.py)": ("routes.py", "metrics.py"),
-}
-
-
-def _keep(path: Path) -> Path:
-    """Copy a profile out of the temporary work dir into var/bench/."""
-    from bench.common import out_dir
-
-    target = out_dir() / f"gateway-{path.name}"
-    shutil.copy2(path, target)
-    return target
-
-
-def profile_gateway(pid: int, url: str, concurrency: int, seconds: float, lua: Path, out: Path) -> dict:
-    """Where the gateway's time goes under closed-loop load: py-spy (wall clock, Python
-    and native frames; samples waiting in epoll are counted as idle and left out of the
-    shares) and, when `perf` is installed, an on-CPU split by library (interpreter,
-    kernel, uvloop, ...)."""
-    result = {}
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    perf = shutil.which("perf")
-    raw = out / "profile.txt"
-    perf_data = out / "gateway-perf.data"
-    procs = []
-    if Path(spy).exists():
-        procs.append(
-            (
-                "py-spy",
-                subprocess.Popen(
-                    [
-                        spy,
-                        "record",
-                        "-p",
-                        str(pid),
-                        "-d",
-                        str(int(seconds) + 1),
-                        "-r",
-                        "250",
-                        "-f",
-                        "raw",
-                        "-o",
-                        str(raw),
-                        "--native",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                ),
-            )
-        )
-    else:
-        result["py_spy"] = "not installed (pip install py-spy)"
-    if perf:
-        procs.append(
-            (
-                "perf",
-                subprocess.Popen(
-                    [
-                        perf,
-                        "record",
-                        "-F",
-                        "999",
-                        "-p",
-                        str(pid),
-                        "-o",
-                        str(perf_data),
-                        "--",
-                        "sleep",
-                        str(int(seconds) + 1),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                ),
-            )
-        )
-    time.sleep(0.5)
-    wrk_window(url, concurrency, seconds, lua)
-    for name, proc in procs:
-        _, err = proc.communicate(timeout=60)
-        if proc.returncode not in (0, None) and name == "perf" and not perf_data.exists():
-            result["perf"] = f"perf failed: {err.decode(errors='replace')[-200:]}"
-    if raw.exists():
-        self_time: Counter = Counter()
-        inclusive: Counter = Counter()
-        parts: Counter = Counter()
-        total = idle = 0
-        for line in raw.read_text().splitlines():
-            stack, _, count = line.rpartition(" ")
-            if not count.isdigit():
-                continue
-            n = int(count)
-            frames = stack.split(";")
-            if frames[-1].split(" ")[0] in IDLE_FRAMES:
-                idle += n
-                continue
-            total += n
-            for name, needles in PARTS.items():
-                if any(needle in stack for needle in needles):
-                    parts[name] += n
-            self_time[_frame(frames[-1])] += n
-            for f in set(_frame(f) for f in frames):
-                inclusive[f] += n
-        total = total or 1
-        result.update(
-            {
-                "py_spy_samples_busy": total,
-                "py_spy_samples_idle": idle,
-                "parts": {name: round(100 * n / total, 1) for name, n in parts.items()},
-                "self_top": [(f, round(100 * n / total, 1)) for f, n in self_time.most_common(15)],
-                "inclusive_top": [
-                    (f, round(100 * n / total, 1))
-                    for f, n in inclusive.most_common(40)
-                    if not f.startswith(
-                        (
-                            "0x",
-                            "_run_module_as_main",
-                            "_run_code",
-                            "<module>",
-                            "main ",
-                            "run ",
-                            "Runner.run",
-                            "run_forever",
-                            "run_until_complete",
-                            "Loop__",
-                            "uv_run",
-                            "Py_DECREF",
-                            "Py_XDECREF",
-                            "__libc",
-                            "_start",
-                            "Py_",
-                            "pymain",
-                            "run_",
-                            "_PyEval",
-                        )
-                    )
-                ][:15],
-                "raw": str(_keep(raw)),
-            }
-        )
-    if perf and perf_data.exists():
-        report = subprocess.run(
-            [perf, "report", "-i", str(perf_data), "--stdio", "--sort", "dso"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        ).stdout
-        dsos = []
-        for line in report.splitlines():
-            m = re.match(r"\s+([\d.]+)%\s+(\S+)", line)
-            if m:
-                dsos.append((m.group(2), float(m.group(1))))
-        result["perf_on_cpu_by_library"] = dsos[:8]
-    return result
-
-
-def _frame(frame: str) -> str:
-    # "func (path/to/file.py:123)" -> "func (file.py)"
-    m = re.match(r"(.*) \((.*?)(?::\d+)?\)$", frame)
-    if not m:
-        return frame
-    return f"{m.group(1)} ({Path(m.group(2)).name})"
 
 
 def main(argv: list[str]) -> int:
@@ -508,7 +257,102 @@ def main(argv: list[str]) -> int:
     return status
 
 
-def measure(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom; split when next changed
+def _sweep_plan(args) -> tuple[list[int], float, float, int]:
+    """(closed-loop levels, window s, open-loop s per round, open-loop rounds) for the run asked."""
+    levels = (
+        [int(x) for x in args.levels.split(",")] if args.levels else ([2, 8, 32] if args.quick else [1, 4, 8, 16, 32])
+    )
+    window = 1.0 if args.quick else 2.0
+    open_duration = 1.5 if args.quick else 2.0
+    rounds = args.rounds or (4 if args.quick else 12)
+    return levels, window, open_duration, rounds
+
+
+def _paired(paths: dict, results: dict, window: float, lua: Path, *, quick: bool) -> dict:
+    """The sweep's best levels come from different moments of a shared machine; the ratio is
+    also measured paired: gateway and nginx windows alternating at the gateway's best level,
+    the median of the per-round ratios with a bootstrap CI."""
+    level = results["gateway"]["capacity"]["at_concurrency"]
+    paired_rounds = 4 if quick else 8
+    print(
+        f"paired capacity at c={level}: {paired_rounds} rounds of gateway and nginx windows ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    return paired_ratio(paths["gateway"], paths["nginx"], level, window, lua, paired_rounds)
+
+
+def _open_loop_paths(paths: dict, results: dict, gw_rate: float, light_rate: float) -> tuple[list, list, list]:
+    """(same rate, light rate, each at 50 % of its own capacity): (label, url, rate) per path."""
+    same = [("direct@gw-rate", paths["direct"], gw_rate), ("gateway", paths["gateway"], gw_rate)]
+    light = [
+        ("direct@light", paths["direct"], light_rate),
+        ("gateway@light", paths["gateway"], light_rate),
+    ]
+    own = [("direct", paths["direct"], 0.5 * results["direct"]["capacity"]["max_rps"])]
+    if "nginx" in paths:
+        same.append(("nginx@gw-rate", paths["nginx"], gw_rate))
+        light.append(("nginx@light", paths["nginx"], light_rate))
+        own.append(("nginx", paths["nginx"], 0.5 * results["nginx"]["capacity"]["max_rps"]))
+    return same, light, own
+
+
+def _capacity_ratio(results: dict) -> float | None:
+    """The gateway's best closed-loop rate over nginx's (None without nginx)."""
+    if "nginx" not in results:
+        return None
+    return results["gateway"]["capacity"]["max_rps"] / results["nginx"]["capacity"]["max_rps"]
+
+
+def _capacities(results: dict, paths: dict, pids: dict) -> dict:
+    """The summary's closed-loop figures: each path's best rate, each proxy's CPU and context switches per request."""
+    per_proxy = ("proxy_cpu_us_per_request", "proxy_user_sys_us_per_request", "proxy_context_switches_per_request")
+    return {
+        "max_rps": {name: results[name]["capacity"]["max_rps"] for name in paths},
+        **{field: {name: results[name]["capacity"][field] for name in pids} for field in per_proxy},
+    }
+
+
+def _proxy_pids(gateway, nginx) -> dict[str, list[int]]:
+    """The processes whose CPU and context switches are counted per request: the gateway's, nginx's tree."""
+    pids = {"gateway": [gateway.pid]}
+    if nginx is not None:
+        pids["nginx"] = process_tree(nginx.pid)
+    return pids
+
+
+def _clients_section(work: Path, triton, nginx_at: tuple, gateway_at: tuple, routes: dict, lua: Path, free_port):
+    """bench/gateway_clients.py's sections on the processes started here."""
+    nginx, nginx_port = nginx_at
+    gateway, gw_port, gw_grpc_port = gateway_at
+    return gateway_clients.run_sections(
+        work=work,
+        triton=triton,
+        stable=STABLE,
+        nginx_port=nginx_port if nginx is not None else None,
+        nginx_pids=process_tree(nginx.pid) if nginx is not None else [],
+        gw_port=gw_port,
+        gw_grpc_port=gw_grpc_port,
+        gw_pids=[gateway.pid],
+        routes=routes,
+        lua=lua,
+        free_port=free_port,
+    )
+
+
+def _nginx_path(work: Path, triton, nginx_port: int, paths: dict, notes: list):
+    """(nginx or None, its port): nginx in front of Triton as the path to compare with, added to
+    `paths`; when it cannot start, why goes to `notes`."""
+    nginx, why = start_nginx(work / "nginx", triton.http_port, nginx_port)
+    if nginx is not None:
+        paths["nginx"] = f"http://127.0.0.1:{nginx_port}/v2/models/ctr/infer"
+    else:
+        notes.append(why)
+        print(f"NOTE: {why}", file=sys.stderr)
+    return nginx, nginx_port
+
+
+def measure(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench gateway")
     parser.add_argument("--open-loop", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
@@ -534,17 +378,12 @@ def measure(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom
 
     sys.path.insert(0, str(ROOT))
     from harness.triton_models import ctr_model, infer_body
-    from kernel.tritonserver import TritonNotAvailable, TritonProcess, free_port
+    from serving.tritonserver import TritonNotAvailable, TritonProcess, free_port
 
     if not shutil.which("wrk"):
         print("wrk not installed (apt-get install -y wrk): cannot measure capacity", file=sys.stderr)
         return 2
-    levels = (
-        [int(x) for x in args.levels.split(",")] if args.levels else ([2, 8, 32] if args.quick else [1, 4, 8, 16, 32])
-    )
-    window = 1.0 if args.quick else 2.0
-    open_duration = 1.5 if args.quick else 2.0
-    rounds = args.rounds or (4 if args.quick else 12)
+    levels, window, open_duration, rounds = _sweep_plan(args)
 
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     repo = work / "repo"
@@ -571,13 +410,7 @@ def measure(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom
         triton.load(CANARY)
         paths = {"direct": f"{triton.http_url}/v2/models/{STABLE}/infer"}
 
-        nginx_port = free_port()
-        nginx, why = start_nginx(work / "nginx", triton.http_port, nginx_port)
-        if nginx is not None:
-            paths["nginx"] = f"http://127.0.0.1:{nginx_port}/v2/models/ctr/infer"
-        else:
-            notes.append(why)
-            print(f"NOTE: {why}", file=sys.stderr)
+        nginx, nginx_port = _nginx_path(work, triton, free_port(), paths, notes)
 
         routes = {
             "version": "bench",
@@ -636,27 +469,26 @@ def measure(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        if not _wait_http(f"http://127.0.0.1:{gw_port}/v2/health/ready", gateway):
+        if not wait_http(f"http://127.0.0.1:{gw_port}/v2/health/ready", gateway):
             print(f"gateway did not start:\n{(work / 'gateway.log').read_text()[-2000:]}", file=sys.stderr)
             return 1
         paths["gateway"] = f"http://127.0.0.1:{gw_port}/v2/models/ctr/infer"
 
+        pinning = procs.bench_pinning()
+        pinned = procs.pin_roles(
+            pinning,
+            {
+                "proxy": [gateway.pid] + ([nginx.pid] if nginx is not None else []),
+                "backend": [triton.process.pid],
+            },
+        )
+        print(f"[gateway] {pinning.describe()}", file=sys.stderr, flush=True)
         for url in paths.values():  # warm every path (connections, model instances)
             wrk_window(url, 8, 1, lua)
 
         def clients_section():
-            return gateway_clients.run_sections(
-                work=work,
-                triton=triton,
-                stable=STABLE,
-                nginx_port=nginx_port if nginx is not None else None,
-                nginx_pids=process_tree(nginx.pid) if nginx is not None else [],
-                gw_port=gw_port,
-                gw_grpc_port=gw_grpc_port,
-                gw_pids=[gateway.pid],
-                routes=routes,
-                lua=lua,
-                free_port=free_port,
+            return _clients_section(
+                work, triton, (nginx, nginx_port), (gateway, gw_port, gw_grpc_port), routes, lua, free_port
             )
 
         if args.clients_only:
@@ -667,37 +499,14 @@ def measure(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom
 
         load_before = os.getloadavg()
         print(f"closed-loop sweep {levels}, {window:.0f}-s windows ...", file=sys.stderr, flush=True)
-        pids = {"gateway": [gateway.pid]}
-        if nginx is not None:
-            pids["nginx"] = process_tree(nginx.pid)
+        pids = _proxy_pids(gateway, nginx)
         results = {name: {"capacity": cap} for name, cap in capacities(paths, levels, window, lua, pids).items()}
-        paired = None
-        if "nginx" in paths:
-            # The sweep's best levels come from different moments of a shared machine; the
-            # ratio is also measured paired: gateway and nginx windows alternating at the
-            # gateway's best level, the median of the per-round ratios with a bootstrap CI.
-            level = results["gateway"]["capacity"]["at_concurrency"]
-            paired_rounds = 4 if args.quick else 8
-            print(
-                f"paired capacity at c={level}: {paired_rounds} rounds of gateway and nginx windows ...",
-                file=sys.stderr,
-                flush=True,
-            )
-            paired = paired_ratio(paths["gateway"], paths["nginx"], level, window, lua, paired_rounds)
+        paired = _paired(paths, results, window, lua, quick=args.quick) if "nginx" in paths else None
 
         # Open loop. Same rate for every path (50% of the gateway's capacity) and a light
         # rate, interleaved; then each other path at 50% of its own capacity.
         gw_rate = 0.5 * results["gateway"]["capacity"]["max_rps"]
-        same = [("direct@gw-rate", paths["direct"], gw_rate), ("gateway", paths["gateway"], gw_rate)]
-        light = [
-            ("direct@light", paths["direct"], args.light_rate),
-            ("gateway@light", paths["gateway"], args.light_rate),
-        ]
-        own = [("direct", paths["direct"], 0.5 * results["direct"]["capacity"]["max_rps"])]
-        if "nginx" in paths:
-            same.append(("nginx@gw-rate", paths["nginx"], gw_rate))
-            light.append(("nginx@light", paths["nginx"], args.light_rate))
-            own.append(("nginx", paths["nginx"], 0.5 * results["nginx"]["capacity"]["max_rps"]))
+        same, light, own = _open_loop_paths(paths, results, gw_rate, args.light_rate)
 
         def progress(label):
             return lambda r, n: print(f"  {label}: round {r}/{n}", file=sys.stderr, flush=True)
@@ -731,56 +540,19 @@ def measure(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom
         profile = None
         if args.profile:
             print("[gateway] py-spy under closed loop ...", file=sys.stderr, flush=True)
-            profile = profile_gateway(gateway.pid, paths["gateway"], max(levels), 5, lua, work)
+            profile = gateway_profile.profile_gateway(
+                gateway.pid, lambda: wrk_window(paths["gateway"], max(levels), 5, lua), 5, work
+            )
 
         def add(key, base, q):
             return openloop.added(measured[key], measured[base], q)
 
-        rows = []
-        for name in paths:
-            r = results[name]
-            rows.append(
-                [
-                    name,
-                    r["capacity"]["max_rps"],
-                    r["capacity"]["at_concurrency"],
-                    r["latency"]["rate"],
-                    r["latency"]["p50_ms"],
-                    r["latency"]["p90_ms"],
-                    r["latency"]["p99_ms"],
-                    sum(v for k, v in r["latency"]["statuses"].items() if k != "200")
-                    + sum(s["errors"] for s in r["capacity"]["sweep"]),
-                    r["capacity"]["proxy_cpu_us_per_request"]
-                    if r["capacity"]["proxy_cpu_us_per_request"] is not None
-                    else "-",
-                ]
-            )
-        for key in ("direct@gw-rate", "nginx@gw-rate", "direct@light", "nginx@light", "gateway@light"):
-            if key not in lat_all:
-                continue
-            r = lat_all[key]
-            rows.append(
-                [
-                    key,
-                    float("nan"),
-                    "-",
-                    r["rate"],
-                    r["p50_ms"],
-                    r["p90_ms"],
-                    r["p99_ms"],
-                    sum(v for k, v in r["statuses"].items() if k != "200"),
-                    "-",
-                ]
-            )
         print()
         print_table(
-            ["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors", "proxy_cpu_us/req"], rows
+            ["path", "max_rps", "at_conc", "open_rps", "p50_ms", "p90_ms", "p99_ms", "errors", "proxy_cpu_us/req"],
+            gateway_report.table_rows(paths, results, lat_all),
         )
-        ratio = (
-            (results["gateway"]["capacity"]["max_rps"] / results["nginx"]["capacity"]["max_rps"])
-            if "nginx" in results
-            else None
-        )
+        ratio = _capacity_ratio(results)
         gw50, gw99 = add("gateway", "direct@gw-rate", 0.5), add("gateway", "direct@gw-rate", 0.99)
         light50, light99 = add("gateway@light", "direct@light", 0.5), add("gateway@light", "direct@light", 0.99)
         summary = {
@@ -796,93 +568,24 @@ def measure(argv: list[str]) -> int:  # noqa: C901 - one pass read top to bottom
             "same_rate": gw_rate,
             "added_p50_ms_vs_direct_at_its_own_50pct": lat_all["gateway"]["p50_ms"] - lat_all["direct"]["p50_ms"],
             "added_p99_ms_vs_direct_at_its_own_50pct": lat_all["gateway"]["p99_ms"] - lat_all["direct"]["p99_ms"],
-            "max_rps": {name: results[name]["capacity"]["max_rps"] for name in paths},
             "rps_ratio_vs_nginx": ratio,
-            "proxy_cpu_us_per_request": {name: results[name]["capacity"]["proxy_cpu_us_per_request"] for name in pids},
-            "proxy_user_sys_us_per_request": {
-                name: results[name]["capacity"]["proxy_user_sys_us_per_request"] for name in pids
-            },
-            "proxy_context_switches_per_request": {
-                name: results[name]["capacity"]["proxy_context_switches_per_request"] for name in pids
-            },
+            **_capacities(results, paths, pids),
             "load_average": {"before": list(load_before), "after": list(load_after)},
+            "pinning": {**pinning.as_dict(), "threads_pinned": pinned},
         }
-        goals_met = {}
-        if paired is not None:
-            summary["rps_ratio_vs_nginx_paired"] = paired["median"]
-            summary["rps_ratio_vs_nginx_paired_ci95"] = paired["ci95"]
-            summary["rps_ratio_vs_nginx_paired_rounds"] = paired["ratios"]
-        if "nginx" in results:
-            ng50, ng99 = add("nginx@gw-rate", "direct@gw-rate", 0.5), add("nginx@gw-rate", "direct@gw-rate", 0.99)
-            nl50, nl99 = add("nginx@light", "direct@light", 0.5), add("nginx@light", "direct@light", 0.99)
-            summary.update(
-                {
-                    "nginx_added_p50_ms": ng50["ms"],
-                    "nginx_added_p50_ms_ci95": ng50["ci95"],
-                    "nginx_added_p99_ms": ng99["ms"],
-                    "nginx_added_p99_ms_ci95": ng99["ci95"],
-                    "nginx_added_p50_ms_light": nl50["ms"],
-                    "nginx_added_p50_ms_light_ci95": nl50["ci95"],
-                    "nginx_added_p99_ms_light": nl99["ms"],
-                    "nginx_added_p99_ms_light_ci95": nl99["ci95"],
-                    "nginx_p50_ms_at_its_own_50pct": lat_all["nginx"]["p50_ms"],
-                    "nginx_p99_ms_at_its_own_50pct": lat_all["nginx"]["p99_ms"],
-                }
-            )
-            goals_met = {
-                "rps_ratio_vs_nginx": ratio >= 0.8,
-                "rps_ratio_vs_nginx_paired": paired["median"] >= 0.8,
-                "added_p50_ms": gw50["ms"] <= ng50["ms"],
-                "added_p99_ms": gw99["ms"] <= 1.5 * max(ng99["ms"], 0.0),
-            }
+        goals_met, nginx_added = {}, {}
+        if "nginx" in results:  # then the paired ratio was measured too
+            fields, goals_met, nginx_added = gateway_report.nginx_comparison(add, lat_all, ratio, paired, gw50, gw99)
+            summary.update(fields)
         summary["goals_met"] = goals_met
 
-        def fmt(point, ci):
-            return f"{point:+.3f} ms [95% CI {ci[0]:+.3f}, {ci[1]:+.3f}]"
-
-        print()
-        print(
-            f"same rate {gw_rate:.0f} req/s (50% of the gateway's capacity), {rounds} interleaved rounds; load average "
-            f"{load_before[0]:.1f} -> {load_after[0]:.1f}"
+        gateway_report.print_added(
+            gw_rate, rounds, (load_before, load_after), args.light_rate, (gw50, gw99, light50, light99), nginx_added
         )
-        print(f"  gateway adds p50 {fmt(gw50['ms'], gw50['ci95'])}, p99 {fmt(gw99['ms'], gw99['ci95'])}")
-        if "nginx" in results:
-            print(f"  nginx   adds p50 {fmt(ng50['ms'], ng50['ci95'])}, p99 {fmt(ng99['ms'], ng99['ci95'])}")
-        print(f"light {args.light_rate:.0f} req/s:")
-        print(f"  gateway adds p50 {fmt(light50['ms'], light50['ci95'])}, p99 {fmt(light99['ms'], light99['ci95'])}")
-        if "nginx" in results:
-            print(f"  nginx   adds p50 {fmt(nl50['ms'], nl50['ci95'])}, p99 {fmt(nl99['ms'], nl99['ci95'])}")
-        if ratio is not None:
-            print(
-                f"rps_ratio_vs_nginx: {ratio:.3f} from the sweep's best levels (goal >= 0.8) "
-                f"{'met' if goals_met['rps_ratio_vs_nginx'] else 'MISSED'}; paired windows: {paired['median']:.3f} "
-                f"[95% CI {paired['ci95'][0]:.3f}, {paired['ci95'][1]:.3f}] {'met' if goals_met['rps_ratio_vs_nginx_paired'] else 'MISSED'}"
-            )
-            print(
-                f"added p50 <= nginx's: {'met' if goals_met['added_p50_ms'] else 'MISSED'}; "
-                f"added p99 <= 1.5 x nginx's: {'met' if goals_met['added_p99_ms'] else 'MISSED'}"
-            )
-        else:
-            print("rps_ratio_vs_nginx: n/a (no nginx)")
-        for name in pids:
-            us = summary["proxy_user_sys_us_per_request"][name]
-            cs = summary["proxy_context_switches_per_request"][name]
-            if us is not None:
-                print(
-                    f"{name}: {us[0]:.1f} us user + {us[1]:.1f} us system CPU and {cs:.2f} context switches per request (closed loop)"
-                )
-        if profile and "self_top" in profile:
-            busy, idle = profile["py_spy_samples_busy"], profile["py_spy_samples_idle"]
-            print(
-                f"\ngateway under closed-loop load at c={max(levels)}: py-spy wall-clock samples, "
-                f"{100 * idle / max(1, busy + idle):.0f}% idle in epoll; shares of the busy ones (self | inclusive):"
-            )
-            for (frame, pct), (iframe, ipct) in zip(profile["self_top"], profile["inclusive_top"]):
-                print(f"  {pct:5.1f}%  {frame:55s} | {ipct:5.1f}%  {iframe}")
-            print(
-                "parts (inclusive share of busy samples): "
-                + ", ".join(f"{k} {v:.1f}%" for k, v in profile["parts"].items())
-            )
+        print(f"  {pinning.describe()}")
+        gateway_report.print_goals(ratio, paired, goals_met)
+        gateway_report.print_proxies(pids, summary)
+        gateway_report.print_profile(profile, max(levels))
         clients = clients_section()
         gateway_clients.print_sections(clients)
         if profile and profile.get("perf_on_cpu_by_library"):

@@ -1,4 +1,4 @@
-"""The gateway as the field's clients see it (issue 24), a section of `python -m bench gateway`:
+"""The gateway as the field's clients see it, a section of `python -m bench gateway`:
 
 - perf_analyzer, Triton's own load tester (the binary inside the tritonclient 2.40.0 wheel:
   `install_perf_analyzer` downloads that wheel with pip into var/cache/perf_analyzer/ and
@@ -11,7 +11,7 @@
 - the gateway on 1..N workers (the cores it may use): capacity (wrk, closed loop) per
   worker count, and a key's rate limit held in total across the workers;
 - what a shared admission costs on the hot path: the workers' shared-memory token bucket
-  (gateway/sharedlimits.py) against one Redis EVALSHA token bucket, per call.
+  (gateway/keys/sharedlimits.py) against one Redis EVALSHA token bucket, per call.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import procstats
 
 ROOT = Path(__file__).resolve().parents[1]
 PA_VERSION = "2.40.0"
@@ -54,19 +56,26 @@ def install_perf_analyzer() -> tuple[Path | None, str]:
         with zipfile.ZipFile(wheel) as archive:
             binary.write_bytes(archive.read(f"tritonclient-{PA_VERSION}.data/data/bin/perf_analyzer"))
         binary.chmod(0o755)
-    lib.mkdir(exist_ok=True)
+    link_perf_analyzer_libs(lib)
+    check = subprocess.run([str(binary), "--version"], capture_output=True, text=True, env=_env(lib))
+    if "error while loading shared libraries" in check.stderr:
+        return None, f"perf_analyzer cannot start: {check.stderr.strip()[:300]}"
+    return binary, str(lib)
+
+
+def link_perf_analyzer_libs(lib: Path) -> Path:
+    """`lib` holding the two shared libraries the wheels' perf_analyzer is linked against and does
+    not ship (libb64, libcudart): nvidia-pytriton's copies, under their plain names."""
     import sysconfig
 
+    lib.mkdir(parents=True, exist_ok=True)
     bundled = Path(sysconfig.get_paths()["purelib"]) / "nvidia_pytriton.libs"
     for plain, pattern in (("libb64.so.0d", "libb64-*.so.0d"), ("libcudart.so.12", "libcudart-*.so.12*")):
         found = next(bundled.glob(pattern), None)
         link = lib / plain
         if found is not None and not link.exists():
             link.symlink_to(found)
-    check = subprocess.run([str(binary), "--version"], capture_output=True, text=True, env=_env(lib))
-    if "error while loading shared libraries" in check.stderr:
-        return None, f"perf_analyzer cannot start: {check.stderr.strip()[:300]}"
-    return binary, str(lib)
+    return lib
 
 
 def _env(lib) -> dict:
@@ -74,14 +83,8 @@ def _env(lib) -> dict:
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of these processes so far."""
+    return sum(procstats.cpu_seconds(pids))
 
 
 def run_perf_analyzer(
@@ -215,7 +218,6 @@ def wrk_count(url: str, concurrency: int, seconds: float, lua: Path) -> dict:
 
 
 def start_gateway(work: Path, routes: dict, workers: int, port: int, grpc_port: int):
-    from bench.gateway import _wait_http
 
     (work / f"routes-{workers}.json").write_text(json.dumps(routes))
     proc = subprocess.Popen(
@@ -234,14 +236,14 @@ def start_gateway(work: Path, routes: dict, workers: int, port: int, grpc_port: 
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    if not _wait_http(f"http://127.0.0.1:{port}/v2/health/ready", proc):
+    if not procstats.wait_http(f"http://127.0.0.1:{port}/v2/health/ready", proc):
         raise RuntimeError((work / f"gateway-{workers}.log").read_text()[-2000:])
     time.sleep(1.0 if workers > 1 else 0.2)  # every worker up (the first ready one answers /ready)
     return proc
 
 
 def workers_section(work: Path, routes: dict, lua: Path, keyed_lua: Path, rate: float, burst: float, free_port) -> dict:
-    from bench.gateway import process_tree, stop
+    from harness.processes import stop
 
     cores = len(os.sched_getaffinity(0))
     counts = sorted({1, cores})
@@ -254,7 +256,7 @@ def workers_section(work: Path, routes: dict, lua: Path, keyed_lua: Path, rate: 
             wrk_count(url, 16, 1, lua)  # warm
             best = None
             for _ in range(3):
-                pids = process_tree(proc.pid)
+                pids = procstats.process_tree(proc.pid)
                 cpu0 = cpu_seconds(pids)
                 got = wrk_count(url, 32, 2, lua)
                 got["cpu_us_per_request"] = round((cpu_seconds(pids) - cpu0) / max(1, got["requests"]) * 1e6, 1)
@@ -299,7 +301,7 @@ def limits_cost(redis_url: str | None, n: int = 20000) -> dict:
     """µs per admission: the shared-memory bucket and one Redis EVALSHA bucket (when a Redis answers)."""
     import asyncio
 
-    from gateway.sharedlimits import SharedLimits
+    from gateway.keys.sharedlimits import SharedLimits
 
     shared = SharedLimits(rows=2)
     slot = shared.slot("bench-key")

@@ -417,7 +417,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def goals(results: dict, engines: dict, batches: list[int]) -> list[dict]:
-    """Issue 16's goals on an H100, evaluated on what was measured (not measured: said so)."""
+    """The GPU goals on an H100 (docs/benchmarks.md), evaluated on what was measured (not measured: said so)."""
     out = []
     fp16 = results.get("onnx-fp16", {})
     delta = fp16.get("auc_delta")
@@ -488,7 +488,10 @@ def run(args) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(args, host: dict, work: Path) -> int:  # noqa: C901 - one pass read top to bottom; split when next changed
+def _variants(args, work: Path) -> tuple[dict, object, object, str | None, dict]:
+    """(variants {name: path}, the eager model or None, the CPU fp32 reference graph, the
+    validation set or None, what the reference build adds to the report): the reference
+    ranker built here (--reference), else the artifacts given."""
     info: dict = {}
     if args.reference:
         variants, reference_graph, validation, info = build_reference(args, work)
@@ -501,6 +504,11 @@ def _run(args, host: dict, work: Path) -> int:  # noqa: C901 - one pass read top
         )
         if reference_graph is None:
             raise CliError("no CPU fp32 reference: give an onnx-fp32 (or onnx-fp32-gpu) artifact, or --reference-onnx")
+    return variants, eager_model, reference_graph, validation, info
+
+
+def _run(args, host: dict, work: Path) -> int:
+    variants, eager_model, reference_graph, validation, info = _variants(args, work)
     reference_session = open_session(Path(reference_graph), [(CPU, {})], threads=args.cpu_threads)
     signature = signature_of(reference_session)
     rows = max(args.validation_rows, max(args.batches))
@@ -616,7 +624,7 @@ def _run(args, host: dict, work: Path) -> int:  # noqa: C901 - one pass read top
         print(
             f"  {variant}: max_batch_size {plan['max_batch_size']}, preferred {plan['preferred_batch_sizes']} ({plan['basis']}); accelerators: {accelerators}"
         )
-    print("\ngoals (issue 16, on an H100)")
+    print("\ngoals (on an H100)")
     print_table(
         ["goal", "measured", "met"],
         [

@@ -39,13 +39,13 @@ from experiments.gr import train as recipe
 from experiments.gr.baseline import recommend_sasrec, train_sasrec
 from experiments.gr.world import expected_hit_rate, oracle_hit_rate
 from harness.gr import metric_value
-from kernel.tritonserver import TritonProcess
 from registry.factory.generative import gates
 from registry.factory.generative.stages import figures, make_variant_graphs
 from registry.gr import catalog_files
 from registry.gr import runtime as rt
 from registry.gr.trie import compile_trie
 from registry.gr.triton import request_body, write_gr_model
+from serving.tritonserver import TritonProcess
 
 WIDTH, WIDTHS = 32, (8, 32, 128)
 

@@ -6,7 +6,7 @@ entry, measured in-process with the same runtime), so a replica can keep its hal
 but not all of them. Clients (`concurrency` closed-loop workers, each with its own users, one
 request of a user at a time) send each user's history with one new event per request, as a
 session grows. The same run twice, with fresh caches: the route entry with `affinity: user`
-(gateway/affinity.py) and without (the gateway's least-outstanding pick, ties round robin).
+(gateway/table/affinity.py) and without (the gateway's least-outstanding pick, ties round robin).
 
 Per mode: requests/s, client p50/p99, and the cache results the replicas report (hit and
 grown reuse the cached prefix; miss and rebased encode the window). The two modes run at the

@@ -39,6 +39,7 @@ import os
 import random
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,12 +47,13 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from bench import procs
 from bench.common import print_table, write_json
-from bench.gateway import cpu_seconds, process_tree
 from gateway.llm.backends import sse_events
 from harness.gateway import start_gateway, stop_gateway
 from harness.llm import LOOPBACK_RULES, OpenAIServer, ProviderStandIn, TritonLLM, origins, tiny_llm_dir
 from harness.processes import free_port
+from harness.procstats import cpu_seconds, process_tree
 
 GOALS = {"added_ttft_p50_ms": "<= 1", "added_itl_p50_ms": "<= 0.2", "failover_beyond_connect_timeout_ms": "<= 100"}
 CHAT = [{"role": "user", "content": "what is the gateway?"}]
@@ -244,6 +246,8 @@ async def alternating(session, direct_path, through_path, streams: int, window: 
         row["gateway_cores"] = round(cores, 3)
         row["streams_per_core"] = round(streams / cores, 1) if cores > 0 else None
         row["tokens_per_s_per_core"] = round(row["tokens_per_s"] / cores, 1) if cores > 0 else None
+        # the gateway's own CPU (its /proc counters) per relayed token
+        row["gateway_cpu_us_per_token"] = round(1e6 * cores / row["tokens_per_s"], 1) if row["tokens_per_s"] else None
     return row
 
 
@@ -332,7 +336,15 @@ def report(results: dict) -> None:
     ]
     print_table(["backend", "ttft p50", "ttft p99", "itl p50"], rows)
     print("\nconcurrent streams to Triton (direct and through the gateway)")
-    keys = ["concurrency", "direct_tokens_per_s", "tokens_per_s", "gateway_cores", "streams_per_core", "errors"]
+    keys = [
+        "concurrency",
+        "direct_tokens_per_s",
+        "tokens_per_s",
+        "gateway_cores",
+        "gateway_cpu_us_per_token",
+        "streams_per_core",
+        "errors",
+    ]
     print_table(
         keys,
         [
@@ -346,7 +358,15 @@ def report(results: dict) -> None:
         print_table(["dead backend", *keys], [[how, *(r[k] for k in keys)] for how, r in results["failover"].items()])
     else:
         print(results["failover"])
-    print(f"\nload average before {results['load_average']['before']}, after {results['load_average']['after']}")
+    print(f"\n{results['pinning']['described']}")
+    print(f"load average before {results['load_average']['before']}, after {results['load_average']['after']}")
+
+
+def _backend_pid(backend) -> int | None:
+    """The process of a started backend (a tritonserver inside TritonLLM, else its own)."""
+    triton = getattr(backend, "triton", None)
+    proc = getattr(triton, "process", None) if triton is not None else getattr(backend, "proc", None)
+    return proc.pid if proc is not None else None
 
 
 def main(argv: list[str]) -> int:
@@ -378,6 +398,15 @@ def main(argv: list[str]) -> int:
         routes = work / "routes.json"
         routes.write_text(json.dumps(route_table(backends, dead, args.failover_samples)))
         gateway, port = start_gateway(routes, work)
+        pinning = procs.bench_pinning()
+        pinned = procs.pin_roles(
+            pinning,
+            {
+                "proxy": [gateway.pid],
+                "backend": [p for p in (_backend_pid(b) for b in backends.values()) if p],
+            },
+        )
+        print(f"[llm] {pinning.describe()}", file=sys.stderr, flush=True)
         results = asyncio.run(measure(args, backends, f"http://127.0.0.1:{port}", gateway.pid, dead))
     finally:
         if gateway is not None:
@@ -390,6 +419,7 @@ def main(argv: list[str]) -> int:
         "before": [round(x, 2) for x in load_before],
         "after": [round(x, 2) for x in os.getloadavg()],
     }
+    results["pinning"] = {**pinning.as_dict(), "threads_pinned": pinned}
     results.update({"goals": GOALS, "cores": os.cpu_count(), "max_tokens": args.max_tokens, "rounds": args.rounds})
     report(results)
     print(f"\nwrote {write_json('llm', results)}")

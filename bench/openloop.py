@@ -30,10 +30,10 @@ QUANTILES = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99}
 
 # --- the generator (runs as its own process: `python -m bench gateway --open-loop URL`) ---------
 async def _open_loop(url: str, rate: float, duration: float, body: bytes, warmup: float) -> dict:
-    """One open-loop window of the platform's load generator (gateway/loadgen.py), in the
+    """One open-loop window of the platform's load generator (harness/loadgen.py), in the
     shape this benchmark always wrote: statuses, achieved rate, the generator's lateness and
     every answered request's latency."""
-    from gateway.loadgen import Generator
+    from harness.loadgen import Generator
 
     generator = Generator(url, [body])
     try:

@@ -1,7 +1,7 @@
 """python -m bench replies — what naming the endpoint in KServe replies costs the gateway.
 
 The gateway swaps the prefix of Triton's JSON reply `{"model_name":"<triton model>",
-"model_version":"1"` for the endpoint's name and the registry version (gateway/replies.py)
+"model_version":"1"` for the endpoint's name and the registry version (gateway/kserve/replies.py)
 on every 200. This measures `public_reply` on replies shaped as Triton writes them (a CTR
 model's FP32 scores for batches of 1, 64 and 1024), next to a bare `startswith` (what
 passing the reply untouched would still cost to decide) and to what compressing the same
@@ -22,7 +22,7 @@ import time
 import zlib
 
 from bench.common import print_table, write_json
-from gateway.replies import public_reply, reply_prefixes
+from gateway.kserve.replies import public_reply, reply_prefixes
 
 TRITON_MODEL, ENDPOINT = "ctr-ranker__v12__onnx-int8", "ctr-ranker"
 
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         results.append(
             {"batch": batch, "reply_bytes": len(body), "rewrite_us": rewrite, "startswith_us": check, "gzip_us": gzip}
         )
-    print("KServe reply rewrite (gateway/replies.py public_reply), median of", repeats, "repeats")
+    print("KServe reply rewrite (gateway/kserve/replies.py public_reply), median of", repeats, "repeats")
     print_table(["batch", "reply bytes", "rewrite µs", "startswith µs", "gzip it µs"], rows)
     path = write_json("replies", {"repeats": repeats, "results": results})
     print(f"wrote {path}")

@@ -9,7 +9,7 @@ of each kind:
   healthy   the same model as stable (A/A: any rollback is a false rollback)
   slow      30 % slower than stable end to end (sleep = 0.3 × the measured p50)
   errors    fails 2.5 % of requests
-The plan is the one the platform suggests for the rate (monitoring/forecast.py: 10/25/
+The plan is the one the platform suggests for the rate (monitoring/judge/forecast.py: 10/25/
 50/100 % at 200 req/s, 50/100 % at 20 req/s) unless --steps is given; every rollout has
 the fair baseline unless --no-fair-baseline. Measured per rollout: seconds from the
 candidate's first traffic to its weight being 0 (slow, errors: traffic_stopped_at) or
@@ -18,10 +18,10 @@ the first step's p50 latency of candidate over baseline and over stable (the sha
 asymmetry the fair baseline removes). Prints the distribution of times (min, median,
 p90, max) per model, rate and case and writes var/bench/rollback.json.
 
-Goals (issue 12): ≥ 20 A/A rollouts → 0 rollbacks; slow and errors rolled back every
+Goals: ≥ 20 A/A rollouts → 0 rollbacks; slow and errors rolled back every
 time, median ≤ 10 s, max ≤ 15 s; 0 client-visible errors. Not a test.
 
-Default plan (issue 21, --default-plan): every rollout starts as `modelplane rollout start`
+Default plan (--default-plan): every rollout starts as `modelplane rollout start`
 without --steps starts it: the steps the rollout forecast suggests for the endpoint's
 observed traffic (monitoring/api/forecast.endpoint_forecast, what the CLI and the form
 read; asked before each rollout), everything else the server's defaults (30 s and 200
@@ -78,7 +78,7 @@ def _local_redis(db: int) -> str:
 
 
 def _environment(args) -> dict:
-    from kernel.tritonserver import free_port
+    from serving.tritonserver import free_port
 
     base = Path(os.environ.get("VAR_DIR", ROOT / "var")).resolve()
     os.environ.setdefault("BENCH_DIR", str(base / "bench"))
@@ -400,7 +400,7 @@ def _steps(args, user, endpoint, rate: float) -> list[int]:
     CLI's), else the suggestion for the bench's own plan at `rate`."""
     from harness.processes import wait_for
     from monitoring.api.forecast import endpoint_forecast
-    from monitoring.forecast import suggest_steps
+    from monitoring.judge.forecast import suggest_steps
     from monitoring.services.canary import judge_config_for
 
     if args.steps:

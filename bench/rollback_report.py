@@ -12,8 +12,8 @@ EXPECTED = {"healthy": "promoted", "slow": "rolled back", "errors": "rolled back
 def first_step_latency(rollout) -> dict | None:
     """p50 latency (ms) of candidate, baseline and stable over the rollout's first step,
     from the metric store, and the ratios candidate/baseline and candidate/stable."""
-    from monitoring.selectors.metrics import judge_arms
-    from monitoring.statistics import histogram_quantile
+    from monitoring.judge.statistics import histogram_quantile
+    from monitoring.sources.store import judge_arms
     from registry.models import Event, EventAction
     from registry.names import baseline_variant_name, variant_name
 

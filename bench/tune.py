@@ -109,12 +109,12 @@ def _stall(ctx, variant: str, rounds: int) -> dict:
     closed-loop rounds first, then open-loop rounds at half the lowest closed-loop throughput
     the config without a policy reached in them (what this machine carried even at its worst)."""
     from registry import triton_config
-    from registry.factory.stages import _data_or_synthetic
+    from registry.factory.context import data_or_synthetic
     from registry.factory.tune import scratch
 
     base = ctx.variants[variant]
     config = triton_config.parse((base.package_dir / "config.pbtxt").read_text())
-    bodies = scratch.request_bodies(config, _data_or_synthetic(ctx, 64, seed=5)[0], 64)
+    bodies = scratch.request_bodies(config, data_or_synthetic(ctx, 64, seed=5)[0], 64)
     server = scratch.ScratchTriton(
         base.package_dir, ctx.work_dir / "stall", base.package_dir.name, max_queue_size=0, queue_timeout_ms=0
     )

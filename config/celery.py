@@ -5,6 +5,8 @@ from celery import Celery
 from celery.signals import setup_logging, worker_ready
 from kombu import Queue
 
+from config.schedules import watched
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("modelplane")
@@ -55,7 +57,8 @@ app.conf.beat_schedule = {
     },
     "monitoring-collect": {
         "task": "monitoring.collect",
-        "schedule": 2.0,
+        # every 2 s while a rollout or an experiment is watched; every 10 s otherwise (dashboards, alerts)
+        "schedule": watched(2.0, 10.0, "config.schedules:collector_watched"),
         "options": {"queue": "control", "expires": 4},
     },
     "monitoring-rollup": {
@@ -78,18 +81,18 @@ app.conf.beat_schedule["registry-builds-reclaim"] = {
 # The closed loop: rollout reconcile and the canary judge tick every second.
 app.conf.beat_schedule["deployments-rollouts-reconcile"] = {
     "task": "deployments.rollouts_reconcile",
-    "schedule": 1.0,
+    "schedule": watched(1.0, 15.0, "deployments.selectors.rollouts:rollouts_watched"),
     "options": {"queue": "control", "expires": 3},
 }
 # Releases (build -> tune -> canary): move each active one on when its build or rollout ends.
 app.conf.beat_schedule["deployments-releases-reconcile"] = {
     "task": "deployments.releases_reconcile",
-    "schedule": 2.0,
+    "schedule": watched(2.0, 15.0, "deployments.selectors.releases:releases_watched"),
     "options": {"queue": "control", "expires": 5},
 }
 app.conf.beat_schedule["monitoring-canary-tick"] = {
     "task": "monitoring.canary_tick",
-    "schedule": 1.0,
+    "schedule": watched(1.0, 15.0, "deployments.selectors.rollouts:rollouts_watched"),
     "options": {"queue": "control", "expires": 3},
 }
 # Online experiments: drain the gateway's exposure/feedback streams; analyse running experiments.

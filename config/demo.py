@@ -63,6 +63,9 @@ PLAN = {
     # which carry one exposure each (a click, a few conversions, a bounded value), expire with the
     # attribution window and the experiment, and come one user per batch (docs/experiments.md)
     "feedback_tokens": True,
+    # the users click at once: a 40 s window lets the README's loop build a dataset of the traffic
+    # a minute after it was served (a training row's window must have closed: no label leakage)
+    "attribution_window_s": 40,
 }
 HYPOTHESIS = (
     "demo-ctr v2, the reference DCN trained on 20k synthetic clicks, ranks better than v1 (random "

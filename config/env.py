@@ -146,7 +146,7 @@ PLATFORM = declare(
     ),
     Setting(
         "MONITORING_TARGET_SOURCES",
-        ["monitoring.targets.targets_from_settings", "monitoring.selectors.targets.from_deployments"],
+        ["monitoring.collection.targets.targets_from_settings", "monitoring.selectors.targets.from_deployments"],
         "where the collector's scrape targets come from",
     ),
     # --- experiments' data path (docs/experiments.md)
@@ -158,8 +158,9 @@ PLATFORM = declare(
     ),
     Setting(
         "EXPERIMENT_STORE",
-        "postgres",
+        "chdb",
         "the exposure and feedback store: `postgres`, `chdb`, `chdb:<path>` or `clickhouse://host:8123/db`",
+        shown="`chdb` (`make run`: owned by its child experiment-data); the test suite: `postgres`",
     ),
     Setting("EXPERIMENT_STORE_DB", "modelplane", "the ClickHouse database the experiment tables live in"),
     Setting(

@@ -107,7 +107,7 @@ def _check_feedback() -> dict:
     """The ingest's lag on every exposure and feedback stream (experiments/selectors/streams.py):
     down while an endpoint's feedback has waited longer than FEEDBACK_LAG_ALERT_S, naming it."""
     from experiments.selectors.streams import endpoint_lags, lagging, stream_lags
-    from experiments.services.ingest import stream_client
+    from experiments.services.streams import stream_client
 
     client = stream_client()
     if client is None:

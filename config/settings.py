@@ -231,7 +231,7 @@ KUBERNETES_PROMETHEUS_NAMESPACE = env("KUBERNETES_PROMETHEUS_NAMESPACE")
 
 GATEWAY_PORT = env("GATEWAY_PORT")
 GATEWAY_GRPC_PORT = env("GATEWAY_GRPC_PORT")  # KServe v2 gRPC; 0: none
-# /metrics, /status and health answered off the gateway's event loop (gateway/control.py): what the
+# /metrics, /status and health answered off the gateway's event loop (gateway/process/control.py): what the
 # collector scrapes, so samples are not lost while the data path is saturated; 0: none (the data port)
 GATEWAY_CONTROL_PORT = env("GATEWAY_CONTROL_PORT")
 # What monitoring's collector scrapes: targets from MONITORING_TARGETS (JSON) and, from
@@ -250,7 +250,7 @@ EXPOSURE_STREAM_URL = env("EXPOSURE_STREAM_URL")
 # EXPERIMENT_STORE_DB is the ClickHouse database the tables live in.
 EXPERIMENT_STORE = env("EXPERIMENT_STORE")
 # The durable log between the gateway and the store: a NATS JetStream server (`nats://host:4222`,
-# streams and subjects under EVENT_LOG_PREFIX, gateway/log_contract.py); empty, or a server that
+# streams and subjects under EVENT_LOG_PREFIX, gateway/contracts/log_contract.py); empty, or a server that
 # does not answer: the Redis Streams of EXPOSURE_STREAM_URL. `make run` sets it when one answers.
 EVENT_LOG_URL = env("EVENT_LOG_URL")
 EVENT_LOG_PREFIX = env("EVENT_LOG_PREFIX")

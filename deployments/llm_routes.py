@@ -1,5 +1,5 @@
 """The LLM side of the route table (deployments/routes.py assembles it): an LLM endpoint's
-variants with their backends and its fallbacks (gateway/route_table.schema.json,
+variants with their backends and its fallbacks (gateway/contracts/route_table.schema.json,
 `llm_endpoint`, `llm_variant`, `llm_backend`), and the provider secrets they name.
 
 A variant's backend is its artifact's: `llm` (a Triton generate model): kind triton, the

@@ -4,7 +4,10 @@ from deployments.models import Endpoint, InferenceKey, PoolModel, Release, Rollo
 
 
 def pool_for_update(pool_id: int) -> ServingPool:
-    return ServingPool.objects.select_for_update().select_related("team").get(pk=pool_id)
+    """The pool row only: not its team's row, which every transaction locking a pool, an
+    experiment or a key of that team would otherwise queue on (a deadlock between an
+    experiment's start and the pool supervisor's reconcile, met on real processes)."""
+    return ServingPool.objects.select_for_update(of=("self",)).select_related("team").get(pk=pool_id)
 
 
 def pool_model_for_update(pool_model_id: int) -> PoolModel:

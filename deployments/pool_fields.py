@@ -50,7 +50,10 @@ AUTOSCALE_METRICS = {
 }
 
 
-def _int(value, field: str, *, low: int, high: int) -> int:
+def whole_number(value, field: str, *, low: int, high: int) -> int:
+    """`value` as an int in low..high, or InvalidInput (a 400 naming `field`): an int, a float
+    with no fraction (2.0) or the text of an int ("2"); never a bool, and never a fraction
+    (2.5 is refused, not truncated). The one check every pool integer goes through."""
     if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
         value = None
     try:
@@ -187,7 +190,7 @@ def pool_fields_check(fields: dict, *, kubernetes: bool, device_kind: str, limit
         clean["repository_secret"] = secret_name_check(fields["repository_secret"])
     for key, low in (("replicas", 0), ("min_replicas", 1), ("max_replicas", 1)):
         if key in fields:
-            clean[key] = _int(fields[key], key, low=low, high=limit)
+            clean[key] = whole_number(fields[key], key, low=low, high=limit)
     if "autoscale_metric" in fields or "autoscale_target" in fields:
         clean["autoscale_metric"], clean["autoscale_target"] = autoscale_check(
             fields.get("autoscale_metric"), fields.get("autoscale_target"), device_kind=device_kind

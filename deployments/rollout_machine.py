@@ -6,8 +6,11 @@
 
 Services persist the state (with select_for_update and a generation number) and write
 an Event per transition; this module only says which transitions exist, what traffic
-split a state implies, and what a reconcile tick should do next given the judge's
-verdict. Keeping it pure makes every rule testable without processes.
+split a state implies, and what a reconcile tick should do next: while loading (on_loading:
+started, failed or timed out), in shadow or canary given the judge's verdict (on_tick), rolling
+back (on_rolling_back) and promoting (on_promoting). The services do the side effects (load and
+unload requests, the endpoint's stable) and record what this module decided. Keeping it pure
+makes every rule testable without processes.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def check_transition(current: str, target: str) -> None:
 
 
 class VariantRole(StrEnum):
-    """A variant's role in the gateway's route table (gateway/route_table.schema.json keeps
+    """A variant's role in the gateway's route table (gateway/contracts/route_table.schema.json keeps
     the same words: the gateway imports nothing of Django)."""
 
     STABLE = "stable"  # the fallback and the rest of the traffic
@@ -98,7 +101,7 @@ DEFAULT_ON_INCONCLUSIVE = OnInconclusive.PAUSE  # never rolls a healthy-but-unpr
 # The default canary steps. The first share is what detection time allows: at a 5 % share
 # of 200 req/s a 2.5 %-failing candidate errs every 4 s, too little information for a
 # verdict within 15 s; at 10 % (20 req/s to the candidate) two errors come in ~4 s median
-# (docs/rollouts.md, "Detection time"). monitoring/forecast.py suggests steps for an endpoint's own
+# (docs/rollouts.md, "Detection time"). monitoring/judge/forecast.py suggests steps for an endpoint's own
 # traffic (larger first steps at low traffic) and the endpoint page offers them.
 DEFAULT_STEPS_BP = (1_000, 2_500, 5_000, FULL_BP)
 
@@ -215,6 +218,37 @@ def after_loaded(plan: Plan) -> Decision:
     return Decision(State.CANARY, 0, f"candidate READY on every replica; canary at {plan.steps_bp[0] / 100:g}%")
 
 
+def on_loading(*, plan: Plan, load_error: str | None, ready: bool, waited_s: float, load_timeout_s: float) -> Decision:
+    """What a reconcile tick does in LOADING: a candidate that failed to load (`load_error`,
+    Triton's message) fails the rollout; READY on every replica (and its baseline, when the
+    plan has one: `ready`) starts the first phase; not READY past `load_timeout_s` since the
+    rollout was created fails it; else it waits."""
+    if load_error is not None:
+        return Decision(State.FAILED, 0, f"candidate failed to load: {load_error[:1500]}")
+    if ready:
+        return after_loaded(plan)
+    if waited_s > load_timeout_s:
+        return Decision(State.FAILED, 0, f"candidate not READY on every replica after {load_timeout_s:g}s")
+    return Decision(None, 0, "")
+
+
+def on_rolling_back(*, step_index: int, candidate_off_pool: bool, reason: str) -> Decision:
+    """What a reconcile tick does in ROLLING_BACK: done once the candidate is off the pool
+    (unloaded, failed, never loaded, or still used by another rollout, whose unload it is),
+    with the reason it rolled back for; else it waits for the unload."""
+    if candidate_off_pool:
+        return Decision(State.ROLLED_BACK, step_index, reason or "rolled back")
+    return Decision(None, step_index, "")
+
+
+def on_promoting(*, step_index: int, held_s: float, grace_s: float) -> Decision:
+    """What a reconcile tick does in PROMOTING: the candidate takes every request for
+    `grace_s` (the judge still watches it) before it becomes the stable; then succeeded."""
+    if held_s < grace_s:
+        return Decision(None, step_index, "")
+    return Decision(State.SUCCEEDED, step_index, f"promotion held for {grace_s:g}s; old stable unloaded")
+
+
 def on_tick(
     *,
     state: str,
@@ -240,6 +274,7 @@ def on_tick(
         return Decision(State.ROLLING_BACK, step_index, f"judge: {verdict_reason or 'candidate failed'}")
     enough = step_elapsed_s >= (plan.shadow_seconds if state == State.SHADOW else plan.step_min_seconds)
     enough = enough and (state == State.SHADOW or candidate_requests >= plan.step_min_requests)
+    passed = "passed"
     if (
         verdict == Verdict.INCONCLUSIVE
         and state == State.CANARY
@@ -247,18 +282,21 @@ def on_tick(
         and candidate_requests == 0
         and step_elapsed_s >= max(plan.step_min_seconds, NO_TRAFFIC_WAIT_S)
     ):
-        verdict, enough = Verdict.PASS, True  # no traffic to judge, and the plan needs none
+        verdict, enough = Verdict.PASS, True
+        passed = f"done: no request in {step_elapsed_s:.0f}s, nothing to judge, and the plan needs none"
     if verdict == Verdict.PASS and enough:
         if state == State.SHADOW:
             if plan.strategy == Strategy.BLUE_GREEN:
                 return Decision(State.PROMOTING, step_index, "shadow passed; blue-green switch")
             return Decision(State.CANARY, 0, f"shadow passed; canary at {plan.steps_bp[0] / 100:g}%")
         if step_index + 1 >= len(plan.steps_bp):
-            return Decision(State.PROMOTING, step_index, "last step passed")
+            return Decision(State.PROMOTING, step_index, f"last step {passed}")
         nxt = step_index + 1
-        return Decision(State.CANARY, nxt, f"step {step_index + 1} passed; canary at {plan.steps_bp[nxt] / 100:g}%")
+        return Decision(State.CANARY, nxt, f"step {step_index + 1} {passed}; canary at {plan.steps_bp[nxt] / 100:g}%")
     if step_elapsed_s >= plan.step_deadline_seconds:
         why = f"no conclusive verdict within the step deadline ({plan.step_deadline_seconds:g}s)"
+        if verdict_reason:  # what the judge still waited for: what a person deciding reads first
+            why += f"; the judge: {verdict_reason}"
         if plan.on_inconclusive == OnInconclusive.PAUSE:
             return Decision(State.PAUSED, step_index, why)
         if plan.on_inconclusive == OnInconclusive.PROMOTE:

@@ -1,13 +1,14 @@
 """The gateway's route table, derived from endpoints, rollouts and pool readiness.
 
-The contract is gateway/route_table.schema.json (and docs/gateway.md): per endpoint,
+The contract is gateway/contracts/route_table.schema.json (and docs/gateway.md): per endpoint,
 its variants with role and weight in basis points, the *ready* replica URLs of their
 pool and the signature of the served artifact (a rollout with a fair baseline adds a
 `baseline` variant: a copy of the stable artifact loaded under its own Triton name, with
 the candidate's share) (what the gateway checks requests
 against before they reach Triton). Nothing here is stored: the table is a pure function
 of the database and the artifacts' files, and its `version` (and the HTTP ETag) is a
-digest of its content.
+digest of its content. It is built once per change and kept in memory by the generation of
+the writes it reads (services/route_changes.py; `route_build`).
 
 Inference keys: the top-level `keys` lists every key that is not revoked, once, as its
 SHA-256 (never the secret), display prefix, team and limits; each endpoint's `auth` says
@@ -24,14 +25,14 @@ Why this is one long module: it is the one builder of the route table contract (
 owner per contract), read top to bottom: the variants, the keys, and the per-entry guard
 that keeps one endpoint's bad rows from costing the others.
 
-LLM endpoints (kind llm, issue 27) go to `llm_endpoints`: the same variants (stable,
+LLM endpoints (kind llm) go to `llm_endpoints`: the same variants (stable,
 rollout candidate and fair baseline, experiment arms) with their backends, the endpoint's
 fallbacks and LLM settings (deployments/llm_routes.py), checked per entry the same way;
 `secrets` lists the provider secrets that the emitted backends name, and only those.
 Keys carry their LLM limits (tokens_per_minute, max_streams) too.
 
-Per endpoint, never as a whole (issue 21): each entry is built and checked against the
-schema (gateway/route_table.schema.json, the file the gateway validates with) on its own.
+Per endpoint, never as a whole: each entry is built and checked against the
+schema (gateway/contracts/route_table.schema.json, the file the gateway validates with) on its own.
 An entry whose split cannot be built (a rollout row whose plan does not hold, an
 experiment provider that fails for it, an unreadable signature) or does not match the
 schema is sent with its stable alone; one whose stable entry cannot be built either is
@@ -48,6 +49,8 @@ import json
 import logging
 import math
 import re
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +66,7 @@ from deployments.selectors.compatibility import serving_problem
 from deployments.selectors.keys import active_inference_keys
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
+from deployments.services.route_changes import route_generation
 from registry.models import Task
 from registry.names import baseline_triton_name, baseline_variant_name, triton_name, variant_name
 from registry.selectors.llm import artifacts_by_id
@@ -143,7 +147,7 @@ def _fits(endpoint, artifacts) -> bool:
 
 
 log = logging.getLogger(__name__)
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "gateway" / "route_table.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "gateway" / "contracts" / "route_table.schema.json"
 SERVED_STABLE = "stable"  # RouteProblem.served: the endpoint serves its stable alone
 LOADING = "entry_loading"  # RouteProblem.code: left out while its model loads (info, not a fault)
 SERVED_NONE = "none"  # left out of the table: the gateway does not know the endpoint
@@ -277,11 +281,15 @@ def _rollout_variants(endpoint, rollout, entry: dict, make) -> list | None:
     return variants
 
 
-def _overlay_variants(endpoint, overlay, entry: dict, make) -> list | None:
-    """An experiment's arms (the first is the stable), or None when they cannot serve here."""
-    if overlay.arms[0][0].pk != endpoint.stable_artifact.pk or not _fits(
-        endpoint, [artifact for artifact, _ in overlay.arms[1:]]
-    ):
+def _overlay_variants(endpoint, overlay, entry: dict, make, loading: set) -> list | None:
+    """An experiment's arms (the first is the stable), or None when they cannot serve here. An
+    arm whose model is still loading into the pool (the experiment just started) leaves the
+    stable alone until it is ready: no arm's share meets a model that is not there, and the
+    analysis never blames an arm for its own loading."""
+    arms = [artifact for artifact, _ in overlay.arms[1:]]
+    if overlay.arms[0][0].pk != endpoint.stable_artifact.pk or not _fits(endpoint, arms):
+        return None
+    if any((endpoint.pool_id, triton_name(artifact)) in loading for artifact in arms):
         return None
     entry["salt"], entry["experiment"] = overlay.salt, overlay.name
     if overlay.token_key:
@@ -312,7 +320,7 @@ def _entry(endpoint, sources: _Sources, listed_keys: set, *, split: bool) -> dic
     if endpoint.capture_share > 0:  # captured requests' inputs go to the log with their exposure
         entry["capture_share"] = endpoint.capture_share
     if endpoint.stable_artifact.version.model.task == Task.GENERATIVE_REC:
-        entry["affinity"] = "user"  # each replica keeps its own users' KV cache (gateway/affinity.py)
+        entry["affinity"] = "user"  # each replica keeps its own users' KV cache (gateway/table/affinity.py)
 
     def make(artifact, role, weight_bp, model_name, name=""):
         urls = _ready_urls(endpoint.pool_id, model_name, sources.ready_models, sources.replicas)
@@ -334,7 +342,7 @@ def _split_variants(endpoint, sources: _Sources, entry: dict, make, *, split: bo
     if split and rollout is not None:
         variants = _rollout_variants(endpoint, rollout, entry, make)
     if split and variants is None and (overlay := sources.overlays.get(endpoint.pk)) is not None:
-        variants = _overlay_variants(endpoint, overlay, entry, make)
+        variants = _overlay_variants(endpoint, overlay, entry, make, sources.loading_models)
     stable = endpoint.stable_artifact
     return variants or [make(stable, VariantRole.STABLE, FULL_BP, triton_name(stable))]
 
@@ -461,9 +469,37 @@ def _key_docs(keys) -> tuple[list[dict], dict[str, RouteProblem]]:
 _logged: dict = {"problems": None}
 
 
+CACHE_MAX_AGE_S = 30.0  # a backstop for writes made around the services (raw SQL): rebuilt at least this often
+_cache_lock = threading.Lock()
+_cache: dict = {"generation": None, "at": 0.0, "built": None}
+
+
+def route_cache_clear() -> None:
+    with _cache_lock:
+        _cache.update(generation=None, at=0.0, built=None)
+
+
 def route_build() -> tuple[dict, dict[str, RouteProblem], dict[str, RouteProblem]]:
     """(the table, {endpoint name: RouteProblem}, {key id: RouteProblem}): every endpoint
-    that has a stable artifact, with its current split where its rows allow it."""
+    that has a stable artifact, with its current split where its rows allow it.
+
+    Built once per change, not once per read: the last build is kept with the generation it
+    was built at (services.route_changes: every write the table reads marks a change in its
+    own transaction) and served while the generation is the same, for at most
+    CACHE_MAX_AGE_S. The generation is read before the rows, so a build never carries a
+    generation newer than what it read. Callers must not change what it returns."""
+    generation = route_generation()
+    now = time.monotonic()
+    with _cache_lock:
+        if _cache["generation"] == generation and now - _cache["at"] < CACHE_MAX_AGE_S:
+            return _cache["built"]
+    built = _route_build_now()
+    with _cache_lock:
+        _cache.update(generation=generation, at=now, built=built)
+    return built
+
+
+def _route_build_now() -> tuple[dict, dict[str, RouteProblem], dict[str, RouteProblem]]:
     endpoints = serving_endpoints()
     keys = active_inference_keys()
     sources = _sources(endpoints, keys)

@@ -39,7 +39,7 @@ from enum import StrEnum
 import numpy as np
 from scipy import optimize, special, stats
 
-from monitoring.evidence import GuardrailStatus
+from monitoring.judge.evidence import GuardrailStatus
 
 SUMS = ("units", "n", "c", "nn", "cc", "nc")  # per-unit sufficient statistics of (exposures n, clicks c)
 

@@ -48,7 +48,7 @@ WITH src AS (
         (SELECT e.experiment_id, e.arm_id, e.unit_key, e.time FROM {exposure} e
          WHERE s.request_id = '' AND e.experiment_id = ANY(%(unit_exps)s) AND e.unit_key = s.unit_key
            AND e.time <= s.time + %(skew)s
-         ORDER BY e.time DESC LIMIT 1)
+         ORDER BY e.time DESC, e.request_id DESC LIMIT 1)
         LIMIT 1
     ) x ON true
     LEFT JOIN {experiment} ex ON ex.id = x.experiment_id
@@ -151,7 +151,7 @@ def _exposure_of(e: dict, exp_by_id: dict, unit_exp_ids):
         return Exposure.objects.filter(experiment_id__in=ids, request_id=e["request_id"]).first()
     return (
         Exposure.objects.filter(experiment_id__in=unit_exp_ids, unit_key=e["unit_key"], time__lte=e["time"] + SKEW)
-        .order_by("-time")
+        .order_by("-time", "-request_id")  # at one instant: the greatest request id, as every store does
         .first()
     )
 

@@ -1,7 +1,7 @@
 """Validation of feedback batches (pure; the API and the ingest of the gateway's stream use it).
 
-The rules are the gateway's: one file, gateway/feedback.schema.json, checked by the one
-module gateway/feedback_rules.py that both doors call (the import contract in
+The rules are the gateway's: one file, gateway/contracts/feedback.schema.json, checked by the one
+module gateway/contracts/feedback_rules.py that both doors call (the import contract in
 pyproject.toml allows the control plane this one gateway module and no other). A batch:
 {"endpoint": "<name>", "events": [{"event_id", "type": click|conversion|value, one of
 "request_id" / "unit_key" / "exposure_token", "value" (|v| <= 1e9; required for type
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gateway import feedback_rules
+from gateway.contracts import feedback_rules
 
 MAX_EVENTS = feedback_rules.schema()["properties"]["events"]["maxItems"]
 TOKEN_FIELD = feedback_rules.TOKEN

@@ -5,12 +5,12 @@ gateway's batches), write feedback batches (idempotent by event id, attributed t
 exposure inside the experiment's window, or counted late/unknown), and read the per-arm
 per-unit sufficient statistics the analysis needs.
 
-The embedded default (`PostgresStore`) keeps rows in PostgreSQL, inserted in batches
-(one INSERT … ON CONFLICT DO NOTHING per few thousand rows) and aggregated per unit with
-one GROUP BY; the gateway never talks to it — it appends to a Redis Stream
-(gateway/exposures.py) that `experiments.services.ingest` drains into this store. A large
-user swaps the two ends for Kafka (the gateway's sink) and ClickHouse (this interface:
-the same three methods over a MergeTree table partitioned by day), and nothing else moves.
+EXPERIMENT_STORE picks one: ClickHouse's engine (experiments/columnar/: chdb in-process, the
+default, owned by `make run`'s experiment-data process; or a ClickHouse server), or
+`PostgresStore`, rows in the relational database (inserted in batches, aggregated per unit with
+one GROUP BY), which every process may read (the test suite's, docker-compose's). The gateway
+never talks to a store: it publishes on the log (NATS JetStream, or Redis Streams) that the
+ingest drains into it (gateway/telemetry/exposures.py, docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def store_readable_here() -> bool:
 
 
 def default_store() -> ExposureStore:
-    """The store EXPERIMENT_STORE names (PostgreSQL by default; docs/experiments.md)."""
+    """The store EXPERIMENT_STORE names (chdb by default; docs/experiments.md)."""
     if store_kind() == "postgres":
         return PostgresStore()
     return columnar_store()

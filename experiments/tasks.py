@@ -39,7 +39,7 @@ def _log_reader():
 
 
 def _redis():
-    from experiments.services.ingest import stream_client
+    from experiments.services.streams import stream_client
 
     return stream_client()
 

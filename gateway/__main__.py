@@ -1,7 +1,7 @@
 """python -m gateway [--routes-file FILE] [--port N] [--host H]
 
 --workers N (default GATEWAY_WORKERS, else the cores it may use): N processes on the
-same ports (gateway/workers.py).
+same ports (gateway/process/workers.py).
 
 Environment: GATEWAY_ROUTES_URL, GATEWAY_TOKEN, GATEWAY_PORT (8080), GATEWAY_HOST,
 GATEWAY_ROUTES_FILE, GATEWAY_POLL_INTERVAL_MS (300), GATEWAY_STALE_AFTER_MS (3000),
@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from .settings import Settings
-from .workers import default_workers, run
+from gateway.process.settings import Settings
+from gateway.process.workers import default_workers, run
 
 
 def main(argv=None) -> int:

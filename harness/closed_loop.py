@@ -126,9 +126,10 @@ class ClosedLoop:
         self.gateway.start(timeout=30)
         return stable, served_on, endpoint
 
-    def load(self, endpoint: str, *, rate: float, threads: int, warm: int) -> Load:
-        """A steady load on `endpoint` through the gateway, once `warm` replies were 200."""
-        load = Load(f"{self.gateway.url}/v2/models/{endpoint}/infer", rate=rate, threads=threads).start()
+    def load(self, endpoint: str, *, rate: float, threads: int, warm: int, users: int = 0) -> Load:
+        """A steady load on `endpoint` through the gateway, once `warm` replies were 200 (`users`:
+        each request as one of that many users, harness.load.Load)."""
+        load = Load(f"{self.gateway.url}/v2/models/{endpoint}/infer", rate=rate, threads=threads, users=users).start()
         self.loads.append(load)
         wait_for(lambda: load.statuses.count(200) > warm, timeout=30, what="traffic through the gateway")
         return load

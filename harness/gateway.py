@@ -1,5 +1,5 @@
 """The gateway and its neighbours as real processes, the one way tests and benchmarks start
-them: tritonserver (kernel/tritonserver.py) with models loaded, a route-table HTTP server in a
+them: tritonserver (serving/tritonserver.py) with models loaded, a route-table HTTP server in a
 thread that plays the control plane's GET /api/v1/gateway/routes (token, ETag, 304), and the
 gateway (`python -m gateway`) fed by that server (`GatewayProcess`) or by a file
 (`start_gateway`)."""
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import requests
 
-from kernel.tritonserver import TritonProcess, free_port
+from serving.tritonserver import TritonProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "gateway-test-token"
@@ -70,7 +70,9 @@ class RouteServer:
 
             def do_GET(self):
                 server.requests.append(dict(self.headers))
-                if self.path != "/api/v1/gateway/routes":
+                if (
+                    self.path.partition("?")[0] != "/api/v1/gateway/routes"
+                ):  # ?wait= asks for a long poll: not held here
                     return self._send(404, b'{"detail":"not found","code":"not_found"}')
                 if self.headers.get("Authorization") != f"Token {TOKEN}":
                     return self._send(401, b'{"detail":"bad token","code":"not_authenticated"}')
@@ -113,10 +115,10 @@ class GatewayProcess:
         self.port = free_port()
         self.log = work / "gateway.log"
         self.grpc_port = free_port()
-        self.control_port = free_port()  # /metrics and health off the event loop (gateway/control.py)
+        self.control_port = free_port()  # /metrics and health off the event loop (gateway/process/control.py)
         self.env = {
             **os.environ,
-            "GATEWAY_WORKERS": "1",  # one process unless the test asks for more (gateway/workers.py)
+            "GATEWAY_WORKERS": "1",  # one process unless the test asks for more (gateway/process/workers.py)
             **env,
             "GATEWAY_GRPC_PORT": str(self.grpc_port),
             "GATEWAY_CONTROL_PORT": str(self.control_port),
@@ -139,6 +141,25 @@ class GatewayProcess:
         return f"127.0.0.1:{self.grpc_port}"
 
     def start(self, timeout: float = 20.0) -> GatewayProcess:
+        """Start and wait until ready. A port handed out free that another process took before
+        the gateway bound it (two workers of the suite, an outgoing connection's source port)
+        is a start on other ports, up to three times; a caller that read `url` before `start`
+        reads it again."""
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except RuntimeError as exc:
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
+                self.port, self.grpc_port, self.control_port = free_port(), free_port(), free_port()
+                self.env.update(
+                    GATEWAY_PORT=str(self.port),
+                    GATEWAY_GRPC_PORT=str(self.grpc_port),
+                    GATEWAY_CONTROL_PORT=str(self.control_port),
+                )
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> GatewayProcess:
         log = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway"],

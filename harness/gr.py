@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernel.tritonserver import TritonProcess
+from serving.tritonserver import TritonProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 MAKERS = (

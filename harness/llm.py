@@ -25,12 +25,14 @@ from pathlib import Path
 
 import httpx2
 import requests
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
 
-from gateway.outbound_rules import origin_of
+from gateway.contracts.outbound_rules import origin_of
 from harness.processes import free_port, spawn, stop, wait_for
-from kernel.tritonserver import TritonProcess
 from registry.llm import tiny
 from registry.llm.triton import write_llm_model
+from serving.tritonserver import TritonProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_NAME = "tiny__v1__llm"
@@ -129,6 +131,19 @@ class TritonLLM(_Started):
     def add_model(self, name: str, hf_dir: Path | None = None, *, timeout: float = 120.0, **serving) -> str:
         """Write and load another LLM model (e.g. a slower one) into the running server."""
         write_llm_model(self.repo, name, hf_dir or self.hf_dir, **serving)
+        self.triton.load(name, timeout=timeout)
+        return name
+
+    def add_older_model(self, name: str, without: tuple = ("logprobs", "top_logprobs"), timeout: float = 120.0) -> str:
+        """Write and load a model as an older adapter's config had it: without those inputs and
+        outputs (Triton refuses a request that sends one: "unexpected inference input")."""
+        path = write_llm_model(self.repo, name, self.hf_dir)
+        config = text_format.Parse((path / "config.pbtxt").read_text(), mc.ModelConfig())
+        for fields in (config.input, config.output):
+            kept = [f for f in fields if f.name not in without]
+            del fields[:]
+            fields.extend(kept)
+        (path / "config.pbtxt").write_text(text_format.MessageToString(config))
         self.triton.load(name, timeout=timeout)
         return name
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -12,11 +13,15 @@ import requests
 
 class Load:
     """About `rate` requests/s against a gateway endpoint from a few threads; records
-    (time, status, variant, latency) of every reply."""
+    (time, status, variant, latency) of every reply. With `users`, each request carries one of
+    that many users in the sticky header (X-User-Id), as an experiment's traffic does, and
+    `exposed` records (request id, variant) of each 200 (what a client's feedback cites)."""
 
-    def __init__(self, url: str, rate: float = 120.0, threads: int = 4, body: str | None = None):
+    def __init__(self, url: str, rate: float = 120.0, threads: int = 4, body: str | None = None, users: int = 0):
         self.url, self.interval, self.threads = url, threads / rate, threads
         self.records: list[tuple[float, int, str, float]] = []
+        self.users, self.sent = users, itertools.count()
+        self.exposed: list[tuple[str, str]] = []
         self.stop_event = threading.Event()
         rng = np.random.default_rng(0)
         self.body = (
@@ -70,10 +75,13 @@ class Load:
         next_at = time.monotonic()
         while not self.stop_event.is_set():
             started = time.monotonic()
+            headers = {"Content-Type": "application/json"}
+            if self.users:
+                headers["X-User-Id"] = f"u{next(self.sent) % self.users}"
             try:
-                response = session.post(
-                    self.url, data=self.body, headers={"Content-Type": "application/json"}, timeout=5
-                )
+                response = session.post(self.url, data=self.body, headers=headers, timeout=5)
+                if self.users and response.status_code == 200:
+                    self.exposed.append((response.headers["X-Request-Id"], response.headers["X-Model-Variant"]))
                 self.records.append(
                     (
                         time.time(),

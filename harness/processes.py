@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from kernel.tritonserver import free_port  # noqa: F401 - the harness's one free-port helper
+from serving.tritonserver import free_port  # noqa: F401 - the harness's one free-port helper
 
 
 def spawn(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:

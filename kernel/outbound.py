@@ -1,6 +1,6 @@
 """Outbound HTTP to URLs that users configure (alert webhooks, LLM backend base URLs, a
 provider secret's origins), made so that it cannot reach inside. The rule itself is
-gateway/outbound_rules.py's, the one rule both doors apply (here when a URL is saved, in the
+gateway/contracts/outbound_rules.py's, the one rule both doors apply (here when a URL is saved, in the
 gateway at every connection to a tenant's backend): the host is resolved and refused when
 ANY of its addresses is loopback, link-local, private, multicast, reserved, unspecified,
 shared (CGNAT), a cloud metadata address or otherwise not globally routable, unless the
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from gateway import outbound_rules as rules
+from gateway.contracts import outbound_rules as rules
 from kernel.conf import setting
 
 SCHEMES = rules.SCHEMES

@@ -118,7 +118,7 @@ def event_line(event: dict, steps_bp: list) -> str:
         by = f" by {event['actor']}" if event.get("actor") else ""
         return f"{when}  created{by}"
     moved = f"{state_text(event.get('from_state'), steps_bp)} → {state_text(event.get('to_state'), steps_bp)}"
-    if event.get("action") not in ("status_changed", "transition"):  # "transition": servers before issue 23
+    if event.get("action") not in ("status_changed", "transition"):  # "transition": what older servers wrote
         moved = f"{event.get('action')}: {moved}"
     by = f" [{event['actor']}]" if event.get("actor") else ""
     return f"{when}  {moved}{by}  {event.get('reason') or ''}".rstrip()

@@ -38,7 +38,9 @@ SETTINGS = declare(
     Setting("MONITORING_JUDGE_ALPHA", 0.05, "the judge's error rate per decision"),
     Setting("MONITORING_ALERT_WEBHOOKS", [], "webhook URLs that receive every team's alerts"),
     Setting("MONITORING_ALERT_EMAILS", [], "addresses that receive every team's alerts"),
-    Setting("MONITORING_TARGETS", [], "more scrape targets, a JSON list (monitoring/targets.py)", kind="json"),
+    Setting(
+        "MONITORING_TARGETS", [], "more scrape targets, a JSON list (monitoring/collection/targets.py)", kind="json"
+    ),
     Setting(
         "MONITORING_PUBLIC_URL",
         lambda: f"http://localhost:{settings.PORT}",
@@ -62,7 +64,7 @@ get = getter(SETTINGS)
 
 
 def targets_json() -> list[dict]:
-    """MONITORING_TARGETS: a JSON list of scrape targets (see monitoring/targets.py)."""
+    """MONITORING_TARGETS: a JSON list of scrape targets (see monitoring/collection/targets.py)."""
     return list(setting("MONITORING_TARGETS"))
 
 

@@ -13,8 +13,8 @@ from django.views.decorators.vary import vary_on_headers
 
 from kernel.errors import PlatformError
 from kernel.redirects import redirect_next
-from monitoring import charts
-from monitoring.evidence_display import evidence_summary
+from monitoring.display import charts
+from monitoring.display.evidence import evidence_summary
 from monitoring.forms import SilenceForm
 from monitoring.models import AlertStatus
 from monitoring.selectors import alerts as alert_selectors

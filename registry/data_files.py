@@ -152,16 +152,8 @@ def _cast(name: str, array: np.ndarray, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(array.astype(want, copy=False))
 
 
-def check(arrays: dict[str, np.ndarray], signature: dict, *, label: str | None, max_rows: int) -> dict[str, np.ndarray]:  # noqa: C901 - one pass read top to bottom; split when next changed
-    """Inputs named and shaped as the signature says, one row count, a finite numeric label
-    when `label` is given. Returns the arrays to store (label under "label")."""
-    specs = {s["name"]: s for s in signature.get("inputs") or []}
-    if not specs:
-        raise InvalidInput(
-            "version: it has no input signature yet; data cannot be checked against it",
-            code="signature_missing",
-            field="version",
-        )
+def _check_names(arrays: dict, specs: dict, label: str | None) -> None:
+    """Every input the model takes, the label when one is named, and nothing else."""
     missing = [n for n in specs if n not in arrays]
     if missing:
         raise _bad(f"missing input(s) {missing}; the model takes {sorted(specs)}", "data_names")
@@ -176,24 +168,40 @@ def check(arrays: dict[str, np.ndarray], signature: dict, *, label: str | None, 
             + (f" and the label is {label!r}" if label else ""),
             "data_names",
         )
+
+
+def _shaped(name: str, array: np.ndarray, dims: list) -> np.ndarray:
+    """`array` in the input's shape (one value per row becomes [rows, 1] for a [batch, 1] input), or the 400 saying how it differs."""
+    if array.ndim == 0:
+        raise _bad(f"input {name!r} is a scalar; rows go on the first axis", "data_shape")
+    if dims and array.ndim == len(dims) - 1 and dims[-1] == 1:  # one value per row for a [batch, 1] input
+        array = array.reshape(*array.shape, 1)
+    if dims and array.ndim != len(dims):
+        raise _bad(f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (-1: any size)", "data_shape")
+    for axis, (have, want) in enumerate(zip(array.shape, dims)):
+        if axis > 0 and want not in (-1, None) and have != want:
+            raise _bad(
+                f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (dimension {axis} is {have}, not {want})",
+                "data_shape",
+            )
+    return array
+
+
+def check(arrays: dict[str, np.ndarray], signature: dict, *, label: str | None, max_rows: int) -> dict[str, np.ndarray]:
+    """Inputs named and shaped as the signature says, one row count, a finite numeric label
+    when `label` is given. Returns the arrays to store (label under "label")."""
+    specs = {s["name"]: s for s in signature.get("inputs") or []}
+    if not specs:
+        raise InvalidInput(
+            "version: it has no input signature yet; data cannot be checked against it",
+            code="signature_missing",
+            field="version",
+        )
+    _check_names(arrays, specs, label)
     out, rows = {}, None
     for name, spec in specs.items():
         array = arrays[name]
-        if array.ndim == 0:
-            raise _bad(f"input {name!r} is a scalar; rows go on the first axis", "data_shape")
-        dims = list(spec.get("shape") or [])
-        if dims and array.ndim == len(dims) - 1 and dims[-1] == 1:  # one value per row for a [batch, 1] input
-            array = array.reshape(*array.shape, 1)
-        if dims and array.ndim != len(dims):
-            raise _bad(
-                f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (-1: any size)", "data_shape"
-            )
-        for axis, (have, want) in enumerate(zip(array.shape, dims)):
-            if axis > 0 and want not in (-1, None) and have != want:
-                raise _bad(
-                    f"input {name!r} has shape {list(array.shape)}; the model takes {dims} (dimension {axis} is {have}, not {want})",
-                    "data_shape",
-                )
+        array = _shaped(name, array, list(spec.get("shape") or []))
         if rows is None:
             rows = array.shape[0]
         elif array.shape[0] != rows:

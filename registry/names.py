@@ -27,7 +27,7 @@
   is the one answer. A name held by a team the user can see says so ("already exists in
   team 'ads'"); a name held by any other team and a reserved word get the same 409
   `name_unavailable`, word for word, so a create never tells whether another team holds a
-  name (issue 28: no name oracle).
+  name (no name oracle).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def pytest_configure(config):
     # of their own (make run) keep the real hashers; none takes a password hashed here.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # Gateways the tests start serve /metrics without a token unless a test gives one
-    # (gateway/settings.py refuses to start otherwise; tests of the closed default unset this).
+    # (gateway/process/settings.py refuses to start otherwise; tests of the closed default unset this).
     os.environ.setdefault("GATEWAY_METRICS_OPEN", "1")
     # Every gateway a test starts without a gRPC port of its own takes this run's free one, not
     # 8081: gRPC binds with SO_REUSEPORT, so two runs (or xdist workers) on 8081 would share it.
@@ -35,6 +35,10 @@ def pytest_configure(config):
         hold.bind(("127.0.0.1", 0))
         _HELD_SOCKETS.append(hold)
         os.environ["GATEWAY_GRPC_PORT"] = str(hold.getsockname()[1])
+    # The suite's experiment store is PostgreSQL (make run's default, the embedded chdb, is owned
+    # by one process: the tests that need it open it or start its owner themselves).
+    if "EXPERIMENT_STORE" not in os.environ:
+        os.environ["EXPERIMENT_STORE"] = settings.EXPERIMENT_STORE = "postgres"
     if IN_CI:
         engine = settings.DATABASES["default"]["ENGINE"]
         if "postgresql" not in engine or settings.CELERY_BROKER_URL.startswith("filesystem://"):
@@ -56,6 +60,14 @@ def _isolated_var(tmp_path, settings):
     """Each test gets its own artifact store."""
     settings.ARTIFACT_ROOT = tmp_path / "artifacts"
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _fresh_route_cache():
+    """No route table built by an earlier test (its rows were rolled back with it)."""
+    from deployments.routes import route_cache_clear
+
+    route_cache_clear()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The admin console names things as people say them (issue 28): "Feedback", not
+"""The admin console names things as people say them: "Feedback", not
 "Feedbacks"; and no model of the platform's apps has a plural made by a bare "s" on a
 mass noun."""
 

@@ -71,11 +71,11 @@ def test_published_ports_match_settings_defaults():
 
 
 def test_the_gateway_is_published_on_loopback_unless_asked():
-    """Issue 10: compose published the gateway on all interfaces."""
+    """Compose published the gateway on all interfaces."""
     ports = COMPOSE["services"]["gateway"]["ports"]
     assert ports == [
         "${GATEWAY_PUBLISH_ADDR:-127.0.0.1}:8080:8080",
-        "${GATEWAY_PUBLISH_ADDR:-127.0.0.1}:8081:8081",  # KServe v2 gRPC (issue 24)
+        "${GATEWAY_PUBLISH_ADDR:-127.0.0.1}:8081:8081",  # KServe v2 gRPC
     ]
     assert "GATEWAY_METRICS_TOKEN" in COMPOSE["services"]["gateway"]["environment"]
     assert "GATEWAY_METRICS_TOKEN" in COMPOSE["services"]["worker"]["environment"]  # the collector sends it
@@ -86,7 +86,7 @@ LONG_RUNNING = ["postgres", "redis", "mlflow", "web", "worker", "beat", "pools",
 
 @pytest.mark.parametrize("name", LONG_RUNNING)
 def test_long_running_services_restart_and_have_a_health_check(name):
-    """Issue 11: one dead process must not stay dead (compose's side of `make run`'s supervisor)."""
+    """One dead process must not stay dead (compose's side of `make run`'s supervisor)."""
     service = COMPOSE["services"][name]
     assert service["restart"] in {"unless-stopped", "always", "on-failure"}, f"{name} is not restarted"
     test = service["healthcheck"]["test"]

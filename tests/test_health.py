@@ -16,7 +16,7 @@ def client(client, settings):
 
 
 def test_anyone_reads_the_status_alone(settings, staff):
-    """Issue 28: anonymous /healthz listed child pids and the worker's host."""
+    """Anonymous /healthz listed child pids and the worker's host."""
     from django.test import Client
 
     settings.HEALTHZ_TOKEN = TOKEN
@@ -86,7 +86,7 @@ def test_healthz_asks_the_gateway_over_http_and_a_hung_gateway_reads_as_down(cli
 
     import requests
 
-    from kernel.tritonserver import free_port
+    from serving.tritonserver import free_port
 
     routes = tmp_path / "routes.json"
     routes.write_text(json.dumps({"version": "h1", "endpoints": []}))
@@ -200,7 +200,7 @@ def test_the_feedback_component_is_down_while_an_endpoint_s_feedback_waits_too_l
     import redis
 
     from experiments.services import ingest
-    from gateway.feedback_rules import FEEDBACK_STREAMS, feedback_stream
+    from gateway.contracts.feedback_rules import FEEDBACK_STREAMS, feedback_stream
     from tests.conftest import require_service
 
     require_service("redis")

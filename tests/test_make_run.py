@@ -5,13 +5,13 @@ comes up, /healthz is 200 naming each component, the dashboard login works, the 
 demo inference and LLM examples answer through the gateway, the demo experiment is prepared
 in the background (after /healthz is up), it stays quiet while idle (no line per periodic
 task or route poll), 20 s of simulate_traffic through the real gateway give v2 a positive
-lift over v1 and the analysis ticks decide to ship it; then (issue 11 item 1) under inference
+lift over v1 and the analysis ticks decide to ship it; then under inference
 load through the gateway, SIGKILL the worker, beat and web in turn: not one inference request
 fails, and each comes back by itself (a new pid, its restart and the reason on /healthz as
 component "supervisor"); SIGKILL the gateway: it serves again within 3 s (its workers answer
 on while the new one starts beside them) and the restarted one serves once they are gone.
 Ctrl-C then stops every process it started (no tritonserver left behind). Until the URLs it
-says what it does at least every 10 s and warns about nothing (issue 35). One platform for
+says what it does at least every 10 s and warns about nothing. One platform for
 all of it: it is the suite's most expensive start."""
 
 import io
@@ -31,7 +31,7 @@ from django.core.management import call_command
 
 from config import demo
 from harness.processes import wait_for
-from kernel.tritonserver import free_port
+from serving.tritonserver import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,6 +105,7 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path, settings):
             "ARTIFACT_ROOT",
             "POOLS_DIR",
             "HEALTHZ_TOKEN",
+            "EXPERIMENT_STORE",  # the suite's PostgreSQL: make run's own default is chdb
         }
     }
     env.update(
@@ -138,7 +139,7 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path, settings):
                 pass
             time.sleep(0.5)
         assert health is not None and health.status_code == 200, log_path.read_text()[-4000:]
-        assert health.json() == {"status": "ok"}  # anyone: the status alone (issue 28)
+        assert health.json() == {"status": "ok"}  # anyone: the status alone
         token = (tmp_path / "var" / "healthz_token").read_text().strip()  # make run's, 0600
         assert (tmp_path / "var" / "healthz_token").stat().st_mode & 0o777 == 0o600
         health = requests.get(
@@ -152,13 +153,15 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path, settings):
             "beat",
             "pools",
             "gateway",
-            "routes",  # the route table the gateway serves is the one desired (issue 21)
+            "routes",  # the route table the gateway serves is the one desired
             "feedback",  # the ingest keeps up with every endpoint's feedback (docs/experiments.md)
+            "experiment-data",  # the embedded columnar store's owner (chdb: make run's default)
         }
         # the URLs follow /healthz's 200 (make run polls it too, then prints them)
         _wait_for(lambda: "dashboard: http" in log_path.read_text(), 30, "the URLs", log_path)
         output = log_path.read_text()
         _progress_until_the_urls(output, launched)
+        assert "experiment data: store chdb, in-process in the child experiment-data; log " in output
         password = re.search(r"login: admin / (\S+)", output).group(1)
         assert (tmp_path / "var" / "admin_password").read_text().strip() == password
 
@@ -185,7 +188,7 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path, settings):
             result.stdout[-2000:]
         )
 
-        # demo-llm (issue 27): the tiny LLM seeded as a public LLM endpoint, in the route table once
+        # demo-llm: the tiny LLM seeded as a public LLM endpoint, in the route table once
         # its Triton generate model is ready in pool demo-cpu
         assert "seed: public LLM endpoint demo-llm" in log_path.read_text(), log_path.read_text()[-4000:]
         deadline = time.monotonic() + 180
@@ -224,6 +227,7 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path, settings):
         assert '"GET /api/v1/gateway/routes' not in output and '"GET /healthz' not in output
         assert "stage benchmark done in" in output  # the meaningful events are still there
 
+        _readme_closes_the_loop(env, log_path)
         _demo_experiment_decides_to_ship(
             f"http://127.0.0.1:{port}", f"http://127.0.0.1:{gateway_port}", session, log_path
         )
@@ -255,6 +259,24 @@ def _progress_until_the_urls(output: str, launched: float) -> None:
     said = " ".join(what for _, what in stamped)
     assert "migrating the database" in said and "seeding the demo" in said and "everything is up" in said, said
     assert "WARNING" not in head, [line for line in head.splitlines() if "WARNING" in line]  # nothing is wrong
+
+
+def _readme_closes_the_loop(env: dict, log_path: Path) -> None:
+    """The README's loop as written (60 s of traffic instead of 120): single-item
+    requests logged with their inputs, a dataset of them once the attribution window closed (built
+    by the experiment-data process, which owns the store), v3 trained on it and registered, and the
+    offline AUC of v1, v2 and v3 on its later window."""
+    block = _readme_sh_block("build_dataset demo-ctr")
+    assert "--seconds 120" in block, block
+    script = block.replace("--seconds 120", "--seconds 60")
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    print(result.stdout[-3000:])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log_path.read_text()[-3000:]
+    aucs = dict(re.findall(r"demo-ctr (v\d)\b.*?: AUC (\d\.\d+)", result.stdout))
+    assert set(aucs) == {"v1", "v2", "v3"}, result.stdout[-3000:]
+    assert re.search(r"demo-ctr v3 \(v3\): AUC .*<- trained on this dataset", result.stdout), result.stdout[-3000:]
 
 
 def _demo_experiment_decides_to_ship(base: str, gateway: str, session, log_path: Path) -> None:
@@ -295,7 +317,10 @@ def _demo_experiment_decides_to_ship(base: str, gateway: str, session, log_path:
     # more exposures than the other; the units (the randomization unit) split evenly.
     assert all(a["units"] >= 20 and a["exposures"] >= 50 for a in arms.values()), platform_log()
     assert sum(a["exposures"] for a in arms.values()) > 400, platform_log()
-    assert candidate["lift"] > 0.5 and candidate["lower"] > 0, results
+    # The README's loop ran first: its single-item requests show both arms the same item (no true
+    # difference), so v2's lift on ranked lists (> 0.5 alone) is diluted by their share of the
+    # exposures (~0.25 here); what must hold is a positive always-valid lower bound
+    assert candidate["lift"] > 0.1 and candidate["lower"] > 0, results
     assert not results["srm"]["flagged"]
     # The analysis ticks (every 15 s) decide: ship v2, its machine guardrails passing or pending
     # (PSI is shown, not judged: v2 is meant to score differently from the random v1).

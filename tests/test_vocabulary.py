@@ -1,4 +1,4 @@
-"""One owner per vocabulary (issue 23): every audit event's action is a member of
+"""One owner per vocabulary: every audit event's action is a member of
 registry.models.EventAction, read from the code itself (like test_architecture), and every
 member is written by some service, so the enum is exactly the trail's vocabulary."""
 
@@ -147,7 +147,7 @@ def test_variant_roles_are_the_route_tables():
 
     from deployments.rollout_machine import VariantRole
 
-    schema = json.loads((ROOT / "gateway" / "route_table.schema.json").read_text())
+    schema = json.loads((ROOT / "gateway" / "contracts" / "route_table.schema.json").read_text())
     roles = []
 
     def find(node):
@@ -167,7 +167,7 @@ def test_variant_roles_are_the_route_tables():
 def test_the_arm_judge_says_every_guardrail_status_and_the_results_schema_lists_them():
     from experiments.analysis import ArmDecision
     from experiments.api.results_schema import DECISIONS, GUARDRAIL_STATUS
-    from monitoring.evidence import GuardrailStatus
+    from monitoring.judge.evidence import GuardrailStatus
     from monitoring.services.arm_guardrails import STATUS
 
     assert set(STATUS.values()) == set(GuardrailStatus)

@@ -9,7 +9,7 @@ The path of one rollout tick here and in the beat (monitoring/services/canary.py
                         and fault; gateway_request_duration_seconds buckets, the gateway's
                         BUCKETS; gateway_failovers_total by from_variant; prediction-score
                         buckets), kept cumulative as the gateway keeps them (`GatewayCounters`)
-  scrape (every 2 s)    collect.gateway_snapshot_samples -> collect.gateway_deltas -> collect.derive:
+  scrape (every 2 s)    gateway_samples.gateway_snapshot_samples -> gateway_samples.gateway_deltas -> collect.derive:
                         the collector's code, so a failed-over canary attempt is one request
                         and one error of the canary, as the store has it
   windows               windows.arms_from_rows on each scrape's rows; a window since a time
@@ -41,19 +41,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deployments.rollout_machine import FULL_BP, Decision, Plan, Split, State, on_tick
-from gateway.metrics import BUCKETS
-from gateway.scores import SCORE_BUCKETS
-from monitoring import collect
-from monitoring.evidence import ArmWindow, JudgeConfig
-from monitoring.judge import judge
-from monitoring.windows import arms_from_rows, wanted
+from gateway.telemetry.metrics import BUCKETS
+from gateway.telemetry.scores import SCORE_BUCKETS
+from monitoring.collection import collect, gateway_samples
+from monitoring.judge.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.verdict import judge
+from monitoring.judge.windows import arms_from_rows, wanted
 
 ENDPOINT = "bench-judge"
 STABLE, BASELINE, CANDIDATE = "stable", "stable-baseline", "candidate"  # the beat names a baseline "<stable>-baseline"
 VARIANTS = (STABLE, BASELINE, CANDIDATE)
 SCRAPE_S = 2.0  # config/celery.py: monitoring-collect every 2 s
 PROMOTE_GRACE_S = 30.0  # deployments/services/rollouts.py rollout_start's default
-NAMES = collect.GatewayNames()
+NAMES = gateway_samples.GatewayNames()
 LATENCY_EDGES = np.asarray(BUCKETS)  # bucket i holds bisect_left(BUCKETS, seconds) == i; the last is +Inf
 SCORE_EDGES = np.asarray(SCORE_BUCKETS)
 
@@ -64,7 +64,7 @@ def _le(edge: float) -> str:
 
 @dataclass
 class GatewayCounters:
-    """One endpoint's cumulative counters as the gateway exposes them (gateway/metrics.py)."""
+    """One endpoint's cumulative counters as the gateway exposes them (gateway/telemetry/metrics.py)."""
 
     requests: dict = field(default_factory=lambda: defaultdict(float))  # (variant, status, fault) -> n
     latency: dict = field(default_factory=lambda: {v: np.zeros(len(BUCKETS) + 1) for v in VARIANTS})
@@ -136,10 +136,10 @@ class GatewayCounters:
 def scrape(counters: GatewayCounters, previous: dict, time_s: float, seconds: float = SCRAPE_S):
     """(snapshot, rows): one scrape through the collector's code; rows are the store's
     (variant, metric, time, value) of what the judge reads."""
-    snapshot = collect.gateway_snapshot_samples(counters.samples(), NAMES)
+    snapshot = gateway_samples.gateway_snapshot_samples(counters.samples(), NAMES)
     rows = []
     if previous:
-        for (endpoint, variant), totals in collect.gateway_deltas(
+        for (endpoint, variant), totals in gateway_samples.gateway_deltas(
             previous, snapshot, seconds=seconds, names=NAMES
         ).items():
             if endpoint == ENDPOINT and variant in VARIANTS:
@@ -148,31 +148,47 @@ def scrape(counters: GatewayCounters, previous: dict, time_s: float, seconds: fl
 
 
 class Window:
-    """The judge's window since a time: the per-scrape windows of arms_from_rows joined."""
+    """The judge's window since a time: the per-scrape windows of arms_from_rows joined. With
+    `pooled`, also the stable and the baseline as one arm (`self.pooled`: the error-rate
+    control judge_rollout builds with ArmWindow.plus over the whole window), joined scrape by
+    scrape from each scrape's plus, so no look re-adds the whole window (equal to plus over
+    the joined windows: tests/bench/test_judge_sim.py)."""
 
-    def __init__(self, variants=VARIANTS):
+    def __init__(self, variants=VARIANTS, pooled: bool = False):
         self.arms = {v: ArmWindow() for v in variants}
+        self.pooled = ArmWindow() if pooled else None
 
     def add(self, rows: list) -> None:
-        for variant, tick in arms_from_rows(rows, list(self.arms)).items():
-            arm = self.arms[variant]
-            if tick.llm_ticks or tick.ttft_buckets or tick.itl_buckets:
-                raise ValueError("LLM series: the benchmark replays tensor endpoints only")
-            arm.ticks.extend(tick.ticks)
-            arm.shared_failures.extend(tick.shared_failures or [0.0] * len(tick.ticks))
-            arm.latency_ticks.extend(tick.latency_ticks)
-            for le, n in tick.latency_buckets.items():
-                arm.latency_buckets[le] = arm.latency_buckets.get(le, 0.0) + n
-            if tick.score_bins:
-                arm.score_bins = (
-                    [a + b for a, b in zip(arm.score_bins, tick.score_bins)]
-                    if arm.score_bins
-                    else list(tick.score_bins)
-                )
+        ticks = arms_from_rows(rows, list(self.arms))
+        for variant, tick in ticks.items():
+            _join(self.arms[variant], tick)
+        if self.pooled is not None:
+            _join(self.pooled, _filled(ticks[STABLE]).plus(_filled(ticks[BASELINE])))
+
+
+def _filled(tick: ArmWindow) -> ArmWindow:
+    """A scrape's window with its shared failures as Window keeps them (zeros when uncounted)."""
+    tick.shared_failures = tick.shared_failures or [0.0] * len(tick.ticks)
+    return tick
+
+
+def _join(arm: ArmWindow, tick: ArmWindow) -> None:
+    """One scrape's window appended to `arm`'s."""
+    if tick.llm_ticks or tick.ttft_buckets or tick.itl_buckets:
+        raise ValueError("LLM series: the benchmark replays tensor endpoints only")
+    arm.ticks.extend(tick.ticks)
+    arm.shared_failures.extend(tick.shared_failures or [0.0] * len(tick.ticks))
+    arm.latency_ticks.extend(tick.latency_ticks)
+    for le, n in tick.latency_buckets.items():
+        arm.latency_buckets[le] = arm.latency_buckets.get(le, 0.0) + n
+    if tick.score_bins:
+        arm.score_bins = (
+            [a + b for a, b in zip(arm.score_bins, tick.score_bins)] if arm.score_bins else list(tick.score_bins)
+        )
 
 
 def judge_config(endpoint_defaults: dict, alpha: float) -> JudgeConfig:
-    """monitoring/services/canary.judge_config_for on an endpoint with these fields."""
+    """monitoring/selectors/judge_config.judge_config_for on an endpoint with these fields."""
     return JudgeConfig(alpha=alpha, **endpoint_defaults)
 
 
@@ -211,7 +227,9 @@ def judge_rollout_tick(
     """monitoring/services/canary.judge_rollout's call of the judge: (decision, step requests)."""
     control = BASELINE if plan.baseline and split.baseline_bp > 0 else STABLE
     pooled = [STABLE, BASELINE] if plan.baseline else []
-    error_control = anchored.arms[STABLE].plus(anchored.arms[BASELINE]) if pooled else None
+    error_control = None
+    if pooled:  # Window(pooled=True) keeps it joined; else ArmWindow.plus as judge_rollout does
+        error_control = anchored.pooled or anchored.arms[STABLE].plus(anchored.arms[BASELINE])
     decision = judge(
         anchored.arms[control],
         anchored.arms[CANDIDATE],

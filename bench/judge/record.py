@@ -98,7 +98,7 @@ class Client:
     """The open-loop client: one request per Poisson arrival, each timed and recorded."""
 
     def __init__(self, url: str, bodies: list[bytes]):
-        from gateway.upstream import Pool
+        from gateway.wire.upstream import Pool
 
         host = url.partition("//")[2]
         self.pool = Pool(f"http://{host}", max_idle=512)

@@ -11,7 +11,7 @@ trace recorded at 150 req/s stands for 20, 200 or 2,000 req/s with its own noise
 higher rate would add in queueing is not in it). Which recorded arm plays the stable, the
 baseline and the candidate is drawn per seed.
 
-The gateway's semantics (gateway/infer.py, gateway/failover.py): a canary or baseline
+The gateway's semantics (gateway/v2/infer.py, gateway/v2/failover.py): a canary or baseline
 attempt that fails (a recorded failover, an injected error, latency past the attempt
 timeout of 500 ms, an outage) is failed over to the stable: the gateway counts it under the
 stable with the whole request's time (or the stable's own error when it fails too) and adds
@@ -28,9 +28,9 @@ from bench.judge.faults import Fault
 from bench.judge.traces import Trace
 from deployments.rollout_machine import Split
 
-ATTEMPT_TIMEOUT_S = 0.5  # gateway/routes.py: a canary's or baseline's attempt timeout is half the endpoint's 1 s
+ATTEMPT_TIMEOUT_S = 0.5  # gateway/table/routes.py: a canary's or baseline's attempt timeout is half the endpoint's 1 s
 OUTAGE_LATENCY_S = 0.0005  # a refused connection answers at once
-STABLE_SCORE_RATE = 0.05  # gateway/scores.py GATEWAY_SCORE_SAMPLE_RATE's default
+STABLE_SCORE_RATE = 0.05  # gateway/telemetry/scores.py GATEWAY_SCORE_SAMPLE_RATE's default
 
 
 class Traffic:

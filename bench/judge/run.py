@@ -20,7 +20,9 @@ import multiprocessing
 import os
 import time
 
-from bench.common import print_table, write_json
+import numpy as np
+
+from bench.common import out_dir, print_table, write_json
 from bench.judge import adapter, report, traces
 from bench.judge.faults import HEALTHY, by_name, catalogue
 from bench.judge.sim import Spec, simulate
@@ -38,7 +40,7 @@ def _one(spec: Spec) -> dict:
 
 
 def splits_for(rate: float, config) -> dict[str, tuple[int, ...]]:
-    from monitoring.forecast import suggest_steps
+    from monitoring.judge.forecast import suggest_steps
 
     return {"default": tuple(DEFAULT_STEPS_BP), "suggested": tuple(suggest_steps(rate, config))}
 
@@ -57,18 +59,70 @@ def specs(trace_names, rates, config, aa_per_cell: int, faults_per_cell: int, se
     return out
 
 
-def run_rollouts(all_specs: list[Spec], config, loaded, workers: int) -> list[dict]:
-    results = []
+def _key(spec: Spec) -> str:
+    return f"{spec.trace}|{spec.rate:g}|{spec.split}|{spec.fault}|{spec.seed}"
+
+
+def _done(path) -> dict[str, dict]:
+    """The rollouts a checkpoint already holds, by spec (a line cut short by a kill is skipped)."""
+    import json
+
+    done = {}
+    if path is not None and path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            done[row.pop("key")] = row
+    return done
+
+
+def run_rollouts(
+    all_specs: list[Spec], config, loaded, workers: int, checkpoint=None, budget_s: float | None = None
+) -> list[dict]:
+    """Every spec's result; with `checkpoint` (a JSON-lines path) each result is appended as it
+    comes and the rollouts it already holds are not run again (a long run killed part way
+    resumes where it stopped, with the same seeds: the results are the same). `budget_s`:
+    no new rollout after that many seconds (those done are returned; the order is a fixed
+    shuffle, so they are a sample of every cell and class; --resume finishes the run)."""
+    import json
+
+    done = _done(checkpoint)
+    results = [done[_key(s)] for s in all_specs if _key(s) in done]
+    todo = [s for s in all_specs if _key(s) not in done]
     started = time.monotonic()
+    if results:
+        print(f"  {len(results)} rollouts from {checkpoint}, {len(todo)} to run", flush=True)
+    if budget_s is not None and budget_s <= 0:
+        return results
+    # interleaved across cells and classes (a fixed shuffle), so a run stopped part way is a
+    # sample of every cell, and the slowest rollouts (low rates) are spread over the run
+    order = np.random.default_rng(12345).permutation(len(todo))
+    ordered = [todo[i] for i in order]
     ctx = multiprocessing.get_context("fork")
-    # the slowest rollouts first (low rates run longest), so the pool's tail is short
-    ordered = sorted(all_specs, key=lambda s: s.rate)
-    with ctx.Pool(workers, initializer=_init, initargs=(config, loaded)) as pool:
-        for i, result in enumerate(pool.imap_unordered(_one, ordered, chunksize=4), start=1):
-            results.append(result)
-            if i % max(1, len(ordered) // 10) == 0:
-                print(f"  {i}/{len(ordered)} rollouts, {time.monotonic() - started:.0f} s", flush=True)
+    sink = open(checkpoint, "a") if checkpoint is not None else None  # noqa: SIM115 (closed below)
+    try:
+        with ctx.Pool(workers, initializer=_init, initargs=(config, loaded)) as pool:
+            for i, (spec, result) in enumerate(pool.imap_unordered(_keyed, ordered, chunksize=2), start=1):
+                results.append(result)
+                if sink is not None:
+                    sink.write(json.dumps({"key": _key(spec), **result}) + "\n")
+                    sink.flush()
+                if i % max(1, len(ordered) // 20) == 0:
+                    print(f"  {i}/{len(ordered)} rollouts, {time.monotonic() - started:.0f} s", flush=True)
+                if budget_s is not None and time.monotonic() - started > budget_s:
+                    print(f"  the budget of {budget_s:g} s is spent: {len(results)} rollouts done", flush=True)
+                    pool.terminate()
+                    break
+    finally:
+        if sink is not None:
+            sink.close()
     return results
+
+
+def _keyed(spec: Spec) -> tuple[Spec, dict]:
+    return spec, _one(spec)
 
 
 def _print_rollouts(summary: dict, rates, wall_s: float) -> None:
@@ -100,12 +154,13 @@ def table(argv: list[str]) -> int:
     import json
     from pathlib import Path
 
-    from bench.common import out_dir
     from bench.judge import experiments_sim
 
     path = Path(argv[0]) if argv else out_dir() / "judge.json"
     data = json.loads(path.read_text())
     summary = report.summarize(data["rollouts"])
+    if not data.get("complete", True):
+        print(f"PARTIAL: {len(data['rollouts'])} of {data['rollouts_planned']} rollouts")
     _print_rollouts(summary, data["rates"], data["rollouts_wall_s"])
     if data.get("experiments"):
         experiments_sim.print_summary(data["experiments"])
@@ -130,6 +185,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="judge", help="var/bench/OUT.json")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no rollout after this many seconds; the tables then cover those done (a sample of every "
+        "cell: the order is a fixed shuffle) and say so; --resume later finishes the run",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep var/bench/OUT-rollouts.jsonl (every finished rollout, appended as it ends) and run only "
+        "the rollouts it lacks; without it the file starts empty",
+    )
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     loaded = traces.load_all()
@@ -141,7 +209,13 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     all_specs = specs(list(loaded), rates, config, args.aa_per_cell, args.faults_per_cell, args.seed)
     print(f"{len(all_specs)} rollouts on traces {list(loaded)} at {rates} req/s, {args.workers} workers")
-    results = run_rollouts(all_specs, config, loaded, args.workers)
+    checkpoint = out_dir() / f"{args.out}-rollouts.jsonl"
+    if not args.resume:
+        checkpoint.unlink(missing_ok=True)
+    results = run_rollouts(all_specs, config, loaded, args.workers, checkpoint, args.budget_s)
+    complete = len(results) == len(all_specs)
+    if not complete:
+        print(f"PARTIAL: {len(results)} of {len(all_specs)} rollouts (python -m bench judge --resume finishes it)")
     rollouts_s = time.monotonic() - started
     summary = report.summarize(results)
     experiments = None
@@ -168,6 +242,8 @@ def main(argv: list[str]) -> int:
             "workers": args.workers,
             "wall_s": round(wall_s, 1),
             "rollouts_wall_s": round(rollouts_s, 1),
+            "rollouts_planned": len(all_specs),
+            "complete": complete,
             "summary": summary,
             "published": report.PUBLISHED,
             "experiments": experiments,

@@ -19,9 +19,9 @@ from bench.judge import adapter
 from bench.judge.adapter import CANDIDATE, GatewayCounters, Window
 from bench.judge.faults import Fault
 from bench.judge.replay import Traffic
-from bench.judge.traces import Trace
+from bench.judge.traces import ARMS, Trace
 from deployments.rollout_machine import DEFAULT_PLAN, Plan, State, split_for
-from monitoring.evidence import JudgeConfig
+from monitoring.judge.evidence import JudgeConfig
 
 OUTCOMES = {State.SUCCEEDED: "promoted", State.ROLLING_BACK: "rolled_back", State.PAUSED: "paused"}
 
@@ -60,7 +60,7 @@ def simulate(spec: Spec, trace: Trace, fault: Fault, config: JudgeConfig, *, arm
     traffic = Traffic(trace, rate=spec.rate, fault=fault, seed=spec.seed, arm_of=arm_of)
     phase = int(traffic.rng.integers(0, 2))  # when in the 2 s the collector scrapes
     counters, snapshot = GatewayCounters(), {}
-    anchored, step = Window(), Window()
+    anchored, step = Window(pooled=plan.baseline), Window()
     state, step_index, step_started, promoting_since = State.CANARY, 0, 0.0, None
     split = split_for(state, step_index, plan)
     previous, last, fresh = {}, None, False
@@ -94,7 +94,9 @@ def simulate(spec: Spec, trace: Trace, fault: Fault, config: JudgeConfig, *, arm
         if decision.to_state is None:
             continue
         if decision.to_state in OUTCOMES:
-            return _result(spec, fault, OUTCOMES[decision.to_state], t, decision.reason, last, steps_seen, anchored)
+            return _result(
+                spec, fault, OUTCOMES[decision.to_state], t, decision.reason, last, steps_seen, anchored, traffic
+            )
         if decision.to_state == State.PROMOTING:
             promoting_since = t
         elif decision.step_index != step_index or decision.to_state != state:
@@ -103,10 +105,10 @@ def simulate(spec: Spec, trace: Trace, fault: Fault, config: JudgeConfig, *, arm
         state, step_index = decision.to_state, decision.step_index
         split = split_for(state, step_index, plan)
         fresh = True  # a new split or step window: the judge looks again
-    return _result(spec, fault, "unfinished", t, "past every step's deadline", last, steps_seen, anchored)
+    return _result(spec, fault, "unfinished", t, "past every step's deadline", last, steps_seen, anchored, traffic)
 
 
-def _result(spec: Spec, fault: Fault, outcome: str, t: float, reason: str, last, steps_seen, anchored) -> dict:
+def _result(spec: Spec, fault: Fault, outcome: str, t: float, reason: str, last, steps_seen, anchored, traffic) -> dict:
     failed = [c["name"] for c in last.checks if c["outcome"] == "fail"] if last else []
     waiting = [c["name"] for c in last.checks if c["outcome"] == "inconclusive"] if last else []
     return {
@@ -123,4 +125,7 @@ def _result(spec: Spec, fault: Fault, outcome: str, t: float, reason: str, last,
         "waiting_checks": waiting,  # what the last verdict still waited for (a paused rollout's why)
         "last_step": steps_seen[-1],
         "candidate_requests": int(anchored.arms[CANDIDATE].requests),
+        # which recorded process played each variant (a paused A/A's other why: two processes
+        # of one model whose tails differ)
+        "arms": {variant: ARMS[index] for variant, index in traffic.arm_of.items()},
     }

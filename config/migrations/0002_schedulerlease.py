@@ -1,4 +1,4 @@
-# Beat's lease (issue 26): exactly one Celery beat sends the periodic tasks.
+# Beat's lease: exactly one Celery beat sends the periodic tasks.
 
 from django.db import migrations, models
 

@@ -1,4 +1,4 @@
-"""The rollout actions added for the CLI's verbs (issue 28), as mixins of the viewsets in
+"""The rollout actions added for the CLI's verbs, as mixins of the viewsets in
 deployments/api/rollouts.py: GET /rollouts/{id}/status/ (everything a live view shows, in
 one request, with an ETag: a bodiless 304 on If-None-Match while nothing changed),
 POST /rollouts/{id}/retry/ and POST /endpoints/{name}/undo/ (new rollouts started from an

@@ -6,15 +6,18 @@ If-None-Match), what `modelplane rollout watch` polls.
 /api/v1/endpoints/ (by name), /api/v1/endpoints/{name}/rollouts/,
 /api/v1/rollouts/{id}/ with POST …/{promote|pause|resume|rollback|retry}/,
 POST /api/v1/endpoints/{name}/undo/ (back to the previous stable), and
-/api/v1/gateway/routes (ETag; 304 on If-None-Match) for the gateway.
+/api/v1/gateway/routes (ETag; 304 on If-None-Match; held until a change with ?wait=) for the gateway.
 
-Why this is one long module: the endpoint serializers carry the LLM settings (issue 27)
+Why this is one long module: the endpoint serializers carry the LLM settings
 beside the tensor ones, and endpoints, rollouts and the route table view share them.
 """
 
+import threading
+import time
+
 from django.contrib.auth.models import Permission
 from django.db.models import Q
-from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, permissions, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -89,6 +92,15 @@ class EndpointSerializer(StrictModelSerializer):
         return variant_name(endpoint.stable_artifact) if endpoint.stable_artifact_id else None
 
 
+class NumberField(serializers.FloatField):
+    """A float that is a number: JSON true/false (which FloatField reads as 1.0/0.0) is refused."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class EndpointUpdateSerializer(serializers.Serializer):
     capture_share = serializers.FloatField(
         required=False,
@@ -99,7 +111,7 @@ class EndpointUpdateSerializer(serializers.Serializer):
     ttft_slo_ms = serializers.FloatField(required=False, help_text="LLM endpoints: time-to-first-token p99 SLO.")
     itl_slo_ms = serializers.FloatField(required=False, help_text="LLM endpoints: inter-token latency p99 SLO.")
     psi_threshold = serializers.FloatField(required=False)
-    latency_margin = serializers.FloatField(
+    latency_margin = NumberField(
         required=False,
         allow_null=True,
         help_text="Candidate latency may exceed the control's by this fraction; null: derived from the p99 SLO's "
@@ -419,19 +431,65 @@ class CanReadRoutes(permissions.BasePermission):
         return granted.filter(Q(user=user) | Q(group__user=user)).exists()
 
 
+LONG_POLL_MAX_S = 25.0  # the longest `wait` a poll may ask for
+LONG_POLL_STEP_S = 0.2  # how often a held poll looks at the generation: a change answers it within this
+# polls each web process holds at once (its threads are shared with people): past it a poll is answered at once
+_held_polls = threading.BoundedSemaphore(2)
+_held_lock = threading.Lock()
+_held_last: dict = {"at": -1.0, "table": None}
+
+
+def _table_for_held_polls() -> dict:
+    """The table as of at most LONG_POLL_STEP_S ago: the polls this process holds (one per
+    gateway worker) share one look at the generation per step."""
+    with _held_lock:
+        now = time.monotonic()
+        if now - _held_last["at"] >= LONG_POLL_STEP_S * 0.9:
+            _held_last.update(at=now, table=route_table())
+        return _held_last["table"]
+
+
 class GatewayRoutesView(APIView):
-    """The route table the gateway polls (contract: gateway/route_table.schema.json)."""
+    """The route table the gateway polls (contract: gateway/contracts/route_table.schema.json).
+
+    `?wait=S` (0-25) with the current ETag in If-None-Match: the poll is held until the table
+    changes (200 with the new table) or S seconds pass (304), a long poll; the table is
+    compared each LONG_POLL_STEP_S (one query while nothing changed: deployments/routes.py).
+    Each process holds at most two; past that, and without `wait`, a poll is answered at once."""
 
     permission_classes = [CanReadRoutes]
 
-    @extend_schema(responses={200: dict, 304: None}, summary="Gateway route table (ETag / If-None-Match)")
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "wait",
+                float,
+                description="seconds (0-25) to hold a poll whose If-None-Match is current, until the table changes",
+            )
+        ],
+        responses={200: dict, 304: None},
+        summary="Gateway route table (ETag / If-None-Match, long poll with ?wait=)",
+    )
     def get(self, request):
+        try:
+            wait = float(request.query_params.get("wait") or 0)
+        except ValueError:
+            raise InvalidInput("wait must be a number of seconds (0-25).", code="invalid_wait", field="wait") from None
+        if not 0 <= wait <= LONG_POLL_MAX_S:  # NaN fails this too
+            raise InvalidInput("wait must be a number of seconds (0-25).", code="invalid_wait", field="wait")
+        tags = [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]
         table = route_table()
         etag = f'"{table["version"]}"'
-        if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
-            response = Response(status=304)
-        else:
-            response = Response(table)
+        if etag in tags and wait > 0 and _held_polls.acquire(blocking=False):
+            try:
+                deadline = time.monotonic() + wait
+                while etag in tags and time.monotonic() < deadline:
+                    time.sleep(min(LONG_POLL_STEP_S, max(0.0, deadline - time.monotonic())))
+                    table = _table_for_held_polls()
+                    etag = f'"{table["version"]}"'
+            finally:
+                _held_polls.release()
+        response = Response(status=304) if etag in tags else Response(table)
         response["ETag"] = etag
         response["Cache-Control"] = "no-cache"
         return response

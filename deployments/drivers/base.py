@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernel.triton import TritonError, TritonHTTP
+from serving.triton import TritonError, TritonHTTP
 
 PENDING_METRIC = "nv_inference_pending_request_count"
 

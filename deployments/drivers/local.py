@@ -32,8 +32,8 @@ from pathlib import Path
 
 from deployments.drivers import liveness
 from deployments.drivers.base import DriverError, ModelDir, PoolDriver, PoolSpec, ReplicaInfo
-from kernel import tritonserver
-from kernel.triton import TritonHTTP, health_probe
+from serving import tritonserver
+from serving.triton import TritonHTTP, health_probe
 
 log = logging.getLogger("deployments.pools")
 START_GRACE_S = 60.0  # a process never live this long after its start is killed and restarted

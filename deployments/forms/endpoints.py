@@ -161,6 +161,8 @@ class EndpointForm(forms.Form):
             out = {key: value for key, value in out.items() if key in self.changed_data}
             if "llm_fallbacks" in self.changed_data and data.get("llm_fallbacks") == []:
                 out["llm_fallbacks"] = []  # emptied: no fallbacks any more
+            if "latency_margin" in self.changed_data and data.get("latency_margin") is None:
+                out["latency_margin"] = None  # emptied: derived from the SLO's headroom again
             return out
         kind = data.get("kind") or "tensor"
         out = {key: value for key, value in out.items() if key in self.changed_data or key not in KIND_DEFAULT_FIELDS}

@@ -1,4 +1,4 @@
-# Pools that scale (issue 26): what the HPA scales on, and the Secret with the object store's credentials.
+# Pools that scale: what the HPA scales on, and the Secret with the object store's credentials.
 
 from django.db import migrations, models
 

@@ -1,6 +1,6 @@
 """Deployments data (app label "deployments"): serving pools in pools.py, endpoints and
 rollouts in rollouts.py, inference keys in keys.py, releases (build → tune → canary) in
-releases.py. Data and invariants only; writes go
+releases.py, route table changes in routes.py. Data and invariants only; writes go
 through deployments.services."""
 
 from deployments.models.keys import InferenceKey
@@ -17,6 +17,7 @@ from deployments.models.pools import (
 )
 from deployments.models.releases import Release, ReleaseState
 from deployments.models.rollouts import Endpoint, Rollout
+from deployments.models.routes import RouteChange
 
 __all__ = [
     "DeviceKind",
@@ -32,5 +33,6 @@ __all__ = [
     "ReleaseState",
     "ReplicaStatus",
     "Rollout",
+    "RouteChange",
     "ServingPool",
 ]

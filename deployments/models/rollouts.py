@@ -59,7 +59,7 @@ class Endpoint(models.Model):
         blank=True,
         help_text="LLM endpoints: candidate inter-token latency p99 above this fails the guardrail.",
     )
-    # LLM endpoints (kind llm): the route table's llm_endpoint settings (gateway/route_table.schema.json)
+    # LLM endpoints (kind llm): the route table's llm_endpoint settings (gateway/contracts/route_table.schema.json)
     first_token_timeout_ms = models.PositiveIntegerField(
         default=30_000,
         db_default=30_000,
@@ -86,7 +86,7 @@ class Endpoint(models.Model):
     slo_error_rate = models.FloatField(default=0.01, help_text="Candidate error rate above this fails the guardrail.")
     psi_threshold = models.FloatField(default=0.25, help_text="Prediction-score PSI (candidate vs stable) guardrail.")
     # Practical significance of a latency difference; None (the default): derived from the p99
-    # SLO's headroom over the control's own p99, 10-30 % (monitoring/paired.py margin_for;
+    # SLO's headroom over the control's own p99, 10-30 % (monitoring/judge/paired.py margin_for;
     # docs/rollouts.md, "Latency margin").
     latency_margin = models.FloatField(
         null=True,

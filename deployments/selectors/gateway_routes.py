@@ -1,8 +1,8 @@
-"""What the gateway serves against what the control plane wants it to serve (issue 21).
+"""What the gateway serves against what the control plane wants it to serve.
 
 The desired route table is `deployments.routes.route_table()` (its `version` is a digest
 of its content); the served one is what the gateway's `/status` says: the version it
-applied and the entries it refused (gateway/route_checks.py). Read live, with a short
+applied and the entries it refused (gateway/table/checks.py). Read live, with a short
 timeout and a few seconds' cache, by `/healthz` (config/health.py) and the endpoint page.
 
 `behind` is true when the gateway does not serve the desired table for a reason that
@@ -70,7 +70,7 @@ def route_sync(status: dict | None, desired: str, error: str = "") -> dict:
     endpoints = {
         r.get("name"): {"code": r.get("code"), "reason": r.get("reason")}
         for r in refused
-        if r.get("kind") in ("endpoint", "llm_endpoint")  # one namespace (gateway/route_checks.py)
+        if r.get("kind") in ("endpoint", "llm_endpoint")  # one namespace (gateway/table/checks.py)
     }
     stale = bool(routes.get("stale"))
     return {
@@ -103,7 +103,7 @@ def gateway_route_sync(*, url: str | None = None, timeout: float = 1.0, cached: 
 
 
 def route_table_problems() -> dict:
-    """What the control plane could not put in the route table as its rows ask (issue 21):
+    """What the control plane could not put in the route table as its rows ask:
     {"endpoints": {name: {code, reason, served, team_id}}, "keys": {key id: {...}}}, served
     "stable" (its stable alone) or "none" (left out). For the collector's alerts."""
     _, endpoints, keys = route_build()

@@ -4,7 +4,16 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from deployments.drivers import driver_for
 from deployments.drivers.base import DriverError
-from deployments.models import PoolModel, PoolModelState, PoolReplica, PoolSecretBinding, ReplicaStatus, ServingPool
+from deployments.models import (
+    PoolDriver,
+    PoolModel,
+    PoolModelState,
+    PoolReplica,
+    PoolSecretBinding,
+    PoolStatus,
+    ReplicaStatus,
+    ServingPool,
+)
 from kernel.errors import NotFound, scrub_paths
 from registry.models import Artifact
 from registry.selectors.builds import artifact_get as registry_artifact_get
@@ -91,6 +100,19 @@ def replica_log_tail(*, pool: ServingPool, replica: str, lines: int = 60) -> str
     except DriverError as exc:
         tail = str(exc)
     return scrub_paths(tail)  # Triton logs its model repository's absolute paths; the server's layout stays private
+
+
+def local_pools_steady() -> bool:
+    """Whether every local pool is READY with every replica READY and no model loading or
+    draining: the pool supervisor then ticks at its steady rate (run_pools --steady-interval)."""
+    pools = ServingPool.objects.filter(driver=PoolDriver.LOCAL)
+    if pools.exclude(status=PoolStatus.READY).exists():
+        return False
+    if PoolReplica.objects.filter(pool__driver=PoolDriver.LOCAL).exclude(status=ReplicaStatus.READY).exists():
+        return False
+    return not PoolModel.objects.filter(
+        pool__driver=PoolDriver.LOCAL, state__in=[PoolModelState.LOADING, PoolModelState.DRAINING]
+    ).exists()
 
 
 def ready_replicas(*, pool_ids) -> list[PoolReplica]:

@@ -40,6 +40,11 @@ def releases_to_reconcile(*, limit: int = 20) -> list[int]:
     )
 
 
+def releases_watched() -> bool:
+    """Whether any release is active (beat ticks their reconcile at its full rate only then)."""
+    return Release.objects.filter(state__in=ReleaseState.active()).exists()
+
+
 def release_prediction(release: Release) -> dict | None:
     """What the tune predicted for the release's candidate (None before the build is done or
     when the candidate is untuned)."""

@@ -1,6 +1,6 @@
 """The state of an endpoint's page, built once per request: the header's status, the
 selected rollout's card (split, step "k of n", step timer), and the table of rollouts all
-read the same Rollout rows, so no part of the page can contradict another (issue 15).
+read the same Rollout rows, so no part of the page can contradict another.
 The page and each htmx refresh render from `endpoint_page`; monitoring's template tags add
 the judge's verdicts and the open alerts in the same response."""
 

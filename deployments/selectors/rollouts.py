@@ -54,6 +54,19 @@ def rollouts_to_reconcile(*, limit: int = 50) -> list[int]:
     )
 
 
+def rollouts_watched(*, recent_s: float = 600.0) -> bool:
+    """Whether the rollout loop has anything to watch: an active rollout, or one that ended
+    within `recent_s` (the judge's tick still alerts on a failure that recent). Beat ticks the
+    reconcile and the judge at their full rate only then (config/schedules.py)."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    since = timezone.now() - timedelta(seconds=recent_s)
+    return Rollout.objects.filter(Q(state__in=[s.value for s in ACTIVE]) | Q(state_entered_at__gte=since)).exists()
+
+
 def rollouts_to_judge(*, limit: int = 50) -> list:
     """Rollouts whose candidate gets traffic now (shadow, canary, promoting), for the judge."""
     return list(

@@ -3,6 +3,7 @@ The stable artifact changes only through a rollout (rollouts.py)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from django.db import transaction
@@ -41,6 +42,9 @@ ENDPOINT_FIELDS = (
     "ttft_slo_ms",
     "itl_slo_ms",
 )
+# Fields whose null is a value of its own: a latency margin of None is "derived from the SLO's
+# headroom" (monitoring/paired.py margin_for), so an update may set it back to None.
+NULLABLE_FIELDS = ("latency_margin",)
 
 
 def require_servable(artifact: Artifact, team, field: str) -> None:
@@ -59,9 +63,20 @@ def require_servable(artifact: Artifact, team, field: str) -> None:
 def _endpoint_values(changes: dict) -> dict:
     values = {}
     for key in ENDPOINT_FIELDS:
-        if key not in changes or changes[key] is None:
+        if key not in changes:
             continue
         value = changes[key]
+        if value is None:
+            if key in NULLABLE_FIELDS:
+                values[key] = None  # back to its derived default
+            continue
+        if key == "latency_margin" and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
+            raise InvalidInput(
+                f"latency_margin: {value!r} is not a fraction; give a number in 0..5, or null for the derived default.",
+                field=key,
+            )
         if key == "capture_share" and not (isinstance(value, (int, float)) and 0 <= float(value) <= 1):
             raise InvalidInput(
                 f"capture_share: {value!r} is not a share of requests; give a number in 0..1 (0.1 = one in ten).",

@@ -25,7 +25,7 @@ from registry.services.teams import require_role
 
 DEFAULT_RATE_PER_S = 100.0
 DEFAULT_MAX_CONCURRENCY = 64
-MAX_LIMIT = 1_000_000  # the route table's bound (gateway/route_table.schema.json)
+MAX_LIMIT = 1_000_000  # the route table's bound (gateway/contracts/route_table.schema.json)
 MAX_SCOPED_ENDPOINTS = 500
 DEFAULT = object()  # "not given": use the default (None means "no limit")
 

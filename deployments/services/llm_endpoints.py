@@ -1,5 +1,5 @@
 """The LLM settings of an endpoint (kind llm), checked for endpoint_create/endpoint_update:
-the route table's llm_endpoint fields (gateway/route_table.schema.json gives the bounds)
+the route table's llm_endpoint fields (gateway/contracts/route_table.schema.json gives the bounds)
 and the fallbacks, an ordered list of LLM artifacts of the endpoint's team tried after
 the chosen variant's own backends (e.g. an external provider behind an internal pool)."""
 

@@ -20,16 +20,16 @@ from deployments import conf as deployments_conf
 from deployments import pool_policy
 from deployments.lock_objects import pool_for_update
 from deployments.models import DeviceKind, PoolDriver, PoolModel, PoolModelState, PoolStatus, ServingPool
-from deployments.pool_fields import DNS1123_LABEL, pool_fields_check
+from deployments.pool_fields import DNS1123_LABEL, pool_fields_check, whole_number
 from deployments.selectors.pools import bound_secret_names
 from deployments.services.reconcile import model_dir_for, sealed_admin_key
 from deployments.tasks import pool_model_load_task, pool_model_unload_task, pool_reconcile_task, pool_teardown_task
 from kernel.errors import Conflict, InvalidInput, NotFound
-from kernel.tritonserver import TritonNotAvailable, find_binary
 from registry.models import Artifact, ArtifactStatus, EventAction, Role
 from registry.names import LLM_BACKEND_VARIANT, name_conflict
 from registry.services.events import event_record
 from registry.services.teams import require_role
+from serving.tritonserver import TritonNotAvailable, find_binary
 
 MAX_REPLICAS = 64
 LOCAL_MAX_REPLICAS = 8  # processes on one machine
@@ -58,18 +58,6 @@ def pools_root() -> Path:
 def _after_commit(task, *args, **kwargs) -> None:
     """Send a deployments task after the current transaction commits."""
     transaction.on_commit(lambda: task.delay(*args, **kwargs))
-
-
-def _int_field(value, field: str, *, low: int, high: int) -> int:
-    if isinstance(value, bool):
-        value = None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"{field}: {value!r} is not a whole number.", field=field) from None
-    if number < low or number > high:
-        raise InvalidInput(f"{field}: {number} is out of range; give {low}..{high}.", code=f"bad_{field}", field=field)
-    return number
 
 
 def _check_cost(value) -> Decimal:
@@ -105,7 +93,7 @@ def _default_bounds(*, replicas: int, min_replicas, max_replicas, limit: int, cp
     """Autoscaling bounds not given: from 1 up to 4 (or the count asked for); a pool that
     would scale on CPU without a CPU request keeps its size (asked for explicitly: a 400)."""
     min_given = min_replicas is not None
-    min_replicas = _int_field(1 if min_replicas is None else min_replicas, "min_replicas", low=1, high=limit)
+    min_replicas = whole_number(1 if min_replicas is None else min_replicas, "min_replicas", low=1, high=limit)
     if max_replicas is None:
         max_replicas = max(replicas, min_replicas, 4)
         if cpu_autoscaled:
@@ -159,9 +147,9 @@ def pool_create(
     require_role(user=user, team=team, role=Role.DEPLOYER)
     kubernetes = driver == PoolDriver.KUBERNETES
     limit = MAX_REPLICAS if kubernetes else LOCAL_MAX_REPLICAS
-    replicas = _int_field(replicas, "replicas", low=0, high=limit)
+    replicas = whole_number(replicas, "replicas", low=0, high=limit)
     gpu = DeviceKind.is_gpu(device_kind)
-    gpus = _int_field(
+    gpus = whole_number(
         gpus_per_replica if gpus_per_replica is not None else (1 if gpu else 0), "gpus_per_replica", low=0, high=16
     )
     if gpu and gpus == 0:
@@ -197,8 +185,8 @@ def pool_create(
         device_kind=device_kind,
         limit=limit,
     )
-    queue = _int_field(max_queue_size, "max_queue_size", low=0, high=1_000_000)
-    queue_ms = _int_field(queue_timeout_ms, "queue_timeout_ms", low=0, high=600_000)
+    queue = whole_number(max_queue_size, "max_queue_size", low=0, high=1_000_000)
+    queue_ms = whole_number(queue_timeout_ms, "queue_timeout_ms", low=0, high=600_000)
     cost = _check_cost(cost_per_replica_hour)
     admin_key = ""
     if kubernetes:
@@ -297,9 +285,9 @@ def pool_update(*, user, pool: ServingPool, **changes) -> ServingPool:
         elif key == "image":
             clean[key] = value if value not in (None, "") else pool.image
         elif key == "max_queue_size":
-            clean[key] = _int_field(value, key, low=0, high=1_000_000)
+            clean[key] = whole_number(value, key, low=0, high=1_000_000)
         elif key == "queue_timeout_ms":
-            clean[key] = _int_field(value, key, low=0, high=600_000)
+            clean[key] = whole_number(value, key, low=0, high=600_000)
         else:
             clean[key] = value
     # The whole pool as it would be, through the one validator (bounds are checked together).
@@ -352,7 +340,7 @@ def pool_scale(*, user, pool: ServingPool, replicas) -> ServingPool:
     require_role(user=user, team=pool.team, role=Role.DEPLOYER)
     kubernetes = pool.driver == PoolDriver.KUBERNETES
     limit = MAX_REPLICAS if kubernetes else LOCAL_MAX_REPLICAS
-    replicas = _int_field(replicas, "replicas", low=0, high=limit)
+    replicas = whole_number(replicas, "replicas", low=0, high=limit)
     pool_fields_check(
         {"replicas": replicas, "min_replicas": pool.min_replicas, "max_replicas": pool.max_replicas},
         kubernetes=kubernetes,

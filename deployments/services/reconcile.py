@@ -26,12 +26,13 @@ from deployments.models import (
     ReplicaStatus,
     ServingPool,
 )
+from deployments.services.route_changes import route_changed
 from kernel.errors import InvalidInput
-from kernel.triton import TritonError
 from registry import secret_box, storage, triton_config
 from registry.models import Artifact, EventAction
 from registry.names import triton_name
 from registry.services.events import event_record
+from serving.triton import TritonError
 
 RETIRE_AFTER_S = 3.0  # a replica leaving the pool keeps running this long out of the route table
 WAITING = "waiting for a ready replica"  # a LOADING model's note while its pool has none (pool_reconcile loads it)
@@ -190,7 +191,7 @@ def _pool_status(pool: ServingPool, replicas) -> tuple[str, str]:
     return PoolStatus.DEGRADED, f"{ready}/{pool.replicas} replicas ready"
 
 
-def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one pass read top to bottom; split when next changed
+def pool_reconcile(*, pool_id: int) -> ServingPool | None:
     """Bring a pool's replicas to the desired count (restarting crashed ones with backoff),
     load what it should serve on replicas that lack it, and record what the driver saw."""
     pool = ServingPool.objects.select_related("team").filter(pk=pool_id).first()
@@ -205,6 +206,24 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one p
         replicas = driver.ensure(on_down=lambda info: _replica_down(pool.pk, info))
     except DriverError as exc:
         return _pool_failed(pool, str(exc))
+    wanted, reloaded, reload_errors, readiness = _reload_missing(pool, driver, replicas, retiring)
+    if any(r.ready and r.name not in retiring for r in replicas):  # loads that waited for a replica
+        for pk in PoolModel.objects.filter(pool=pool, state=PoolModelState.LOADING, error=WAITING).values_list(
+            "pk", flat=True
+        ):
+            pool_model_load(pool_model_id=pk)
+    with transaction.atomic():
+        locked = pool_for_update(pool.pk)
+        if locked.status == PoolStatus.DELETING:
+            return locked
+        _record_reconcile(locked, replicas, retiring, wanted, reloaded, reload_errors, readiness)
+    return locked
+
+
+def _reload_missing(pool, driver, replicas, retiring: set) -> tuple[list, list, dict, dict]:
+    """Load every READY model of the pool on each ready replica that lacks it (a restarted
+    one): (the models, [(replica, model) reloaded], {(replica, model): error}, readiness
+    {pool model pk: {replica: ready}})."""
     with driver.models_locked():  # read READY inside the lock: an unload holding it has marked DRAINING already
         wanted = list(
             PoolModel.objects.filter(pool=pool, state=PoolModelState.READY).select_related("artifact__version__model")
@@ -216,62 +235,61 @@ def pool_reconcile(*, pool_id: int) -> ServingPool | None:  # noqa: C901 - one p
             for pool_model in wanted:
                 name = pool_model.triton_model_name
                 try:
-                    if not driver.is_model_ready(replica, name):
+                    ready = driver.is_model_ready(replica, name)
+                    if not ready:
                         model_dir = model_dir_for(pool, pool_model.artifact, name)
                         driver.publish(model_dir)
                         driver.load_on(replica, model_dir)
                         reloaded.append((replica.name, name))
-                    readiness[pool_model.pk][replica.name] = driver.is_model_ready(replica, name)
+                        ready = driver.is_model_ready(replica, name)  # asked again only after a reload
+                    readiness[pool_model.pk][replica.name] = ready
                 except (TritonError, DriverError, InvalidInput) as exc:
                     reload_errors[(replica.name, name)] = getattr(exc, "message", None) or str(exc)
                     readiness[pool_model.pk][replica.name] = False
-    if any(r.ready and r.name not in retiring for r in replicas):  # loads that waited for a replica
-        for pk in PoolModel.objects.filter(pool=pool, state=PoolModelState.LOADING, error=WAITING).values_list(
-            "pk", flat=True
-        ):
-            pool_model_load(pool_model_id=pk)
-    with transaction.atomic():
-        locked = pool_for_update(pool.pk)
-        if locked.status == PoolStatus.DELETING:
-            return locked
-        _sync_replicas(locked, replicas, retiring)
-        for replica, name in reloaded:
+    return wanted, reloaded, reload_errors, readiness
+
+
+def _record_reconcile(locked, replicas, retiring: set, wanted, reloaded, reload_errors: dict, readiness: dict) -> None:
+    """What a reconcile saw, recorded under the pool's lock: its replicas, the models reloaded
+    or that failed to, each model's readiness per replica, and the pool's status."""
+    _sync_replicas(locked, replicas, retiring)
+    for replica, name in reloaded:
+        event_record(
+            actor=None,
+            obj=locked,
+            action=EventAction.MODEL_RELOADED,
+            to_state="ready",
+            reason=f"{name} on {replica}",
+            data={"model": name, "replica": replica},
+        )
+    for (replica, name), message in reload_errors.items():
+        event_record(
+            actor=None,
+            obj=locked,
+            action=EventAction.MODEL_RELOAD_FAILED,
+            reason=message[:2000],
+            data={"model": name, "replica": replica},
+        )
+    for pool_model in wanted:
+        if pool_model.replica_ready != readiness[pool_model.pk]:
+            PoolModel.objects.filter(pk=pool_model.pk).update(
+                replica_ready=readiness[pool_model.pk], updated_at=timezone.now()
+            )
+            route_changed(model="deployments.poolmodel")  # an update() sends no signal
+    status, reason = _pool_status(locked, [r for r in replicas if r.name not in retiring])
+    if (status, reason) != (locked.status, locked.status_reason):
+        old = locked.status
+        locked.status, locked.status_reason = status, reason
+        locked.save(update_fields=["status", "status_reason", "updated_at"])
+        if old != status:
             event_record(
                 actor=None,
                 obj=locked,
-                action=EventAction.MODEL_RELOADED,
-                to_state="ready",
-                reason=f"{name} on {replica}",
-                data={"model": name, "replica": replica},
+                action=EventAction.STATUS_CHANGED,
+                from_state=old,
+                to_state=status,
+                reason=reason,
             )
-        for (replica, name), message in reload_errors.items():
-            event_record(
-                actor=None,
-                obj=locked,
-                action=EventAction.MODEL_RELOAD_FAILED,
-                reason=message[:2000],
-                data={"model": name, "replica": replica},
-            )
-        for pool_model in wanted:
-            if pool_model.replica_ready != readiness[pool_model.pk]:
-                PoolModel.objects.filter(pk=pool_model.pk).update(
-                    replica_ready=readiness[pool_model.pk], updated_at=timezone.now()
-                )
-        status, reason = _pool_status(locked, [r for r in replicas if r.name not in retiring])
-        if (status, reason) != (locked.status, locked.status_reason):
-            old = locked.status
-            locked.status, locked.status_reason = status, reason
-            locked.save(update_fields=["status", "status_reason", "updated_at"])
-            if old != status:
-                event_record(
-                    actor=None,
-                    obj=locked,
-                    action=EventAction.STATUS_CHANGED,
-                    from_state=old,
-                    to_state=status,
-                    reason=reason,
-                )
-    return locked
 
 
 def _replica_down(pool_id: int, info) -> None:

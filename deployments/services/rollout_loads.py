@@ -21,21 +21,45 @@ def pool_model_of(rollout: Rollout, artifact: Artifact, name: str = "") -> PoolM
     ).first()
 
 
-def baseline_request(rollout: Rollout, user) -> None:
-    """Ask the pool for the rollout's baseline copy unless it is there or on its way; a copy
-    still draining from the rollout before is asked for again at the next tick."""
-    if not rollout.baseline_model:
-        return
-    pool_model = pool_model_of(rollout, rollout.baseline_artifact, rollout.baseline_model)
-    if pool_model is not None and pool_model.state in (
-        PoolModelState.READY,
-        PoolModelState.LOADING,
-        PoolModelState.DRAINING,
+def model_request(
+    rollout: Rollout, artifact: Artifact, user, *, name: str = "", retry_failed: bool
+) -> tuple[bool, PoolModel | None]:
+    """Ask the rollout's pool for `artifact` (under `name`: the baseline copy's alias) unless it
+    is there or on its way. A copy still draining (the stable a promotion has just replaced: an
+    undo right after it; the baseline of the rollout before) is asked for again once the drain
+    is over, at a later tick. `retry_failed`: a FAILED copy is asked for again (a new rollout's
+    start, a baseline; a rollout's own tick leaves its candidate's failure to the rollout,
+    which fails on it). Returns (False while a drain is waited for, else True; the pool model
+    as it stands after)."""
+    pool_model = pool_model_of(rollout, artifact, name)
+    if pool_model is not None and pool_model.state == PoolModelState.DRAINING:
+        return False, pool_model
+    if pool_model is not None and (
+        pool_model.state in (PoolModelState.READY, PoolModelState.LOADING)
+        or (pool_model.state == PoolModelState.FAILED and not retry_failed)
     ):
-        return
-    pool_services.pool_load_request(
-        user=user, pool=rollout.endpoint.pool, artifact=rollout.baseline_artifact, model_name=rollout.baseline_model
+        return True, pool_model
+    asked = pool_services.pool_load_request(user=user, pool=rollout.endpoint.pool, artifact=artifact, model_name=name)
+    return True, asked
+
+
+def candidate_request(rollout: Rollout, user, *, retry_failed: bool) -> tuple[bool, PoolModel | None]:
+    """`model_request` for the rollout's candidate."""
+    return model_request(rollout, rollout.candidate_artifact, user, retry_failed=retry_failed)
+
+
+def draining_reason(rollout: Rollout) -> str:
+    return (
+        f"waiting for {triton_name(rollout.candidate_artifact)} to finish draining on pool "
+        f"{rollout.endpoint.pool.name} (the stable a promotion replaced): it is loaded again once the drain ends"
     )
+
+
+def baseline_request(rollout: Rollout, user) -> None:
+    """`model_request` for the rollout's baseline copy, when it has one (a failed copy is asked
+    for again: the rollout gives it up at its load timeout, not at its first failure)."""
+    if rollout.baseline_model:
+        model_request(rollout, rollout.baseline_artifact, user, name=rollout.baseline_model, retry_failed=True)
 
 
 def _baseline_used_elsewhere(rollout: Rollout) -> bool:

@@ -38,13 +38,14 @@ from deployments.rollout_machine import (
     State,
     Strategy,
     Verdict,
-    after_loaded,
     check_transition,
+    on_loading,
+    on_promoting,
+    on_rolling_back,
     on_tick,
 )
 from deployments.route_overlays import route_overlays
 from deployments.selectors.compatibility import require_servable_beside_stable
-from deployments.services import pools as pool_services
 from deployments.services import rollout_loads as loads
 from deployments.services.endpoints import require_servable
 from kernel.errors import Conflict, InvalidInput
@@ -57,7 +58,7 @@ from registry.services.teams import require_role
 def _require_cold_control(endpoint, strategy, steps, baseline: bool) -> None:
     """A generative recommender's canary starts with an empty cache while the stable's is warm:
     its first requests are all misses. It is judged against the fair baseline, a copy of the
-    stable loaded with it and as cold (monitoring/gr_guardrails.py), so it cannot be left out."""
+    stable loaded with it and as cold (monitoring/judge/gr_guardrails.py), so it cannot be left out."""
     split = Strategy(strategy) == Strategy.CANARY and any(s < FULL_BP for s in steps)
     if split and not baseline and endpoint.stable_artifact.version.model.task == Task.GENERATIVE_REC:
         raise InvalidInput(
@@ -173,9 +174,10 @@ def rollout_start(
                     **(origin or {}),
                 },
             )
-            pool_services.pool_load_request(user=user, pool=endpoint.pool, artifact=candidate)
+            asked, _ = loads.candidate_request(rollout, user, retry_failed=True)
             loads.baseline_request(rollout, user)
-            _transition(rollout, State.LOADING, actor=user, reason="candidate load requested", now=now)
+            reason = "candidate load requested" if asked else loads.draining_reason(rollout)
+            _transition(rollout, State.LOADING, actor=user, reason=reason, now=now)
     except IntegrityError:
         raise Conflict(
             f"Endpoint {endpoint.name!r} already has a rollout in progress.", code="rollout_in_progress"
@@ -267,77 +269,75 @@ def rollout_reconcile(*, rollout_id: int, now: datetime | None = None) -> Rollou
         if state in (State.PENDING, State.LOADING):
             return _reconcile_loading(locked, now)
         if state == State.ROLLING_BACK:
-            loads.baseline_unload(locked)
-            pool_state = loads.artifact_unload(locked, locked.candidate_artifact)
-            if pool_state in ("", PoolModelState.UNLOADED, PoolModelState.FAILED) or loads.still_used(
-                locked.candidate_artifact, locked.endpoint.pool_id, locked.pk
-            ):
-                return _transition(
-                    locked, State.ROLLED_BACK, actor=None, reason=locked.reason or "rolled back", now=now
-                )
-            return locked
+            return _reconcile_rolling_back(locked, now)
         if state == State.PROMOTING:
-            held = (now - locked.state_entered_at).total_seconds() if locked.state_entered_at else 0.0
-            if held < locked.promote_grace_seconds:
-                return locked
-            endpoint = endpoint_for_update(locked.endpoint_id)
-            old_stable = endpoint.stable_artifact
-            endpoint.stable_artifact = locked.candidate_artifact
-            endpoint.save(update_fields=["stable_artifact", "updated_at"])
-            event_record(
-                actor=None,
-                obj=endpoint,
-                action=EventAction.STABLE_CHANGED,
-                from_state=str(getattr(old_stable, "pk", "")),
-                to_state=str(locked.candidate_artifact_id),
-                reason=f"rollout #{locked.pk} promoted",
-            )
-            locked.endpoint = endpoint
-            rollout = _transition(
-                locked,
-                State.SUCCEEDED,
-                actor=None,
-                now=now,
-                reason=f"promotion held for {locked.promote_grace_seconds:g}s; old stable unloaded",
-            )
-            loads.baseline_unload(rollout)
-            if old_stable is not None and old_stable.pk != locked.candidate_artifact_id:
-                loads.artifact_unload(rollout, old_stable)
-            return rollout
+            return _reconcile_promoting(locked, now)
         return locked  # shadow / canary / paused: the judge (monitoring) or a person decides
 
 
 def _reconcile_loading(locked: Rollout, now: datetime) -> Rollout:
     if locked.state == State.PENDING:
-        pool_services.pool_load_request(
-            user=locked.created_by, pool=locked.endpoint.pool, artifact=locked.candidate_artifact
-        )
-        return _transition(locked, State.LOADING, actor=None, reason="candidate load requested", now=now)
-    pool_model = loads.pool_model_of(locked, locked.candidate_artifact)
-    if pool_model is not None and pool_model.state == PoolModelState.FAILED:
+        asked, _ = loads.candidate_request(locked, locked.created_by, retry_failed=True)
+        reason = "candidate load requested" if asked else loads.draining_reason(locked)
+        return _transition(locked, State.LOADING, actor=None, reason=reason, now=now)
+    try:  # a copy that was still draining when the rollout started (an undo right after a promotion)
+        _, pool_model = loads.candidate_request(locked, locked.created_by, retry_failed=False)
+    except Conflict:  # the pool cannot take it now (no replicas, being deleted): the load timeout decides
+        pool_model = loads.pool_model_of(locked, locked.candidate_artifact)
+    failed = pool_model is not None and pool_model.state == PoolModelState.FAILED
+    decision = on_loading(
+        plan=locked.plan,
+        load_error=pool_model.error if failed else None,
+        ready=not failed and loads.ready_everywhere(pool_model) and loads.baseline_ready(locked, now),
+        waited_s=(now - locked.created_at).total_seconds(),
+        load_timeout_s=locked.load_timeout_seconds,
+    )
+    if decision.to_state is None:
+        return locked
+    if decision.to_state == State.FAILED:
         loads.baseline_unload(locked)
-        return _transition(
-            locked, State.FAILED, actor=None, now=now, reason=f"candidate failed to load: {pool_model.error[:1500]}"
-        )
-    if loads.ready_everywhere(pool_model) and loads.baseline_ready(locked, now):
-        decision = after_loaded(locked.plan)
-        reason = decision.reason + (
-            f" beside a fresh baseline copy of the stable ({locked.baseline_model})" if locked.baseline_model else ""
-        )
-        return _transition(
-            locked, decision.to_state, actor=None, now=now, reason=reason, step_index=decision.step_index
-        )
-    waited = (now - locked.created_at).total_seconds()
-    if waited > locked.load_timeout_seconds:
-        loads.baseline_unload(locked)
-        return _transition(
-            locked,
-            State.FAILED,
-            actor=None,
-            now=now,
-            reason=f"candidate not READY on every replica after {locked.load_timeout_seconds:g}s",
-        )
-    return locked
+        return _transition(locked, State.FAILED, actor=None, now=now, reason=decision.reason)
+    reason = decision.reason + (
+        f" beside a fresh baseline copy of the stable ({locked.baseline_model})" if locked.baseline_model else ""
+    )
+    return _transition(locked, decision.to_state, actor=None, now=now, reason=reason, step_index=decision.step_index)
+
+
+def _reconcile_rolling_back(locked: Rollout, now: datetime) -> Rollout:
+    loads.baseline_unload(locked)
+    pool_state = loads.artifact_unload(locked, locked.candidate_artifact)
+    off_pool = pool_state in ("", PoolModelState.UNLOADED, PoolModelState.FAILED) or loads.still_used(
+        locked.candidate_artifact, locked.endpoint.pool_id, locked.pk
+    )
+    decision = on_rolling_back(step_index=locked.step_index, candidate_off_pool=off_pool, reason=locked.reason)
+    if decision.to_state is None:
+        return locked
+    return _transition(locked, decision.to_state, actor=None, reason=decision.reason, now=now)
+
+
+def _reconcile_promoting(locked: Rollout, now: datetime) -> Rollout:
+    held = (now - locked.state_entered_at).total_seconds() if locked.state_entered_at else 0.0
+    decision = on_promoting(step_index=locked.step_index, held_s=held, grace_s=locked.promote_grace_seconds)
+    if decision.to_state is None:
+        return locked
+    endpoint = endpoint_for_update(locked.endpoint_id)
+    old_stable = endpoint.stable_artifact
+    endpoint.stable_artifact = locked.candidate_artifact
+    endpoint.save(update_fields=["stable_artifact", "updated_at"])
+    event_record(
+        actor=None,
+        obj=endpoint,
+        action=EventAction.STABLE_CHANGED,
+        from_state=str(getattr(old_stable, "pk", "")),
+        to_state=str(locked.candidate_artifact_id),
+        reason=f"rollout #{locked.pk} promoted",
+    )
+    locked.endpoint = endpoint
+    rollout = _transition(locked, decision.to_state, actor=None, now=now, reason=decision.reason)
+    loads.baseline_unload(rollout)
+    if old_stable is not None and old_stable.pk != locked.candidate_artifact_id:
+        loads.artifact_unload(rollout, old_stable)
+    return rollout
 
 
 def rollout_apply_verdict(

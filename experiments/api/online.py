@@ -6,7 +6,6 @@ POST …/{start|stop|ship}/, GET …/results/, and POST /api/v1/feedback/ (batch
 
 import time
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, serializers
 from rest_framework.decorators import action
@@ -18,7 +17,6 @@ from deployments.rollout_machine import FULL_BP
 from deployments.selectors import rollouts as endpoint_selectors
 from deployments.selectors.artifact_refs import artifact_for_ref
 from deployments.selectors.keys import inference_key_for_endpoint
-from experiments import feedback as feedback_parse
 from experiments.api.results_schema import ExperimentResultsSerializer
 from experiments.models import Experiment
 from experiments.selectors import online as selectors
@@ -229,7 +227,7 @@ class FeedbackView(APIView):
     citing exposure tokens of the endpoint's running experiment that accepts them, all of
     one unit. Every cited token must verify and be unexpired; no exposure may be asked for
     more than one exposure carries (409, counting what earlier feedback took). The batch is
-    checked by the rules the gateway's door uses (gateway/feedback.schema.json). With the durable
+    checked by the rules the gateway's door uses (gateway/contracts/feedback.schema.json). With the durable
     log (EVENT_LOG_URL answers) the admitted batch is published on it like the gateway's (202
     {received, queued}: its reader attributes and stores it); without, it is stored at once (202
     with the counts)."""
@@ -252,41 +250,17 @@ class FeedbackView(APIView):
             raise NotFound(f"No endpoint named {str(name)[:64]!r}.", code="endpoint_not_found")
         caller = _caller(request, endpoint)
         try:
-            _, events = feedback_parse.parse_batch(request.data)
-        except feedback_parse.FeedbackError as exc:
-            if caller is None:
-                self._refuse(request, endpoint)
-            raise InvalidInput(exc.detail, field=exc.field) from None
-        experiments = feedback_services.endpoint_experiments(endpoint)
-        try:
-            events = feedback_services.tokens_resolve(
-                endpoint=endpoint,
-                events=events,
-                experiments=experiments,
-                keyed=caller is not None,
-                now_ms=int(time.time() * 1000),
-                door=True,
+            result = feedback_services.feedback_admit(
+                endpoint=endpoint, data=request.data, caller=caller, now_ms=int(time.time() * 1000)
             )
         except feedback_services.FeedbackRefused as exc:
-            if caller is None and exc.code == "missing_key":
+            if exc.code == feedback_services.NEEDS_A_KEY:
                 self._refuse(request, endpoint)
-            if caller is None and exc.code == "invalid_exposure_token":
+            if caller is None and exc.code == "invalid_exposure_token":  # no credentials, and no valid token
                 raise NotAuthenticated(exc.detail) from None
             raise PlatformError(exc.detail, field=exc.field, code=exc.code, status=exc.status) from None
-        who = caller or f"tokens:{endpoint.pk}"
-        limit = settings.FEEDBACK_EVENTS_PER_S_PER_KEY if caller else settings.FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT
-        wait = feedback_services.rate_take(who=who, events=len(events), limit=limit)
-        if wait:
-            raise Throttled(
-                wait=wait, detail=f"over the feedback rate of {limit} events/s" + (" per key" if caller else "")
-            )
-        spent = feedback_services.tokens_carried(events=events)
-        if spent is not None:
-            raise PlatformError(spent, field="events", code="exposure_allowance_exceeded", status=409)
-        queued = feedback_services.feedback_publish(endpoint=endpoint, events=request.data["events"], source=caller)
-        if queued is not None:  # on the durable log, as the gateway's door queues it: stored by its reader
-            return Response({"received": len(events), "queued": queued}, status=202)
-        result = feedback_services.feedback_ingest(endpoint=endpoint, events=events, experiments=experiments)
+        except feedback_services.FeedbackThrottled as exc:
+            raise Throttled(wait=exc.wait, detail=exc.detail) from None
         return Response(result, status=202)
 
     @staticmethod

@@ -12,7 +12,7 @@ GUARDRAIL_STATUS = [s.value for s in GuardrailStatus]
 
 CHECK_SCHEMA = {
     "type": "object",
-    "description": "One check of the canary judge (monitoring/judge.py) with its evidence: samples, statistic, "
+    "description": "One check of the canary judge (monitoring/judge/verdict.py) with its evidence: samples, statistic, "
     "p-value or e-value, threshold, `progress` {have, need, unit} and `eta_seconds`.",
     "properties": {
         "name": {"type": "string", "enum": ["p99_slo", "error_slo", "psi", "error_rate", "latency", "latency_tail"]},
@@ -100,6 +100,17 @@ class FeedbackCountsSerializer(serializers.Serializer):
     )
 
 
+class ShipSerializer(serializers.Serializer):
+    rollout = serializers.IntegerField(help_text="The ship's one-step rollout (100 %) of the winner.")
+    state = serializers.CharField(help_text="started while it ships; then the rollout's end state.")
+    reason = serializers.CharField(required=False, help_text="Why the rollout ended (absent while it ships).")
+    waiting = serializers.CharField(
+        required=False,
+        help_text='While shipping: "waiting for traffic: ..." when the rollout\'s step waits for requests (done '
+        "after 30 s without one), else empty.",
+    )
+
+
 class ExperimentResultsSerializer(serializers.Serializer):
     experiment = serializers.CharField()
     state = serializers.CharField()
@@ -116,3 +127,4 @@ class ExperimentResultsSerializer(serializers.Serializer):
         help_text="Per candidate arm: its machine guardrails against the control at the last analysis tick.",
     )
     rule = serializers.CharField()
+    ship = ShipSerializer(allow_null=True, help_text="Null until Ship was pressed.")

@@ -159,8 +159,12 @@ class ClickHouseStore(ExposureStore):
         by_unit = self.conn.frame(
             "SELECT f.event_id AS event_id, x.experiment AS x_exp, x.arm AS x_arm, x.unit AS x_unit, x.t AS x_t "
             "FROM f_in AS f ASOF INNER JOIN ("
-            f"  SELECT experiment, arm, unit, toFloat64(time) AS t FROM {self.db}.exposures "
+            # exposures of one unit at one instant: the greatest request id's (as PostgreSQL's ORDER BY)
+            "  SELECT tupleElement(pick, 1) AS experiment, tupleElement(pick, 2) AS arm, unit, t FROM ("
+            "   SELECT argMax((experiment, arm), request_id) AS pick, unit, toFloat64(time) AS t"
+            f"  FROM {self.db}.exposures"
             "   WHERE experiment IN {exps:Array(UInt32)} AND unit IN (SELECT unit_key FROM f_in WHERE request_id = '')"
+            "   GROUP BY unit, time)"
             ") AS x ON f.unit_key = x.unit AND f.t_hi >= x.t WHERE f.request_id = ''",
             {"exps": unit_exp_ids},
         )

@@ -4,7 +4,7 @@
 EVENT_LOG_URL names one that answers (the log at scale: durable, per-team subjects, replay),
 else the Redis Streams of EXPOSURE_STREAM_URL, the zero-setup default. The choice is said once
 in the ingest's log. The subjects and streams are the gateway's contract
-(gateway/log_contract.py, reached through `contract` here only).
+(gateway/contracts/log_contract.py, reached through `contract` here only).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
-from gateway import log_contract as contract  # the one gateway module of the log (import contract)
+from gateway.contracts import log_contract as contract  # the one gateway module of the log (import contract)
 
 __all__ = ["contract", "log_url", "nats_answers"]
 

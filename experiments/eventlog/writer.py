@@ -1,6 +1,6 @@
 """The control plane's writer of the durable log: the API's feedback door publishes what it
 admitted on the same subjects, in the same message shape, as the gateway's door
-(gateway/feedback_stream.py `_publish`): `{"e": endpoint, "k": source, "b": [events]}` in
+(gateway/telemetry/feedback_stream.py `_publish`): `{"e": endpoint, "k": source, "b": [events]}` in
 entries of at most ENTRY_EVENTS, each with a Nats-Msg-Id, JetStream's acknowledgement awaited.
 The reader (experiments/services/log_ingest.py) checks each batch by the door's rules again
 and stores it, so both doors' feedback takes one path into the store.

@@ -3,8 +3,9 @@
 from django.db.models import QuerySet
 from django.urls import reverse
 
-from deployments.rollout_machine import FULL_BP
+from deployments.rollout_machine import FULL_BP, WAITING_FOR_TRAFFIC
 from deployments.route_overlays import Overlay
+from deployments.selectors.rollouts import rollout_outcomes
 from experiments import analysis
 from experiments.models import DeadLetter, Experiment, ExperimentState
 from experiments.services.guardrails import stored_guardrails
@@ -70,9 +71,27 @@ def experiment_results(*, experiment: Experiment, store=None) -> dict:
             "history": experiment.history,
             "guardrails": guards,
             "rule": RULE,
+            "ship": ship_status(experiment),
         }
     )
     return result
+
+
+def ship_status(experiment: Experiment) -> dict | None:
+    """The ship's rollout as the experiment page, the results API and `experiment watch` show it:
+    {rollout, state, reason} as the analysis tick last saved it, and while it ships `waiting`,
+    read from the rollout now (its reason while its step waits for traffic: "waiting for traffic:
+    ...", else ""), so a ship that waits says so within a poll, not at the next analysis tick."""
+    ship = (experiment.evidence or {}).get("ship")
+    if ship is None:
+        return None
+    ship = dict(ship)
+    if experiment.state == ExperimentState.SHIPPING and experiment.rollout_id:
+        _, reason = rollout_outcomes(rollout_ids=[experiment.rollout_id]).get(experiment.rollout_id, ("", ""))
+        ship["waiting"] = reason if reason.startswith(WAITING_FOR_TRAFFIC) else ""
+    else:
+        ship.pop("waiting", None)
+    return ship
 
 
 def _analysis_now(experiment, arms, guards, store) -> tuple[dict, dict]:
@@ -83,8 +102,14 @@ def _analysis_now(experiment, arms, guards, store) -> tuple[dict, dict]:
         extras, counts = {}, {}
     else:
         sums, extras, counts = (store or default_store()).arm_sums(experiment)
+    return arms_analysis(experiment, arms, sums, extras, guards), counts
+
+
+def arms_analysis(experiment, arms, sums: dict, extras: dict, guards: dict) -> dict:
+    """analysis.analyze on an experiment's arms (sums and extras by arm pk, guardrails by arm
+    name): the one call the analysis tick (services/online.py) and the page's reading now make."""
     control = next(a for a in arms if a.is_control)
-    result = analysis.analyze(
+    return analysis.analyze(
         {a.name: sums[a.pk] for a in arms},
         control=control.name,
         allocation={a.name: a.allocation_bp / FULL_BP for a in arms},
@@ -94,7 +119,11 @@ def _analysis_now(experiment, arms, guards, store) -> tuple[dict, dict]:
         guardrails={n: g["status"] for n, g in guards.items()},
         extras={a.name: extras.get(a.pk, {}) for a in arms},
     )
-    return result, counts
+
+
+def experiments_watched() -> bool:
+    """Whether any experiment is running (its guardrails read the collector's samples)."""
+    return Experiment.objects.filter(state=ExperimentState.RUNNING).exists()
 
 
 def running_overlays(endpoints) -> dict:
@@ -144,7 +173,7 @@ def experiment_page(*, experiment: Experiment) -> dict:
     return {
         "results": results,
         "source": source,
-        "ship": evidence.get("ship"),
+        "ship": ship_status(experiment),
         "dead_letters": DeadLetter.objects.filter(endpoint_name=experiment.endpoint.name).count(),
         "live": experiment.state in LIVE_STATES,
     }

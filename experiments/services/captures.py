@@ -1,6 +1,6 @@
 """Captured requests (an endpoint's `capture_share` of its replies) from the log into the store.
 
-The gateway logs a captured request's JSON inputs with its exposure record (gateway/exposures.py):
+The gateway logs a captured request's JSON inputs with its exposure record (gateway/telemetry/exposures.py):
 variant, split weight as the propensity, time, unit. Here each becomes a row of the store's
 `captures` table with its endpoint's team and the inputs' signature (names, datatypes and
 shapes past the batch axis), so a dataset build can refuse inputs of two signatures mixed.

@@ -27,11 +27,11 @@ import numpy as np
 import pandas as pd
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from experiments import feedback as feedback_rules
-from experiments.models import Dataset
+from experiments.models import Dataset, Experiment
 from experiments.store import default_store
 from kernel.errors import Conflict, InvalidInput
 from registry.models import Role
@@ -135,9 +135,20 @@ def dataset_check(*, user, endpoint, start, end, experiment=None, now=None) -> i
     require_role(user=user, team=endpoint.team, role=Role.DEPLOYER)
     if experiment is not None and experiment.endpoint_id != endpoint.pk:
         raise InvalidInput("experiment: it is not an experiment of this endpoint.", field="experiment")
-    window_s = experiment.attribution_window_s if experiment is not None else DEFAULT_ATTRIBUTION_S
+    window_s = experiment.attribution_window_s if experiment is not None else _endpoint_window_s(endpoint, start, end)
     _check_window(start=start, end=end, window_s=window_s, now=now or timezone.now())
     return window_s
+
+
+def _endpoint_window_s(endpoint, start, end) -> int:
+    """Without an experiment: the longest attribution window of the endpoint's experiments that
+    ran during [start, end) (their clicks are the labels), else DEFAULT_ATTRIBUTION_S."""
+    longest = (
+        Experiment.objects.filter(endpoint=endpoint, started_at__lt=end)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+        .aggregate(longest=Max("attribution_window_s"))["longest"]
+    )
+    return longest or DEFAULT_ATTRIBUTION_S
 
 
 def dataset_build(*, user, endpoint, start, end, name: str, experiment=None, store=None, now=None) -> Dataset:

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
 from experiments import feedback as feedback_rules
 from experiments.models import Experiment, ExperimentState, Feedback, FeedbackStatus
+from experiments.services.streams import stream_client
 from experiments.store import default_store, store_readable_here
-from kernel.errors import PlatformError
+from kernel.errors import InvalidInput, PlatformError
 
 
 class FeedbackLogDown(PlatformError):
@@ -31,6 +33,61 @@ class FeedbackRefused(Exception):
     def __init__(self, detail: str, status: int, code: str, field: str = "events"):
         super().__init__(detail)
         self.detail, self.status, self.code, self.field = detail, status, code, field
+
+
+class FeedbackThrottled(Exception):
+    def __init__(self, detail: str, wait: float):
+        super().__init__(detail)
+        self.detail, self.wait = detail, wait
+
+
+NEEDS_A_KEY = "needs_a_key"  # FeedbackRefused's code when the batch may not go without a key or team member
+
+
+def feedback_admit(*, endpoint, data: dict, caller: str | None, now_ms: int) -> dict:
+    """The admission rule of the API's feedback door (POST /api/v1/feedback/) and what an
+    admitted batch becomes: parsed by the rules both doors share, its exposure tokens
+    resolved (`caller` None: no key of the team and no member, so every event must cite a
+    token of an experiment that accepts them), within the caller's rate, within what each
+    cited exposure carries, then published on the durable log ({received, queued}) or stored
+    at once (the counts).
+
+    Refusals: FeedbackRefused with code NEEDS_A_KEY (the view answers as for no credentials)
+    or the rule's code and status (invalid_exposure_token: a cited token does not verify);
+    InvalidInput (a batch a caller with credentials got wrong); FeedbackThrottled (over the
+    rate: the seconds to wait); PlatformError 409 (more than an exposure carries)."""
+    try:
+        _, events = feedback_rules.parse_batch(data)
+    except feedback_rules.FeedbackError as exc:
+        if caller is None:
+            raise FeedbackRefused(exc.detail, 401, NEEDS_A_KEY, exc.field) from None
+        raise InvalidInput(exc.detail, field=exc.field) from None
+    experiments = endpoint_experiments(endpoint)
+    try:
+        events = tokens_resolve(
+            endpoint=endpoint,
+            events=events,
+            experiments=experiments,
+            keyed=caller is not None,
+            now_ms=now_ms,
+            door=True,
+        )
+    except FeedbackRefused as exc:
+        if caller is None and exc.code == "missing_key":
+            raise FeedbackRefused(exc.detail, 401, NEEDS_A_KEY, exc.field) from None
+        raise
+    who = caller or f"tokens:{endpoint.pk}"
+    limit = settings.FEEDBACK_EVENTS_PER_S_PER_KEY if caller else settings.FEEDBACK_TOKEN_EVENTS_PER_S_PER_ENDPOINT
+    wait = rate_take(who=who, events=len(events), limit=limit)
+    if wait:
+        raise FeedbackThrottled(f"over the feedback rate of {limit} events/s" + (" per key" if caller else ""), wait)
+    spent = tokens_carried(events=events)
+    if spent is not None:
+        raise PlatformError(spent, field="events", code="exposure_allowance_exceeded", status=409)
+    queued = feedback_publish(endpoint=endpoint, events=data["events"], source=caller)
+    if queued is not None:  # on the durable log, as the gateway's door queues it: stored by its reader
+        return {"received": len(events), "queued": queued}
+    return feedback_ingest(endpoint=endpoint, events=events, experiments=experiments)
 
 
 def endpoint_experiments(endpoint) -> list[Experiment]:
@@ -108,8 +165,6 @@ def tokens_carried(*, events: list[dict]) -> str | None:
 
 
 def _redis():
-    from experiments.services.ingest import stream_client
-
     return stream_client()
 
 

@@ -29,7 +29,7 @@ from django.db import transaction
 
 from experiments import feedback as feedback_parse
 from experiments.selectors.streams import feedback_streams
-from experiments.services.ingest import (
+from experiments.services.streams import (
     GROUP,
     Poison,
     dead_letter,

@@ -1,6 +1,6 @@
 """Machine guardrails of a running experiment, judged per arm at every analysis tick.
 
-The statistics are the canary judge's (monitoring/judge.py), reached through the one
+The statistics are the canary judge's (monitoring/judge/verdict.py), reached through the one
 monitoring service experiments may import (monitoring/services/arm_guardrails.py; the
 import contracts in pyproject.toml name this seam): each candidate arm against the
 control arm over the experiment's window, from the per-variant samples the collector
@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from deployments.rollout_machine import Verdict
 from experiments.analysis import GuardrailStatus
-from monitoring.services.arm_guardrails import arm_guardrail_alert, arm_guardrails_judge
+from monitoring.services.arm_guardrails import arm_guardrail_alert, arm_guardrails_judge, arm_windows_prefetch
 
 PENDING = {
     "status": str(GuardrailStatus.PENDING),
@@ -24,9 +24,9 @@ PENDING = {
 }
 
 
-def experiment_guardrails(*, experiment, arms, now) -> dict[str, dict]:
+def experiment_guardrails(*, experiment, arms, now, source=None) -> dict[str, dict]:
     """{candidate arm name: {status, reason, checks, judged_at}} at `now`; every candidate
-    pending when the experiment has not started."""
+    pending when the experiment has not started. `source`: guardrails_source's prefetch."""
     control = next(a for a in arms if a.is_control)
     candidates = [a.name for a in arms if not a.is_control]
     if experiment.started_at is None:
@@ -40,7 +40,23 @@ def experiment_guardrails(*, experiment, arms, now) -> dict[str, dict]:
         until=now,
         previous=previous,
         psi=experiment.guardrail_psi,
+        source=source,
     )
+
+
+def guardrails_source(experiments, now):
+    """One read of the arm windows of every started experiment of `experiments` (their arms
+    prefetched), for experiment_guardrails(source=...) at `now`."""
+    windows = []
+    for experiment in experiments:
+        if experiment.started_at is None:
+            continue
+        arms = list(experiment.arms.all())
+        control = [a.name for a in arms if a.is_control]
+        windows.append(
+            (experiment.endpoint.name, control + [a.name for a in arms if not a.is_control], experiment.started_at)
+        )
+    return arm_windows_prefetch(windows=windows, until=now)
 
 
 def stored_guardrails(experiment) -> dict[str, dict]:

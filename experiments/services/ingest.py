@@ -18,7 +18,7 @@ payload's first 4 KiB), is counted and alerted, and is acknowledged like the oth
 
 Memory: acknowledged entries are trimmed (XTRIM MINID past the last acknowledged one)
 after every read, so a stream holds only what the control plane has not ingested yet; the
-gateway caps that backlog (gateway/exposures.py and gateway/feedback_stream.py state the
+gateway caps that backlog (gateway/telemetry/exposures.py and gateway/telemetry/feedback_stream.py state the
 bound per stream).
 """
 
@@ -31,15 +31,26 @@ from datetime import UTC, datetime
 
 import redis
 from django.conf import settings
-from django.db import transaction
 
-from experiments.models import Arm, DeadLetter
-from experiments.services import alerts
+from experiments.models import Arm
+from experiments.services.streams import (
+    GROUP,
+    Poison,
+    dead_letter,
+    ensure_group,
+    entry_ms,
+    read_entries,
+    stream_client,
+    text,
+    trim_acknowledged,
+    write_each,
+)
 from experiments.store import default_store
 
-EXPOSURE_STREAM = "modelplane:exposures"  # gateway/exposures.py writes them (the gateway imports nothing from here)
+EXPOSURE_STREAM = (
+    "modelplane:exposures"  # gateway/telemetry/exposures.py writes them (the gateway imports nothing from here)
+)
 FEEDBACK_STREAM = "modelplane:feedback"  # every source in one stream: what gateways before per-source streams wrote
-GROUP = "control"
 LOCK = "modelplane:ingest:lock"
 LOCK_S = 40  # past the task's hard time limit: a run killed mid-way frees it in time for the next
 # Feedback waits this long in its stream before it is attributed, so that the exposures it
@@ -47,92 +58,8 @@ LOCK_S = 40  # past the task's hard time limit: a run killed mid-way frees it in
 # the same second as its impression would otherwise be counted `unknown`.
 FEEDBACK_DELAY_S = 2.0
 FLUSH_SLACK_S = 1.5  # the gateway flushes exposures every second: an entry's id is at most ~1 s after them
-PAYLOAD_KEPT = 4096
 MAX_UNIT = 200
 MAX_REQUEST_ID = 128
-
-
-class Poison(ValueError):
-    """An entry the ingest cannot handle; its message is the dead letter's reason."""
-
-
-def stream_client():
-    url = settings.EXPOSURE_STREAM_URL
-    return redis.Redis.from_url(url) if url else None
-
-
-def ensure_group(client, stream: str) -> None:
-    try:
-        client.xgroup_create(stream, GROUP, id="0", mkstream=True)
-    except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
-
-
-def read_entries(client, stream: str, count: int, consumer: str):
-    """Pending entries of this consumer first (a crashed or cut-short run), then new ones."""
-    for start in ("0", ">"):
-        got = client.xreadgroup(GROUP, consumer, {stream: start}, count=count)
-        entries = got[0][1] if got else []
-        if entries:
-            return entries
-    return []
-
-
-def entry_ms(entry_id) -> int:
-    """The unix ms a stream entry was added (the first part of its id)."""
-    raw = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-    return int(raw.split("-", 1)[0])
-
-
-def trim_acknowledged(client, stream: str) -> int:
-    """XTRIM MINID to the oldest entry still unacknowledged (or past the last delivered one):
-    what the group has acknowledged leaves the stream. Returns the entries removed."""
-    pending = client.xpending(stream, GROUP)
-    if pending and pending.get("pending"):
-        floor = pending["min"]
-    else:
-        groups = [g for g in client.xinfo_groups(stream) if g["name"] in (GROUP, GROUP.encode())]
-        if not groups:
-            return 0
-        last = groups[0]["last-delivered-id"]
-        last = last.decode() if isinstance(last, bytes) else last
-        ms, _, seq = last.partition("-")
-        floor = f"{ms}-{int(seq or 0) + 1}"
-    return client.xtrim(stream, minid=floor, approximate=False)
-
-
-def text(fields: dict, key: bytes) -> str:
-    value = fields.get(key)
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else (value or "")
-
-
-def dead_letter(stream: str, entry_id, fields: dict, reason: str, endpoint_name: str = "") -> None:
-    payload = json.dumps({text({b"k": k}, b"k"): text(fields, k)[:PAYLOAD_KEPT] for k in fields})[:PAYLOAD_KEPT]
-    entry = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-    DeadLetter.objects.create(
-        stream=stream, entry_id=entry, reason=reason[:500], payload=payload, endpoint_name=endpoint_name[:64]
-    )
-    alerts.dead_letter_alert(stream=stream, entry_id=entry, reason=reason, endpoint_name=endpoint_name)
-
-
-def write_each(stream: str, items, write) -> list:
-    """`write(payload)` for every (entry id, fields, payload) in one transaction; when that
-    fails, each alone (a savepoint each), the ones that still fail dead-lettered. Returns
-    what `write` returned for the entries that were stored."""
-    try:
-        with transaction.atomic():
-            return [write(payload) for _, _, payload in items]
-    except Exception:  # noqa: BLE001 - find the entry that fails, keep the rest
-        pass
-    done = []
-    for entry_id, fields, payload in items:
-        try:
-            with transaction.atomic():
-                done.append(write(payload))
-        except Exception as exc:  # noqa: BLE001 - a poison entry: quarantined, never blocking
-            dead_letter(stream, entry_id, fields, f"could not be stored: {type(exc).__name__}: {exc}"[:500])
-    return done
 
 
 def _exposure_rows(records, arm_ids: dict, now: float, captures: list | None = None) -> list[dict]:
@@ -189,10 +116,10 @@ def ingest_exposures(client, *, max_records: int | None = None, consumer: str = 
         entries = read_entries(client, EXPOSURE_STREAM, 20, consumer)  # each entry is one gateway flush (up to 5 000)
         if not entries:
             break
-        items, now = [], time.time()
+        items, now, captured = [], time.time(), []
         for entry_id, fields in entries:
             try:
-                rows = _exposure_rows(json.loads(text(fields, b"b")), arm_ids, now)
+                rows = _exposure_rows(json.loads(text(fields, b"b")), arm_ids, now, captured)
             except (ValueError, Poison) as exc:
                 dead_letter(EXPOSURE_STREAM, entry_id, fields, f"unreadable: {exc}")
                 totals["dead_letters"] += 1
@@ -201,11 +128,26 @@ def ingest_exposures(client, *, max_records: int | None = None, consumer: str = 
             records += max(1, len(rows))
             items.append((entry_id, fields, rows))
         stored = write_each(EXPOSURE_STREAM, items, store.write_exposures)
+        if captured:  # the requests the gateway captured with their exposure (training data)
+            _write_captures(store, captured, totals)
         totals["exposures"] += sum(stored)
         totals["dead_letters"] += len(items) - len(stored)
         client.xack(EXPOSURE_STREAM, GROUP, *[entry_id for entry_id, _ in entries])
         trim_acknowledged(client, EXPOSURE_STREAM)
     return totals
+
+
+def _write_captures(store, captured: list, totals: dict) -> None:
+    """Captured requests of the exposure stream (only the gateway writes it) into the store, as
+    the log's ingest does (experiments/services/captures.py); a store without captures keeps none."""
+    from deployments.selectors.rollouts import serving_endpoints
+    from experiments.services.captures import capture_rows
+
+    endpoints = {e.name: e for e in serving_endpoints()}
+    rows, refused = capture_rows(captured, endpoints)
+    store.write_captures(rows)
+    totals["captures"] = totals.get("captures", 0) + len(rows)
+    totals["captures_refused"] = totals.get("captures_refused", 0) + refused
 
 
 def exposures_stored_until_ms(client) -> int:

@@ -1,7 +1,7 @@
 """The ingest from the durable log (NATS JetStream) into the store: nothing lost, fair, per team.
 
 The same work as the Redis ingest (ingest.py, feedback_streams.py), read from the log's
-subjects (gateway/log_contract.py) through experiments/eventlog/reader.py:
+subjects (gateway/contracts/log_contract.py) through experiments/eventlog/reader.py:
 
 - exposures (with captured requests): up to EXPOSURE_INGEST_RECORDS_PER_RUN records per run;
   a read's messages are written in one go and acknowledged after the store took them;
@@ -29,10 +29,11 @@ from django.conf import settings
 
 from experiments.eventlog import contract
 from experiments.services.captures import capture_rows
-from experiments.services.ingest import FEEDBACK_DELAY_S, FLUSH_SLACK_S, Poison, _exposure_rows, dead_letter
+from experiments.services.ingest import FEEDBACK_DELAY_S, FLUSH_SLACK_S, _exposure_rows
+from experiments.services.streams import Poison, dead_letter
 from experiments.store import default_store
 
-ENTRY_EVENTS = 500  # the gateway's feedback entry (gateway/feedback_stream.py)
+ENTRY_EVENTS = 500  # the gateway's feedback entry (gateway/telemetry/feedback_stream.py)
 READ_MESSAGES = 50
 
 
@@ -157,24 +158,29 @@ def _take(run: _Run, subject: str, share: int, cutoff_ms: int) -> tuple[int, boo
     ready = [m for m in msgs if m.metadata.timestamp.timestamp() * 1000 <= cutoff_ms]
     young = [m for m in msgs if m not in ready]
     run.reader.nak(young, delay_s=max(0.2, FEEDBACK_DELAY_S))
-    used, done = 0, []
+    # one store write for every ready message of the source (its events in order; a source is one
+    # endpoint's): the store's cost is per write far more than per event
+    used, poisoned, good, batch, endpoint = 0, [], [], [], None
     for msg in ready:
         try:
             endpoint, events = _feedback_events(run, msg)
         except Poison as exc:
             run.poisoned(msg, str(exc))
-            done.append(msg)
+            poisoned.append(msg)
             continue
+        batch += events
+        used += len(events)
+        good.append(msg)
+    done = poisoned + good
+    if batch:
         try:
-            counts = feedback_ingest(endpoint=endpoint, events=events, store=run.store)
+            counts = feedback_ingest(endpoint=endpoint, events=batch, store=run.store)
         except Exception as exc:
-            run.reader.nak([m for m in ready if m not in done])
-            run.reader.ack(done)
+            run.reader.nak(good)
+            run.reader.ack(poisoned)
             raise StoreDown(f"{type(exc).__name__}: {exc}") from exc
         for key, value in counts.items():
             run.totals[key] += value
-        used += len(events)
-        done.append(msg)
     run.reader.ack(done)
     run.totals["feedback_messages"] += len(done)
     return used, bool(ready) and not young

@@ -15,7 +15,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from deployments.rollout_machine import ACTIVE, FULL_BP, TERMINAL, UNDO_PLAN, WAITING_FOR_TRAFFIC, Strategy
+from deployments.rollout_machine import ACTIVE, FULL_BP, TERMINAL, UNDO_PLAN, Strategy
 from deployments.rollout_machine import State as RolloutState
 from deployments.selectors.compatibility import require_servable_beside_stable
 from deployments.selectors.rollouts import rollout_list, rollout_outcomes
@@ -25,6 +25,7 @@ from deployments.services.endpoints import require_servable
 from experiments import analysis
 from experiments.decision import decide_experiment
 from experiments.models import Arm, Experiment, ExperimentState
+from experiments.selectors.online import arms_analysis
 from experiments.services import guardrails, mlflow_log
 from experiments.store import default_store
 from kernel.errors import Conflict, InvalidInput
@@ -76,7 +77,14 @@ def _transition(experiment: Experiment, to: str, *, actor, reason: str, data: di
 
 
 def _locked(experiment: Experiment) -> Experiment:
-    return Experiment.objects.select_for_update().select_related("endpoint__team").get(pk=experiment.pk)
+    """The experiment and its endpoint locked (a rollout's start locks the endpoint too: one of
+    them runs at a time); not the team's row, which the pool supervisor's pool lock joined
+    (the two deadlocked on it when an experiment started on a reconciling pool)."""
+    return (
+        Experiment.objects.select_for_update(of=("self", "endpoint"))
+        .select_related("endpoint__team")
+        .get(pk=experiment.pk)
+    )
 
 
 def experiment_create(
@@ -181,6 +189,44 @@ def experiment_start(*, user, experiment: Experiment) -> Experiment:
         return _transition(locked, S.RUNNING, actor=user, reason="started")
 
 
+def analysis_evaluate(*, experiment, arms, store, now, guardrail_source=None):
+    """One tick's reading of `experiment` (not saved): the store's numbers, the guardrails, the
+    analysis and the pure decision; sets history, evidence and analyzed_at on the instance.
+    Returns (result, verdict, failing guardrails)."""
+    sums, extras, counts = store.arm_sums(experiment)
+    control = next(a for a in arms if a.is_control)
+    if experiment.state == S.RUNNING:
+        guards = guardrails.experiment_guardrails(experiment=experiment, arms=arms, now=now, source=guardrail_source)
+    else:  # judged while it ran; a decided experiment keeps its last reading
+        guards = guardrails.stored_guardrails(experiment)
+    result = arms_analysis(experiment, arms, sums, extras, guards)
+    result["feedback"] = counts
+    result["plan"] = experiment.evidence.get("plan", {})
+    result["guardrails"] = guards
+    failed = guardrails.failing(guards)
+    result["guardrails_ok"] = not failed
+    point = {"t": now.isoformat(), "units": min((r["units"] for r in result["arms"].values()), default=0)}
+    for name, cand in result["candidates"].items():
+        point[name] = [cand["lift"], cand["lower"], cand["upper"]]
+    history = experiment.history + [point]
+    if len(history) > HISTORY_MAX:
+        history = history[:1] + history[2::2] + history[-1:]
+    experiment.history = history
+    experiment.evidence = {
+        **result,
+        **({"ship": experiment.evidence["ship"]} if "ship" in experiment.evidence else {}),
+    }
+    experiment.analyzed_at, experiment.analysis_error = now, ""
+    verdict = decide_experiment(
+        state=experiment.state,
+        control=control.name,
+        candidates=result["candidates"],
+        failed_guardrails=failed,
+        srm=result["srm"],
+    )
+    return result, verdict, failed
+
+
 def experiment_analyze(*, experiment_id: int, store=None, now=None) -> dict:
     """One analysis tick: numbers from the store, each candidate arm's machine guardrails
     (monitoring's judge against the control, experiments/services/guardrails.py), the pure
@@ -192,46 +238,7 @@ def experiment_analyze(*, experiment_id: int, store=None, now=None) -> dict:
     with transaction.atomic():
         experiment = _locked(Experiment(pk=experiment_id))
         arms = list(experiment.arms.all())
-        sums, extras, counts = store.arm_sums(experiment)
-        control = next(a for a in arms if a.is_control)
-        if experiment.state == S.RUNNING:
-            guards = guardrails.experiment_guardrails(experiment=experiment, arms=arms, now=now)
-        else:  # judged while it ran; a decided experiment keeps its last reading
-            guards = guardrails.stored_guardrails(experiment)
-        result = analysis.analyze(
-            {a.name: sums[a.pk] for a in arms},
-            control=control.name,
-            allocation={a.name: a.allocation_bp / FULL_BP for a in arms},
-            alpha=experiment.alpha,
-            mde=experiment.mde,
-            srm_alpha=experiment.srm_alpha,
-            guardrails={n: g["status"] for n, g in guards.items()},
-            extras={a.name: extras.get(a.pk, {}) for a in arms},
-        )
-        result["feedback"] = counts
-        result["plan"] = experiment.evidence.get("plan", {})
-        result["guardrails"] = guards
-        failed = guardrails.failing(guards)
-        result["guardrails_ok"] = not failed
-        point = {"t": now.isoformat(), "units": min((r["units"] for r in result["arms"].values()), default=0)}
-        for name, cand in result["candidates"].items():
-            point[name] = [cand["lift"], cand["lower"], cand["upper"]]
-        history = experiment.history + [point]
-        if len(history) > HISTORY_MAX:
-            history = history[:1] + history[2::2] + history[-1:]
-        experiment.history = history
-        experiment.evidence = {
-            **result,
-            **({"ship": experiment.evidence["ship"]} if "ship" in experiment.evidence else {}),
-        }
-        experiment.analyzed_at, experiment.analysis_error = now, ""
-        verdict = decide_experiment(
-            state=experiment.state,
-            control=control.name,
-            candidates=result["candidates"],
-            failed_guardrails=failed,
-            srm=result["srm"],
-        )
+        result, verdict, failed = analysis_evaluate(experiment=experiment, arms=arms, store=store, now=now)
         if verdict.to_state is None:
             experiment.save(update_fields=["history", "evidence", "analyzed_at", "analysis_error"])
         else:
@@ -284,19 +291,6 @@ def experiment_ship(*, user, experiment: Experiment, reason: str = ""):
         )
 
 
-def _ship_waiting(pk: int, rollout_id: int, waiting: str) -> None:
-    """What the ship's rollout waits for, on the experiment page while it ships ("waiting for
-    traffic: ..."), written only when it changes."""
-    with transaction.atomic():
-        locked = _locked(Experiment(pk=pk))
-        ship = dict(locked.evidence.get("ship") or {})
-        if locked.state != S.SHIPPING or locked.rollout_id != rollout_id or ship.get("waiting", "") == waiting:
-            return
-        ship["waiting"] = waiting
-        locked.evidence = {**locked.evidence, "ship": ship}
-        locked.save(update_fields=["evidence"])
-
-
 def experiments_ship_follow(*, experiment_ids=None) -> int:
     """Each `shipping` experiment follows its rollout: succeeded -> `shipped`; rolled back or
     failed -> `decided` again with the rollout's reason (the page says the ship failed)."""
@@ -309,8 +303,7 @@ def experiments_ship_follow(*, experiment_ids=None) -> int:
     for pk, rollout_id in pairs.items():
         state, why = outcomes.get(rollout_id, ("missing", "the rollout no longer exists"))
         if state not in TERMINAL and state != "missing":
-            _ship_waiting(pk, rollout_id, why if why.startswith(WAITING_FOR_TRAFFIC) else "")
-            continue
+            continue  # still shipping (what its rollout waits for: selectors.online.ship_status)
         with transaction.atomic():
             locked = _locked(Experiment(pk=pk))
             if locked.state != S.SHIPPING or locked.rollout_id != rollout_id:

@@ -30,13 +30,7 @@ the replica's parsed parts (table.py), redirects are not followed, the request c
 hop mark, a secret goes only to an origin it is bound to (checked here again, before the
 request exists), and a backend's error body reaches the client only as a bounded, sanitized
 message (`sanitized`: its JSON error message, printable characters, at most ERROR_SHOWN).
-
-SSE framing: httpx2's EventSource (httpx2 is the maintained successor of httpx, its SSE support
-derived from httpx-sse) over aiohttp's body, through httpx2's public Response with a streamed
-body: it checks the content type (a 200 that is not `text/event-stream`, say a server that
-ignored `stream: true` and sent JSON, is the backend's failure: the request falls back), splits
-lines as the WHATWG rules say (LF, CR, CRLF), joins `data:` lines, skips comments and other
-fields, and bounds an event (with its pending line) at MAX_EVENT bytes.
+SSE framing: sse.py.
 """
 
 from __future__ import annotations
@@ -45,67 +39,43 @@ import asyncio
 import re
 
 import aiohttp
-import httpx2
 import orjson
 
-from .guard import ATTEMPT, HOP_HEADER
+from gateway.llm.failover import BackendFailure, FailureReason
+from gateway.llm.guard import ATTEMPT, HOP_HEADER
+from gateway.llm.logprobs import carried, ignored, logprob_entries, split_logprobs
+from gateway.llm.sse import sse_events
 
-MAX_EVENT = 1024 * 1024  # bytes of one event, its unfinished line included
 MAX_ERROR_BODY = 16 * 1024
 ERROR_SHOWN = 200  # characters of a backend's error message a client may see
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e\u00a0-\ufffd]+")
-
-
-class BackendFailure(Exception):
-    """An attempt that failed; `reason` is a fallback reason (connect, timeout, 429, 5xx) or
-    "refused" (a 4xx other than 429: the backend will not take this request: not retried)
-    or "protocol" (a reply the gateway cannot read) or "guard" (the outbound guard would not
-    let the gateway connect or send: `rule` says which rule; nothing was sent)."""
-
-    def __init__(self, reason: str, message: str, status: int = 0, rule: str = ""):
-        super().__init__(message)
-        self.reason, self.message, self.status, self.rule = reason, message, status, rule
 
 
 class Piece:
     """What one backend event carried: text, the finish, the usage (at the end), and `generated`,
     the completion tokens so far counted by the model's own tokenizer, when the backend says
     (the platform's Triton adapter does on every event: a stream cut before its usage is still
-    charged what it generated)."""
+    charged what it generated); `index` the choice it belongs to (n > 1 choices)."""
 
-    __slots__ = ("text", "finish_reason", "prompt_tokens", "completion_tokens", "generated")
+    __slots__ = ("text", "finish_reason", "prompt_tokens", "completion_tokens", "generated", "logprobs", "index")
 
-    def __init__(self, text: str = "", finish_reason=None, prompt_tokens=None, completion_tokens=None, generated=None):
+    def __init__(
+        self,
+        text: str = "",
+        finish_reason=None,
+        prompt_tokens=None,
+        completion_tokens=None,
+        generated=None,
+        logprobs=None,
+        index: int = 0,
+    ):
         self.text = text
         self.finish_reason = finish_reason
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = completion_tokens
         self.generated = generated
-
-
-async def sse_events(resp: aiohttp.ClientResponse):
-    """The data of each server-sent event of `resp` (str), bounded; BackendFailure("protocol")
-    for a reply that is not an event stream or an event past MAX_EVENT."""
-    response = httpx2.Response(
-        resp.status,
-        headers={"content-type": resp.headers.get("Content-Type", "")},  # aiohttp has decoded the body
-        content=_chunks(resp.content),
-        request=httpx2.Request("POST", str(resp.url)),
-    )
-    try:
-        async for event in httpx2.EventSource(response, max_event_size=MAX_EVENT):
-            if event.data:  # an event of other fields only (a named ping) carries nothing to read
-                yield event.data
-    except httpx2.SSEError as exc:
-        raise BackendFailure("protocol", f"the backend's reply is not a readable event stream: {exc}"[:300]) from None
-    except UnicodeDecodeError:
-        raise BackendFailure("protocol", "the backend's event stream is not UTF-8") from None
-
-
-async def _chunks(content: aiohttp.StreamReader):
-    """The body as it arrives (aiohttp pauses the socket past its high-water mark: backpressure)."""
-    async for chunk in content.iter_any():
-        yield chunk
+        self.logprobs = logprobs  # the tokens of `text` with their log-probabilities (OpenAI's chat shape), or None
+        self.index = index
 
 
 def _int(value):
@@ -150,23 +120,25 @@ async def _failed_status(resp: aiohttp.ClientResponse, authorization: str | None
     message = sanitized(message, authorization) if isinstance(message, str) else "no error message"
     status = resp.status
     if status in (401, 403):
-        return BackendFailure("refused", f"the backend refused the gateway's credentials ({status})", status)
+        return BackendFailure(
+            FailureReason.REFUSED, f"the backend refused the gateway's credentials ({status})", status
+        )
     if status == 429:
-        return BackendFailure("429", f"the backend is rate limited (429): {message}", status)
+        return BackendFailure(FailureReason.RATE_LIMITED, f"the backend is rate limited (429): {message}", status)
     if status >= 500 or status == 404 or "unknown model" in message.lower():
         # 404 / Triton's "unknown model": the model is not loaded there (a replica restarting
         # or loading it): the replica's failure, tried elsewhere (counted with the 5xx)
-        return BackendFailure("5xx", f"the backend failed ({status}): {message}", status)
-    return BackendFailure("refused", f"the backend refused the request ({status}): {message}", status)
+        return BackendFailure(FailureReason.UPSTREAM_5XX, f"the backend failed ({status}): {message}", status)
+    return BackendFailure(FailureReason.REFUSED, f"the backend refused the request ({status}): {message}", status)
 
 
 class Attempt:
     """An upstream request in progress: `pieces()` yields its Pieces; `close()` releases the
     connection (closing it when the stream is not finished: the backend sees the cancel)."""
 
-    def __init__(self, session: aiohttp.ClientSession, backend, replica, req, hop_mark: str = ""):
+    def __init__(self, session: aiohttp.ClientSession, backend, replica, req, hop_mark: str = "", index: int = 0):
         self.session, self.backend, self.replica, self.req = session, backend, replica, req
-        self.hop_mark = hop_mark
+        self.hop_mark, self.index = hop_mark, index  # index: which of n generations (fanout.py), seed + index
         self.resp: aiohttp.ClientResponse | None = None
         self.sent_at = 0.0
         self.finished = False  # the backend ended the stream: its connection may be reused
@@ -178,6 +150,11 @@ class Attempt:
             url = self.replica.url.joinpath("v2", "models", backend.model, "generate_stream")
             body = req.upstream_options()
             body.pop("stop", None)  # applied here (above): a generate model need not take stop strings
+            body.pop("n", None)  # n choices are n generations (fanout.py)
+            if req.logprobs and not req.chat:  # the legacy integer: the adapter's boolean and top_logprobs
+                body["logprobs"], body["top_logprobs"] = True, req.top_logprobs
+            if self.index and req.seed is not None:  # int64, wrapped
+                body["seed"] = (req.seed + self.index + 2**63) % 2**64 - 2**63
             for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
                 if name in body:
                     body[name] = float(body[name])  # FP32 inputs: Triton reads a JSON integer as no float
@@ -197,7 +174,9 @@ class Attempt:
             if backend.authorization:
                 if self.replica.origin not in backend.secret_origins:  # the table's checks refused it too
                     raise BackendFailure(
-                        "guard", f"secret {backend.secret} is not bound to {self.replica.origin}", rule="secret_origin"
+                        FailureReason.GUARD,
+                        f"secret {backend.secret} is not bound to {self.replica.origin}",
+                        rule="secret_origin",
                     )
                 headers["Authorization"] = backend.authorization
         return url, headers, orjson.dumps(body)
@@ -218,11 +197,15 @@ class Attempt:
             if refusals:
                 refusal = refusals[0]
                 raise BackendFailure(
-                    "guard", f"the gateway may not connect there: {refusal.sentence}", rule=refusal.rule
+                    FailureReason.GUARD, f"the gateway may not connect there: {refusal.sentence}", rule=refusal.rule
                 ) from None
-            raise BackendFailure("connect", f"cannot connect to the backend: {type(exc).__name__}") from None
+            raise BackendFailure(
+                FailureReason.CONNECT, f"cannot connect to the backend: {type(exc).__name__}"
+            ) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise BackendFailure("5xx", f"the backend connection failed: {type(exc).__name__}") from None
+            raise BackendFailure(
+                FailureReason.UPSTREAM_5XX, f"the backend connection failed: {type(exc).__name__}"
+            ) from None
         finally:
             ATTEMPT.reset(token)
         if resp.status != 200:
@@ -240,33 +223,45 @@ class Attempt:
                     yield piece
             self.finished = self.resp is not None and self.resp.content.at_eof()
         except (aiohttp.ClientError, OSError) as exc:
-            raise BackendFailure("5xx", f"the backend connection failed: {type(exc).__name__}") from None
+            raise BackendFailure(
+                FailureReason.UPSTREAM_5XX, f"the backend connection failed: {type(exc).__name__}"
+            ) from None
 
     async def _triton(self):
         stops = self.req.stop
         hold = max((len(s) for s in stops), default=1) - 1
         pending = ""
+        wanted = self.req.logprobs
+        held: list = []  # log-probabilities of the held text's tokens
         async for data in sse_events(self.resp):
             event = _event(data)
             error = event.get("error")
             if error is not None:
-                raise BackendFailure("5xx", f"the backend failed: {sanitized(error, None)}")
+                raise BackendFailure(FailureReason.UPSTREAM_5XX, f"the backend failed: {sanitized(error, None)}")
             text = _str(event.get("text_output")) or ""
             finish = _str(event.get("finish_reason"))
             prompt_tokens, completion_tokens = _int(event.get("prompt_tokens")), _int(event.get("completion_tokens"))
             generated = _int(event.get("generated_tokens"))
+            if wanted:
+                if text and "logprobs" not in event:
+                    raise ignored()
+                held += logprob_entries(event.get("logprobs")) or []
             if stops:
                 pending += text
                 cut = min((i for i in (pending.find(s) for s in stops) if i >= 0), default=-1)
                 if cut >= 0:
-                    yield Piece(pending[:cut], "stop", prompt_tokens, completion_tokens, generated)
+                    logprobs = split_logprobs(held, cut)[0] or None
+                    yield Piece(pending[:cut], "stop", prompt_tokens, completion_tokens, generated, logprobs)
                     return
                 keep = len(pending) - hold if not (finish or completion_tokens is not None) else len(pending)
                 text, pending = pending[: max(0, keep)], pending[max(0, keep) :]
+            logprobs, held = split_logprobs(held, len(text)) if pending else (held, [])
             if text or finish or prompt_tokens is not None or completion_tokens is not None or generated is not None:
-                yield Piece(text, finish, prompt_tokens, completion_tokens, generated)
-        if pending:
-            yield Piece(pending)
+                yield Piece(text, finish, prompt_tokens, completion_tokens, generated, logprobs or None)
+            else:
+                held = logprobs + held
+        if pending or held:
+            yield Piece(pending, logprobs=held or None)
 
     async def _openai(self):
         chat = self.req.chat
@@ -280,17 +275,33 @@ class Attempt:
             if "error" in event:
                 error = event["error"]
                 message = error.get("message") if isinstance(error, dict) else error
-                raise BackendFailure("5xx", f"the backend failed: {sanitized(message, self.backend.authorization)}")
-            text, finish = "", None
+                raise BackendFailure(
+                    FailureReason.UPSTREAM_5XX, f"the backend failed: {sanitized(message, self.backend.authorization)}"
+                )
             choices = event.get("choices")
-            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-                choice = choices[0]
+            for choice in choices if isinstance(choices, list) else ():
+                index, text, finish, logprobs = (
+                    choice.get("index", 0) if isinstance(choice, dict) else -1,
+                    "",
+                    None,
+                    None,
+                )
+                if type(index) is not int or not 0 <= index < self.req.n:
+                    raise BackendFailure(
+                        FailureReason.PROTOCOL, "the backend sent a choice of no index it was asked for"
+                    )
                 if chat:
                     delta = choice.get("delta")
                     text = _str(delta.get("content")) if isinstance(delta, dict) else None
                 else:
                     text = _str(choice.get("text"))
+                if self.req.logprobs and text:
+                    logprobs = carried(choice, chat)
+                    if logprobs is None:
+                        raise ignored()
                 finish = _str(choice.get("finish_reason"))
+                if text or finish or logprobs:
+                    yield Piece(text or "", finish, logprobs=logprobs, index=index)
             usage = event.get("usage")
             prompt_tokens = completion_tokens = None
             if isinstance(usage, dict):
@@ -298,8 +309,8 @@ class Attempt:
                     _int(usage.get("prompt_tokens")),
                     _int(usage.get("completion_tokens")),
                 )
-            if text or finish or prompt_tokens is not None:
-                yield Piece(text or "", finish, prompt_tokens, completion_tokens)
+            if prompt_tokens is not None:
+                yield Piece("", None, prompt_tokens, completion_tokens)
 
     def close(self) -> None:
         resp, self.resp = self.resp, None
@@ -314,7 +325,7 @@ def _event(data: str) -> dict:
     try:
         event = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise BackendFailure("protocol", "the backend sent an event that is not JSON") from None
+        raise BackendFailure(FailureReason.PROTOCOL, "the backend sent an event that is not JSON") from None
     if type(event) is not dict:
-        raise BackendFailure("protocol", "the backend sent an event that is not a JSON object")
+        raise BackendFailure(FailureReason.PROTOCOL, "the backend sent an event that is not a JSON object")
     return event

@@ -3,7 +3,7 @@
 - per request: GATEWAY_LLM_MAX_REPLY_BYTES of text (a backend that sends more gets the
   request a 502 `reply_too_large`: the client should stream a reply that long);
 - per key and per team, on the whole host: the bytes every worker holds at once for that
-  key's (team's) replies in progress, in the workers' shared memory (gateway/sharedlimits.py,
+  key's (team's) replies in progress, in the workers' shared memory (gateway/keys/sharedlimits.py,
   one slot per key and per team, given back when a worker dies), at most
   GATEWAY_LLM_BUFFER_BYTES_PER_KEY (_PER_TEAM). A request whose next piece would take its
   key or team past that gets 429 `reply_buffer_full` at once, its bytes released: the tenant
@@ -15,8 +15,8 @@ team. A streamed reply holds one event at a time (bounded in backends.py) and is
 
 from __future__ import annotations
 
-from .errors import LlmError
-from .quotas import limits_store
+from gateway.llm.errors import LlmError
+from gateway.llm.quotas import limits_store
 
 
 class ReplyBuffer:

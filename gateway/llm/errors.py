@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from ..tenants import retry_after
+from gateway.wire.responses import retry_after
 
 TYPES = {
     400: "invalid_request_error",
@@ -55,6 +55,13 @@ def reply(exc: LlmError, rid: str, variant: str = "none"):
     if exc.status in (429, 503):
         out["Retry-After"] = retry_after(exc.retry_after_s)
     return exc.status, out, exc.body()
+
+
+def reply_v2(exc: LlmError, rid: str, variant: str = "none"):
+    """The same refusal in the KServe v2 shape ({"error": message, "code": code}), for Triton's
+    generate routes on an LLM endpoint: what a Triton client reads."""
+    status, out, _ = reply(exc, rid, variant)
+    return status, out, orjson.dumps({"error": exc.message, "code": exc.code})
 
 
 def model_not_found(model: str) -> LlmError:

@@ -1,6 +1,6 @@
 """The gateway's half of the outbound guard: what a tenant's LLM backend (kind openai: a URL a
 team registered) may reach, checked at every connection the gateway opens to it. The rule is
-gateway/outbound_rules.py's, the one the control plane applied when the URL was registered
+gateway/contracts/outbound_rules.py's, the one the control plane applied when the URL was registered
 (kernel/outbound.py); the settings come in the route table's `llm_rules` (allowed networks and
 hosts, the platform's listeners, the hop mark, the first-token ceiling).
 
@@ -29,7 +29,7 @@ import errno
 import logging
 import socket
 
-from .. import outbound_rules as rules
+from gateway.contracts import outbound_rules as rules
 
 log = logging.getLogger("gateway")
 

@@ -32,7 +32,7 @@ kept as plain ints and lists like metrics.HotPath and rendered only when /metric
                                                            reply_too_large, reply_buffer_full
 
 Requests per key and status (errors per tenant) are the tensor path's family,
-gateway_tenant_requests{team,key,endpoint,status} (gateway/metrics.py HotPath.count_tenant).
+gateway_tenant_requests{team,key,endpoint,status} (gateway/telemetry/metrics.py HotPath.count_tenant).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from ..metrics import BUCKETS
+from gateway.telemetry.metrics import BUCKETS
 
 ITL_BUCKETS = (
     0.0005,

@@ -10,7 +10,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from .errors import LlmError, headers, model_not_found, reply
+from gateway.llm.errors import LlmError, headers, model_not_found, reply
 
 MAX_MODEL_ID = 256  # as a request's `model` (requests.py)
 

@@ -1,7 +1,7 @@
 """Per-key LLM limits: requests per second and in flight (the key's rate_per_s, burst and
 max_concurrency, tenants.take), LLM requests in flight (max_streams) and tokens per minute
 (tokens_per_minute), held in total by every worker of the host like the existing ones
-(gateway/sharedlimits.py: the same shared mapping, one slot per key and limit), split 1/R
+(gateway/keys/sharedlimits.py: the same shared mapping, one slot per key and limit), split 1/R
 across gateway replicas (tenants.set_replicas).
 
 Token budgets: `tokens_per_minute` and each of the key's `token_budgets` ({tokens, window_s},
@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import math
 
-from .. import tenants
-from ..sharedlimits import SharedLimits
-from .errors import LlmError
+from gateway.keys import tenants
+from gateway.keys.sharedlimits import SharedLimits
+from gateway.llm.errors import LlmError
 
 _local: SharedLimits | None = None
 

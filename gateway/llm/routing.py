@@ -28,7 +28,7 @@ import itertools
 import time
 from hashlib import blake2b
 
-from .. import metrics
+from gateway.telemetry import metrics
 
 LOAD_BOUND = 1.25
 MAX_REPLICAS_PER_BACKEND = 2  # replicas of one backend tried in one request before the next backend

@@ -1,4 +1,4 @@
-"""Serving pools (list, get, create) and endpoints (list, get, create)."""
+"""Serving pools (list, get, create) and endpoints (list, get, create, update)."""
 
 from __future__ import annotations
 
@@ -177,6 +177,54 @@ def endpoint_create(state, name, pool_name, stable_artifact, **options):
     state.out.result(created, lambda e: f"Created endpoint {e['name']} on pool {e['pool']}.\n" + _endpoint_text(e))
 
 
+class MarginType(click.ParamType):
+    """A latency margin: a fraction (0.2 = 20 %), or `derived` (the default: from the p99 SLO's
+    headroom, 10-30 %), sent as null."""
+
+    name = "FRACTION|derived"
+
+    def convert(self, value, param, ctx):
+        if value is None or value == "derived":
+            return value
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither a fraction (e.g. 0.2) nor 'derived'", param, ctx)
+
+
+@endpoint.command("update")
+@click.argument("name")
+@click.option("--slo-p99-ms", type=float, help="p99 latency objective in ms (the judge's guardrail).")
+@click.option("--slo-error-rate", type=float, help="Error-rate objective, a fraction (0.01 = 1 %).")
+@click.option("--psi-threshold", type=float, help="Prediction-drift limit (PSI).")
+@click.option(
+    "--latency-margin",
+    type=MarginType(),
+    help="How much slower than its control a candidate may be (0.2 = 20 %); 'derived': back to the default, "
+    "derived from the p99 SLO's headroom (10-30 %).",
+)
+@click.option(
+    "--on-inconclusive",
+    type=click.Choice(["rollback", "pause", "promote"]),
+    help="When a step's deadline passes undecided.",
+)
+@click.option("--sticky-header", help="Header that pins a client to one A/B arm.")
+@click.option("--timeout-ms", type=int, help="Gateway timeout per request.")
+@click.option("--public/--keys-only", default=None, help="Callable without an inference key, or only with one.")
+@json_option
+@pass_state
+def endpoint_update(state, name, **options):
+    """Change an endpoint's SLOs, judge settings, timeout or who may call it (its stable
+    changes only by rollout)."""
+    body = {key: value for key, value in options.items() if value is not None}
+    if body.get("latency_margin") == "derived":
+        body["latency_margin"] = None
+    if not body:
+        raise click.UsageError("nothing to change: give at least one option (see --help)")
+    updated = state.api.request("PATCH", f"endpoints/{segment(name)}/", json=body)
+    state.out.result(updated, lambda e: f"Updated endpoint {e['name']}.\n" + _endpoint_text(e))
+
+
 def _endpoint_text(e: dict) -> str:
     return fields(
         [
@@ -187,7 +235,7 @@ def _endpoint_text(e: dict) -> str:
             ("slo p99 ms", e.get("slo_p99_ms")),
             ("slo error rate", e.get("slo_error_rate")),
             ("psi threshold", e.get("psi_threshold")),
-            ("latency margin", e.get("latency_margin")),
+            ("latency margin", "derived from the SLO" if e.get("latency_margin") is None else e["latency_margin"]),
             ("sticky header", e.get("sticky_header")),
             ("timeout ms", e.get("timeout_ms")),
             ("created", when(e.get("created_at"))),

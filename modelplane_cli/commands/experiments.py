@@ -46,6 +46,9 @@ def results_lines(results: dict) -> list[str]:
         + f" · {progress.get('have', 0)}/{progress.get('need', 0)} {progress.get('unit', 'units per arm')}"
     )
     lines = [head]
+    ship = results.get("ship") or {}
+    if results.get("state") == "shipping" and ship.get("rollout"):
+        lines.append(f"  ship: rollout #{ship['rollout']} " + (ship.get("waiting") or "in progress"))
     candidates = results.get("candidates") or {}
     guards = results.get("guardrails") or {}
     for name, arm in (results.get("arms") or {}).items():
@@ -79,6 +82,7 @@ def _key(results: dict) -> tuple:
         results.get("winner"),
         tuple(sorted((name, g.get("status")) for name, g in guards.items())),
         (results.get("srm") or {}).get("flagged"),
+        bool((results.get("ship") or {}).get("waiting")),  # the ship's rollout starts or stops waiting for traffic
     )
 
 
@@ -99,6 +103,9 @@ def watch_experiment(
             why = "; ".join(
                 f"{n}: {g.get('reason')}" for n, g in guards.items() if g.get("status") == "fail" and g.get("reason")
             )
+            ship = results.get("ship") or {}
+            if not why and ship.get("waiting"):
+                why = f"rollout #{ship.get('rollout')} {ship['waiting']}"
             out.event(f"{clock(_now())}  {lines[0]}" + (f" — {why}" if why else ""))
             if not out.tty:
                 for line in lines[1:]:

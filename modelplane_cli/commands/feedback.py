@@ -19,7 +19,7 @@ from modelplane_cli import exits
 from modelplane_cli.exits import CliError
 from modelplane_cli.state import json_option, pass_state
 
-MAX_BATCH = 10_000  # the API's bound per batch (gateway/feedback.schema.json)
+MAX_BATCH = 10_000  # the API's bound per batch (gateway/contracts/feedback.schema.json)
 COUNTS = ("received", "duplicates", "attributed", "late", "unknown")
 _INDEX = re.compile(r"^events\[(\d+)\]")
 RATE_RETRIES = 3

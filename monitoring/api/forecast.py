@@ -1,7 +1,7 @@
 """/api/v1/rollout-forecast/ — before a rollout starts: the endpoint's observed traffic,
 the steps that fit it, and for a plan (the suggested one, or the steps given) each
 step's expected time to a verdict and a warning for each step that cannot conclude
-before its deadline (monitoring/forecast.py). The endpoint page shows the same."""
+before its deadline (monitoring/judge/forecast.py). The endpoint page shows the same."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from deployments.rollout_machine import DEFAULT_PLAN, Plan
 from deployments.selectors.rollouts import endpoint_get
 from kernel.errors import InvalidInput
 from kernel.serializers import QuerySerializer, StrictCharField
-from monitoring.forecast import forecast, suggest_steps
+from monitoring.judge.forecast import forecast, suggest_steps
 from monitoring.selectors import metrics as metric_selectors
-from monitoring.services.canary import judge_config_for
+from monitoring.selectors.judge_config import judge_config_for
 
 
 class ForecastQuerySerializer(QuerySerializer):

@@ -1,5 +1,5 @@
 """Delivery rows kept up to 300 bytes of the receiver's response body in `error`
-("HTTP 404: <body>"), which turned webhooks into a port scanner (issue 11): keep the
+("HTTP 404: <body>"), which turned webhooks into a port scanner: keep the
 status only. New rows never hold a body (kernel.outbound never reads it)."""
 
 import re

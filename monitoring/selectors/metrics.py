@@ -7,12 +7,11 @@ from datetime import datetime
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from monitoring.judge import ArmWindow
-from monitoring.models import MetricSample
+from monitoring.judge.evidence import ArmWindow
+from monitoring.judge.statistics import SCORE_BINS, histogram_quantile
+from monitoring.judge.windows import HISTOGRAMS, arms_from_rows
 from monitoring.sources import MetricSource, metric_source
-from monitoring.sources.store import sample_list
-from monitoring.statistics import SCORE_BINS, histogram_quantile
-from monitoring.windows import COUNT_METRICS, HISTOGRAMS, LLM_TICK_METRICS, SHARED_METRIC, TICK_METRICS, arms_from_rows
+from monitoring.sources.store import judge_arms, sample_list
 
 
 # --- time series ---------------------------------------------------------------------------------
@@ -69,7 +68,7 @@ def window_quantiles(
 ) -> dict[str, dict[str, float]]:
     """{variant: {"latency_p50_ms", "latency_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms",
     "itl_p99_ms"}} over [since, until], as the judge computes them: the histograms' bucket
-    counts summed over the window (monitoring/windows.py, the judge's windows) and Prometheus'
+    counts summed over the window (monitoring/judge/windows.py, the judge's windows) and Prometheus'
     histogram_quantile on them (the estimate of monitoring.judge's quantiles). A verdict over
     the same window gives the same figures; one tick's own quantile (the latest value) is
     an interpolation inside the few buckets of that tick and reads as bucket edges at low
@@ -109,35 +108,6 @@ def judge_window(
     judge acts for the platform), so not user-scoped."""
     arms = judge_arms(endpoint=endpoint, variants=[stable_variant, candidate_variant], since=since, until=until)
     return arms[stable_variant], arms[candidate_variant]
-
-
-def judge_arms(
-    *, endpoint: str, variants: list[str], since: datetime, until: datetime | None = None
-) -> dict[str, ArmWindow]:
-    """Any number of arms over [since, until] from the store, ticks aligned by scrape time
-    (see judge_window); monitoring/windows.py turns the rows into windows."""
-    variants = list(dict.fromkeys(variants))
-    base = MetricSample.objects.filter(endpoint=endpoint, variant__in=variants, time__gte=since)
-    if until:
-        base = base.filter(time__lte=until)
-    # latency buckets tick by tick (only non-empty buckets and their lower edges are stored):
-    # the p99 guardrail counts the requests over the SLO in disjoint windows
-    # (and on LLM endpoints their requests/errors and TTFT/ITL buckets, read the same way)
-    histograms_per_tick = Q()
-    for prefix in HISTOGRAMS:
-        histograms_per_tick |= Q(metric__startswith=f"{prefix}:")
-    ticks = base.filter(
-        Q(metric__in=(*TICK_METRICS, SHARED_METRIC, *LLM_TICK_METRICS)) | histograms_per_tick
-    ).values_list("variant", "metric", "time", "value")
-    # score bins and counts are summed over the window by the database (their time does not matter)
-    histograms = (
-        base.filter(Q(metric__startswith="score_bin:") | Q(metric__in=COUNT_METRICS))
-        .values("variant", "metric")
-        .annotate(n=Sum("value"))
-        .values_list("variant", "metric", "n")
-    )
-    rows = [*ticks, *((variant, metric, None, n) for variant, metric, n in histograms)]
-    return arms_from_rows(rows, variants)
 
 
 def score_distribution(*, user, endpoint: str, variant: str, since: datetime) -> list[float]:

@@ -12,8 +12,8 @@ from django.conf import settings
 from deployments.selectors.pools import ready_replicas
 from deployments.selectors.rollouts import active_rollouts, serving_endpoints
 from monitoring import conf
-from monitoring.collect import TritonModelMap
-from monitoring.targets import ScrapeTarget
+from monitoring.collection.targets import ScrapeTarget
+from monitoring.collection.triton_samples import TritonModelMap
 from registry import storage, triton_config
 from registry.names import baseline_variant_name, triton_name, variant_name
 
@@ -37,7 +37,7 @@ def _model_map(endpoint_name: str, artifact, variant: str = "") -> TritonModelMa
 
 def gateway_metrics_url() -> str:
     """GATEWAY_METRICS_URL, else the gateway's control port (answered off its event loop, so a
-    scrape is not lost while the data path is saturated: gateway/control.py), else its data port."""
+    scrape is not lost while the data path is saturated: gateway/process/control.py), else its data port."""
     port = getattr(settings, "GATEWAY_CONTROL_PORT", 0) or settings.GATEWAY_PORT
     return conf.get("GATEWAY_METRICS_URL") or f"http://127.0.0.1:{port}/metrics"
 

@@ -3,7 +3,7 @@
 The gateway counts each authenticated key's requests (`gateway_tenant_requests_total
 {team,key,endpoint,status}`, `gateway_tenant_request_duration_seconds{team,key}`) and
 every refusal of its key checks (`gateway_auth_rejections_total{endpoint,team,key,reason}`,
-key "" when no valid key was sent), and LLM usage per key (issue 27: `gateway_llm_tokens_total
+key "" when no valid key was sent), and LLM usage per key (`gateway_llm_tokens_total
 {endpoint,variant,team,key,kind}` with kind prompt|completion, counted from the backends'
 usage, and `gateway_llm_cost_total{endpoint,variant,team,key}` from the backends' prices
 per 1k tokens; `gateway_llm_tenant_ttft_seconds{team,key}`, the time to first token). An LLM
@@ -32,8 +32,8 @@ from collections import defaultdict
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring import conf
+from monitoring.collection.scraper import fetch_metrics
 from monitoring.selectors.targets import gateway_metrics_url
-from monitoring.services.collector import fetch_metrics
 
 FAMILIES = (
     "gateway_tenant_requests",
@@ -65,7 +65,29 @@ def _count_usage(entry: dict, name: str, labels: dict, value: float) -> None:
         entry["tokens"] += value
 
 
-def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the families, read top to bottom
+# families summed per key as they come, into the entry's field
+KEY_SUMS = {
+    "gateway_tenant_request_duration_seconds_sum": "latency_sum",
+    "gateway_tenant_request_duration_seconds_count": "latency_count",
+    "gateway_llm_tenant_ttft_seconds_sum": "ttft_sum",
+    "gateway_llm_tenant_ttft_seconds_count": "ttft_count",
+}
+
+
+def _llm_sample(keys: dict, teams: dict, public: dict, name: str, labels: dict, value: float) -> None:
+    """An LLM tokens or cost sample: the key's (and its team's) usage, or a public endpoint's when no key."""
+    key = labels.get("key")
+    if not key:
+        _count_usage(public[labels.get("endpoint", "")], name, labels, value)
+        return
+    if name == "gateway_llm_cost_total":
+        keys[key]["cost"] += value
+    elif labels.get("kind", "") in ("prompt", "completion"):
+        keys[key][f"{labels['kind']}_tokens"] += value
+    _llm_usage(keys[key], teams, name, labels, value)
+
+
+def key_traffic_from_text(text: str) -> dict:
     """{"keys": {key id: {"requests": {"2xx": n, …}, "total": n, "mean_ms": x|None,
     "rejections": {reason: n}, "prompt_tokens": n, "completion_tokens": n, "cost": x, "ttft_mean_ms": x|None,
     "llm_endpoints": {endpoint: usage}}}, "anonymous": {endpoint: {reason: n}},
@@ -94,33 +116,19 @@ def key_traffic_from_text(text: str) -> dict:  # noqa: C901 - one pass over the 
     for family in text_string_to_metric_families("\n".join(wanted) + "\n"):
         for sample in family.samples:
             labels, value = sample.labels, sample.value
-            if sample.name == "gateway_tenant_requests_total":
+            if sample.name in KEY_SUMS:
+                keys[labels.get("key", "")][KEY_SUMS[sample.name]] += value
+            elif sample.name == "gateway_tenant_requests_total":
                 entry = keys[labels.get("key", "")]
                 entry["requests"][_status_class(labels.get("status", ""))] += value
                 entry["total"] += value
-            elif sample.name == "gateway_tenant_request_duration_seconds_sum":
-                keys[labels.get("key", "")]["latency_sum"] += value
-            elif sample.name == "gateway_tenant_request_duration_seconds_count":
-                keys[labels.get("key", "")]["latency_count"] += value
             elif sample.name == "gateway_auth_rejections_total":
                 if labels.get("key"):
                     keys[labels["key"]]["rejections"][labels.get("reason", "")] += value
                 else:
                     anonymous[labels.get("endpoint", "")][labels.get("reason", "")] += value
-            elif sample.name == "gateway_llm_tokens_total" and labels.get("key"):
-                kind = labels.get("kind", "")
-                if kind in ("prompt", "completion"):
-                    keys[labels["key"]][f"{kind}_tokens"] += value
-                _llm_usage(keys[labels["key"]], teams, sample.name, labels, value)
-            elif sample.name == "gateway_llm_cost_total" and labels.get("key"):
-                keys[labels["key"]]["cost"] += value
-                _llm_usage(keys[labels["key"]], teams, sample.name, labels, value)
-            elif sample.name in ("gateway_llm_tokens_total", "gateway_llm_cost_total"):  # public: no key
-                _count_usage(public[labels.get("endpoint", "")], sample.name, labels, value)
-            elif sample.name == "gateway_llm_tenant_ttft_seconds_sum":
-                keys[labels.get("key", "")]["ttft_sum"] += value
-            elif sample.name == "gateway_llm_tenant_ttft_seconds_count":
-                keys[labels.get("key", "")]["ttft_count"] += value
+            elif sample.name in ("gateway_llm_tokens_total", "gateway_llm_cost_total"):
+                _llm_sample(keys, teams, public, sample.name, labels, value)
             elif sample.name == "process_start_time_seconds":
                 since = value
     out = {}

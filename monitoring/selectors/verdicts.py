@@ -1,6 +1,6 @@
 """The judge's verdicts on one rollout as people read them: one row per check with its
 latest outcome, its trend over the last ticks and its progress toward a verdict, instead
-of one row per one-second tick (issue 15). Pure functions over stored Verdict rows.
+of one row per one-second tick. Pure functions over stored Verdict rows.
 
 A check's evidence may carry `progress` {"have", "need", "unit"} and `eta_seconds`
 (produced by the judge, see wave-3's shared contract); they are shown when present and
@@ -76,7 +76,7 @@ def windows_text(check: dict) -> str:
 
 
 def _exceedance_detail(check: dict) -> str:
-    """The p99 guardrail: its requests over the SLO and its e-values (monitoring/p99_guardrail.py)."""
+    """The p99 guardrail: its requests over the SLO and its e-values (monitoring/judge/p99_guardrail.py)."""
     parts = []
     over, samples = check["over"].get("candidate"), (check.get("samples") or {}).get("candidate")
     share, allowed = check["share_over"].get("candidate"), check.get("allowed_share")

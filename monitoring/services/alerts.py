@@ -260,7 +260,7 @@ def alert_resolve(*, user, alert: Alert, note: str = "") -> Alert:
 
 def shared_outage_alert(*, endpoint, reason: str, rollout_id: int | None = None, evidence: dict | None = None) -> bool:
     """A warning naming the pool that served both arms while it failed them both: the
-    candidate is not judged on those moments (monitoring/outage.py), someone should look at
+    candidate is not judged on those moments (monitoring/judge/outage.py), someone should look at
     the pool. Deduplicated per rollout (or endpoint) while open; returns whether it was
     notified."""
     pool = endpoint.pool.name

@@ -1,5 +1,5 @@
 """Machine guardrails per arm of an online experiment: every candidate arm against the
-control arm with the canary judge's own checks (monitoring/judge.py: the p99 and
+control arm with the canary judge's own checks (monitoring/judge/verdict.py: the p99 and
 error-rate SLO guardrails, prediction-score PSI, the always-valid error-rate e-process and
 the per-window latency comparisons; a shared outage of the pool holds them, "not judged"), over the metric store's per-variant samples of the endpoint
 (the gateway labels each request with the arm that answered, route role `arm`).
@@ -20,30 +20,43 @@ from datetime import datetime
 from django.utils import timezone
 
 from monitoring import conf
-from monitoring.evidence import ArmWindow, GuardrailStatus, make_check
-from monitoring.judge import FAIL, INCONCLUSIVE, PASS, SKIPPED, JudgeConfig, judge
+from monitoring.judge.checks import FAIL, INCONCLUSIVE, PASS
+from monitoring.judge.evidence import SKIPPED, ArmWindow, GuardrailStatus, JudgeConfig, make_check
+from monitoring.judge.outage import NOT_JUDGED
+from monitoring.judge.statistics import psi as psi_index
+from monitoring.judge.verdict import judge
 from monitoring.models import Severity
-from monitoring.outage import NOT_JUDGED
+from monitoring.selectors.judge_config import judge_config_for
 from monitoring.services.alerts import alert_raise, shared_outage_alert
 from monitoring.sources import MetricSource, metric_source
-from monitoring.statistics import psi as psi_index
 
 STATUS = {PASS: GuardrailStatus.PASS, FAIL: GuardrailStatus.FAIL, INCONCLUSIVE: GuardrailStatus.PENDING}
 
 
-def arm_config(endpoint) -> JudgeConfig:
-    """The endpoint's SLOs, PSI threshold and latency margin, as its rollouts' judge uses
-    (an LLM endpoint's arms are judged on TTFT/ITL: monitoring/llm_checks.py)."""
-    return JudgeConfig(
-        alpha=conf.get("MONITORING_JUDGE_ALPHA"),
-        kind=endpoint.kind,
-        ttft_slo_ms=endpoint.ttft_slo_ms,
-        itl_slo_ms=endpoint.itl_slo_ms,
-        slo_p99_ms=endpoint.slo_p99_ms,
-        slo_error_rate=endpoint.slo_error_rate,
-        psi_threshold=endpoint.psi_threshold,
-        latency_margin=endpoint.latency_margin,
-    )
+class PrefetchedArms:
+    """The store's arm windows of many endpoints read at once (the analysis tick over every
+    running experiment: two statements per few hundred experiments, not two per experiment);
+    answers judge_arms as a metric source does for the windows it read."""
+
+    def __init__(self, windows: dict[str, dict[str, ArmWindow]], fallback: MetricSource, keys: dict):
+        self.windows, self.fallback, self.keys = windows, fallback, keys
+
+    def judge_arms(self, *, endpoint, variants, since, until=None):
+        if self.keys.get(endpoint) == (tuple(dict.fromkeys(variants)), since, until):
+            return self.windows[endpoint]
+        return self.fallback.judge_arms(endpoint=endpoint, variants=variants, since=since, until=until)
+
+
+def arm_windows_prefetch(*, windows: list[tuple[str, list[str], datetime]], until: datetime) -> MetricSource:
+    """A source answering judge_arms for `windows` [(endpoint, variants, since)] up to `until`
+    from one read of the metric store; with Prometheus (PROMETHEUS_URL), Prometheus itself."""
+    from monitoring.sources.store import judge_arms_many
+
+    source = metric_source()
+    if getattr(source, "name", "") != "store" or not windows:
+        return source
+    keys = {endpoint: (tuple(dict.fromkeys(variants)), since, until) for endpoint, variants, since in windows}
+    return PrefetchedArms(judge_arms_many(windows=windows, until=until), source, keys)
 
 
 def arm_guardrails_judge(
@@ -67,7 +80,7 @@ def arm_guardrails_judge(
     guardrail's breach count lives in its checks. `psi=False`: the PSI is computed and
     shown (outcome `skipped`) but is no guardrail."""
     until = until or timezone.now()
-    config = config or arm_config(endpoint)
+    config = config or judge_config_for(endpoint)
     source = source or metric_source()  # the store, or Prometheus with PROMETHEUS_URL (monitoring/sources/)
     arms = source.judge_arms(endpoint=endpoint.name, variants=[control, *candidates], since=since, until=until)
     seconds = max((until - since).total_seconds(), 0.0)

@@ -20,9 +20,11 @@ from deployments.selectors import rollouts as rollout_selectors
 from deployments.services.rollouts import rollout_apply_verdict
 from kernel.errors import InvalidInput
 from monitoring import conf
-from monitoring.judge import ArmWindow, Decision, JudgeConfig, judge
+from monitoring.judge.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.outage import NOT_JUDGED
+from monitoring.judge.verdict import Decision, judge
 from monitoring.models import Alert, Severity, Verdict
-from monitoring.outage import NOT_JUDGED
+from monitoring.selectors.judge_config import judge_config_for
 from monitoring.services.alerts import alert_dedupe_key, alert_raise, shared_outage_alert
 from monitoring.sources import MetricSource, metric_source
 from registry.names import baseline_variant_name, variant_name
@@ -56,7 +58,7 @@ def judge_tick(
     comparisons use instead; `compare_latency=False` skips them (nothing beside the
     candidate). `error_control_variants`: the variants pooled as the error-rate control
     (stable and baseline); `previous`: the last verdict's checks by name (guardrail breach
-    counts); see monitoring/judge.py. `source`: where the series come from (default: the
+    counts); see monitoring/judge/verdict.py. `source`: where the series come from (default: the
     store, or Prometheus when PROMETHEUS_URL is set; monitoring/sources/)."""
     if stable_variant == candidate_variant:
         raise InvalidInput("stable and candidate must be different variants.", field="candidate_variant")
@@ -125,21 +127,6 @@ def _links(rollout) -> dict:
         "rollout": f"{base}{reverse('deployments:endpoint-detail', args=[rollout.endpoint.name])}?rollout={rollout.pk}",
         "api": f"{base}/api/v1/rollouts/{rollout.pk}/",
     }
-
-
-def judge_config_for(endpoint) -> JudgeConfig:
-    """The endpoint's SLOs and margins as the judge reads them; an LLM endpoint is judged
-    on TTFT/ITL against its ttft_slo_ms / itl_slo_ms (monitoring/llm_checks.py)."""
-    return JudgeConfig(
-        alpha=conf.get("MONITORING_JUDGE_ALPHA"),
-        kind=endpoint.kind,
-        ttft_slo_ms=endpoint.ttft_slo_ms,
-        itl_slo_ms=endpoint.itl_slo_ms,
-        slo_p99_ms=endpoint.slo_p99_ms,
-        slo_error_rate=endpoint.slo_error_rate,
-        psi_threshold=endpoint.psi_threshold,
-        latency_margin=endpoint.latency_margin,
-    )
 
 
 def judge_rollout(rollout, *, now=None, source: MetricSource | None = None) -> dict:

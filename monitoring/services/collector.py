@@ -1,8 +1,8 @@
 """The collector's tick: scrape every target (the gateway, each Triton replica), diff each
 scrape against the previous one, and store the derived samples at one common time. The
-parsing is pure and lives in monitoring/collect.py (samples out of the text:
-monitoring/exposition.py); the HTTP side in monitoring/scraper.py; the targets in
-monitoring/targets.py.
+parsing is pure and lives in monitoring/collection/collect.py (samples out of the text:
+monitoring/collection/exposition.py); the HTTP side in monitoring/collection/scraper.py; the targets in
+monitoring/collection/targets.py.
 
 What a tick costs at 1,000 targets (make bench-collector measures it): the scrapes on one
 asyncio loop, the parse before any lock is taken, then one transaction that reads the
@@ -24,13 +24,14 @@ from datetime import UTC, datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from monitoring import collect, conf, lock_objects
+from monitoring import conf, lock_objects
+from monitoring.collection import collect, gateway_samples, triton_samples
+from monitoring.collection.scraper import fetch_all, scrape_headers
+from monitoring.collection.targets import ScrapeTarget, scrape_targets
 from monitoring.models import ScrapeState, Severity
-from monitoring.scraper import scraper
 from monitoring.services.alerts import alert_raise
 from monitoring.services.route_refusals import refused_entries, route_refusals_alert
 from monitoring.services.store import samples_store
-from monitoring.targets import ScrapeTarget, scrape_targets
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 STATE_FIELDS = ("counters", "scraped_at", "ok", "error", "failing_since", "updated_at")
@@ -58,49 +59,20 @@ def _gc_paused():
             gc.enable()
 
 
-def _headers(target: ScrapeTarget | None = None, token: str | None = None) -> dict:
-    headers = {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"}
-    if target is not None and target.kind == "gateway":
-        # the gateway's /metrics is behind GATEWAY_METRICS_TOKEN when that is set
-        token = conf.get("GATEWAY_METRICS_TOKEN")
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    return headers
-
-
-def _fetch(requests: list[tuple[str, dict]], *, timeout: float | None = None):
-    return scraper(keep_alive=conf.get("MONITORING_SCRAPE_KEEP_ALIVE")).fetch_all(
-        requests,
-        timeout=timeout or conf.get("MONITORING_SCRAPE_TIMEOUT_S"),
-        deadline=conf.get("MONITORING_SCRAPE_DEADLINE_S"),
-        concurrency=conf.get("MONITORING_SCRAPE_CONCURRENCY"),
-        max_bytes=conf.get("MONITORING_SCRAPE_MAX_BYTES"),
-    )
-
-
-def fetch_metrics(url: str, timeout: float, token: str | None = None) -> str:
-    """One /metrics read now, on the collector's loop (the keys page's live counters): the
-    text, or OSError saying why not."""
-    (reply,) = _fetch([(url, _headers(token=token))], timeout=timeout)
-    if reply.text is None:
-        raise OSError(reply.error)
-    return reply.text
-
-
-def _names(target: ScrapeTarget) -> collect.GatewayNames:
-    return collect.GatewayNames(prefix=target.metric_prefix or conf.get("MONITORING_GATEWAY_METRIC_PREFIX"))
+def _names(target: ScrapeTarget) -> gateway_samples.GatewayNames:
+    return gateway_samples.GatewayNames(prefix=target.metric_prefix or conf.get("MONITORING_GATEWAY_METRIC_PREFIX"))
 
 
 def _snapshot(target: ScrapeTarget, text: str) -> dict:
     if target.kind == "gateway":
-        return collect.gateway_snapshot(text, _names(target))
-    return collect.triton_snapshot(text)
+        return gateway_samples.gateway_snapshot(text, _names(target))
+    return triton_samples.triton_snapshot(text)
 
 
 def _deltas(target: ScrapeTarget, prev: dict, cur: dict, seconds: float):
     if target.kind == "gateway":
-        return collect.gateway_deltas(prev, cur, seconds=seconds, names=_names(target))
-    return collect.triton_deltas(
+        return gateway_samples.gateway_deltas(prev, cur, seconds=seconds, names=_names(target))
+    return triton_samples.triton_deltas(
         prev, cur, seconds=seconds, models=target.models, cost_per_replica_hour=target.cost_per_replica_hour
     )
 
@@ -108,7 +80,7 @@ def _deltas(target: ScrapeTarget, prev: dict, cur: dict, seconds: float):
 def scrape_all(targets: list[ScrapeTarget]) -> list[Scrape]:
     """Fetch every target at once and parse each reply (no database: this is the part of
     a tick that takes time, so it runs before any row is locked)."""
-    fetched = _fetch([(t.url, _headers(t)) for t in targets])
+    fetched = fetch_all([(t.url, scrape_headers(t)) for t in targets])
     scrapes = []
     for target, reply in zip(targets, fetched, strict=True):
         scrape = Scrape(target=target, fetched_at=datetime.fromtimestamp(reply.fetched_at, tz=UTC), error=reply.error)

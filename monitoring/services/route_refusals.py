@@ -1,6 +1,6 @@
-"""Route entries the gateway refused, turned into alerts (issue 21).
+"""Route entries the gateway refused, turned into alerts.
 
-The gateway applies its route table per entry (gateway/route_checks.py) and exports one
+The gateway applies its route table per entry (gateway/table/checks.py) and exports one
 `gateway_route_refused{kind,name,code}` series per endpoint entry or key it did not
 apply. The collector reads it from the same /metrics scrape as the traffic and raises one
 critical alert per refused endpoint, naming it and the reason: that endpoint answers 503
@@ -25,9 +25,9 @@ from deployments.selectors.gateway_routes import route_table_problems
 from monitoring.models import Severity
 from monitoring.services.alerts import alert_raise, alerts_clear
 
-REFUSED = "route_refused"  # gateway/metrics.py ROUTE_REFUSED, after the prefix
+REFUSED = "route_refused"  # gateway/telemetry/metrics.py ROUTE_REFUSED, after the prefix
 
-# the gateway's codes (gateway/route_checks.CODES) as words for the alert
+# the gateway's codes (gateway/table/checks.py CODES) as words for the alert
 REASONS = {
     "invalid_entry": "the entry does not match the route table schema",
     "duplicate_endpoint": "two entries have its name",

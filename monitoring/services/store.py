@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from kernel.errors import InvalidInput
 from monitoring import conf
+from monitoring.judge.statistics import score_bins
 from monitoring.models import MetricRollup, MetricSample, ScrapeState, Verdict
-from monitoring.statistics import score_bins
 
 
 def samples_store(

@@ -3,9 +3,9 @@ built-in metric store (the collector's samples in SQL; the default, what `make r
 Prometheus (PromQL over its HTTP API) when PROMETHEUS_URL is set.
 
 One interface, one structure: every read goes through a MetricSource, and both sources
-build it from the same derived samples (monitoring/collect.py: the store keeps them, the
+build it from the same derived samples (monitoring/collection/collect.py: the store keeps them, the
 Prometheus source rebuilds them from the raw counters), the judge's windows by the same
-function (monitoring/windows.py). So the judge decides the same whichever feeds it, and the
+function (monitoring/judge/windows.py). So the judge decides the same whichever feeds it, and the
 dashboards and /api/v1/metrics/ show the series it decided on
 (tests/monitoring/test_prometheus_source.py, test_prometheus_dashboards.py).
 """
@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Protocol
 
 from kernel.conf import setting
-from monitoring.evidence import ArmWindow
+from monitoring.judge.evidence import ArmWindow
 from monitoring.sources.store import StoreSource
 
 __all__ = ["MetricSource", "StoreSource", "metric_source"]

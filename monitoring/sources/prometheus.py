@@ -1,6 +1,6 @@
 """The Prometheus source: the gateway's and Triton's own series read back over PromQL (the
 HTTP API's `query_range`), turned into the same derived samples the built-in collector
-stores, then into the judge's windows (monitoring/windows.py) and the dashboards' series.
+stores, then into the judge's windows (monitoring/judge/windows.py) and the dashboards' series.
 
 Why raw counters and not `increase()`/`rate()`: the judge's error-rate e-process needs
 per-tick counts from disjoint intervals, exactly like the collector's successive scrapes.
@@ -8,8 +8,8 @@ per-tick counts from disjoint intervals, exactly like the collector's successive
 step; the differences of successive samples of one instance are exact counts (a drop is a
 restart: counted from zero, as the collector does), and `increase()` would extrapolate to
 the window's edges. So each step of each instance becomes a snapshot
-(collect.gateway_snapshot_samples / triton_snapshot_samples), successive snapshots give
-deltas (collect.gateway_deltas / triton_deltas), instances add up (collect.merge) and
+(gateway_samples.gateway_snapshot_samples / triton_snapshot_samples), successive snapshots give
+deltas (gateway_samples.gateway_deltas / triton_deltas), instances add up (collect.merge) and
 collect.derive names the metrics: the rows the store would hold, so a chart and the judge
 read the same numbers. Triton replicas are matched to their endpoint x variant by the
 collector's own targets (the `instance` label is the replica's metrics host:port). The
@@ -36,13 +36,13 @@ import requests
 
 from kernel.conf import setting
 from kernel.errors import PlatformError
-from monitoring import collect
-from monitoring.evidence import ArmWindow
-from monitoring.windows import (
+from monitoring.collection import collect, gateway_samples, triton_samples
+from monitoring.judge.evidence import ArmWindow
+from monitoring.judge.windows import (
     BUCKET_PREFIXES,
     COUNT_METRICS,
     LLM_TICK_METRICS,
-    SHARED_METRIC,
+    PER_TICK_COUNTS,
     TICK_METRICS,
     arms_from_rows,
     wanted,
@@ -84,7 +84,18 @@ _LATENCY = ("latency", "shadow_latency")
 # derived metric -> the GatewayNames fields (families) it is computed from
 _GATEWAY_EXACT = {
     **dict.fromkeys(
-        ("requests", "errors", "request_rate", "error_rate", "client_faults", "shared_failures"), _REQUESTS
+        (
+            "requests",
+            "errors",
+            "request_rate",
+            "error_rate",
+            "client_faults",
+            "shared_failures",
+            "unreached_errors",
+            "failovers_in",
+            "failovers_in_failed",
+        ),
+        _REQUESTS,
     ),
     **{name: (name,) for name in ("retries", "failovers", "upstream_errors", "shadow_dropped", "in_flight")},
     "upstream_mean_ms": ("upstream",),
@@ -142,7 +153,7 @@ class PrometheusSource:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s or float(setting("PROMETHEUS_TIMEOUT_S"))
         self.step_s = step_s or float(setting("PROMETHEUS_STEP_S"))  # the scrape interval
-        self.names = collect.GatewayNames(prefix=setting("MONITORING_GATEWAY_METRIC_PREFIX"))
+        self.names = gateway_samples.GatewayNames(prefix=setting("MONITORING_GATEWAY_METRIC_PREFIX"))
 
     # --- PromQL ---------------------------------------------------------------------------
     def query_range(self, query: str, start: datetime, end: datetime, step_s: float) -> list[dict]:
@@ -174,7 +185,7 @@ class PrometheusSource:
     def _triton_targets(endpoints: list[str] | None) -> dict[str, object]:
         """{host:port: ScrapeTarget} of the Triton replicas serving `endpoints` (all if None),
         from the collector's own target sources."""
-        from monitoring.targets import scrape_targets
+        from monitoring.collection.targets import scrape_targets
 
         out = {}
         for target in scrape_targets():
@@ -238,8 +249,10 @@ class PrometheusSource:
                 instants,
                 first_step,
                 step_s,
-                lambda samples: collect.gateway_snapshot_samples(samples, self.names),
-                lambda _, prev, cur, seconds: collect.gateway_deltas(prev, cur, seconds=seconds, names=self.names),
+                lambda samples: gateway_samples.gateway_snapshot_samples(samples, self.names),
+                lambda _, prev, cur, seconds: gateway_samples.gateway_deltas(
+                    prev, cur, seconds=seconds, names=self.names
+                ),
             ).items():
                 parts_by_time[at] += parts
         if metrics is None or metrics & TRITON_METRICS:
@@ -259,19 +272,19 @@ class PrometheusSource:
         targets = self._triton_targets(endpoints)
         if not targets:
             return
-        families, instances = _alternatives(collect.TRITON_FAMILIES), _alternatives(targets)
+        families, instances = _alternatives(triton_samples.TRITON_FAMILIES), _alternatives(targets)
         query = f"{{__name__=~{_selector_value(families)}, instance=~{_selector_value(instances)}}}"
         series = self.query_range(query, since, until, step_s)
         instants = self._instants(series, lambda labels: labels.pop("instance", None))
 
         def deltas(instance, prev, cur, seconds):
             target = targets[instance]
-            return collect.triton_deltas(
+            return triton_samples.triton_deltas(
                 prev, cur, seconds=seconds, models=target.models, cost_per_replica_hour=target.cost_per_replica_hour
             )
 
         for at, parts in self._deltas_by_step(
-            instants, since.timestamp(), step_s, collect.triton_snapshot_samples, deltas
+            instants, since.timestamp(), step_s, triton_samples.triton_snapshot_samples, deltas
         ).items():
             parts_by_time[at] += parts
 
@@ -279,7 +292,7 @@ class PrometheusSource:
     def judge_arms(self, *, endpoint, variants, since, until=None) -> dict[str, ArmWindow]:
         until = until or datetime.now(tz=UTC)
         step = max(self.step_s, (until - since).total_seconds() / MAX_QUERY_POINTS)
-        judged = {*TICK_METRICS, SHARED_METRIC, *LLM_TICK_METRICS, *BUCKET_PREFIXES, *COUNT_METRICS}
+        judged = {*TICK_METRICS, *PER_TICK_COUNTS, *LLM_TICK_METRICS, *BUCKET_PREFIXES, *COUNT_METRICS}
         rows = self.rows(endpoints=[endpoint], since=since, until=until, step_s=step, metrics=judged)
         return arms_from_rows([row[1:] for row in rows if wanted(row[2])], variants)
 

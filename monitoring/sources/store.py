@@ -8,11 +8,20 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Min, QuerySet, Sum
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
 from monitoring import conf
-from monitoring.collect import UNKNOWN_ENDPOINT
+from monitoring.collection.collect import UNKNOWN_ENDPOINT
+from monitoring.judge.evidence import ArmWindow
+from monitoring.judge.windows import (
+    COUNT_METRICS,
+    HISTOGRAMS,
+    LLM_TICK_METRICS,
+    PER_TICK_COUNTS,
+    TICK_METRICS,
+    arms_from_rows,
+)
 from monitoring.models import MetricRollup, MetricSample
 from registry.selectors.teams import team_scoped
 
@@ -57,15 +66,77 @@ def rollup_list(*, user, endpoint=None, variant=None, metrics=None, since=None, 
     return qs
 
 
+def judge_arms(
+    *, endpoint: str, variants: list[str], since: datetime, until: datetime | None = None
+) -> dict[str, ArmWindow]:
+    """Any number of arms over [since, until] from the store, ticks aligned by scrape time
+    (see judge_window); monitoring/judge/windows.py turns the rows into windows."""
+    variants = list(dict.fromkeys(variants))
+    base = MetricSample.objects.filter(endpoint=endpoint, variant__in=variants, time__gte=since)
+    if until:
+        base = base.filter(time__lte=until)
+    # latency buckets tick by tick (only non-empty buckets and their lower edges are stored):
+    # the p99 guardrail counts the requests over the SLO in disjoint windows
+    # (and on LLM endpoints their requests/errors and TTFT/ITL buckets, read the same way)
+    histograms_per_tick = Q()
+    for prefix in HISTOGRAMS:
+        histograms_per_tick |= Q(metric__startswith=f"{prefix}:")
+    ticks = base.filter(
+        Q(metric__in=(*TICK_METRICS, *PER_TICK_COUNTS, *LLM_TICK_METRICS)) | histograms_per_tick
+    ).values_list("variant", "metric", "time", "value")
+    # score bins and counts are summed over the window by the database (their time does not matter)
+    histograms = (
+        base.filter(Q(metric__startswith="score_bin:") | Q(metric__in=COUNT_METRICS))
+        .values("variant", "metric")
+        .annotate(n=Sum("value"))
+        .values_list("variant", "metric", "n")
+    )
+    rows = [*ticks, *((variant, metric, None, n) for variant, metric, n in histograms)]
+    return arms_from_rows(rows, variants)
+
+
+MANY_CHUNK = 500  # windows per pair of statements (each an OR of (endpoint, since) filters)
+
+
+def judge_arms_many(
+    *, windows: list[tuple[str, list[str], datetime]], until: datetime
+) -> dict[str, dict[str, ArmWindow]]:
+    """judge_arms for many endpoints' windows [(endpoint, variants, since)] up to `until` in two
+    statements per MANY_CHUNK windows instead of two per endpoint (the analysis tick over every
+    running experiment): {endpoint: {variant: ArmWindow}}, the same windows judge_arms gives."""
+    histograms_per_tick = Q()
+    for prefix in HISTOGRAMS:
+        histograms_per_tick |= Q(metric__startswith=f"{prefix}:")
+    rows: dict[str, list] = {endpoint: [] for endpoint, _, _ in windows}
+    for i in range(0, len(windows), MANY_CHUNK):
+        chunk = windows[i : i + MANY_CHUNK]
+        each = Q()
+        for endpoint, variants, since in chunk:
+            each |= Q(endpoint=endpoint, variant__in=list(dict.fromkeys(variants)), time__gte=since)
+        base = MetricSample.objects.filter(each, time__lte=until)
+        ticks = base.filter(
+            Q(metric__in=(*TICK_METRICS, *PER_TICK_COUNTS, *LLM_TICK_METRICS)) | histograms_per_tick
+        ).values_list("endpoint", "variant", "metric", "time", "value")
+        histograms = (
+            base.filter(Q(metric__startswith="score_bin:") | Q(metric__in=COUNT_METRICS))
+            .values("endpoint", "variant", "metric")
+            .annotate(n=Sum("value"))
+            .values_list("endpoint", "variant", "metric", "n")
+        )
+        for endpoint, variant, metric, at, value in ticks:
+            rows[endpoint].append((variant, metric, at, value))
+        for endpoint, variant, metric, n in histograms:
+            rows[endpoint].append((variant, metric, None, n))
+    return {endpoint: arms_from_rows(rows[endpoint], variants) for endpoint, variants, _ in windows}
+
+
 class StoreSource:
     """The built-in collector's samples (the default)."""
 
     name = "store"
 
     def judge_arms(self, *, endpoint, variants, since, until=None):
-        from monitoring.selectors import metrics as metric_selectors
-
-        return metric_selectors.judge_arms(endpoint=endpoint, variants=variants, since=since, until=until)
+        return judge_arms(endpoint=endpoint, variants=variants, since=since, until=until)
 
     def metric_series(
         self, *, user, endpoint=None, variant=None, metrics=None, since: datetime, until=None, resolution="auto"

@@ -58,9 +58,9 @@ def release_measured(context, release, prediction=None):
 def rollout_charts(endpoint, config):
     """The endpoint page's candidate-vs-stable charts: the panels of the metrics its judge
     decides on (an LLM endpoint's TTFT and ITL, a tensor endpoint's p99), each with its
-    unit and the endpoint's SLO line (monitoring/charts.py), over the rollout's time range
+    unit and the endpoint's SLO line (monitoring/display/charts.py), over the rollout's time range
     and arms (`config`, deployments.selectors.rollout_page.chart_config)."""
-    from monitoring.charts import rollout_panels
+    from monitoring.display.charts import rollout_panels
 
     panels = rollout_panels(endpoint)
     return {"panels": panels, "config": {**(config or {}), "panels": panels}, "rollout": (config or {}).get("rollout")}
@@ -103,8 +103,8 @@ def reason_beside_endpoint(alert) -> str:
 
 @register.filter
 def evidence(value):
-    """An alert's evidence as a definition list / table (monitoring/evidence_display.py)."""
-    from monitoring.evidence_display import render
+    """An alert's evidence as a definition list / table (monitoring/display/evidence.py)."""
+    from monitoring.display.evidence import render
 
     return render(value)
 

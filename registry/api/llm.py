@@ -1,4 +1,4 @@
-"""REST API v1 for LLM versions and provider secrets (issue 27), thin over
+"""REST API v1 for LLM versions and provider secrets, thin over
 registry/services/llm.py:
 
 - POST /api/v1/models/{name}/llm-versions/: an uploaded model directory (multipart

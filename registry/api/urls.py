@@ -15,7 +15,7 @@ model_versions = api.ModelVersionViewSet.as_view({"get": "list", "post": "create
 # Aliases and model URIs (registry/api/aliases.py); before the router, so "resolve" is no version id.
 from registry.api import aliases as alias_api  # noqa: E402
 
-# LLM versions and provider secrets (issue 27)
+# LLM versions and provider secrets
 from registry.api import llm as llm_api  # noqa: E402
 
 router.register("secrets", llm_api.SecretViewSet, basename="secret")

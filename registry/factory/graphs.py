@@ -124,7 +124,90 @@ def _const_value(model: onnx.ModelProto, name: str, producers: dict) -> np.ndarr
     return None
 
 
-def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tuple[onnx.ModelProto, int]:  # noqa: C901 - one pass read top to bottom; split when next changed
+def _lookup_chain(model, name: str, producers: dict, consumers: dict, inits: dict) -> tuple | None:
+    """(Unsqueeze, table Gather, column Gather, column index) when the Concat input `name` is one
+    embedding lookup of the pattern fuse_embedding_gathers fuses, each node used only there; else None."""
+    unsq = producers.get(name)
+    if unsq is None or unsq.op_type != "Unsqueeze" or len(consumers.get(unsq.output[0], [])) != 1:
+        return None
+    axes = _const_value(model, unsq.input[1], producers) if len(unsq.input) > 1 else None
+    if axes is None or axes.reshape(-1).tolist() != [1]:
+        return None
+    lookup = producers.get(unsq.input[0])
+    if (
+        lookup is None
+        or lookup.op_type != "Gather"
+        or lookup.input[0] not in inits
+        or len(consumers.get(lookup.output[0], [])) != 1
+    ):
+        return None
+    if any(a.name == "axis" and helper.get_attribute_value(a) != 0 for a in lookup.attribute):
+        return None
+    column = producers.get(lookup.input[1])
+    if column is None or column.op_type != "Gather" or len(consumers.get(column.output[0], [])) != 1:
+        return None
+    if next((helper.get_attribute_value(a) for a in column.attribute if a.name == "axis"), 0) != 1:
+        return None
+    col_index = _const_value(model, column.input[1], producers)
+    if col_index is None or col_index.ndim != 0:
+        return None
+    return unsq, lookup, column, int(col_index)
+
+
+def _fused_group(prefix: str, ids_name: str, chain: list, tables: list, output: str) -> tuple[list, list]:
+    """(initializers, nodes) of one fused lookup: the concatenated table, each table's row
+    offset and the id columns, read by one Gather that writes the Concat's `output`."""
+    offsets = np.cumsum([0] + [t.shape[0] for t in tables[:-1]]).astype(np.int64).reshape(1, -1)
+    inits = [
+        numpy_helper.from_array(np.concatenate(tables, axis=0), f"{prefix}_table"),
+        numpy_helper.from_array(offsets, f"{prefix}_offsets"),
+        numpy_helper.from_array(np.array([c[3] for c in chain], dtype=np.int64), f"{prefix}_cols"),
+    ]
+    nodes = [
+        helper.make_node("Gather", [ids_name, f"{prefix}_cols"], [f"{prefix}_ids"], axis=1, name=f"{prefix}_select"),
+        helper.make_node(
+            "Cast", [f"{prefix}_ids"], [f"{prefix}_ids64"], to=onnx.TensorProto.INT64, name=f"{prefix}_cast"
+        ),
+        helper.make_node("Add", [f"{prefix}_ids64", f"{prefix}_offsets"], [f"{prefix}_rows"], name=f"{prefix}_offset"),
+        helper.make_node("Gather", [f"{prefix}_table", f"{prefix}_rows"], [output], axis=0, name=f"{prefix}_gather"),
+    ]
+    return inits, nodes
+
+
+def _rebuilt(model: onnx.ModelProto, groups: list, drop_inits: set, new_inits: list) -> onnx.ModelProto:
+    """`model` with each group's nodes replaced by its fused ones, the tables no node reads
+    any more dropped (as initializers and as listed inputs) and the fused tables added."""
+    graph = model.graph
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    # Each group's new nodes go where its first removed node was: its ids input is
+    # produced before that point and its output is consumed only after the Concat.
+    ordered, emitted = [], set()
+    for node in graph.node:
+        for n, (removed, nodes) in enumerate(groups):
+            if id(node) in removed:
+                if n not in emitted:
+                    ordered += nodes
+                    emitted.add(n)
+                break
+        else:
+            ordered.append(node)
+    del out.graph.node[:]
+    out.graph.node.extend(ordered)
+    still_used = {name for n in out.graph.node for name in n.input}
+    kept_inits = [i for i in graph.initializer if not (i.name in drop_inits and i.name not in still_used)]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept_inits + new_inits)
+    # Inputs that were listed for the old initializers (IR<4 style) must go too.
+    kept_inputs = [v for v in graph.input if v.name not in drop_inits or v.name in still_used]
+    del out.graph.input[:]
+    out.graph.input.extend(kept_inputs)
+    del out.graph.value_info[:]
+    onnx.checker.check_model(out)
+    return out
+
+
+def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tuple[onnx.ModelProto, int]:
     """Fuse per-feature embedding lookups into one Gather over a concatenated table.
 
     Pattern (what torch.onnx.export emits for `stack([emb_i(ids[:, i]) ...], dim=1)`):
@@ -153,31 +236,10 @@ def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tu
             continue
         chain = []
         for name in concat.input:
-            unsq = producers.get(name)
-            if unsq is None or unsq.op_type != "Unsqueeze" or len(consumers.get(unsq.output[0], [])) != 1:
+            link = _lookup_chain(model, name, producers, consumers, inits)
+            if link is None:
                 break
-            axes = _const_value(model, unsq.input[1], producers) if len(unsq.input) > 1 else None
-            if axes is None or axes.reshape(-1).tolist() != [1]:
-                break
-            lookup = producers.get(unsq.input[0])
-            if (
-                lookup is None
-                or lookup.op_type != "Gather"
-                or lookup.input[0] not in inits
-                or len(consumers.get(lookup.output[0], [])) != 1
-            ):
-                break
-            if any(a.name == "axis" and helper.get_attribute_value(a) != 0 for a in lookup.attribute):
-                break
-            column = producers.get(lookup.input[1])
-            if column is None or column.op_type != "Gather" or len(consumers.get(column.output[0], [])) != 1:
-                break
-            if next((helper.get_attribute_value(a) for a in column.attribute if a.name == "axis"), 0) != 1:
-                break
-            col_index = _const_value(model, column.input[1], producers)
-            if col_index is None or col_index.ndim != 0:
-                break
-            chain.append((unsq, lookup, column, int(col_index)))
+            chain.append(link)
         if len(chain) != len(concat.input):
             continue
         ids_names = {c[2].input[0] for c in chain}
@@ -186,26 +248,8 @@ def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tu
             continue
         ids_name = ids_names.pop()
         prefix = f"fused_emb_{len(groups)}"
-        offsets = np.cumsum([0] + [t.shape[0] for t in tables[:-1]]).astype(np.int64).reshape(1, -1)
-        new_inits += [
-            numpy_helper.from_array(np.concatenate(tables, axis=0), f"{prefix}_table"),
-            numpy_helper.from_array(offsets, f"{prefix}_offsets"),
-            numpy_helper.from_array(np.array([c[3] for c in chain], dtype=np.int64), f"{prefix}_cols"),
-        ]
-        nodes = [
-            helper.make_node(
-                "Gather", [ids_name, f"{prefix}_cols"], [f"{prefix}_ids"], axis=1, name=f"{prefix}_select"
-            ),
-            helper.make_node(
-                "Cast", [f"{prefix}_ids"], [f"{prefix}_ids64"], to=onnx.TensorProto.INT64, name=f"{prefix}_cast"
-            ),
-            helper.make_node(
-                "Add", [f"{prefix}_ids64", f"{prefix}_offsets"], [f"{prefix}_rows"], name=f"{prefix}_offset"
-            ),
-            helper.make_node(
-                "Gather", [f"{prefix}_table", f"{prefix}_rows"], [concat.output[0]], axis=0, name=f"{prefix}_gather"
-            ),
-        ]
+        inits_, nodes = _fused_group(prefix, ids_name, chain, tables, concat.output[0])
+        new_inits += inits_
         removed = {id(concat)}
         for unsq, lookup, column, _ in chain:
             removed |= {id(unsq), id(lookup), id(column)}
@@ -214,33 +258,7 @@ def fuse_embedding_gathers(model: onnx.ModelProto, *, min_tables: int = 2) -> tu
         fused_total += len(chain)
     if not fused_total:
         return model, 0
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    # Each group's new nodes go where its first removed node was: its ids input is
-    # produced before that point and its output is consumed only after the Concat.
-    ordered, emitted = [], set()
-    for node in graph.node:
-        for n, (removed, nodes) in enumerate(groups):
-            if id(node) in removed:
-                if n not in emitted:
-                    ordered += nodes
-                    emitted.add(n)
-                break
-        else:
-            ordered.append(node)
-    del out.graph.node[:]
-    out.graph.node.extend(ordered)
-    still_used = {name for n in out.graph.node for name in n.input}
-    kept_inits = [i for i in graph.initializer if not (i.name in drop_inits and i.name not in still_used)]
-    del out.graph.initializer[:]
-    out.graph.initializer.extend(kept_inits + new_inits)
-    # Inputs that were listed for the old initializers (IR<4 style) must go too.
-    kept_inputs = [v for v in graph.input if v.name not in drop_inits or v.name in still_used]
-    del out.graph.input[:]
-    out.graph.input.extend(kept_inputs)
-    del out.graph.value_info[:]
-    onnx.checker.check_model(out)
-    return out, fused_total
+    return _rebuilt(model, groups, drop_inits, new_inits), fused_total
 
 
 _NP = {

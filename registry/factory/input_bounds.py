@@ -233,7 +233,71 @@ def _table_size(node, g: _Graph, data_name: str, indices_name: str) -> int | Non
     return shape[axis] if 0 <= axis < rank else None
 
 
-def _propagate(g: _Graph, ranges: dict[str, Interval]) -> tuple[list[tuple], list[tuple]]:  # noqa: C901 - one pass read top to bottom; split when next changed
+def _note_uses(g: _Graph, node, ins: list, env: dict, sites: list, hazards: list) -> None:
+    """Where tracked values reach `node` in a way that matters: a subgraph reading them, an index
+    into a table (a site) or an operand that sets a shape (a hazard)."""
+    for name in _captured(node):  # If/Loop/Scan bodies read outer tensors without listing them
+        if name in env and env[name].sources:
+            hazards.append((node, "a subgraph", env[name]))
+    op = node.op_type
+    if op in GATHER_OPS or op in SCATTER_OPS:
+        idx_pos = 1
+        if len(node.input) > idx_pos and ins[idx_pos] is not None and ins[idx_pos].sources:
+            sites.append((node, _table_size(node, g, node.input[0], node.input[1]), ins[idx_pos]))
+    for pos in SHAPE_OPERANDS.get(op, ()):
+        if pos < len(ins) and ins[pos] is not None and ins[pos].sources:
+            hazards.append((node, pos, ins[pos]))
+
+
+def _transfer(g: _Graph, node, ins: list, sources: frozenset) -> Interval | None:
+    """The interval of `node`'s outputs from its inputs' (`sources`: the graph inputs they come
+    from); None where nothing is tracked past it (sinks, scatters, a copy of an untracked value)."""
+    op = node.op_type
+    out: Interval | None
+    if op in COPY_OPS:
+        out = ins[0] if ins[0] is not None and ins[0].sources else None
+    elif op in GATHER_OPS:
+        # Gathering from tracked data keeps its values; from a constant table, the table's.
+        data = ins[0]
+        out = None if data is None else (data if data.sources else Interval(data.lo, data.hi, sources, data.lost))
+    elif op == "Cast":
+        out = Interval(0, 1, sources) if _attr(node, "to") == onnx.TensorProto.BOOL else ins[0]
+    elif op == "Concat":
+        parts = [iv for iv in ins if iv is not None]
+        if len(parts) < len(ins):
+            out = Interval(-INF, INF, sources, f"Concat {node.name!r} with a computed operand")
+        else:
+            lost = next((p.lost for p in parts if p.unknown), "")
+            out = Interval(min(p.lo for p in parts), max(p.hi for p in parts), sources, lost)
+    elif op in {"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min"} and len(ins) >= 2:
+        if any(iv is None for iv in ins):
+            out = Interval(-INF, INF, sources, f"{op} {node.name!r} with a computed operand")
+        else:
+            out = ins[0]
+            for other in ins[1:]:
+                out = _arith(op, out, other, node, g)
+    elif op == "Neg":
+        out = Interval(-ins[0].hi, -ins[0].lo, sources, ins[0].lost)
+    elif op == "Abs":
+        a = ins[0]
+        out = Interval(
+            0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi)), max(abs(a.lo), abs(a.hi)), sources, a.lost
+        )
+    elif op == "Clip":
+        a = ins[0]
+        lo = ins[1].hi if len(ins) > 1 and ins[1] is not None and not ins[1].sources else -INF
+        hi = ins[2].lo if len(ins) > 2 and ins[2] is not None and not ins[2].sources else INF
+        out = Interval(
+            max(a.lo, lo), min(a.hi, hi), sources, a.lost if max(a.lo, lo) == -INF or min(a.hi, hi) == INF else ""
+        )
+    elif op in SINK_OPS or op in SCATTER_OPS:
+        out = None
+    else:
+        out = Interval(-INF, INF, sources, f"{op} {node.name or node.output[0]!r}")
+    return out
+
+
+def _propagate(g: _Graph, ranges: dict[str, Interval]) -> tuple[list[tuple], list[tuple]]:
     """Forward pass. Returns (index sites [(node, N, interval)], shape hazards [(node, interval)])."""
     env: dict[str, Interval] = dict(ranges)
     sites, hazards = [], []
@@ -246,63 +310,13 @@ def _propagate(g: _Graph, ranges: dict[str, Interval]) -> tuple[list[tuple], lis
         return None
 
     for node in g.model.graph.node:
-        for name in _captured(node):  # If/Loop/Scan bodies read outer tensors without listing them
-            if name in env and env[name].sources:
-                hazards.append((node, "a subgraph", env[name]))
         ins = [val(n) if n else None for n in node.input]
         tracked = [iv for iv in ins if iv is not None and iv.sources]
-        op = node.op_type
-        if op in GATHER_OPS or op in SCATTER_OPS:
-            idx_pos = 1
-            if len(node.input) > idx_pos and ins[idx_pos] is not None and ins[idx_pos].sources:
-                sites.append((node, _table_size(node, g, node.input[0], node.input[1]), ins[idx_pos]))
-        for pos in SHAPE_OPERANDS.get(op, ()):
-            if pos < len(ins) and ins[pos] is not None and ins[pos].sources:
-                hazards.append((node, pos, ins[pos]))
+        _note_uses(g, node, ins, env, sites, hazards)
         if not tracked:
             continue
         sources = frozenset().union(*(iv.sources for iv in tracked))
-        out: Interval | None
-        if op in COPY_OPS:
-            out = ins[0] if ins[0] is not None and ins[0].sources else None
-        elif op in GATHER_OPS:
-            # Gathering from tracked data keeps its values; from a constant table, the table's.
-            data = ins[0]
-            out = None if data is None else (data if data.sources else Interval(data.lo, data.hi, sources, data.lost))
-        elif op == "Cast":
-            out = Interval(0, 1, sources) if _attr(node, "to") == onnx.TensorProto.BOOL else ins[0]
-        elif op == "Concat":
-            parts = [iv for iv in ins if iv is not None]
-            if len(parts) < len(ins):
-                out = Interval(-INF, INF, sources, f"Concat {node.name!r} with a computed operand")
-            else:
-                lost = next((p.lost for p in parts if p.unknown), "")
-                out = Interval(min(p.lo for p in parts), max(p.hi for p in parts), sources, lost)
-        elif op in {"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min"} and len(ins) >= 2:
-            if any(iv is None for iv in ins):
-                out = Interval(-INF, INF, sources, f"{op} {node.name!r} with a computed operand")
-            else:
-                out = ins[0]
-                for other in ins[1:]:
-                    out = _arith(op, out, other, node, g)
-        elif op == "Neg":
-            out = Interval(-ins[0].hi, -ins[0].lo, sources, ins[0].lost)
-        elif op == "Abs":
-            a = ins[0]
-            out = Interval(
-                0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi)), max(abs(a.lo), abs(a.hi)), sources, a.lost
-            )
-        elif op == "Clip":
-            a = ins[0]
-            lo = ins[1].hi if len(ins) > 1 and ins[1] is not None and not ins[1].sources else -INF
-            hi = ins[2].lo if len(ins) > 2 and ins[2] is not None and not ins[2].sources else INF
-            out = Interval(
-                max(a.lo, lo), min(a.hi, hi), sources, a.lost if max(a.lo, lo) == -INF or min(a.hi, hi) == INF else ""
-            )
-        elif op in SINK_OPS or op in SCATTER_OPS:
-            out = None
-        else:
-            out = Interval(-INF, INF, sources, f"{op} {node.name or node.output[0]!r}")
+        out = _transfer(g, node, ins, sources)
         for name in node.output:
             if not name:
                 continue
@@ -354,28 +368,62 @@ def _initial(g: _Graph, name: str, high: int) -> Interval:
     return Interval(0, 1, frozenset({name}))  # bool
 
 
-def plan_inputs(model: onnx.ModelProto, *, int_high: int = 1_000_000) -> dict[str, InputPlan]:  # noqa: C901 - one pass read top to bottom; split when next changed
+def _input_plan(g: _Graph, vi) -> InputPlan:
+    """The plan of one graph input (its dtype, shape and kind), or InputsUnbounded for an input
+    no synthetic data can stand for (not a tensor, strings, another element type)."""
+    elem = vi.type.tensor_type.elem_type
+    if not vi.type.HasField("tensor_type"):
+        raise InputsUnbounded(
+            f"input {vi.name!r} is not a tensor (a sequence or map); synthetic data cannot be made for it", vi.name
+        )
+    if elem == onnx.TensorProto.STRING:
+        raise InputsUnbounded(
+            f"input {vi.name!r} is a string tensor; synthetic strings would not mean anything to the model", vi.name
+        )
+    if elem not in INT_TYPES | FLOAT_TYPES | {onnx.TensorProto.BOOL}:
+        raise InputsUnbounded(
+            f"input {vi.name!r} has element type {onnx.TensorProto.DataType.Name(elem)}, which cannot be synthesized",
+            vi.name,
+        )
+    dtype = helper.tensor_dtype_to_np_dtype(elem).name
+    kind = "integer" if elem in INT_TYPES else ("float" if elem in FLOAT_TYPES else "bool")
+    return InputPlan(vi.name, dtype, [d if d else -1 for d in g.shapes.get(vi.name, [])], kind)
+
+
+def _bound(g: _Graph, p: InputPlan, base: dict, int_high: int) -> None:
+    """The highest value integer input `p` may take, alone (the others at their base), with no
+    index it reaches out of its table: set on `p` (and kind "index" with what it indexes)."""
+    dtype_max = int(np.iinfo(np.dtype(p.dtype)).max)
+    top = min(int_high, dtype_max)
+
+    def ok(high: int, p=p) -> tuple[bool, list, list]:
+        sites, hazards = _propagate(g, {**base, p.name: _initial(g, p.name, high)})
+        return not _violations(sites, hazards, p.name), sites, hazards
+
+    good, sites, hazards = ok(1)
+    if not good:
+        raise InputsUnbounded(f"input {p.name!r}: {_violations(sites, hazards, p.name)[0]} even when it is 0", p.name)
+    reached = [
+        f"{n.op_type} {n.name or n.output[0]!r} (table of {size} rows)" for n, size, iv in sites if p.name in iv.sources
+    ]
+    if ok(top)[0]:
+        p.high = top
+    else:
+        lo, hi = 1, top  # ok(lo), not ok(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if ok(mid)[0] else (lo, mid)
+        p.high = lo
+    if reached:
+        p.kind, p.bounded_by = "index", reached
+
+
+def plan_inputs(model: onnx.ModelProto, *, int_high: int = 1_000_000) -> dict[str, InputPlan]:
     """A synthesis plan per graph input; raises InputsUnbounded when an input cannot be bounded."""
     g = _Graph(model)
     plans: dict[str, InputPlan] = {}
     for vi in g.inputs:
-        elem = vi.type.tensor_type.elem_type
-        if not vi.type.HasField("tensor_type"):
-            raise InputsUnbounded(
-                f"input {vi.name!r} is not a tensor (a sequence or map); synthetic data cannot be made for it", vi.name
-            )
-        if elem == onnx.TensorProto.STRING:
-            raise InputsUnbounded(
-                f"input {vi.name!r} is a string tensor; synthetic strings would not mean anything to the model", vi.name
-            )
-        if elem not in INT_TYPES | FLOAT_TYPES | {onnx.TensorProto.BOOL}:
-            raise InputsUnbounded(
-                f"input {vi.name!r} has element type {onnx.TensorProto.DataType.Name(elem)}, which cannot be synthesized",
-                vi.name,
-            )
-        dtype = helper.tensor_dtype_to_np_dtype(elem).name
-        kind = "integer" if elem in INT_TYPES else ("float" if elem in FLOAT_TYPES else "bool")
-        plans[vi.name] = InputPlan(vi.name, dtype, [d if d else -1 for d in g.shapes.get(vi.name, [])], kind)
+        plans[vi.name] = _input_plan(g, vi)
     ints = [p for p in plans.values() if p.kind == "integer"]
     base = {name: _initial(g, name, 1) for name in plans}
     # Floats and bools are fixed; their own hazards (a float cast to an index) are checked here.
@@ -386,33 +434,7 @@ def plan_inputs(model: onnx.ModelProto, *, int_high: int = 1_000_000) -> dict[st
             if problems:
                 raise InputsUnbounded(f"input {p.name!r}: {problems[0]}", p.name)
     for p in ints:
-        dtype_max = int(np.iinfo(np.dtype(p.dtype)).max)
-        top = min(int_high, dtype_max)
-
-        def ok(high: int, p=p) -> tuple[bool, list, list]:
-            sites, hazards = _propagate(g, {**base, p.name: _initial(g, p.name, high)})
-            return not _violations(sites, hazards, p.name), sites, hazards
-
-        good, sites, hazards = ok(1)
-        if not good:
-            raise InputsUnbounded(
-                f"input {p.name!r}: {_violations(sites, hazards, p.name)[0]} even when it is 0", p.name
-            )
-        reached = [
-            f"{n.op_type} {n.name or n.output[0]!r} (table of {size} rows)"
-            for n, size, iv in sites
-            if p.name in iv.sources
-        ]
-        if ok(top)[0]:
-            p.high = top
-        else:
-            lo, hi = 1, top  # ok(lo), not ok(hi)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if ok(mid)[0] else (lo, mid)
-            p.high = lo
-        if reached:
-            p.kind, p.bounded_by = "index", reached
+        _bound(g, p, base, int_high)
     # Inputs that meet in one index (ids + offsets) were each bounded alone: shrink together.
     for _ in range(64):
         sites, hazards = _propagate(g, {n: _initial(g, n, plans[n].high or 1) for n in plans})

@@ -1,7 +1,7 @@
 """No orphans: the scratch tritonservers a build starts (the tune stage's, one per variant)
 live exactly as long as the attempt that holds the build's lease.
 
-Each server runs in a process group of its own (kernel/tritonserver.py: the server and its
+Each server runs in a process group of its own (serving/tritonserver.py: the server and its
 python backend stubs) with its model repository inside the attempt's work dir,
 `<tmp>/build-<id>-a<attempt>-<hex>/` (runner.py). That path ties it to a lease: the server
 is held while Build <id> is running attempt <attempt> under an unexpired lease whose owner
@@ -24,9 +24,9 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from kernel import tritonserver
 from registry import storage
 from registry.models import Build, BuildStatus
+from serving import tritonserver
 
 log = logging.getLogger(__name__)
 WORK_DIR = re.compile(r"^build-(?P<build>\d+)-a(?P<attempt>\d+)-[0-9a-f]{8}$")

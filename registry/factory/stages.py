@@ -6,22 +6,29 @@ publishes the result; so a stage can be re-run from scratch on a retried attempt
 
 Why this is one long module: the six stages are one pipeline over one BuildContext, read
 top to bottom in the order they run; what they lean on already lives apart (graph surgery
-in graphs.py, Triton configs in registry/triton_config.py, AUC/logloss in registry/quality.py).
+in graphs.py, Triton configs in registry/triton_config.py, AUC/logloss in registry/quality.py, the
+BuildContext, results and the inputs a stage runs on in context.py).
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from registry import names, triton_config
-from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, input_bounds, numerics, outputs, recipes
+from registry.factory import CPU_VARIANTS, GPU_VARIANTS, conf, graphs, numerics, outputs, recipes
+from registry.factory.context import (
+    ATTACH_DATA,
+    BuildContext,
+    StageError,
+    VariantResult,
+    data_or_synthetic,
+    load_npz,
+)
 from registry.factory.gpu import checks as gpu_checks
 from registry.factory.gpu import measure as gpu_measure
 from registry.factory.gpu import serving as gpu_serving
@@ -30,58 +37,6 @@ from registry.factory.timing import measure
 from registry.sizes import human_size
 
 ADAPTER = Path(__file__).resolve().parents[2] / "platform" / "triton" / "onnxruntime_adapter" / "model.py"
-
-
-class StageError(Exception):
-    def __init__(self, message: str, code: str = "build_failed"):
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class VariantResult:
-    name: str
-    onnx_path: Path | None = None
-    status: str = "pending"  # pending -> servable | rejected | skipped
-    reason: str = ""
-    validation: dict = field(default_factory=dict)
-    benchmark: dict = field(default_factory=dict)
-    package_dir: Path | None = None
-    size_bytes: int | None = None
-    graphs: dict | None = None  # a generative recommender's variant: its graph files by role
-
-
-@dataclass
-class BuildContext:
-    work_dir: Path
-    model_name: str
-    version: int
-    task: str
-    source: str  # upload | mlflow
-    framework: str  # onnx | pytorch
-    source_path: Path | None
-    source_uri: str
-    expected_signature: dict
-    targets: list[str]
-    version_id: int | None = None
-    validation_set: Path | None = None  # NPZ: one array per input name (+ "label")
-    input_example: Path | None = None  # NPZ: one array per input name
-    log: Callable[[str], None] = print
-    # filled by the stages
-    canonical: Path | None = None
-    fused: Path | None = None
-    optimized: Path | None = None
-    signature: dict = field(default_factory=dict)
-    torch_model: object | None = None
-    variants: dict[str, VariantResult] = field(default_factory=dict)
-    eager_benchmark: dict = field(default_factory=dict)
-    mlflow_dataset: Path | None = None  # a validation dataset file logged to the MLflow run
-    input_plans: dict | None = None  # synthetic-input plans, derived once from the canonical graph
-    tune: dict | None = None  # the build's tune request (Build.tune), None when it asked for none
-    progress: Callable[[float], None] = lambda share: None  # how far the running stage is (0-1)
-    # A generative recommender's build: {"catalog_dir", "catalog", "catalog_version"} (runner.py),
-    # and what its stages find (manifest, holdout, items, trie, reference beams).
-    gr: dict | None = None
 
 
 # --- 1. canonicalize ---------------------------------------------------------------------------
@@ -302,7 +257,7 @@ def _check_signature(ctx: BuildContext) -> None:
 def _check_export_fidelity(ctx: BuildContext) -> None:
     import torch
 
-    feeds = _data_or_synthetic(ctx, 256, seed=1)[0]
+    feeds = data_or_synthetic(ctx, 256, seed=1)[0]
     with torch.inference_mode():
         eager = ctx.torch_model(*[torch.from_numpy(feeds[s["name"]]) for s in ctx.signature["inputs"]])
     eager = (eager[0] if isinstance(eager, (tuple, list)) else eager).numpy()
@@ -346,79 +301,12 @@ def variants(ctx: BuildContext) -> None:
 
 
 # --- 4. validate -------------------------------------------------------------------------------
-ATTACH_DATA = (
-    "attach an input example or a labelled validation set to the version "
-    "(POST /api/v1/versions/{id}/data/) and build again"
-)
-
-
-def synthetic_inputs(ctx: BuildContext, rows: int, *, seed: int = 20240611) -> dict:
-    """Inputs the model can take, derived from the canonical graph (registry/factory/input_bounds.py)."""
-    if ctx.input_plans is None:
-        try:
-            ctx.input_plans = input_bounds.plan_inputs(
-                onnx.load(str(ctx.canonical)), int_high=int(conf.get("BUILD_INT_INPUT_HIGH"))
-            )
-        except input_bounds.InputsUnbounded as exc:
-            raise StageError(
-                f"no data is attached and safe synthetic inputs cannot be derived from the graph: {exc}; "
-                + ATTACH_DATA.format(id=ctx.version_id or "…"),
-                "inputs_unbounded",
-            ) from exc
-        ctx.log(
-            "no data attached: synthetic inputs derived from the graph: "
-            + "; ".join(p.describe() for p in ctx.input_plans.values())
-        )
-    return input_bounds.synthesize(
-        ctx.input_plans, rows, seed=seed, dynamic_size=int(conf.get("BUILD_DYNAMIC_DIM_SIZE"))
-    )
-
-
-def _load_npz(path: Path | None) -> dict | None:
-    if not path or not path.exists():
-        return None
-    with np.load(path, allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
-
-
-def _tile(arrays: dict, rows: int) -> dict:
-    """`rows` rows from the data, repeated when it has fewer."""
-    have = len(next(iter(arrays.values())))
-    reps = -(-rows // have)
-    return {
-        k: np.ascontiguousarray(np.concatenate([v] * reps)[:rows]) if reps > 1 else np.ascontiguousarray(v[:rows])
-        for k, v in arrays.items()
-    }
-
-
-def _data_or_synthetic(ctx: BuildContext, rows: int, *, seed: int = 20240611) -> tuple[dict, np.ndarray | None, str]:
-    """(feeds, labels or None, what they are): the validation set, else the input example,
-    else synthetic inputs. Data rows are repeated up to `rows` for benchmarks."""
-    names = [s["name"] for s in ctx.signature["inputs"]]
-    for path, what in ((ctx.validation_set, "validation set"), (ctx.input_example, "input example")):
-        data = _load_npz(path)
-        if data is None:
-            continue
-        if not all(n in data for n in names):
-            ctx.log(f"the version's {what} does not have every input ({', '.join(names)}); not using it")
-            continue
-        labels = data["label"].astype(np.float64).reshape(-1) if "label" in data else None
-        dtypes = {s["name"]: graphs.numpy_dtype(s["dtype"]) for s in ctx.signature["inputs"]}
-        feeds = {n: np.asarray(data[n]).astype(dtypes[n], copy=False) for n in names}
-        if labels is not None:
-            feeds["__label__"] = labels
-        feeds = _tile(feeds, rows)
-        labels = feeds.pop("__label__", None)
-        return feeds, labels, what
-    return synthetic_inputs(ctx, rows, seed=seed), None, "synthetic"
-
-
 def _validation_feeds(ctx: BuildContext) -> tuple[dict, np.ndarray | None, str]:
     rows = conf.get("BUILD_VALIDATION_ROWS")
-    data = _load_npz(ctx.validation_set)
+    data = load_npz(ctx.validation_set)
     if data is not None:  # a validation set as given (no repeats), at most `rows` rows;
         rows = min(rows, len(next(iter(data.values()))))  # an input example is repeated up to `rows`
-    return _data_or_synthetic(ctx, rows)
+    return data_or_synthetic(ctx, rows)
 
 
 def _run(path: Path, feeds: dict, providers=None) -> np.ndarray:
@@ -437,10 +325,9 @@ def _log_check(ctx: BuildContext, name: str, result: VariantResult) -> None:
         ctx.log(f"{name}: {result.status} ({result.reason})")
 
 
-def validate(ctx: BuildContext) -> None:  # noqa: C901 - one pass read top to bottom; split when next changed
-    feeds, labels, data_source = _validation_feeds(ctx)
-    synthetic = data_source == "synthetic"
-    label_source = "synthetic inputs derived from the graph" if synthetic else f"the version's {data_source}"
+def _reference(ctx: BuildContext, feeds: dict, synthetic: bool, label_source: str) -> tuple[str, np.ndarray, dict]:
+    """(primary output's name, its values as float64, every output) of the original graph on the
+    feeds; a graph that does not run, or a non-primary output with NaN, fails the build."""
     try:
         reference_all = outputs.run_all(ctx.canonical, feeds)
     except Exception as exc:  # the original itself cannot run on the inputs: the build fails
@@ -468,6 +355,14 @@ def validate(ctx: BuildContext) -> None:  # noqa: C901 - one pass read top to bo
                 + ("; " + ATTACH_DATA.format(id=ctx.version_id or "…") if synthetic else ""),
                 "degenerate_outputs",
             )
+    return primary, reference, reference_all
+
+
+def validate(ctx: BuildContext) -> None:
+    feeds, labels, data_source = _validation_feeds(ctx)
+    synthetic = data_source == "synthetic"
+    label_source = "synthetic inputs derived from the graph" if synthetic else f"the version's {data_source}"
+    primary, reference, reference_all = _reference(ctx, feeds, synthetic, label_source)
     classifier = graphs.is_probability(reference) and ctx.task in ("ctr", "classification", "ranking")
     problem = numerics.degenerate(reference, classifier=classifier)
     if problem:  # NaN/Inf or a constant output: a failed validation with the reason, never an internal error
@@ -529,31 +424,39 @@ def validate(ctx: BuildContext) -> None:  # noqa: C901 - one pass read top to bo
             result.status, result.reason, result.validation = check.status, check.reason, {**common, **check.evidence}
             _log_check(ctx, name, result)
             continue
-        try:
-            out_all = outputs.run_all(result.onnx_path, feeds)
-            out = outputs.pick(primary, out_all, reference).astype(np.float64)
-        except Exception as exc:  # a variant that cannot run is rejected, the build goes on
-            result.status, result.reason = "rejected", f"the variant fails to run: {str(exc).splitlines()[0][:300]}"
-            result.validation = common
-            ctx.log(f"{name}: rejected ({result.reason})")
-            continue
-        evidence = {**common, **numerics.compare(reference, out, labels, base)}
-        ok, why, threshold = numerics.judge(evidence, conf.tolerance(name), classifier=classifier)
-        if len(reference_all) > 1:
-            rest_ok, rest_why, evidence["outputs"] = outputs.others(
-                reference_all, out_all, primary, conf.tolerance(name).kind, float(conf.get("BUILD_FP32_MAX_ABS"))
-            )
-            ok, why = (ok and rest_ok), (why if not ok else rest_why)
-        evidence.update(threshold=threshold, passed=bool(ok))
-        result.validation = evidence
-        result.status, result.reason = ("validated", "") if ok else ("rejected", f"validation failed: {why}")
-        _log_check(ctx, name, result)
+        _validate_on_cpu(
+            ctx, name, result, feeds, (primary, reference, reference_all), labels, base, classifier, common
+        )
+
+
+def _validate_on_cpu(ctx, name, result, feeds, original, labels, base, classifier: bool, common: dict) -> None:
+    """One CPU variant against the original's outputs (`original`: primary name, its values, every output)."""
+    primary, reference, reference_all = original
+    try:
+        out_all = outputs.run_all(result.onnx_path, feeds)
+        out = outputs.pick(primary, out_all, reference).astype(np.float64)
+    except Exception as exc:  # a variant that cannot run is rejected, the build goes on
+        result.status, result.reason = "rejected", f"the variant fails to run: {str(exc).splitlines()[0][:300]}"
+        result.validation = common
+        ctx.log(f"{name}: rejected ({result.reason})")
+        return
+    evidence = {**common, **numerics.compare(reference, out, labels, base)}
+    ok, why, threshold = numerics.judge(evidence, conf.tolerance(name), classifier=classifier)
+    if len(reference_all) > 1:
+        rest_ok, rest_why, evidence["outputs"] = outputs.others(
+            reference_all, out_all, primary, conf.tolerance(name).kind, float(conf.get("BUILD_FP32_MAX_ABS"))
+        )
+        ok, why = (ok and rest_ok), (why if not ok else rest_why)
+    evidence.update(threshold=threshold, passed=bool(ok))
+    result.validation = evidence
+    result.status, result.reason = ("validated", "") if ok else ("rejected", f"validation failed: {why}")
+    _log_check(ctx, name, result)
 
 
 # --- 5. benchmark ------------------------------------------------------------------------------
 def _benchmark_gpu(ctx: BuildContext, name: str, result: VariantResult) -> None:
     batches = conf.bench_batches("BUILD_GPU_BENCH_BATCHES")
-    feeds = _data_or_synthetic(ctx, max(batches), seed=3)[0]
+    feeds = data_or_synthetic(ctx, max(batches), seed=3)[0]
     try:
         bench = gpu_checks.benchmark_variant(
             name,
@@ -582,7 +485,7 @@ def benchmark(ctx: BuildContext) -> None:
     threads = int(conf.get("BUILD_BENCH_THREADS"))
     batches = conf.bench_batches()
     seconds, max_iters = float(conf.get("BUILD_BENCH_SECONDS")), int(conf.get("BUILD_BENCH_MAX_ITERS"))
-    feeds, _, data_source = _data_or_synthetic(ctx, max(batches), seed=3)
+    feeds, _, data_source = data_or_synthetic(ctx, max(batches), seed=3)
     ctx.log(
         "benchmark inputs: "
         + ("synthetic inputs derived from the graph" if data_source == "synthetic" else f"the version's {data_source}")

@@ -12,11 +12,12 @@ temperature, top_p, presence_penalty, frequency_penalty (TYPE_FP32 [1]), seed (T
 stop (TYPE_STRING [-1]), stream (TYPE_BOOL [1], false for
 `/generate`: one response with the whole text), ignore_eos (TYPE_BOOL [1]) and min_tokens
 (TYPE_INT32 [1]) (vLLM's options: the end-of-sequence token is never chosen, or not before
-min_tokens tokens); all optional in the config, the
-adapter wants exactly one of the first two. Outputs: text_output (TYPE_STRING [1]) and
+min_tokens tokens), logprobs (TYPE_BOOL [1]) and top_logprobs (TYPE_INT32 [1], 0..20);
+all optional in the config, the adapter wants exactly one of the first two. Outputs: text_output (TYPE_STRING [1]) and
 generated_tokens (TYPE_INT32 [1], the count so far) on every streamed response, prompt_tokens
 on the first; finish_reason (TYPE_STRING [1]), prompt_tokens and completion_tokens
-(TYPE_INT32 [1]) on the final one.
+(TYPE_INT32 [1]) on the final one; with logprobs true, logprobs (TYPE_STRING [1], a JSON
+array: the log-probabilities of the tokens that response's text covers) on each.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ INPUTS = (
     ("stream", mc.TYPE_BOOL, [1]),
     ("ignore_eos", mc.TYPE_BOOL, [1]),
     ("min_tokens", mc.TYPE_INT32, [1]),
+    ("logprobs", mc.TYPE_BOOL, [1]),
+    ("top_logprobs", mc.TYPE_INT32, [1]),
 )
 OUTPUTS = (
     ("text_output", mc.TYPE_STRING, [1]),
@@ -50,6 +53,7 @@ OUTPUTS = (
     ("prompt_tokens", mc.TYPE_INT32, [1]),
     ("completion_tokens", mc.TYPE_INT32, [1]),
     ("generated_tokens", mc.TYPE_INT32, [1]),
+    ("logprobs", mc.TYPE_STRING, [1]),
 )
 
 

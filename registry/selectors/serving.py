@@ -1,5 +1,5 @@
 """What the data plane must know about an artifact to check requests before they reach
-Triton: its signature as KServe v2 datatypes and shapes (gateway/route_table.schema.json,
+Triton: its signature as KServe v2 datatypes and shapes (gateway/contracts/route_table.schema.json,
 variant `signature`). Read from the artifact's own config.pbtxt (what Triton enforces),
 falling back to the version's stored signature when the files cannot be read."""
 

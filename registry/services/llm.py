@@ -1,4 +1,4 @@
-"""Writes of LLM versions and the provider secrets they name (issue 27).
+"""Writes of LLM versions and the provider secrets they name.
 
 An LLM version (of a model whose task is `llm`) is either
 (a) an uploaded model directory (registry/llm_archive.py checks it: safetensors only, no

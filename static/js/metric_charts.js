@@ -1,6 +1,6 @@
 // Monitoring charts: one Chart.js line chart per endpoint x panel, one line per variant,
 // plus the endpoint's SLO as a dashed line where the panel has one. Titles, units, scales
-// and SLOs come from monitoring/charts.py (the #chart-config JSON); the data from
+// and SLOs come from monitoring/display/charts.py (the #chart-config JSON); the data from
 // /api/v1/metrics/ (the same selectors as the API and the judge). Every panel of the page
 // covers the same [now - range, now] and times are a 24-hour UTC clock, as in the tables.
 (function () {

@@ -1,7 +1,7 @@
 // The endpoint page's charts of a rollout: reads /api/v1/metrics/ (the same selector as the
 // API and the judge) every 2 s and redraws one Chart.js line chart per panel. From
 // #chart-config (deployments.selectors.rollout_page.chart_config with the panels of
-// monitoring.charts.rollout_panels): one time range for every chart, the metrics the judge
+// monitoring.display.charts.rollout_panels): one time range for every chart, the metrics the judge
 // decides on for the endpoint's kind (TTFT and ITL on an LLM endpoint) with their unit,
 // scale and SLO line, and the rollout's arms: only their variants are drawn, each in its
 // ROLE's colour (stable, baseline, candidate, shadow). A gap in the data stays a gap.

@@ -15,6 +15,20 @@ during the attack with blue's window just before it: at least 99% of blue's requ
 kind succeed; its p50 latency (TTFT for chats) at most 2x the quiet p50 + 10 ms; its p95 at most
 3x the quiet p95 + 50 ms. The abuse of the issue took blue to 1 success in 280 and a p50 of
 5 -> 179 ms; a check this loose still fails on any of that.
+
+The control gateway. The quiet window comes before the attack, so a host that got busier in
+between (other tests' processes on these two cores, the abuser's own client and hostile
+backend, which in production run on machines of their own) would read as harm. A second gateway
+process (same code, same table, same priority, its own workers and memory) serves blue alone, and
+blue's process sends the same tensor requests and chats through it all along ("control-tensor",
+"control-chat" records): what the host does to a gateway process and to blue's backends shows
+there at the same moments, and the quiet figures a window is held to are raised by what the
+control lost between the quiet and the attack windows, at the same quantile, in seconds (as
+harness/abuse.py does with its direct path): never a wider factor. A path straight to the
+backends was not enough: in three loaded runs blue's chat p95 went 21-27 -> 270 ms through the
+attacked gateway while the direct path held (a gateway process short of CPU on a busy host does
+the flood's work, about 0.5 CPU-s per 100-call wave per worker, later; quiet, blue's p95 rose
+~40 ms). What it cannot tell: CPU the flood takes from the control too, by taking it from the host.
 """
 
 from __future__ import annotations
@@ -35,7 +49,7 @@ import requests
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
 from harness.processes import spawn, stop, wait_for
 from harness.triton_models import behaviour_model, infer_body
-from kernel.tritonserver import free_port
+from serving.tritonserver import free_port
 
 BLUE_KEY = "sk-blue-honest-tenant-0001"
 RED_KEY = "sk-red-abusing-tenant-0001"
@@ -102,7 +116,8 @@ def favour(pid: int) -> None:
 
 class Stack:
     """Real processes for one test module: tritonserver with blue's tensor model, a pool stand-in
-    for blue's LLM endpoint, and the gateway (`workers` processes) polling a route server."""
+    for blue's LLM endpoint, the gateway (`workers` processes) polling a route server, and the
+    control gateway beside it (module docstring)."""
 
     def __init__(self, work: Path, *, workers: int = 2, **env):
         self.work = work
@@ -114,18 +129,18 @@ class Stack:
         self.base = blue_table(self.triton.http_url, self.blue_pool_url)
         self.routes.set_table(self.base)
         self.workers = workers
-        self.gateway = GatewayProcess(
-            work,
-            {
-                "GATEWAY_ROUTES_URL": self.routes.url,
-                "GATEWAY_TOKEN": TOKEN,
-                "GATEWAY_WORKERS": str(workers),
-                "GATEWAY_METRICS_OPEN": "1",
-                **env,
-            },
-        ).start(timeout=60)
+        gateway_env = {
+            "GATEWAY_ROUTES_URL": self.routes.url,
+            "GATEWAY_TOKEN": TOKEN,
+            "GATEWAY_WORKERS": str(workers),
+            "GATEWAY_METRICS_OPEN": "1",
+            **env,
+        }
+        self.gateway = GatewayProcess(work, gateway_env).start(timeout=60)
+        (work / "control").mkdir(exist_ok=True)
+        self.control = GatewayProcess(work / "control", gateway_env).start(timeout=60)
         self.version = 0
-        for pid in (self.gateway.proc.pid, self.triton.process.pid, self.blue_pool.pid):
+        for pid in (self.gateway.proc.pid, self.control.proc.pid, self.triton.process.pid, self.blue_pool.pid):
             favour(pid)
 
     @property
@@ -153,6 +168,7 @@ class Stack:
 
     def stop(self) -> None:
         self.gateway.stop()
+        self.control.stop()
         self.routes.stop()
         stop(self.blue_pool)
         self.triton.stop()
@@ -214,10 +230,11 @@ def red_wave(base: str, model: str, count: int, *, key: str = RED_KEY, **body) -
 class BlueTraffic:
     """Blue's requests from a child process until `stop`; `records` then holds every reply."""
 
-    def __init__(self, gateway_url: str, work: Path):
+    def __init__(self, gateway_url: str, work: Path, control_url: str = ""):
+        """`control_url`: the control gateway, blue's traffic through it too (module docstring)."""
         self.out = work / f"blue-{time.monotonic_ns()}.jsonl"
         self.proc = spawn(
-            [sys.executable, "-m", "tests.adversarial.llm_tenants", gateway_url, str(self.out)],
+            [sys.executable, "-m", "tests.adversarial.llm_tenants", gateway_url, str(self.out), control_url],
             dict(os.environ),
             work / "blue.log",
         )
@@ -267,9 +284,8 @@ def assert_unharmed_interleaved(records, quiet: list, attack: list, kinds=("tens
     for kind in kinds:
         before, during = windows(records, quiet, kind), windows(records, attack, kind)
         assert before["n"] >= 10 and during["n"] >= 10, (kind, before, during)
-        assert during["success"] >= SUCCESS_RATE, (kind, before, during)
-        assert during["p50"] <= P50_FACTOR * before["p50"] + P50_SLACK_S, (kind, before, during)
-        assert during["p95"] <= P95_FACTOR * before["p95"] + P95_SLACK_S, (kind, before, during)
+        witness = WITNESS[kind]
+        _held(kind, before, during, control_figures(records, quiet, witness), control_figures(records, attack, witness))
 
 
 def assert_unharmed(records, quiet: tuple[float, float], attack: tuple[float, float], kinds=("tensor", "chat")):
@@ -277,13 +293,38 @@ def assert_unharmed(records, quiet: tuple[float, float], attack: tuple[float, fl
     module docstring's tolerance)."""
     for kind in kinds:
         before, during = window(records, *quiet, kind), window(records, *attack, kind)
-        assert before["n"] >= 10 and during["n"] >= 10, (kind, before, during)
-        assert during["success"] >= SUCCESS_RATE, (kind, before, during)
-        assert during["p50"] <= P50_FACTOR * before["p50"] + P50_SLACK_S, (kind, before, during)
-        assert during["p95"] <= P95_FACTOR * before["p95"] + P95_SLACK_S, (kind, before, during)
+        witness = WITNESS[kind]
+        _held(
+            kind,
+            before,
+            during,
+            control_figures(records, [quiet], witness),
+            control_figures(records, [attack], witness),
+        )
 
 
-def _tensor_loop(gateway: str, out, lock, stop: threading.Event) -> None:
+WITNESS = {"tensor": "control-tensor", "chat": "control-chat"}  # each kind through the control gateway
+
+
+def control_figures(records, spans: list[tuple[float, float]], witness: str) -> dict | None:
+    """The control's figures over `spans` (None when there are too few to tell)."""
+    figures = windows(records, spans, witness)
+    return figures if figures["success"] > 0 and figures["n"] >= 10 else None
+
+
+def _held(kind: str, before: dict, during: dict, host_before: dict | None, host_during: dict | None) -> None:
+    assert before["n"] >= 10 and during["n"] >= 10, (kind, before, during)
+    assert during["success"] >= SUCCESS_RATE, (kind, before, during)
+    lost = {q: 0.0 for q in ("p50", "p95")}
+    if host_before is not None and host_during is not None:
+        lost = {q: max(0.0, host_during[q] - host_before[q]) for q in lost}
+    why = (kind, before, during, {"control before": host_before, "control during": host_during})
+    assert during["p50"] <= P50_FACTOR * (before["p50"] + lost["p50"]) + P50_SLACK_S, why
+    assert during["p95"] <= P95_FACTOR * (before["p95"] + lost["p95"]) + P95_SLACK_S, why
+
+
+def _tensor_loop(gateway: str, out, lock, stop: threading.Event, kind: str = "tensor") -> None:
+    """Blue's tensor requests through `gateway` (recorded as `kind`)."""
     session = requests.Session()
     body = infer_body(1)
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {BLUE_KEY}"}
@@ -294,11 +335,12 @@ def _tensor_loop(gateway: str, out, lock, stop: threading.Event) -> None:
             status = status.status_code
         except requests.RequestException:
             status = 0
-        _record(out, lock, "tensor", status, time.monotonic() - started)
+        _record(out, lock, kind, status, time.monotonic() - started)
         time.sleep(0.03)
 
 
-def _chat_loop(gateway: str, out, lock, stop: threading.Event) -> None:
+def _chat_loop(gateway: str, out, lock, stop: threading.Event, kind: str = "chat") -> None:
+    """Blue's streamed chats through `gateway` (recorded as `kind`); the time to the first token."""
     session = requests.Session()
     body = {"model": "blue-chat", "messages": CHAT, "max_tokens": 4, "stream": True}
     headers = {"Authorization": f"Bearer {BLUE_KEY}"}
@@ -318,7 +360,7 @@ def _chat_loop(gateway: str, out, lock, stop: threading.Event) -> None:
         except requests.RequestException:
             status = 0
         ok = status == 200 and first is not None
-        _record(out, lock, "chat", status if ok or status != 200 else 502, first or time.monotonic() - started)
+        _record(out, lock, kind, status if ok or status != 200 else 502, first or time.monotonic() - started)
         time.sleep(0.05)
 
 
@@ -328,16 +370,19 @@ def _record(out, lock, kind: str, status: int, seconds: float) -> None:
         out.flush()
 
 
-def main(gateway: str, path: str) -> None:
+def main(gateway: str, path: str, control: str = "") -> None:
     """Until the test stops this process (SIGTERM)."""
     done, lock = threading.Event(), threading.Lock()
     with open(path, "w") as out:
         loops = [_tensor_loop, _tensor_loop, _chat_loop]
         threads = [threading.Thread(target=f, args=(gateway, out, lock, done), daemon=True) for f in loops]
+        if control:
+            for loop, kind in ((_tensor_loop, "control-tensor"), (_chat_loop, "control-chat")):
+                threads.append(threading.Thread(target=loop, args=(control, out, lock, done, kind), daemon=True))
         for thread in threads:
             thread.start()
         done.wait()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])

@@ -1,4 +1,4 @@
-"""The gateway's control port (gateway/control.py: /metrics, /status and health answered by a
+"""The gateway's control port (gateway/process/control.py: /metrics, /status and health answered by a
 thread of each worker) attacked beside another tenant's traffic: it shows every team's traffic,
 so it needs the metrics token; whoever floods it or holds connections open on it costs the
 gateway a bounded number of threads and nothing on the data path; once they leave, a scrape is
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from gateway.control import MAX_CONNECTIONS
+from gateway.process.control import MAX_CONNECTIONS
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
 from harness.processes import spawn, stop
 from harness.triton_models import behaviour_model, infer_body

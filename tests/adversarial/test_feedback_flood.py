@@ -36,7 +36,7 @@ from django.test import Client
 from config.celery import app
 from experiments.models import Feedback
 from experiments.services import ingest
-from gateway.feedback_rules import feedback_stream
+from gateway.contracts.feedback_rules import feedback_stream
 from harness import factories
 from harness.feedback_stack import FeedbackStack
 from harness.processes import wait_for

@@ -13,7 +13,7 @@ tenant's gRPC traffic (127.0.0.1) held to harness/abuse.py's tolerance (success 
 - connection hoarding: 300 idle HTTP/2 connections from one address are cut to the cap;
 - ping floods: a connection pinging without data more often than the enforced interval is
   sent GOAWAY ENHANCE_YOUR_CALM (grpcio's keepalive enforcement, as configured);
-- streams held open (issue 37): an address opening more ModelStreamInfer streams (each sends
+- streams held open: an address opening more ModelStreamInfer streams (each sends
   one request, is answered, and then sends nothing), or health Watch streams (which never end
   by design), than its share of calls: the ones past GATEWAY_GRPC_MAX_CALLS_PER_CLIENT are
   refused, the tenant's success and latency hold beside the rest, and an inference stream

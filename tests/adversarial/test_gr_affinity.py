@@ -2,7 +2,7 @@
 gateway in front of two real tritonservers that both serve the tiny recommender twice, `recs`
 (the abuser's endpoint) and `recs-b` (a second tenant's), each endpoint with `affinity: user`.
 
-The key is the `user_id` input, else the X-User-Id header (gateway/affinity.py). Absurd keys
+The key is the `user_id` input, else the X-User-Id header (gateway/table/affinity.py). Absurd keys
 (huge, binary, missing) are a clear 400 or are routed without affinity, never a 5xx; one user
 id hammered from many connections spreads over both replicas under the load bound instead of
 pinning one; the neighbour's users, even with the same ids, keep their replicas and their
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from gateway.affinity import MAX_KEY_BYTES
+from gateway.table.affinity import MAX_KEY_BYTES
 from harness import gr
 from harness.gateway import GatewayProcess, start_triton
 from registry.gr.triton import request_body

@@ -82,7 +82,7 @@ def test_a_flooding_backend_costs_only_its_tenant(stack):
         workers = _workers(stack.gateway.proc.pid)
         assert len(workers) == 2
         resident = {pid: _kib(pid, "VmRSS") for pid in workers}
-        blue = BlueTraffic(stack.url, stack.work)
+        blue = BlueTraffic(stack.url, stack.work, stack.control.url)
         answers = []
         try:
             blue.wait_warm()

@@ -23,8 +23,8 @@ import requests
 
 from harness import factories
 from harness.llm import LOOPBACK_RULES, origins
-from kernel.tritonserver import free_port
 from registry.models import Role, Task
+from serving.tritonserver import free_port
 from tests.adversarial.llm_tenants import BlueTraffic, Stack, assert_unharmed, backend, llm_entry, red_chat
 from tests.gateway.conftest import require_triton
 from tests.gateway.llm_upstream import LEAK, LlmUpstream
@@ -53,7 +53,7 @@ def red_listener():
 def beside_blue(stack: Stack, attack, *, kinds=("tensor", "chat")):
     """Run `attack()` from RED_THREADS threads for ATTACK_S while blue's traffic runs; check blue's
     tolerance; return what the attack calls returned."""
-    blue = BlueTraffic(stack.url, stack.work)
+    blue = BlueTraffic(stack.url, stack.work, stack.control.url)
     results = []
 
     def red(deadline: float) -> list:

@@ -33,9 +33,9 @@ from deployments.services.pools import pool_create
 from harness import factories
 from harness.closed_loop import ClosedLoop
 from harness.load import Load
-from kernel import tritonserver
 from registry.factory.tune.measure import LoadClient
 from registry.models import ModelVersion, Role, Task
+from serving import tritonserver
 from tests.conftest import require_service
 from tests.registry.llm_archives import hf_files, tar_gz
 
@@ -137,7 +137,7 @@ def test_reds_pool_specs_and_archives_are_refused_while_blue_serves(
 
     with ClosedLoop(live_server.url, subprocess_env, tmp_path, pools_dir) as loop:
         loop.serve(blue, blue_deployer, onnx_path, pool="blue-cpu", name="blue-ctr")
-        # Blue's traffic from a process of its own (gateway/loadgen.py): red's requests are
+        # Blue's traffic from a process of its own (harness/loadgen.py): red's requests are
         # served by this test process's live server, whose GIL must not time blue's replies.
         blue_load = LoadClient(
             f"{loop.gateway.url}/v2/models/blue-ctr/infer", [Load("", rate=1).body.encode()], tmp_path / "loadgen"

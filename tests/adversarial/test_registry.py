@@ -1,5 +1,5 @@
 """The adversarial suite's registry holds every tenant-facing route: it fails when the gateway
-(its HTTP dispatch, `gateway.server.http_routes`, and the methods of its KServe v2 gRPC
+(its HTTP dispatch, `gateway.process.server.http_routes`, and the methods of its KServe v2 gRPC
 service) or the control plane (every /api/v1/ route from Django's URL resolver, with its
 methods, and every dashboard page a team member reaches) gains a route that no surface in
 tests/adversarial/surfaces/ lists, when a surface lists a route that no longer exists, and
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from django.urls import URLResolver, get_resolver
 
-from gateway.grpc.health import SERVICES
-from gateway.server import http_routes
+from gateway.process.server import http_routes
+from gateway.v2.grpc.health import SERVICES
 from tests.adversarial.registry import Abuse, Surface, all_surfaces
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,7 +139,7 @@ def test_every_gateway_http_route_is_listed():
 
 
 def test_every_control_port_route_is_listed():
-    from gateway.control import PATHS
+    from gateway.process.control import PATHS
 
     assert not problems_of(all_surfaces(), {f"control GET {path}" for path in PATHS}, ("control ",))
 

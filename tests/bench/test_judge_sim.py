@@ -14,8 +14,8 @@ from bench.judge import adapter, experiments_sim, faults, run, sim, traces
 from bench.judge.adapter import BASELINE, CANDIDATE, STABLE, VARIANTS, GatewayCounters, Window
 from bench.judge.replay import Traffic
 from deployments.rollout_machine import DEFAULT_STEPS_BP, FULL_BP, Split
-from monitoring.statistics import psi, score_bins
-from monitoring.windows import arms_from_rows
+from monitoring.judge.statistics import psi, score_bins
+from monitoring.judge.windows import arms_from_rows
 
 SPLIT = Split(stable_bp=8000, candidate_bp=1000, candidate_role="canary", baseline_bp=1000)
 HALVES = Split(stable_bp=FULL_BP // 2, candidate_bp=FULL_BP // 2, candidate_role="arm")
@@ -72,8 +72,8 @@ def test_a_bad_row_is_named_by_its_line(tmp_path):
 
 
 def test_joined_windows_equal_the_beats_windows_over_the_same_rows(recorded):
-    scrapes, _, _ = _replay(recorded["busy"], faults.by_name("errors 5%"), 40)
-    anchored, step = Window(), Window()
+    scrapes, _, _ = _replay(recorded["busy"], faults.by_name("shared outage 15 s"), 40)
+    anchored, step = Window(pooled=True), Window()
     for i, rows in enumerate(scrapes):
         anchored.add(rows)
         if i >= 8:  # a step that began at the 9th scrape
@@ -88,6 +88,12 @@ def test_joined_windows_equal_the_beats_windows_over_the_same_rows(recorded):
             assert joined.arms[variant].latency_buckets == pytest.approx(beat[variant].latency_buckets)
             assert joined.arms[variant].score_bins == pytest.approx(beat[variant].score_bins)
     assert len(anchored.arms[CANDIDATE].ticks) == len(scrapes) - 1  # the first scrape is the baseline
+    # the pooled control joined scrape by scrape is judge_rollout's plus over the whole window
+    pooled, plus = anchored.pooled, anchored.arms[STABLE].plus(anchored.arms[BASELINE])
+    assert pooled.ticks == plus.ticks and pooled.shared_failures == plus.shared_failures
+    assert pooled.latency_ticks == plus.latency_ticks and pooled.score_bins == pytest.approx(plus.score_bins)
+    assert pooled.latency_buckets == pytest.approx(plus.latency_buckets)
+    assert sum(pooled.shared_failures) > 0  # the outage's failovers that failed on the stable too
 
 
 def test_a_failed_over_attempt_is_one_request_and_one_error_of_the_candidate(recorded):
@@ -125,7 +131,7 @@ def test_a_shared_outage_is_no_candidate_error_and_is_set_aside(recorded, config
     """Every variant down for 15 s: the candidate's failed-over attempts failed on the stable
     too (gateway_failovers_failed): no candidate errors, its `shared_failures` per tick, and
     the judge holds the step on "shared outage: not judged" while it lasts."""
-    from monitoring.judge import judge
+    from monitoring.judge.verdict import judge
 
     scrapes, _, _ = _replay(recorded["quiet"], faults.by_name("shared outage 15 s"), 30, split=SPLIT)
     window = Window()
@@ -210,6 +216,25 @@ def test_the_benchmark_runs_the_counts_the_issue_asks_for(recorded, config):
         assert sum(s.fault == fault.name for s in specs) >= 50, fault.name
     assert len({s.seed for s in specs}) == len(specs)
     assert {s.split for s in specs} == {"default", "suggested"}
+
+
+def test_a_run_killed_part_way_resumes_from_its_checkpoint_with_the_same_results(recorded, config, tmp_path):
+    """Each rollout is appended as it ends; a run given the same checkpoint runs only the
+    rollouts it lacks (a line cut short by the kill is run again) and returns the same results."""
+    specs = [
+        sim.Spec("quiet", 2000.0, (5000, 10000), "default", name, seed) for name, seed in (("A/A", 7), ("errors 5%", 8))
+    ]
+    checkpoint = tmp_path / "rollouts.jsonl"
+    first = run.run_rollouts(specs, config, recorded, workers=1, checkpoint=checkpoint)
+    lines = checkpoint.read_text().splitlines()
+    assert len(lines) == 2
+    checkpoint.write_text(lines[0] + "\n" + lines[1][:40])  # killed while writing the second
+    spent = run.run_rollouts(specs, config, recorded, workers=1, checkpoint=checkpoint, budget_s=0)
+    assert [r["fault"] for r in spent] == ["A/A"]  # a spent budget: what the checkpoint holds, nothing run
+    again = run.run_rollouts(specs, config, recorded, workers=1, checkpoint=checkpoint)
+    key = lambda r: (r["fault"], r["seed"])  # noqa: E731
+    assert sorted(first, key=key) == sorted(again, key=key)
+    assert {r["fault"]: r["outcome"] for r in again} == {"A/A": "promoted", "errors 5%": "rolled_back"}
 
 
 def test_an_experiment_tick_ships_a_clear_winner_and_not_an_equal_arm(recorded, config):

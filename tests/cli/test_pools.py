@@ -32,3 +32,22 @@ def test_a_kubernetes_pool_outside_the_teams_confinement_is_refused_naming_the_r
     assert made.code == 0, made
     assert made.json()["namespace"] == "modelplane-team-red"
     assert made.json()["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"
+
+
+def test_endpoint_update_sets_the_latency_margin_and_back_to_derived(cli_as, deployer, team_a):
+    """`modelplane endpoint update --latency-margin X`, then `derived` (null: the margin from
+    the SLO's headroom again); a value that is neither is a usage error before any request."""
+    from deployments.models import Endpoint
+
+    endpoint = factories.endpoint(factories.pool(team_a, "margin-pool"), name="margin-cli")
+    cli = cli_as(deployer)
+    set_ = cli("endpoint", "update", "margin-cli", "--latency-margin", "0.5", "--json")
+    assert set_.code == 0 and set_.json()["latency_margin"] == 0.5, set_
+    assert Endpoint.objects.get(pk=endpoint.pk).latency_margin == 0.5
+    reset = cli("endpoint", "update", "margin-cli", "--latency-margin", "derived")
+    assert reset.code == 0 and "latency margin" in reset.out and "derived from the SLO" in reset.out, reset
+    assert Endpoint.objects.get(pk=endpoint.pk).latency_margin is None
+    bad = cli("endpoint", "update", "margin-cli", "--latency-margin", "lots")
+    assert bad.code == exits.USAGE and "neither a fraction" in bad.err, bad
+    refused = cli("endpoint", "update", "margin-cli", "--latency-margin", "9")
+    assert refused.code == exits.API and "latency_margin" in refused.err, refused

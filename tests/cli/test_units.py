@@ -99,7 +99,7 @@ def test_progress_redraws_on_a_terminal_and_prints_lines_elsewhere(monkeypatch, 
 def test_a_state_change_reads_as_a_move_and_other_actions_are_named():
     steps = [1000, 10000]
     moved = {"time": "2026-11-23T10:00:00Z", "from_state": "canary[0]", "to_state": "canary[1]", "reason": "passed"}
-    for action in ("status_changed", "transition"):  # "transition": what servers before issue 23 wrote
+    for action in ("status_changed", "transition"):  # "transition": what older servers wrote
         line = event_line({**moved, "action": action}, steps)
         assert "canary step 1/2 (10%) → canary step 2/2 (100%)" in line and action not in line, line
     assert "baseline_unavailable: canary step 1/2" in event_line({**moved, "action": "baseline_unavailable"}, steps)

@@ -10,7 +10,7 @@ def pools_dir(tmp_path, settings, monkeypatch):
     settings.POOLS_DIR = path
     monkeypatch.setenv("POOLS_DIR", str(path))
     yield path
-    from kernel import tritonserver
+    from serving import tritonserver
 
     for pid, _ in tritonserver.tritonservers_under(path):
         tritonserver.kill_group(pid)

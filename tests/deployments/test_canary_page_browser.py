@@ -1,8 +1,8 @@
 """The endpoint page during a canary in a real browser (Debian's Chromium via Playwright),
-issue 28: every arm's share with the baseline labelled; the three charts over one time
+every arm's share with the baseline labelled; the three charts over one time
 range, one line per arm of this rollout (no old variant in the legend) in its role's
 colour, and a gap in the data left as a gap; the error rate in % and the p99 with their
-SLO lines (issue 35); the page fits 1280 px."""
+SLO lines; the page fits 1280 px."""
 
 from datetime import timedelta
 from pathlib import Path

@@ -16,7 +16,7 @@ from deployments.routes import route_table
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from deployments.services.reconcile import model_dir_for
-from gateway.routes import compile_table
+from gateway.table.routes import compile_table
 from harness import factories
 from registry.models import Event
 from registry.names import baseline_triton_name, baseline_variant_name, triton_name, variant_name

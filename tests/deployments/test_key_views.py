@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _gateway_unreachable(monkeypatch):
-    from kernel.tritonserver import free_port
+    from serving.tritonserver import free_port
 
     monkeypatch.setenv("GATEWAY_METRICS_URL", f"http://127.0.0.1:{free_port()}/metrics")
 

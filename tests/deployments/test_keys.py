@@ -15,14 +15,16 @@ from deployments.models import Endpoint, InferenceKey
 from deployments.routes import route_table
 from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as services
-from gateway.routes import compile_table
-from gateway.tenants import authenticate
+from gateway.keys.tenants import authenticate
+from gateway.table.routes import compile_table
 from harness import factories
 from kernel.errors import Conflict, Forbidden, InvalidInput
 from registry.models import Event, Role
 
 pytestmark = pytest.mark.django_db
-SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "gateway" / "route_table.schema.json").read_text())
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[2] / "gateway" / "contracts" / "route_table.schema.json").read_text()
+)
 
 
 @pytest.fixture
@@ -327,7 +329,7 @@ def test_public_endpoints_need_no_key(deployer, team_a, endpoints):
     key, _ = services.inference_key_create(user=deployer, team=team_a, name="all")
     endpoint_services.endpoint_update(user=deployer, endpoint=endpoints["search"], public=True)
     table = route_table()
-    # the team's keys are listed all the same: a public endpoint's feedback needs one (issue 22)
+    # the team's keys are listed all the same: a public endpoint's feedback needs one
     assert auth_of(table, "search") == {"public": True, "keys": [key.gateway_id]}
     assert auth_of(table, "ctr")["public"] is False
 

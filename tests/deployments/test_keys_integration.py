@@ -6,7 +6,7 @@ the API, inference through the gateway.
 
 A key made through the API works within the gateway's poll interval; no key, a wrong
 key and another team's key are refused with the unknown endpoint's 404 (no name oracle:
-gateway/access.py) and counted by reason; a public endpoint needs none; a key over its
+gateway/v2/access.py) and counted by reason; a public endpoint needs none; a key over its
 rate gets 429 with Retry-After; a revoked key is refused within ~1 s; the secret never
 reaches the gateway's log.
 """

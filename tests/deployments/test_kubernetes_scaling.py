@@ -1,5 +1,5 @@
 """Who owns a pool Deployment's `spec.replicas`: the driver while the pool has no HPA, the
-HPA once it has one, and never both (issue 26: re-applying every 15 s used to undo every
+HPA once it has one, and never both (re-applying every 15 s used to undo every
 HPA scale-up).
 
 The API server is the one fake here (no cluster can run on these machines): the recorded

@@ -1,9 +1,9 @@
-"""LLM endpoints (issue 27): created and changed through the API with their LLM settings
+"""LLM endpoints: created and changed through the API with their LLM settings
 and fallbacks, checked like tensor endpoints (an LLM artifact only on an LLM endpoint and
 the other way round, another team's artifact reads as unknown); and their route table
 entries: variants with triton or openai backends, fallbacks, the secrets the emitted
 backends name and no other, keys' token limits; the whole table matches
-gateway/route_table.schema.json, and one bad LLM endpoint costs only itself."""
+gateway/contracts/route_table.schema.json, and one bad LLM endpoint costs only itself."""
 
 import json
 

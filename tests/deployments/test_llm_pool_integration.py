@@ -18,9 +18,9 @@ from deployments.drivers.local import LocalDriver
 from deployments.services.reconcile import model_dir_for
 from harness import factories
 from harness import llm as harness_llm
-from kernel import tritonserver
 from registry.models import Task
 from registry.services import llm as llm_services
+from serving import tritonserver
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

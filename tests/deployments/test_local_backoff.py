@@ -45,7 +45,7 @@ def test_a_server_that_dies_at_start_is_restarted_with_backoff(tmp_path, monkeyp
 def test_a_server_never_gets_one_port_twice(tmp_path, monkeypatch):
     """The kernel may offer the same ephemeral port to two binds in a row (CI saw a
     tritonserver exit for it); a stand-in socket makes that happen every time here."""
-    from kernel import tritonserver
+    from serving import tritonserver
 
     offered = iter([47001, 47001, 47002, 47002, 47001, 47003])
 

@@ -19,8 +19,8 @@ import tritonclient.grpc as grpcclient
 from deployments.drivers.base import DrainTimeout, LoadFailed, ModelDir, PoolSpec
 from deployments.drivers.local import LocalDriver
 from harness.packaging import write_model_dir
-from kernel import tritonserver
 from registry import triton_config
+from serving import tritonserver
 
 pytestmark = pytest.mark.integration
 MODEL = "ctr__v1__onnx-fp32"

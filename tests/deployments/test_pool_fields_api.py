@@ -1,4 +1,4 @@
-"""What the API server would refuse at apply time is refused at the door (issue 26): one
+"""What the API server would refuse at apply time is refused at the door: one
 validator (deployments/pool_fields.py) behind create, update and scale, each a 400 naming
 the field; a refused request writes nothing, and another team's pool is untouched."""
 
@@ -56,3 +56,46 @@ def test_updates_and_scales_go_through_the_same_validator(deployer_api, team_b):
     assert ServingPool.objects.get(name="k8s-ok").resources == {"cpu": "2"}
     untouched = ServingPool.objects.get(name="b-pool")
     assert (untouched.resources, untouched.replicas, untouched.generation) == ({"cpu": "1"}, 2, 1)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (2, 2),
+        (2.0, 2),  # a float with no fraction is the same number
+        ("2", 2),
+        (0, 0),
+        (2.5, None),  # a fraction is refused, never truncated to 2
+        ("2.5", None),
+        (True, None),  # JSON true is no count
+        (None, None),
+        ("two", None),
+        (-1, None),  # out of range
+        (9, None),
+    ],
+)
+def test_one_whole_number_check_for_every_pool_integer(value, expected):
+    from deployments.pool_fields import whole_number
+    from kernel.errors import InvalidInput
+
+    if expected is None:
+        with pytest.raises(InvalidInput) as refused:
+            whole_number(value, "replicas", low=0, high=8)
+        assert refused.value.field == "replicas"
+    else:
+        assert whole_number(value, "replicas", low=0, high=8) == expected
+
+
+def test_a_fractional_count_is_refused_at_the_service_too(deployer_api, deployer):
+    """The service behind the API, the CLI and the pages refuses 2.5 (it used to truncate it to 2)."""
+    from deployments.services.pools import pool_scale
+    from kernel.errors import InvalidInput
+
+    created = deployer_api.post(
+        "/api/v1/pools/", {"name": "k8s-frac", **BASE, "resources": {"cpu": "1"}}, format="json"
+    )
+    assert created.status_code == 201, created.json()
+    assert deployer_api.post("/api/v1/pools/k8s-frac/scale/", {"replicas": 2.5}, format="json").status_code == 400
+    with pytest.raises(InvalidInput, match="not a whole number"):
+        pool_scale(user=deployer, pool=ServingPool.objects.get(name="k8s-frac"), replicas=2.5)
+    assert ServingPool.objects.get(name="k8s-frac").replicas == 2

@@ -21,9 +21,9 @@ from django.core.management import call_command
 from deployments.models import ServingPool
 from harness import factories
 from harness.processes import wait_for, wait_for_line
-from kernel import tritonserver
-from kernel.triton import TritonHTTP
 from registry.models import Event
+from serving import tritonserver
+from serving.triton import TritonHTTP
 from tests.conftest import require_service
 
 pytestmark = pytest.mark.integration

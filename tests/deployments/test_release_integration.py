@@ -20,8 +20,8 @@ from deployments.services import releases as release_services
 from harness import factories
 from harness.closed_loop import ClosedLoop
 from harness.processes import wait_for
-from kernel import tritonserver
 from registry.models import Artifact, Build
+from serving import tritonserver
 from tests.conftest import require_service
 from tests.registry.build_helpers import fast_build_env, upload_version
 
@@ -107,7 +107,7 @@ def test_build_tune_canary_promoted_then_a_config_over_the_slo_rolled_back(
             tune_budget_s=8,
             max_trials=3,
             # one step at 100 %: below it the p99 guardrail also asks that the candidate be worse than
-            # the baseline copy, and here both are over a 1 ms SLO (issue 21); alone, the SLO applies
+            # the baseline copy, and here both are over a 1 ms SLO; alone, the SLO applies
             rollout_options={**CANARY, "steps_bp": [10000], "step_min_seconds": 60},
         )
         assert release.slo_p99_ms == 2000

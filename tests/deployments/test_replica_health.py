@@ -1,4 +1,4 @@
-"""Health that tells the truth (issue 21): a real `run_pools` supervisor and a real
+"""Health that tells the truth: a real `run_pools` supervisor and a real
 tritonserver replica; /healthz and the pool page read what the supervisor recorded.
 
 Frozen (SIGSTOP): not ready within seconds, named on /healthz, and not killed on one
@@ -21,8 +21,8 @@ from django.urls import reverse
 from deployments.models import PoolReplica, ReplicaStatus
 from deployments.services import pools as pool_services
 from harness.processes import spawn, stop, wait_for
-from kernel import tritonserver
 from registry.models import Event
+from serving import tritonserver
 from tests.conftest import require_service
 
 pytestmark = pytest.mark.integration

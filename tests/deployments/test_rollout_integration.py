@@ -24,8 +24,8 @@ from deployments.services import rollouts as rollout_services
 from harness.artifacts import package_artifact
 from harness.closed_loop import ClosedLoop
 from harness.processes import wait_for
-from kernel import tritonserver
 from monitoring.models import Alert, MetricSample, Verdict
+from serving import tritonserver
 from tests.conftest import require_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -2,11 +2,17 @@
 web app as live server, a Celery worker and beat, the local pool supervisor with a real
 tritonserver, the gateway, a load generator at 20 req/s):
 
-1. a healthy candidate (the same model: A/A) promotes with a short plan (50 → 100 %):
-   the gateway splits stable / baseline / candidate, the copy of the stable is loaded
-   under its own name and unloaded at the end, and clients see no errors;
-2. a candidate 30 % slower is rolled back, judged against the equally loaded baseline.
+1. a healthy candidate (the same model: A/A) promotes with a short plan (50 → 100 %) at the
+   judge's defaults while a CPU hog (a busy-looping process) runs beside the pool's replica:
+   the gateway splits stable / baseline / candidate, the copy of the stable is loaded under
+   its own name and unloaded at the end, and clients see no errors (the judge compares the
+   arms window by window, so the host's load both arms share is not the candidate's);
+2. a real slower candidate (a python-backend model sleeping 30 % of the stable's p50 more
+   per request: smaller than the issue's +50 %, so the harder case) is rolled back at the
+   defaults, judged against the equally loaded baseline.
 """
+
+import sys
 
 import pytest
 
@@ -15,10 +21,10 @@ from deployments.rollout_machine import TERMINAL, State
 from deployments.services import rollouts as rollout_services
 from harness.artifacts import package_artifact
 from harness.closed_loop import ClosedLoop
-from harness.processes import wait_for
-from kernel import tritonserver
+from harness.processes import spawn, stop, wait_for
 from monitoring.models import Verdict
 from registry.names import baseline_variant_name, variant_name
+from serving import tritonserver
 from tests.conftest import require_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -35,9 +41,11 @@ def test_healthy_candidate_promotes_at_20_rps_and_a_slow_one_is_rolled_back(
         served = sorted(r[3] for r in load.records if r[1] == 200)
         p50 = served[len(served) // 2]
 
-        # 1. A/A at 20 req/s, 50 -> 100 %: promotes ----------------------------------------------------
+        # 1. A/A at 20 req/s, 50 -> 100 %, a CPU hog beside the replica: promotes ---------------------
         phase = len(load.records)
         twin = package_artifact(team_a, onnx_path, tmp_path)
+        hog = spawn([sys.executable, "-c", "while True: pass"], loop.env, tmp_path / "hog.log")
+        loop.procs["hog"] = hog  # stopped with the loop if an assertion fails first
         rollout = rollout_services.rollout_start(
             user=deployer,
             endpoint=endpoint,
@@ -52,6 +60,8 @@ def test_healthy_candidate_promotes_at_20_rps_and_a_slow_one_is_rolled_back(
         done = wait_for(
             lambda: (r := Rollout.objects.get(pk=rollout.pk)).state in TERMINAL and r, timeout=240, what="A/A finished"
         )
+        assert hog.poll() is None  # it ran the whole rollout
+        stop(loop.procs.pop("hog"))
         assert done.state == State.SUCCEEDED, done.reason
         seen = set(load.variants[phase:])
         assert (

@@ -11,6 +11,9 @@ from deployments.rollout_machine import (
     Verdict,
     after_loaded,
     check_transition,
+    on_loading,
+    on_promoting,
+    on_rolling_back,
     on_tick,
     split_for,
 )
@@ -93,6 +96,23 @@ def test_the_default_policy_never_rolls_a_healthy_candidate_back():
     assert tick(verdict=Verdict.INCONCLUSIVE, elapsed=6000, plan=default).to_state == State.PAUSED
 
 
+def test_a_pause_at_the_deadline_says_what_the_judge_still_waited_for():
+    """On a busy host every process of one model may be over the p99 SLO: the guardrail holds
+    the step until it can tell the candidate from the host, and the pause says so."""
+    waited = "waiting for evidence: p99_slo (351 of 12009 requests over 50 ms (2.9%, 1% allowed); control 2.1% over)"
+    paused = on_tick(
+        state=State.CANARY,
+        step_index=0,
+        plan=Plan(step_min_seconds=10, step_deadline_seconds=60),
+        step_elapsed_s=61,
+        candidate_requests=12009,
+        verdict=Verdict.INCONCLUSIVE,
+        verdict_reason=waited,
+    )
+    assert paused.to_state == State.PAUSED
+    assert paused.reason == f"no conclusive verdict within the step deadline (60s); the judge: {waited}"
+
+
 def test_shadow_phase_then_canary_or_blue_green_switch():
     with_shadow = Plan(shadow_seconds=20, step_min_seconds=10, step_deadline_seconds=60)
     assert after_loaded(with_shadow).to_state == State.SHADOW
@@ -101,6 +121,55 @@ def test_shadow_phase_then_canary_or_blue_green_switch():
     assert tick(state=State.SHADOW, elapsed=21, requests=0, plan=with_shadow).to_state == State.CANARY
     blue_green = Plan(strategy=Strategy.BLUE_GREEN, shadow_seconds=20, step_deadline_seconds=60, step_min_seconds=10)
     assert tick(state=State.SHADOW, elapsed=21, plan=blue_green).to_state == State.PROMOTING
+
+
+WITH_SHADOW = Plan(shadow_seconds=20, step_min_seconds=10, step_deadline_seconds=60)
+
+
+@pytest.mark.parametrize(
+    "plan,load_error,ready,waited_s,to_state,reason",
+    [
+        (PLAN, None, False, 10, None, ""),  # still loading, within the timeout
+        (PLAN, None, False, 300, None, ""),  # at the timeout exactly: not past it yet
+        (PLAN, None, False, 301, State.FAILED, "candidate not READY on every replica after 300s"),
+        (PLAN, None, True, 5, State.CANARY, "canary at 5%"),
+        (PLAN, None, True, 999, State.CANARY, "canary at 5%"),  # ready wins over the timeout
+        (WITH_SHADOW, None, True, 5, State.SHADOW, "shadow for 20s"),
+        (PLAN, "no such backend", False, 5, State.FAILED, "candidate failed to load: no such backend"),
+        (PLAN, "", True, 5, State.FAILED, "candidate failed to load: "),  # a failed load wins, even unexplained
+        (PLAN, "x" * 2000, False, 5, State.FAILED, "x" * 1500),
+    ],
+)
+def test_loading_starts_fails_or_times_out(plan, load_error, ready, waited_s, to_state, reason):
+    decision = on_loading(plan=plan, load_error=load_error, ready=ready, waited_s=waited_s, load_timeout_s=300)
+    assert decision.to_state == to_state
+    assert reason in decision.reason and decision.step_index == 0
+    if load_error is not None:
+        assert len(decision.reason) <= len("candidate failed to load: ") + 1500
+
+
+@pytest.mark.parametrize(
+    "off_pool,reason,to_state,why",
+    [
+        (False, "judge: error rate", None, ""),  # the candidate's unload is still under way
+        (True, "judge: error rate", State.ROLLED_BACK, "judge: error rate"),  # the reason it rolled back for
+        (True, "", State.ROLLED_BACK, "rolled back"),
+    ],
+)
+def test_rolling_back_ends_once_the_candidate_is_off_the_pool(off_pool, reason, to_state, why):
+    decision = on_rolling_back(step_index=2, candidate_off_pool=off_pool, reason=reason)
+    assert (decision.to_state, decision.reason, decision.step_index) == (to_state, why, 2)
+
+
+@pytest.mark.parametrize(
+    "held_s,to_state",
+    [(0.0, None), (29.9, None), (30.0, State.SUCCEEDED), (31.0, State.SUCCEEDED)],
+)
+def test_promoting_holds_for_the_grace_then_succeeds(held_s, to_state):
+    decision = on_promoting(step_index=3, held_s=held_s, grace_s=30)
+    assert decision.to_state == to_state and decision.step_index == 3
+    if to_state:
+        assert decision.reason == "promotion held for 30s; old stable unloaded"
 
 
 @pytest.mark.parametrize(

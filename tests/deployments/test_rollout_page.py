@@ -1,5 +1,5 @@
 """The endpoint page from one source of truth (deployments.selectors.rollout_page) and the
-rollout form that helps (deployments.forms.RolloutStartForm): issue 15 items 1 and 2."""
+rollout form that helps (deployments.forms.RolloutStartForm)."""
 
 import re
 from datetime import timedelta
@@ -164,7 +164,7 @@ def test_events_name_steps_like_the_header(setup, deployer, team_a, artifact_fac
 
 
 def test_every_arm_has_its_share_the_baseline_included(setup, deployer, team_a, artifact_factory, api_for):
-    """Issue 28: step 1 read "candidate 50 % · stable 0 %", the other 50 % (the baseline) unlabelled.
+    """Step 1 read "candidate 50 % · stable 0 %", the other 50 % (the baseline) unlabelled.
     One selector (rollout_arms) gives the page and the API's `arms` field."""
     endpoint, client = setup
     rollout = _canary(deployer, endpoint, artifact_factory(team_a, model_name="ctr"), steps_bp=(2500, 5000, 10000))

@@ -7,6 +7,7 @@ import pytest
 from deployments.models import PoolModel, PoolModelState
 from deployments.services import rollouts as rollout_services
 from harness import factories
+from registry.names import triton_name
 
 pytestmark = pytest.mark.django_db
 
@@ -44,3 +45,33 @@ def test_retry_and_undo_refuse_with_clear_answers(endpoint, deployer, deployer_a
     none = deployer_api.post("/api/v1/endpoints/ctr/undo/", {}, format="json")
     assert none.status_code == 409 and none.json()["code"] == "no_previous_stable"
     assert alice_api.post("/api/v1/endpoints/ctr/undo/", {}, format="json").status_code == 403
+
+
+def test_an_undo_right_after_a_promotion_waits_for_the_replaced_stable_to_drain(endpoint, deployer, deployer_api):
+    """The promotion drains the stable it replaced; an undo asked for meanwhile is a rollout that
+    says it waits for the drain (not a 409), asks for the model again once it is unloaded, and
+    goes on when the pool has it."""
+    ep, stable, candidate = endpoint
+    rollout = rollout_services.rollout_start(
+        user=deployer, endpoint=ep, candidate=candidate, steps_bp=[10000], promote_grace_seconds=0
+    )
+    PoolModel.objects.filter(artifact=candidate).update(state=PoolModelState.READY, replica_ready={"r0": True})
+    rollout_services.rollout_reconcile(rollout_id=rollout.pk)
+    rollout_services.rollout_promote(user=deployer, rollout=rollout)
+    assert rollout_services.rollout_reconcile(rollout_id=rollout.pk).state == "succeeded"
+    replaced, _ = PoolModel.objects.update_or_create(  # what the promotion's unload marks until the drain ends
+        pool=ep.pool, triton_model_name=triton_name(stable), defaults={"artifact": stable, "state": "draining"}
+    )
+
+    undo = deployer_api.post("/api/v1/endpoints/ctr/undo/", {"reason": "back"}, format="json")
+    assert undo.status_code == 201, undo.json()
+    undone = rollout_services.Rollout.objects.get(pk=undo.json()["id"])
+    assert undone.state == "loading" and "finish draining" in undone.reason, undone.reason
+    assert rollout_services.rollout_reconcile(rollout_id=undone.pk).state == "loading"  # still draining
+    assert PoolModel.objects.get(pk=replaced.pk).state == PoolModelState.DRAINING
+
+    PoolModel.objects.filter(pk=replaced.pk).update(state=PoolModelState.UNLOADED, replica_ready={})
+    rollout_services.rollout_reconcile(rollout_id=undone.pk)
+    assert PoolModel.objects.get(pk=replaced.pk).state == PoolModelState.LOADING  # asked for again
+    PoolModel.objects.filter(pk=replaced.pk).update(state=PoolModelState.READY, replica_ready={"r0": True})
+    assert rollout_services.rollout_reconcile(rollout_id=undone.pk).state == "canary"

@@ -4,7 +4,7 @@ server), a Celery worker and beat on the real broker, the local pool supervisor 
 tritonserver replicas, the gateway polling the route table and a load generator.
 
 At every refresh the page's header, rollout card, rollouts table and step timer must
-agree (issue 15: "the header says rolled_back while the table says loading; the step
+agree ("the header says rolled_back while the table says loading; the step
 timer keeps counting after a rollback"). Two rollouts: a healthy one started from the
 form and watched step by step to success, then one rolled back from the page's button."""
 
@@ -18,7 +18,8 @@ from deployments.models import Rollout
 from deployments.rollout_machine import State
 from harness.artifacts import package_artifact
 from harness.closed_loop import ClosedLoop
-from kernel import tritonserver
+from monitoring.models import Verdict
+from serving import tritonserver
 from tests.browser import login
 from tests.conftest import require_service
 
@@ -59,7 +60,15 @@ def watch(page, pk: int, *, until, timeout: float) -> list[dict]:
             if until(seen):
                 return observations
         time.sleep(0.4)
-    raise AssertionError(f"page never reached the expected state; last reads: {observations[-3:]}")
+    rollout = Rollout.objects.get(pk=pk)
+    verdicts = [
+        (v.step, v.outcome, v.reason[:300], {c["name"]: c["outcome"] for c in v.checks})
+        for v in Verdict.objects.filter(rollout_id=pk).order_by("-id")[:3]
+    ]
+    raise AssertionError(
+        f"page never reached the expected state; last reads: {observations[-3:]}; rollout {rollout.state} "
+        f"({rollout.reason[:300]}); last verdicts: {verdicts}"
+    )
 
 
 def assert_timer_frozen(page, pk: int) -> None:

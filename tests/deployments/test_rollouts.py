@@ -281,7 +281,9 @@ def test_route_table_matches_the_gateway_schema(deployer, endpoint, candidate, p
     start(deployer, endpoint, candidate, shadow_seconds=30)
     pool_reports_ready(pool, candidate)
     services.rollout_reconcile(rollout_id=Rollout.objects.get().pk)
-    schema = json.loads((Path(__file__).resolve().parents[2] / "gateway" / "route_table.schema.json").read_text())
+    schema = json.loads(
+        (Path(__file__).resolve().parents[2] / "gateway" / "contracts" / "route_table.schema.json").read_text()
+    )
     table = route_table()
     jsonschema.validate(table, schema)
     entry = table["endpoints"][0]
@@ -289,7 +291,7 @@ def test_route_table_matches_the_gateway_schema(deployer, endpoint, candidate, p
     # what the gateway checks requests against: the served artifact's config.pbtxt, batch dimension first
     import math
 
-    from gateway.routes import compile_table
+    from gateway.table.routes import compile_table
     from harness.onnx import N_DENSE, N_SPARSE
 
     for v in entry["variants"]:
@@ -311,7 +313,7 @@ def test_route_table_matches_the_gateway_schema(deployer, endpoint, candidate, p
 
 
 def test_route_table_leaves_out_grpc_when_a_replica_has_no_grpc_port(endpoint, pool):
-    from gateway.routes import compile_table
+    from gateway.table.routes import compile_table
 
     PoolReplica.objects.filter(pool=pool).update(grpc_url="")
     entry = route_table()["endpoints"][0]

@@ -1,4 +1,4 @@
-"""The route table builder fails per endpoint, never as a whole (issue 21).
+"""The route table builder fails per endpoint, never as a whole.
 
 One endpoint's rows that cannot be turned into the entry they ask for (a rollout whose
 plan does not hold, an experiment provider that raises for it, an entry or a key that does
@@ -16,7 +16,7 @@ from deployments.route_overlays import Overlay
 from deployments.routes import SERVED_NONE, SERVED_STABLE, route_build
 from deployments.selectors.gateway_routes import endpoint_route_state
 from deployments.services import keys as key_services
-from gateway.routes import compile_table, validate
+from gateway.table.routes import compile_table, validate
 from harness import factories
 from monitoring.models import Alert, Severity
 from monitoring.services.route_refusals import route_problems_alert

@@ -1,4 +1,4 @@
-"""The route table contract from both sides (issue 21): any table the control plane can
+"""The route table contract from both sides: any table the control plane can
 produce, the gateway's compiler accepts whole, with no refused entry or key.
 
 Configurations are drawn with a seeded generator (deterministic): endpoints public or
@@ -21,7 +21,7 @@ from deployments.routes import route_build
 from deployments.services import endpoints as endpoint_services
 from deployments.services import keys as key_services
 from experiments.services import online as experiment_services
-from gateway.routes import compile_table, validate
+from gateway.table.routes import compile_table, validate
 from harness import factories
 from registry.models import Artifact, Build, BuildStatus, Role
 
@@ -146,9 +146,9 @@ def test_every_table_the_control_plane_produces_is_accepted_whole(
 
 
 def test_tables_with_llm_endpoints_match_the_schema_whole(deployer, team_a, artifact_factory):
-    """LLM entries (issue 27): endpoints on a Triton generate model or a backend reference,
+    """LLM entries: endpoints on a Triton generate model or a backend reference,
     with rollouts in every active state and strategy, experiments, fallbacks and secrets, beside
-    tensor endpoints: the whole document matches gateway/route_table.schema.json (the gateway's
+    tensor endpoints: the whole document matches gateway/contracts/route_table.schema.json (the gateway's
     own check of the LLM entries comes with gateway/llm/), the tensor side is still accepted
     whole by the gateway's compiler, and every secret listed is named by a backend."""
     import json

@@ -1,4 +1,4 @@
-"""Issue 21 end to end: one bad route entry costs only its own endpoint.
+"""End to end: one bad route entry costs only its own endpoint.
 
 Real processes: the web app (live server) serving the route table from PostgreSQL and
 the gateway (`python -m gateway`) polling it every 300 ms. No Triton: the pool's replica
@@ -25,16 +25,16 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from deployments import routes as route_builder
-from deployments.models import Endpoint, PoolModel, PoolModelState, Rollout
+from deployments.models import PoolModel, PoolModelState, Rollout
 from deployments.rollout_machine import State
 from deployments.selectors import gateway_routes
 from deployments.services import keys as key_services
 from harness import factories
 from harness.gateway import GatewayProcess
 from harness.load import Load
+from monitoring.collection.targets import ScrapeTarget
 from monitoring.models import Alert
 from monitoring.services.collector import metrics_collect
-from monitoring.targets import ScrapeTarget
 from tests.conftest import require_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -103,7 +103,8 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
         # the bad rollout, around the check; and at once three changes of other objects
         monkeypatch.setattr(route_builder, "_fits", lambda endpoint, artifacts: True)
         factories.rollout(ux, foreign, state=State.CANARY, step_index=0, steps_bp=[1000, 10000])
-        Endpoint.objects.filter(pk=demo.pk).update(public=False)
+        demo.public = False
+        demo.save(update_fields=["public"])  # as the services write it (a save marks the route change)
         key_services.inference_key_revoke(user=deployer, key=key)
         factories.rollout(rolling, candidate, state=State.CANARY, step_index=0, steps_bp=[1000, 10000])
         changed_at = time.monotonic()
@@ -155,7 +156,9 @@ def test_a_bad_entry_is_refused_alone_while_every_other_change_applies(
         assert "duplicate_variant_names" in page
 
         # rolled back: the entry is accepted again and nothing is left refused
-        Rollout.objects.filter(endpoint=ux).update(state=State.ROLLED_BACK)
+        for rollout in Rollout.objects.filter(endpoint=ux):
+            rollout.state = State.ROLLED_BACK
+            rollout.save(update_fields=["state"])  # as the services write it
         wait_until(lambda: status()["routes"]["refused"] == [], 10, "ux-cli served again")
         assert infer("ux-cli").json()["code"] == "no_ready_backend"
         assert client.get("/healthz").json()["components"]["routes"]["state"] == "up"

@@ -1,4 +1,4 @@
-"""Validation before acceptance (issue 21): what the gateway would refuse is refused first,
+"""Validation before acceptance: what the gateway would refuse is refused first,
 with a 400 saying why, by the one check (deployments/selectors/compatibility.py) that the
 API, the dashboard, experiments and the route table builder share."""
 

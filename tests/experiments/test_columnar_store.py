@@ -106,6 +106,12 @@ def test_same_verdicts_as_postgres_and_duplicates_once(column_store, team_a, dep
         assert {k: float(v) for k, v in sums[arm].items()} == {k: float(v) for k, v in pg_sums[arm].items()}
         assert extras[arm] == pg_extras[arm]
     assert counts == pg_counts
+    # unit u3 was exposed in both arms at the same instant: its conversion goes, in every store,
+    # to the exposure with the greatest request id (a tie broken by the data, not by storage order)
+    tie_arm = max((r for r in rows if r["unit_key"] == "u3"), key=lambda r: r["request_id"])["arm"]
+    assert {arm: e.get("conversions", 0) for arm, e in extras.items()} == {
+        a.pk: int(a.pk == tie_arm) for a in experiment.arms.all()
+    }, (extras, tie_arm)
 
 
 @pytest.mark.django_db

@@ -21,10 +21,10 @@ from experiments.models import DeadLetter, Experiment
 from experiments.services import online as services
 from experiments.services.log_ingest import ingest_log_once
 from experiments.store import columnar_store
-from gateway import log_contract
-from gateway.eventlog import NatsLog
-from gateway.exposures import ExposureLog
-from gateway.feedback_stream import FeedbackRelay
+from gateway.contracts import log_contract
+from gateway.telemetry.eventlog import NatsLog
+from gateway.telemetry.exposures import ExposureLog
+from gateway.telemetry.feedback_stream import FeedbackRelay
 from harness import factories
 
 NATS_URL = "nats://127.0.0.1:4222"

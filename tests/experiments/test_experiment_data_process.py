@@ -46,3 +46,38 @@ def test_the_api_feedback_door_never_opens_another_processs_store(served, deploy
     reply = deployer_api.post("/api/v1/feedback/", {"endpoint": endpoint.name, "events": events}, format="json")
     assert reply.status_code == 503 and reply.json()["code"] == "feedback_log_unavailable", reply.content
     assert "POST /v2/feedback" in reply.json()["detail"] and not Feedback.objects.exists()
+
+
+def test_the_embedded_columnar_store_is_the_default_and_make_run_says_so(settings):
+    """EXPERIMENT_STORE unset: chdb, owned by make run's child experiment-data, said in its log."""
+    from config import experiment_data
+    from config.env import PLATFORM
+
+    assert PLATFORM["EXPERIMENT_STORE"].default == "chdb"
+    settings.EXPERIMENT_STORE, settings.EVENT_LOG_URL = "chdb", ""
+    assert "experiment-data" in Command().processes(8000)
+    said = experiment_data.experiment_data_said()
+    assert "store chdb, in-process in the child experiment-data" in said and "log Redis Streams" in said
+
+
+@pytest.mark.django_db
+def test_the_store_owner_s_heartbeat_is_a_healthz_component(settings):
+    """The loop's heartbeat is what /healthz's `experiment-data` reads; a stalled loop records none."""
+    from config.health import _expected_checks
+    from experiments.management.commands import run_experiment_data as owner
+
+    settings.HEALTHZ_EXPECT = ["experiment-data"]
+    check = _expected_checks()["experiment-data"]
+    with pytest.raises(RuntimeError, match="no heartbeat yet"):
+        check()
+    beat = owner.LoopHeartbeat({"store": "chdb", "log": "Redis Streams"})
+    beat.beat_once()
+    assert check()["store"] == "chdb" and check()["log"] == "Redis Streams"
+    from config.models import ComponentHeartbeat
+
+    ComponentHeartbeat.objects.all().delete()
+    stalled = owner.LoopHeartbeat({"store": "chdb"})
+    stalled.last_round -= owner.LOOP_STALL_S + 1
+    stalled.beat_once()
+    with pytest.raises(RuntimeError, match="no heartbeat yet"):
+        check()

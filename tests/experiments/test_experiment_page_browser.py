@@ -25,6 +25,7 @@ from django.core.management import call_command
 from deployments.models import PoolModel, Rollout
 from deployments.services.keys import inference_key_create
 from deployments.services.rollouts import rollout_promote, rollout_reconcile
+from deployments.services.route_changes import route_changed
 from experiments.models import Experiment, Exposure
 from experiments.services import ingest, ticks
 from experiments.services import online as services
@@ -170,6 +171,7 @@ def test_page_updates_live_ship_from_the_page_then_shipped(
             PoolModel.objects.filter(pool=pool).update(
                 state="ready", replica_ready={r.name: True for r in pool.replica_set.all()}
             )
+            route_changed()  # a bulk update bypasses the signal the cached route table waits for
         rollout_reconcile(rollout_id=rollout_id)
         rollout = Rollout.objects.get(pk=rollout_id)
         assert rollout.state == "canary", (rollout.state, rollout.reason)

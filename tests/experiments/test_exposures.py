@@ -17,10 +17,11 @@ from django.conf import settings
 from django.core.management import call_command
 from prometheus_client import REGISTRY
 
+from deployments.services.route_changes import route_changed
 from experiments.models import Experiment, Exposure, Feedback
 from experiments.services import ingest
 from experiments.services import online as services
-from gateway.exposures import ExposureLog, first_score
+from gateway.telemetry.exposures import ExposureLog, first_score
 from harness import factories
 from harness.gateway import start_gateway, start_triton, stop_gateway
 from harness.triton_models import SIGNATURE, ctr_model, infer_body
@@ -60,6 +61,7 @@ def test_gateway_records_exposures_and_relays_feedback(tmp_path, team_a, deploye
         user=deployer, endpoint=endpoint, name="gw", candidates=[candidate], attribution_window_s=600
     )
     Experiment.objects.filter(pk=experiment.pk).update(state="running", feedback_tokens=True)
+    route_changed()  # a bulk update bypasses the signal the cached route table waits for
     experiment.refresh_from_db()
     secret = "mpk_feedback_test_key_0123456789"  # the team's key: a public endpoint's feedback needs one
     key_doc = {

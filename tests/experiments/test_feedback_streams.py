@@ -20,9 +20,9 @@ from experiments.selectors.streams import endpoint_lags, stream_lags
 from experiments.services import feedback_streams, ingest
 from experiments.services import online as services
 from experiments.store import default_store
-from gateway.exposures import ExposureLog
-from gateway.feedback_rules import feedback_stream
-from gateway.feedback_stream import FeedbackRelay
+from gateway.contracts.feedback_rules import feedback_stream
+from gateway.telemetry.exposures import ExposureLog
+from gateway.telemetry.feedback_stream import FeedbackRelay
 from harness import factories
 from registry.models import Role
 from tests.conftest import require_service
@@ -65,7 +65,7 @@ def expose(exp, arm, request_ids, unit="u"):
 
 
 def relay(endpoint: str, key_id: str, events: list) -> None:
-    """Queue a batch the way the gateway's door does (gateway/feedback_stream.py, its Lua script)."""
+    """Queue a batch the way the gateway's door does (gateway/telemetry/feedback_stream.py, its Lua script)."""
 
     async def go():
         log = ExposureLog(settings.EXPOSURE_STREAM_URL)

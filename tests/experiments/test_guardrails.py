@@ -13,7 +13,7 @@ from django.test import Client
 from experiments.models import Experiment
 from experiments.services import online as services
 from harness import factories
-from monitoring.collect import bucket_metric
+from monitoring.collection.collect import bucket_metric
 from monitoring.models import Alert
 from monitoring.services.store import samples_store
 from registry.models import Event

@@ -25,9 +25,9 @@ from experiments.services import online as services
 from harness import factories
 from harness.gateway import METRICS_TOKEN, start_gateway, start_triton, stop_gateway
 from harness.triton_models import SIGNATURE, behaviour_model, ctr_model, infer_body
+from monitoring.collection.targets import ScrapeTarget
 from monitoring.models import Alert, MetricSample
 from monitoring.services.collector import metrics_collect
-from monitoring.targets import ScrapeTarget
 from registry.models import Event
 from tests.gateway.conftest import require_triton
 

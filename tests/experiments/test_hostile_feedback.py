@@ -1,4 +1,4 @@
-"""Experiment results no outsider can forge or stop (issue 22), at the control plane:
+"""Experiment results no outsider can forge or stop, at the control plane:
 each case below was reproduced against `make run` and fails on the code before it.
 
 Real PostgreSQL and Redis (the stream the gateway writes), no mocks: feedback and stream
@@ -20,7 +20,7 @@ from experiments.services import ingest, ticks
 from experiments.services import online as services
 from experiments.services.retention import retention_run
 from experiments.store import default_store
-from gateway.feedback_rules import sign_exposure
+from gateway.contracts.feedback_rules import sign_exposure
 from harness import factories
 from monitoring.models import Alert
 from tests.conftest import require_service

@@ -15,7 +15,7 @@ from experiments.models import Experiment, Exposure
 from experiments.services import online as services
 from experiments.store import default_store
 from harness import factories
-from monitoring.collect import bucket_metric
+from monitoring.collection.collect import bucket_metric
 from monitoring.services.store import samples_store
 
 pytestmark = pytest.mark.django_db

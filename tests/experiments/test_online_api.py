@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
+from deployments.models import PoolModel, PoolModelState
 from deployments.routes import route_table
 from experiments.models import Experiment, Exposure, Feedback
 from experiments.services import online as services
@@ -68,6 +69,14 @@ def test_lifecycle_route_table_and_results(setup, deployer_api, bob_api):
     assert body["planned_units_per_arm"] > 0
     assert bob_api.get(f"/api/v1/experiments/{exp_id}/").status_code == 404  # another team's
     assert deployer_api.post(f"/api/v1/experiments/{exp_id}/start/").json()["state"] == "running"
+    # the arm's model is loading into the pool: the stable alone until it is ready (no arm's
+    # share meets a model that is not there, no harm blamed on an arm for its own loading)
+    entry = next(e for e in route_table()["endpoints"] if e["name"] == "ctr-demo")
+    assert [v["role"] for v in entry["variants"]] == ["stable"] and "experiment" not in entry
+    loading = PoolModel.objects.get(pool=endpoint.pool, artifact=candidate)
+    assert loading.state == PoolModelState.LOADING
+    loading.state, loading.replica_ready = PoolModelState.READY, {"r0": True}
+    loading.save()
     entry = next(e for e in route_table()["endpoints"] if e["name"] == "ctr-demo")
     assert entry["experiment"] == exp_id and entry["salt"] == body["salt"]
     assert [(v["role"], v["weight_bp"]) for v in entry["variants"]] == [("stable", 5000), ("arm", 5000)]

@@ -1,4 +1,4 @@
-"""The experiment page people watch (issue 22): live part polled with htmx and stopped with
+"""The experiment page people watch: live part polled with htmx and stopped with
 286 once nothing moves by itself, Ship and Stop behind a confirmation with a reason,
 `shipping` until the rollout succeeded (a failed ship says so), working links, table and
 chart from the same analysis row, counts explained; the endpoint page shows a running
@@ -107,6 +107,34 @@ def test_ship_from_the_page_with_a_reason_then_shipped_only_when_the_rollout_suc
     assert decided.state == "shipped"
     final = client.get(f"/experiments/{decided.pk}/?partial=live", HTTP_HX_REQUEST="true")
     assert final.status_code == 286 and "succeeded" in final.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_ship_that_waits_for_traffic_says_so_at_once_on_the_page_the_results_and_watch(decided, deployer):
+    """Read from the rollout at each poll, not at the next analysis tick (15 s of a 30 s wait)."""
+    from deployments.models import Rollout
+    from modelplane_cli.commands.experiments import results_lines
+
+    services.experiment_analyze(experiment_id=decided.pk)
+    services.experiment_ship(user=deployer, experiment=Experiment.objects.get(pk=decided.pk))
+    decided.refresh_from_db()
+    client = _client(deployer)
+    results = client.get(f"/api/v1/experiments/{decided.public_id}/results/").json()
+    assert results["ship"] == {"rollout": decided.rollout_id, "state": "started", "waiting": ""}
+    assert 'id="ship-waiting"' not in client.get(f"/experiments/{decided.pk}/").content.decode()
+    waits = "waiting for traffic: no request has reached the candidate yet; every check needs live traffic"
+    Rollout.objects.filter(pk=decided.rollout_id).update(state=State.CANARY, reason=waits)
+    live = client.get(f"/experiments/{decided.pk}/?partial=live", HTTP_HX_REQUEST="true").content.decode()
+    assert re.search(r'id="ship-waiting">The rollout is waiting for traffic: no request', live), live
+    results = client.get(f"/api/v1/experiments/{decided.public_id}/results/").json()
+    assert results["ship"]["waiting"] == waits
+    assert f"  ship: rollout #{decided.rollout_id} {waits}" in results_lines(results)
+    Rollout.objects.filter(pk=decided.rollout_id).update(reason="the candidate gets requests: the judge is judging")
+    assert 'id="ship-waiting"' not in client.get(f"/experiments/{decided.pk}/").content.decode()
+    Rollout.objects.filter(pk=decided.rollout_id).update(state=State.SUCCEEDED, reason="promotion held")
+    assert services.experiments_ship_follow() == 1
+    results = client.get(f"/api/v1/experiments/{decided.public_id}/results/").json()
+    assert results["state"] == "shipped" and "waiting" not in results["ship"], results["ship"]
 
 
 @pytest.mark.django_db

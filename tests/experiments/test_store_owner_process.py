@@ -21,8 +21,8 @@ from experiments.eventlog.reader import NatsReader
 from experiments.models import Dataset
 from experiments.reference import data as reference
 from experiments.services import dataset_requests
-from gateway.eventlog import NatsLog
-from gateway.exposures import ExposureLog
+from gateway.telemetry.eventlog import NatsLog
+from gateway.telemetry.exposures import ExposureLog
 from harness.processes import spawn, stop
 from tests.experiments.captured import serve
 

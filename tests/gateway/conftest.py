@@ -1,4 +1,4 @@
-"""Real processes for the gateway tests: tritonserver (kernel/tritonserver.py), the
+"""Real processes for the gateway tests: tritonserver (serving/tritonserver.py), the
 gateway (`python -m gateway` child process), and a route-table HTTP server in a thread
 of the test process that plays the control plane's GET /api/v1/gateway/routes (token,
 ETag, 304) — real HTTP between processes."""
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from kernel.tritonserver import TritonNotAvailable, find_binary
+from serving.tritonserver import TritonNotAvailable, find_binary
 
 
 def require_triton() -> None:

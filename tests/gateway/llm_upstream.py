@@ -32,7 +32,9 @@ end (`cancelled`). What a model does is in its name (the route table's backend `
   anything else  streams at once.
 
 The "model" writes the words `w0 w1 w2 ...` (one per token), max_tokens of them; prompt
-tokens are the prompt's whitespace-separated words.
+tokens are the prompt's whitespace-separated words. Asked for logprobs, each token's entry is
+`fake_logprob(i, top)` (token `wi `, logprob -i/10, `top` alternatives `ai.j`): on Triton in
+the adapter's `logprobs` output (a JSON string), on the OpenAI API in `choices[0].logprobs`.
 """
 
 from __future__ import annotations
@@ -45,13 +47,22 @@ from collections import Counter
 import aiohttp
 from aiohttp import web
 
-from kernel.tritonserver import free_port
+from serving.tritonserver import free_port
 
 LEAK = "internal-db-password=hunter2"
 STRICT_INPUTS = frozenset(
     ("text_input", "messages_json", "max_tokens", "temperature", "top_p", "seed", "stop", "stream")
     + ("presence_penalty", "frequency_penalty")
 )
+
+
+def fake_logprob(i: int, top: int) -> dict:
+    """The stand-in's log-probability entry of its i-th token."""
+    entry = {"token": f"w{i} ", "logprob": -i / 10, "bytes": list(f"w{i} ".encode())}
+    entry["top_logprobs"] = [{"token": f"a{i}.{j}", "logprob": -j - 0.5, "bytes": None} for j in range(top)]
+    return entry
+
+
 LEAK_BODY = (
     "<html><body><h1>Internal Server Error</h1><pre>\r\n" + f"{LEAK}\r\n" * 2000 + "</pre></body></html>"
 ).encode()
@@ -166,6 +177,9 @@ class LlmUpstream:
         n = int(body.get("max_tokens", 16))
         prompt = len(text.split())
         events = [{"model_name": request.match_info["model"], "text_output": f"w{i} "} for i in range(n)]
+        if body.get("logprobs"):
+            for i, event in enumerate(events):
+                event["logprobs"] = json.dumps([fake_logprob(i, body.get("top_logprobs", 0))])
         events.append({"text_output": "", "prompt_tokens": prompt, "completion_tokens": n, "finish_reason": "length"})
         return await self._stream(request, events, body, request.match_info["model"])
 
@@ -182,11 +196,22 @@ class LlmUpstream:
         )  # one string for every token: no copy per token
         word = (lambda i: blob) if kind == "flood" else (lambda i: f"w{i} ")
         events = []
+        choices = int(body.get("n", 1))  # n > 1: choice k's tokens are `wi ` too, in turn with the others'
         for i in range(n):
-            choice = {"index": 0, "delta": {"content": word(i)}} if chat else {"index": 0, "text": word(i)}
-            events.append({"id": "x", "model": body["model"], "choices": [{**choice, "finish_reason": None}]})
-        last = {"index": 0, "delta": {}} if chat else {"index": 0, "text": ""}
-        events.append({"id": "x", "model": body["model"], "choices": [{**last, "finish_reason": "length"}]})
+            for k in range(choices):
+                choice = {"index": k, "delta": {"content": word(i)}} if chat else {"index": k, "text": word(i)}
+                if body.get("logprobs") is not None and chat and body["logprobs"]:
+                    choice["logprobs"] = {"content": [fake_logprob(i, body.get("top_logprobs", 0))]}
+                elif body.get("logprobs") is not None and not chat:  # the legacy shape
+                    entry = fake_logprob(i, body["logprobs"])
+                    top = {t["token"]: t["logprob"] for t in entry["top_logprobs"]}
+                    choice["logprobs"] = {"tokens": [entry["token"]], "token_logprobs": [entry["logprob"]]}
+                    choice["logprobs"] |= {"top_logprobs": [top], "text_offset": [0]}
+                events.append({"id": "x", "model": body["model"], "choices": [{**choice, "finish_reason": None}]})
+        for k in range(choices):
+            last = {"index": k, "delta": {}} if chat else {"index": k, "text": ""}
+            events.append({"id": "x", "model": body["model"], "choices": [{**last, "finish_reason": "length"}]})
+        n *= choices
         usage = {"prompt_tokens": len(text.split()), "completion_tokens": n, "total_tokens": len(text.split()) + n}
         events.append({"id": "x", "model": body["model"], "choices": [], "usage": usage})
         events.append("[DONE]")

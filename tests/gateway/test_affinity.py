@@ -1,4 +1,4 @@
-"""User-affinity routing (gateway/affinity.py): consistent hashing with bounded loads over a
+"""User-affinity routing (gateway/table/affinity.py): consistent hashing with bounded loads over a
 variant's replicas, on the compiled route table the server uses (pure: no processes)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections import Counter
 import orjson
 import pytest
 
-from gateway.affinity import EPSILON, MAX_KEY_BYTES, affinity_key
-from gateway.grpc.convert import parse_infer
-from gateway.routes import compile_table
-from gateway.tensors import parse_request
+from gateway.kserve.tensors import parse_request
+from gateway.table.affinity import EPSILON, MAX_KEY_BYTES, affinity_key
+from gateway.table.routes import compile_table
+from gateway.v2.grpc.convert import parse_infer
 from tests.gateway.tables import table
 
 REPLICAS = [f"http://127.0.0.1:{9000 + i}" for i in range(4)]

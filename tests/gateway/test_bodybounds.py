@@ -1,4 +1,4 @@
-"""Body bounds per route (gateway/bodybounds.py), from a compiled route table: what each
+"""Body bounds per route (gateway/process/bodybounds.py), from a compiled route table: what each
 signature can need, the LLM context bound, the routes that take no body, and no name oracle
 (a request that may not call a closed endpoint is held to what an unknown name is)."""
 
@@ -8,14 +8,8 @@ from hashlib import sha256
 
 import pytest
 
-from gateway.bodybounds import (
-    HEAD_ALLOWANCE,
-    JSON_BYTES_PER_ELEMENT,
-    NO_BODY_ALLOWANCE,
-    BodyBounds,
-    llm_bytes,
-)
-from gateway.routes import compile_table
+from gateway.process.bodybounds import HEAD_ALLOWANCE, JSON_BYTES_PER_ELEMENT, NO_BODY_ALLOWANCE, BodyBounds, llm_bytes
+from gateway.table.routes import compile_table
 
 MAX_BODY = 8 << 20
 CTR = {

@@ -1,12 +1,12 @@
 """What one exposure token may carry, decided by one pure rule at both doors
-(gateway/feedback_rules.check_tokens): table-tested like gateway/failover.py, state in,
+(gateway/feedback_rules.check_tokens): table-tested like gateway/v2/failover.py, state in,
 refusal (or none) out, then the same batches at the control plane's door."""
 
 import time
 
 import pytest
 
-from gateway.feedback_rules import TokenRefusal, TokenUse, check_tokens, per_exposure, sign_exposure
+from gateway.contracts.feedback_rules import TokenRefusal, TokenUse, check_tokens, per_exposure, sign_exposure
 
 KEY = bytes(range(32))
 NOW_MS = int(time.time() * 1000)

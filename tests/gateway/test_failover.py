@@ -1,10 +1,8 @@
-"""The gateway's failover policy (gateway/failover.py): state in, decision out, table-tested."""
+"""The gateway's failover policy (gateway/v2/failover.py): state in, decision out, table-tested."""
 
 import pytest
 
-from gateway.failover import (
-    BACKEND,
-    CLIENT,
+from gateway.v2.failover import (
     NEVER_REACHED_MODEL,
     FailureReason,
     Kind,
@@ -13,6 +11,7 @@ from gateway.failover import (
     failure_outcome,
     retry_on_stable,
 )
+from gateway.wire.faults import BACKEND, CLIENT
 
 R = FailureReason
 

@@ -1,4 +1,4 @@
-"""The feedback rules both doors apply (gateway/feedback.schema.json via gateway/feedback_rules.py):
+"""The feedback rules both doors apply (gateway/contracts/feedback.schema.json via gateway/contracts/feedback_rules.py):
 one definition, the same refusal at the gateway and at the control plane, and the signed
 exposure token (HMAC-SHA256 from the standard library)."""
 
@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from experiments.feedback import FeedbackError, parse_batch
-from gateway.feedback import EventBuckets
-from gateway.feedback_rules import check_feedback, max_unit_key, read_exposure_token, sign_exposure, unit_tag
+from gateway.contracts.feedback_rules import check_feedback, max_unit_key, read_exposure_token, sign_exposure, unit_tag
+from gateway.v2.feedback import EventBuckets
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

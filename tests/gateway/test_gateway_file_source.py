@@ -14,7 +14,7 @@ import requests
 
 from harness.gateway import ROOT
 from harness.triton_models import infer_body
-from kernel.tritonserver import free_port
+from serving.tritonserver import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -391,7 +391,7 @@ def test_last_good_table_is_kept_when_the_control_plane_is_down_or_sends_garbage
     assert health["version"] == version and health["stale"] is True and health["last_error"], health
     assert gw.metric("gateway_route_fetches_total", result="invalid") >= 1
     assert {env.post("ctr", **{"X-User-Id": f"k{i}"}).headers["X-Model-Variant"] for i in range(40)} == {"v1", "v2"}
-    # a table with one wrong entry is applied, that entry refused alone (issue 21): its endpoint
+    # a table with one wrong entry is applied, that entry refused alone: its endpoint
     # answers 503 naming why, until the next good table
     broken = env.table(ctr_weights=(0, 10000))
     broken["endpoints"][0]["variants"][1]["weight_bp"] = 5
@@ -501,7 +501,7 @@ def test_killing_the_canary_replica_under_load_gives_zero_client_errors(env):
 def test_restarted_canary_replica_is_probed_back_in(env, tmp_path):
     """After the kill above: a new tritonserver on the same ports; the breaker's probe
     (GET /v2/models/{model}/ready) closes the circuit and the canary serves again."""
-    from kernel.tritonserver import TritonProcess
+    from serving.tritonserver import TritonProcess
 
     old = env.b
     b = TritonProcess(

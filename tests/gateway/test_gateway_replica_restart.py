@@ -14,7 +14,7 @@ import requests
 
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
 from harness.triton_models import ctr_model, infer_body
-from kernel.tritonserver import TritonProcess
+from serving.tritonserver import TritonProcess
 from tests.gateway.conftest import require_triton
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""gRPC typed contents checked like JSON `data` (gateway/grpc/convert.py): protobuf carries
+"""gRPC typed contents checked like JSON `data` (gateway/v2/grpc/convert.py): protobuf carries
 INT8/INT16 in int32 and UINT8/UINT16 in uint32 fields, so a value outside the datatype's
 range is refused with INVALID_ARGUMENT naming the input and the value, in the JSON path's
 words; values at the bounds and wider datatypes (whose field is their own range) pass.
@@ -9,9 +9,10 @@ import json
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from gateway.contents import RANGE
-from gateway.grpc.convert import grpc_code, parse_infer
-from gateway.tensors import Parsed, Problem, parse_request
+from gateway.kserve.contents import RANGE
+from gateway.kserve.tensors import Parsed, parse_request
+from gateway.v2.grpc.convert import grpc_code, parse_infer
+from gateway.wire.faults import Problem
 
 FIELD = {"INT8": "int_contents", "INT16": "int_contents", "UINT8": "uint_contents", "UINT16": "uint_contents"}
 

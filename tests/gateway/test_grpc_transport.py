@@ -1,4 +1,4 @@
-"""The gRPC transport limits' own parts (gateway/grpc/transport.py), in this process: the
+"""The gRPC transport limits' own parts (gateway/v2/grpc/transport.py), in this process: the
 options grpcio is given, peer strings, the call cap, and the connection cap closing a client's
 newest connections past the cap on real sockets (a plain TCP listener stands in for grpc core:
 the cap only looks at the process' own sockets on the port and shuts them down)."""
@@ -13,11 +13,11 @@ import time
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from gateway.grpc.convert import metadata_dict
-from gateway.grpc.sockets import ConnectionCap
-from gateway.grpc.transport import OVERFLOW_TO_CLOSE, CallCaps, Malformed, peer_host, server_options, tolerant
-from gateway.peers import ClientKeys, parse_exempt
-from gateway.settings import Settings
+from gateway.process.settings import Settings
+from gateway.v2.grpc.convert import metadata_dict
+from gateway.v2.grpc.sockets import ConnectionCap
+from gateway.v2.grpc.transport import OVERFLOW_TO_CLOSE, CallCaps, Malformed, peer_host, server_options, tolerant
+from gateway.wire.peers import ClientKeys, parse_exempt
 
 
 def test_the_options_come_from_the_settings():

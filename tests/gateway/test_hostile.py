@@ -1,4 +1,4 @@
-"""The gateway as a hostile client finds it (issue 10): a real gateway process in front
+"""The gateway as a hostile client finds it: a real gateway process in front
 of a real tritonserver, attacked with raw bytes while a well-behaved client keeps
 calling it from another thread.
 
@@ -291,7 +291,7 @@ BINARY_OK_HEADER = json.dumps(
 BINARY_OK = BINARY_OK_HEADER + b"\0" * (4 * N_DENSE + 8 * N_SPARSE)
 # (id, bytes or pieces, expected statuses of the replies in order, must the gateway close?)
 CASES = [
-    # issue 10, as reproduced
+    # as the hostile-client report reproduced it
     ("chunk-size-negative", INFER + b"Transfer-Encoding: chunked\r\n\r\n-6\r\nAB", [400], True),
     (
         "content-length-twice-smuggles",
@@ -780,8 +780,9 @@ def test_abuse_aimed_at_the_canary_is_the_clients_fault_and_reaches_neither_judg
     gateway's metrics, scraped and read by the collector like the platform does, give
     the judge zero candidate errors; the breaker stays closed; and as a control a slow
     canary under deadlines above the endpoint's floor still counts as failing."""
-    from monitoring import collect
-    from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate
+    from monitoring.collection import collect, gateway_samples
+    from monitoring.judge.checks import check_error_rate
+    from monitoring.judge.evidence import ArmWindow, JudgeConfig
 
     url = f"{env.url}/v2/models/abuse/infer"
     with requests.Session() as s:
@@ -819,8 +820,8 @@ def test_abuse_aimed_at_the_canary_is_the_clients_fault_and_reaches_neither_judg
     assert set(statuses) <= {504, 200, 400}, set(statuses)
     assert statuses.count(400) == 30
 
-    totals = collect.gateway_deltas(
-        collect.gateway_snapshot(before_text), collect.gateway_snapshot(after_text), seconds=10
+    totals = gateway_samples.gateway_deltas(
+        gateway_samples.gateway_snapshot(before_text), gateway_samples.gateway_snapshot(after_text), seconds=10
     )
     canary = collect.derive(totals[("abuse", "v2")])
     stable = collect.derive(totals[("abuse", "v1")])
@@ -855,8 +856,8 @@ def test_abuse_aimed_at_the_canary_is_the_clients_fault_and_reaches_neither_judg
             for i in range(4)
         ]
     after_text = requests.get(f"{env.url}/metrics", headers=token, timeout=5).text
-    totals = collect.gateway_deltas(
-        collect.gateway_snapshot(before_text), collect.gateway_snapshot(after_text), seconds=10
+    totals = gateway_samples.gateway_deltas(
+        gateway_samples.gateway_snapshot(before_text), gateway_samples.gateway_snapshot(after_text), seconds=10
     )
     slow = collect.derive(totals[("slowcanary", "slow")])
     assert slow["errors"] >= 3, slow  # each timed-out attempt is the candidate's

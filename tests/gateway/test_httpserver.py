@@ -1,4 +1,4 @@
-"""The gateway's HTTP server (gateway/httpserver.py) in this process, on a real socket,
+"""The gateway's HTTP server (gateway/wire/httpserver.py) in this process, on a real socket,
 with a real client socket: the mechanisms the end-to-end tests only see from outside —
 write backpressure (a client that does not read stops being read), replies in request
 order, an error behind pending replies, the pipelining cap, 100-continue never ahead of
@@ -12,8 +12,8 @@ import httptools
 import pytest
 import uvloop
 
-from gateway.httpserver import HttpServer, Limits
-from gateway.peers import ClientKeys
+from gateway.wire.httpserver import HttpServer, Limits
+from gateway.wire.peers import ClientKeys
 
 
 def run(coro):

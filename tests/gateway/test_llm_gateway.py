@@ -15,12 +15,12 @@ import openai
 import pytest
 import requests
 
-from gateway.feedback_rules import read_exposure_token, unit_tag
+from gateway.contracts.feedback_rules import read_exposure_token, unit_tag
 from harness.gateway import METRICS_TOKEN, GatewayProcess, start_gateway, stop_gateway
 from harness.llm import LOOPBACK_RULES, origins
-from kernel.tritonserver import free_port
+from serving.tritonserver import free_port
 
-from .llm_upstream import LlmUpstream
+from .llm_upstream import LlmUpstream, fake_logprob
 
 pytestmark = pytest.mark.integration
 
@@ -244,15 +244,92 @@ def test_benchmark_tool_options_reach_the_backend_or_are_refused_by_name(stack):
     assert caught.value.body["param"] == "min_tokens"
 
 
+def test_chat_logprobs_relayed_in_openais_shape_from_both_backend_kinds(stack):
+    """Each token's entry, streamed (with the chunk that carries its text) and not, from the
+    adapter's JSON output (Triton) and the provider's choices[0].logprobs (OpenAI API); a
+    Triton model without the input refuses, named."""
+    up, base, _ = stack
+    want = [fake_logprob(i, 2) for i in range(3)]
+    for model, c in (("tri-llm", client(base)), ("oai-llm", client(base, KEY_A))):
+        ask = dict(model=model, messages=[{"role": "user", "content": "a b"}], max_tokens=3)
+        reply = c.chat.completions.create(**ask, logprobs=True, top_logprobs=2)
+        assert reply.choices[0].message.content == "w0 w1 w2 "
+        assert reply.choices[0].logprobs.model_dump()["content"] == want
+        sent = up.requests[-1]["body"]
+        assert (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+        chunks = list(c.chat.completions.create(**ask, logprobs=True, top_logprobs=2, stream=True))
+        texts = [ch.choices[0] for ch in chunks if ch.choices and ch.choices[0].delta.content]
+        assert [t.logprobs.model_dump()["content"] for t in texts] == [[e] for e in want]
+        assert c.chat.completions.create(**ask).choices[0].logprobs is None
+        assert "logprobs" not in up.requests[-1]["body"]
+    for model, c in (("tri-llm", client(base)), ("oai-llm", client(base, KEY_A))):  # the legacy shape
+        legacy = {
+            "tokens": ["w0 ", "w1 ", "w2 "],
+            "token_logprobs": [0.0, -0.1, -0.2],
+            "top_logprobs": [{"a0.0": -0.5}, {"a1.0": -0.5}, {"a2.0": -0.5}],
+            "text_offset": [0, 3, 6],
+        }
+        reply = c.completions.create(model=model, prompt="a b", max_tokens=3, logprobs=1)
+        assert reply.choices[0].logprobs.model_dump() == legacy
+        chunks = list(c.completions.create(model=model, prompt="a b", max_tokens=3, logprobs=1, stream=True))
+        parts = [ch.choices[0].logprobs for ch in chunks if ch.choices and ch.choices[0].text]
+        assert [p.text_offset for p in parts] == [[0], [3], [6]]
+        assert [p.tokens[0] for p in parts] == legacy["tokens"]
+        sent = up.requests[-1]["body"]
+        assert (sent["logprobs"], sent.get("top_logprobs")) == ((True, 1) if model == "tri-llm" else (1, None))
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(base).chat.completions.create(
+            model="strict-llm", messages=[{"role": "user", "content": "a"}], max_tokens=2, logprobs=True
+        )
+    body = caught.value.body
+    assert (body["code"], body["param"]) == ("backend_refused", "logprobs")
+
+
+def test_n_choices_from_both_backend_kinds_streamed_and_not(stack):
+    """n = 3: Triton's three generations (seeds seed+i) and the provider's n, merged into choices
+    by index, streamed (each chunk its choice's index, the role on each choice's first) and not;
+    the usage sums the completions and counts the prompt once."""
+    up, base, _ = stack
+    for model, c in (("tri-llm", client(base)), ("oai-llm", client(base, KEY_A))):
+        before = len(up.requests)
+        ask = dict(model=model, messages=[{"role": "user", "content": "a b"}], max_tokens=3, n=3, seed=40)
+        reply = c.chat.completions.create(**ask)
+        assert [ch.index for ch in reply.choices] == [0, 1, 2]
+        assert all(ch.message.content == "w0 w1 w2 " and ch.finish_reason == "length" for ch in reply.choices)
+        assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (2, 9)
+        sent = [r["body"] for r in up.requests[before:]]
+        if model == "tri-llm":
+            assert sorted(b["seed"] for b in sent) == [40, 41, 42] and all("n" not in b for b in sent)
+        else:
+            assert [b["n"] for b in sent] == [3]
+        chunks = list(c.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+        texts = {i: "" for i in range(3)}
+        for ch in chunks:
+            for choice in ch.choices:
+                texts[choice.index] += choice.delta.content or ""
+        assert texts == {i: "w0 w1 w2 " for i in range(3)}
+        roles = [ch.choices[0].index for ch in chunks if ch.choices and ch.choices[0].delta.role]
+        assert sorted(roles) == [0, 1, 2]
+        finishes = {
+            ch.choices[0].index: ch.choices[0].finish_reason
+            for ch in chunks
+            if ch.choices and ch.choices[0].finish_reason
+        }
+        assert finishes == {0: "length", 1: "length", 2: "length"}
+        assert chunks[-1].usage.completion_tokens == 9
+        completion = c.completions.create(model=model, prompt="a b", max_tokens=2, n=2)
+        assert [(ch.index, ch.text) for ch in completion.choices] == [(0, "w0 w1 "), (1, "w0 w1 ")]
+
+
 @pytest.mark.parametrize(
     ("body", "param", "code"),
     [
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role", "invalid_value"),
         ({"messages": []}, "messages", "invalid_value"),
-        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n", "invalid_value"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 9}, "n", "invalid_value"),
         ({"messages": [{"role": "user", "content": "x"}], "temperature": 3}, "temperature", "invalid_value"),
         ({"messages": [{"role": "user", "content": "x"}], "tools": []}, "tools", "unknown_parameter"),
-        ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs", "unknown_parameter"),
+        ({"messages": [{"role": "user", "content": "x"}], "logprobs": 1}, "logprobs", "invalid_value"),
         ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": "yes"}, "ignore_eos", "invalid_value"),
         ({"messages": [{"role": "user", "content": "x"}], "min_tokens": -1}, "min_tokens", "invalid_value"),
         (
@@ -404,7 +481,7 @@ def test_an_experiment_endpoint_signs_an_exposure_token(stack):
 
 
 def test_stream_and_token_limits_hold_across_two_workers(stack, tmp_path):
-    """Two worker processes on one port (gateway/workers.py): connections land on either, and a
+    """Two worker processes on one port (gateway/process/workers.py): connections land on either, and a
     key's one stream and its tokens per minute are the host's, not each worker's."""
     up, _, _ = stack
     routes = tmp_path / "routes.json"
@@ -508,7 +585,7 @@ def test_anonymous_callers_of_a_public_endpoint_share_one_cap_and_leave_the_othe
 def test_a_slow_reader_sets_its_own_gaps_and_they_are_not_the_variants_itl(stack):
     """ITL is what the variant's backend paced: a client that stops reading fills its socket, the
     gateway waits for it to drain, and the gaps it set are counted in
-    gateway_llm_itl_client_paced, not observed as inter-token latency (llm/handler.py); a
+    gateway_llm_itl_client_paced, not observed as inter-token latency (llm/call.py); a
     client that reads as the tokens come sets none."""
     _, base, _ = stack
     body = {"model": "pace-fast", "prompt": "x", "max_tokens": 500, "stream": True}

@@ -1,6 +1,6 @@
 """Per-key LLM limits (gateway/llm/quotas.py): tokens per minute estimated before and
 corrected after, LLM requests in flight, the key's request rate; and that they hold across
-the workers of one host (the shared mapping of gateway/sharedlimits.py, used from a forked
+the workers of one host (the shared mapping of gateway/keys/sharedlimits.py, used from a forked
 process as a worker would)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import multiprocessing
 
 import pytest
 
-from gateway import tenants
+from gateway.keys import tenants
+from gateway.keys.sharedlimits import SharedLimits
 from gateway.llm import quotas
 from gateway.llm.errors import LlmError
-from gateway.sharedlimits import SharedLimits
 
 
 @pytest.fixture

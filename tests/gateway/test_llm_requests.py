@@ -7,7 +7,9 @@ import orjson
 import pytest
 
 from gateway.llm.errors import LlmError
+from gateway.llm.generate import parse_generate
 from gateway.llm.requests import MAX_MESSAGES, MAX_USER, fit_context, parse
+from harness.hostile_json import variants
 
 
 def chat(**body):
@@ -70,7 +72,7 @@ def test_a_completion_takes_one_prompt():
         ),
         (chat(messages=[{"role": "user", "content": "x", "tool_calls": []}]), "messages[0]", "invalid_value"),
         (chat(messages=[{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)), "messages", "invalid_value"),
-        (chat(n=2), "n", "invalid_value"),
+        (chat(n=9), "n", "invalid_value"),
         (chat(temperature=-0.1), "temperature", "invalid_value"),
         (chat(temperature=True), "temperature", "invalid_value"),
         (chat(top_p=1.5), "top_p", "invalid_value"),
@@ -83,7 +85,7 @@ def test_a_completion_takes_one_prompt():
         (chat(stream=True, stream_options={"other": 1}), "stream_options", "invalid_value"),
         (chat(user="u" * (MAX_USER + 1)), "user", "invalid_value"),
         (chat(tools=[]), "tools", "unknown_parameter"),
-        (chat(logprobs=True), "logprobs", "unknown_parameter"),
+        (chat(logprobs="yes"), "logprobs", "invalid_value"),
     ],
 )
 def test_refused_with_the_parameter_named(raw, param, code):
@@ -123,5 +125,136 @@ def test_what_benchmark_tools_send_is_taken_and_passed_on():
         fit_context(too_many, 4096, 16)
     assert caught.value.param == "min_tokens"
     assert refused(chat(ignore_eos=1)) == (400, "ignore_eos", "invalid_value")
-    assert refused(chat(n=2)) == (400, "n", "invalid_value")
-    assert refused(chat(logprobs=True)) == (400, "logprobs", "unknown_parameter")
+
+
+def test_n_choices_up_to_the_bound():
+    """n 1..8 on chat and completions, passed to an OpenAI-compatible backend when above 1."""
+    req = parse(chat(n=8), chat=True)
+    fit_context(req, 4096, 16)
+    assert req.n == 8 and req.upstream_options()["n"] == 8
+    one = parse(chat(n=1), chat=True)
+    fit_context(one, 4096, 16)
+    assert one.n == 1 and "n" not in one.upstream_options()
+    assert parse(chat(), chat=True).n == 1
+    assert parse(orjson.dumps({"model": "m", "prompt": "a", "n": 3}), chat=False).n == 3
+    for wrong in (0, 9, -1, 2.0, "2", True):
+        assert refused(chat(n=wrong)) == (400, "n", "invalid_value"), wrong
+    assert parse_generate(b'{"text_input": "a"}', "ep", stream=False).n == 1
+
+
+def test_chat_logprobs_and_top_logprobs_are_checked_and_passed_on():
+    """logprobs a boolean, top_logprobs 0..20 and only with logprobs (OpenAI's rules), on chat;
+    the legacy completions' integer logprobs 0..5 (alternatives per token)."""
+    req = parse(chat(logprobs=True, top_logprobs=20), chat=True)
+    fit_context(req, 4096, 16)
+    assert (req.logprobs, req.top_logprobs) == (True, 20)
+    assert req.upstream_options() | {"max_tokens": 0} == {"max_tokens": 0, "logprobs": True, "top_logprobs": 20}
+    plain = parse(chat(logprobs=False), chat=True)
+    fit_context(plain, 4096, 16)
+    assert not plain.logprobs and "logprobs" not in plain.upstream_options()
+    alone = parse(chat(logprobs=True), chat=True)
+    fit_context(alone, 4096, 16)
+    assert alone.upstream_options()["logprobs"] is True and "top_logprobs" not in alone.upstream_options()
+    assert refused(chat(logprobs=1)) == (400, "logprobs", "invalid_value")
+    assert refused(chat(logprobs=True, top_logprobs=21)) == (400, "top_logprobs", "invalid_value")
+    assert refused(chat(logprobs=True, top_logprobs=-1)) == (400, "top_logprobs", "invalid_value")
+    assert refused(chat(logprobs=True, top_logprobs=2.0)) == (400, "top_logprobs", "invalid_value")
+    assert refused(chat(top_logprobs=2)) == (400, "top_logprobs", "invalid_value")
+    assert refused(chat(logprobs=False, top_logprobs=2)) == (400, "top_logprobs", "invalid_value")
+    legacy = parse(orjson.dumps({"model": "m", "prompt": "a", "logprobs": 5}), chat=False)
+    fit_context(legacy, 4096, 16)
+    assert (legacy.logprobs, legacy.top_logprobs, legacy.upstream_options()["logprobs"]) == (True, 5, 5)
+    zero = parse(orjson.dumps({"model": "m", "prompt": "a", "logprobs": 0}), chat=False)
+    assert (zero.logprobs, zero.top_logprobs) == (True, 0)
+    for wrong in (6, -1, True, 2.0, "2"):
+        completion = orjson.dumps({"model": "m", "prompt": "a", "logprobs": wrong})
+        assert refused(completion, is_chat=False) == (400, "logprobs", "invalid_value"), wrong
+    completion = orjson.dumps({"model": "m", "prompt": "a", "logprobs": 2, "top_logprobs": 2})
+    assert refused(completion, is_chat=False) == (400, "top_logprobs", "unknown_parameter")
+    assert parse_generate(b'{"text_input": "a"}', "ep", stream=False).logprobs is False
+
+
+# --- Triton's generate extension: a completion in Triton's words ---------------------------------------
+def test_a_generate_body_is_the_completion_it_stands_for():
+    req = parse_generate(b'{"text_input": "hello", "max_tokens": 8, "temperature": 0.5}', "ep", stream=False)
+    assert (req.generate, req.chat, req.model, req.prompt, req.max_tokens, req.temperature) == (
+        True, False, "ep", "hello", 8, 0.5,
+    )  # fmt: skip
+    assert not req.stream
+    # genai-perf sends the prompt as an array of one string; Triton's clients put options in `parameters`
+    req = parse_generate(
+        b'{"text_input": ["hi"], "parameters": {"max_tokens": 4, "ignore_eos": true}}', "ep", stream=True
+    )
+    assert (req.prompt, req.max_tokens, req.ignore_eos, req.stream) == ("hi", 4, True, True)
+    assert parse_generate(b'{"text_input": "hi", "stream": true}', "ep", stream=True).stream
+    # genai-perf's --endpoint-type generate --streaming posts "stream": true to /generate
+    assert parse_generate(b'{"text_input": "hi", "stream": true}', "ep", stream=False).stream
+    assert not parse_generate(b'{"text_input": "hi", "stream": false}', "ep", stream=False).stream
+
+
+@pytest.mark.parametrize(
+    "raw, stream, param, code",
+    [
+        (b'{"text_input": 3}', False, "text_input", "invalid_value"),
+        (b'{"max_tokens": 3}', False, "text_input", "invalid_value"),
+        (b'{"text_input": "x", "stream": "yes"}', True, "stream", "invalid_value"),
+        (b'{"text_input": "x", "messages": []}', False, "messages", "unknown_parameter"),
+        (b'{"text_input": "x", "model": "other"}', False, "model", "unknown_parameter"),
+        (b'{"text_input": "x", "n": 2}', False, "n", "unknown_parameter"),
+        (b'{"text_input": "x", "parameters": []}', False, "parameters", "invalid_value"),
+        (b'{"text_input": "x", "parameters": {"logprobs": 1}}', False, "parameters.logprobs", "unknown_parameter"),
+        (
+            b'{"text_input": "x", "parameters": {"text_input": "y"}}',
+            False,
+            "parameters.text_input",
+            "unknown_parameter",
+        ),
+        (b'{"text_input": "x", "top_p": 1, "parameters": {"top_p": 1}}', False, "top_p", "invalid_value"),
+        (b'{"text_input": "x", "max_tokens": 0}', False, "max_tokens", "invalid_value"),
+        (b"[1]", False, None, "invalid_json"),
+        (b"{", False, None, "invalid_json"),
+    ],
+)
+def test_a_generate_body_is_refused_naming_what_is_wrong(raw, stream, param, code):
+    with pytest.raises(LlmError) as caught:
+        parse_generate(raw, "ep", stream=stream)
+    assert (caught.value.status, caught.value.param, caught.value.code) == (400, param, code)
+
+
+def test_a_generate_prompt_past_the_context_names_text_input():
+    req = parse_generate(b'{"text_input": "' + b"x" * 400 + b'", "max_tokens": 8}', "ep", stream=False)
+    with pytest.raises(LlmError) as caught:
+        fit_context(req, 64, 16)
+    assert (caught.value.code, caught.value.param) == ("context_length_exceeded", "text_input")
+
+
+@pytest.mark.parametrize(
+    "document, read",
+    [
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "a"}],
+                "max_tokens": 4,
+                "stop": ["x"],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "user": "u",
+                "seed": 1,
+            },
+            lambda raw: parse(raw, chat=True),
+        ),
+        ({"model": "m", "prompt": ["hi"], "temperature": 0.5, "ignore_eos": True}, lambda raw: parse(raw, chat=False)),
+        (
+            {"text_input": ["hi"], "parameters": {"max_tokens": 4, "stop": ["x"]}},
+            lambda raw: parse_generate(raw, "m", stream=True),
+        ),
+    ],
+)
+def test_any_json_value_anywhere_is_a_400_or_a_request_never_an_exception(document, read):
+    """Each place of a valid body given each kind of JSON value: a 400 naming it, or a request."""
+    for path, value, raw in variants(document):
+        try:
+            read(raw)
+        except LlmError as exc:
+            assert exc.status == 400, (path, value, exc.status)

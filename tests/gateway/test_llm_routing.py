@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from gateway.llm import routing
-from gateway.llm.table import LlmReplica
-from gateway.route_checks import check
-from gateway.routes import compile_table
+from gateway.table.checks import check
+from gateway.table.llm import LlmReplica
+from gateway.table.routes import compile_table
 
 from .tables import table as tensor_table
 

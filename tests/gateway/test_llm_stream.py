@@ -11,7 +11,7 @@ import socket
 import httptools
 import uvloop
 
-from gateway.httpserver import HttpServer, Limits, Streamed
+from gateway.wire.httpserver import HttpServer, Limits, Streamed
 
 REQUEST = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
 

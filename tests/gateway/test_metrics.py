@@ -4,8 +4,9 @@ buckets, +Inf, sum/count, per-label series), read back with prometheus_client's 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import BACKEND, BUCKETS, CLIENT, OK, HotPath
-from gateway.tenants import Key
+from gateway.keys.tenants import Key
+from gateway.telemetry.metrics import BUCKETS, HotPath
+from gateway.wire.faults import BACKEND, CLIENT, OK
 
 
 def families(hot):

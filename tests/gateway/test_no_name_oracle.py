@@ -1,4 +1,4 @@
-"""No name oracle at the gateway (issue 28): a request that may not call a closed endpoint
+"""No name oracle at the gateway: a request that may not call a closed endpoint
 gets exactly what a name the route table lacks gets — 404 `unknown_endpoint`, the same
 body (but for the name), the same headers, no WWW-Authenticate, in about the same time —
 over HTTP (infer, versioned infer, metadata, ready, config, stats, feedback) and gRPC
@@ -18,10 +18,10 @@ import requests
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from gateway.tenants import compile_auth
+from gateway.keys.tenants import compile_auth
 from harness.gateway import GatewayProcess
 from harness.triton_models import SIGNATURE, infer_body
-from kernel.tritonserver import free_port
+from serving.tritonserver import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The outbound rule both doors apply (gateway/outbound_rules.py) and the gateway's half of it
+"""The outbound rule both doors apply (gateway/contracts/outbound_rules.py) and the gateway's half of it
 (gateway/llm/guard.py): a tenant URL's form, the address rules, the platform's listeners, and
 the check at connect time inside aiohttp's connector, on the address actually connected to.
 
@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-from gateway import outbound_rules as rules
+from gateway.contracts import outbound_rules as rules
 from gateway.llm.guard import ATTEMPT, OutboundGuard
 
 

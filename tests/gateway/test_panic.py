@@ -2,7 +2,7 @@
 one (Envoy's panic threshold) instead of refusing all traffic; a replica that refused
 the connection (nothing listening) is not tried."""
 
-from gateway.routes import compile_table
+from gateway.table.routes import compile_table
 from tests.gateway.tables import table
 
 

@@ -1,4 +1,4 @@
-"""KServe v2 shapes of the gateway's replies (gateway/replies.py): its own errors are
+"""KServe v2 shapes of the gateway's replies (gateway/kserve/replies.py): its own errors are
 {"error": …} (+ a stable code), a reply names the endpoint and the registry version
 instead of the internal Triton model, binary-tensor replies keep a consistent
 Inference-Header-Content-Length, Triton's errors and metadata name the endpoint too."""
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tritonclient.http as triton_http
 
-from gateway.httpserver import error_bytes
-from gateway.replies import error_body, public_metadata, public_reply, rename_error, reply_prefixes
-from gateway.routes import compile_table
+from gateway.kserve.replies import public_metadata, public_reply, rename_error, reply_prefixes
+from gateway.table.routes import compile_table
+from gateway.wire.httpserver import error_bytes
+from gateway.wire.responses import error_body
 
 TRITON = "ctr-ranker__v12__onnx-int8"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gateway.routes import SCHEMA_PATH, RouteTableError, compile_table, missing_endpoint, validate
+from gateway.table.routes import SCHEMA_PATH, RouteTableError, compile_table, missing_endpoint, validate
 from tests.gateway.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,7 +247,7 @@ def test_sticky_assignment_is_the_same_in_another_process():
     keys = [f"user-{i}" for i in range(300)]
     here = [compile_table(table((7000, 3000)), {}).endpoints["ctr"].choose(k).name for k in keys]
     code = (
-        "import json,sys; from tests.gateway.tables import table; from gateway.routes import compile_table;"
+        "import json,sys; from tests.gateway.tables import table; from gateway.table.routes import compile_table;"
         "ep=compile_table(table((7000,3000)),{}).endpoints['ctr'];"
         "print(json.dumps([ep.choose(f'user-{i}').name for i in range(300)]))"
     )

@@ -7,8 +7,8 @@ import json
 import pytest
 from prometheus_client import generate_latest
 
-from gateway.scores import PREDICTION_SCORE, ScoreSampler
-from monitoring import collect
+from gateway.telemetry.scores import PREDICTION_SCORE, ScoreSampler
+from monitoring.collection import collect, gateway_samples
 
 
 def reply(values):
@@ -18,7 +18,7 @@ def reply(values):
 
 
 def test_sampled_scores_become_the_judges_score_bins():
-    before = collect.gateway_snapshot(generate_latest().decode())
+    before = gateway_samples.gateway_snapshot(generate_latest().decode())
     sampler = ScoreSampler(rate=1.0)
     json_ct = {"content-type": "application/json"}
     assert sampler.maybe_observe("psi-ep", "v7", json_ct, reply([0.05, 0.15, 0.95])) == 3
@@ -28,8 +28,8 @@ def test_sampled_scores_become_the_judges_score_bins():
     assert sampler.maybe_observe("psi-ep", "v7", {"content-type": "application/octet-stream"}, b"\x00binary") == 0
     assert sampler.maybe_observe("psi-ep", "v7", {**json_ct, "content-encoding": "br"}, b"\x00") == 0
     assert sampler.maybe_observe("psi-ep", "v7", json_ct, b"{not json") == 0
-    after = collect.gateway_snapshot(generate_latest().decode())
-    derived = collect.derive(collect.gateway_deltas(before, after, seconds=1.0)[("psi-ep", "v7")])
+    after = gateway_samples.gateway_snapshot(generate_latest().decode())
+    derived = collect.derive(gateway_samples.gateway_deltas(before, after, seconds=1.0)[("psi-ep", "v7")])
     bins = {k: v for k, v in derived.items() if k.startswith("score_bin:")}
     assert bins == {"score_bin:0": 1, "score_bin:1": 2, "score_bin:9": 2}
 

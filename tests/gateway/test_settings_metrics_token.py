@@ -1,9 +1,9 @@
-"""/metrics and /status need a token by default (issue 26): they list every team's
+"""/metrics and /status need a token by default: they list every team's
 endpoints, internal model names, Triton addresses and per-key traffic."""
 
 import pytest
 
-from gateway.settings import Settings
+from gateway.process.settings import Settings
 
 
 def test_a_gateway_without_a_metrics_token_refuses_to_start(monkeypatch):

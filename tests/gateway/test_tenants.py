@@ -1,11 +1,12 @@
-"""Key checks of the gateway (gateway/tenants.py) as pure functions: which header, which
+"""Key checks of the gateway (gateway/keys/tenants.py) as pure functions: which header, which
 status, the token bucket's arithmetic and Retry-After, the concurrency quota."""
 
 from hashlib import sha256
 
 import pytest
 
-from gateway.tenants import PUBLIC, EndpointAuth, authenticate, compile_keys, release, retry_after
+from gateway.keys.tenants import PUBLIC, EndpointAuth, authenticate, compile_keys, release
+from gateway.wire.responses import retry_after
 
 SECRET = "mpk_9bVq3xRzT0r8kP2mLw7sNc4uYe1aHd6j"  # a random-looking token; tests never log it
 

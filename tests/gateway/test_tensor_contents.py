@@ -1,4 +1,4 @@
-"""What JSON tensors hold (gateway/contents.py through tensors.parse_request): values of the
+"""What JSON tensors hold (gateway/kserve/contents.py through tensors.parse_request): values of the
 declared datatype, integers within its range, laid out flat or nested exactly as the shape.
 Pure functions, no processes; the same cases against a real tritonserver are in
 test_tensor_contents_live.py."""
@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from gateway.contents import ALLOWED, RANGE, data_problem, loads
-from gateway.tensors import Problem, parse_request
+from gateway.kserve.contents import ALLOWED, RANGE, data_problem, loads
+from gateway.kserve.tensors import parse_request
+from gateway.wire.faults import Problem
 
 INTEGER_TYPES = [name for name in ALLOWED if "INT" in name]
 

@@ -1,4 +1,4 @@
-"""Tensor contents against a real gateway and a real tritonserver (issue 21, item 3).
+"""Tensor contents against a real gateway and a real tritonserver.
 
 - A table of malformed JSON tensor contents: each is a 400 `bad_request` naming the input
   and the problem, counted as the client's, and never reaches Triton (its own
@@ -294,13 +294,16 @@ def test_a_triton_500_for_a_body_it_cannot_read_is_the_clients_400(stack):
 
 def _judged(gateway, endpoint, stable, candidate, send):
     """The collector's totals and the judge's error test over what `send()` does."""
-    from monitoring import collect
-    from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate
+    from monitoring.collection import collect, gateway_samples
+    from monitoring.judge.checks import check_error_rate
+    from monitoring.judge.evidence import ArmWindow, JudgeConfig
 
     before = requests.get(f"{gateway.url}/metrics", timeout=5).text
     send()
     after = requests.get(f"{gateway.url}/metrics", timeout=5).text
-    totals = collect.gateway_deltas(collect.gateway_snapshot(before), collect.gateway_snapshot(after), seconds=10)
+    totals = gateway_samples.gateway_deltas(
+        gateway_samples.gateway_snapshot(before), gateway_samples.gateway_snapshot(after), seconds=10
+    )
     arms = {v: collect.derive(totals.get((endpoint, v), collect.Totals())) for v in (stable, candidate, "none")}
     window = lambda d: ArmWindow(ticks=[(d.get("requests", 0.0), d.get("errors", 0.0))])  # noqa: E731
     return arms, check_error_rate(window(arms[stable]), window(arms[candidate]), JudgeConfig(min_requests=50))

@@ -1,4 +1,4 @@
-"""Requests checked against the model before they reach Triton (gateway/tensors.py):
+"""Requests checked against the model before they reach Triton (gateway/kserve/tensors.py):
 model-independent checks (JSON shape, data length vs declared shape, binary extension
 offsets) and the variant's signature (names, datatypes, ranks, dims, batch). Models here
 are not the CTR one the code was first written around: an image model with a fixed
@@ -13,7 +13,10 @@ import zlib
 import numpy as np
 import pytest
 
-from gateway.tensors import Problem, Signature, inflate, parse_request
+from gateway.kserve.signature import Signature
+from gateway.kserve.tensors import inflate, parse_request
+from gateway.wire.faults import Problem
+from harness.hostile_json import variants
 
 IMAGE = Signature.from_document(
     {
@@ -254,7 +257,7 @@ def test_compressed_bodies_are_inflated_for_the_check_within_the_limit():
 def test_check_costs_a_bounded_multiple_of_the_parse():
     """A batch of 64 x 13 FP32 values and a [1, 3, 224, 224] image (150528 values): the
     layout is measured by list lengths, and each value costs one C-level pass
-    (gateway/contents.py; ~5x the orjson parse of the image on this machine, ~13 ns a
+    (gateway/kserve/contents.py; ~5x the orjson parse of the image on this machine, ~13 ns a
     value): bounded by a multiple of the parse, never a Python loop over elements."""
     import time
 
@@ -284,3 +287,24 @@ def _timed(fn):
     t0 = time.process_time()
     fn()
     return time.process_time() - t0
+
+
+def test_any_json_value_anywhere_is_a_problem_or_a_request_never_an_exception():
+    """Every field of a valid request (names, datatypes, shapes, data, parameters, outputs, the
+    id) given each kind of JSON value a client can send: the parser answers a Problem (a 400
+    naming it) or a request, never raises (a list as `datatype` once raised TypeError: a 500)."""
+    document = {
+        "id": "r1",
+        "parameters": {"binary_data_output": False},
+        "inputs": [
+            {"name": "dense", "shape": [1, 2], "datatype": "FP32", "data": [0.5, 1.5], "parameters": {}},
+            {"name": "sparse", "shape": [1, 2], "datatype": "INT64", "data": [[1, 2]]},
+        ],
+        "outputs": [{"name": "score", "parameters": {"binary_data": False}}],
+    }
+    tried = 0
+    for path, value, raw in variants(document):
+        parsed = parse_request(raw, None)  # raises on a bug
+        assert parsed is not None, (path, value)
+        tried += 1
+    assert tried > 200

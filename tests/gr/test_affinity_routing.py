@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from gateway.affinity import affinity_key
-from gateway.routes import compile_table
-from gateway.tensors import parse_request
+from gateway.kserve.tensors import parse_request
+from gateway.table.affinity import affinity_key
+from gateway.table.routes import compile_table
 from harness import gr
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
 from registry.gr.triton import request_body

@@ -6,7 +6,7 @@ import pytest
 
 from deployments.models import Rollout
 from deployments.routes import route_build
-from gateway.route_checks import check
+from gateway.table.checks import check
 from harness import factories
 
 pytestmark = pytest.mark.django_db

@@ -12,10 +12,10 @@ import requests
 
 from harness import gr
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
-from monitoring import collect
-from monitoring.evidence import JudgeConfig
-from monitoring.judge import judge
-from monitoring.windows import arms_from_rows
+from monitoring.collection import collect, gateway_samples, triton_samples
+from monitoring.judge.evidence import JudgeConfig
+from monitoring.judge.verdict import judge
+from monitoring.judge.windows import arms_from_rows
 from registry.gr.triton import request_body
 from tests.gateway.conftest import require_triton
 
@@ -58,8 +58,8 @@ def _send(gateway, users: dict, rounds: int) -> None:
 
 def _snapshots(gateway, servers) -> tuple[dict, list[dict]]:
     return (
-        collect.gateway_snapshot(requests.get(f"{gateway.control_url}/metrics", timeout=10).text),
-        [collect.triton_snapshot(requests.get(s.metrics_url, timeout=10).text) for s in servers],
+        gateway_samples.gateway_snapshot(requests.get(f"{gateway.control_url}/metrics", timeout=10).text),
+        [triton_samples.triton_snapshot(requests.get(s.metrics_url, timeout=10).text) for s in servers],
     )
 
 
@@ -94,9 +94,9 @@ def test_a_cold_candidate_is_judged_against_an_equally_cold_baseline(gr_source, 
         for server in servers:
             server.stop(timeout=0.05)
 
-    models = {model: collect.TritonModelMap("recs", NAMES[model]) for model in NAMES}
-    parts = [collect.gateway_deltas(before[0], after[0], seconds=seconds)]
-    parts += [collect.triton_deltas(b, a, seconds=seconds, models=models) for b, a in zip(before[1], after[1])]
+    models = {model: triton_samples.TritonModelMap("recs", NAMES[model]) for model in NAMES}
+    parts = [gateway_samples.gateway_deltas(before[0], after[0], seconds=seconds)]
+    parts += [triton_samples.triton_deltas(b, a, seconds=seconds, models=models) for b, a in zip(before[1], after[1])]
     rows = [
         (variant, metric, None, value)
         for (endpoint, variant), totals in collect.merge(*parts).items()

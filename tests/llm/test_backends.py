@@ -42,6 +42,7 @@ def triton(hf_dir, tmp_path_factory):
     with TritonLLM(tmp_path_factory.mktemp("triton-llm"), hf_dir) as server:
         server.add_model("slow__v1__llm", delay_first_token_ms=400, delay_per_token_ms=40, max_streams=1)
         server.add_model("crawl__v1__llm", delay_first_token_ms=0, delay_per_token_ms=250, max_streams=1)
+        server.add_older_model("older__v1__llm")
         yield server
 
 
@@ -104,8 +105,11 @@ def test_triton_refuses_a_bad_request_naming_the_input(triton, body, message):
 def test_triton_slower_model_delays_the_first_token_and_each_next(triton):
     events = _stream(triton.generate_url("slow__v1__llm"), {"text_input": "the ranker", "max_tokens": 4})
     assert events[0][0] >= 0.4
-    gaps = [b - a for (a, _), (b, _) in zip(events, events[1:-1])]
-    assert gaps and min(gaps) >= 0.035
+    # the client sees the model's pacing through its own scheduling: a token read late shortens
+    # the gap to the next one, but no token arrives before the model sent it, so each token k is
+    # judged on its arrival after the first delay and k per-token delays (40 ms, 35 allowed)
+    tokens = [at for at, _ in events[:-1]]
+    assert len(tokens) >= 3 and all(at >= 0.4 + 0.035 * k for k, at in enumerate(tokens)), tokens
 
 
 def test_triton_stops_generating_when_the_client_leaves(triton):
@@ -139,6 +143,32 @@ def test_triton_sampling_options_seed_top_p_and_penalties(triton):
     assert texts - {_text(triton, plain)}, texts
     reply = requests.post(triton.generate_stream_url, json={"text_input": "x", "top_p": 1.5}, timeout=30)
     assert reply.status_code == 400 and "top_p must be above 0 and at most 1" in reply.text
+
+
+def test_triton_logprobs_are_the_chosen_tokens_log_softmax(triton):
+    """With logprobs, each response carries the entries of the tokens its text covers: greedy,
+    the chosen token is the likeliest of its top_logprobs and its logprob is that one's (<= 0);
+    the tokens' text is the response's; top_logprobs past 20 or without logprobs is refused."""
+    body = {"messages_json": json.dumps(CHAT), "max_tokens": 12, "logprobs": True, "top_logprobs": 3}
+    events = [e for _, e in _stream(triton.generate_stream_url, body)]
+    entries = [entry for e in events for entry in json.loads(e["logprobs"])]
+    assert len(entries) == events[-1]["completion_tokens"] == 12
+    for event in events:
+        assert "".join(x["token"] for x in json.loads(event["logprobs"])) == event["text_output"]
+    for entry in entries:
+        assert len(entry["top_logprobs"]) == 3 and entry["logprob"] <= 0
+        best = entry["top_logprobs"][0]
+        assert (best["token"], best["logprob"]) == (entry["token"], entry["logprob"])
+        assert entry["bytes"] == list(entry["token"].encode())
+        assert [t["logprob"] for t in entry["top_logprobs"]] == sorted(
+            (t["logprob"] for t in entry["top_logprobs"]), reverse=True
+        )
+    for wrong, message in (
+        ({"top_logprobs": 21}, "top_logprobs must be between 0 and 20"),
+        ({"logprobs": False}, "needs logprobs"),
+    ):
+        reply = requests.post(triton.generate_stream_url, json=body | wrong, timeout=30)
+        assert reply.status_code == 400 and message in reply.text
 
 
 def _text(triton, body: dict) -> str:
@@ -284,6 +314,7 @@ def gateway(backends, doomed, tmp_path_factory):
             endpoint("tiny-provider", [provider_backend]),
             endpoint("tiny-fallback", [provider_backend], fallbacks=[triton_backend]),
             endpoint("tiny-slow", [backend("slow", "triton", triton.url, "crawl__v1__llm")]),
+            endpoint("tiny-older", [backend("older", "triton", triton.url, "older__v1__llm")]),
             endpoint(
                 "tiny-doomed",
                 [backend("doomed", "openai", f"{doomed.url}/v1", doomed.model, secret="provider")],
@@ -362,6 +393,89 @@ def test_benchmark_options_through_the_gateway_on_the_real_backends(gateway):
     with pytest.raises(openai.BadRequestError) as caught:
         c.chat.completions.create(model="tiny-provider", messages=CHAT, max_tokens=4, extra_body={"ignore_eos": True})
     assert caught.value.body["code"] == "backend_refused" and "ignore_eos" in caught.value.body["message"]
+
+
+def test_chat_logprobs_through_the_gateway_from_the_real_backends(gateway):
+    """The openai client's logprobs / top_logprobs on the Triton model, streamed and not: greedy,
+    each token is its own top alternative, logprobs <= 0, the tokens spell the text, streamed
+    the same entries as not; the legacy completions' integer logprobs in its own shape (greedy,
+    each token its likeliest alternative); a model without the input, and a server that takes the argument
+    but returns none (the provider stand-in), refuse the request naming logprobs."""
+    c = client(gateway)
+    ask = dict(model="tiny-triton", messages=CHAT, max_tokens=10, temperature=0, logprobs=True, top_logprobs=2)
+    reply = c.chat.completions.create(**ask)
+    entries = reply.choices[0].logprobs.content
+    assert len(entries) == reply.usage.completion_tokens == 10
+    assert "".join(e.token for e in entries) == reply.choices[0].message.content
+    for entry in entries:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 2
+        assert (entry.top_logprobs[0].token, entry.top_logprobs[0].logprob) == (entry.token, entry.logprob)
+    chunks = list(c.chat.completions.create(**ask, stream=True))
+    streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in entries]
+    for ch in chunks:
+        if ch.choices and ch.choices[0].delta.content:
+            assert "".join(e.token for e in ch.choices[0].logprobs.content) == ch.choices[0].delta.content
+    legacy = c.completions.create(model="tiny-triton", prompt="the ranker", max_tokens=8, temperature=0, logprobs=2)
+    shape = legacy.choices[0].logprobs
+    assert "".join(shape.tokens) == legacy.choices[0].text and len(shape.tokens) == legacy.usage.completion_tokens
+    for token, value, top in zip(shape.tokens, shape.token_logprobs, shape.top_logprobs, strict=True):
+        assert value <= 0 and len(top) <= 2 and max(top, key=top.get) == token and top[token] == value
+    assert shape.text_offset == [sum(len(t) for t in shape.tokens[:i]) for i in range(len(shape.tokens))]
+    for model in ("tiny-older", "tiny-provider"):
+        with pytest.raises(openai.BadRequestError) as caught:
+            c.chat.completions.create(model=model, messages=CHAT, max_tokens=4, logprobs=True)
+        body = caught.value.body
+        assert (body["code"], body["param"]) == ("backend_refused", "logprobs"), body
+        with pytest.raises(openai.BadRequestError) as caught:
+            c.completions.create(model=model, prompt="the ranker", max_tokens=4, logprobs=1)
+        assert caught.value.body["param"] == "logprobs"
+
+
+def _llm_counts(gateway: str, endpoint: str) -> tuple[float, float]:
+    """(requests, TTFT observations) of an endpoint in the gateway's metrics."""
+    text = requests.get(f"{gateway}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5).text
+    counts = [0.0, 0.0]
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("endpoint") != endpoint:
+                continue
+            if sample.name == "gateway_llm_requests_total":
+                counts[0] += sample.value
+            elif sample.name == "gateway_llm_ttft_seconds_count":
+                counts[1] += sample.value
+    return counts[0], counts[1]
+
+
+def test_n_choices_from_the_triton_model_are_its_seeded_generations(gateway):
+    """n = 3 with a seed on the Triton model: three indexed choices, choice i the text of the
+    same request for one choice with seed 40 + i, the usage their sum (the prompt once),
+    streamed the same texts by index; one request and one first token in the metrics. The
+    provider stand-in ignores n (it sends one choice): the request fails naming n, never a
+    reply with fewer choices."""
+    c = client(gateway)
+    ask = dict(model="tiny-triton", messages=CHAT, max_tokens=8, temperature=1.0)
+    singles = [c.chat.completions.create(**ask, seed=40 + i) for i in range(3)]
+    before = _llm_counts(gateway, "tiny-triton")
+    reply = c.chat.completions.create(**ask, seed=40, n=3)
+    assert _llm_counts(gateway, "tiny-triton") == (before[0] + 1, before[1] + 1)
+    assert [ch.index for ch in reply.choices] == [0, 1, 2]
+    assert [ch.message.content for ch in reply.choices] == [s.choices[0].message.content for s in singles]
+    assert len({ch.message.content for ch in reply.choices}) > 1  # sampled with different seeds
+    assert reply.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    assert reply.usage.prompt_tokens == singles[0].usage.prompt_tokens
+    chunks = list(c.chat.completions.create(**ask, seed=40, n=3, stream=True, stream_options={"include_usage": True}))
+    texts = ["", "", ""]
+    for ch in chunks:
+        for choice in ch.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts == [ch.message.content for ch in reply.choices]
+    assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+    completion = c.completions.create(model="tiny-triton", prompt="the ranker", max_tokens=4, n=2)
+    assert [ch.index for ch in completion.choices] == [0, 1] and all(ch.text for ch in completion.choices)
+    with pytest.raises(openai.APIStatusError) as caught:
+        c.chat.completions.create(model="tiny-provider", messages=CHAT, max_tokens=4, n=2)
+    assert caught.value.status_code == 502 and "n=2" in caught.value.body["message"]
 
 
 def test_a_client_leaving_mid_stream_frees_the_triton_model(gateway):

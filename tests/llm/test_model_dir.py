@@ -81,6 +81,8 @@ def test_the_triton_model_dir_is_decoupled_with_the_generate_contract(hf_dir, tm
         "stream": mc.TYPE_BOOL,
         "ignore_eos": mc.TYPE_BOOL,
         "min_tokens": mc.TYPE_INT32,
+        "logprobs": mc.TYPE_BOOL,
+        "top_logprobs": mc.TYPE_INT32,
     }
     assert all(i.optional for i in config.input)
     assert [o.name for o in config.output] == [
@@ -89,6 +91,7 @@ def test_the_triton_model_dir_is_decoupled_with_the_generate_contract(hf_dir, tm
         "prompt_tokens",
         "completion_tokens",
         "generated_tokens",
+        "logprobs",
     ]
     assert config.parameters["delay_first_token_ms"].string_value == "250"
     assert config.parameters["delay_per_token_ms"].string_value == "5"

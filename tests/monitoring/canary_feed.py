@@ -9,7 +9,7 @@ from deployments.rollout_machine import State
 from deployments.services import endpoints as endpoint_services
 from deployments.services import rollouts as services
 from harness import factories
-from monitoring.collect import bucket_metric
+from monitoring.collection.collect import bucket_metric
 from monitoring.services.store import samples_store
 from registry.names import baseline_variant_name, variant_name
 

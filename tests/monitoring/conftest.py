@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from kernel.tritonserver import TritonNotAvailable, TritonProcess
+from serving.tritonserver import TritonNotAvailable, TritonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-# The gateway's buckets (gateway/metrics.py), repeated so this registry is independent of its module.
+# The gateway's buckets (gateway/telemetry/metrics.py), repeated so this registry is independent of its module.
 BUCKETS = (
     0.0001,
     0.00025,

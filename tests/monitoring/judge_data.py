@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from monitoring.judge import ArmWindow
+from monitoring.judge.evidence import ArmWindow
 from tests.monitoring.conftest import BUCKETS
 
 EDGES = (*BUCKETS, math.inf)

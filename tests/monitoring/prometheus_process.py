@@ -15,7 +15,7 @@ import pytest
 import requests
 import yaml
 
-from kernel.tritonserver import free_port
+from serving.tritonserver import free_port
 
 RULES = Path(__file__).resolve().parents[2] / "platform" / "prometheus" / "modelplane.rules.yml"
 

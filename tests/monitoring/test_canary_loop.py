@@ -12,7 +12,7 @@ from scipy import stats
 
 from deployments.models import PoolReplica, Rollout
 from deployments.rollout_machine import State
-from monitoring.judge import judge
+from monitoring.judge.verdict import judge
 from monitoring.models import Alert, Verdict
 from monitoring.selectors import metrics as metric_selectors
 from monitoring.services import canary
@@ -127,7 +127,7 @@ def test_no_data_is_inconclusive_and_waits(live_rollout):
 
 
 def test_collector_targets_follow_endpoints_and_rollouts(live_rollout, settings):
-    from monitoring.targets import scrape_targets
+    from monitoring.collection.targets import scrape_targets
 
     PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
     targets = {t.kind: t for t in scrape_targets()}
@@ -158,18 +158,20 @@ def test_failed_over_canary_attempts_count_as_candidate_errors():
     the judge must still see that attempt as a failed candidate request."""
     from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-    from monitoring import collect
+    from monitoring.collection import collect, gateway_samples
 
     registry = CollectorRegistry()
     requests = Counter("gateway_requests", "r", ["endpoint", "variant", "status"], registry=registry)
     failovers = Counter(
         "gateway_failovers", "f", ["endpoint", "from_variant", "to_variant", "reason"], registry=registry
     )
-    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    before = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
     requests.labels("ctr", "v1", "200").inc(100)
     requests.labels("ctr", "v2", "200").inc(45)
     failovers.labels("ctr", "v2", "v1", "5xx").inc(5)
-    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0)
+    totals = gateway_samples.gateway_deltas(
+        before, gateway_samples.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0
+    )
     canary = collect.derive(totals[("ctr", "v2")])
     assert (canary["requests"], canary["errors"]) == (50, 5) and canary["error_rate"] == pytest.approx(0.1)
     assert collect.derive(totals[("ctr", "v1")])["errors"] == 0
@@ -179,20 +181,22 @@ def test_shadow_replies_are_the_shadow_variants_requests_and_latency():
     """In a shadow phase the candidate only gets copies; the judge needs them as its series."""
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-    from monitoring import collect
+    from monitoring.collection import collect, gateway_samples
 
     registry = CollectorRegistry()
     shadow = Counter("gateway_shadow_requests", "s", ["endpoint", "variant", "status"], registry=registry)
     latency = Histogram(
         "gateway_shadow_duration_seconds", "l", ["endpoint", "variant"], buckets=[0.001, 0.01, 0.1], registry=registry
     )
-    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    before = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
     shadow.labels("ctr", "v2", "200").inc(40)
     shadow.labels("ctr", "v2", "500").inc(6)
     shadow.labels("ctr", "v2", "unavailable").inc(4)
     for _ in range(40):
         latency.labels("ctr", "v2").observe(0.004)
-    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0)
+    totals = gateway_samples.gateway_deltas(
+        before, gateway_samples.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0
+    )
     derived = collect.derive(totals[("ctr", "v2")])
     assert (derived["requests"], derived["errors"]) == (50, 10)
     assert 1.0 < derived["latency_p50_ms"] <= 10.0

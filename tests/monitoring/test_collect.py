@@ -5,29 +5,31 @@ import math
 import numpy as np
 import pytest
 
-from monitoring import collect, statistics
+from monitoring.collection import collect, gateway_samples, triton_samples
+from monitoring.judge import statistics
 from tests.monitoring.conftest import GatewayMetrics
 
 
 def _interval(metrics: GatewayMetrics, serve, seconds=2.0):
-    before = collect.gateway_snapshot(metrics.text())
+    before = gateway_samples.gateway_snapshot(metrics.text())
     serve()
-    after = collect.gateway_snapshot(metrics.text())
-    return collect.gateway_deltas(before, after, seconds=seconds)
+    after = gateway_samples.gateway_snapshot(metrics.text())
+    return gateway_samples.gateway_deltas(before, after, seconds=seconds)
 
 
 def test_parses_the_gateways_own_exposition():
-    """The gateway's hot-path collector (gateway/metrics.py HotPath) on a private registry:
+    """The gateway's hot-path collector (gateway/telemetry/metrics.py HotPath) on a private registry:
     the default names and labels read its text."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from gateway import metrics as gateway_metrics
+    from gateway.telemetry import metrics as gateway_metrics
+    from gateway.wire import faults
 
     registry = CollectorRegistry()
     hot = gateway_metrics.HotPath(registry=registry)
-    ok, client, backend = gateway_metrics.OK, gateway_metrics.CLIENT, gateway_metrics.BACKEND
+    ok, client, backend = faults.OK, faults.CLIENT, faults.BACKEND
     hot.done("ctr", "stable", 200, 0.002, ok)
-    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    before = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
     for seconds in (0.0012, 0.0018, 0.0042, 0.02):
         hot.done("ctr", "stable", 200, seconds, ok)
         hot.observe_upstream("ctr", "stable", seconds * 0.9)
@@ -37,8 +39,8 @@ def test_parses_the_gateways_own_exposition():
     for status, seconds in ((504, 0.001), (499, 0.003), (400, 0.002)):
         hot.done("ctr", "canary", status, seconds, client)
     hot.in_flight["ctr"] = 3
-    after = collect.gateway_snapshot(generate_latest(registry).decode())
-    totals = collect.gateway_deltas(before, after, seconds=2.0)
+    after = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
+    totals = gateway_samples.gateway_deltas(before, after, seconds=2.0)
     stable, canary = collect.derive(totals[("ctr", "stable")]), collect.derive(totals[("ctr", "canary")])
     assert stable["requests"] == 4 and stable["request_rate"] == 2.0 and stable["errors"] == 0
     assert canary["requests"] == 3 and canary["error_rate"] == pytest.approx(1 / 3)
@@ -56,10 +58,12 @@ def test_shadow_copies_refused_by_the_shadow_are_its_errors():
 
     registry = CollectorRegistry()
     shadow = Counter("gateway_shadow_requests", "", ["endpoint", "variant", "status"], registry=registry)
-    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    before = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
     for status, n in (("200", 6), ("400", 1), ("incompatible", 2), ("unavailable", 1)):
         shadow.labels("ctr", "v9-shadow", status).inc(n)
-    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0)
+    totals = gateway_samples.gateway_deltas(
+        before, gateway_samples.gateway_snapshot(generate_latest(registry).decode()), seconds=1.0
+    )
     derived = collect.derive(totals[("ctr", "v9-shadow")])
     assert derived["requests"] == 10 and derived["errors"] == 4
 
@@ -114,16 +118,18 @@ def test_a_bucket_keeps_its_lower_edge_when_the_buckets_below_are_empty():
     for derived in ticks:
         for metric, value in derived.items():
             if metric.startswith("latency_bucket:"):
-                le = collect.parse_bucket_metric(metric)[1]
+                le = statistics.parse_bucket_metric(metric)[1]
                 summed[le] = summed.get(le, 0.0) + value
     assert sum(summed.values()) == 600
     assert 2.0 < statistics.histogram_quantile(0.5, summed) * 1000 <= 3.0
 
 
 def test_counter_reset_is_a_restart_not_a_negative_rate():
-    before = collect.gateway_snapshot(_text_after(lambda m: m.serve("ctr", "stable", [0.001] * 500, [200] * 500)))
-    after = collect.gateway_snapshot(_text_after(lambda m: m.serve("ctr", "stable", [0.001] * 20, [200] * 20)))
-    totals = collect.gateway_deltas(before, after, seconds=2.0)
+    before = gateway_samples.gateway_snapshot(
+        _text_after(lambda m: m.serve("ctr", "stable", [0.001] * 500, [200] * 500))
+    )
+    after = gateway_samples.gateway_snapshot(_text_after(lambda m: m.serve("ctr", "stable", [0.001] * 20, [200] * 20)))
+    totals = gateway_samples.gateway_deltas(before, after, seconds=2.0)
     assert collect.derive(totals[("ctr", "stable")])["requests"] == 20
 
 
@@ -135,18 +141,18 @@ def _text_after(serve) -> str:
 
 def test_custom_prefix_and_per_endpoint_series():
     m = GatewayMetrics(prefix="edge_")
-    names = collect.GatewayNames(prefix="edge_")
-    before = collect.gateway_snapshot(m.text(), names)
+    names = gateway_samples.GatewayNames(prefix="edge_")
+    before = gateway_samples.gateway_snapshot(m.text(), names)
     m.serve("ctr", "stable", [0.001] * 10, [200] * 10)
     m.in_flight.labels("ctr").set(7)
     m.retries.labels("ctr", "stable").inc(2)
     m.failovers.labels("ctr", "canary", "stable", "5xx").inc(3)
-    after = collect.gateway_snapshot(m.text(), names)
-    totals = collect.gateway_deltas(before, after, seconds=1.0, names=names)
+    after = gateway_samples.gateway_snapshot(m.text(), names)
+    totals = gateway_samples.gateway_deltas(before, after, seconds=1.0, names=names)
     assert collect.derive(totals[("ctr", "stable")])["retries"] == 2
     assert collect.derive(totals[("ctr", "canary")])["failovers"] == 3
     assert collect.derive(totals[("ctr", collect.ALL_VARIANTS)])["in_flight"] == 7
-    assert collect.gateway_snapshot(m.text()) == {}  # default prefix sees none of it
+    assert gateway_samples.gateway_snapshot(m.text()) == {}  # default prefix sees none of it
 
 
 def test_histogram_quantile_matches_prometheus_interpolation():
@@ -213,12 +219,12 @@ def test_triton_queue_compute_utilization_and_cost():
         p2=4,
     )
     models = {
-        "m__v1__a": collect.TritonModelMap("ctr", "stable"),
-        "m__v2__a": collect.TritonModelMap("ctr", "canary", instances=2),
+        "m__v1__a": triton_samples.TritonModelMap("ctr", "stable"),
+        "m__v2__a": triton_samples.TritonModelMap("ctr", "canary", instances=2),
     }
-    totals = collect.triton_deltas(
-        collect.triton_snapshot(TRITON_TEXT % zero),
-        collect.triton_snapshot(TRITON_TEXT % later),
+    totals = triton_samples.triton_deltas(
+        triton_samples.triton_snapshot(TRITON_TEXT % zero),
+        triton_samples.triton_snapshot(TRITON_TEXT % later),
         seconds=2.0,
         models=models,
         cost_per_replica_hour=3.6,
@@ -235,7 +241,9 @@ def test_triton_queue_compute_utilization_and_cost():
     # The replica's 3.6/h is shared by compute time (3:1); 300 inferences/s -> 1.08M/h.
     assert canary["cost_per_1k_inferences"] == pytest.approx(3.6 * 0.75 / (300 * 3600) * 1000)
     assert stable["cost_per_1k_inferences"] == pytest.approx(3.6 * 0.25 / (50 * 3600) * 1000)
-    unmapped = collect.triton_deltas({}, collect.triton_snapshot(TRITON_TEXT % later), seconds=2.0, models={})
+    unmapped = triton_samples.triton_deltas(
+        {}, triton_samples.triton_snapshot(TRITON_TEXT % later), seconds=2.0, models={}
+    )
     assert unmapped == {}
 
 
@@ -254,5 +262,5 @@ def test_psi_and_score_bins():
 
 def test_garbage_is_a_clear_error_not_a_crash():
     with pytest.raises((ValueError, IndexError, KeyError)):
-        collect.gateway_snapshot('gateway_requests_total{endpoint="a" 1\n')
-    assert collect.gateway_snapshot("<html>not metrics</html>") == {}  # nothing of ours in it
+        gateway_samples.gateway_snapshot('gateway_requests_total{endpoint="a" 1\n')
+    assert gateway_samples.gateway_snapshot("<html>not metrics</html>") == {}  # nothing of ours in it

@@ -4,17 +4,17 @@ requests and errors, tokens, tokens/s and cost; per key through the keys page's 
 
 import pytest
 
-from monitoring import collect
+from monitoring.collection import collect, gateway_samples
+from monitoring.judge.windows import arms_from_rows
 from monitoring.selectors.tenants import key_traffic_from_text
-from monitoring.windows import arms_from_rows
 from tests.monitoring.conftest import GatewayMetrics, LLMGatewayMetrics
 
 
 def _tick(metrics: LLMGatewayMetrics, serve, seconds=2.0) -> dict[tuple[str, str], dict]:
-    before = collect.gateway_snapshot(metrics.text())
+    before = gateway_samples.gateway_snapshot(metrics.text())
     serve()
-    after = collect.gateway_snapshot(metrics.text())
-    return {k: collect.derive(t) for k, t in collect.gateway_deltas(before, after, seconds=seconds).items()}
+    after = gateway_samples.gateway_snapshot(metrics.text())
+    return {k: collect.derive(t) for k, t in gateway_samples.gateway_deltas(before, after, seconds=seconds).items()}
 
 
 def test_llm_metrics_per_variant_from_two_scrapes():
@@ -64,11 +64,13 @@ def test_tensor_and_llm_families_side_by_side_and_restarts():
     for _ in range(3):
         m.stream("chat", "v1-llm", ttft_s=0.02, prompt=3, completion=3)
     tensor.serve("ctr", "stable", [0.002], [200])
-    before = collect.gateway_snapshot(tensor.text() + m.text())
+    before = gateway_samples.gateway_snapshot(tensor.text() + m.text())
     fresh = LLMGatewayMetrics()  # the restarted process
     fresh.stream("chat", "v1-llm", ttft_s=0.02, prompt=1, completion=2)
     tensor.serve("ctr", "stable", [0.002, 0.003], [200, 500])
-    totals = collect.gateway_deltas(before, collect.gateway_snapshot(tensor.text() + fresh.text()), seconds=1.0)
+    totals = gateway_samples.gateway_deltas(
+        before, gateway_samples.gateway_snapshot(tensor.text() + fresh.text()), seconds=1.0
+    )
     out = collect.derive(totals[("chat", "v1-llm")])
     assert out["llm_requests"] == 1 and out["completion_tokens"] == 2 and out["tokens_per_s"] == 2.0
     ctr = collect.derive(totals[("ctr", "stable")])
@@ -77,13 +79,16 @@ def test_tensor_and_llm_families_side_by_side_and_restarts():
 
 def test_replicas_add_up_and_windows_read_ttft_itl_and_llm_ticks():
     """Two gateways' totals merge; the stored rows become the judge's windows (the same
-    function for the store and Prometheus: monitoring/windows.py)."""
+    function for the store and Prometheus: monitoring/judge/windows.py)."""
     a, b = LLMGatewayMetrics(), LLMGatewayMetrics()
-    snaps = [collect.gateway_snapshot(x.text()) for x in (a, b)]
+    snaps = [gateway_samples.gateway_snapshot(x.text()) for x in (a, b)]
     a.stream("chat", "v2-llm", ttft_s=0.02, itl_s=[0.004] * 3)
     b.stream("chat", "v2-llm", ttft_s=0.2, itl_s=[0.004] * 3)
     b.stream("chat", "v2-llm", ttft_s=0, status=503, fault="backend")
-    parts = [collect.gateway_deltas(s, collect.gateway_snapshot(x.text()), seconds=2.0) for s, x in zip(snaps, (a, b))]
+    parts = [
+        gateway_samples.gateway_deltas(s, gateway_samples.gateway_snapshot(x.text()), seconds=2.0)
+        for s, x in zip(snaps, (a, b))
+    ]
     derived = collect.derive(collect.merge(*parts)[("chat", "v2-llm")])
     assert derived["llm_requests"] == 3 and derived["llm_errors"] == 1
     rows = [("v2-llm", metric, "t1", value) for metric, value in derived.items()]
@@ -155,12 +160,12 @@ def test_reads_the_gateways_own_llm_exposition():
     registry: the default names and labels read its text."""
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from gateway.keys.tenants import Key
     from gateway.llm import metrics as llm_metrics
-    from gateway.tenants import Key
 
     registry = CollectorRegistry()
     gw = llm_metrics.LlmMetrics(registry=registry)
-    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    before = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
     tenant = Key({"id": "k7", "sha256": "0" * 64, "team": "team-a"})
     for ttft in (0.02, 0.03, 0.04):
         gw.done("chat", "v2-llm", 200, "none")
@@ -173,7 +178,7 @@ def test_reads_the_gateways_own_llm_exposition():
     gw.fallback("chat", "tri-1", "connect")
     text = generate_latest(registry).decode()
     out = collect.derive(
-        collect.gateway_deltas(before, collect.gateway_snapshot(text), seconds=1.0)[("chat", "v2-llm")]
+        gateway_samples.gateway_deltas(before, gateway_samples.gateway_snapshot(text), seconds=1.0)[("chat", "v2-llm")]
     )
     assert (out["llm_requests"], out["llm_errors"], out["llm_client_faults"]) == (4, 1, 1)
     assert sum(v for k, v in out.items() if k.startswith("ttft_bucket:")) == 3 and 25 < out["ttft_p99_ms"] <= 50
@@ -191,12 +196,12 @@ def test_a_request_the_fallbacks_served_is_its_variants_failure_and_tenants_ttft
     failover is), so the judge sees its error rate, not the fallbacks' success."""
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from gateway.keys.tenants import Key
     from gateway.llm import metrics as llm_metrics
-    from gateway.tenants import Key
 
     registry = CollectorRegistry()
     gw = llm_metrics.LlmMetrics(registry=registry)
-    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    before = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
     for _ in range(3):  # the canary's own backend served three
         gw.done("chat", "v2-llm", 200, "none")
     for reason in ("connect", "cooldown"):  # two it could not serve, the fallbacks did
@@ -206,7 +211,7 @@ def test_a_request_the_fallbacks_served_is_its_variants_failure_and_tenants_ttft
     for ttft in (0.1, 0.3):
         gw.observe(gw.tenant_ttft, (tenant.team, tenant.id), ttft)
     text = generate_latest(registry).decode()
-    deltas = collect.gateway_deltas(before, collect.gateway_snapshot(text), seconds=1.0)
+    deltas = gateway_samples.gateway_deltas(before, gateway_samples.gateway_snapshot(text), seconds=1.0)
     canary = collect.derive(deltas[("chat", "v2-llm")])
     assert (canary["llm_requests"], canary["llm_errors"]) == (5, 2)
     assert canary["llm_error_rate"] == pytest.approx(0.4)

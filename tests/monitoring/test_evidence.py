@@ -1,4 +1,4 @@
-"""Alert evidence rendered for people (monitoring/evidence_display.py, issue 28): the
+"""Alert evidence rendered for people (monitoring/display/evidence.py): the
 figures that decided first (candidate vs control, threshold, p-/e-value, sample sizes)
 with units, epoch seconds as UTC times, the rest folded in a <details> as one small
 definition list per check (never a table with a column per key), everything escaped."""
@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from monitoring.evidence_display import evidence_summary, render
+from monitoring.display.evidence import evidence_summary, render
 from monitoring.services.alerts import alert_raise
 
 pytestmark = pytest.mark.django_db
 
-# The shapes the judge stores (monitoring/judge.py, guardrails.py, p99_guardrail.py).
+# The shapes the judge stores (monitoring/judge/verdict.py, guardrails.py, p99_guardrail.py).
 EVIDENCE = {
     "verdict_id": 41,
     "outcome": "fail",
@@ -145,3 +145,24 @@ def test_units_come_from_snake_case_words_only():
     )
     assert "<dt>Samples</dt><dd>1200</dd>" in html and "<dt>Error rate</dt><dd>2 %</dd>" in html
     assert "<dt>Attempts</dt><dd>3</dd>" in html and "<dt>Treatment</dt><dd>1.5 %</dd>" in html
+
+
+def test_clean_makes_every_kind_of_number_json_friendly():
+    import json
+
+    import numpy as np
+
+    from monitoring.judge.evidence import clean
+
+    raw = {
+        "f": 1.5, "inf": float("inf"), "-inf": float("-inf"), "nan": float("nan"), "np": np.float64(2.5),
+        "npinf": np.float32("inf"), "i": np.int64(7), "b": True, "none": None, "s": "x",
+        "nested": [(1, np.float64("nan")), {"k": [np.int32(3), -float("inf")]}],
+    }  # fmt: skip
+    got = clean(raw)
+    assert got == {
+        "f": 1.5, "inf": 1e308, "-inf": -1e308, "nan": None, "np": 2.5, "npinf": 1e308, "i": 7, "b": True,
+        "none": None, "s": "x", "nested": [[1, None], {"k": [3, -1e308]}],
+    }  # fmt: skip
+    assert type(got["np"]) is float and type(got["i"]) is int and got["b"] is True
+    json.dumps(got, allow_nan=False)  # strict JSON

@@ -1,5 +1,5 @@
-"""monitoring/exposition.py gives the samples prometheus_client's parser gives, on real
-exposition output: the gateway's own (gateway/metrics.py HotPath and its tenant series), a
+"""monitoring/collection/exposition.py gives the samples prometheus_client's parser gives, on real
+exposition output: the gateway's own (gateway/telemetry/metrics.py HotPath and its tenant series), a
 real tritonserver 2.51's /metrics (tests/monitoring/data, captured from the CPU build), and
 prometheus_client's own text with hostile label values. Its speed is the collector's
 (make bench-collector); here only that it is right and refuses what the parser refuses."""
@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitoring import collect, exposition
+from monitoring.collection import exposition, gateway_samples, triton_samples
 
 TRITON_TEXT = (Path(__file__).parent / "data" / "triton_2.51_cpu_metrics.txt").read_text()
 
@@ -33,12 +33,13 @@ def ours(text: str, prefixes=None) -> list[tuple]:
 
 
 def gateway_text() -> str:
-    from gateway import metrics as gateway_metrics
+    from gateway.telemetry import metrics as gateway_metrics
+    from gateway.wire import faults
 
     registry = CollectorRegistry()
     hot = gateway_metrics.HotPath(registry=registry)
     for i, status in enumerate((200, 200, 502, 504, 499, 400)):
-        outcome = gateway_metrics.OK if status == 200 else gateway_metrics.BACKEND
+        outcome = faults.OK if status == 200 else faults.BACKEND
         hot.done(f"ep-{i % 2}", "stable" if i % 3 else "canary", status, 0.001 * (i + 1), outcome)
         hot.observe_upstream(f"ep-{i % 2}", "stable", 0.0009 * (i + 1))
     hot.in_flight["ep-0"] = 2
@@ -80,7 +81,7 @@ def test_the_same_samples_as_prometheus_client_on_numbers():
 
 def test_prefixes_keep_only_those_families_and_no_created_series():
     text = gateway_text()
-    wanted = collect.gateway_families()
+    wanted = gateway_samples.gateway_families()
     got = ours(text, wanted)
     assert got and all(name.startswith(wanted) and not name.endswith("_created") for name, _, _ in got)
     assert [e for e in reference(text) if e[0].startswith(wanted) and not e[0].endswith("_created")] == got
@@ -112,7 +113,7 @@ def test_labels_cannot_be_changed_through_the_cache():
 
 
 def test_triton_snapshot_reads_the_real_exposition():
-    snapshot = collect.triton_snapshot(TRITON_TEXT)
+    snapshot = triton_samples.triton_snapshot(TRITON_TEXT)
     assert snapshot["success|ctr__v2__onnx|1"] == 3
     assert snapshot["failure|ctr__v2__onnx|1"] == 0  # the reasons (OTHER, REJECTED, …) added up
     assert snapshot["request_us|ctr__v2__onnx|1"] == 104881

@@ -60,7 +60,7 @@ def test_a_cold_small_arm_is_compared_with_an_equally_cold_baseline(fair_rollout
 def _feed_variant(rollout, variant, start, *, rps, slow, seed, ticks=20):
     import numpy as np
 
-    from monitoring.collect import bucket_metric
+    from monitoring.collection.collect import bucket_metric
     from monitoring.services.store import samples_store
     from tests.monitoring.canary_feed import BUCKETS
 
@@ -90,7 +90,7 @@ def test_an_erroring_candidate_is_judged_against_stable_and_baseline_pooled(fair
 
 
 def test_collector_maps_the_copy_to_the_baseline_variant(fair_rollout):
-    from monitoring.targets import scrape_targets
+    from monitoring.collection.targets import scrape_targets
 
     PoolReplica.objects.update(metrics_url="http://127.0.0.1:18002/metrics")
     triton = next(t for t in scrape_targets() if t.kind == "triton")

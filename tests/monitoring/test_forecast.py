@@ -1,4 +1,4 @@
-"""Expected time to a verdict before a rollout starts (issue 12 item 5), and step shares
+"""Expected time to a verdict before a rollout starts, and step shares
 that fit the traffic: the pure forecast, the API over the store's observed traffic, the
 endpoint page."""
 
@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from deployments.services import endpoints as endpoint_services
 from harness import factories
-from monitoring.evidence import JudgeConfig
-from monitoring.forecast import DETECT_RPS, forecast, suggest_steps
+from monitoring.judge.evidence import JudgeConfig
+from monitoring.judge.forecast import DETECT_RPS, forecast, suggest_steps
 from monitoring.services.store import samples_store
 
 CONFIG = JudgeConfig()

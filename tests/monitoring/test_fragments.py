@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from deployments.rollout_machine import State
 from harness import factories
-from monitoring.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.p99_guardrail import check_p99_slo
 from monitoring.models import Verdict
-from monitoring.p99_guardrail import check_p99_slo
 
 pytestmark = pytest.mark.django_db
 

@@ -1,15 +1,15 @@
-"""A generative recommender's guardrails (monitoring/gr_guardrails.py), from Triton's exposition
+"""A generative recommender's guardrails (monitoring/judge/gr_guardrails.py), from Triton's exposition
 text through the collector's counts to the judge's verdict."""
 
 from __future__ import annotations
 
 import pytest
 
-from monitoring import collect
-from monitoring.evidence import ArmWindow, JudgeConfig
-from monitoring.gr_guardrails import GR_HIT_MARGIN, check_gr_guardrails
-from monitoring.judge import judge
-from monitoring.windows import arms_from_rows
+from monitoring.collection import collect, triton_samples
+from monitoring.judge.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.gr_guardrails import GR_HIT_MARGIN, check_gr_guardrails
+from monitoring.judge.verdict import judge
+from monitoring.judge.windows import arms_from_rows
 
 CONFIG = JudgeConfig(min_guardrail_requests=100, guardrail_failure_limit=2, guardrail_sustain_s=5.0)
 
@@ -33,9 +33,11 @@ def test_the_models_counters_become_the_arms_counts():
         lines += [f'gr_illegal_beams_total{{model="m",version="1"}} {illegal}']
         return "\n".join(lines) + "\n"
 
-    before = collect.triton_snapshot(text(3, 5, 1, 100, 0))
-    after = collect.triton_snapshot(text(10, 6, 2, 400, 1))
-    totals = collect.triton_deltas(before, after, seconds=2.0, models={"m": collect.TritonModelMap("recs", "v1")})
+    before = triton_samples.triton_snapshot(text(3, 5, 1, 100, 0))
+    after = triton_samples.triton_snapshot(text(10, 6, 2, 400, 1))
+    totals = triton_samples.triton_deltas(
+        before, after, seconds=2.0, models={"m": triton_samples.TritonModelMap("recs", "v1")}
+    )
     derived = collect.derive(totals[("recs", "v1")])
     assert derived["gr_cache_lookups"] == 9 and derived["gr_cache_hits"] == 8  # hit and grown reuse the prefix
     assert derived["gr_cache_hit_rate"] == pytest.approx(8 / 9)

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from monitoring.collection.targets import ScrapeTarget
 from monitoring.models import (
     Alert,
     DeliveryStatus,
@@ -16,7 +17,6 @@ from monitoring.models import (
 )
 from monitoring.services.alerts import alert_raise
 from monitoring.services.collector import metrics_collect
-from monitoring.targets import ScrapeTarget
 from tests.monitoring.conftest import BROKEN_MODEL, TRITON_MODELS, infer
 
 pytestmark = pytest.mark.integration
@@ -180,7 +180,7 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
     import sys
     import urllib.request
 
-    from kernel.tritonserver import free_port
+    from serving.tritonserver import free_port
     from tests.monitoring.conftest import ROOT
 
     stable_model = next(name for name, (_, var) in TRITON_MODELS.items() if var == "stable")
@@ -274,7 +274,7 @@ def test_real_gateway_a_dead_canary_fails_over_and_the_store_shows_its_errors(tr
 
 @pytest.mark.django_db
 def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judge(triton, tmp_path, team_a):
-    """Issue 10's roll-back-by-abuse, through the platform's own path: a real gateway
+    """The roll-back-by-abuse, through the platform's own path: a real gateway
     splits `ctr` 50/50 by sticky key between two healthy models; an anonymous client
     learns from X-Model-Variant which keys land on the canary (a healthy model answering in
     5 ms) and sends them 300
@@ -292,9 +292,10 @@ def test_real_gateway_abuse_at_the_canary_reaches_neither_the_store_nor_the_judg
     import requests
     from django.utils import timezone
 
-    from kernel.tritonserver import free_port
-    from monitoring.judge import ArmWindow, JudgeConfig, judge
+    from monitoring.judge.evidence import ArmWindow, JudgeConfig
+    from monitoring.judge.verdict import judge
     from monitoring.selectors import metrics as metric_selectors
+    from serving.tritonserver import free_port
     from tests.monitoring.conftest import ROOT, SLOW_MODEL
 
     stable_model = next(n for n, (_, v) in TRITON_MODELS.items() if v == "stable")

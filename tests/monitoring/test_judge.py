@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from monitoring import statistics
-from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, error_e_path, error_e_value, judge
+from monitoring.judge import statistics
+from monitoring.judge.checks import check_error_rate, error_e_path, error_e_value
+from monitoring.judge.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.verdict import judge
 from tests.monitoring.judge_data import bucketize, latencies, ticked
 
 ALPHA = 0.05

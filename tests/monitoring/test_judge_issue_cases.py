@@ -22,9 +22,9 @@ from deployments.rollout_machine import (
     Verdict,
     on_tick,
 )
-from monitoring import collect
-from monitoring.evidence import ArmWindow, JudgeConfig
-from monitoring.judge import judge
+from monitoring.collection import collect, gateway_samples
+from monitoring.judge.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.verdict import judge
 from monitoring.models import Alert
 from monitoring.services import canary
 from monitoring.services.store import samples_store
@@ -51,7 +51,7 @@ def test_a_timed_out_attempt_that_failed_over_is_a_slow_request_not_an_error():
         "gateway_failovers", "f", ["endpoint", "from_variant", "to_variant", "reason"], registry=registry
     )
     failed = Counter("gateway_failovers_failed", "x", ["endpoint", "from_variant", "reason"], registry=registry)
-    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    before = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
     requests.labels("ctr", "v2", "200").inc(12)
     for _ in range(12):
         latency.labels("ctr", "v2").observe(0.002)
@@ -59,7 +59,9 @@ def test_a_timed_out_attempt_that_failed_over_is_a_slow_request_not_an_error():
     failovers.labels("ctr", "v2", "v1", "5xx").inc(1)  # a real error of the candidate
     failovers.labels("ctr", "v2", "v1", "connect").inc(3)  # the pool down: ...
     failed.labels("ctr", "v2", "connect").inc(3)  # ... the retry on the stable failed too
-    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=2.0)
+    totals = gateway_samples.gateway_deltas(
+        before, gateway_samples.gateway_snapshot(generate_latest(registry).decode()), seconds=2.0
+    )
     derived = collect.derive(totals[("ctr", "v2")])
     assert (derived["requests"], derived["errors"]) == (15, 1)  # 12 served + 2 slow + 1 error; the 3 shared: neither
     assert derived["shared_failures"] == 3 and derived["failovers"] == 6
@@ -148,7 +150,9 @@ def test_a_step_waiting_for_traffic_says_so_and_an_undo_finishes_without_traffic
     assert decision.outcome == "inconclusive" and decision.reason.startswith(WAITING_FOR_TRAFFIC)
     waiting = dict(state=State.CANARY, step_index=0, plan=UNDO_PLAN, candidate_requests=0, verdict=Verdict.INCONCLUSIVE)
     assert on_tick(step_elapsed_s=NO_TRAFFIC_WAIT_S - 1, **waiting).to_state is None
-    assert on_tick(step_elapsed_s=NO_TRAFFIC_WAIT_S, **waiting).to_state == State.PROMOTING
+    done = on_tick(step_elapsed_s=NO_TRAFFIC_WAIT_S, **waiting)
+    assert done.to_state == State.PROMOTING  # and the audit trail says why, not "passed"
+    assert done.reason == "last step done: no request in 30s, nothing to judge, and the plan needs none"
     # with traffic it is judged: it waits for the SLO guardrails, and at the deadline goes on
     judged = {**waiting, "candidate_requests": 40}
     assert on_tick(step_elapsed_s=NO_TRAFFIC_WAIT_S, **judged).to_state is None

@@ -1,4 +1,4 @@
-"""The judge's decisions that fit the traffic (issue 12 items 5-6), on synthetic data:
+"""The judge's decisions that fit the traffic, on synthetic data:
 the PSI guardrail fires on sustained breaches only (the p99 guardrail's evidence:
 test_p99_guardrail.py), every check says how much of its sample it
 has and when it will have the rest, the error test pools stable and baseline as its
@@ -7,8 +7,10 @@ control, and at a 5 % share of 200 req/s two candidate errors are enough evidenc
 import numpy as np
 import pytest
 
-from monitoring import statistics
-from monitoring.judge import ArmWindow, JudgeConfig, check_error_rate, judge
+from monitoring.judge import statistics
+from monitoring.judge.checks import check_error_rate
+from monitoring.judge.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.verdict import judge
 from tests.monitoring.judge_data import bucketize, latencies
 
 SLO = JudgeConfig(slo_p99_ms=50.0, min_guardrail_requests=100)

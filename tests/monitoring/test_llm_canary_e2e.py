@@ -29,13 +29,14 @@ from deployments.models import Endpoint, PoolModel, PoolModelState, PoolReplica,
 from deployments.rollout_machine import State
 from deployments.routes import route_table
 from deployments.services import rollouts as rollout_services
+from deployments.services.route_changes import route_changed
 from harness import factories
 from harness.gateway import METRICS_TOKEN, start_gateway, stop_gateway
 from harness.llm import TritonLLM, sse_data, tiny_llm_dir
+from monitoring.collection.targets import ScrapeTarget
 from monitoring.models import Alert, Verdict
 from monitoring.services import canary
 from monitoring.services.collector import metrics_collect
-from monitoring.targets import ScrapeTarget
 from registry.names import variant_name
 from tests.gateway.conftest import require_triton
 
@@ -92,6 +93,7 @@ def loop(triton, tmp_path, team_a, deployer, monkeypatch):
     plane's route table, and `tick()`: collect, judge, write the new table."""
     pool = factories.pool(team_a, "llm-pool", ready_replicas=1)
     PoolReplica.objects.filter(pool=pool).update(http_url=triton.url)  # the one replica is the real server
+    route_changed()  # a bulk update bypasses the signal the cached route table waits for
     versions = [factories.llm_artifact(team_a, model_name="chat") for _ in range(3)]  # chat__v{1,2,3}__llm
     factories.pool_model_ready(pool, versions[0])
     endpoint = factories.endpoint(
@@ -128,6 +130,7 @@ def loop(triton, tmp_path, team_a, deployer, monkeypatch):
             promote_grace_seconds=1,
         )
         PoolModel.objects.filter(pool=pool).update(state=PoolModelState.READY, replica_ready={"r0": True})
+        route_changed()
         rollout = rollout_services.rollout_reconcile(rollout_id=rollout.pk)
         assert rollout.state == State.CANARY, rollout.reason
         publish()

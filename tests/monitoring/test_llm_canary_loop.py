@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from deployments.models import Endpoint, Rollout
 from deployments.rollout_machine import State
-from monitoring import collect
+from monitoring.collection import collect, gateway_samples
 from monitoring.models import Alert, Verdict
 from monitoring.selectors import metrics as metric_selectors
 from monitoring.services import canary
@@ -38,7 +38,7 @@ def feed_streams(rollout, *, ticks, start, stable_rps=80, cand_rps=20, cand_ttft
     rng = np.random.default_rng(seed)
     stable, cand = variant_name(rollout.baseline_artifact), variant_name(rollout.candidate_artifact)
     metrics = LLMGatewayMetrics()
-    previous = collect.gateway_snapshot(metrics.text())
+    previous = gateway_samples.gateway_snapshot(metrics.text())
     for i in range(ticks):
         for variant, rps, ttft_ms, err in ((stable, stable_rps, 40.0, 0.0), (cand, cand_rps, cand_ttft_ms, cand_err)):
             for ttft in rng.lognormal(np.log(ttft_ms / 1000), 0.25, rps):
@@ -53,8 +53,8 @@ def feed_streams(rollout, *, ticks, start, stable_rps=80, cand_rps=20, cand_ttft
                     prompt=12,
                     completion=6,
                 )
-        current = collect.gateway_snapshot(metrics.text())
-        totals = collect.gateway_deltas(previous, current, seconds=1.0)
+        current = gateway_samples.gateway_snapshot(metrics.text())
+        totals = gateway_samples.gateway_deltas(previous, current, seconds=1.0)
         previous = current
         rows = [(ep, var, m, v) for (ep, var), t in totals.items() for m, v in collect.derive(t).items()]
         samples_store(rows=rows, at=start + timedelta(seconds=i + 1), team_ids={"ctr": rollout.endpoint.team_id})

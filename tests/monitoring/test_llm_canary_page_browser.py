@@ -18,7 +18,7 @@ import pytest
 from django.utils import timezone
 
 from deployments.models import Endpoint, Rollout
-from monitoring import collect
+from monitoring.collection import collect, gateway_samples
 from monitoring.models import Verdict
 from monitoring.services import canary
 from monitoring.services.store import samples_store
@@ -42,7 +42,7 @@ class Streams:
         self.rollout, self.rng = rollout, np.random.default_rng(seed)
         self.clock = rollout.step_started_at
         self.metrics = LLMGatewayMetrics()
-        self.previous = collect.gateway_snapshot(self.metrics.text())
+        self.previous = gateway_samples.gateway_snapshot(self.metrics.text())
         self.arms = (
             (variant_name(rollout.baseline_artifact), 60, 40.0),
             (variant_name(rollout.candidate_artifact), 20, 60.0),
@@ -56,8 +56,8 @@ class Streams:
                 for ttft in self.rng.lognormal(np.log(ttft_ms / 1000), 0.3, rps):
                     self.metrics.stream("ctr", variant, ttft_s=float(ttft), itl_s=self.rng.lognormal(np.log(0.004), 0.25, 5),
                                         status=200, fault="none", prompt=12, completion=6)  # fmt: skip
-            current = collect.gateway_snapshot(self.metrics.text())
-            totals = collect.gateway_deltas(self.previous, current, seconds=1.0)
+            current = gateway_samples.gateway_snapshot(self.metrics.text())
+            totals = gateway_samples.gateway_deltas(self.previous, current, seconds=1.0)
             self.previous = current
             rows = [(ep, var, m, v) for (ep, var), t in totals.items() for m, v in collect.derive(t).items()]
             samples_store(rows=rows, at=self.clock, team_ids={"ctr": self.rollout.endpoint.team_id})

@@ -1,4 +1,4 @@
-"""The judge on LLM endpoints (monitoring/llm_checks.py), on synthetic windows: TTFT and
+"""The judge on LLM endpoints (monitoring/judge/llm_checks.py), on synthetic windows: TTFT and
 ITL drawn tick by tick (seeded) into the gateway's buckets, as the collector stores them."""
 
 import math
@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from monitoring.evidence import ArmWindow, JudgeConfig
-from monitoring.judge import FAIL, INCONCLUSIVE, PASS, SKIPPED, judge
+from monitoring.judge.checks import FAIL, INCONCLUSIVE, PASS
+from monitoring.judge.evidence import SKIPPED, ArmWindow, JudgeConfig
+from monitoring.judge.verdict import judge
 
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, math.inf)
 ITL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, math.inf)
@@ -15,7 +16,7 @@ ITL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0
 
 def _hist(samples, bounds) -> dict[float, float]:
     """Non-empty buckets and the empty one just below each (its bound is the lower edge),
-    as the collector stores them (collect._decumulate)."""
+    as the collector stores them (collect.decumulate)."""
     counts = np.bincount(np.searchsorted(bounds, samples, side="left"), minlength=len(bounds))
     return {
         le: float(n) for i, (le, n) in enumerate(zip(bounds, counts)) if n or (i + 1 < len(bounds) and counts[i + 1])

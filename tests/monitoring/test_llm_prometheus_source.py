@@ -12,12 +12,13 @@ import pytest
 from django.utils import timezone
 
 from harness import factories
-from monitoring.evidence import JudgeConfig
-from monitoring.judge import FAIL, judge
+from monitoring.collection.targets import ScrapeTarget
+from monitoring.judge.checks import FAIL
+from monitoring.judge.evidence import JudgeConfig
+from monitoring.judge.verdict import judge
 from monitoring.services.collector import metrics_collect
 from monitoring.sources import StoreSource
 from monitoring.sources.prometheus import PrometheusSource
-from monitoring.targets import ScrapeTarget
 from tests.monitoring.conftest import LLMGatewayMetrics
 from tests.monitoring.prometheus_process import PrometheusProcess
 

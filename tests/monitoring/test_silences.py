@@ -1,4 +1,4 @@
-"""Silences (Alertmanager's) and grouped notifications (issue 28): a silenced alert is
+"""Silences (Alertmanager's) and grouped notifications: a silenced alert is
 recorded and shown but not notified; only the alert's own team's active silences match;
 alerts of one (team, endpoint, kind) within the group window go out as one notification."""
 

@@ -1,5 +1,5 @@
 """Silences and the alert's evidence in a real browser (Debian's Chromium via Playwright),
-issue 28: an alert's page fits 1280 px with the judge's evidence open (no 28-column table,
+an alert's page fits 1280 px with the judge's evidence open (no 28-column table,
 no raw epoch); "Silence…" from the alert opens the form with the alert's endpoint, check
 and severity filled in; once created the alert reads "silenced by …", a new alert of the
 same kind is recorded but not notified; expiring the silence ends that."""

@@ -210,8 +210,8 @@ def test_score_samples_api_is_for_platform_components(alice_api, api_for, staff,
 
 
 def test_collector_records_an_unparseable_target_and_keeps_going(gateway_server, team_a):
+    from monitoring.collection.targets import ScrapeTarget
     from monitoring.models import ScrapeState
-    from monitoring.targets import ScrapeTarget
 
     class Garbage:
         def text(self):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from monitoring import targets
-from monitoring.targets import ScrapeTarget
+from monitoring.collection import targets
+from monitoring.collection.targets import ScrapeTarget
 
 EXTRA = [ScrapeTarget(kind="triton", url="http://10.0.0.5:8002/metrics", cost_per_replica_hour=0.4)]
 
@@ -22,7 +22,7 @@ def test_sources_are_combined_and_deduplicated(settings):
         },
     ]
     settings.MONITORING_TARGET_SOURCES = [
-        "monitoring.targets.targets_from_settings",
+        "monitoring.collection.targets.targets_from_settings",
         "tests.monitoring.test_targets.extra_source",
     ]
     found = targets.scrape_targets()

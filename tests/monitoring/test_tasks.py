@@ -35,7 +35,7 @@ def test_the_task_names_are_registered():
 
 
 def test_collect_task_scrapes_the_configured_targets_into_the_store(gateway_server, settings):
-    settings.MONITORING_TARGET_SOURCES = ["monitoring.targets.targets_from_settings"]
+    settings.MONITORING_TARGET_SOURCES = ["monitoring.collection.targets.targets_from_settings"]
     settings.MONITORING_TARGETS = [{"kind": "gateway", "url": gateway_server.url}]
     assert tasks.collect.apply().get()["scraped"] == 1  # the first scrape only records counters
     gateway_server.metrics.serve("ctr", "v1", [0.004] * 20, [200] * 19 + [500])

@@ -1,5 +1,5 @@
 """Traffic per inference key on the keys page: read from the gateway's own counters
-(gateway.metrics.HotPath and its auth-rejection counter, rendered by prometheus_client
+(gateway.telemetry.metrics.HotPath and its auth-rejection counter, rendered by prometheus_client
 and served over real HTTP), scoped to the keys and endpoints the viewer may see."""
 
 import pytest
@@ -7,8 +7,9 @@ from django.test import Client
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from deployments.services import keys as key_services
-from gateway.metrics import CLIENT, OK, HotPath
-from gateway.tenants import Key
+from gateway.keys.tenants import Key
+from gateway.telemetry.metrics import HotPath
+from gateway.wire.faults import CLIENT, OK
 from harness import factories
 from monitoring.selectors import tenants
 from registry.models import Role
@@ -89,7 +90,7 @@ def test_keys_page_shows_its_keys_traffic_and_only_the_viewers(
 
 
 def test_keys_page_says_when_the_gateway_cannot_be_read(monkeypatch, deployer):
-    from kernel.tritonserver import free_port
+    from serving.tritonserver import free_port
 
     monkeypatch.setenv("GATEWAY_METRICS_URL", f"http://127.0.0.1:{free_port()}/metrics")
     client = Client()
@@ -99,7 +100,7 @@ def test_keys_page_says_when_the_gateway_cannot_be_read(monkeypatch, deployer):
 
 
 def test_llm_tokens_and_cost_per_key(gateway_server, monkeypatch, deployer, team_a, artifact_factory):
-    """LLM usage per key (issue 27) from the contract's families (gateway/llm/metrics.py: gateway_llm_tokens
+    """LLM usage per key from the contract's families (gateway/llm/metrics.py: gateway_llm_tokens
     {endpoint,variant,team,key,kind}, gateway_llm_cost{endpoint,variant,team,key}), rendered by
     prometheus_client as the gateway renders its own; a key without LLM traffic says so."""
     factories.endpoint(factories.pool(team_a, "pool-a", ready_replicas=1), artifact_factory(team_a), name="ctr")

@@ -56,7 +56,7 @@ def test_a_skipped_check_reads_as_skipped_not_unknown():
 
 
 def test_breach_counts_are_worded_for_what_they_mean():
-    """Never "breach 3 of 3 needed to fail" while the check has not failed (issue 28)."""
+    """Never "breach 3 of 3 needed to fail" while the check has not failed."""
     psi = {"name": "psi", "failure_limit": 3, "sustain_s": 10.0}
     assert detail({**psi, "outcome": "inconclusive", "breaches": 1}) == "breach 1 of 3 needed to fail"
     held = detail({**psi, "outcome": "inconclusive", "breaches": 3, "breach_held_s": 4.2})

@@ -100,7 +100,7 @@ def custom_op_onnx(path: Path) -> Path:
 
 
 def constant_of_shape_onnx(path: Path, side: int = 65536) -> Path:
-    """Issue 11's memory bomb: a few hundred bytes that ask for a [side, side] float tensor
+    """The memory bomb: a few hundred bytes that ask for a [side, side] float tensor
     (16 GiB at 65536) — y = sum(x, axis 1) + mean(ConstantOfShape([side, side], 1.0))."""
     nodes = [
         helper.make_node(

@@ -1,4 +1,4 @@
-"""Issue 11 item 4: builds in a box. The stages of a build run in one child process with
+"""Builds in a box. The stages of a build run in one child process with
 memory and CPU-time limits; the ConstantOfShape bomb (a few hundred bytes asking for
 16 GiB) fails its build with a clear reason through the real upload and build path, the
 process that ran it goes on (the next build succeeds), and the box costs little."""

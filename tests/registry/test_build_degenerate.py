@@ -1,4 +1,4 @@
-"""Issue 11 item 4 (second half): a model whose outputs are constant or NaN ends in a
+"""A model whose outputs are constant or NaN ends in a
 failed validation with the reason — never "internal error: IntegrityError … JSON_VALID"
 (NaN stored in a JSONField) — and an undefined AUC is stored as null, not NaN."""
 

@@ -51,7 +51,7 @@ def _triton_infer(url: str, name: str, feeds: dict) -> np.ndarray:
 def test_worker_builds_and_tritonserver_serves_the_cpu_variants(
     celery_worker, subprocess_env, alice_api, alice, team_a, onnx_path, tmp_path
 ):
-    from kernel.tritonserver import TritonNotAvailable, TritonProcess, find_binary
+    from serving.tritonserver import TritonNotAvailable, TritonProcess, find_binary
 
     subprocess_env.update(fast_build_env())
     worker = celery_worker()

@@ -1,5 +1,5 @@
 """Builds of models the factory was not written around, with no data attached: the
-validate and benchmark stages run on inputs derived from the graph (issue 12 item 2)."""
+validate and benchmark stages run on inputs derived from the graph."""
 
 import pytest
 from onnx import helper

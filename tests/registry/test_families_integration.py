@@ -1,5 +1,5 @@
-"""Model families the factory was not written around, end to end with real processes
-(issue 12 item 3): each model (generated in tests/registry/model_families.py) is uploaded
+"""Model families the factory was not written around, end to end with real processes:
+each model (generated in tests/registry/model_families.py) is uploaded
 through the API of a live server, built by a real Celery worker on build-cpu with no data
 attached (synthetic inputs derived from the graph), loaded into a local pool's real
 tritonserver replica by `manage.py run_pools`, put behind an endpoint made through the

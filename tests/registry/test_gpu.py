@@ -25,7 +25,7 @@ SIGNATURE = {
     "outputs": [{"name": "ctr", "dtype": "float32", "shape": [-1, 1]}],
 }
 REAL_SESSION = ort.InferenceSession
-# Issue 16's onnx-fp16 on an H100 (CUDA graph + I/O binding): rows/s = batch / p50.
+# The onnx-fp16 on an H100 (CUDA graph + I/O binding): rows/s = batch / p50.
 H100_FP16 = {1: 1 / 0.046e-3, 32: 32 / 0.057e-3, 512: 512 / 0.069e-3, 4096: 4096 / 0.163e-3}
 
 

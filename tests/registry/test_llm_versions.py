@@ -1,4 +1,4 @@
-"""LLM versions (issue 27) through the API: an uploaded model directory (kind a) or a
+"""LLM versions through the API: an uploaded model directory (kind a) or a
 backend reference (kind b), and the team's provider secrets they name.
 
 Hostile uploads (path traversal, links, pickle weights, a context length past the model's)

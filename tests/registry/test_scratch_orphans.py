@@ -26,10 +26,10 @@ from django.utils import timezone
 
 from harness import factories
 from harness.processes import wait_for
-from kernel import tritonserver
 from registry import storage
 from registry.factory import scratch
 from registry.models import Build, BuildStatus
+from serving import tritonserver
 from tests.registry.build_helpers import fast_build_env, upload_version
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -38,6 +38,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def scratch_servers() -> set[int]:
     return {pid for pid, _ in tritonserver.tritonservers_under(storage.tmp_dir())}
+
+
+def steady_scratch_server() -> set[int]:
+    """The scratch servers once the same ones have run for 2 s (the tune is under way: a server
+    that failed to start, on a port another test took meanwhile, has been replaced by then)."""
+    first = scratch_servers()
+    if not first:
+        return set()
+    time.sleep(2.0)
+    return first if scratch_servers() == first else set()
 
 
 @pytest.fixture
@@ -75,7 +85,7 @@ def test_a_worker_killed_mid_tune_leaves_no_tritonserver_after_the_next_attempt_
         targets=["onnx-fp32"],
         tune={"slo_p99_ms": 500, "variants": ["onnx-fp32"], "budget_s": 300, "max_trials": 50},
     )
-    orphan = wait_for(scratch_servers, timeout=180, what="the first attempt's scratch tritonserver")
+    orphan = wait_for(steady_scratch_server, timeout=180, what="the first attempt's scratch tritonserver, up")
     first.kill()  # SIGKILL to the worker's whole process group; the server runs in a session of its own
     time.sleep(1.0)
     assert scratch_servers() >= orphan, "the scratch server died with the worker: nothing to reap here"
@@ -105,7 +115,7 @@ def _start_detached(repository: Path, work: Path) -> int:
     """A scratch tritonserver whose starter exits at once, as a killed build process leaves it
     (parent gone, its own session); returns its pid once it is live."""
     code = (
-        "import sys; from pathlib import Path; from kernel.tritonserver import TritonProcess; "
+        "import sys; from pathlib import Path; from serving.tritonserver import TritonProcess; "
         "p = TritonProcess(model_repository=Path(sys.argv[1]), work_dir=Path(sys.argv[2])).start(); "
         "p.wait_live(90); print(p.process.pid)"
     )

@@ -17,11 +17,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from kernel.tritonserver import TritonProcess, find_binary
 from registry import triton_config
 from registry.factory import stages, stages_for
 from registry.factory.tune import scratch
 from registry.selectors.tuning import headline
+from serving.tritonserver import TritonProcess, find_binary
 from tests.registry import model_families
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TINY_TUNE = {
     "TUNE_WINDOW_S": 0.3,
     "TUNE_OPEN_WINDOW_S": 0.4,
-    "TUNE_OPEN_WINDOWS": 2,
+    "TUNE_OPEN_WINDOWS": 4,  # the product's default: a busy host's spike can miss 0.9x and 0.63x of capacity
     "TUNE_LEVELS": "1,4,16",
     "TUNE_BODIES": 16,
     "BUILD_BENCH_SECONDS": 0.02,
@@ -114,7 +114,10 @@ def test_tune_on_a_real_tritonserver(model, settings, tmp_path):
     # the default and the best, measured in the same run and reported side by side
     trials = evidence["trials"]
     assert trials[0]["label"] == "default" and trials[0]["knobs"] == evidence["default"]["knobs"]
-    assert evidence["default"]["throughput_rps"] > 0, trials[0]  # the factory's config meets a loose SLO
+    # the factory's config meets a loose SLO (a 0 says why: each open-loop window's miss)
+    assert evidence["default"]["throughput_rps"] > 0, [
+        (t["label"], t.get("why_zero") or t.get("error")) for t in trials
+    ]
     assert evidence["best"]["throughput_rps"] >= 0 and evidence["gain"] is not None
     assert evidence["gain"] == pytest.approx(
         evidence["best"]["throughput_rps"] / evidence["default"]["throughput_rps"], rel=1e-2
@@ -170,7 +173,7 @@ def test_tune_on_a_real_tritonserver(model, settings, tmp_path):
                 triton_config.to_text(config), name=name, max_queue_size=0, queue_timeout_ms=0
             ),
         )
-        feeds = stages._data_or_synthetic(ctx, 3, seed=9)[0]
+        feeds = stages.data_or_synthetic(ctx, 3, seed=9)[0]
         signature = triton_config.kserve_signature(config)
         served = scratch.outputs_of(f"{server.http_url}/v2/models/{name}/infer", _kserve_body(feeds, signature))
         session = ort.InferenceSession(str(base.onnx_path), providers=["CPUExecutionProvider"])

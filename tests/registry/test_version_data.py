@@ -1,4 +1,4 @@
-"""A version carries its data (issue 12 item 1): /api/v1/versions/{id}/data/ checks an
+"""A version carries its data: /api/v1/versions/{id}/data/ checks an
 input example or labelled validation set against the signature, stores it atomically,
 and builds validate and benchmark on it."""
 

@@ -1,4 +1,4 @@
-"""The API's docs and errors are true (issue 15 item 5, issue 11 item 5): documented error
+"""The API's docs and errors are true: documented error
 responses with one body, nullable fields marked nullable, 400s naming bad query
 parameters, JSON 404s under /api/, Swagger UI and Redoc that work with no network."""
 
@@ -156,7 +156,7 @@ def test_swagger_ui_renders_offline(live_server, browser_page, alice):
 
 
 def test_every_operation_is_tagged_by_its_area(schema):
-    """Issue 28: all 76 operations sat under one "v1" tag. Each now has one tag, a declared
+    """All 76 operations sat under one "v1" tag. Each now has one tag, a declared
     one with a description, and the docs group the areas a user looks for."""
     declared = {tag["name"]: tag.get("description", "") for tag in schema["tags"]}
     assert all(declared.values()), declared

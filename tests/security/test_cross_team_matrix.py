@@ -1,4 +1,4 @@
-"""The cross-team matrix (issue 11 item 6): every API resource x every role.
+"""The cross-team matrix: every API resource x every role.
 
 Roles: anonymous, a member of another team (B), and viewer / developer / deployer /
 admin of the owning team (A). Expected: anonymous 401; team B 404 (another team's object

@@ -1,4 +1,4 @@
-"""Login lockout by username and client address (issue 28): wrong passwords from one
+"""Login lockout by username and client address: wrong passwords from one
 address lock that address out for that username, never the username everywhere; behind a
 proxy the client's address comes from X-Forwarded-For only when the connection is from a
 trusted proxy (TRUSTED_PROXIES), so nobody picks the address they are locked under; and

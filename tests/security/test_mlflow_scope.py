@@ -1,4 +1,4 @@
-"""MLflow sources are scoped to teams (issue 11 item 3), against a real MLflow store
+"""MLflow sources are scoped to teams, against a real MLflow store
 (sqlite tracking + file artifacts): a version may come from `runs:/…` or `models:/…` only
 when the run or registered model belongs to the model's team; another team's, an
 unowned one and a missing one all answer the same 404."""
@@ -124,7 +124,7 @@ def test_members_see_their_teams_experiments_created_through_the_platform(
     assert {e["name"] for e in api_for(staff).get("/api/v1/training-experiments/").json()} >= {"red-exp", "blue-exp"}
 
 
-# --- one rule for seeing a run and registering from it (issue 28) --------------------------------------
+# --- one rule for seeing a run and registering from it --------------------------------------
 def _run_page(web, run_id):
     return web.get(f"/experiments/training/runs/{run_id}/")
 

@@ -1,4 +1,4 @@
-"""No name oracle across teams (issue 28): creating a model, a serving pool or an endpoint
+"""No name oracle across teams: creating a model, a serving pool or an endpoint
 under a name another team holds gets word for word the answer a reserved word gets (409
 `name_unavailable`, naming no team); a name one of the user's own teams holds says so
 (409 `name_taken`, "already exists in team …"), and staff see whose it is. Both sides:

@@ -1,4 +1,4 @@
-"""The live API fuzzed against its own OpenAPI schema (issue 11 item 6): schemathesis
+"""The live API fuzzed against its own OpenAPI schema: schemathesis
 (CLI, in a child process) sends schema-derived and schema-violating requests to a real
 server (pytest-django's live_server over PostgreSQL), authenticated as a team admin with
 seeded objects; it must find 0 server errors, 0 undocumented status codes, 0 responses

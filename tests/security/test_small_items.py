@@ -1,4 +1,4 @@
-"""Issue 11's smaller items: redirects stay on this site, logins are throttled, errors
+"""Smaller items: redirects stay on this site, logins are throttled, errors
 show no server paths, dashboard upload names are checked like the API's."""
 
 import pytest

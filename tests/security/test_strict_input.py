@@ -1,5 +1,5 @@
-"""Input the schema calls invalid is refused with a 400 that says where (issue 11 item 6,
-the schemathesis findings on the merged API, each reproduced here with the request it sent):
+"""Input the schema calls invalid is refused with a 400 that says where
+(the schemathesis findings on the merged API, each reproduced here with the request it sent):
 a number where the schema says string, NUL characters (PostgreSQL text cannot hold them:
 they used to reach a lookup and end in a 500) in a JSON body, a query parameter, the URL
 path or a dashboard form, JSON nested past any sane depth, and a garbage `ordering`."""
@@ -144,7 +144,9 @@ def test_feedback_times_are_stored_in_utc():
 
     from experiments.feedback import FeedbackError, parse_events
 
-    now = datetime(2020, 1, 1, tzinfo=UTC)  # events must lie in a window around now (gateway/feedback.schema.json)
+    now = datetime(
+        2020, 1, 1, tzinfo=UTC
+    )  # events must lie in a window around now (gateway/contracts/feedback.schema.json)
     [event] = parse_events(
         [{"event_id": "e1", "type": "click", "unit_key": "u", "time": "2020-01-01T00:00:00+17:54"}], now=now
     )

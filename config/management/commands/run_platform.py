@@ -8,6 +8,7 @@ backoff; the others keep running), /healthz shows restarts and last exits as com
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -16,9 +17,10 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from config.experiment_data import event_log_url, experiment_data_said
 from config.heartbeats import heartbeat_record
 from config.startup import HealthWait, Progress, SeedOutput
 from config.supervisor import Supervisor
@@ -131,7 +133,8 @@ class Command(BaseCommand):
         self.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor: {message}")
 
     @staticmethod
-    def celery_worker(name: str, queues: str, *, concurrency: int) -> list[str]:
+    def celery_worker(name: str, queues: str, *, concurrency: int, max_tasks_per_child: int = 0) -> list[str]:
+        recycle = [f"--max-tasks-per-child={max_tasks_per_child}"] if max_tasks_per_child else []
         return [
             sys.executable,
             "-m",
@@ -148,6 +151,7 @@ class Command(BaseCommand):
             f"--loglevel={settings.LOG_LEVEL}",
             "--without-gossip",
             "--without-mingle",
+            *recycle,
         ]
 
     def processes(self, port: int) -> dict[str, list[str]]:
@@ -168,7 +172,15 @@ class Command(BaseCommand):
     def base_processes(self, port: int) -> dict[str, list[str]]:
         python = sys.executable
         return {
-            "pools": [python, str(settings.BASE_DIR / "manage.py"), "run_pools", "--stop-replicas-on-exit"],
+            # every 2 s while every pool is steady (a replica's death is seen within that; traffic
+            # fails over in the gateway meanwhile), every second while anything moves
+            "pools": [
+                python,
+                str(settings.BASE_DIR / "manage.py"),
+                "run_pools",
+                "--steady-interval=2",
+                "--stop-replicas-on-exit",
+            ],
             "gateway": [
                 python,
                 "-m",
@@ -199,7 +211,8 @@ class Command(BaseCommand):
             # heartbeat /healthz reads) never waits behind a build or a training, which one
             # worker of two slots did at start (the demo's training and an LLM load held both)
             "worker": self.celery_worker("worker", "control", concurrency=2),
-            "builder": self.celery_worker("builder", "build-cpu,build-gpu", concurrency=1),
+            # a fresh child per build: a build's torch and ONNX Runtime (~0.5 GiB) leave with it
+            "builder": self.celery_worker("builder", "build-cpu,build-gpu", concurrency=1, max_tasks_per_child=1),
             "beat": [
                 python,
                 "-m",
@@ -239,6 +252,18 @@ class Command(BaseCommand):
                 f"(tritonclient.grpc.InferenceServerClient('127.0.0.1:{settings.GATEWAY_GRPC_PORT}'))"
             )
 
+    @staticmethod
+    def seed(no_experiment: bool, no_llm: bool, out: SeedOutput) -> None:
+        """`manage.py seed_demo` in a process of its own (its torch, ~0.4 GiB, must not stay in
+        the supervisor for as long as the platform runs); its lines pass through as they come."""
+        command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "seed_demo"]
+        command += ["--no-experiment"] * no_experiment + ["--no-llm"] * no_llm
+        with subprocess.Popen(command, cwd=settings.BASE_DIR, stdout=subprocess.PIPE, text=True, bufsize=1) as child:
+            for line in child.stdout:
+                out.write(line.rstrip("\n"))
+        if child.returncode:
+            raise CommandError(f"seeding the demo failed (seed_demo exited {child.returncode}; its output is above)")
+
     def handle(self, *args, port, no_seed, no_demo_experiment=False, no_demo_llm=False, **options):
         loading = getattr(sys.modules.get("__main__"), "LOADING", None)  # manage.py's lines while Django loaded
         if loading is not None:
@@ -253,27 +278,27 @@ class Command(BaseCommand):
             ensure_admin(self.stdout)
         if not no_seed:
             with progress.step("seeding the demo"):
-                call_command(
-                    "seed_demo",
-                    no_experiment=no_demo_experiment,
-                    no_llm=no_demo_llm,
-                    stdout=SeedOutput(self.stdout, progress),
-                )
+                self.seed(no_demo_experiment, no_demo_llm, SeedOutput(self.stdout, progress))
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
         healthz_token = ensure_healthz_token()
+        processes = self.processes(port)
+        progress.say(experiment_data_said())
+        expect = "supervisor,worker,beat,pools,feedback" + (
+            ",experiment-data" if "experiment-data" in processes else ""
+        )
         env = dict(
             os.environ,
-            HEALTHZ_EXPECT=f"supervisor,worker,beat,pools,feedback,gateway={gateway_url}",
+            HEALTHZ_EXPECT=f"{expect},gateway={gateway_url}",
+            EXPERIMENT_STORE=settings.EXPERIMENT_STORE,
             PYTHONUNBUFFERED="1",
             GATEWAY_TOKEN=ensure_gateway_token(),
             # the gateway's /metrics and /status need a token; its scrapers (worker, web) get the same
             GATEWAY_METRICS_TOKEN=os.environ.get("GATEWAY_METRICS_TOKEN") or secrets.token_urlsafe(32),
             GATEWAY_EXPOSURE_STREAM_URL=settings.EXPOSURE_STREAM_URL,
-            GATEWAY_EVENT_LOG_URL=_event_log_url(),  # NATS JetStream when one answers (docs/experiments.md)
+            GATEWAY_EVENT_LOG_URL=event_log_url(),  # NATS JetStream when one answers (docs/experiments.md)
             GATEWAY_EVENT_LOG_PREFIX=settings.EVENT_LOG_PREFIX,
             HEALTHZ_TOKEN=healthz_token,
         )
-        processes = self.processes(port)
         supervisor = Supervisor(
             processes,
             env=env,
@@ -282,7 +307,7 @@ class Command(BaseCommand):
             backoff_max_s=settings.SUPERVISOR_BACKOFF_MAX_S,
             stable_after_s=settings.SUPERVISOR_STABLE_AFTER_S,
             # a killed gateway's workers answer on for GATEWAY_SHUTDOWN_GRACE_S (5 s) beside its
-            # restart, then stop by themselves (gateway/workers.py); 30 s is only the backstop
+            # restart, then stop by themselves (gateway/process/workers.py); 30 s is only the backstop
             linger_s={"gateway": GATEWAY_LINGER_S},
         )
         # the gateway once the web server answers: it reads its first route table there (started
@@ -321,9 +346,3 @@ class Command(BaseCommand):
         supervisor.stop()
         reap_leftovers(self.log)
         self.stdout.write("stopped")
-
-
-def _event_log_url() -> str:
-    from experiments.eventlog import log_url
-
-    return log_url()

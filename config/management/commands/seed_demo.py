@@ -2,7 +2,7 @@
 model with one version built into servable artifacts (onnx-fp32, onnx-int8), a local
 serving pool with one replica, and the public endpoint "demo-ctr" serving the fp32 variant —
 so the dashboard, the gateway and a first rollout (fp32 → int8) work at once. Then the
-public LLM endpoint "demo-llm" (issue 27): the project's tiny generative model
+public LLM endpoint "demo-llm": the project's tiny generative model
 (registry.llm.tiny, trained here in seconds) registered as an LLM version from its model
 directory and loaded into the same pool, so the README's first `curl .../v1/chat/completions`
 streams tokens. Last it
@@ -127,6 +127,7 @@ class Command(BaseCommand):
             slo_p99_ms=50,
             latency_margin=3.0,
             public=True,
+            capture_share=1.0,  # every request's inputs logged with its exposure: the README's dataset and v3
         )
         self.stdout.write(
             "seed: pool demo-cpu (1 local tritonserver replica) and public endpoint demo-ctr → demo-ctr v1 onnx-fp32"
@@ -142,7 +143,7 @@ class Command(BaseCommand):
             return
         try:
             from registry.llm.tiny import make_tiny_llm
-        except ModuleNotFoundError as exc:  # the LLM model code is a later part of issue 27
+        except ModuleNotFoundError as exc:  # a checkout without the LLM model code
             self.stdout.write(f"seed: {LLM_DEMO} skipped ({exc})")
             return
         from registry.services.llm import llm_version_create_from_archive

@@ -81,7 +81,7 @@ class KubernetesDriver(PoolDriver):
         admin_key: str | None = None,
     ):
         """`pod_grpc_port=None`: control the pods' Triton over HTTP only (load/unload then
-        stall HTTP inference while they run; see kernel.triton._grpc_control)."""
+        stall HTTP inference while they run; see serving.triton._grpc_control)."""
         super().__init__(spec)
         self._api_client = api_client
         self.pod_http_port, self.pod_metrics_port, self.pod_grpc_port = pod_http_port, pod_metrics_port, pod_grpc_port

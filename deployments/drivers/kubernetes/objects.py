@@ -25,8 +25,8 @@ from deployments.drivers.base import PoolSpec
 from deployments.drivers.kubernetes import isolation
 from deployments.pool_policy import PLATFORM_SECRET_PREFIX, PoolPolicy
 from kernel.conf import setting
-from kernel.triton import ADMIN_KEY_HEADER
 from registry.names import TENSORRT_CACHE_DIR
+from serving.triton import ADMIN_KEY_HEADER
 
 FIELD_MANAGER = "modelplane"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002

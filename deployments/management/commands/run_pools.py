@@ -1,6 +1,6 @@
 """The pool supervisor: keeps every local pool's tritonserver replicas up.
 
-Each tick (default 1 s) it reconciles every local pool (deployments.services.reconcile),
+Each tick (default 1 s; --steady-interval while every local pool is steady) it reconciles every local pool (deployments.services.reconcile),
 and each Kubernetes pool every --kubernetes-every seconds (apply, then load what the pool
 serves on pods that lack it, e.g. new pods the autoscaler added). For local pools it
 starts missing replicas, restarts crashed or hung ones with backoff, reloads on them
@@ -20,9 +20,10 @@ from django.db import close_old_connections
 from config.heartbeats import heartbeat_record
 from deployments.drivers import driver_for
 from deployments.models import PoolDriver, PoolStatus, ServingPool
+from deployments.selectors.pools import local_pools_steady
 from deployments.services.pools import pools_root
 from deployments.services.reconcile import pool_reconcile
-from kernel import tritonserver
+from serving import tritonserver
 
 log = logging.getLogger("deployments.run_pools")
 BATCH = 50  # pools per tick
@@ -33,6 +34,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--interval", type=float, default=1.0, help="seconds between ticks")
+        parser.add_argument(
+            "--steady-interval",
+            type=float,
+            default=None,
+            help="seconds between ticks while every local pool is steady (all replicas and models ready); "
+            "default: --interval",
+        )
         parser.add_argument("--once", action="store_true", help="one tick, then exit")
         parser.add_argument(
             "--stop-replicas-on-exit", action="store_true", help="stop every local replica when this exits"
@@ -41,7 +49,7 @@ class Command(BaseCommand):
             "--kubernetes-every", type=float, default=15.0, help="seconds between reconciles of a Kubernetes pool"
         )
 
-    def handle(self, *args, interval, once, stop_replicas_on_exit, kubernetes_every, **options):
+    def handle(self, *args, interval, once, stop_replicas_on_exit, kubernetes_every, steady_interval=None, **options):
         self.stopping = False
         self.kubernetes_every, self.kubernetes_seen = kubernetes_every, {}
 
@@ -60,7 +68,10 @@ class Command(BaseCommand):
             self.tick()
             if once:
                 break
-            while not self.stopping and time.monotonic() - started < interval:
+            wait = interval
+            if steady_interval is not None and steady_interval > interval and local_pools_steady():
+                wait = steady_interval  # nothing moving: a replica's death is seen within this
+            while not self.stopping and time.monotonic() - started < wait:
                 time.sleep(0.05)
         if stop_replicas_on_exit:
             for pool in ServingPool.objects.filter(driver=PoolDriver.LOCAL):

@@ -13,15 +13,15 @@ from kernel.errors import PlatformError
 
 
 def _when(text: str, option: str) -> datetime:
-    """An ISO time, or `-90m` / `-3h` / `-2d` before now."""
+    """An ISO time, or `-40s` / `-90m` / `-3h` / `-2d` before now."""
     text = text.strip()
-    units = {"m": "minutes", "h": "hours", "d": "days"}
+    units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
     if text.startswith("-") and text[-1:] in units and text[1:-1].isdigit():
         return datetime.now(UTC) - timedelta(**{units[text[-1]]: int(text[1:-1])})
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise CommandError(f"{option}: give an ISO time or -90m / -3h / -2d (got {text!r})") from None
+        raise CommandError(f"{option}: give an ISO time or -40s / -90m / -3h / -2d (got {text!r})") from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 

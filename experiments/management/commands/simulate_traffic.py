@@ -65,6 +65,7 @@ class Command(BaseCommand):
         refusals: dict[int, int] = {}  # clicks the gateway refused, by status
         statuses: dict[int, int] = {}  # error replies by status, said in the progress lines
         pending: list[dict] = []
+        later: list[tuple[float, list[dict]]] = []  # (when, one unit's batch) refused with 503: sent again
         per_arm: dict[str, list[int]] = {}
         t_end = time.monotonic() + seconds
         t_report = time.monotonic() + 5
@@ -104,19 +105,11 @@ class Command(BaseCommand):
                         pending.append(click)
                 # with a key, batches of many users; without one, each user's click is its own batch
                 if pending and (not key or len(pending) >= 200 or time.monotonic() >= t_report):
-                    fb = session.post(
-                        f"{gateway}/v2/feedback",
-                        json={"endpoint": endpoint, "events": pending},
-                        headers=headers,
-                        timeout=5,
+                    refused += self._send(
+                        session, f"{gateway}/v2/feedback", endpoint, headers, pending, later, refusals
                     )
-                    if fb.status_code != 202:
-                        # e.g. the experiment ended and its tokens are no longer accepted: say it, go on
-                        refused += len(pending)
-                        if fb.status_code not in refusals:
-                            self.stderr.write(f"feedback refused ({fb.status_code}): {fb.text[:300]}")
-                        refusals[fb.status_code] = refusals.get(fb.status_code, 0) + len(pending)
                     pending = []
+                later, refused = self._resend(session, f"{gateway}/v2/feedback", endpoint, headers, later, refused)
                 if time.monotonic() >= t_report:
                     t_report += 5
                     arms = ", ".join(f"{a}: {n} req, CTR {c / n:.3f}" for a, (n, c) in sorted(per_arm.items()) if n)
@@ -127,6 +120,11 @@ class Command(BaseCommand):
                 session.post(
                     f"{gateway}/v2/feedback", json={"endpoint": endpoint, "events": pending}, headers=headers, timeout=5
                 )
+            deadline = time.monotonic() + 15
+            while later and time.monotonic() < deadline:
+                time.sleep(0.2)
+                later, refused = self._resend(session, f"{gateway}/v2/feedback", endpoint, headers, later, refused)
+            refused += sum(len(batch) for _, batch in later)
         self.stdout.write(
             self.style.SUCCESS(
                 f"done: {sent} requests, {errors} errors{_by_status(statuses)}, {clicks} clicks"
@@ -134,6 +132,36 @@ class Command(BaseCommand):
                 + (f"; {refused} refused{_by_status(refusals)}" if refused else "")
             )
         )
+
+    def _send(self, session, url: str, endpoint: str, headers: dict, pending: list, later: list, refusals: dict) -> int:
+        """POST the pending clicks; the clicks refused for good (counted by status). Without a key a
+        503 (the source's backlog is full) is sent again a second later, click by click."""
+        fb = session.post(url, json={"endpoint": endpoint, "events": pending}, headers=headers, timeout=5)
+        if fb.status_code == 503 and "Authorization" not in headers:
+            later += [(time.monotonic() + 1.0, [event]) for event in pending]
+            return 0
+        if fb.status_code == 202:
+            return 0
+        # e.g. the experiment ended and its tokens are no longer accepted: say it, go on
+        if fb.status_code not in refusals:
+            self.stderr.write(f"feedback refused ({fb.status_code}): {fb.text[:300]}")
+        refusals[fb.status_code] = refusals.get(fb.status_code, 0) + len(pending)
+        return len(pending)
+
+    @staticmethod
+    def _resend(session, url: str, endpoint: str, headers: dict, later: list, refused: int) -> tuple[list, int]:
+        """Send again the batches whose time came (one unit's each); a 503 waits another second."""
+        now, keep = time.monotonic(), []
+        for due, batch in later:
+            if due > now:
+                keep.append((due, batch))
+                continue
+            reply = session.post(url, json={"endpoint": endpoint, "events": batch}, headers=headers, timeout=5)
+            if reply.status_code == 503:
+                keep.append((now + 1.0, batch))
+            elif reply.status_code != 202:
+                refused += len(batch)
+        return keep, refused
 
 
 def _by_status(statuses: dict[int, int]) -> str:

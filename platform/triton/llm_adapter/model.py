@@ -26,6 +26,12 @@ Inputs (all but one of text_input / messages_json optional):
   ignore_eos     true: the end-of-sequence token is never chosen (max_tokens are generated; vLLM's
                  option, which benchmark tools send with a fixed output length)
   min_tokens     the end-of-sequence token is not chosen before this many tokens (vLLM's); 0 default
+  logprobs       true: each response also carries `logprobs`, a JSON array with an entry per token
+                 its text covers (the tokens generated since the last response), OpenAI's chat
+                 shape {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}: the
+                 log_softmax of the logits the token was chosen from, after the adapter's bans
+                 and penalties, before temperature and top_p (as vLLM reports them)
+  top_logprobs   0..20 (only with logprobs): that many most likely tokens in each entry
 A bad request gets one error response naming the input and what is wrong.
 
 Each request runs in a thread of its own (up to `max_streams` at once, the rest queue), so
@@ -52,6 +58,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 MAX_STOP_STRINGS = 4
 MAX_MESSAGES_JSON = 1 << 20
+MAX_TOP_LOGPROBS = 20
+LOGPROB_FLOOR = -9999.0  # a banned token's -inf, as JSON can carry it (vLLM's floor)
 
 
 class BadRequest(ValueError):
@@ -159,7 +167,17 @@ class TritonPythonModel:
         min_tokens = 0 if min_tokens is None else int(min_tokens[0])
         if min_tokens < 0:
             raise BadRequest(f"min_tokens must be at least 0, not {min_tokens}")
+        logprobs = _input(request, "logprobs")
+        logprobs = logprobs is not None and bool(logprobs[0])
+        top_logprobs = _input(request, "top_logprobs")
+        top_logprobs = 0 if top_logprobs is None else int(top_logprobs[0])
+        if not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise BadRequest(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {top_logprobs}")
+        if top_logprobs and not logprobs:
+            raise BadRequest("top_logprobs needs logprobs true")
         return {
+            "logprobs": logprobs,
+            "top_logprobs": top_logprobs,
             "ignore_eos": ignore_eos is not None and bool(ignore_eos[0]),
             "min_tokens": min_tokens,
             "stream": True if stream is None else bool(stream[0]),
@@ -201,7 +219,8 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {error}")), flags=FINAL
             )
 
-    def _next_token(self, logits, job: dict, counts: dict, generator, step: int = 0) -> int:
+    def _next_token(self, logits, job: dict, counts: dict, generator, step: int = 0) -> tuple:
+        """(the chosen token, the logits it was chosen from before temperature and top_p)."""
         if self.stop_ids and (job["ignore_eos"] or step < job["min_tokens"]):  # the end may not be chosen
             logits = logits.clone()
             logits[list(self.stop_ids)] = float("-inf")
@@ -211,30 +230,44 @@ class TritonPythonModel:
             seen = torch.tensor(list(counts.values()), dtype=logits.dtype)
             logits[ids] -= job["presence_penalty"] + job["frequency_penalty"] * seen
         if job["temperature"] <= 0.0:
-            return int(torch.argmax(logits))
+            return int(torch.argmax(logits)), logits
         probs = torch.softmax(logits / job["temperature"], dim=-1)
         if job["top_p"] < 1.0:  # nucleus: the most probable tokens up to top_p of the mass, renormalized
             ordered, order = torch.sort(probs, descending=True)
             keep = torch.cumsum(ordered, dim=-1) - ordered < job["top_p"]
             probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
-        return int(torch.multinomial(probs, 1, generator=generator))
+        return int(torch.multinomial(probs, 1, generator=generator)), logits
+
+    def _logprob(self, token: int, logprob: float) -> dict:
+        text = self.tokenizer.decode([token])
+        return {"token": text, "logprob": max(float(logprob), LOGPROB_FLOOR), "bytes": list(text.encode("utf-8"))}
+
+    def _entry(self, token: int, logits, top: int) -> dict:
+        """The token's log-probability entry (OpenAI's chat shape) from the logits it was chosen from."""
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        entry = self._logprob(token, logprobs[token])
+        best = torch.topk(logprobs, top) if top else None
+        entry["top_logprobs"] = [] if best is None else [self._logprob(int(i), v) for v, i in zip(*best, strict=True)]
+        return entry
 
     def _stream(self, job: dict, sender) -> None:
         if sender.is_cancelled():
             return _cancelled(sender)  # the client left while this request waited for a stream slot
         seed = job["seed"] if job["seed"] is not None else int.from_bytes(os.urandom(4), "little")
         generator = torch.Generator().manual_seed(seed)
-        generated, sent, finish, counts = [], "", "length", {}
+        generated, sent, finish, counts, entries = [], "", "length", {}, []
         past, step_ids = None, torch.tensor([job["prompt_ids"]])
         with torch.inference_mode():
             for step in range(job["max_tokens"]):
                 out = self.model(input_ids=step_ids, use_cache=True, **{self.cache_arg: past})
                 past = out.past_key_values
-                token = self._next_token(out.logits[0, -1], job, counts, generator, step)
+                token, logits = self._next_token(out.logits[0, -1], job, counts, generator, step)
                 if token in self.stop_ids:
                     finish = "stop"
                     break
                 generated.append(token)
+                if job["logprobs"]:
+                    entries.append(self._entry(token, logits, job["top_logprobs"]))
                 counts[token] = counts.get(token, 0) + 1
                 step_ids = torch.tensor([[token]])
                 text, stopped = _cut_at_stop(self.tokenizer.decode(generated, skip_special_tokens=True), job["stop"])
@@ -249,18 +282,21 @@ class TritonPythonModel:
                     outputs = [_string("text_output", ready[len(sent) :]), _int32("generated_tokens", len(generated))]
                     if not sent:
                         outputs.append(_int32("prompt_tokens", len(job["prompt_ids"])))
+                    if job["logprobs"]:
+                        outputs.append(_string("logprobs", json.dumps(entries)))
+                        entries = []
                     sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
                     sent = ready
         text, _ = _cut_at_stop(self.tokenizer.decode(generated, skip_special_tokens=True), job["stop"])
-        final = pb_utils.InferenceResponse(
-            output_tensors=[
-                _string("text_output", text[len(sent) :]),
-                _string("finish_reason", finish),
-                _int32("prompt_tokens", len(job["prompt_ids"])),
-                _int32("completion_tokens", len(generated)),
-            ]
-        )
-        sender.send(final, flags=FINAL)
+        outputs = [
+            _string("text_output", text[len(sent) :]),
+            _string("finish_reason", finish),
+            _int32("prompt_tokens", len(job["prompt_ids"])),
+            _int32("completion_tokens", len(generated)),
+        ]
+        if job["logprobs"]:
+            outputs.append(_string("logprobs", json.dumps(entries)))
+        sender.send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)
 
 
 def _cancelled(sender) -> None:

@@ -27,8 +27,8 @@ from kernel.errors import InvalidInput
 from registry import names
 from registry.factory import GR_GPU_TARGETS, conf
 from registry.factory import graphs as graph_tools
+from registry.factory.context import BuildContext, StageError, VariantResult
 from registry.factory.generative import gates
-from registry.factory.stages import BuildContext, StageError, VariantResult
 from registry.factory.timing import measure
 from registry.gr import bundle as bundles
 from registry.gr import catalog_files

@@ -3,7 +3,7 @@
 The CPU `onnx-fp32` artifact is ORT-optimized at the extended level *for the CPU*: it
 holds CPU-only fused nodes (`FusedGemm`, …) that the CUDA EP cannot run, so on a GPU
 they fall back to the CPU with a host copy around each (9x slower at batch 4096 on an
-H100, issue 16). GPU variants start instead from the canonical graph (ORT basic level:
+H100, docs/benchmarks.md). GPU variants start instead from the canonical graph (ORT basic level:
 constant folding and redundant-node elimination, standard ops only) with the embedding
 gathers fused; ONNX Runtime applies its CUDA-aware fusions when the GPU session loads it.
 """

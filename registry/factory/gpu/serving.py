@@ -26,7 +26,7 @@ from registry.names import TENSORRT_CACHE_DIR
 
 TRT_WORKSPACE_BYTES = 1 << 30
 # Unmeasured GPU default (no GPU on the worker): the reference ranker's throughput on an
-# H100 kept rising up to batch 4096 (issue 16), so the batcher may form batches that big.
+# H100 kept rising up to batch 4096 (docs/benchmarks.md), so the batcher may form batches that big.
 DEFAULT_MAX_BATCH = 4096
 DEFAULT_PREFERRED = (32, 512, 4096)
 MAX_BATCH_INPUT_BYTES = 256 << 20  # a batch's inputs stay under this (wide rows get a smaller max batch)

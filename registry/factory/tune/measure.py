@@ -1,11 +1,11 @@
 """Measure one candidate config on a real tritonserver: the tune stage's trial.
 
-A scratch server of the tune's own (kernel/tritonserver.py: the same binary, backend and
+A scratch server of the tune's own (serving/tritonserver.py: the same binary, backend and
 environment as a local pool's replica) holds the variant's packaged directory; each trial
 reloads it with the candidate config as Triton's load-time override, with the pool's
 queue limits applied exactly as a pool applies them (registry/triton_config.override_json),
 so what is measured is what a pool would serve. The load comes from the platform's load
-generator (gateway/loadgen.py) in its own process, batch-1 requests built from the
+generator (harness/loadgen.py) in its own process, batch-1 requests built from the
 build's own inputs (the version's data or inputs derived from the graph).
 
 A trial, in a few seconds of wall time:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kernel import tritonserver
 from registry import triton_config
+from serving import tritonserver
 
 ROOT = Path(__file__).resolve().parents[3]
 KSERVE_JSON_TYPES = {"BOOL": bool, "FP16": float, "FP32": float, "FP64": float, "BYTES": str}
@@ -118,7 +118,7 @@ class ScratchTriton:
         """Wait until Triton has no request of the model pending (what an overloaded window
         left queued: the load generator gave up on it, Triton computes it anyway), so the
         next window starts on an empty queue. False when it did not drain in time."""
-        from kernel.triton import TritonError, TritonHTTP
+        from serving.triton import TritonError, TritonHTTP
 
         client = TritonHTTP(self.server.http_url, self.server.metrics_url)
         deadline = time.monotonic() + timeout
@@ -151,7 +151,7 @@ class ScratchTriton:
 
 # --- the load generator's process -------------------------------------------------------------------
 class LoadClient:
-    """`python -m gateway.loadgen` in its own process, one JSON window at a time."""
+    """`python -m harness.loadgen` in its own process, one JSON window at a time."""
 
     def __init__(self, url: str, bodies: list[bytes], work_dir: Path):
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,7 @@ class LoadClient:
             paths.append(str(path))
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.loadgen", url, *paths],
+            [sys.executable, "-m", "harness.loadgen", url, *paths],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

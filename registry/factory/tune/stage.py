@@ -25,6 +25,7 @@ import time
 
 from registry import names, triton_config
 from registry.factory import conf
+from registry.factory.context import StageError, VariantResult, data_or_synthetic
 from registry.factory.tune import scratch, search, space
 from registry.factory.tune.tuner import Budget, Tuner
 from registry.names import base_variant, tuned_variant
@@ -37,8 +38,8 @@ OBJECTIVE = (
 
 def gpu_unavailable() -> str | None:
     """Why this worker cannot search GPU configs, or None when it can."""
-    from kernel import tritonserver
     from registry.factory.gpu import providers
+    from serving import tritonserver
 
     if providers.CUDA not in providers.available():
         return f"no GPU on this worker ({providers.runtime_line()})"
@@ -88,7 +89,6 @@ def tune(ctx) -> None:
 
 
 def _skip(ctx, name: str, reason: str, evidence: dict | None = None) -> None:
-    from registry.factory.stages import VariantResult
 
     ctx.log(f"{tuned_variant(name)}: skipped ({reason})")
     ctx.variants[tuned_variant(name)] = VariantResult(
@@ -111,13 +111,12 @@ def _tune_variant(ctx, name: str, request: dict, *, slo: float, budget_s: float,
         return _skip(ctx, name, f"{name} is not servable here ({why})")
     if names.needs_gpu(name) and gpu_reason:
         return _skip(ctx, name, f"GPU search skipped: {gpu_reason}")
-    from registry.factory.stages import _data_or_synthetic
 
     clock = Budget(budget_s)
     config = triton_config.parse((base.package_dir / "config.pbtxt").read_text())
     grid = _grid(name, config, request)
     max_trials = int(request.get("max_trials") or conf.get("TUNE_MAX_TRIALS"))
-    feeds = _data_or_synthetic(ctx, int(conf.get("TUNE_BODIES")), seed=5)[0]
+    feeds = data_or_synthetic(ctx, int(conf.get("TUNE_BODIES")), seed=5)[0]
     bodies = scratch.request_bodies(config, feeds, int(conf.get("TUNE_BODIES")))
     work = ctx.work_dir / f"tune-{name}"
     load_avg = os.getloadavg()[0]
@@ -231,7 +230,6 @@ def _point(trial: dict) -> dict:
 def _publish(ctx, base, config, best: dict, evidence: dict, server, bodies: list[bytes]) -> None:
     """Package the best config as `{variant}-tuned` after checking it parses back, loads and
     answers like the default on the same requests."""
-    from registry.factory.stages import StageError, VariantResult
 
     name = tuned_variant(base.name)
     model_name = names.triton_model_name(ctx.model_name, ctx.version, name)
@@ -265,7 +263,6 @@ def _publish(ctx, base, config, best: dict, evidence: dict, server, bodies: list
 
 def _answers_like_default(server, default_config, tuned_config, bodies: list[bytes]) -> dict:
     """The tuned config, loaded as a pool loads it, answers the same requests as the default."""
-    from registry.factory.stages import StageError
 
     answers = []
     for config in (default_config, tuned_config):

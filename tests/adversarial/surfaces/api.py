@@ -10,6 +10,7 @@ XTEAM = "tests/security/test_cross_team_matrix.py::test_cross_team_matrix"
 SCHEMA = "tests/security/test_schemathesis.py::test_live_api_conforms_to_its_schema"
 STRICT = "tests/security/test_strict_input.py"
 ORACLE = "tests/security/test_name_oracle.py"
+MARGIN = "tests/adversarial/test_endpoint_margin.py"
 MALFORMED_API = (
     SCHEMA,
     f"{STRICT}::test_a_number_where_the_schema_says_string_is_a_400_and_nothing_changes",
@@ -226,6 +227,23 @@ SURFACES = [
             ),
         },
         not_applicable={Abuse.SSRF: NO_URL},
+    ),
+    Surface(
+        name="an endpoint's latency margin: a number the judge reads every look, or null (derived)",
+        routes=api("field endpoints.latency_margin"),
+        cases={
+            Abuse.MALFORMED: (
+                f"{MARGIN}::test_a_hostile_margin_is_a_400_naming_the_field_and_changes_nothing",
+                f"{MARGIN}::test_the_service_refuses_what_no_door_may_pass",
+            ),
+            Abuse.OVERSIZED: (f"{MARGIN}::test_a_hostile_margin_is_a_400_naming_the_field_and_changes_nothing",),
+            Abuse.FOREIGN_OBJECTS: (f"{MARGIN}::test_another_teams_margin_is_a_404_and_stays",),
+        },
+        not_applicable={
+            Abuse.SSRF: NO_URL,
+            Abuse.SECRET_EXFILTRATION: NO_SECRET,
+            Abuse.FLOOD: "one number per update; the endpoint API's volume is the surface above's",
+        },
     ),
     Surface(
         name="inference keys, and the route table the gateway reads",

@@ -1,8 +1,8 @@
 """The gateway's tenant-facing surfaces: every HTTP route its dispatch serves
-(gateway.server.http_routes) and every gRPC method of the KServe v2 service, with the tests
+(gateway.process.server.http_routes) and every gRPC method of the KServe v2 service, with the tests
 that attack each."""
 
-from gateway.control import PATHS as CONTROL_PATHS
+from gateway.process.control import PATHS as CONTROL_PATHS
 from tests.adversarial.registry import Abuse, Surface
 
 HOSTILE = "tests/gateway/test_hostile.py"
@@ -218,7 +218,7 @@ SURFACES = [
         },
     ),
     Surface(
-        name="the control port (/metrics, /status, health off the event loop: gateway/control.py)",
+        name="the control port (/metrics, /status, health off the event loop: gateway/process/control.py)",
         routes=tuple(f"control GET {path}" for path in CONTROL_PATHS),
         cases={
             Abuse.SECRET_EXFILTRATION: (f"{CONTROL}::test_operator_pages_need_the_token_and_health_says_nothing_more",),

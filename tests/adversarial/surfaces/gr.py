@@ -36,7 +36,7 @@ SURFACES = [
     Surface(
         name="gr-affinity-key",
         # The route entry's `affinity: user` makes the request's user id (the user_id input, else
-        # X-User-Id) choose the replica (gateway/affinity.py): a value a client sets that moves load.
+        # X-User-Id) choose the replica (gateway/table/affinity.py): a value a client sets that moves load.
         routes=("field endpoint.affinity", "POST /v2/models/{endpoint}/infer"),
         cases={
             Abuse.OVERSIZED: (f"{AFFINITY}::test_absurd_user_keys_are_a_clear_400_or_routed_without_affinity",),

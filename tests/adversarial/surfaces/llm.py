@@ -17,6 +17,9 @@ LOOP = f"{URLS}::test_a_backend_leading_back_to_the_gateway_is_refused_and_costs
 LOOP_BURST = f"{URLS}::test_loops_do_not_hold_connections"
 FLOOD = f"{MEMORY}::test_a_flooding_backend_costs_only_its_tenant"
 HANG_UP = f"{BUDGETS}::test_hanging_up_before_usage_is_charged_the_real_tokens"
+GENERATE = f"{BUDGETS}::test_generate_routes_serve_under_the_keys_budgets_and_rules_of_the_endpoint"
+LOGPROBS = f"{BUDGETS}::test_logprobs_past_their_bounds_or_on_a_backend_that_cannot_are_refused_by_name"
+N_CHOICES = f"{BUDGETS}::test_n_at_its_bound_is_reserved_and_charged_n_times_and_past_it_refused"
 
 SURFACES = [
     Surface(
@@ -25,10 +28,31 @@ SURFACES = [
         cases={
             Abuse.SSRF: (SSRF_TRITON, PORT_SCAN),
             Abuse.LOOP: (LOOP, LOOP_BURST),
-            Abuse.OVERSIZED: (FLOOD,),  # a reply larger than a request may hold
-            Abuse.FLOOD: (FLOOD, HANG_UP),
+            Abuse.OVERSIZED: (FLOOD, LOGPROBS, N_CHOICES),  # a reply larger than a request may hold; top_logprobs, n
+            Abuse.MALFORMED: (LOGPROBS,),  # logprobs / top_logprobs of the wrong type, or on a backend that cannot
+            Abuse.FLOOD: (FLOOD, HANG_UP, N_CHOICES),  # n generations for one request: reserved n times
             Abuse.HALF_OPEN: (HANG_UP,),  # a stream left before its usage
             Abuse.SECRET_EXFILTRATION: (EXFILTRATION,),
+        },
+        not_applicable={
+            Abuse.FORGERY: "keys are checked as on the tensor path (no token of this surface's own)",
+        },
+    ),
+    Surface(
+        name="Triton's generate extension on LLM endpoints (generate, generate_stream)",
+        routes=(
+            "POST /v2/models/{endpoint}/generate",
+            "POST /v2/models/{endpoint}/generate_stream",
+            "POST /v2/models/{endpoint}/versions/{version}/generate",
+            "POST /v2/models/{endpoint}/versions/{version}/generate_stream",
+        ),
+        cases={  # the completion path's own cases hold (one handler); these attack the door itself
+            Abuse.FOREIGN_OBJECTS: (GENERATE,),  # another team's endpoint, a tensor endpoint, no key
+            Abuse.MALFORMED: (GENERATE,),  # bad JSON, unknown fields, a field twice, a stream on generate
+            Abuse.OVERSIZED: (GENERATE,),  # past the context, past the endpoint's body bound
+            Abuse.FLOOD: (GENERATE,),  # a generate_stream flood stopped by the key's token budget
+            Abuse.SSRF: (SSRF_TRITON, PORT_SCAN),  # the backends are the completion path's
+            Abuse.LOOP: (LOOP,),
         },
         not_applicable={
             Abuse.FORGERY: "keys are checked as on the tensor path (no token of this surface's own)",

@@ -1,0 +1,3 @@
+"""What the gateway tells the platform: metrics, sampled scores, exposures and feedback relayed
+onto the durable log.
+"""
