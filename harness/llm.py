@@ -16,11 +16,8 @@ Each has start() and stop() and is a context manager; module-scoped fixtures sha
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import httpx2
@@ -53,26 +50,10 @@ def _var_dir() -> Path:
 
 
 def tiny_llm_dir(*, seed: int = 7, cache: Path | None = None) -> Path:
-    """The tiny model's directory, made on first use. Keyed by the making code's hash, so a
-    change to registry/llm/tiny.py makes a new one; written aside and renamed into place, so
-    concurrent test workers never see half a directory (they share one: TINY_LLM_CACHE,
-    tests/xdist_workers.py)."""
-    digest = hashlib.sha256(Path(tiny.__file__).read_bytes()).hexdigest()[:12]
-    cache = cache or Path(os.environ.get("TINY_LLM_CACHE") or _var_dir() / "llm-cache")
-    path = cache / f"tiny-s{seed}-{digest}"
-    if (path / "model.safetensors").is_file():
-        return path
-    cache.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
-    try:
-        tiny.make_tiny_llm(scratch, seed=seed)
-        os.rename(scratch, path)
-    except OSError:
-        if not (path / "model.safetensors").is_file():  # not lost to another worker's rename
-            raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return path
+    """The tiny model's directory, made on first use (registry/llm/tiny.py's cache): one for
+    every test worker (TINY_LLM_CACHE, tests/xdist_workers.py) and for the `make run` a test
+    starts, which inherits it."""
+    return tiny.cached_tiny_llm(cache or Path(os.environ.get("TINY_LLM_CACHE") or _var_dir() / "llm-cache"), seed=seed)
 
 
 def sse_data(reply):

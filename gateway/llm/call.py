@@ -54,6 +54,7 @@ SSE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 FALLBACK = "fallback"  # the variant label of requests the endpoint's fallbacks served (never a variant's name: v<n>-…)
 TAIL_S = 5.0  # after the finish: how long the backend may take to send its usage and end the stream
+DEADLINE_PASSED = "the request's deadline passed during the generation"
 
 
 def paced_by_client(drained: bool, held: float, gap: float) -> bool:
@@ -222,15 +223,20 @@ class Call:
         if piece.logprobs and self.req.logprobs:
             self.logprobs.setdefault(piece.index, []).extend(piece.logprobs)
 
-    async def _next(self):
-        remaining = self.deadline - perf_counter()
-        if remaining <= 0:
-            raise BackendFailure(FailureReason.TIMEOUT, "the request's deadline passed")
+    async def _next(self, *, timed: bool = True):
+        """The next piece; `timed=False`: the caller holds the request's deadline itself (one
+        timer for a whole collected reply, not one per piece: `collect`)."""
         try:
-            async with asyncio.timeout(remaining):
+            if timed:
+                remaining = self.deadline - perf_counter()
+                if remaining <= 0:
+                    raise BackendFailure(FailureReason.TIMEOUT, "the request's deadline passed")
+                async with asyncio.timeout(remaining):
+                    piece = await anext(self.pieces)
+            else:
                 piece = await anext(self.pieces)
         except TimeoutError:
-            raise BackendFailure(FailureReason.TIMEOUT, "the request's deadline passed during the generation") from None
+            raise BackendFailure(FailureReason.TIMEOUT, DEADLINE_PASSED) from None
         except StopAsyncIteration:
             if self.req.n > 1 and not self._all_finished():  # a backend that ignored n: never a short reply
                 done = len(self.finishes)
@@ -241,7 +247,7 @@ class Call:
         self._count(piece)
         return piece
 
-    async def _rest(self) -> None:
+    async def _rest(self, *, timed: bool = True) -> None:
         """After the finish: what the backend still sends (its usage), text ignored, to its end;
         a backend that stalls there is left after TAIL_S (the reply goes out without its usage)."""
         chars, events = self.text_chars, self.text_events
@@ -249,7 +255,7 @@ class Call:
         try:
             async with asyncio.timeout(TAIL_S):
                 while True:
-                    await self._next()
+                    await self._next(timed=timed)
         except (StopAsyncIteration, TimeoutError):
             pass
         self.text_chars, self.text_events = chars, events
@@ -397,19 +403,23 @@ class Call:
         self.buffer = buffer = self._buffer()
         parts = [[] for _ in range(self.req.n)]
         try:
-            while True:
-                if piece.text:
-                    buffer.grow(len(piece.text.encode("utf-8", "surrogatepass")))
-                    parts[piece.index].append(piece.text)
-                if piece.logprobs and self.req.logprobs:
-                    buffer.grow(len(orjson.dumps(piece.logprobs)))
-                if piece.finish_reason and self._all_finished():
-                    break
-                try:
-                    piece = await self._next()
-                except StopAsyncIteration:
-                    break
-            await self._rest()
+            # one timer for the whole reply (the deadline is the request's, whatever the piece)
+            async with asyncio.timeout(max(0.0, self.deadline - perf_counter())):
+                while True:
+                    if piece.text:
+                        buffer.grow(len(piece.text.encode("utf-8", "surrogatepass")))
+                        parts[piece.index].append(piece.text)
+                    if piece.logprobs and self.req.logprobs:
+                        buffer.grow(len(orjson.dumps(piece.logprobs)))
+                    if piece.finish_reason and self._all_finished():
+                        break
+                    try:
+                        piece = await self._next(timed=False)
+                    except StopAsyncIteration:
+                        break
+                await self._rest(timed=False)
+        except TimeoutError:
+            raise LlmError(502, "upstream_error", f"the generation failed: {DEADLINE_PASSED}") from None
         except BackendFailure as failure:
             raise LlmError(502, "upstream_error", f"the generation failed: {failure.message}") from None
         except LlmError as exc:

@@ -16,6 +16,9 @@ import httpx2
 from gateway.llm.failover import BackendFailure, FailureReason
 
 MAX_EVENT = 1024 * 1024  # bytes of one event, its unfinished line included
+# the request httpx2's Response is made with (it reads nothing of it but names it in errors): one
+# for every reply, not a URL parsed per attempt
+REQUEST = httpx2.Request("POST", "http://llm-backend/")
 
 
 async def sse_events(resp: aiohttp.ClientResponse):
@@ -25,7 +28,7 @@ async def sse_events(resp: aiohttp.ClientResponse):
         resp.status,
         headers={"content-type": resp.headers.get("Content-Type", "")},  # aiohttp has decoded the body
         content=_chunks(resp.content),
-        request=httpx2.Request("POST", str(resp.url)),
+        request=REQUEST,
     )
     try:
         async for event in httpx2.EventSource(response, max_event_size=MAX_EVENT):

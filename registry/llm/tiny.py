@@ -18,8 +18,12 @@ property of the weights.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -155,6 +159,29 @@ def make_tiny_llm(path: str | Path, *, seed: int = 7, steps: int = 200, threads:
     )
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
+    return path
+
+
+def cached_tiny_llm(cache: str | Path, *, seed: int = 7) -> Path:
+    """The tiny model's directory under `cache`, made on first use. Keyed by this module's hash
+    (a change to how it is made makes a new one) and the seed; written aside and renamed into
+    place, so processes sharing one cache (make run's seed, test workers) never see half a
+    directory."""
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    cache = Path(cache)
+    path = cache / f"tiny-s{seed}-{digest}"
+    if (path / "model.safetensors").is_file():
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
+    try:
+        make_tiny_llm(scratch, seed=seed)
+        os.rename(scratch, path)
+    except OSError:
+        if not (path / "model.safetensors").is_file():  # not lost to another process's rename
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return path
 
 

@@ -54,6 +54,13 @@ from serving.tritonserver import free_port
 BLUE_KEY = "sk-blue-honest-tenant-0001"
 RED_KEY = "sk-red-abusing-tenant-0001"
 SUCCESS_RATE = 0.99
+# blue's side over everything else on the host (favour): -10 weighs about 9:1 against a nice-0
+# process in the kernel's scheduler, -5 only 3:1, so a dozen runnable processes of other tests
+# (a CI run has that many) could leave each of the attacked gateway's workers half a core, and
+# red's burst then holds blue's requests twice as long as on a quiet host (a CI run: blue's p95
+# 15 -> 136 ms while the control gateway's stayed at 17 -> 24 ms). Red's work in the gateway
+# runs at blue's own priority: what is measured.
+FAVOURED_NICE = -10
 P50_FACTOR, P50_SLACK_S = 2.0, 0.010
 P95_FACTOR, P95_SLACK_S = 3.0, 0.050
 CHAT = [{"role": "user", "content": "how is the canary doing"}]
@@ -107,7 +114,7 @@ def favour(pid: int) -> None:
             continue
         seen.add(current)
         try:
-            os.setpriority(os.PRIO_PROCESS, current, -5)
+            os.setpriority(os.PRIO_PROCESS, current, FAVOURED_NICE)
             for task in Path(f"/proc/{current}/task").iterdir():
                 pids += [int(child) for child in (task / "children").read_text().split()]
         except (OSError, PermissionError):

@@ -438,6 +438,37 @@ def test_client_disconnect_mid_stream_cancels_the_upstream(stack):
     assert metric(base, "gateway_llm_streams_in_flight", endpoint="slow-llm") == 0
 
 
+def test_a_deadline_that_passes_mid_generation_ends_the_call_streamed_or_not(stack):
+    """The client's deadline (X-Request-Timeout-Ms) after the first token: a reply that is not
+    streamed gets a 502 naming the deadline (the whole reply holds one timer), a stream ends with
+    an error event; either way the backend's stream is closed at once, not left to its 10 s."""
+    up, base, _ = stack
+    cancelled = up.cancelled["slow-50"]
+    headers = {"X-Request-Timeout-Ms": "400"}  # the first token at once, then 50 ms apart: 200 need 10 s
+    started = time.monotonic()
+    reply = requests.post(
+        f"{base}/v1/completions",
+        json={"model": "slow-llm", "prompt": "x", "max_tokens": 200},
+        headers=headers,
+        timeout=10,
+    )
+    assert reply.status_code == 502 and reply.json()["error"]["code"] == "upstream_error", reply.text
+    assert "deadline passed during the generation" in reply.json()["error"]["message"]
+    assert time.monotonic() - started < 5
+    streamed = requests.post(
+        f"{base}/v1/completions",
+        json={"model": "slow-llm", "prompt": "x", "max_tokens": 200, "stream": True},
+        headers=headers,
+        timeout=10,
+    )
+    assert streamed.status_code == 200 and "deadline passed during the generation" in streamed.text
+    deadline = time.monotonic() + 5
+    while up.cancelled["slow-50"] < cancelled + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert up.cancelled["slow-50"] == cancelled + 2
+    assert metric(base, "gateway_llm_streams_in_flight", endpoint="slow-llm") == 0
+
+
 def test_status_shows_llm_endpoints_without_secrets_and_refuses_the_bad_entry_alone(stack):
     _, base, _ = stack
     status = requests.get(f"{base}/status", headers=OPERATOR, timeout=5).json()

@@ -13,10 +13,12 @@ not wait for it.
 It seeds two apps, so it lives in the project (config), and like any caller it reads
 through their selectors and writes through their services."""
 
+import os
 import tarfile
 import tempfile
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -142,7 +144,7 @@ class Command(BaseCommand):
         if pool is None:
             return
         try:
-            from registry.llm.tiny import make_tiny_llm
+            from registry.llm.tiny import cached_tiny_llm
         except ModuleNotFoundError as exc:  # a checkout without the LLM model code
             self.stdout.write(f"seed: {LLM_DEMO} skipped ({exc})")
             return
@@ -157,9 +159,13 @@ class Command(BaseCommand):
         )
         version = version_list(user=admin, model=model).order_by("version").first()
         if version is None:
-            self.stdout.write(f"seed: training the tiny LLM {LLM_DEMO} (a few seconds on a free core)…")
+            # made once per code version under TINY_LLM_CACHE (else VAR_DIR/llm-cache) and reused
+            cache = Path(os.environ.get("TINY_LLM_CACHE") or Path(settings.VAR_DIR) / "llm-cache")
+            self.stdout.write(
+                f"seed: training the tiny LLM {LLM_DEMO} (a few seconds on a free core; kept in {cache})…"
+            )
             with tempfile.TemporaryDirectory() as tmp:
-                hf_dir = make_tiny_llm(Path(tmp) / LLM_DEMO)
+                hf_dir = cached_tiny_llm(cache)
                 archive = Path(tmp) / f"{LLM_DEMO}.tar.gz"
                 with tarfile.open(archive, "w:gz") as tar:
                     tar.add(hf_dir, arcname=LLM_DEMO)
