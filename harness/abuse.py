@@ -285,10 +285,14 @@ def harm(alone: dict, beside: dict) -> list[str]:
     return problems
 
 
-def host_delay_ms(alone: dict, beside: dict, q: str) -> float:
-    """What the host witness lost at quantile `q` between the two windows (0 when it gained or
-    either window has none): the delay the host added to every path, the gateway's too."""
-    before, during = alone.get(f"host_{q}_ms"), beside.get(f"host_{q}_ms")
+def lost(before: float | None, during: float | None) -> float:
+    """What a witness lost between two windows at one quantile (0 when it gained or either
+    window has no figure): the delay the host added to every path, the gateway's too."""
     if before is None or during is None:
         return 0.0
     return max(0.0, during - before)
+
+
+def host_delay_ms(alone: dict, beside: dict, q: str) -> float:
+    """What the host witness lost at quantile `q` between the two windows (`lost`)."""
+    return lost(alone.get(f"host_{q}_ms"), beside.get(f"host_{q}_ms"))

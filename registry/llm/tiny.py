@@ -162,23 +162,32 @@ def make_tiny_llm(path: str | Path, *, seed: int = 7, steps: int = 200, threads:
     return path
 
 
+def tiny_llm_path(cache: str | Path, *, seed: int = 7) -> Path:
+    """Where cached_tiny_llm keeps the model of this code version and seed under `cache`."""
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return Path(cache) / f"tiny-s{seed}-{digest}"
+
+
+def made(path: Path) -> bool:
+    return (path / "model.safetensors").is_file()
+
+
 def cached_tiny_llm(cache: str | Path, *, seed: int = 7) -> Path:
     """The tiny model's directory under `cache`, made on first use. Keyed by this module's hash
     (a change to how it is made makes a new one) and the seed; written aside and renamed into
     place, so processes sharing one cache (make run's seed, test workers) never see half a
     directory."""
-    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    cache = Path(cache)
-    path = cache / f"tiny-s{seed}-{digest}"
-    if (path / "model.safetensors").is_file():
+    path = tiny_llm_path(cache, seed=seed)
+    if made(path):
         return path
+    cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
     try:
         make_tiny_llm(scratch, seed=seed)
         os.rename(scratch, path)
     except OSError:
-        if not (path / "model.safetensors").is_file():  # not lost to another process's rename
+        if not made(path):  # not lost to another process's rename
             raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

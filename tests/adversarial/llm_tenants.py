@@ -46,6 +46,7 @@ from pathlib import Path
 import aiohttp
 import requests
 
+from harness.abuse import lost
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
 from harness.processes import spawn, stop, wait_for
 from harness.triton_models import behaviour_model, infer_body
@@ -322,12 +323,11 @@ def control_figures(records, spans: list[tuple[float, float]], witness: str) -> 
 def _held(kind: str, before: dict, during: dict, host_before: dict | None, host_during: dict | None) -> None:
     assert before["n"] >= 10 and during["n"] >= 10, (kind, before, during)
     assert during["success"] >= SUCCESS_RATE, (kind, before, during)
-    lost = {q: 0.0 for q in ("p50", "p95")}
-    if host_before is not None and host_during is not None:
-        lost = {q: max(0.0, host_during[q] - host_before[q]) for q in lost}
+    host_before, host_during = host_before or {}, host_during or {}
+    delay = {q: lost(host_before.get(q), host_during.get(q)) for q in ("p50", "p95")}
     why = (kind, before, during, {"control before": host_before, "control during": host_during})
-    assert during["p50"] <= P50_FACTOR * (before["p50"] + lost["p50"]) + P50_SLACK_S, why
-    assert during["p95"] <= P95_FACTOR * (before["p95"] + lost["p95"]) + P95_SLACK_S, why
+    assert during["p50"] <= P50_FACTOR * (before["p50"] + delay["p50"]) + P50_SLACK_S, why
+    assert during["p95"] <= P95_FACTOR * (before["p95"] + delay["p95"]) + P95_SLACK_S, why
 
 
 def _tensor_loop(gateway: str, out, lock, stop: threading.Event, kind: str = "tensor") -> None:

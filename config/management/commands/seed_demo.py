@@ -144,7 +144,7 @@ class Command(BaseCommand):
         if pool is None:
             return
         try:
-            from registry.llm.tiny import cached_tiny_llm
+            from registry.llm.tiny import cached_tiny_llm, made, tiny_llm_path
         except ModuleNotFoundError as exc:  # a checkout without the LLM model code
             self.stdout.write(f"seed: {LLM_DEMO} skipped ({exc})")
             return
@@ -161,9 +161,12 @@ class Command(BaseCommand):
         if version is None:
             # made once per code version under TINY_LLM_CACHE (else VAR_DIR/llm-cache) and reused
             cache = Path(os.environ.get("TINY_LLM_CACHE") or Path(settings.VAR_DIR) / "llm-cache")
-            self.stdout.write(
-                f"seed: training the tiny LLM {LLM_DEMO} (a few seconds on a free core; kept in {cache})…"
-            )
+            if made(tiny_llm_path(cache)):
+                self.stdout.write(f"seed: the tiny LLM {LLM_DEMO} as made before ({tiny_llm_path(cache)})")
+            else:
+                self.stdout.write(
+                    f"seed: training the tiny LLM {LLM_DEMO} (a few seconds on a free core; kept in {cache})…"
+                )
             with tempfile.TemporaryDirectory() as tmp:
                 hf_dir = cached_tiny_llm(cache)
                 archive = Path(tmp) / f"{LLM_DEMO}.tar.gz"
