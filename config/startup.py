@@ -3,16 +3,21 @@ line when a step begins, one at least every PROGRESS_EVERY_S while it runs (what
 doing and for how long: migrating, seeding, the seed's current part), and, once the
 children are started, what /healthz still waits for, until everything answers and the
 URLs are printed. Lines carry the same timestamp as the platform's log lines, so a
-newcomer (and tests/test_make_run.py) sees the platform is alive, not hung."""
+newcomer (and tests/test_make_run.py) sees the platform is alive, not hung. The demo's seed
+runs beside the children's start (SeedThread), its lines passed through as they come."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
+
+from django.conf import settings
 
 PROGRESS_EVERY_S = 5.0  # well inside the 10 s a newcomer waits before thinking it is stuck
 HEALTH_POLL_S = 1.0
@@ -123,3 +128,51 @@ class HealthWait(threading.Thread):
             self.progress.say(
                 f"waiting for {', '.join(self.down)} to come up ({time.monotonic() - self.started:.0f} s)"
             )
+
+
+class SeedThread(threading.Thread):
+    """`manage.py seed_demo` in a process of its own (its torch, ~0.4 GiB, must not stay in the
+    supervisor for as long as the platform runs), beside the platform's start, under the
+    progress step "seeding the demo…" (the seed's lines pass through as they come, its current
+    part said every few seconds). `done` once it ended; `failed` its error (make run then stops
+    everything and says why); `stop` ends it with the platform."""
+
+    def __init__(self, stdout, progress: Progress, no_experiment: bool, no_llm: bool, *, skip: bool):
+        super().__init__(name="make-run-seed", daemon=True)
+        self.stdout, self.progress, self.skip = stdout, progress, skip
+        self.command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "seed_demo"]
+        self.command += ["--no-experiment"] * no_experiment + ["--no-llm"] * no_llm
+        self.child: subprocess.Popen | None = None
+        self.done = threading.Event()
+        self.failed: str | None = None
+
+    def run(self) -> None:
+        try:
+            if not self.skip:
+                with self.progress.step("seeding the demo"):
+                    self._seed(SeedOutput(self.stdout, self.progress))
+        except Exception as exc:  # the child could not even start: said, and make run stops
+            self.failed = f"seeding the demo failed: {exc}"
+        finally:
+            self.done.set()
+
+    def _seed(self, out: SeedOutput) -> None:
+        with subprocess.Popen(
+            self.command, cwd=settings.BASE_DIR, stdout=subprocess.PIPE, text=True, bufsize=1
+        ) as self.child:
+            for line in self.child.stdout:
+                out.write(line.rstrip("\n"))
+        if self.child.returncode and self.failed is None:
+            self.failed = f"seeding the demo failed (seed_demo exited {self.child.returncode}; its output is above)"
+
+    def stop(self) -> None:
+        """Ctrl-C while it seeds: the seed's process ends with the platform's."""
+        child = self.child
+        if child is not None and child.poll() is None:
+            self.failed = ""  # stopped, not failed
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        self.join(15)

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.integration
 IDLE_S = 15
+URLS_WITHIN_S = 240  # from the launch: /healthz within 180 s, the seed's end within this
 PROGRESS_GAP_S = 10  # a newcomer sees a line at least this often until the URLs
 GATEWAY_BACK_WITHIN_S = 3.0
 GATEWAY_GRACE_S = 5.0  # GATEWAY_SHUTDOWN_GRACE_S: how long a killed gateway's workers answer on
@@ -157,8 +158,15 @@ def test_make_run_starts_everything_and_ctrl_c_stops_it(tmp_path, settings):
             "feedback",  # the ingest keeps up with every endpoint's feedback (docs/experiments.md)
             "experiment-data",  # the embedded columnar store's owner (chdb: make run's default)
         }
-        # the URLs follow /healthz's 200 (make run polls it too, then prints them)
-        _wait_for(lambda: "dashboard: http" in log_path.read_text(), 30, "the URLs", log_path)
+        # the URLs follow /healthz's 200 and the seed (make run polls the one and waits for the
+        # other, which ran beside the start: the demo's build, the tiny LLM and the demo
+        # experiment's queueing take ~30 s on a free core, ~2 min at the suite's start)
+        _wait_for(
+            lambda: "dashboard: http" in log_path.read_text(),
+            max(30.0, launched + URLS_WITHIN_S - time.time()),
+            "the URLs",
+            log_path,
+        )
         output = log_path.read_text()
         _progress_until_the_urls(output, launched)
         assert "experiment data: store chdb, in-process in the child experiment-data; log " in output

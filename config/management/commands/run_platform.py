@@ -1,14 +1,14 @@
-"""`make run`: migrate, create the admin login once, seed a demo, then run the web
-server, a Celery worker and beat, the local pool supervisor and the inference gateway
-in the foreground under config.supervisor, saying what it does at least every few seconds
-until every component answers and it prints the URLs (config/startup.py): a child that dies is restarted by itself (with
-backoff; the others keep running), /healthz shows restarts and last exits as component
+"""`make run`: migrate, create the admin login once, then run the web server, a Celery
+worker and beat, the local pool supervisor and the inference gateway in the foreground
+under config.supervisor while a demo is seeded beside them, saying what it does at least
+every few seconds until every component answers and the seed is done, then the URLs
+(config/startup.py): a child that dies is restarted by itself (with backoff; the others
+keep running), /healthz shows restarts and last exits as component
 "supervisor", and Ctrl-C (or SIGTERM) stops them all."""
 
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -22,7 +22,7 @@ from django.db import close_old_connections
 
 from config.experiment_data import event_log_url, experiment_data_said
 from config.heartbeats import heartbeat_record
-from config.startup import HealthWait, Progress, SeedOutput
+from config.startup import HealthWait, Progress, SeedThread
 from config.supervisor import Supervisor
 
 GATEWAY_LINGER_S = 30.0
@@ -252,18 +252,6 @@ class Command(BaseCommand):
                 f"(tritonclient.grpc.InferenceServerClient('127.0.0.1:{settings.GATEWAY_GRPC_PORT}'))"
             )
 
-    @staticmethod
-    def seed(no_experiment: bool, no_llm: bool, out: SeedOutput) -> None:
-        """`manage.py seed_demo` in a process of its own (its torch, ~0.4 GiB, must not stay in
-        the supervisor for as long as the platform runs); its lines pass through as they come."""
-        command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "seed_demo"]
-        command += ["--no-experiment"] * no_experiment + ["--no-llm"] * no_llm
-        with subprocess.Popen(command, cwd=settings.BASE_DIR, stdout=subprocess.PIPE, text=True, bufsize=1) as child:
-            for line in child.stdout:
-                out.write(line.rstrip("\n"))
-        if child.returncode:
-            raise CommandError(f"seeding the demo failed (seed_demo exited {child.returncode}; its output is above)")
-
     def handle(self, *args, port, no_seed, no_demo_experiment=False, no_demo_llm=False, **options):
         loading = getattr(sys.modules.get("__main__"), "LOADING", None)  # manage.py's lines while Django loaded
         if loading is not None:
@@ -276,9 +264,6 @@ class Command(BaseCommand):
             call_command("collectstatic", interactive=False, verbosity=0)
         with progress.step("creating the admin login"):  # its password hash takes a moment on a busy machine
             ensure_admin(self.stdout)
-        if not no_seed:
-            with progress.step("seeding the demo"):
-                self.seed(no_demo_experiment, no_demo_llm, SeedOutput(self.stdout, progress))
         gateway_url = f"http://127.0.0.1:{settings.GATEWAY_PORT}"
         healthz_token = ensure_healthz_token()
         processes = self.processes(port)
@@ -315,6 +300,10 @@ class Command(BaseCommand):
         first = [name for name in processes if name != "gateway"]
         progress.say(f"starting {', '.join(first)}; the gateway once the web server answers")
         supervisor.start(first)
+        # the demo is seeded beside the platform's start (the dashboard answers meanwhile, the
+        # pools load its models as they appear); the URLs wait for both
+        seeding = SeedThread(self.stdout, progress, no_demo_experiment, no_demo_llm, skip=no_seed)
+        seeding.start()
         heartbeat = Heartbeat(supervisor, self.log)
         supervisor.on_change = heartbeat.poke
         heartbeat.start()
@@ -331,18 +320,21 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
         announced = gateway_started = False
-        while not stopping:
+        while not stopping and not seeding.failed:
             if not gateway_started and waiting.web_up.is_set():
                 gateway_started = True
                 supervisor.start(["gateway"])
                 heartbeat.poke()
             supervisor.step()
-            if not announced and waiting.ready.is_set():
+            if not announced and waiting.ready.is_set() and seeding.done.is_set():
                 announced = True
                 self.announce(progress, port, gateway_url, waiting)
             time.sleep(POLL_S)
         waiting.stopping.set()
         heartbeat.stopping.set()
+        seeding.stop()
         supervisor.stop()
         reap_leftovers(self.log)
+        if seeding.failed:
+            raise CommandError(seeding.failed)
         self.stdout.write("stopped")

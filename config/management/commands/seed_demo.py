@@ -16,6 +16,7 @@ through their selectors and writes through their services."""
 import os
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from django.conf import settings
@@ -27,8 +28,8 @@ from deployments.selectors.rollouts import endpoint_list
 from deployments.services.endpoints import endpoint_create
 from deployments.services.pools import pool_create
 from registry.factory import runner
-from registry.models import ArtifactStatus, Role
-from registry.selectors.builds import artifact_list
+from registry.models import ArtifactStatus, BuildStatus, Role
+from registry.selectors.builds import artifact_list, build_get
 from registry.selectors.catalog import model_list, version_list
 from registry.services.builds import build_start
 from registry.services.catalog import model_create, version_create_from_upload
@@ -105,8 +106,22 @@ class Command(BaseCommand):
             f"seed: building demo-ctr v1 (build #{build.pk}: canonicalize → optimize → variants → validate → benchmark → package)…"
         )
         outcome = runner.run(build.pk, owner="seed_demo")
+        if outcome == "nothing-to-do":  # make run's builder, started beside the seed, took it first
+            self.stdout.write(f"seed: waiting for the builder to finish build #{build.pk}…")
+            outcome = self._finished(admin, build.pk)
         self.stdout.write(f"seed: build #{build.pk} {outcome}")
         return self._servable(admin, version)
+
+    @staticmethod
+    def _finished(admin, build_id: int, timeout_s: float = 1800.0) -> str:
+        """The status of build `build_id` once it is terminal (another worker runs it)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            build = build_get(user=admin, build_id=build_id)
+            if build.status in BuildStatus.terminal():
+                return build.status
+            time.sleep(1.0)
+        return f"not finished after {timeout_s:.0f} s"
 
     def _serve(self, admin, team, artifact) -> None:
         if artifact is None or endpoint_list(user=admin).filter(name="demo-ctr").exists():
