@@ -13,13 +13,19 @@ the same two cores) would read as harm done by the abuse. The tenant therefore s
 request twice, through the gateway and straight to tritonserver (the host witness: a path the
 abuse cannot reach but the host's load does), and the tolerance is widened by what the witness
 lost between the two windows, in milliseconds, at the same quantile: the comparison the judge
-makes (both measured at the same moments), never a wider factor.
+makes (both measured at the same moments), never a wider factor. The witness is a different
+process from the gateway, though: a gateway short of CPU among other tests' processes does the
+abuse's work later, which the witness does not see. So the tenant's side (the gateway,
+tritonserver, the tenant's client: `favour`) runs above everything else on the host, as it would
+on machines of its own, while the abusers run niced; the abuse's work inside the gateway is at
+the tenant's own priority, and that is what is measured.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import shutil
 import tempfile
 import time
@@ -37,6 +43,36 @@ from harness.triton_models import SIGNATURE, ctr_model, infer_body
 from serving.tritonserver import free_port
 
 MODEL = "ctr__v1__onnx"
+
+
+# blue's side over everything else on the host (favour): -10 weighs about 9:1 against a nice-0
+# process in the kernel's scheduler, -5 only 3:1, so a dozen runnable processes of other tests
+# (a CI run has that many) could leave each of the attacked gateway's workers half a core, and
+# red's burst then holds blue's requests twice as long as on a quiet host (a CI run: blue's p95
+# 15 -> 136 ms while the control gateway's stayed at 17 -> 24 ms). Red's work in the gateway
+# runs at blue's own priority: what is measured.
+FAVOURED_NICE = -10
+
+
+def favour(pid: int) -> None:
+    """Blue's side of the host (the gateway, blue's backends and blue's client, every thread and
+    every process they started) at a higher CPU priority than the abuser's own client and hostile backend and
+    than the other tests beside this one on two cores: in production those run on machines of
+    their own, and what red may cost blue is what it costs through the gateway. Red's requests
+    in the gateway still compete with blue's at the same priority (what is measured). Without
+    the right to raise a priority (not root), nothing changes."""
+    pids, seen = [pid], set()
+    while pids:
+        current = pids.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():  # every thread (Linux: a nice is a thread's)
+                os.setpriority(os.PRIO_PROCESS, int(task.name), FAVOURED_NICE)
+                pids += [int(child) for child in (task / "children").read_text().split()]
+        except (OSError, PermissionError):
+            continue
 
 
 @dataclass
@@ -110,6 +146,8 @@ def start_stack(work: Path | None = None, **gateway_env) -> Stack:
     except Exception:
         triton.stop(timeout=0.05)
         raise
+    favour(proc.pid)  # the tenant's side (favour); the abusers run niced (harness/abusers.py)
+    favour(triton.process.pid)
     return Stack(work, triton, proc, port, grpc_port)
 
 
@@ -163,6 +201,7 @@ class Honest:
         args = (self.stack.url, self.stack.grpc_target, self.protocol, self.pause_s, self.fresh_every, str(self.log))
         self.proc = context.Process(target=_honest_main, args=(*args, direct, self.stop_event), daemon=True)
         self.proc.start()
+        favour(self.proc.pid)
         deadline = time.monotonic() + 60
         while not self._lines() and time.monotonic() < deadline:
             time.sleep(0.05)

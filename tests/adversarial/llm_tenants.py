@@ -46,7 +46,7 @@ from pathlib import Path
 import aiohttp
 import requests
 
-from harness.abuse import lost
+from harness.abuse import favour, lost
 from harness.gateway import TOKEN, GatewayProcess, RouteServer, start_triton
 from harness.processes import spawn, stop, wait_for
 from harness.triton_models import behaviour_model, infer_body
@@ -55,13 +55,6 @@ from serving.tritonserver import free_port
 BLUE_KEY = "sk-blue-honest-tenant-0001"
 RED_KEY = "sk-red-abusing-tenant-0001"
 SUCCESS_RATE = 0.99
-# blue's side over everything else on the host (favour): -10 weighs about 9:1 against a nice-0
-# process in the kernel's scheduler, -5 only 3:1, so a dozen runnable processes of other tests
-# (a CI run has that many) could leave each of the attacked gateway's workers half a core, and
-# red's burst then holds blue's requests twice as long as on a quiet host (a CI run: blue's p95
-# 15 -> 136 ms while the control gateway's stayed at 17 -> 24 ms). Red's work in the gateway
-# runs at blue's own priority: what is measured.
-FAVOURED_NICE = -10
 P50_FACTOR, P50_SLACK_S = 2.0, 0.010
 P95_FACTOR, P95_SLACK_S = 3.0, 0.050
 CHAT = [{"role": "user", "content": "how is the canary doing"}]
@@ -101,27 +94,6 @@ def blue_table(triton_url: str, blue_llm_url: str) -> dict:
 
 
 # --- the stack: tritonserver, blue's pool stand-in, the gateway fed by a route server ----------------
-def favour(pid: int) -> None:
-    """Blue's side of the host (the gateway, blue's backends and blue's client, with every process
-    they started) at a higher CPU priority than the abuser's own client and hostile backend and
-    than the other tests beside this one on two cores: in production those run on machines of
-    their own, and what red may cost blue is what it costs through the gateway. Red's requests
-    in the gateway still compete with blue's at the same priority (what is measured). Without
-    the right to raise a priority (not root), nothing changes."""
-    pids, seen = [pid], set()
-    while pids:
-        current = pids.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        try:
-            os.setpriority(os.PRIO_PROCESS, current, FAVOURED_NICE)
-            for task in Path(f"/proc/{current}/task").iterdir():
-                pids += [int(child) for child in (task / "children").read_text().split()]
-        except (OSError, PermissionError):
-            continue
-
-
 class Stack:
     """Real processes for one test module: tritonserver with blue's tensor model, a pool stand-in
     for blue's LLM endpoint, the gateway (`workers` processes) polling a route server, and the

@@ -6,7 +6,7 @@ tensors, limits, deadlines, failover and exposures; and the gateway on two worke
 total rate limit across workers, one /metrics, a rolling restart and a killed worker under
 HTTP and gRPC load without a failed request.
 
-One module-scoped set of real processes: Triton A (the stable CTR model, a 0.3-s model,
+One module-scoped set of real processes: Triton A (the stable CTR model, a 1-s model,
 an always-failing model), Triton B (the candidate CTR model, another seed), a route-table
 server, a one-worker gateway and a two-worker gateway on the same table, Redis (db from
 CELERY_BROKER_URL) as the exposure stream.
@@ -50,6 +50,10 @@ from tests.gateway.conftest import require_triton
 pytestmark = pytest.mark.integration
 
 STABLE, CANDIDATE, SLOW, BAD = "ctr__v1__onnx", "ctr__v2__onnx", "slow__v1__py", "bad__v1__py"
+# The slow model's time: a client deadline well inside it must still reach the gateway's handler
+# on a busy host (a 200 ms deadline against 300 ms once expired before grpcio dispatched the
+# call, which the gateway then never sees: a call it cannot count)
+SLOW_MS = 1000
 SIGNATURE = {
     "max_batch_size": 64,
     "inputs": [
@@ -162,7 +166,7 @@ def env(tmp_path_factory):
     work = tmp_path_factory.mktemp("clients")
     repo_a, repo_b = work / "repo-a", work / "repo-b"
     ctr_model(repo_a, STABLE, seed=7)
-    behaviour_model(repo_a, SLOW, sleep_ms=300, instances=2)
+    behaviour_model(repo_a, SLOW, sleep_ms=SLOW_MS, instances=2)
     behaviour_model(repo_a, BAD, fail=True)
     ctr_model(repo_b, CANDIDATE, seed=8)
     a = start_triton(work / "triton-a", repo_a, [STABLE, SLOW, BAD])
@@ -475,9 +479,8 @@ def test_grpc_limits_deadline_and_unknowns(env):
     assert code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details
     request = _request("slow")[0]
     before = env.one.metric("gateway_requests_total", endpoint="slow", fault="client", status="504")
-    # a deadline well inside the model's 300 ms: one of 80 ms once passed before the gateway's
-    # handler was even dispatched on a busy host (grpcio ends such a call itself, uncounted)
-    code, details, _, _ = _call(stub, request, bearer("conc"), timeout=0.2)
+    # a deadline well inside the model's time (SLOW_MS)
+    code, details, _, _ = _call(stub, request, bearer("conc"), timeout=0.6 * SLOW_MS / 1000)
     assert code is grpc.StatusCode.DEADLINE_EXCEEDED
     deadline = time.monotonic() + 3
     while env.one.metric("gateway_requests_total", endpoint="slow", fault="client", status="504") == before:
