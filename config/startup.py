@@ -143,6 +143,7 @@ class SeedThread(threading.Thread):
         self.command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "seed_demo"]
         self.command += ["--no-experiment"] * no_experiment + ["--no-llm"] * no_llm
         self.child: subprocess.Popen | None = None
+        self.lock, self.stopped = threading.Lock(), False
         self.done = threading.Event()
         self.failed: str | None = None
 
@@ -157,19 +158,24 @@ class SeedThread(threading.Thread):
             self.done.set()
 
     def _seed(self, out: SeedOutput) -> None:
-        with subprocess.Popen(
-            self.command, cwd=settings.BASE_DIR, stdout=subprocess.PIPE, text=True, bufsize=1
-        ) as self.child:
+        with self.lock:  # a stop before the child exists: no child is started after it
+            if self.stopped:
+                return
+            self.child = subprocess.Popen(
+                self.command, cwd=settings.BASE_DIR, stdout=subprocess.PIPE, text=True, bufsize=1
+            )
+        with self.child:
             for line in self.child.stdout:
                 out.write(line.rstrip("\n"))
-        if self.child.returncode and self.failed is None:
+        if self.child.returncode and not self.stopped:
             self.failed = f"seeding the demo failed (seed_demo exited {self.child.returncode}; its output is above)"
 
     def stop(self) -> None:
         """Ctrl-C while it seeds: the seed's process ends with the platform's."""
-        child = self.child
+        with self.lock:
+            self.stopped = True
+            child = self.child
         if child is not None and child.poll() is None:
-            self.failed = ""  # stopped, not failed
             child.terminate()
             try:
                 child.wait(10)
