@@ -53,7 +53,7 @@ def tiny_llm_dir(*, seed: int = 7, cache: Path | None = None) -> Path:
     """The tiny model's directory, made on first use (registry/llm/tiny.py's cache): one for
     every test worker (TINY_LLM_CACHE, tests/xdist_workers.py) and for the `make run` a test
     starts, which inherits it."""
-    return tiny.cached_tiny_llm(cache or Path(os.environ.get("TINY_LLM_CACHE") or _var_dir() / "llm-cache"), seed=seed)
+    return tiny.cached_tiny_llm(cache or tiny.cache_dir(_var_dir()), seed=seed)
 
 
 def sse_data(reply):

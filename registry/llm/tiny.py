@@ -162,6 +162,12 @@ def make_tiny_llm(path: str | Path, *, seed: int = 7, steps: int = 200, threads:
     return path
 
 
+def cache_dir(var_dir: str | Path) -> Path:
+    """Where the tiny model is kept: TINY_LLM_CACHE when set (one for a whole test run and the
+    `make run` its tests start), else `llm-cache` under the data directory."""
+    return Path(os.environ.get("TINY_LLM_CACHE") or Path(var_dir) / "llm-cache")
+
+
 def tiny_llm_path(cache: str | Path, *, seed: int = 7) -> Path:
     """Where cached_tiny_llm keeps the model of this code version and seed under `cache`."""
     digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]

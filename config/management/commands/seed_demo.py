@@ -13,7 +13,6 @@ not wait for it.
 It seeds two apps, so it lives in the project (config), and like any caller it reads
 through their selectors and writes through their services."""
 
-import os
 import tarfile
 import tempfile
 import time
@@ -159,7 +158,7 @@ class Command(BaseCommand):
         if pool is None:
             return
         try:
-            from registry.llm.tiny import cached_tiny_llm, made, tiny_llm_path
+            from registry.llm.tiny import cache_dir, cached_tiny_llm, made, tiny_llm_path
         except ModuleNotFoundError as exc:  # a checkout without the LLM model code
             self.stdout.write(f"seed: {LLM_DEMO} skipped ({exc})")
             return
@@ -174,8 +173,7 @@ class Command(BaseCommand):
         )
         version = version_list(user=admin, model=model).order_by("version").first()
         if version is None:
-            # made once per code version under TINY_LLM_CACHE (else VAR_DIR/llm-cache) and reused
-            cache = Path(os.environ.get("TINY_LLM_CACHE") or Path(settings.VAR_DIR) / "llm-cache")
+            cache = cache_dir(settings.VAR_DIR)  # made once per code version, and reused
             if made(tiny_llm_path(cache)):
                 self.stdout.write(f"seed: the tiny LLM {LLM_DEMO} as made before ({tiny_llm_path(cache)})")
             else:
